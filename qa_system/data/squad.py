@@ -1,0 +1,170 @@
+"""SQuAD v2.0 JSON: export SubjQA questions to it, read and validate files that users bring.
+
+SQuAD v2 is the format every extractive-QA trainer reads: ``{"version": "v2.0", "data":
+[{"title", "paragraphs": [{"context", "qas": [{"id", "question", "answers": [{"text",
+"answer_start"}], "is_impossible"}]}]}]}``. SubjQA questions become one paragraph per review
+(title = product id). SubjQA spans that could not be located in the review have no offset, so
+they cannot be training targets: they are left out of ``answers`` and counted in the export
+report; a question whose spans are *all* unlocated is skipped (it is neither answerable with a
+known span nor impossible).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from qa_system.data.subjqa import LabelledQuestion
+from qa_system.errors import QAError
+
+VERSION = "v2.0"
+
+
+@dataclass
+class SquadReport:
+    """What an export wrote, or what validation found in a file."""
+
+    questions: int = 0
+    answerable: int = 0
+    impossible: int = 0
+    answers: int = 0
+    # Export: SubjQA spans without a located offset (left out); validation: spans whose text is not at answer_start.
+    unlocated_answers: int = 0
+    skipped_questions: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{self.questions} questions ({self.answerable} answerable, {self.impossible} impossible), "
+            f"{self.answers} answers; {self.unlocated_answers} answer(s) without a matching offset, "
+            f"{self.skipped_questions} question(s) skipped"
+        )
+
+
+@dataclass(frozen=True)
+class SquadExample:
+    """One question of a SQuAD v2 file, flattened."""
+
+    id: str
+    title: str
+    question: str
+    context: str
+    answers: list[tuple[str, int]]  # (text, answer_start), offsets verified against context
+    is_impossible: bool
+
+    @property
+    def answer_texts(self) -> list[str]:
+        return [text for text, _ in self.answers] or [""]
+
+
+def to_squad(questions: Iterable[LabelledQuestion]) -> tuple[dict[str, Any], SquadReport]:
+    """SQuAD v2 dict of the questions (grouped by product, then review) and what was left out."""
+    report = SquadReport()
+    articles: dict[str, dict[str, dict[str, Any]]] = {}
+    for question in questions:
+        located = question.located_answers
+        report.unlocated_answers += len(question.answers) - len(located)
+        if question.answers and not located:
+            report.skipped_questions += 1
+            continue
+        paragraphs = articles.setdefault(question.item_id, {})
+        paragraph = paragraphs.setdefault(question.document_id, {"context": question.context, "qas": []})
+        paragraph["qas"].append(
+            {
+                "id": question.id,
+                "question": question.question,
+                "answers": [{"text": a.text, "answer_start": a.start} for a in located],
+                "is_impossible": not located,
+            }
+        )
+        report.questions += 1
+        report.answers += len(located)
+        report.answerable += bool(located)
+        report.impossible += not located
+    data = [{"title": title, "paragraphs": list(paragraphs.values())} for title, paragraphs in articles.items()]
+    return {"version": VERSION, "data": data}, report
+
+
+def write_squad(questions: Iterable[LabelledQuestion], path: str | Path) -> SquadReport:
+    """Export questions to a SQuAD v2 JSON file (parent folders are created)."""
+    squad, report = to_squad(questions)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(squad, ensure_ascii=False, indent=1), encoding="utf-8")
+    return report
+
+
+def read_squad(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
+    """Read and validate a SQuAD v2 file.
+
+    A structurally bad record raises a QAError naming it. Answers whose text is not found at
+    ``answer_start`` in the context are dropped, counted and listed in the report (the first few),
+    since training on them would teach the wrong span; a question left without any answer is
+    skipped (counted) rather than turned into an "impossible" one.
+    """
+    path = Path(path)
+    try:
+        squad = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as error:
+        raise QAError(f"SQuAD file {path} does not exist.", "check the path (export one with `qa-system export-squad`).") from error
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise QAError(f"{path} is not valid JSON ({error}).", "pass a SQuAD v2 JSON file.") from error
+    if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
+        raise QAError(f"{path} has no top-level 'data' list.", 'pass a SQuAD v2 file: {"version": "v2.0", "data": [...]}.')
+    examples, report, seen = [], SquadReport(), set()
+    for a, article in enumerate(squad["data"]):
+        for p, paragraph in enumerate(_list(article, "paragraphs", f"data[{a}]", path)):
+            where = f"data[{a}].paragraphs[{p}]"
+            context = _field(paragraph, "context", str, where, path)
+            for q, qa in enumerate(_list(paragraph, "qas", where, path)):
+                qid = str(_field(qa, "id", (str, int), f"{where}.qas[{q}]", path))
+                if qid in seen:
+                    raise QAError(f"{path}: {where}.qas[{q}] repeats the question id '{qid}'.", "give every question a unique id.")
+                seen.add(qid)
+                example = _example(qa, qid, f"{where}.qas[{q}]", str(article.get("title", "")), context, path, report)
+                if example is not None:
+                    examples.append(example)
+    return examples, report
+
+
+def _example(qa: dict, qid: str, where: str, title: str, context: str, path: Path, report: SquadReport) -> SquadExample | None:
+    """One validated question; None (counted as skipped) when it is answerable but no answer offset is valid."""
+    question = _field(qa, "question", str, where, path)
+    answers, given = [], _list(qa, "answers", where, path)
+    for i, answer in enumerate(given):
+        text = _field(answer, "text", str, f"{where}.answers[{i}]", path)
+        start = _field(answer, "answer_start", int, f"{where}.answers[{i}]", path)
+        if start >= 0 and context[start : start + len(text)] == text and text.strip():
+            answers.append((text, start))
+        else:
+            report.unlocated_answers += 1
+            if len(report.problems) < 10:
+                report.problems.append(f"{where} (id {qid}): '{text[:40]}' is not at offset {start}")
+    is_impossible = qa.get("is_impossible", not given)
+    if not isinstance(is_impossible, bool):
+        raise QAError(f"{path}: {where} (id {qid}) has a non-boolean is_impossible.", "use true or false.")
+    if is_impossible and answers:
+        raise QAError(f"{path}: {where} (id {qid}) is marked impossible but has answers.", "remove its answers or set is_impossible to false.")
+    if not is_impossible and not answers:
+        report.skipped_questions += 1
+        return None
+    report.questions += 1
+    report.answers += len(answers)
+    report.answerable += bool(answers)
+    report.impossible += is_impossible
+    return SquadExample(qid, title, question, context, answers, is_impossible)
+
+
+def _field(record: Any, name: str, kind, where: str, path: Path):
+    if not isinstance(record, dict) or name not in record:
+        raise QAError(f"{path}: {where} has no '{name}'.", "fix that record (SQuAD v2 format).")
+    value = record[name]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise QAError(f"{path}: {where}.{name} has the wrong type ({type(value).__name__}).", "fix that record (SQuAD v2 format).")
+    return value
+
+
+def _list(record: Any, name: str, where: str, path: Path) -> list:
+    return _field(record, name, list, where, path)

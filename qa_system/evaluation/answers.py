@@ -1,0 +1,55 @@
+"""Answer metrics exactly as the official SQuAD v2.0 evaluation script computes them.
+
+Texts are normalised (lower-case, punctuation and the articles a/an/the removed, whitespace
+collapsed); a prediction scores the maximum over the gold answers. An unanswerable question has
+the gold answers ``[""]`` and the prediction ``""`` means "no answer".
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+from typing import Sequence
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """Lower text and remove punctuation, articles and extra whitespace (SQuAD's normalisation)."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _tokens(text: str) -> list[str]:
+    return normalize_answer(text).split() if text else []
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1(prediction: str, gold: str) -> float:
+    gold_tokens, predicted_tokens = _tokens(gold), _tokens(prediction)
+    if not gold_tokens or not predicted_tokens:
+        # If either is no-answer, F1 is 1 if they agree, 0 otherwise.
+        return float(gold_tokens == predicted_tokens)
+    common = collections.Counter(gold_tokens) & collections.Counter(predicted_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(predicted_tokens), overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def gold_answers(texts: Sequence[str]) -> list[str]:
+    """The gold list the official script uses: the non-empty spans, or [""] when there are none."""
+    spans = [t for t in texts if normalize_answer(t)]
+    return spans or [""]
+
+
+def best_scores(prediction: str, golds: Sequence[str]) -> tuple[float, float]:
+    """(EM, F1) of one prediction: the maximum over the gold answers."""
+    golds = gold_answers(golds)
+    return max(exact_match(prediction, g) for g in golds), max(f1(prediction, g) for g in golds)

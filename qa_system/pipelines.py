@@ -1,0 +1,161 @@
+"""Haystack pipelines built from the YAML files in ``pipelines/``.
+
+A YAML file names components by role; ``${...}`` placeholders pick the component classes that
+fit the store backend (memory, elasticsearch, faiss) and the models from the settings. The
+opened index's store object is then handed to every component that has a ``document_store``, so
+all pipelines of a process share one loaded index.
+
+``RetrievalPipeline.run(query, item_id=..., top_k=...)`` is the one calling convention used by
+the CLI, the UI and the evaluation; ``.pipeline`` is the plain Haystack pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any, Sequence
+
+from haystack import Pipeline
+
+from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
+from qa_system.errors import QAError
+from qa_system.retrieval.filters import make_filters
+from qa_system.stores import Index, open_index
+
+PIPELINES_DIR = REPO_ROOT / "pipelines"
+
+_COMPONENTS = {
+    "memory": {
+        "sparse_retriever": "qa_system.retrieval.bm25.BM25sRetriever",
+        "dense_retriever": "haystack.components.retrievers.in_memory.embedding_retriever.InMemoryEmbeddingRetriever",
+    },
+    "faiss": {
+        "sparse_retriever": "qa_system.retrieval.bm25.BM25sRetriever",
+        "dense_retriever": "qa_system.retrieval.faiss_filtered.FAISSFilteredEmbeddingRetriever",
+    },
+    "elasticsearch": {
+        "sparse_retriever": "haystack_integrations.components.retrievers.elasticsearch.bm25_retriever.ElasticsearchBM25Retriever",
+        "dense_retriever": "haystack_integrations.components.retrievers.elasticsearch.embedding_retriever.ElasticsearchEmbeddingRetriever",
+    },
+}
+# With fusion, each retriever hands over more candidates than the final top_k.
+FUSION_CANDIDATES = 20
+
+
+def render_pipeline_yaml(name: str, index: Index, settings: Settings, directory: Path = PIPELINES_DIR) -> str:
+    path = directory / f"{name}.yml"
+    if not path.exists():
+        known = sorted(p.stem for p in directory.glob("*.yml"))
+        raise QAError(f"No pipeline named '{name}' in {directory}.", f"use one of: {', '.join(known)}.")
+    store_dict = index.store.to_dict()
+    if index.backend == "faiss":
+        store_dict["init_parameters"]["index_path"] = None  # the loaded store is injected instead
+    values = {
+        **_COMPONENTS[index.backend],
+        "document_store": json.dumps(store_dict),
+        "query_embedding_model": json.dumps(settings.query_embedding_model or settings.embedding_model),
+    }
+    return Template(path.read_text(encoding="utf-8")).substitute(values)
+
+
+def load_pipeline(name: str, index: Index, settings: Settings) -> Pipeline:
+    pipeline = Pipeline.loads(render_pipeline_yaml(name, index, settings), allowed_modules=["qa_system"])
+    for component_name in pipeline.graph.nodes:
+        component = pipeline.get_component(component_name)
+        if hasattr(component, "document_store"):
+            component.document_store = index.store
+    return pipeline
+
+
+@dataclass
+class RetrievalPipeline:
+    """A Haystack pipeline plus the index it reads and the project's calling convention."""
+
+    pipeline: Pipeline
+    index: Index
+    name: str
+    last_timings: dict[str, float] = field(default_factory=dict)
+
+    def _inputs(self, query: str, filters: dict | None, top_k: int) -> dict[str, dict[str, Any]]:
+        has_fusion = "fusion" in self.pipeline.graph.nodes
+        inputs: dict[str, dict[str, Any]] = {}
+        for component_name, sockets in self.pipeline.inputs().items():
+            values = {}
+            for socket in sockets:
+                if socket in ("query", "text"):
+                    values[socket] = query
+                elif socket == "filters":
+                    values[socket] = filters
+                elif socket == "top_k":
+                    is_candidate_stage = has_fusion and component_name.endswith("_retriever")
+                    values[socket] = max(top_k, FUSION_CANDIDATES) if is_candidate_stage else top_k
+            inputs[component_name] = values
+        return inputs
+
+    def validate(self, query: str, item_id: str | None) -> None:
+        if not query or not query.strip():
+            raise QAError("The question is empty.", "type a question, e.g. \"Is it good for reading?\".")
+        counts = self.index.item_counts()
+        if item_id is not None and counts and item_id not in counts:
+            raise QAError(
+                f"Product '{item_id}' has no reviews in index '{self.index.name}'.",
+                "pick an item id that `qa-system products` lists.",
+            )
+
+    def run(
+        self,
+        query: str,
+        *,
+        item_id: str | None = None,
+        split: str | None = None,
+        filters: dict | None = None,
+        top_k: int = 3,
+    ) -> dict[str, Any]:
+        """Retrieve the ``top_k`` reviews for ``query``, optionally of one product (and split)."""
+        self.validate(query, item_id)
+        filters = filters or make_filters(item_id=item_id, split=split)
+        start = time.perf_counter()
+        outputs = self.pipeline.run(self._inputs(query.strip(), filters, top_k))
+        self.last_timings = {"retrieval_s": time.perf_counter() - start}
+        last = "fusion" if "fusion" in outputs else next(n for n in outputs if "documents" in outputs[n])
+        return {"documents": outputs[last]["documents"], "timings": dict(self.last_timings)}
+
+
+def build_retrieval_pipeline(
+    retriever: str = "bm25",
+    settings: Settings | None = None,
+    domains: str | Sequence[str] = "electronics",
+    index: Index | None = None,
+) -> RetrievalPipeline:
+    """Open the domain's index and build the named retrieval pipeline over it.
+
+    >>> pipeline = build_retrieval_pipeline("hybrid")
+    >>> pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["documents"]
+    """
+    settings = settings or Settings.from_env()
+    if retriever not in RETRIEVERS:
+        raise QAError(f"Unknown retriever '{retriever}'.", f"use one of: {', '.join(RETRIEVERS)}.")
+    index = index or open_index(settings, domains)
+    if retriever != "bm25":
+        check_embeddings(index, settings)
+    pipeline = load_pipeline(retriever, index, settings)
+    pipeline.warm_up()
+    return RetrievalPipeline(pipeline, index, retriever)
+
+
+def check_embeddings(index: Index, settings: Settings) -> None:
+    """Dense retrieval needs review vectors from the same encoder that will embed the questions."""
+    stored = index.embedding_model
+    if stored is None:
+        raise QAError(
+            f"Index '{index.name}' has no embeddings, so dense retrieval cannot run.",
+            "rebuild it with `qa-system index` (without --no-embed).",
+        )
+    if stored != settings.embedding_model:
+        raise QAError(
+            f"Index '{index.name}' was embedded with {stored}, not with the configured {settings.embedding_model}.",
+            "re-run `qa-system index` to re-embed the reviews with the new encoder.",
+        )

@@ -1,0 +1,333 @@
+"""Extractive reader: the answer span inside the retrieved reviews, or "no answer".
+
+The approach is the one of transformers' ``run_qa.py`` / ``utils_qa.py``: question and review
+are tokenised together into overlapping windows (``max_seq_length`` tokens, ``doc_stride``
+tokens of overlap), the model scores every token as a span start and end, and the n-best
+(start, end) pairs are mapped back to character offsets in ``Document.content``.
+
+Scores must be comparable across windows and documents, so there is no per-window softmax. A
+span's *logit* is the mean of its start and end logits, and its score is ``sigmoid(logit)``.
+The no-answer candidate is the model's CLS span ([CLS] as both start and end): its logit is the
+*minimum* over the windows of a document (the window that can see the answer is the one that
+matters) and the *minimum* over documents ("no answer" claims that none of the documents holds
+one, so it is only as strong as the document most likely to hold one; adding documents can then
+only make an answer more likely, never less).
+
+``no_answer_threshold`` is in the same logit units: an answer must beat the no-answer logit by
+at least this margin, so the no-answer candidate is ranked with ``sigmoid(null_logit +
+threshold)``. Positive values give more "no answer", negative ones fewer; ``0`` is the model's
+raw decision. ``train_reader`` tunes it on held-out data and stores it in the model directory's
+``qa_system.json``, which the reader reads as its default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from haystack import Document, ExtractedAnswer, component, default_from_dict, default_to_dict
+
+from qa_system.errors import QAError
+
+MODEL_INFO_FILE = "qa_system.json"
+# A question must leave at least this many tokens of each window to the review.
+MIN_CONTEXT_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class SpanCandidate:
+    """One candidate span, before the no-answer decision (offsets in ``documents[document].content``)."""
+
+    document: int
+    start: int
+    end: int
+    logit: float
+    window: int
+
+
+@dataclass(frozen=True)
+class ReaderOutput:
+    """Threshold-free reader output: deduplicated spans (best first) and the no-answer logit."""
+
+    spans: list[SpanCandidate]
+    null_logit: float
+
+    @property
+    def best_gap(self) -> float:
+        """How far the best span beats "no answer" (in logits); -inf when there is no span."""
+        return self.spans[0].logit - self.null_logit if self.spans else -math.inf
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def read_model_info(model_dir: str | Path) -> dict[str, Any]:
+    """The ``qa_system.json`` that ``train_reader`` stores beside a model ({} for other models)."""
+    path = Path(model_dir) / MODEL_INFO_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise QAError(f"{path} is not valid JSON ({error}).", "re-train the reader or delete the file.") from error
+
+
+def load_qa_model(name_or_path: str | Path):
+    """Tokenizer and AutoModelForQuestionAnswering from a local directory or a Hugging Face model id."""
+    import torch
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    name = str(name_or_path)
+    looks_local = Path(name).exists() or name.startswith((".", "/", "~"))
+    if looks_local and not (Path(name).expanduser() / "config.json").is_file():
+        raise QAError(
+            f"Reader model directory '{name}' has no config.json.",
+            "pass a directory written by train_reader / save_pretrained, or a Hugging Face model id.",
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        # float32 whatever the stored dtype: the shipped reader is stored in fp16 to stay small.
+        model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise QAError(
+            f"Could not load the reader model '{name}': {detail}",
+            "pass a complete model directory (config, weights, tokenizer) or a model id reachable on the hub.",
+        ) from error
+    if not tokenizer.is_fast:
+        raise QAError(f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); offsets need it.")
+    return tokenizer, model
+
+
+@component
+class ExtractiveReader:
+    """Finds answer spans in documents with any Hugging Face extractive-QA model.
+
+    :param model: model directory or hub id; None = the reader this project trains (models/).
+    :param top_k: how many answer spans to return (the no-answer candidate comes on top of them).
+    :param no_answer_threshold: logit margin an answer needs over "no answer" (see module doc);
+        None = the value tuned at training time (``qa_system.json``), else 0.
+    :param max_seq_length: tokens per window (question + review).
+    :param doc_stride: tokens shared by consecutive windows of a long review.
+    :param max_answer_length: longest answer, in tokens.
+    :param n_best: candidate spans kept per window before deduplication.
+    :param context_chars: characters of review kept on each side of an answer in ``context``.
+    :param batch_size: windows per forward pass (all windows of a query, in chunks of this size).
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        top_k: int = 3,
+        no_answer_threshold: float | None = None,
+        max_seq_length: int = 384,
+        doc_stride: int = 128,
+        max_answer_length: int = 30,
+        n_best: int = 20,
+        context_chars: int = 100,
+        batch_size: int = 32,
+    ):
+        if doc_stride >= max_seq_length:
+            raise QAError(f"doc_stride ({doc_stride}) must be smaller than max_seq_length ({max_seq_length}).", "lower doc_stride.")
+        self.model = str(model) if model is not None else None
+        self.top_k = top_k
+        self.no_answer_threshold = no_answer_threshold
+        self.max_seq_length = max_seq_length
+        self.doc_stride = doc_stride
+        self.max_answer_length = max_answer_length
+        self.n_best = n_best
+        self.context_chars = context_chars
+        self.batch_size = batch_size
+        self._tokenizer = None
+        self._model = None
+        self._default_threshold = 0.0
+
+    @classmethod
+    def from_loaded(cls, model, tokenizer, **kwargs) -> "ExtractiveReader":
+        """A reader around an already loaded model and tokenizer (training, tests)."""
+        reader = cls(**kwargs)
+        reader._model, reader._tokenizer = model.eval(), tokenizer
+        return reader
+
+    @property
+    def model_name(self) -> str:
+        if self.model is not None:
+            return self.model
+        from qa_system.config import default_reader_model
+
+        return default_reader_model()
+
+    def warm_up(self) -> None:
+        """Load the model (once); the tuned threshold comes from the model directory when there is one."""
+        if self._model is not None:
+            return
+        name = self.model_name
+        self._tokenizer, model = load_qa_model(name)
+        self._model = model.eval()
+        if Path(name).is_dir():
+            self._default_threshold = float(read_model_info(name).get("no_answer_threshold", 0.0))
+
+    @property
+    def threshold(self) -> float:
+        """The no-answer threshold in force (explicit, else tuned, else 0)."""
+        return self.no_answer_threshold if self.no_answer_threshold is not None else self._default_threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            model=self.model,
+            top_k=self.top_k,
+            no_answer_threshold=self.no_answer_threshold,
+            max_seq_length=self.max_seq_length,
+            doc_stride=self.doc_stride,
+            max_answer_length=self.max_answer_length,
+            n_best=self.n_best,
+            context_chars=self.context_chars,
+            batch_size=self.batch_size,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ExtractiveReader":
+        return default_from_dict(cls, data)
+
+    @component.output_types(answers=list[ExtractedAnswer])
+    def run(
+        self,
+        query: str,
+        documents: list[Document],
+        top_k: int | None = None,
+        no_answer_threshold: float | None = None,
+    ) -> dict[str, list[ExtractedAnswer]]:
+        """Answers best first: up to ``top_k`` spans plus the no-answer candidate (``data=None``).
+
+        With no documents (or only empty ones) the result is the no-answer alone, with score 1.
+        """
+        top_k = self.top_k if top_k is None else top_k
+        threshold = self.threshold if no_answer_threshold is None else no_answer_threshold
+        output = self.predict(query, documents)
+        answers = [self._answer(query, documents, span) for span in output.spans[:top_k]]
+        null_score = sigmoid(output.null_logit + threshold) if math.isfinite(output.null_logit) else 1.0
+        no_answer = ExtractedAnswer(query=query, score=null_score, data=None, meta={"null_logit": output.null_logit, "threshold": threshold})
+        # The no-answer ranks above exactly the answers whose logit does not beat null_logit + threshold.
+        rank = sum(1 for span in output.spans[:top_k] if span.logit - output.null_logit >= threshold)
+        return {"answers": answers[:rank] + [no_answer] + answers[rank:]}
+
+    def predict(self, query: str, documents: Sequence[Document]) -> ReaderOutput:
+        """Candidate spans of all documents (deduplicated, best first) and the no-answer logit."""
+        self.warm_up()
+        contents = [(i, d.content) for i, d in enumerate(documents) if d.content and d.content.strip()]
+        if not contents:
+            return ReaderOutput([], math.inf)
+        encoding = encode_windows(self._tokenizer, [query] * len(contents), [c for _, c in contents], self.max_seq_length, self.doc_stride, padding=True)
+        start_logits, end_logits = self._logits(encoding)
+        spans: list[SpanCandidate] = []
+        doc_null: dict[int, float] = {}
+        for window, sample in enumerate(encoding["overflow_to_sample_mapping"]):
+            doc_index, content = contents[sample]
+            null, window_spans = self._window_candidates(encoding, window, start_logits[window], end_logits[window], content)
+            doc_null[doc_index] = min(doc_null.get(doc_index, math.inf), null)
+            spans.extend(SpanCandidate(doc_index, s, e, logit, window) for s, e, logit in window_spans)
+        return ReaderOutput(deduplicate(spans), min(doc_null.values()))
+
+    def _logits(self, encoding) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end logits of every window: the one step a different backend replaces."""
+        import torch
+
+        names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in encoding]
+        starts, ends = [], []
+        with torch.inference_mode():
+            for begin in range(0, len(encoding["input_ids"]), self.batch_size):
+                batch = {n: torch.as_tensor(encoding[n][begin : begin + self.batch_size]) for n in names}
+                output = self._model(**batch)
+                starts.append(output.start_logits.float().numpy())
+                ends.append(output.end_logits.float().numpy())
+        return np.concatenate(starts), np.concatenate(ends)
+
+    def _window_candidates(self, encoding, window: int, start: np.ndarray, end: np.ndarray, content: str):
+        """The window's no-answer logit and its n-best (start char, end char, logit) spans."""
+        context_id = context_sequence_id(self._tokenizer)
+        sequence_ids = encoding.sequence_ids(window)
+        tokens = np.array([i for i, s in enumerate(sequence_ids) if s == context_id])
+        input_ids = encoding["input_ids"][window]
+        cls_positions = np.flatnonzero(input_ids == self._tokenizer.cls_token_id)
+        cls = int(cls_positions[0]) if len(cls_positions) else 0
+        null = float(start[cls] + end[cls]) / 2
+        if len(tokens) == 0:
+            return null, []
+        # Context tokens are contiguous, so token distance = position distance.
+        pair = (start[tokens][:, None] + end[tokens][None, :]) / 2
+        length = np.arange(len(tokens))[None, :] - np.arange(len(tokens))[:, None]
+        pair = np.where((length >= 0) & (length < self.max_answer_length), pair, -np.inf)
+        flat = np.argsort(pair, axis=None)[::-1][: self.n_best]
+        offsets = encoding["offset_mapping"][window]
+        spans = []
+        for i, j in zip(*np.unravel_index(flat, pair.shape)):
+            if not np.isfinite(pair[i, j]):
+                break
+            begin, stop = int(offsets[tokens[i]][0]), int(offsets[tokens[j]][1])
+            if content[begin:stop].strip():
+                spans.append((begin, stop, float(pair[i, j])))
+        return null, spans
+
+    def _answer(self, query: str, documents: Sequence[Document], span: SpanCandidate) -> ExtractedAnswer:
+        content = documents[span.document].content
+        context_start = max(0, span.start - self.context_chars)
+        context_end = min(len(content), span.end + self.context_chars)
+        return ExtractedAnswer(
+            query=query,
+            score=sigmoid(span.logit),
+            data=content[span.start : span.end],
+            document=documents[span.document],
+            context=content[context_start:context_end],
+            document_offset=ExtractedAnswer.Span(span.start, span.end),
+            context_offset=ExtractedAnswer.Span(span.start - context_start, span.end - context_start),
+            meta={"logit": span.logit, "window": span.window, "context_start": context_start, "context_end": context_end},
+        )
+
+
+def encode_windows(tokenizer, questions: list[str], contexts: list[str], max_seq_length: int, doc_stride: int, padding: bool):
+    """Question+context pairs cut into overlapping windows (run_qa's tokenisation), with offsets.
+
+    The context is what gets truncated and windowed; a question so long that it leaves the
+    context fewer than MIN_CONTEXT_TOKENS tokens is a QAError. With ``padding`` all windows are
+    padded to the longest one (numpy arrays, one forward pass); without, lists (training).
+    """
+    question_first = tokenizer.padding_side == "right"
+    questions = [q.lstrip() for q in questions]
+    longest = max((len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"]), default=0)
+    room = max_seq_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
+    if room < MIN_CONTEXT_TOKENS:
+        raise QAError(
+            f"A question is {longest} tokens long; a {max_seq_length}-token reader window has no room left for the review.",
+            "ask a shorter question, or use a reader with a larger max_seq_length.",
+        )
+    pair = (questions, contexts) if question_first else (contexts, questions)
+    return tokenizer(
+        *pair,
+        truncation="only_second" if question_first else "only_first",
+        max_length=max_seq_length,
+        stride=min(doc_stride, room // 2),
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding="longest" if padding else False,
+        return_tensors="np" if padding else None,
+    )
+
+
+def context_sequence_id(tokenizer) -> int:
+    """Which sequence of the pair is the context (question first for right-padding models)."""
+    return 1 if tokenizer.padding_side == "right" else 0
+
+
+def deduplicate(spans: list[SpanCandidate]) -> list[SpanCandidate]:
+    """Best first; a span overlapping a better one of the same document is dropped."""
+    kept: list[SpanCandidate] = []
+    for span in sorted(spans, key=lambda s: s.logit, reverse=True):
+        if not any(k.document == span.document and k.start < span.end and span.start < k.end for k in kept):
+            kept.append(span)
+    return kept

@@ -1,0 +1,158 @@
+"""Sparse-matrix BM25 (bm25s) behind a Haystack component.
+
+Haystack's InMemoryBM25Retriever re-tokenises and scores every candidate document in Python at
+each query; bm25s precomputes the BM25 weight of every (term, document) pair into a sparse
+matrix, so a query costs a few sparse-row sums. Statistics (IDF, average length) are corpus-wide,
+as in Elasticsearch; metadata filters restrict which documents may be returned.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.core.serialization import import_class_by_name
+
+from qa_system.retrieval.filters import equality_conditions
+
+_TOKEN = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=4)
+def _stemmer(language: str | None):
+    if not language:
+        return None
+    import Stemmer
+
+    return Stemmer.Stemmer(language)
+
+
+@lru_cache(maxsize=2)
+def _stopwords(name: str | None) -> frozenset[str]:
+    if not name:
+        return frozenset()
+    from bm25s.stopwords import STOPWORDS_EN
+
+    if name != "en":
+        raise ValueError(f"Unknown stopword list '{name}'; use 'en' or None.")
+    return frozenset(STOPWORDS_EN)
+
+
+class Analyzer:
+    """Lower-case word tokens, English stopwords removed, Snowball-stemmed (like Elasticsearch's `english`)."""
+
+    def __init__(self, stemmer_language: str | None = "english", stopwords: str | None = "en"):
+        self.stemmer = _stemmer(stemmer_language)
+        self.stopwords = _stopwords(stopwords)
+
+    def __call__(self, text: str) -> list[str]:
+        tokens = [t for t in _TOKEN.findall(text.lower()) if t not in self.stopwords]
+        return self.stemmer.stemWords(tokens) if self.stemmer else tokens
+
+
+@component
+class BM25sRetriever:
+    """BM25 over any Haystack document store's documents, with fast per-product filters.
+
+    The index is built at ``warm_up`` (or first use) from ``document_store.filter_documents()`` and
+    rebuilt when the store's document count changes.
+    """
+
+    def __init__(
+        self,
+        document_store: Any,
+        top_k: int = 10,
+        k1: float = 1.5,
+        b: float = 0.75,
+        method: str = "lucene",
+        stemmer_language: str | None = "english",
+        stopwords: str | None = "en",
+    ):
+        self.document_store = document_store
+        self.top_k = top_k
+        self.k1, self.b, self.method = k1, b, method
+        self.stemmer_language, self.stopwords = stemmer_language, stopwords
+        self.analyzer = Analyzer(stemmer_language, stopwords)
+        self._bm25 = None
+        self._documents: list[Document] = []
+        self._postings: dict[tuple[str, Any], np.ndarray] = {}
+        self._row_of: dict[str, int] = {}
+
+    def warm_up(self) -> None:
+        if self._bm25 is None or len(self._documents) != self.document_store.count_documents():
+            self._build()
+
+    def _build(self) -> None:
+        import bm25s
+
+        documents = [d for d in self.document_store.filter_documents() if d.content]
+        bm25 = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
+        if documents:
+            # An empty token list would make bm25s drop the document; "" keeps rows aligned.
+            bm25.index([self.analyzer(d.content) or [""] for d in documents], show_progress=False)
+        postings: dict[tuple[str, Any], list[int]] = {}
+        for row, document in enumerate(documents):
+            for key, value in document.meta.items():
+                if isinstance(value, (str, int, bool)):
+                    postings.setdefault((key, value), []).append(row)
+        self._bm25, self._documents = bm25, documents
+        self._postings = {key: np.asarray(rows) for key, rows in postings.items()}
+        self._row_of = {d.id: row for row, d in enumerate(documents)}
+
+    def _candidate_rows(self, filters: dict | None) -> np.ndarray | None:
+        """Rows allowed by ``filters`` (None = all rows)."""
+        wanted = equality_conditions(filters)
+        if wanted == {}:
+            return None
+        if wanted is not None:
+            rows = None
+            for key, value in wanted.items():
+                posting = self._postings.get((key, value), np.empty(0, dtype=int))
+                rows = posting if rows is None else np.intersect1d(rows, posting, assume_unique=True)
+            return rows
+        allowed = self.document_store.filter_documents(filters=filters)
+        return np.asarray(sorted(self._row_of[d.id] for d in allowed if d.id in self._row_of), dtype=int)
+
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, filters: dict | None = None, top_k: int | None = None) -> dict[str, list[Document]]:
+        self.warm_up()
+        top_k = self.top_k if top_k is None else top_k
+        if not self._documents or top_k <= 0:
+            return {"documents": []}
+        token_ids = self._bm25.get_tokens_ids(self.analyzer(query))
+        rows = self._candidate_rows(filters)
+        if not token_ids or (rows is not None and rows.size == 0):
+            return {"documents": []}
+        scores = self._bm25.get_scores_from_ids(token_ids)
+        if rows is None:
+            rows = np.flatnonzero(scores > 0)
+        candidate_scores = scores[rows]
+        keep = candidate_scores > 0  # as in Elasticsearch: a document sharing no term is no match
+        rows, candidate_scores = rows[keep], candidate_scores[keep]
+        if rows.size > top_k:
+            best = np.argpartition(-candidate_scores, top_k - 1)[:top_k]
+            rows, candidate_scores = rows[best], candidate_scores[best]
+        order = np.lexsort((rows, -candidate_scores))  # score desc, then corpus order: deterministic
+        return {"documents": [replace(self._documents[rows[i]], score=float(candidate_scores[i])) for i in order]}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            document_store=self.document_store.to_dict(),
+            top_k=self.top_k,
+            k1=self.k1,
+            b=self.b,
+            method=self.method,
+            stemmer_language=self.stemmer_language,
+            stopwords=self.stopwords,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BM25sRetriever":
+        store = data["init_parameters"]["document_store"]
+        data["init_parameters"]["document_store"] = import_class_by_name(store["type"]).from_dict(store)
+        return default_from_dict(cls, data)

@@ -1,0 +1,207 @@
+"""Document stores behind one factory: memory (default, saved to a file) | elasticsearch | faiss.
+
+An *index* is a named, persisted store plus a manifest (what was indexed, with which encoder).
+Saving is atomic: the new index is written beside the old one and swapped in with a rename, so a
+crash or a bad run never leaves a half-written index behind or loses the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from haystack import Document
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+from haystack.document_stores.types import DuplicatePolicy
+
+from qa_system.config import Settings
+from qa_system.errors import QAError
+
+MANIFEST_KEY = "qa_system"
+
+
+def index_name(domains: str | Sequence[str]) -> str:
+    domains = [domains] if isinstance(domains, str) else sorted(domains)
+    return "subjqa-" + "-".join(domains)
+
+
+@dataclass
+class Index:
+    """A document store together with what we know about its contents."""
+
+    backend: str
+    name: str
+    store: Any
+    manifest: dict = field(default_factory=dict)
+
+    @property
+    def embedding_model(self) -> str | None:
+        return self.manifest.get("embedding_model")
+
+    def item_counts(self) -> dict[str, int]:
+        """Reviews per product (item_id), for product pickers and 'unknown product' errors."""
+        return dict(self.manifest.get("item_counts", {}))
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def _memory_path(settings: Settings, name: str) -> Path:
+    return settings.index_dir / "memory" / f"{name}.json"
+
+
+def _atomic_write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def new_memory_store(name: str) -> InMemoryDocumentStore:
+    # Not shared: pipelines get this very object injected (see pipelines.py), and a process-global
+    # store would keep every index ever opened alive.
+    return InMemoryDocumentStore(index=name, shared=False, embedding_similarity_function="cosine")
+
+
+def _load_memory(settings: Settings, name: str) -> Index | None:
+    path = _memory_path(settings, name)
+    if not path.exists():
+        return None
+    try:
+        with path.open(encoding="utf-8") as handle:
+            data = json.load(handle)
+        documents = [Document.from_dict(d) for d in data.pop("documents")]
+        manifest = data.pop(MANIFEST_KEY, {})
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise QAError(f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path}).") from error
+    store = new_memory_store(name)
+    store.write_documents(documents, policy=DuplicatePolicy.OVERWRITE)
+    return Index("memory", name, store, manifest)
+
+
+def _save_memory(index: Index, settings: Settings) -> None:
+    data = index.store.to_dict()
+    data["documents"] = [doc.to_dict(flatten=False) for doc in index.store.storage.values()]
+    data[MANIFEST_KEY] = index.manifest
+    _atomic_write_json(_memory_path(settings, index.name), data)
+
+
+# ---------------------------------------------------------------------------- faiss
+
+
+def _faiss_dir(settings: Settings, name: str) -> Path:
+    return settings.index_dir / "faiss" / name
+
+
+def new_faiss_store(embedding_dim: int, index_string: str = "Flat"):
+    from haystack_integrations.document_stores.faiss import FAISSDocumentStore
+
+    return FAISSDocumentStore(index_path=None, index_string=index_string, embedding_dim=embedding_dim)
+
+
+def _load_faiss(settings: Settings, name: str) -> Index | None:
+    from haystack_integrations.document_stores.faiss import FAISSDocumentStore
+
+    directory = _faiss_dir(settings, name)
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.exists():
+        return None
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    store = FAISSDocumentStore(
+        index_path=str(directory / "index"),
+        index_string=manifest.get("faiss_index", "Flat"),
+        embedding_dim=manifest["embedding_dim"],
+    )
+    return Index("faiss", name, store, manifest)
+
+
+def _save_faiss(index: Index, settings: Settings) -> None:
+    directory = _faiss_dir(settings, index.name)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{index.name}.", dir=directory.parent))
+    try:
+        index.store.save(staging / "index")
+        (staging / "manifest.json").write_text(json.dumps(index.manifest), encoding="utf-8")
+        # Two renames: the old directory survives until the new one is complete.
+        retired = directory.with_name(f".{index.name}.old")
+        shutil.rmtree(retired, ignore_errors=True)
+        if directory.exists():
+            directory.rename(retired)
+        staging.rename(directory)
+        shutil.rmtree(retired, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+# ---------------------------------------------------------------------------- elasticsearch
+
+
+def elasticsearch_store(settings: Settings, name: str):
+    """An ElasticsearchDocumentStore on ``settings.es_url``, after checking the server answers."""
+    from elasticsearch import Elasticsearch
+    from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
+
+    fix = "start it with `docker compose up -d elasticsearch` or set QA_ES_URL to a running server."
+    try:
+        reachable = Elasticsearch(settings.es_url, request_timeout=5).ping()
+    except Exception:  # the client raises many types for bad URLs and refused connections
+        reachable = False
+    if not reachable:
+        raise QAError(f"Elasticsearch at {settings.es_url} is unreachable.", fix)
+    return ElasticsearchDocumentStore(hosts=settings.es_url, index=name, embedding_similarity_function="cosine")
+
+
+def _load_elasticsearch(settings: Settings, name: str) -> Index | None:
+    store = elasticsearch_store(settings, name)
+    if store.count_documents() == 0:
+        return None
+    mapping = store.client.indices.get_mapping(index=name)
+    manifest = mapping[name]["mappings"].get("_meta", {}).get(MANIFEST_KEY, {})
+    return Index("elasticsearch", name, store, manifest)
+
+
+def _save_elasticsearch(index: Index, settings: Settings) -> None:
+    # Documents are already written (with deterministic ids, so a re-index overwrites in place);
+    # the manifest lives in the index mapping's _meta so that every client sees the same one.
+    index.store.client.indices.put_mapping(index=index.name, meta={MANIFEST_KEY: index.manifest})
+    index.store.client.indices.refresh(index=index.name)
+
+
+# ---------------------------------------------------------------------------- factory
+
+_LOADERS = {"memory": _load_memory, "faiss": _load_faiss, "elasticsearch": _load_elasticsearch}
+_SAVERS = {"memory": _save_memory, "faiss": _save_faiss, "elasticsearch": _save_elasticsearch}
+
+
+def open_index(settings: Settings, domains: str | Sequence[str] = "electronics", name: str | None = None) -> Index:
+    """Open a saved index; a clear error naming the `qa-system index` command when there is none."""
+    name = name or index_name(domains)
+    index = _LOADERS[settings.store](settings, name)
+    if index is None:
+        domain_args = " ".join(f"--domain {d}" for d in ([domains] if isinstance(domains, str) else domains))
+        raise QAError(
+            f"No {settings.store} index named '{name}' exists yet.",
+            f"build it with `qa-system index {domain_args} --store {settings.store}`.",
+        )
+    return index
+
+
+def try_open_index(settings: Settings, name: str) -> Index | None:
+    return _LOADERS[settings.store](settings, name)
+
+
+def save_index(index: Index, settings: Settings) -> None:
+    _SAVERS[index.backend](index, settings)
