@@ -1,0 +1,328 @@
+"""Fine-tuning an extractive reader on SQuAD v2 files (SubjQA exported, or any the user brings).
+
+A plain PyTorch loop in the manner of transformers' ``run_qa.py``: windows labelled with the
+answer's token span (or [CLS] when the window cannot see it), AdamW with linear warm-up and
+decay, fixed seed. After each epoch the dev files are read with the project's own
+``ExtractiveReader`` (so dev figures are the figures users get), the no-answer threshold is tuned
+on the pooled dev questions and the epoch is selected on one dev file's F1 at that threshold;
+training stops early after ``patience`` epochs without improvement. The best model is saved in
+fp16 safetensors with its tokenizer and a ``qa_system.json`` (threshold, data, hyperparameters,
+time, machine, metrics) that the reader reads.
+
+Why pool the dev files for the threshold: SubjQA's electronics dev split is 61% unanswerable
+while its test split is 34%, so a threshold fitted on electronics dev alone learns to answer
+nothing; the three domains' dev splits together (50% unanswerable) are closer to test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import platform
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from haystack import Document
+
+from qa_system.data.squad import SquadExample, SquadReport, read_squad, write_squad
+from qa_system.errors import QAError
+from qa_system.evaluation.answers import best_scores
+from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, context_sequence_id, encode_windows
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Hyperparameters of one fine-tuning run (all recorded in the model's qa_system.json)."""
+
+    epochs: int = 2
+    learning_rate: float = 5e-5
+    batch_size: int = 16
+    seed: int = 42
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    patience: int = 1
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_steps: int | None = None  # stop after this many optimiser steps (smoke runs)
+
+
+@dataclass
+class TrainingResult:
+    output_dir: Path
+    best_epoch: int
+    no_answer_threshold: float
+    dev_metrics: dict[str, dict[str, float]]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class DevPrediction:
+    """One dev question read with the threshold left open: what answering and abstaining would score."""
+
+    gap: float  # best span logit - no-answer logit
+    answer_em: float
+    answer_f1: float
+    null_em: float
+    null_f1: float
+
+
+def subjqa_to_squad_files(
+    domains: Sequence[str],
+    splits: Sequence[str],
+    out_dir: PathLike,
+    data_dir: PathLike | None = None,
+) -> dict[Path, SquadReport]:
+    """Export SubjQA to one SQuAD v2 file per domain and split: ``<out_dir>/<domain>-<split>.json``."""
+    from qa_system.data.subjqa import load_subjqa
+
+    written = {}
+    for domain in domains:
+        for split in splits:
+            data = load_subjqa(domain, split, source=data_dir)
+            path = Path(out_dir) / f"{domain}-{split}.json"
+            written[path] = write_squad(data.questions, path)
+    return written
+
+
+def tune_no_answer_threshold(predictions: Sequence[DevPrediction]) -> tuple[float, float]:
+    """The threshold maximising mean F1 when answering exactly the questions with gap >= threshold.
+
+    Sweeps the thresholds between consecutive gaps (as the official SQuAD v2 script's
+    ``find_best_thresh`` does) and returns (threshold, F1); the midpoint between two gaps is
+    chosen so that the decision is not on a knife edge.
+    """
+    if not predictions:
+        raise QAError("No dev questions to tune the no-answer threshold on.", "pass at least one dev file with questions.")
+    ordered = sorted(predictions, key=lambda p: p.gap, reverse=True)
+    gaps = [p.gap for p in ordered]
+    # Threshold above every gap: abstain everywhere; then answer one more question at each step.
+    total = best_total = sum(p.null_f1 for p in ordered)
+    best_index = 0
+    for i, p in enumerate(ordered, start=1):
+        total += p.answer_f1 - p.null_f1
+        if total > best_total + 1e-9:
+            best_total, best_index = total, i
+    if best_index == 0:
+        threshold = gaps[0] + 1.0 if math.isfinite(gaps[0]) else 0.0
+    elif best_index == len(gaps) or not math.isfinite(gaps[best_index]):
+        threshold = gaps[best_index - 1] - 1.0
+    else:
+        threshold = (gaps[best_index - 1] + gaps[best_index]) / 2
+    return float(threshold), best_total / len(ordered)
+
+
+def scores_at(predictions: Sequence[DevPrediction], threshold: float) -> dict[str, float]:
+    """EM/F1 (and the answer rate) of dev predictions at one threshold."""
+    if not predictions:
+        return {"em": 0.0, "f1": 0.0, "answered": 0.0, "questions": 0}
+    answered = [p.gap >= threshold for p in predictions]
+    em = np.mean([p.answer_em if a else p.null_em for p, a in zip(predictions, answered)])
+    f1 = np.mean([p.answer_f1 if a else p.null_f1 for p, a in zip(predictions, answered)])
+    return {"em": float(em), "f1": float(f1), "answered": float(np.mean(answered)), "questions": len(predictions)}
+
+
+def dev_predictions(reader: ExtractiveReader, examples: Iterable[SquadExample]) -> list[DevPrediction]:
+    """Read each dev question's own context and score both of the reader's options."""
+    predictions = []
+    for example in examples:
+        document = Document(content=example.context)
+        output = reader.predict(example.question, [document])
+        text = example.context[output.spans[0].start : output.spans[0].end] if output.spans else ""
+        answer_em, answer_f1 = best_scores(text, example.answer_texts)
+        null_em, null_f1 = best_scores("", example.answer_texts)
+        predictions.append(DevPrediction(output.best_gap, answer_em, answer_f1, null_em, null_f1))
+    return predictions
+
+
+def training_features(tokenizer, examples: Sequence[SquadExample], max_seq_length: int, doc_stride: int) -> list[dict[str, list[int]]]:
+    """Tokenised windows with start/end token labels ([CLS] when the window holds no answer).
+
+    An answerable question is trained on its first answer, the SQuAD convention.
+    """
+    encoding = encode_windows(tokenizer, [e.question for e in examples], [e.context for e in examples], max_seq_length, doc_stride, padding=False)
+    context_id = context_sequence_id(tokenizer)
+    names = [n for n in ("input_ids", "token_type_ids", "attention_mask") if n in encoding]
+    features = []
+    for window, sample in enumerate(encoding["overflow_to_sample_mapping"]):
+        input_ids = encoding["input_ids"][window]
+        cls = input_ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in input_ids else 0
+        start = end = cls
+        example = examples[sample]
+        if example.answers:
+            text, start_char = example.answers[0]
+            end_char = start_char + len(text)
+            offsets = encoding["offset_mapping"][window]
+            context = [i for i, s in enumerate(encoding.sequence_ids(window)) if s == context_id]
+            if offsets[context[0]][0] <= start_char and offsets[context[-1]][1] >= end_char:
+                start = next(i for i in context if offsets[i][1] > start_char)
+                end = next(i for i in reversed(context) if offsets[i][0] < end_char)
+        features.append({**{n: encoding[n][window] for n in names}, "start_positions": start, "end_positions": end})
+    return features
+
+
+def _load_examples(files: Sequence[PathLike]) -> list[SquadExample]:
+    examples = []
+    for path in files:
+        examples.extend(read_squad(path)[0])
+    return examples
+
+
+def _seed_everything(seed: int) -> None:
+    import torch
+    from transformers import set_seed
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    set_seed(seed)
+
+
+def _batches(features: list[dict], batch_size: int, seed: int, tokenizer):
+    """Shuffled batches (seeded per epoch), dynamically padded to their longest window."""
+    import torch
+
+    order = list(range(len(features)))
+    random.Random(seed).shuffle(order)
+    for begin in range(0, len(order), batch_size):
+        chunk = [features[i] for i in order[begin : begin + batch_size]]
+        inputs = [{k: v for k, v in f.items() if not k.endswith("_positions")} for f in chunk]
+        batch = tokenizer.pad(inputs, padding="longest", return_tensors="pt")
+        batch["start_positions"] = torch.tensor([f["start_positions"] for f in chunk])
+        batch["end_positions"] = torch.tensor([f["end_positions"] for f in chunk])
+        yield batch
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "device": "cpu",
+    }
+
+
+def save_reader(model, tokenizer, output_dir: PathLike, info: dict[str, Any]) -> None:
+    """fp16 safetensors (half the size; the reader loads it back as float32), tokenizer, qa_system.json."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    copy.deepcopy(model).half().save_pretrained(output_dir, safe_serialization=True)
+    tokenizer.save_pretrained(output_dir)
+    (output_dir / MODEL_INFO_FILE).write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
+
+
+def train_reader(
+    train_files: Sequence[PathLike],
+    dev_files: Sequence[PathLike],
+    base_model: str,
+    output_dir: PathLike,
+    config: TrainingConfig = TrainingConfig(),
+    select_on: PathLike | None = None,
+    progress: bool = True,
+) -> TrainingResult:
+    """Fine-tune ``base_model`` (any HF model id or path; a bare encoder gets a fresh QA head).
+
+    :param train_files: SQuAD v2 files, concatenated.
+    :param dev_files: SQuAD v2 files, pooled to tune the no-answer threshold after each epoch.
+    :param select_on: the dev file whose F1 (at the tuned threshold) selects the epoch;
+        default: the first dev file.
+    :returns: where the best model is, its epoch, threshold and dev metrics per file.
+    """
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, get_linear_schedule_with_warmup
+
+    if not train_files or not dev_files:
+        raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD v2 files (see `qa-system export-squad`).")
+    select_on = Path(select_on) if select_on is not None else Path(dev_files[0])
+    dev_sets = {Path(p): read_squad(p)[0] for p in dev_files}
+    if select_on not in dev_sets:
+        dev_sets[select_on] = read_squad(select_on)[0]
+    train_examples = _load_examples(train_files)
+    if not train_examples:
+        raise QAError("The training files hold no usable question.", "check them with read_squad; every answer needs a valid answer_start.")
+
+    began = time.time()
+    _seed_everything(config.seed)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base_model)
+        model = AutoModelForQuestionAnswering.from_pretrained(base_model, dtype=torch.float32)
+    except (OSError, ValueError) as error:
+        raise QAError(f"Could not load the base model '{base_model}': {str(error).splitlines()[0]}", "pass a model directory or a hub id.") from error
+    features = training_features(tokenizer, train_examples, config.max_seq_length, config.doc_stride)
+    steps_per_epoch = math.ceil(len(features) / config.batch_size)
+    total_steps = min(steps_per_epoch * config.epochs, config.max_steps or math.inf)
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)], "weight_decay": config.weight_decay},
+        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
+    reader = ExtractiveReader.from_loaded(model, tokenizer, max_seq_length=config.max_seq_length, doc_stride=config.doc_stride)
+    info_base = {
+        "base_model": base_model,
+        "train_files": [Path(p).name for p in train_files],
+        "train_questions": len(train_examples),
+        "train_windows": len(features),
+        "dev_files": [p.name for p in dev_sets],
+        "threshold_tuned_on": [Path(p).name for p in dev_files],
+        "selected_on": select_on.name,
+        "hyperparameters": asdict(config),
+        "machine": _machine(),
+    }
+    history: list[dict[str, Any]] = []
+    best: TrainingResult | None = None
+    step, stale = 0, 0
+    for epoch in range(1, config.epochs + 1):
+        model.train()
+        bar = tqdm(_batches(features, config.batch_size, config.seed + epoch, tokenizer), total=steps_per_epoch, desc=f"epoch {epoch}", disable=not progress)
+        losses = []
+        for batch in bar:
+            loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+            step += 1
+            if step >= total_steps:
+                break
+        model.eval()
+        per_file = {path: dev_predictions(reader, examples) for path, examples in dev_sets.items()}
+        pooled = [p for path in map(Path, dev_files) for p in per_file[path]]
+        threshold, _ = tune_no_answer_threshold(pooled)
+        metrics = {path.name: scores_at(preds, threshold) for path, preds in per_file.items()}
+        metrics["pooled"] = scores_at(pooled, threshold)
+        record = {"epoch": epoch, "steps": step, "train_loss": float(np.mean(losses)) if losses else None, "no_answer_threshold": threshold, "dev": metrics}
+        history.append(record)
+        print(json.dumps(record), flush=True)
+        if best is None or metrics[select_on.name]["f1"] > best.dev_metrics[select_on.name]["f1"]:
+            best = TrainingResult(Path(output_dir), epoch, threshold, metrics)
+            stale = 0
+            info = {**info_base, "no_answer_threshold": threshold, "best_epoch": epoch, "dev_metrics": metrics, "history": history, "training_seconds": time.time() - began}
+            save_reader(model, tokenizer, output_dir, info)
+        else:
+            stale += 1
+        if stale >= config.patience or step >= total_steps:
+            break
+    best.history, best.seconds = history, time.time() - began
+    info_path = Path(output_dir) / MODEL_INFO_FILE
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    info.update(history=history, training_seconds=best.seconds)
+    info_path.write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
+    return best
