@@ -187,13 +187,22 @@ def _seed_everything(seed: int) -> None:
 
 
 def _batches(features: list[dict], batch_size: int, seed: int, tokenizer):
-    """Shuffled batches (seeded per epoch), dynamically padded to their longest window."""
+    """Shuffled, length-grouped batches (seeded per epoch), padded to their longest window.
+
+    As transformers' LengthGroupedSampler: shuffle, sort by length within mega-batches of 50
+    batches, shuffle the batches; far less padding, so far less CPU time, at the same randomness.
+    """
     import torch
 
+    rng = random.Random(seed)
     order = list(range(len(features)))
-    random.Random(seed).shuffle(order)
-    for begin in range(0, len(order), batch_size):
-        chunk = [features[i] for i in order[begin : begin + batch_size]]
+    rng.shuffle(order)
+    mega = 50 * batch_size
+    order = [i for begin in range(0, len(order), mega) for i in sorted(order[begin : begin + mega], key=lambda i: -len(features[i]["input_ids"]))]
+    batches = [order[begin : begin + batch_size] for begin in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    for indices in batches:
+        chunk = [features[i] for i in indices]
         inputs = [{k: v for k, v in f.items() if not k.endswith("_positions")} for f in chunk]
         batch = tokenizer.pad(inputs, padding="longest", return_tensors="pt")
         batch["start_positions"] = torch.tensor([f["start_positions"] for f in chunk])

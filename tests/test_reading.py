@@ -1,0 +1,169 @@
+"""The extractive reader on a tiny random BERT (no download): offsets, windows, dedup, no-answer."""
+
+import json
+import string
+from pathlib import Path
+
+import numpy as np
+import pytest
+from haystack import Document, Pipeline
+
+from qa_system.errors import QAError
+from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, SpanCandidate, deduplicate, encode_windows
+
+WORDS = "the battery lasts about hours sound is great bad and it a of screen price cheap".split()
+
+
+def tiny_tokenizer(directory: Path):
+    """A BERT WordPiece tokenizer over a small vocabulary (words, then single characters), saved in directory."""
+    from transformers import BertTokenizerFast
+
+    characters = string.ascii_lowercase + string.digits + string.punctuation
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *characters, *(f"##{c}" for c in characters)]
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(dict.fromkeys(tokens))}, do_lower_case=True)
+    tokenizer.save_pretrained(directory)
+    return tokenizer
+
+
+def tiny_model_dir(directory: Path, question_answering: bool = True) -> Path:
+    """A 2-layer, 32-wide BERT (QA head or bare encoder) saved with its tokenizer."""
+    import torch
+    from transformers import BertConfig, BertForQuestionAnswering, BertModel
+
+    tokenizer = tiny_tokenizer(directory)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = (BertForQuestionAnswering if question_answering else BertModel)(config)
+    model.save_pretrained(directory)
+    return directory
+
+
+class TargetReader(ExtractiveReader):
+    """A reader whose 'model' points at one word: start and end logit 8 on its tokens, CLS at 0."""
+
+    def __init__(self, target: str, null: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.target, self.null = target, null
+
+    def _logits(self, encoding):
+        target_id = self._tokenizer.convert_tokens_to_ids(self.target)
+        logits = np.where(encoding["input_ids"] == target_id, 8.0, -8.0)
+        logits[:, 0] = self.null
+        return logits, logits.copy()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader"))
+
+
+def target_reader(model_dir, target, **kwargs) -> ExtractiveReader:
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    model = AutoModelForQuestionAnswering.from_pretrained(model_dir)
+    reader = TargetReader(target, **kwargs)
+    reader._model, reader._tokenizer = model.eval(), AutoTokenizer.from_pretrained(model_dir)
+    return reader
+
+
+LONG = " ".join(["it is a cheap screen and the sound is bad"] * 12) + " the battery lasts 6000 hours. " + " ".join(["great price"] * 20)
+
+
+def test_offsets_of_every_answer_point_into_the_document(model_dir):
+    reader = ExtractiveReader(model=str(model_dir), max_seq_length=64, doc_stride=16, top_k=10)
+    documents = [Document(content=LONG), Document(content="Sound is GREAT, battery is bad.")]
+    answers = reader.run("how is the battery?", documents)["answers"]
+    spans = [a for a in answers if a.data is not None]
+    assert len(spans) == 10 and sum(a.data is None for a in answers) == 1
+    assert [a.score for a in answers] == sorted((a.score for a in answers), reverse=True)
+    for answer in spans:
+        start, end = answer.document_offset.start, answer.document_offset.end
+        assert answer.data == answer.document.content[start:end]
+        context_start = answer.meta["context_start"]
+        assert answer.context == answer.document.content[context_start : answer.meta["context_end"]]
+        assert answer.context[answer.context_offset.start : answer.context_offset.end] == answer.data
+
+
+def test_long_review_is_read_in_windows_and_the_answer_found_once(model_dir):
+    reader = target_reader(model_dir, "battery", max_seq_length=48, doc_stride=20, top_k=5)
+    output = reader.predict("battery?", [Document(content=LONG)])
+    assert len({span.window for span in output.spans}) > 5  # the review really is cut into many windows
+    encoding = encode_windows(reader._tokenizer, ["battery?"], [LONG], 48, 20, padding=True)
+    battery_id = reader._tokenizer.convert_tokens_to_ids("battery")
+    assert (encoding["input_ids"][:, 4:] == battery_id).any(axis=1).sum() == 2  # two overlapping windows see it
+    assert sum(LONG[span.start : span.end] == "battery" for span in output.spans) == 1  # ... it is kept once
+    answers = reader.run("battery?", [Document(content=LONG)])["answers"]
+    battery = [a for a in answers if a.data and "battery" in a.data]
+    assert len(battery) == 1  # seen by two overlapping windows, returned once
+    assert battery[0].data == "battery"
+    assert battery[0].document_offset.start == LONG.index("battery")
+
+
+def test_answer_in_second_document_is_mapped_to_it(model_dir):
+    reader = target_reader(model_dir, "battery")
+    documents = [Document(content="great sound, cheap price"), Document(content="sound is bad but the battery lasts")]
+    best = reader.run("battery?", documents)["answers"][0]
+    assert best.data == "battery" and best.document is documents[1]
+    assert best.document_offset.start == documents[1].content.index("battery")
+
+
+def test_no_answer_wins_when_the_threshold_says_so(model_dir):
+    reader = target_reader(model_dir, "battery", null=2.0)
+    documents = [Document(content="the battery lasts")]
+    assert reader.run("battery?", documents)["answers"][0].data == "battery"  # logit 8 beats 2
+    top = reader.run("battery?", documents, no_answer_threshold=10.0)["answers"][0]
+    assert top.data is None and top.document is None and top.meta["threshold"] == 10.0
+    assert reader.run("battery?", documents, no_answer_threshold=5.9)["answers"][0].data == "battery"
+    strong_null = target_reader(model_dir, "battery", null=9.0)
+    assert strong_null.run("battery?", documents)["answers"][0].data is None
+
+
+def test_deduplicate_keeps_the_best_of_overlapping_spans_per_document():
+    spans = [SpanCandidate(0, 0, 10, 1.0, 0), SpanCandidate(0, 5, 12, 2.0, 1), SpanCandidate(1, 5, 12, 0.5, 2), SpanCandidate(0, 12, 14, 0.1, 1)]
+    assert deduplicate(spans) == [spans[1], spans[2], spans[3]]
+
+
+def test_no_documents_gives_the_no_answer_alone(model_dir):
+    reader = ExtractiveReader(model=str(model_dir))
+    for documents in ([], [Document(content=""), Document(content=None)]):
+        answers = reader.run("anything?", documents)["answers"]
+        assert len(answers) == 1 and answers[0].data is None and answers[0].score == 1.0
+
+
+def test_question_longer_than_the_window_is_a_clear_error(model_dir):
+    reader = ExtractiveReader(model=str(model_dir), max_seq_length=64, doc_stride=16)
+    with pytest.raises(QAError, match="no room left for the review"):
+        reader.run("the battery " * 30, [Document(content="short review")])
+
+
+def test_missing_or_corrupt_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(QAError, match="has no config.json"):
+        ExtractiveReader(model=str(tmp_path / "nowhere")).warm_up()
+    (tmp_path / "config.json").write_text("{broken")
+    with pytest.raises(QAError, match="Could not load the reader model"):
+        ExtractiveReader(model=str(tmp_path)).warm_up()
+
+
+def test_tuned_threshold_is_the_default_and_an_explicit_one_wins(model_dir, tmp_path):
+    import shutil
+
+    tuned = Path(shutil.copytree(model_dir, tmp_path / "tuned"))
+    (tuned / MODEL_INFO_FILE).write_text(json.dumps({"no_answer_threshold": 1.5}))
+    reader = ExtractiveReader(model=str(tuned))
+    reader.warm_up()
+    assert reader.threshold == 1.5
+    explicit = ExtractiveReader(model=str(tuned), no_answer_threshold=-1.0)
+    explicit.warm_up()
+    assert explicit.threshold == -1.0
+    answers = reader.run("battery?", [Document(content="the battery lasts")])["answers"]
+    assert next(a for a in answers if a.data is None).meta["threshold"] == 1.5
+
+
+def test_serialises_into_a_yaml_pipeline(model_dir):
+    pipeline = Pipeline()
+    pipeline.add_component("reader", ExtractiveReader(model=str(model_dir), top_k=2, no_answer_threshold=0.5))
+    restored = Pipeline.loads(pipeline.dumps(), allowed_modules=["qa_system"])
+    reader = restored.get_component("reader")
+    assert isinstance(reader, ExtractiveReader) and reader.to_dict() == pipeline.get_component("reader").to_dict()
+    result = restored.run({"reader": {"query": "battery?", "documents": [Document(content="the battery lasts long")]}})
+    assert len(result["reader"]["answers"]) == 3

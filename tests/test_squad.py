@@ -1,0 +1,105 @@
+"""SQuAD v2 export, round trip and validation of user files."""
+
+import json
+
+import pytest
+
+from qa_system.data.squad import read_squad, to_squad, write_squad
+from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
+from qa_system.errors import QAError
+
+REVIEW = "The battery lasts about 6000 hours. Sound is great."
+
+
+def question(qid, answers, item="B001", review="r1", context=REVIEW):
+    return LabelledQuestion(
+        id=qid,
+        question=f"question {qid}?",
+        item_id=item,
+        review_id=review,
+        document_id=f"electronics/test/{review}",
+        domain="electronics",
+        split="test",
+        answers=answers,
+        is_subjective=False,
+        context=context,
+    )
+
+
+QUESTIONS = [
+    question("q1", [GoldAnswer("about 6000 hours", 18), GoldAnswer("6000 hours", 24)]),
+    question("q2", []),
+    question("q3", [GoldAnswer("great", 45), GoldAnswer("sound great", None)]),
+    question("q4", [GoldAnswer("not in the review", None)]),
+    question("q5", [GoldAnswer("Sound", 36)], item="B002", review="r2"),
+]
+
+
+def test_export_groups_by_product_and_review_and_counts_what_it_leaves_out():
+    squad, report = to_squad(QUESTIONS)
+    assert squad["version"] == "v2.0"
+    assert [a["title"] for a in squad["data"]] == ["B001", "B002"]
+    qas = squad["data"][0]["paragraphs"][0]["qas"]
+    assert [q["id"] for q in qas] == ["q1", "q2", "q3"]
+    assert qas[1] == {"id": "q2", "question": "question q2?", "answers": [], "is_impossible": True}
+    assert qas[2]["answers"] == [{"text": "great", "answer_start": 45}]
+    assert (report.questions, report.answerable, report.impossible) == (4, 3, 1)
+    assert (report.answers, report.unlocated_answers, report.skipped_questions) == (4, 2, 1)
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "out" / "squad.json"
+    write_squad(QUESTIONS, path)
+    examples, report = read_squad(path)
+    assert report.unlocated_answers == 0 and not report.problems
+    by_id = {e.id: e for e in examples}
+    assert set(by_id) == {"q1", "q2", "q3", "q5"}
+    assert by_id["q1"].answers == [("about 6000 hours", 18), ("6000 hours", 24)]
+    assert by_id["q1"].title == "B001" and by_id["q1"].context == REVIEW
+    assert by_id["q2"].is_impossible and by_id["q2"].answer_texts == [""]
+    for example in examples:
+        for text, start in example.answers:
+            assert example.context[start : start + len(text)] == text
+
+
+def squad_file(tmp_path, qas, context=REVIEW):
+    path = tmp_path / "user.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    return path
+
+
+def test_offsets_that_do_not_match_are_counted_and_reported(tmp_path):
+    qas = [
+        {"id": "a", "question": "?", "answers": [{"text": "battery", "answer_start": 4}, {"text": "battery", "answer_start": 0}], "is_impossible": False},
+        {"id": "b", "question": "?", "answers": [{"text": "nothing", "answer_start": 3}]},
+    ]
+    examples, report = read_squad(squad_file(tmp_path, qas))
+    assert [e.id for e in examples] == ["a"]
+    assert examples[0].answers == [("battery", 4)]
+    assert report.unlocated_answers == 2 and report.skipped_questions == 1
+    assert "data[0].paragraphs[0].qas[0]" in report.problems[0]
+
+
+@pytest.mark.parametrize(
+    "qas, message",
+    [
+        ([{"id": "a", "answers": []}], "data[0].paragraphs[0].qas[0] has no 'question'"),
+        ([{"id": "a", "question": "?", "answers": [{"text": "x", "answer_start": "4"}]}], "qas[0].answers[0].answer_start has the wrong type"),
+        ([{"id": "a", "question": "?", "answers": [{"text": "battery", "answer_start": 4}], "is_impossible": True}], "marked impossible but has answers"),
+        ([{"id": "a", "question": "?", "answers": []}, {"id": "a", "question": "?", "answers": []}], "repeats the question id 'a'"),
+    ],
+)
+def test_bad_records_are_named(tmp_path, qas, message):
+    with pytest.raises(QAError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        read_squad(squad_file(tmp_path, qas))
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(QAError, match="does not exist"):
+        read_squad(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(QAError, match="not valid JSON"):
+        read_squad(tmp_path / "bad.json")
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(QAError, match="no top-level 'data' list"):
+        read_squad(tmp_path / "list.json")

@@ -1,0 +1,85 @@
+"""Reader fine-tuning: two steps on a tiny model, the saved model reloads; threshold tuning."""
+
+import json
+
+import pytest
+from haystack import Document
+
+from qa_system.data.squad import read_squad, write_squad
+from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
+from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
+from qa_system.training import DevPrediction, TrainingConfig, scores_at, train_reader, training_features, tune_no_answer_threshold
+from test_reading import tiny_model_dir, tiny_tokenizer
+
+REVIEW = "it is a cheap screen and the sound is bad. " * 6 + "the battery lasts 6000 hours."
+
+
+def labelled(qid, answers):
+    return LabelledQuestion(qid, "how is the battery?", "B1", "r1", "d/r1", "electronics", "train", answers, False, context=REVIEW)
+
+
+@pytest.fixture()
+def squad_files(tmp_path):
+    start = REVIEW.index("battery lasts")
+    train = [labelled(f"t{i}", [GoldAnswer("battery lasts", start)]) for i in range(3)] + [labelled("n", [])]
+    dev = [labelled("d1", [GoldAnswer("battery lasts", start)]), labelled("d2", [])]
+    write_squad(train, tmp_path / "train.json")
+    write_squad(dev, tmp_path / "dev.json")
+    return tmp_path / "train.json", tmp_path / "dev.json"
+
+
+def test_two_steps_of_training_save_a_model_the_reader_loads(tmp_path, squad_files):
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)  # a bare encoder gets a fresh QA head
+    config = TrainingConfig(epochs=3, batch_size=2, max_steps=2, max_seq_length=48, doc_stride=16)
+    result = train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "reader", config=config, progress=False)
+    assert result.best_epoch == 1 and len(result.history) == 1 and result.history[0]["steps"] == 2
+    info = json.loads((tmp_path / "reader" / MODEL_INFO_FILE).read_text())
+    assert info["no_answer_threshold"] == result.no_answer_threshold
+    assert info["hyperparameters"]["max_steps"] == 2 and info["train_questions"] == 4
+    assert set(info["dev_metrics"]) == {"dev.json", "pooled"} and info["training_seconds"] > 0
+
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "reader" / "model.safetensors"), "pt") as weights:
+        assert {str(weights.get_tensor(k).dtype) for k in weights.keys()} == {"torch.float16"}
+
+    reader = ExtractiveReader(model=str(tmp_path / "reader"), max_seq_length=48, doc_stride=16)
+    answers = reader.run("how is the battery?", [Document(content=REVIEW)])["answers"]
+    assert reader.threshold == result.no_answer_threshold
+    assert any(a.data is None for a in answers) and len(answers) == 4
+
+
+def test_training_is_reproducible(tmp_path, squad_files):
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)
+    config = TrainingConfig(epochs=1, batch_size=2, max_steps=2, max_seq_length=48, doc_stride=16)
+    first = train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "a", config=config, progress=False)
+    second = train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "b", config=config, progress=False)
+    assert first.history[0]["train_loss"] == second.history[0]["train_loss"]
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+
+
+def test_windows_are_labelled_with_the_answer_tokens_or_cls(tmp_path, squad_files):
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    examples, _ = read_squad(squad_files[0])
+    features = training_features(tokenizer, examples, max_seq_length=48, doc_stride=16)
+    answerable = [f for f in features if f["start_positions"] != 0]
+    assert answerable, "some window must hold the answer"
+    for feature in answerable:
+        tokens = feature["input_ids"][feature["start_positions"] : feature["end_positions"] + 1]
+        assert tokenizer.decode(tokens) == "battery lasts"
+    impossible = [f for f, e in zip(features, examples) if e.is_impossible]
+    assert all(f["start_positions"] == f["end_positions"] == 0 for f in impossible)
+
+
+def test_threshold_tuning_maximises_f1():
+    predictions = [
+        DevPrediction(gap=3.0, answer_em=1, answer_f1=1, null_em=0, null_f1=0),
+        DevPrediction(gap=1.0, answer_em=0, answer_f1=0.5, null_em=0, null_f1=0),
+        DevPrediction(gap=-1.0, answer_em=0, answer_f1=0, null_em=1, null_f1=1),
+        DevPrediction(gap=-2.0, answer_em=0, answer_f1=0, null_em=1, null_f1=1),
+    ]
+    threshold, f1 = tune_no_answer_threshold(predictions)
+    assert threshold == 0.0 and f1 == pytest.approx(3.5 / 4)
+    assert scores_at(predictions, threshold) == {"em": 0.75, "f1": 0.875, "answered": 0.5, "questions": 4}
+    always_null = [DevPrediction(1.0, 0, 0, 1, 1)]
+    assert tune_no_answer_threshold(always_null)[0] > 1.0
