@@ -60,6 +60,11 @@ class BM25sRetriever:
 
     The index is built at ``warm_up`` (or first use) from ``document_store.filter_documents()`` and
     rebuilt when the store's document count changes.
+
+    With filters, ``return_unmatched`` also returns the filtered documents that share no term with
+    the query, ranked after the matching ones (score 0). A product has a handful of reviews and
+    SubjQA questions often use other words than the review ("contrast" for "brightness"); this is
+    also what Haystack 1.x's Elasticsearch query did (a filter makes its `should` clause optional).
     """
 
     def __init__(
@@ -71,8 +76,10 @@ class BM25sRetriever:
         method: str = "lucene",
         stemmer_language: str | None = "english",
         stopwords: str | None = "en",
+        return_unmatched: bool = True,
     ):
         self.document_store = document_store
+        self.return_unmatched = return_unmatched
         self.top_k = top_k
         self.k1, self.b, self.method = k1, b, method
         self.stemmer_language, self.stopwords = stemmer_language, stopwords
@@ -123,16 +130,15 @@ class BM25sRetriever:
         top_k = self.top_k if top_k is None else top_k
         if not self._documents or top_k <= 0:
             return {"documents": []}
-        token_ids = self._bm25.get_tokens_ids(self.analyzer(query))
         rows = self._candidate_rows(filters)
-        if not token_ids or (rows is not None and rows.size == 0):
+        if rows is not None and rows.size == 0:
             return {"documents": []}
-        scores = self._bm25.get_scores_from_ids(token_ids)
-        if rows is None:
-            rows = np.flatnonzero(scores > 0)
+        token_ids = self._bm25.get_tokens_ids(self.analyzer(query))
+        scores = self._bm25.get_scores_from_ids(token_ids) if token_ids else np.zeros(len(self._documents), dtype=np.float32)
+        if rows is None or not self.return_unmatched:
+            # Unfiltered, a document sharing no term with the query is no match (as in Elasticsearch).
+            rows = np.flatnonzero(scores > 0) if rows is None else rows[scores[rows] > 0]
         candidate_scores = scores[rows]
-        keep = candidate_scores > 0  # as in Elasticsearch: a document sharing no term is no match
-        rows, candidate_scores = rows[keep], candidate_scores[keep]
         if rows.size > top_k:
             best = np.argpartition(-candidate_scores, top_k - 1)[:top_k]
             rows, candidate_scores = rows[best], candidate_scores[best]
@@ -149,6 +155,7 @@ class BM25sRetriever:
             method=self.method,
             stemmer_language=self.stemmer_language,
             stopwords=self.stopwords,
+            return_unmatched=self.return_unmatched,
         )
 
     @classmethod

@@ -1,0 +1,33 @@
+"""qa_system: retriever-reader question answering over product reviews, built on Haystack.
+
+The public API, imported lazily so that `qa-system --help` starts fast::
+
+    import qa_system
+    settings = qa_system.Settings.from_env()
+    qa_system.build_index(settings, "electronics")
+    pipeline = qa_system.build_retrieval_pipeline("hybrid", settings)
+    pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["documents"]
+"""
+
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Settings": "qa_system.config",
+    "QAError": "qa_system.errors",
+    "load_subjqa": "qa_system.data",
+    "build_index": "qa_system.indexing",
+    "open_index": "qa_system.stores",
+    "build_retrieval_pipeline": "qa_system.pipelines",
+    "make_filters": "qa_system.retrieval",
+    "evaluate_retrievers": "qa_system.evaluation.retrieval",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'qa_system' has no attribute {name!r}")

@@ -1,0 +1,191 @@
+"""Retriever evaluation: recall@k, MRR and MAP under two definitions of a hit.
+
+Each question is asked with filters ``item_id`` = its product and ``split`` = its split over an
+index of all splits of the domain (as in the reference chapter), so a retriever ranks the few
+reviews of one product.
+
+* **strict** (primary): the relevant document is the question's own review.
+* **chapter**: relevant documents are those containing one of the gold answer texts, and an
+  unanswerable question always counts as a hit; this is how the chapter's Haystack 1.x
+  evaluation counted, so only this one compares with its figures.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable, Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from haystack import Document
+from tqdm.auto import tqdm
+
+from qa_system.data import LabelledQuestion
+
+DEFAULT_KS = (1, 3, 5, 10, 20)
+DEFINITIONS = ("strict", "chapter")
+
+Retrieve = Callable[[LabelledQuestion, int], list[Document]]
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def relevant_ranks(question: LabelledQuestion, documents: list[Document]) -> dict[str, list[int]]:
+    """1-based ranks of the relevant documents among ``documents``, per definition."""
+    strict = [r for r, d in enumerate(documents, 1) if d.meta.get("review_id") == question.review_id]
+    answers = [_squash(a.text) for a in question.answers if a.text.strip()]
+    chapter = [r for r, d in enumerate(documents, 1) if any(a in _squash(d.content or "") for a in answers)]
+    return {"strict": strict, "chapter": chapter}
+
+
+def average_precision(ranks: list[int]) -> float:
+    """AP over the retrieved list: mean of precision@rank at each relevant document."""
+    return sum((i + 1) / rank for i, rank in enumerate(sorted(ranks))) / len(ranks) if ranks else 0.0
+
+
+def run_retriever(questions: Sequence[LabelledQuestion], retrieve: Retrieve, depth: int, label: str = "") -> pd.DataFrame:
+    """One record per question: its relevant ranks under both definitions and the latency."""
+    records = []
+    for question in tqdm(questions, desc=f"retrieving {label}".strip(), unit="q"):
+        start = time.perf_counter()
+        documents = retrieve(question, depth)
+        latency = time.perf_counter() - start
+        ranks = relevant_ranks(question, documents)
+        records.append(
+            {
+                "question_id": question.id,
+                "question": question.question,
+                "item_id": question.item_id,
+                "split": question.split,
+                "answerable": not question.no_answer,
+                "subjective": question.is_subjective,
+                "retrieved": len(documents),
+                "strict_ranks": ranks["strict"],
+                "chapter_ranks": ranks["chapter"],
+                "latency_s": latency,
+            }
+        )
+    return pd.DataFrame(records)
+
+
+def retrieval_metrics(records: pd.DataFrame, ks: Sequence[int] = DEFAULT_KS) -> pd.DataFrame:
+    """Rows (definition, group) with n, recall@k, MRR, MAP; groups: all, subjective, factual, answerable."""
+    groups = {
+        "all": records.index == records.index,
+        "subjective": records["subjective"],
+        "factual": ~records["subjective"],
+        "answerable": records["answerable"],
+    }
+    rows = []
+    for definition in DEFINITIONS:
+        for group, mask in groups.items():
+            subset = records[mask]
+            if subset.empty:
+                continue
+            # Chapter definition: an unanswerable question is always a hit (at rank 1).
+            always_hit = ~subset["answerable"] if definition == "chapter" else subset["answerable"] & False
+            ranks = subset[f"{definition}_ranks"]
+            first = ranks.map(lambda r: min(r) if r else float("inf"))
+            row = {"definition": definition, "group": group, "n": len(subset)}
+            for k in ks:
+                row[f"recall@{k}"] = float(((first <= k) | always_hit).mean())
+            row["mrr"] = float((1.0 / first).where(~always_hit, 1.0).mean())
+            row["map"] = float(ranks.map(average_precision).where(~always_hit, 1.0).mean())
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def recall_plot(table: pd.DataFrame, ks: Sequence[int], definition: str = "strict") -> plt.Figure:
+    """Recall against k, one line per retriever (overall questions)."""
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for retriever, rows in table[(table["definition"] == definition) & (table["group"] == "all")].groupby("retriever", sort=False):
+        axes.plot(list(ks), [rows.iloc[0][f"recall@{k}"] for k in ks], marker="o", label=retriever)
+    axes.set_xlabel("k (retrieved reviews)")
+    axes.set_ylabel(f"recall@k ({definition})")
+    axes.set_xticks(list(ks))
+    axes.set_ylim(0, 1.02)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    axes.set_title(f"Retriever recall@k, {definition} definition")
+    return figure
+
+
+def evaluate_retrievers(
+    settings,
+    domain: str = "electronics",
+    split: str = "test",
+    retrievers: Sequence[str] = ("bm25", "dense", "hybrid"),
+    ks: Sequence[int] = DEFAULT_KS,
+    out_dir=None,
+    limit: int | None = None,
+) -> dict:
+    """Evaluate retrievers on a labelled split (building the domain's index if there is none).
+
+    Returns {"metrics": DataFrame, "records": {retriever: DataFrame}, "timings": DataFrame} and
+    writes the report to ``out_dir`` when given.
+    """
+    from qa_system.data import load_subjqa
+    from qa_system.evaluation.report import write_report
+    from qa_system.indexing import build_index
+    from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.stores import index_name, try_open_index
+
+    ks = sorted(set(ks))
+    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
+    index = try_open_index(settings, index_name(domain))
+    if index is None or (any(r != "bm25" for r in retrievers) and index.embedding_model != settings.embedding_model):
+        index = build_index(settings, domain)
+    tables, all_records, timings = [], {}, []
+    for retriever in retrievers:
+        pipeline = build_retrieval_pipeline(retriever, settings, index=index)
+
+        def retrieve(question: LabelledQuestion, depth: int) -> list[Document]:
+            return pipeline.run(question.question, item_id=question.item_id, split=question.split, top_k=depth)["documents"]
+
+        records = run_retriever(questions, retrieve, max(ks), label=retriever)
+        table = retrieval_metrics(records, ks)
+        table.insert(0, "retriever", retriever)
+        tables.append(table)
+        all_records[retriever] = records
+        latency = records["latency_s"]
+        timings.append(
+            {
+                "retriever": retriever,
+                "queries_per_s": len(records) / latency.sum(),
+                "p50_ms": 1000 * latency.quantile(0.5),
+                "p95_ms": 1000 * latency.quantile(0.95),
+            }
+        )
+    metrics = pd.concat(tables, ignore_index=True)
+    build = index.manifest.get("build_timings", {})
+    timing_table = pd.DataFrame(timings)
+    result = {"metrics": metrics, "records": all_records, "timings": timing_table}
+    if out_dir is not None:
+        records = pd.concat([r.assign(retriever=name) for name, r in all_records.items()], ignore_index=True)
+        write_report(
+            out_dir,
+            f"Retriever evaluation: SubjQA {domain} {split}",
+            metrics,
+            summary={
+                "domain": domain,
+                "split": split,
+                "questions": len(questions),
+                "store": settings.store,
+                "embedding_model": settings.embedding_model,
+                "index": {"name": index.name, "documents": index.manifest.get("documents"), "build_timings": build},
+            },
+            figures={"recall_at_k.png": recall_plot(metrics, ks, "strict"), "recall_at_k_chapter.png": recall_plot(metrics, ks, "chapter")},
+            sections={"latency": timing_table},
+            records=records,
+            notes=[
+                f"{len(questions)} questions; each asked with filters item_id = its product, split = {split}, "
+                f"over the index '{index.name}' of all splits ({index.manifest.get('documents')} reviews, store {settings.store}).",
+                "strict: the question's own review is in the top k (primary metric). chapter: a retrieved review "
+                "contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
+                f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
+            ],
+        )
+    return result

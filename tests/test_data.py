@@ -1,0 +1,100 @@
+import csv
+
+import pytest
+
+from qa_system.data import load_subjqa
+from qa_system.data.subjqa import locate_answer
+from qa_system.errors import QAError
+from tests.conftest import REVIEWS
+
+
+def test_documents_are_cleaned_deduplicated_reviews_per_split(tiny_subjqa):
+    data = load_subjqa("electronics", source=tiny_subjqa)
+    ids = [d.id for d in data.documents]
+    assert len(ids) == len(set(ids))
+    # r-kindle-1 has two annotation rows in train but is one document.
+    kindle = [d for d in data.documents if d.meta["review_id"] == "r-kindle-1"]
+    assert len(kindle) == 1
+    assert kindle[0].content == REVIEWS["r-kindle-1"][1]
+    assert kindle[0].meta == {"item_id": "KINDLE", "review_id": "r-kindle-1", "domain": "electronics", "split": "train"}
+    assert not any("ANSWERNOTFOUND" in d.content for d in data.documents)
+    # r-kindle-3 occurs in dev and test: one document in each split, since evaluation filters on split.
+    assert sorted(d.meta["split"] for d in data.documents if d.meta["review_id"] == "r-kindle-3") == ["dev", "test"]
+
+
+def test_questions_group_annotations_and_flag_no_answer(tiny_subjqa):
+    data = load_subjqa("electronics", source=tiny_subjqa)
+    questions = {q.id: q for q in data.questions}
+    assert len(data.questions) == 9
+    assert [a.text for a in questions["q1"].answers] == ["great for reading books at night", "The screen is sharp"]
+    assert questions["q3"].no_answer and questions["q3"].answer_texts == [""]
+    # A question mixing ANSWERNOTFOUND with a real span is answerable (as the SQuAD v2 script counts it).
+    assert not questions["q7"].no_answer and questions["q7"].answer_texts == ["the scroll wheel feels solid"]
+    assert questions["q7"].is_subjective is False and questions["q1"].is_subjective is True
+    assert questions["q6"].document_id == "electronics/test/r-kindle-3"
+    assert {s: c["questions"] for s, c in data.report.splits.items()} == {
+        "electronics/train": 3, "electronics/dev": 2, "electronics/test": 4,
+    }
+
+
+def test_offsets_are_verified_repaired_and_mismatches_counted(tiny_subjqa):
+    data = load_subjqa("electronics", source=tiny_subjqa)
+    questions = {q.id: q for q in data.questions}
+    for question in data.questions:
+        for answer in question.located_answers:
+            assert question.context[answer.start : answer.end] == answer.text
+    # "I do n't like the speakers" (PTB tokens) is repaired to the review's own characters.
+    assert questions["q6"].answers[0].text == "I don't like the speakers"
+    assert questions["q6"].answers[0].start == 0
+    # "battery months" is not a contiguous span: kept as text, no offset, counted and listed.
+    assert questions["q8"].answers[0].start is None
+    assert data.report.answers == {"exact": 6, "repaired": 1, "unlocated": 1}
+    assert data.report.unlocated == [("q8", "battery months")]
+    assert "1 not locatable" in data.report.summary()
+
+
+def test_locate_answer_prefers_the_occurrence_nearest_the_annotation():
+    review = "good sound . then more text . good sound"
+    answer, how = locate_answer(review, "good  sound", start=31)
+    assert how == "repaired" and answer.start == 30 and review[answer.start : answer.end] == "good sound"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"domains": "garden"}, "Unknown domain 'garden'"),
+        ({"splits": "validation"}, "Unknown split 'validation'"),
+    ],
+)
+def test_bad_domain_or_split(tiny_subjqa, kwargs, message):
+    with pytest.raises(QAError, match=message) as error:
+        load_subjqa(source=tiny_subjqa, **kwargs)
+    assert "Fix:" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_missing_data_dir(tmp_path):
+    with pytest.raises(QAError, match="does not exist"):
+        load_subjqa("electronics", source=tmp_path / "nowhere")
+
+
+def test_csv_with_missing_columns(tmp_path):
+    folder = tmp_path / "electronics" / "splits"
+    folder.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        with (folder / f"{split}.csv").open("w", newline="") as handle:
+            csv.writer(handle).writerows([["item_id", "question"], ["X", "Is it good?"]])
+    with pytest.raises(QAError, match="missing the SubjQA column"):
+        load_subjqa("electronics", "test", source=tmp_path)
+
+
+def test_real_electronics_counts_and_offsets(real_data_dir):
+    data = load_subjqa("electronics", source=real_data_dir)
+    assert {s: c["questions"] for s, c in data.report.splits.items()} == {
+        "electronics/train": 1295, "electronics/dev": 255, "electronics/test": 358,
+    }
+    assert sum(q.no_answer for q in data.questions_for("test")) == 120
+    for question in data.questions:
+        for answer in question.located_answers:
+            assert question.context[answer.start : answer.end] == answer.text
+    # Every annotated span is accounted for: exact + repaired + unlocated.
+    assert sum(data.report.answers.values()) == 1115 + 189 + 76

@@ -1,0 +1,135 @@
+"""Retrievers, fusion, filters and pipelines on a tiny corpus the tests write (real MiniLM encoder)."""
+
+import pytest
+from haystack import Document, Pipeline
+
+from qa_system.config import Settings
+from qa_system.indexing import build_index
+from qa_system.pipelines import build_retrieval_pipeline, render_pipeline_yaml
+from qa_system.retrieval import BM25sRetriever, make_filters, reciprocal_rank_fusion
+from qa_system.retrieval.fusion import RankFusion, minmax_fusion
+from qa_system.stores import open_index
+from tests.conftest import write_subjqa
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    """One embedded memory index and one FAISS index of the tiny corpus, shared by this module."""
+    root = tmp_path_factory.mktemp("retrieval")
+    data_dir = write_subjqa(root / "subjqa")
+    memory = Settings.from_env(data_dir=data_dir, home=root / "home", store="memory")
+    build_index(memory, "electronics", progress=False)
+    faiss = memory.with_(store="faiss")
+    build_index(faiss, "electronics", progress=False)
+    return {"memory": memory, "faiss": faiss}
+
+
+def review_ids(result):
+    return [d.meta["review_id"] for d in result["documents"]]
+
+
+def test_bm25_ranks_the_matching_review_first_within_the_product(indexed):
+    pipeline = build_retrieval_pipeline("bm25", indexed["memory"])
+    result = pipeline.run("good for reading books?", item_id="KINDLE", split="train", top_k=3)
+    # Only train reviews of KINDLE; the one sharing no term still comes back, after, with score 0.
+    assert review_ids(result) == ["r-kindle-1", "r-kindle-2"]
+    assert result["documents"][0].score > 0 and result["documents"][1].score == 0
+
+
+def test_bm25_without_filters_returns_only_matching_reviews(indexed):
+    result = build_retrieval_pipeline("bm25", indexed["memory"]).run("battery lasts", top_k=10)
+    assert sorted(review_ids(result)) == ["r-kindle-1", "r-mouse-1"]
+    assert all(d.score > 0 for d in result["documents"])
+
+
+def test_bm25_stems_and_drops_stopwords(indexed):
+    result = build_retrieval_pipeline("bm25", indexed["memory"]).run("the speaker", top_k=1)
+    assert review_ids(result) == ["r-kindle-3"]  # "speaker" matches "speakers"
+
+
+def test_filters_restrict_every_retriever(indexed):
+    for backend in ("memory", "faiss"):
+        for retriever in ("bm25", "dense", "hybrid"):
+            pipeline = build_retrieval_pipeline(retriever, indexed[backend])
+            result = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", top_k=5)
+            assert review_ids(result) == ["r-kindle-3"], (backend, retriever)
+            domain_filter = make_filters(domain="electronics", item_id=["MOUSE", "HEADPHONES"])
+            result = pipeline.run("battery", filters=domain_filter, top_k=10)
+            assert {d.meta["item_id"] for d in result["documents"]} <= {"MOUSE", "HEADPHONES"}, (backend, retriever)
+            assert result["documents"], (backend, retriever)
+
+
+def test_top_k_is_respected(indexed):
+    for retriever in ("bm25", "dense", "hybrid"):
+        result = build_retrieval_pipeline(retriever, indexed["memory"]).run("quality", top_k=2)
+        assert len(result["documents"]) <= 2
+
+
+def test_dense_and_hybrid_find_the_semantic_match(indexed):
+    # No shared word with the gold review: BM25 cannot tell, the encoder can.
+    for retriever in ("dense", "hybrid"):
+        result = build_retrieval_pipeline(retriever, indexed["memory"]).run(
+            "Did the cable break?", item_id="HEADPHONES", top_k=2
+        )
+        assert review_ids(result)[0] == "r-phones-2", retriever
+    hybrid = build_retrieval_pipeline("hybrid", indexed["memory"]).run("Did the cable break?", item_id="HEADPHONES")
+    assert all(len(d.meta["retriever_scores"]) == 2 for d in hybrid["documents"])
+
+
+def test_faiss_index_reopens_from_disk(indexed):
+    index = open_index(indexed["faiss"], "electronics")
+    assert index.store.count_documents() == 8
+    assert index.manifest["embedding_dim"] == 384
+    result = build_retrieval_pipeline("dense", indexed["faiss"], index=index).run("bass", item_id="HEADPHONES", top_k=1)
+    assert review_ids(result) == ["r-phones-1"]
+    assert 0 < result["documents"][0].score <= 1
+
+
+def test_pipelines_are_haystack_yaml_that_round_trips(indexed):
+    index = open_index(indexed["memory"], "electronics")
+    text = render_pipeline_yaml("hybrid", index, indexed["memory"])
+    pipeline = Pipeline.loads(text, allowed_modules=["qa_system"])
+    assert set(pipeline.graph.nodes) == {"sparse_retriever", "query_embedder", "dense_retriever", "fusion"}
+    again = Pipeline.loads(pipeline.dumps(), allowed_modules=["qa_system"])
+    assert again.get_component("fusion").to_dict() == pipeline.get_component("fusion").to_dict()
+
+
+def _docs(*ids_scores):
+    return [Document(id=i, content=i, score=s) for i, s in ids_scores]
+
+
+def test_reciprocal_rank_fusion_order():
+    first, second = _docs(("A", 3), ("B", 2), ("C", 1)), _docs(("C", 9), ("B", 8), ("D", 7))
+    # k=60: C = 1/63 + 1/61 = 0.03227 > B = 2/62 = 0.03226 > A = 1/61 > D = 1/63
+    fused = reciprocal_rank_fusion([first, second], k=60)
+    assert [d.id for d in fused] == ["C", "B", "A", "D"]
+    assert fused[0].score == pytest.approx(1 / 63 + 1 / 61)
+    assert fused[0].meta["retriever_scores"] == [1, 9]
+    assert fused[2].meta["retriever_scores"] == [3, None]
+    # Weighting the first list twice flips B and C: B = 3/62, C = 2/63 + 1/61.
+    assert [d.id for d in reciprocal_rank_fusion([first, second], k=60, weights=[2, 1])] == ["B", "C", "A", "D"]
+
+
+def test_minmax_fusion_keeps_confidence():
+    sparse = _docs(("A", 10.0), ("B", 9.9), ("C", 0.0))
+    dense = _docs(("B", 0.9), ("A", 0.2), ("C", 0.1))
+    fused = minmax_fusion([sparse, dense], weights=[0.5, 0.5])
+    # A: 0.5*1 + 0.5*(0.1/0.8); B: 0.5*0.99 + 0.5*1 -> BM25 barely prefers A, dense strongly prefers B.
+    assert [d.id for d in fused] == ["B", "A", "C"]
+    assert fused[0].score == pytest.approx(0.5 * 0.99 + 0.5)
+    component = RankFusion(mode="rrf")
+    assert [d.id for d in component.run(sparse=sparse, dense=dense, top_k=2)["documents"]] == ["A", "B"]
+    with pytest.raises(ValueError, match="Unknown fusion mode"):
+        RankFusion(mode="max")
+
+
+def test_bm25s_retriever_rebuilds_when_the_store_changes():
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    store = InMemoryDocumentStore()
+    store.write_documents([Document(content="red apples", meta={"item_id": "X"})])
+    retriever = BM25sRetriever(store)
+    assert retriever.run("pears")["documents"] == []
+    store.write_documents([Document(content="green pears", meta={"item_id": "X"})])
+    assert [d.content for d in retriever.run("pears")["documents"]] == ["green pears"]
+    assert retriever.run("pears", filters=make_filters(item_id="Y"))["documents"] == []
