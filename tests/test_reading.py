@@ -167,3 +167,49 @@ def test_serialises_into_a_yaml_pipeline(model_dir):
     assert isinstance(reader, ExtractiveReader) and reader.to_dict() == pipeline.get_component("reader").to_dict()
     result = restored.run({"reader": {"query": "battery?", "documents": [Document(content="the battery lasts long")]}})
     assert len(result["reader"]["answers"]) == 3
+
+
+def labelled(qid, answers, context, subjective=False):
+    from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
+
+    golds = [GoldAnswer(text, context.index(text)) for text in answers]
+    return LabelledQuestion(qid, "battery?", "B1", qid, f"electronics/test/{qid}", "electronics", "test", golds, subjective, context=context)
+
+
+def test_reader_and_pipeline_evaluation_records_and_summary(model_dir):
+    from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, gold_document, squad_predictions, summarize_answers
+
+    reader = target_reader(model_dir, "battery", null=2.0)
+    questions = [
+        labelled("q1", ["battery lasts"], "the battery lasts"),  # top-1 "battery": EM 0, F1 2/3
+        labelled("q2", [], "the battery is bad", subjective=True),  # answers wrongly; no-answer is in the top-k
+        labelled("q3", [], "great sound"),  # nothing to point at: no answer, right
+    ]
+    records = evaluate_reader(questions, reader, top_k=2, progress=False)
+    assert list(records["prediction"]) == ["battery", "battery", ""]
+    assert list(records["em"]) == [0.0, 0.0, 1.0] and records["f1"][0] == pytest.approx(2 / 3)
+    assert list(records["f1_top_k"]) == [pytest.approx(2 / 3), 1.0, 1.0]
+    assert squad_predictions(records) == {"q1": "battery", "q2": "battery", "q3": ""}
+
+    summary = summarize_answers(records)
+    assert list(summary.index) == ["all", "answerable", "unanswerable", "subjective", "factual", "always no answer"]
+    assert summary.loc["answerable", "questions"] == 1 and summary.loc["unanswerable", "em"] == 0.5
+    assert summary.loc["always no answer", "f1"] == pytest.approx(2 / 3)
+    assert summary.loc["all", "answered"] == pytest.approx(2 / 3)
+
+    by_id = {q.id: q for q in questions}
+    retrieve = lambda q: [gold_document(by_id["q3"]), gold_document(q)]  # noqa: E731
+    records = evaluate_pipeline(questions, retrieve, reader, top_k=2, progress=False)
+    assert list(records["gold_retrieved"]) == [True, True, True]
+    assert records["answer_document"][0] == "electronics/test/q1"
+    assert (records["latency_s"] >= records["read_latency_s"]).all()
+
+
+@pytest.mark.slow
+def test_shipped_reader_beats_the_no_answer_baseline_on_electronics_test():
+    from qa_system.data import load_subjqa
+    from qa_system.evaluation.reader import evaluate_reader, summarize_answers
+
+    questions = load_subjqa("electronics", "test").questions
+    summary = summarize_answers(evaluate_reader(questions, ExtractiveReader(), progress=False))
+    assert summary.loc["all", "f1"] > summary.loc["always no answer", "f1"] + 0.05

@@ -103,3 +103,15 @@ def test_unreadable_files(tmp_path):
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(QAError, match="no top-level 'data' list"):
         read_squad(tmp_path / "list.json")
+
+
+@pytest.mark.slow
+def test_subjqa_export_is_valid_squad(tmp_path):
+    from qa_system.training import subjqa_to_squad_files
+
+    written = subjqa_to_squad_files(["electronics"], ["train", "test"], tmp_path)
+    for path, exported in written.items():
+        examples, report = read_squad(path)
+        assert report.unlocated_answers == 0 and report.skipped_questions == 0
+        assert len(examples) == exported.questions and report.answers == exported.answers
+    assert written[tmp_path / "electronics-test.json"].questions + written[tmp_path / "electronics-test.json"].skipped_questions == 358
