@@ -65,9 +65,12 @@ def cmd_products(args: argparse.Namespace) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> None:
+    from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
 
-    pipeline = build_retrieval_pipeline(args.retriever, _settings(args), args.domain)
+    settings = _settings(args)
+    index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
+    pipeline = build_retrieval_pipeline(args.retriever, settings, index=index)
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k)
     documents = result["documents"]
     print(f"{len(documents)} review(s) for {args.item or 'all products'} ({args.retriever}, {1000 * result['timings']['retrieval_s']:.0f} ms)")

@@ -14,7 +14,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from qa_system.config import Settings
 from qa_system.data import SPLITS, load_subjqa
 from qa_system.errors import QAError
-from qa_system.stores import Index, elasticsearch_store, index_name, new_faiss_store, new_memory_store, save_index
+from qa_system.stores import Index, elasticsearch_store, index_name, new_faiss_store, new_memory_store, save_index, try_open_index
 
 
 def embed_documents(documents: list[Document], model: str, batch_size: int = 32, progress: bool = True) -> list[Document]:
@@ -81,4 +81,13 @@ def build_index(
     )
     index = Index(settings.store, name, store, manifest)
     save_index(index, settings)
+    return index
+
+
+def open_or_build_index(settings: Settings, domains: str | Sequence[str] = "electronics", embeddings: bool = True, progress: bool = True) -> Index:
+    """The saved index, or a new one on first use (and a re-embedded one when the encoder changed)."""
+    index = try_open_index(settings, index_name(domains))
+    stale = embeddings and (index is not None) and index.embedding_model != settings.embedding_model
+    if index is None or stale:
+        index = build_index(settings, domains, embed=embeddings or settings.store == "faiss", progress=progress)
     return index

@@ -77,16 +77,21 @@ def read_model_info(model_dir: str | Path) -> dict[str, Any]:
         raise QAError(f"{path} is not valid JSON ({error}).", "re-train the reader or delete the file.") from error
 
 
-def load_qa_model(name_or_path: str | Path):
-    """Tokenizer and AutoModelForQuestionAnswering from a local directory or a Hugging Face model id."""
+def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
+    """Tokenizer and AutoModelForQuestionAnswering (float32) from a local directory or a Hugging Face model id.
+
+    A bare encoder (e.g. a sentence-transformers model) gets a freshly initialised QA head.
+    """
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     name = str(name_or_path)
-    looks_local = Path(name).exists() or name.startswith((".", "/", "~"))
-    if looks_local and not (Path(name).expanduser() / "config.json").is_file():
+    if name.startswith("~"):
+        name = str(Path(name).expanduser())
+    looks_local = Path(name).exists() or name.startswith((".", "/"))
+    if looks_local and not (Path(name) / "config.json").is_file():
         raise QAError(
-            f"Reader model directory '{name}' has no config.json.",
+            f"The {what} directory '{name}' has no config.json.",
             "pass a directory written by train_reader / save_pretrained, or a Hugging Face model id.",
         )
     try:
@@ -96,7 +101,7 @@ def load_qa_model(name_or_path: str | Path):
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise QAError(
-            f"Could not load the reader model '{name}': {detail}",
+            f"Could not load the {what} '{name}': {detail}",
             "pass a complete model directory (config, weights, tokenizer) or a model id reachable on the hub.",
         ) from error
     if not tokenizer.is_fast:
@@ -211,8 +216,11 @@ class ExtractiveReader:
         threshold = self.threshold if no_answer_threshold is None else no_answer_threshold
         output = self.predict(query, documents)
         answers = [self._answer(query, documents, span) for span in output.spans[:top_k]]
-        null_score = sigmoid(output.null_logit + threshold) if math.isfinite(output.null_logit) else 1.0
-        no_answer = ExtractedAnswer(query=query, score=null_score, data=None, meta={"null_logit": output.null_logit, "threshold": threshold})
+        if math.isfinite(output.null_logit):
+            null_score, null_logit = sigmoid(output.null_logit + threshold), output.null_logit
+        else:  # nothing to read
+            null_score, null_logit = 1.0, None
+        no_answer = ExtractedAnswer(query=query, score=null_score, data=None, meta={"null_logit": null_logit, "threshold": threshold})
         # The no-answer ranks above exactly the answers whose logit does not beat null_logit + threshold.
         rank = sum(1 for span in output.spans[:top_k] if span.logit - output.null_logit >= threshold)
         return {"answers": answers[:rank] + [no_answer] + answers[rank:]}

@@ -33,7 +33,7 @@ from haystack import Document
 from qa_system.data.squad import SquadExample, SquadReport, read_squad, write_squad
 from qa_system.errors import QAError
 from qa_system.evaluation.answers import best_scores
-from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, context_sequence_id, encode_windows
+from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, context_sequence_id, encode_windows, load_qa_model
 
 PathLike = str | Path
 
@@ -251,7 +251,7 @@ def train_reader(
     """
     import torch
     from tqdm.auto import tqdm
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import get_linear_schedule_with_warmup
 
     if not train_files or not dev_files:
         raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD v2 files (see `qa-system export-squad`).")
@@ -265,11 +265,7 @@ def train_reader(
 
     began = time.time()
     _seed_everything(config.seed)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(base_model)
-        model = AutoModelForQuestionAnswering.from_pretrained(base_model, dtype=torch.float32)
-    except (OSError, ValueError) as error:
-        raise QAError(f"Could not load the base model '{base_model}': {str(error).splitlines()[0]}", "pass a model directory or a hub id.") from error
+    tokenizer, model = load_qa_model(base_model, what="base model")
     features = training_features(tokenizer, train_examples, config.max_seq_length, config.doc_stride)
     steps_per_epoch = math.ceil(len(features) / config.batch_size)
     total_steps = min(steps_per_epoch * config.epochs, config.max_steps or math.inf)

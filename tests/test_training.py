@@ -83,3 +83,10 @@ def test_threshold_tuning_maximises_f1():
     assert scores_at(predictions, threshold) == {"em": 0.75, "f1": 0.875, "answered": 0.5, "questions": 4}
     always_null = [DevPrediction(1.0, 0, 0, 1, 1)]
     assert tune_no_answer_threshold(always_null)[0] > 1.0
+
+
+def test_unloadable_base_model_is_a_clear_error(tmp_path, squad_files):
+    from qa_system.errors import QAError
+
+    with pytest.raises(QAError, match="base model directory .* has no config.json"):
+        train_reader([squad_files[0]], [squad_files[1]], str(tmp_path / "none"), tmp_path / "out", progress=False)

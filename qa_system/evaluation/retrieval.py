@@ -129,15 +129,12 @@ def evaluate_retrievers(
     """
     from qa_system.data import load_subjqa
     from qa_system.evaluation.report import write_report
-    from qa_system.indexing import build_index
+    from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
-    from qa_system.stores import index_name, try_open_index
 
     ks = sorted(set(ks))
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-    index = try_open_index(settings, index_name(domain))
-    if index is None or (any(r != "bm25" for r in retrievers) and index.embedding_model != settings.embedding_model):
-        index = build_index(settings, domain)
+    index = open_or_build_index(settings, domain, embeddings=any(r != "bm25" for r in retrievers))
     tables, all_records, timings = [], {}, []
     for retriever in retrievers:
         pipeline = build_retrieval_pipeline(retriever, settings, index=index)

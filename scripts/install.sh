@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Creates .venv with CPU torch and qa_system (editable, with test extras). Idempotent and quiet.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+# CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
+python -m pip install -q torch==2.13.0
+python -m pip install -q -e ".[test]"
+echo "qa_system installed in $(pwd)/.venv"

@@ -1,0 +1,140 @@
+"""The command line on the tiny corpus: happy paths, and every bad input as a one-line error
+that leaves the saved index intact."""
+
+import hashlib
+import json
+
+import pandas as pd
+import pytest
+
+from qa_system.cli import main
+from qa_system.evaluation.retrieval import average_precision, retrieval_metrics
+
+
+@pytest.fixture
+def cli_env(settings, monkeypatch):
+    monkeypatch.setenv("QA_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    return settings
+
+
+@pytest.fixture
+def indexed_cli(cli_env):
+    assert main(["index", "--no-embed"]) == 0
+    return cli_env
+
+
+def index_digest(settings):
+    path = settings.home / "indexes" / "memory" / "subjqa-electronics.json"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_index_then_search(indexed_cli, capsys):
+    assert main(["search", "Is it good for reading?", "--item", "KINDLE", "--top-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 review(s) for KINDLE" in out
+    assert out.index("r-kindle-1") < out.index("r-kindle-2")
+
+
+def test_products_lists_review_counts(indexed_cli, capsys):
+    assert main(["products"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "KINDLE\t4 reviews"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["search", "   ", "--item", "KINDLE"], "The question is empty."),
+        (["search", "Is it good?", "--item", "NOPE"], "Product 'NOPE' has no reviews"),
+        (["index", "--domain", "garden"], "Unknown domain 'garden'"),
+        (["eval", "retriever", "--split", "validation", "--retriever", "bm25"], "Unknown split 'validation'"),
+        (["index", "--data-dir", "/nonexistent/subjqa"], "does not exist"),
+        (["search", "Is it good?", "--store", "elasticsearch", "--es-url", "http://127.0.0.1:9"], "Elasticsearch at http://127.0.0.1:9 is unreachable"),
+        (["search", "Is it good?", "--retriever", "dense"], "has no embeddings"),
+    ],
+)
+def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, message):
+    before = index_digest(indexed_cli)
+    if argv[-1] == "dense":
+        # open_or_build_index would re-embed; the library call itself must refuse a vector-less index.
+        from qa_system.pipelines import build_retrieval_pipeline
+        from qa_system.errors import QAError
+
+        with pytest.raises(QAError, match=message):
+            build_retrieval_pipeline("dense", indexed_cli)
+        return
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Fix:" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert index_digest(indexed_cli) == before
+
+
+def test_malformed_csv_keeps_the_index(indexed_cli, capsys):
+    before = index_digest(indexed_cli)
+    (indexed_cli.data_dir / "electronics" / "splits" / "dev.csv").write_text("item_id,question\nX,broken\n")
+    assert main(["index"]) == 2
+    assert "missing the SubjQA column" in capsys.readouterr().err
+    assert index_digest(indexed_cli) == before
+
+
+def test_a_crash_while_saving_keeps_the_old_index(indexed_cli, monkeypatch):
+    from qa_system import stores
+
+    before = index_digest(indexed_cli)
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(stores.json, "dump", crash)
+    with pytest.raises(OSError):
+        main(["index", "--no-embed"])
+    assert index_digest(indexed_cli) == before
+    leftovers = [p.name for p in (indexed_cli.home / "indexes" / "memory").iterdir()]
+    assert leftovers == ["subjqa-electronics.json"]
+
+
+def test_memory_index_round_trip(indexed_cli):
+    from qa_system.stores import open_index
+
+    index = open_index(indexed_cli, "electronics")
+    saved = json.loads((indexed_cli.home / "indexes" / "memory" / "subjqa-electronics.json").read_text())
+    assert index.store.count_documents() == len(saved["documents"]) == 8
+    assert {d.id: d.content for d in index.store.filter_documents()} == {d["id"]: d["content"] for d in saved["documents"]}
+    assert index.manifest["item_counts"] == {"KINDLE": 4, "HEADPHONES": 3, "MOUSE": 1}
+
+
+def test_eval_retriever_writes_the_report(indexed_cli, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["eval", "retriever", "--split", "test", "--retriever", "bm25", "--k", "1", "3", "--out", str(out)]) == 0
+    for name in ("report.json", "report.csv", "report.md", "recall_at_k.png", "records.csv"):
+        assert (out / name).stat().st_size > 0, name
+    report = json.loads((out / "report.json").read_text())
+    assert report["questions"] == 4
+    strict_all = next(m for m in report["metrics"] if m["definition"] == "strict" and m["group"] == "all")
+    # Every test product has its gold review among at most 3 reviews: recall@3 is 1.
+    assert strict_all["recall@3"] == 1.0
+    assert "| recall@3 |" in (out / "report.md").read_text()
+
+
+def test_retrieval_metrics_by_hand():
+    records = pd.DataFrame(
+        [
+            # answerable, gold at rank 2; answer text in ranks 2 and 3
+            {"answerable": True, "subjective": True, "strict_ranks": [2], "chapter_ranks": [2, 3]},
+            # answerable, gold not retrieved; answer text at rank 1
+            {"answerable": True, "subjective": False, "strict_ranks": [], "chapter_ranks": [1]},
+            # unanswerable, gold at rank 1; no answer text (always a chapter hit)
+            {"answerable": False, "subjective": False, "strict_ranks": [1], "chapter_ranks": []},
+        ]
+    )
+    table = retrieval_metrics(records, ks=(1, 3)).set_index(["definition", "group"])
+    strict = table.loc[("strict", "all")]
+    assert strict["recall@1"] == pytest.approx(1 / 3) and strict["recall@3"] == pytest.approx(2 / 3)
+    assert strict["mrr"] == pytest.approx((1 / 2 + 0 + 1) / 3)
+    chapter = table.loc[("chapter", "all")]
+    assert chapter["recall@1"] == pytest.approx(2 / 3) and chapter["recall@3"] == pytest.approx(1.0)
+    assert chapter["map"] == pytest.approx((average_precision([2, 3]) + 1 + 1) / 3)
+    assert average_precision([2, 3]) == pytest.approx((1 / 2 + 2 / 3) / 2)
+    assert table.loc[("strict", "subjective"), "n"] == 1

@@ -1,0 +1,58 @@
+"""Integration tests against a real Elasticsearch server.
+
+They run only when QA_ES_URL points at a running server (e.g. `docker compose up -d
+elasticsearch; QA_ES_URL=http://localhost:9200 pytest -m elasticsearch`), and are reported as
+skipped, with the reason, otherwise. Elasticsearch is never mocked here.
+"""
+
+import os
+import uuid
+
+import pytest
+
+from qa_system.config import Settings
+from qa_system.indexing import build_index
+from qa_system.pipelines import build_retrieval_pipeline
+from qa_system.stores import open_index
+
+ES_URL = os.environ.get("QA_ES_URL")
+pytestmark = [
+    pytest.mark.elasticsearch,
+    pytest.mark.skipif(not ES_URL, reason="QA_ES_URL is not set: no Elasticsearch server to test against (docker compose up -d elasticsearch)"),
+]
+
+
+@pytest.fixture
+def es_settings(tmp_path, tiny_subjqa):
+    return Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="elasticsearch", es_url=ES_URL)
+
+
+@pytest.fixture
+def es_index(es_settings):
+    name = f"qa-system-test-{uuid.uuid4().hex[:8]}"
+    index = build_index(es_settings, "electronics", progress=False, name=name)
+    yield index
+    index.store.client.indices.delete(index=name, ignore_unavailable=True)
+
+
+def test_store_round_trip_with_manifest(es_settings, es_index):
+    reopened = open_index(es_settings, name=es_index.name)
+    assert reopened.store.count_documents() == 8
+    assert reopened.manifest["documents"] == 8
+    assert reopened.embedding_model == es_settings.embedding_model
+
+
+def test_bm25_and_dense_retrieval_with_filters(es_settings, es_index):
+    for retriever in ("bm25", "dense", "hybrid"):
+        pipeline = build_retrieval_pipeline(retriever, es_settings, index=es_index)
+        result = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", top_k=5)
+        assert [d.meta["review_id"] for d in result["documents"]] == ["r-kindle-3"], retriever
+    bm25 = build_retrieval_pipeline("bm25", es_settings, index=es_index)
+    ranked = bm25.run("reading books", item_id="KINDLE", split="train", top_k=3)["documents"]
+    assert ranked[0].meta["review_id"] == "r-kindle-1"
+
+
+def test_reindex_keeps_documents(es_settings, es_index):
+    build_index(es_settings, "electronics", progress=False, name=es_index.name)
+    assert open_index(es_settings, name=es_index.name).store.count_documents() == 8
+
