@@ -25,6 +25,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         es_url=args.es_url,
         embedding_model=args.embedding_model,
         query_embedding_model=args.query_embedding_model,
+        reader_model=args.reader_model,
     )
 
 
@@ -37,6 +38,7 @@ def _common_options() -> argparse.ArgumentParser:
     group.add_argument("--es-url", help="Elasticsearch url (QA_ES_URL, default http://localhost:9200)")
     group.add_argument("--embedding-model", help="passage encoder: hub id or local path (default all-MiniLM-L6-v2 from its PyPI wheel)")
     group.add_argument("--query-embedding-model", help="separate question encoder for DPR-style models")
+    group.add_argument("--reader-model", help="extractive QA model: hub id or local path (default models/reader-minilm-subjqa)")
     return common
 
 
@@ -79,6 +81,40 @@ def cmd_search(args: argparse.Namespace) -> None:
         snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
         print(f"\n{rank}. score {document.score:.3f}  review {meta.get('review_id')}  ({meta.get('item_id')}, {meta.get('split')})")
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
+
+
+def highlight(text: str, start: int, end: int, tty: bool) -> str:
+    """The answer marked inside its context: bold yellow on a terminal, **...** otherwise."""
+    left, right = ("\033[1;33m", "\033[0m") if tty else ("**", "**")
+    return f"{text[:start]}{left}{text[start:end]}{right}{text[end:]}"
+
+
+def cmd_ask(args: argparse.Namespace) -> None:
+    from qa_system.indexing import open_or_build_index
+    from qa_system.pipelines import build_qa_pipeline
+
+    settings = _settings(args)
+    index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
+    pipeline = build_qa_pipeline(args.retriever, settings, index=index, answer_stage=args.mode)
+    result = pipeline.run(
+        args.question, item_id=args.item, split=args.split, top_k=args.top_k,
+        top_k_reader=args.answers, no_answer_threshold=args.no_answer_threshold,
+    )
+    timings = result["timings"]
+    print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+          f"reader {1000 * timings['answer_s']:.0f} ms)")
+    tty = sys.stdout.isatty()
+    for rank, answer in enumerate(result["answers"], 1):
+        if answer.data is None:
+            print(f"\n{rank}. [no answer in these reviews]  score {answer.score:.2f}")
+            continue
+        document = answer.document
+        span = answer.document_offset
+        begin = max(0, span.start - args.context)
+        end = min(len(document.content), span.end + args.context)
+        context = highlight(document.content[begin:end], span.start - begin, span.end - begin, tty)
+        print(f"\n{rank}. {answer.data}  score {answer.score:.2f}  review {document.meta.get('review_id')}")
+        print(textwrap.indent(("..." if begin else "") + context + ("..." if end < len(document.content) else ""), "   "))
 
 
 def cmd_eval_retriever(args: argparse.Namespace) -> None:
@@ -125,6 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--width", type=int, default=400, help="characters of each review to print")
     p.set_defaults(func=cmd_search)
+
+    p = commands.add_parser("ask", parents=[common], help="answer a question about a product from its reviews")
+    p.add_argument("question")
+    domain_option(p)
+    p.add_argument("--item", help=f"product (item_id) to ask about, e.g. {DEFAULT_ITEM}")
+    p.add_argument("--split", help="only reviews of this split")
+    p.add_argument("--mode", choices=["extractive"], default="extractive", help="answer stage")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--top-k", type=int, default=3, help="reviews to retrieve")
+    p.add_argument("--answers", type=int, default=3, help="answers to show")
+    p.add_argument("--no-answer-threshold", type=float, help="logit margin an answer needs over 'no answer' (default: tuned)")
+    p.add_argument("--context", type=int, default=150, help="characters of review shown around each answer")
+    p.set_defaults(func=cmd_ask)
 
     evaluation = commands.add_parser("eval", help="evaluate a stage on a labelled split and write a report")
     stages = evaluation.add_subparsers(dest="stage", required=True)

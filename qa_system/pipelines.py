@@ -5,8 +5,11 @@ fit the store backend (memory, elasticsearch, faiss) and the models from the set
 opened index's store object is then handed to every component that has a ``document_store``, so
 all pipelines of a process share one loaded index.
 
-``RetrievalPipeline.run(query, item_id=..., top_k=...)`` is the one calling convention used by
-the CLI, the UI and the evaluation; ``.pipeline`` is the plain Haystack pipeline.
+An answering pipeline is a retrieval pipeline (``bm25.yml``, ``dense.yml``, ``hybrid.yml``) with an
+answer stage appended (``extractive.yml``), merged into one Haystack pipeline.
+
+``QAPipeline.run(query, item_id=..., top_k=...)`` is the one calling convention used by the CLI,
+the UI and the evaluation; ``.pipeline`` is the plain Haystack pipeline.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from pathlib import Path
 from string import Template
 from typing import Any, Sequence
 
+import yaml
 from haystack import Pipeline
 
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
 from qa_system.errors import QAError
 from qa_system.retrieval.filters import make_filters
 from qa_system.stores import Index, open_index
+from qa_system.timing import component_timings
 
 PIPELINES_DIR = REPO_ROOT / "pipelines"
 
@@ -43,9 +48,11 @@ _COMPONENTS = {
 }
 # With fusion, each retriever hands over more candidates than the final top_k.
 FUSION_CANDIDATES = 20
+RETRIEVAL_OUTPUT = {"bm25": "sparse_retriever", "dense": "dense_retriever", "hybrid": "fusion"}
+ANSWER_STAGES = ("extractive",)
 
 
-def render_pipeline_yaml(name: str, index: Index, settings: Settings, directory: Path = PIPELINES_DIR) -> str:
+def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dict | None = None, directory: Path = PIPELINES_DIR) -> str:
     path = directory / f"{name}.yml"
     if not path.exists():
         known = sorted(p.stem for p in directory.glob("*.yml"))
@@ -57,12 +64,22 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, directory:
         **_COMPONENTS[index.backend],
         "document_store": json.dumps(store_dict),
         "query_embedding_model": json.dumps(settings.query_embedding_model or settings.embedding_model),
+        "reader_model": json.dumps(settings.reader_model),
+        **(extra or {}),
     }
     return Template(path.read_text(encoding="utf-8")).substitute(values)
 
 
-def load_pipeline(name: str, index: Index, settings: Settings) -> Pipeline:
-    pipeline = Pipeline.loads(render_pipeline_yaml(name, index, settings), allowed_modules=["qa_system"])
+def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage: str | None = None) -> Pipeline:
+    """The retrieval pipeline, with the answer stage's components and connections merged in."""
+    definition = yaml.safe_load(render_pipeline_yaml(retriever, index, settings))
+    if answer_stage is not None:
+        output = {"retrieval_output": f"{RETRIEVAL_OUTPUT[retriever]}.documents"}
+        stage = yaml.safe_load(render_pipeline_yaml(answer_stage, index, settings, extra=output))
+        definition["components"].update(stage["components"])
+        definition["connections"] = [*definition.get("connections", []), *stage.get("connections", [])]
+        definition["metadata"] = {"description": f"{definition['metadata']['description']} + {stage['metadata']['description']}"}
+    pipeline = Pipeline.from_dict(definition, allowed_modules=["qa_system"])
     for component_name in pipeline.graph.nodes:
         component = pipeline.get_component(component_name)
         if hasattr(component, "document_store"):
@@ -71,18 +88,22 @@ def load_pipeline(name: str, index: Index, settings: Settings) -> Pipeline:
 
 
 @dataclass
-class RetrievalPipeline:
+class QAPipeline:
     """A Haystack pipeline plus the index it reads and the project's calling convention."""
 
     pipeline: Pipeline
     index: Index
-    name: str
+    retriever: str
+    answer_stage: str | None = None
     last_timings: dict[str, float] = field(default_factory=dict)
 
-    def _inputs(self, query: str, filters: dict | None, top_k: int) -> dict[str, dict[str, Any]]:
+    def _inputs(self, query: str, filters: dict | None, top_k: int, reader: dict[str, Any]) -> dict[str, dict[str, Any]]:
         has_fusion = "fusion" in self.pipeline.graph.nodes
         inputs: dict[str, dict[str, Any]] = {}
         for component_name, sockets in self.pipeline.inputs().items():
+            if component_name == "reader":
+                inputs[component_name] = {"query": query, **{k: v for k, v in reader.items() if k in sockets}}
+                continue
             values = {}
             for socket in sockets:
                 if socket in ("query", "text"):
@@ -113,15 +134,29 @@ class RetrievalPipeline:
         split: str | None = None,
         filters: dict | None = None,
         top_k: int = 3,
+        top_k_reader: int | None = None,
+        no_answer_threshold: float | None = None,
     ) -> dict[str, Any]:
-        """Retrieve the ``top_k`` reviews for ``query``, optionally of one product (and split)."""
+        """Retrieve the ``top_k`` reviews for ``query`` (optionally of one product and split), then answer.
+
+        Returns ``documents`` (retrieved, best first), ``answers`` (when the pipeline has an answer
+        stage) and ``timings``: seconds per component, plus ``retrieval_s``, ``answer_s``, ``total_s``.
+        """
         self.validate(query, item_id)
         filters = filters or make_filters(item_id=item_id, split=split)
+        reader = {"top_k": top_k_reader, "no_answer_threshold": no_answer_threshold}
+        inputs = self._inputs(query.strip(), filters, top_k, {k: v for k, v in reader.items() if v is not None})
+        retrieval_output = RETRIEVAL_OUTPUT[self.retriever]
         start = time.perf_counter()
-        outputs = self.pipeline.run(self._inputs(query.strip(), filters, top_k))
-        self.last_timings = {"retrieval_s": time.perf_counter() - start}
-        last = "fusion" if "fusion" in outputs else next(n for n in outputs if "documents" in outputs[n])
-        return {"documents": outputs[last]["documents"], "timings": dict(self.last_timings)}
+        with component_timings() as timings:
+            outputs = self.pipeline.run(inputs, include_outputs_from={retrieval_output})
+        total = time.perf_counter() - start
+        answer_s = sum(t for name, t in timings.items() if name == "reader")
+        self.last_timings = {**timings, "retrieval_s": total - answer_s, "answer_s": answer_s, "total_s": total}
+        result = {"documents": outputs[retrieval_output]["documents"], "timings": dict(self.last_timings)}
+        if "reader" in outputs:
+            result["answers"] = outputs["reader"]["answers"]
+        return result
 
 
 def build_retrieval_pipeline(
@@ -129,21 +164,38 @@ def build_retrieval_pipeline(
     settings: Settings | None = None,
     domains: str | Sequence[str] = "electronics",
     index: Index | None = None,
-) -> RetrievalPipeline:
+) -> QAPipeline:
     """Open the domain's index and build the named retrieval pipeline over it.
 
     >>> pipeline = build_retrieval_pipeline("hybrid")
     >>> pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["documents"]
     """
+    return build_qa_pipeline(retriever, settings, domains, index, answer_stage=None)
+
+
+def build_qa_pipeline(
+    retriever: str = "bm25",
+    settings: Settings | None = None,
+    domains: str | Sequence[str] = "electronics",
+    index: Index | None = None,
+    answer_stage: str | None = "extractive",
+) -> QAPipeline:
+    """Retrieval followed by an answer stage (``extractive``: the span reader of ``settings.reader_model``).
+
+    >>> pipeline = build_qa_pipeline("bm25")
+    >>> pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["answers"]
+    """
     settings = settings or Settings.from_env()
     if retriever not in RETRIEVERS:
         raise QAError(f"Unknown retriever '{retriever}'.", f"use one of: {', '.join(RETRIEVERS)}.")
+    if answer_stage is not None and answer_stage not in ANSWER_STAGES:
+        raise QAError(f"Unknown answer stage '{answer_stage}'.", f"use one of: {', '.join(ANSWER_STAGES)}.")
     index = index or open_index(settings, domains)
     if retriever != "bm25":
         check_embeddings(index, settings)
-    pipeline = load_pipeline(retriever, index, settings)
+    pipeline = load_pipeline(retriever, index, settings, answer_stage)
     pipeline.warm_up()
-    return RetrievalPipeline(pipeline, index, retriever)
+    return QAPipeline(pipeline, index, retriever, answer_stage)
 
 
 def check_embeddings(index: Index, settings: Settings) -> None:
