@@ -117,6 +117,66 @@ def cmd_ask(args: argparse.Namespace) -> None:
         print(textwrap.indent(("..." if begin else "") + context + ("..." if end < len(document.content) else ""), "   "))
 
 
+def cmd_export_squad(args: argparse.Namespace) -> None:
+    from qa_system.training import subjqa_to_squad_files
+
+    settings = _settings(args)
+    for path, report in subjqa_to_squad_files(args.domain, args.split, args.out, settings.data_dir).items():
+        print(f"{path}: {report.summary()}")
+
+
+def cmd_train_reader(args: argparse.Namespace) -> None:
+    from qa_system.training import TrainingConfig, subjqa_to_squad_files, train_reader
+
+    settings = _settings(args)
+    squad_dir = args.squad_dir or settings.home / "squad"
+    train_files, dev_files = list(args.train_file or []), list(args.dev_file or [])
+    if not args.no_subjqa:
+        exported = subjqa_to_squad_files(args.domain, ["train", "dev"], squad_dir, settings.data_dir)
+        for path, report in exported.items():
+            print(f"{path}: {report.summary()}")
+        train_files += [squad_dir / f"{d}-train.json" for d in args.domain]
+        dev_files += [squad_dir / f"{d}-dev.json" for d in args.domain]
+    config = TrainingConfig(
+        epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
+        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, patience=args.patience, max_steps=args.max_steps,
+    )
+    select_on = args.select_on or (squad_dir / "electronics-dev.json" if "electronics" in args.domain and not args.no_subjqa else None)
+    result = train_reader(train_files, dev_files, args.base_model or settings.embedding_model, args.output, config, select_on=select_on)
+    print(f"Saved the best model (epoch {result.best_epoch}, no-answer threshold {result.no_answer_threshold:.3f}) to {result.output_dir}")
+    for name, metrics in result.dev_metrics.items():
+        print(f"  dev {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float)))
+
+
+def _print_answer_metrics(result: dict, out: Path) -> None:
+    metrics = result["metrics"]
+    shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "always no answer"])]
+    columns = ["system", "group", "questions", "em", "f1", "em_top_k", "f1_top_k", "answered", "latency_ms"]
+    print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"Report written to {out}/ (report.json, report.csv, report.md, em_f1.png, predictions-*.json, gold.json)")
+
+
+def cmd_eval_reader(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.answering import evaluate_readers
+
+    settings = _settings(args)
+    readers = args.reader or [settings.reader_model]
+    result = evaluate_readers(settings, readers, args.domain[0], args.split, args.top_k, args.out, args.limit, args.no_answer_threshold)
+    _print_answer_metrics(result, args.out)
+
+
+def cmd_eval_pipeline(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.answering import evaluate_pipelines
+
+    settings = _settings(args)
+    readers = args.reader or [settings.reader_model]
+    result = evaluate_pipelines(
+        settings, readers, args.retriever, args.domain[0], args.split, args.top_k_retriever, args.top_k,
+        args.out, args.limit, args.no_answer_threshold,
+    )
+    _print_answer_metrics(result, args.out)
+
+
 def cmd_eval_retriever(args: argparse.Namespace) -> None:
     from qa_system.evaluation.retrieval import evaluate_retrievers
 
@@ -185,13 +245,57 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("reports/retriever"))
     p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_retriever)
+
+    def answer_eval_options(p: argparse.ArgumentParser, out: str) -> None:
+        domain_option(p)
+        p.add_argument("--split", default="test")
+        p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
+        p.add_argument("--top-k", type=int, default=3, help="answers per question (top-k EM/F1)")
+        p.add_argument("--no-answer-threshold", type=float, help="override the reader's tuned threshold")
+        p.add_argument("--out", type=Path, default=Path(out))
+        p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+
+    p = stages.add_parser("reader", parents=[common], help="EM / F1 of readers given the gold review")
+    answer_eval_options(p, "reports/reader")
+    p.set_defaults(func=cmd_eval_reader)
+    p = stages.add_parser("pipeline", parents=[common], help="EM / F1 of retriever + reader with per-product filters")
+    answer_eval_options(p, "reports/pipeline")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--top-k-retriever", type=int, default=3)
+    p.set_defaults(func=cmd_eval_pipeline)
+
+    p = commands.add_parser("export-squad", parents=[common], help="write SubjQA splits as SQuAD v2 JSON files")
+    domain_option(p)
+    p.add_argument("--split", nargs="+", default=["train", "dev", "test"])
+    p.add_argument("--out", type=Path, default=Path("data/squad"))
+    p.set_defaults(func=cmd_export_squad)
+
+    p = commands.add_parser("train-reader", parents=[common], help="fine-tune an extractive reader on SubjQA and/or SQuAD v2 files")
+    domain_option(p)
+    p.add_argument("--no-subjqa", action="store_true", help="train only on --train-file / --dev-file")
+    p.add_argument("--train-file", nargs="+", type=Path, help="extra SQuAD v2 training files (e.g. SQuAD itself)")
+    p.add_argument("--dev-file", nargs="+", type=Path, help="extra SQuAD v2 dev files (pooled to tune the no-answer threshold)")
+    p.add_argument("--select-on", type=Path, help="dev file whose F1 selects the epoch (default electronics dev)")
+    p.add_argument("--base-model", help="model to fine-tune (default: the all-MiniLM-L6-v2 encoder)")
+    p.add_argument("--output", type=Path, default=Path("models/reader-custom"))
+    p.add_argument("--squad-dir", type=Path, help="where the SubjQA SQuAD files are written (default <home>/squad)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--learning-rate", type=float, default=1e-4)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--max-seq-length", type=int, default=384)
+    p.add_argument("--doc-stride", type=int, default=128)
+    p.add_argument("--patience", type=int, default=1, help="epochs without dev F1 gain before stopping")
+    p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
+    p.set_defaults(func=cmd_train_reader)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "domain", None) is None:
-        args.domain = ["electronics"]
+        # Training learns from every provided domain; everything else works on electronics by default.
+        args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command == "train-reader" else ["electronics"]
     try:
         args.func(args)
     except QAError as error:

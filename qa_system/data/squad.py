@@ -59,13 +59,18 @@ class SquadExample:
         return [text for text, _ in self.answers] or [""]
 
 
-def to_squad(questions: Iterable[LabelledQuestion]) -> tuple[dict[str, Any], SquadReport]:
-    """SQuAD v2 dict of the questions (grouped by product, then review) and what was left out."""
+def to_squad(questions: Iterable[LabelledQuestion], keep_unlocated: bool = False) -> tuple[dict[str, Any], SquadReport]:
+    """SQuAD v2 dict of the questions (grouped by product, then review) and what was left out.
+
+    ``keep_unlocated`` writes every annotated answer, those without a verified offset with
+    ``answer_start`` -1: a gold file for the official evaluation script (which reads only the
+    texts), so that it scores every question exactly as ``qa_system`` does. Not for training.
+    """
     report = SquadReport()
     articles: dict[str, dict[str, dict[str, Any]]] = {}
     for question in questions:
-        located = question.located_answers
-        report.unlocated_answers += len(question.answers) - len(located)
+        located = question.answers if keep_unlocated else question.located_answers
+        report.unlocated_answers += len(question.answers) - len(question.located_answers)
         if question.answers and not located:
             report.skipped_questions += 1
             continue
@@ -75,7 +80,7 @@ def to_squad(questions: Iterable[LabelledQuestion]) -> tuple[dict[str, Any], Squ
             {
                 "id": question.id,
                 "question": question.question,
-                "answers": [{"text": a.text, "answer_start": a.start} for a in located],
+                "answers": [{"text": a.text, "answer_start": -1 if a.start is None else a.start} for a in located],
                 "is_impossible": not located,
             }
         )
@@ -87,9 +92,9 @@ def to_squad(questions: Iterable[LabelledQuestion]) -> tuple[dict[str, Any], Squ
     return {"version": VERSION, "data": data}, report
 
 
-def write_squad(questions: Iterable[LabelledQuestion], path: str | Path) -> SquadReport:
+def write_squad(questions: Iterable[LabelledQuestion], path: str | Path, keep_unlocated: bool = False) -> SquadReport:
     """Export questions to a SQuAD v2 JSON file (parent folders are created)."""
-    squad, report = to_squad(questions)
+    squad, report = to_squad(questions, keep_unlocated)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(squad, ensure_ascii=False, indent=1), encoding="utf-8")

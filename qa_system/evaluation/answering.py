@@ -1,0 +1,150 @@
+"""Reader and pipeline evaluation reports: EM / F1 tables, a bar chart, official-format predictions.
+
+``evaluate_readers`` compares readers given the gold review (as in SQuAD evaluation);
+``evaluate_pipelines`` runs retriever then reader with per-product filters. Both write, beside the
+usual report files, ``predictions-<reader>.json`` in the official SQuAD v2 format and
+``gold.json`` (the split as a SQuAD v2 dataset), so that the official evaluation script gives the
+same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from qa_system.config import Settings
+from qa_system.data import LabelledQuestion, load_subjqa
+from qa_system.data.squad import write_squad
+from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
+from qa_system.evaluation.report import write_report
+from qa_system.reading import ExtractiveReader
+
+
+def reader_label(model: str) -> str:
+    """A short name for a model path or hub id (its last path part)."""
+    return Path(model.rstrip("/")).name or model
+
+
+def em_f1_plot(table: pd.DataFrame, group: str = "all", title: str = "") -> plt.Figure:
+    """Grouped bars of EM and F1 per system, as in the reference chapter; the no-answer baseline dashed."""
+    rows = table[table["group"] == group]
+    figure, axes = plt.subplots(figsize=(max(5, 1.6 * len(rows)), 4))
+    positions = range(len(rows))
+    axes.bar([p - 0.2 for p in positions], rows["em"], width=0.4, label="EM")
+    axes.bar([p + 0.2 for p in positions], rows["f1"], width=0.4, label="F1")
+    baseline = table[table["group"] == "always no answer"]["f1"]
+    if not baseline.empty:
+        axes.axhline(baseline.iloc[0], color="grey", linestyle="--", label="always no answer")
+    axes.set_xticks(list(positions), rows["system"], rotation=15)
+    axes.set_ylim(0, 1)
+    axes.set_ylabel("score")
+    axes.set_title(title)
+    axes.legend()
+    return figure
+
+
+def _write(out_dir, title, records_by_system: dict[str, pd.DataFrame], questions: list[LabelledQuestion], summary: dict, notes: list[str]) -> pd.DataFrame:
+    tables = []
+    for system, records in records_by_system.items():
+        table = summarize_answers(records).rename_axis("group").reset_index()
+        table.insert(0, "system", system)
+        tables.append(table)
+    metrics = pd.concat(tables, ignore_index=True)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_squad(questions, out / "gold.json", keep_unlocated=True)
+        for system, records in records_by_system.items():
+            (out / f"predictions-{system}.json").write_text(json.dumps(squad_predictions(records), indent=1), encoding="utf-8")
+        all_records = pd.concat([r.assign(system=s) for s, r in records_by_system.items()], ignore_index=True)
+        write_report(
+            out_dir,
+            title,
+            metrics,
+            summary=summary,
+            figures={"em_f1.png": em_f1_plot(metrics, title=title)},
+            records=all_records,
+            notes=notes,
+        )
+    return metrics
+
+
+def evaluate_readers(
+    settings: Settings,
+    readers: Sequence[str],
+    domain: str = "electronics",
+    split: str = "test",
+    top_k: int = 3,
+    out_dir=None,
+    limit: int | None = None,
+    no_answer_threshold: float | None = None,
+) -> dict:
+    """Each reader (model id or path) reads each question's own review."""
+    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
+    records = {}
+    for model in readers:
+        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold)
+        records[reader_label(model)] = evaluate_reader(questions, reader, top_k=top_k)
+    metrics = _write(
+        out_dir,
+        f"Reader evaluation: SubjQA {domain} {split} (gold review)",
+        records,
+        questions,
+        {"domain": domain, "split": split, "questions": len(questions), "readers": list(readers), "top_k": top_k},
+        [
+            "Each reader is given the question's own review (reading alone, as in SQuAD evaluation).",
+            "EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer \"\".",
+            f"top-k: the best of the top {top_k} answers, the no-answer being one of the candidates.",
+        ],
+    )
+    return {"metrics": metrics, "records": records}
+
+
+def evaluate_pipelines(
+    settings: Settings,
+    readers: Sequence[str],
+    retriever: str = "bm25",
+    domain: str = "electronics",
+    split: str = "test",
+    top_k_retriever: int = 3,
+    top_k: int = 3,
+    out_dir=None,
+    limit: int | None = None,
+    no_answer_threshold: float | None = None,
+) -> dict:
+    """Retriever (per-product and split filters) then each reader, over the domain's index."""
+    from qa_system.indexing import open_or_build_index
+    from qa_system.pipelines import build_retrieval_pipeline
+
+    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
+    index = open_or_build_index(settings, domain, embeddings=retriever != "bm25")
+    retrieval = build_retrieval_pipeline(retriever, settings, index=index)
+
+    def retrieve(question: LabelledQuestion):
+        return retrieval.run(question.question, item_id=question.item_id, split=question.split, top_k=top_k_retriever)["documents"]
+
+    records = {}
+    for model in readers:
+        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold)
+        records[f"{retriever}+{reader_label(model)}"] = evaluate_pipeline(questions, retrieve, reader, top_k=top_k)
+    gold_retrieved = {system: float(r["gold_retrieved"].mean()) for system, r in records.items()}
+    metrics = _write(
+        out_dir,
+        f"Pipeline evaluation: SubjQA {domain} {split} ({retriever} top-{top_k_retriever} + reader)",
+        records,
+        questions,
+        {
+            "domain": domain, "split": split, "questions": len(questions), "retriever": retriever,
+            "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "gold_review_retrieved": gold_retrieved,
+        },
+        [
+            f"Each question retrieves the top {top_k_retriever} reviews of its product (filters item_id and split = {split}) with {retriever}; the reader reads them all.",
+            f"Gold review among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}.",
+            "EM and F1 as the official SQuAD v2.0 script (top-1, and best of top-k with the no-answer as a candidate).",
+        ],
+    )
+    return {"metrics": metrics, "records": records}
