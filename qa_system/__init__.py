@@ -20,6 +20,7 @@ _EXPORTS = {
     "build_index": "qa_system.indexing",
     "open_index": "qa_system.stores",
     "build_retrieval_pipeline": "qa_system.pipelines",
+    "build_qa_pipeline": "qa_system.pipelines",
     "make_filters": "qa_system.retrieval",
     "evaluate_retrievers": "qa_system.evaluation.retrieval",
 }
