@@ -17,7 +17,7 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import import_class_by_name
 
-from qa_system.retrieval.filters import equality_conditions
+from qa_system.retrieval.filters import MetaPostings
 
 _TOKEN = re.compile(r"\w+")
 
@@ -86,7 +86,7 @@ class BM25sRetriever:
         self.analyzer = Analyzer(stemmer_language, stopwords)
         self._bm25 = None
         self._documents: list[Document] = []
-        self._postings: dict[tuple[str, Any], np.ndarray] = {}
+        self._postings = MetaPostings([])
         self._row_of: dict[str, int] = {}
 
     def warm_up(self) -> None:
@@ -101,28 +101,17 @@ class BM25sRetriever:
         if documents:
             # An empty token list would make bm25s drop the document; "" keeps rows aligned.
             bm25.index([self.analyzer(d.content) or [""] for d in documents], show_progress=False)
-        postings: dict[tuple[str, Any], list[int]] = {}
-        for row, document in enumerate(documents):
-            for key, value in document.meta.items():
-                if isinstance(value, (str, int, bool)):
-                    postings.setdefault((key, value), []).append(row)
         self._bm25, self._documents = bm25, documents
-        self._postings = {key: np.asarray(rows) for key, rows in postings.items()}
+        self._postings = MetaPostings((row, d.meta) for row, d in enumerate(documents))
         self._row_of = {d.id: row for row, d in enumerate(documents)}
 
     def _candidate_rows(self, filters: dict | None) -> np.ndarray | None:
         """Rows allowed by ``filters`` (None = all rows)."""
-        wanted = equality_conditions(filters)
-        if wanted == {}:
-            return None
-        if wanted is not None:
-            rows = None
-            for key, value in wanted.items():
-                posting = self._postings.get((key, value), np.empty(0, dtype=int))
-                rows = posting if rows is None else np.intersect1d(rows, posting, assume_unique=True)
-            return rows
-        allowed = self.document_store.filter_documents(filters=filters)
-        return np.asarray(sorted(self._row_of[d.id] for d in allowed if d.id in self._row_of), dtype=int)
+
+        def scan(filters: dict) -> list[int]:
+            return [self._row_of[d.id] for d in self.document_store.filter_documents(filters=filters) if d.id in self._row_of]
+
+        return self._postings.allowed(filters, scan)
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, filters: dict | None = None, top_k: int | None = None) -> dict[str, list[Document]]:

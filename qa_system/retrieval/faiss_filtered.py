@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from qa_system.retrieval.filters import equality_conditions
+from qa_system.retrieval.filters import MetaPostings
 
 
 @component
@@ -22,30 +22,21 @@ class FAISSFilteredEmbeddingRetriever:
     def __init__(self, document_store: Any, top_k: int = 10):
         self.document_store = document_store
         self.top_k = top_k
-        self._postings: dict[tuple[str, Any], np.ndarray] | None = None
+        self._postings: MetaPostings | None = None
         self._indexed_count = -1
 
     def _allowed_ids(self, filters: dict | None) -> np.ndarray | None:
+        """FAISS vector ids of the documents ``filters`` allows (None = all)."""
         store = self.document_store
-        wanted = equality_conditions(filters)
-        if wanted == {}:
-            return None
-        if wanted is None:
-            docs = store.filter_documents(filters=filters)
-            return np.asarray([store.inverse_id_map[d.id] for d in docs if d.id in store.inverse_id_map], dtype="int64")
         if self._postings is None or self._indexed_count != store.count_documents():
-            postings: dict[tuple[str, Any], list[int]] = {}
-            for doc_id, vector_id in store.inverse_id_map.items():
-                for key, value in store.documents[doc_id].meta.items():
-                    if isinstance(value, (str, int, bool)):
-                        postings.setdefault((key, value), []).append(int(vector_id))
-            self._postings = {k: np.asarray(sorted(v), dtype="int64") for k, v in postings.items()}
+            entries = ((int(vector_id), store.documents[doc_id].meta) for doc_id, vector_id in store.inverse_id_map.items())
+            self._postings = MetaPostings(entries)
             self._indexed_count = store.count_documents()
-        ids = None
-        for key, value in wanted.items():
-            posting = self._postings.get((key, value), np.empty(0, dtype="int64"))
-            ids = posting if ids is None else np.intersect1d(ids, posting, assume_unique=True)
-        return ids
+
+        def scan(filters: dict) -> list[int]:
+            return [int(store.inverse_id_map[d.id]) for d in store.filter_documents(filters=filters) if d.id in store.inverse_id_map]
+
+        return self._postings.allowed(filters, scan)
 
     @component.output_types(documents=list[Document])
     def run(self, query_embedding: list[float], filters: dict | None = None, top_k: int | None = None) -> dict[str, list[Document]]:
