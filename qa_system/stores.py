@@ -59,6 +59,7 @@ def _atomic_write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; an index is as readable as any other file
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(data, handle)
             handle.flush()
