@@ -126,5 +126,10 @@ class Settings:
     def index_dir(self) -> Path:
         return self.home / "indexes"
 
+    @property
+    def feedback_db(self) -> Path:
+        """SQLite file of the search page's answer feedback (beside the indexes, so it outlives restarts)."""
+        return self.home / "feedback.sqlite"
+
     def as_dict(self) -> dict:
         return {f.name: str(getattr(self, f.name)) for f in fields(self) if not f.name.startswith("_")}

@@ -1,0 +1,129 @@
+"""What a front end shows of an answer, whatever stage produced it.
+
+Extractive readers return ``ExtractedAnswer`` (a span at character offsets of a review, or
+``data=None`` for "no answer"); the RAG stage returns ``GeneratedAnswer`` (free text citing
+reviews, ``data=None`` for "no answer"). ``answer_views`` turns either into ``AnswerView``, so
+that the search page renders one kind of card, and ``highlight_segments`` cuts a review at the
+answer's *real* offsets (searching for the answer text would mark the wrong occurrence when it
+appears twice, and nothing when the reader's span does not match the text exactly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from haystack import Document
+
+ELLIPSIS = "…"
+
+
+@dataclass(frozen=True)
+class Segment:
+    text: str
+    highlighted: bool = False
+
+
+def highlight_segments(text: str, spans: Sequence[tuple[int, int]], window: int | None = None) -> list[Segment]:
+    """``text`` as plain and highlighted segments, the highlights at the given character offsets.
+
+    Overlapping spans are merged; empty spans and spans beyond the text are ignored. With ``window``, only
+    ``window`` characters around the highlights are kept (cut at a word boundary, marked "…").
+    """
+    spans = sorted((s, e) for s, e in spans if 0 <= s < e <= len(text))
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    begin, finish = 0, len(text)
+    if window is not None and merged:
+        begin, finish = _word_start(text, merged[0][0] - window), _word_end(text, merged[-1][1] + window)
+    segments = [Segment(ELLIPSIS)] if begin > 0 else []
+    position = begin
+    for start, end in merged:
+        if start > position:
+            segments.append(Segment(text[position:start]))
+        segments.append(Segment(text[start:end], highlighted=True))
+        position = end
+    if finish > position:
+        segments.append(Segment(text[position:finish]))
+    if finish < len(text):
+        segments.append(Segment(ELLIPSIS))
+    return segments
+
+
+def _word_start(text: str, position: int) -> int:
+    if position <= 0:
+        return 0
+    space = text.rfind(" ", 0, position)
+    return space + 1 if space >= 0 else 0
+
+
+def _word_end(text: str, position: int) -> int:
+    if position >= len(text):
+        return len(text)
+    space = text.find(" ", position)
+    return space if space >= 0 else len(text)
+
+
+def confidence_level(score: float | None) -> str:
+    """high / medium / low, for colouring: the reader's scores are calibrated-ish probabilities."""
+    if score is None:
+        return "unknown"
+    return "high" if score >= 0.7 else "medium" if score >= 0.4 else "low"
+
+
+@dataclass(frozen=True)
+class AnswerView:
+    """One answer as shown to a user.
+
+    ``kind``: ``"span"`` (extracted, with ``document`` and offsets), ``"generated"`` (free text with
+    ``sources``) or ``"no_answer"``. ``document`` of a "no answer" is None.
+    """
+
+    kind: str
+    text: str | None
+    score: float | None
+    document: Document | None = None
+    start: int | None = None
+    end: int | None = None
+    sources: list[Document] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def confidence(self) -> str:
+        """The score as a percentage ("87%"), or "" when the stage gives none."""
+        return "" if self.score is None else f"{round(100 * self.score)}%"
+
+    @property
+    def level(self) -> str:
+        return confidence_level(self.score)
+
+    def segments(self, window: int | None = None) -> list[Segment]:
+        """The answer's review with the answer highlighted (empty for answers without a review)."""
+        if self.document is None or self.document.content is None:
+            return []
+        spans = [(self.start, self.end)] if self.start is not None and self.end is not None else []
+        return highlight_segments(self.document.content, spans, window)
+
+
+def answer_view(answer: Any) -> AnswerView:
+    """An ``ExtractedAnswer``, a ``GeneratedAnswer`` or anything with ``.data`` as an ``AnswerView``."""
+    score = getattr(answer, "score", None)
+    meta = dict(getattr(answer, "meta", None) or {})
+    if getattr(answer, "data", None) is None or not str(answer.data).strip():
+        return AnswerView("no_answer", None, score, meta=meta)
+    offset = getattr(answer, "document_offset", None)
+    document = getattr(answer, "document", None)
+    if document is not None and offset is not None:
+        return AnswerView("span", answer.data, score, document, offset.start, offset.end, meta=meta)
+    documents = list(getattr(answer, "documents", None) or [])
+    cited = set(meta.get("cited_document_ids") or [])
+    sources = [d for d in documents if d.meta.get("referenced") or d.id in cited]
+    return AnswerView("generated", str(answer.data), score, sources=sources, meta=meta)
+
+
+def answer_views(answers: Sequence[Any]) -> list[AnswerView]:
+    return [answer_view(answer) for answer in answers]

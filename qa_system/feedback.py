@@ -1,0 +1,185 @@
+"""Answer feedback: one SQLite row per click on the search page, exported as SQuAD v2 training data.
+
+Users judge an answer with one of three verdicts (``VERDICTS``). Every click is kept (nothing is
+overwritten, so disagreements and changes of mind stay visible to whoever analyses them), and
+``export_squad`` turns the clicks into labels that ``qa-system train-reader --train-file`` reads:
+
+* ``correct`` on an answer span: the span, at the reader's offsets in its review, is a gold answer.
+* ``correct`` on the "no answer" card: the user confirms that the reviews shown hold no answer;
+  the question becomes *impossible* for the closest review (the one the card showed first).
+* ``wrong`` and ``wrong_span`` ("right review, wrong answer") are not exported: they say what the
+  answer is *not*, which SQuAD cannot express, and a wrong span is no evidence that the review
+  has no answer. Neither are judgements of generated (RAG) answers, which have no span. All of
+  them stay in the database for error analysis.
+
+When clicks on the same question and review contradict each other, the latest click on each
+prediction counts, and a confirmed span beats a confirmed "no answer" (the user found one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+from qa_system.data.squad import SquadReport, to_squad
+from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
+from qa_system.errors import QAError
+
+VERDICTS = {
+    "correct": "Right answer",
+    "wrong": "Wrong answer",
+    "wrong_span": "Right review, wrong answer",
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    question TEXT NOT NULL,
+    answer TEXT,
+    start INTEGER,
+    "end" INTEGER,
+    document_id TEXT,
+    item_id TEXT,
+    review_id TEXT,
+    context TEXT,
+    score REAL,
+    pipeline TEXT,
+    labelled_question_id TEXT
+)
+"""
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """One click. ``answer`` None is the "no answer" prediction; ``context`` is the review's text,
+    kept so that an export needs no index (and survives re-indexing)."""
+
+    verdict: str
+    question: str
+    answer: str | None
+    start: int | None
+    end: int | None
+    document_id: str | None
+    item_id: str | None = None
+    review_id: str | None = None
+    context: str | None = None
+    score: float | None = None
+    pipeline: str | None = None  # which retriever / answer stage / model produced the answer
+    labelled_question_id: str | None = None  # evaluation mode: the SubjQA question asked
+    created: str = ""  # ISO time, set when recorded
+    id: int | None = None
+
+    def validated(self) -> "Feedback":
+        if self.verdict not in VERDICTS:
+            raise QAError(f"Unknown feedback verdict '{self.verdict}'.", f"use one of: {', '.join(VERDICTS)}.")
+        if not self.question.strip():
+            raise QAError("Feedback needs the question it is about.", "ask a question before judging its answers.")
+        if self.is_span and (self.context is None or self.context[self.start : self.end] != self.answer):
+            raise QAError(f"The answer '{self.answer[:40]}' is not at offsets {self.start}-{self.end} of its review.", "record the reader's own offsets.")
+        return self
+
+    @property
+    def is_span(self) -> bool:
+        """An extracted answer (with offsets); generated answers have none and cannot become SQuAD labels."""
+        return self.answer is not None and self.start is not None and self.end is not None
+
+
+@dataclass(frozen=True)
+class FeedbackExport:
+    path: Path
+    report: SquadReport  # what the SQuAD file holds
+    clicks: int  # all clicks in the database
+    used_clicks: int  # clicks that became a label
+
+    def summary(self) -> str:
+        return f"{self.report.questions} labelled questions ({self.report.answerable} answerable, {self.report.impossible} impossible) from {self.used_clicks} of {self.clicks} clicks"
+
+
+class FeedbackStore:
+    """The feedback table of one SQLite file (created on first use; one short connection per call,
+    so Streamlit's session threads can share it)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, timeout=10)
+        connection.row_factory = sqlite3.Row
+        connection.execute(_SCHEMA)
+        return connection
+
+    def record(self, feedback: Feedback) -> Feedback:
+        """Store one click (committed before returning) and return it with its id and time."""
+        feedback = feedback.validated()
+        values = {f.name: getattr(feedback, f.name) for f in fields(Feedback) if f.name != "id"}
+        values["created"] = feedback.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        columns = ", ".join(f'"{name}"' for name in values)
+        with closing(self._connect()) as connection, connection:
+            cursor = connection.execute(f"INSERT INTO feedback ({columns}) VALUES ({', '.join('?' * len(values))})", list(values.values()))
+        return Feedback(**{**values, "id": cursor.lastrowid})
+
+    def all(self) -> list[Feedback]:
+        """Every click, oldest first."""
+        with closing(self._connect()) as connection:
+            rows = connection.execute("SELECT * FROM feedback ORDER BY id").fetchall()
+        return [Feedback(**dict(row)) for row in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Clicks per verdict."""
+        with closing(self._connect()) as connection:
+            rows = connection.execute("SELECT verdict, COUNT(*) FROM feedback GROUP BY verdict").fetchall()
+        return {verdict: count for verdict, count in rows}
+
+    def export_squad(self, path: str | Path) -> FeedbackExport:
+        """Write the exportable clicks as a SQuAD v2 file (rules in the module doc)."""
+        clicks = self.all()
+        questions, used = feedback_to_questions(clicks)
+        if not questions:
+            raise QAError("No feedback can become training data yet.", "mark answers (or a 'no answer') as right on the search page first.")
+        squad, report = to_squad(questions)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(squad, ensure_ascii=False, indent=1), encoding="utf-8")
+        return FeedbackExport(path, report, len(clicks), used)
+
+
+def feedback_to_questions(clicks: list[Feedback]) -> tuple[list[LabelledQuestion], int]:
+    """Labelled questions (one per question and review) from the clicks, and how many clicks were used."""
+    latest: dict[tuple, Feedback] = {}
+    for click in clicks:  # oldest first, so later clicks on the same prediction win
+        if click.document_id is not None and click.context is not None and (click.is_span or click.answer is None):
+            latest[(" ".join(click.question.split()), click.document_id, click.start, click.end, click.answer is None)] = click
+    grouped: dict[tuple[str, str], list[Feedback]] = {}
+    for (question, document_id, *_), click in latest.items():
+        if click.verdict == "correct":
+            grouped.setdefault((question, document_id), []).append(click)
+    questions, used = [], 0
+    for (question, document_id), confirmed in grouped.items():
+        spans = [c for c in confirmed if c.is_span]
+        kept = spans or confirmed
+        used += len(kept)
+        first = kept[0]
+        key = hashlib.sha1(f"{question}\n{document_id}".encode()).hexdigest()[:16]
+        questions.append(
+            LabelledQuestion(
+                id=f"feedback-{key}",
+                question=question,
+                item_id=first.item_id or "",
+                review_id=first.review_id or "",
+                document_id=document_id,
+                domain="",  # not needed by SQuAD; the document id names the review
+                split="",
+                answers=list(dict.fromkeys(GoldAnswer(c.answer, c.start) for c in spans)),
+                is_subjective=False,
+                context=first.context,
+            )
+        )
+    return questions, used

@@ -1,0 +1,142 @@
+"""Serving the Streamlit search page (``ui/app.py``), and driving it from a headless browser.
+
+``qa-system ui`` runs ``streamlit_command``. ``serve`` starts the page on a free loopback port and
+stops it again, and ``headless_chromium`` / ``ask_in_browser`` drive it the way a user does: the
+browser test and the README screenshot (``scripts/ui_screenshot.py``) both use them, so that what
+is tested is what is shown. Selenium and Chromium are needed only for the browser helpers
+(``pip install -e .[test]``; Debian: ``apt-get install chromium chromium-driver``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from qa_system.config import REPO_ROOT, Settings
+from qa_system.errors import QAError
+
+APP = REPO_ROOT / "ui" / "app.py"
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+)  # fmt: skip
+# What the page shows once an answer (or "no answer") has been rendered.
+ANSWER_CARD = ".qa-answer"
+
+
+def streamlit_command(port: int = 8501, address: str = "localhost", headless: bool = True, watch: bool = False) -> list[str]:
+    """``streamlit run ui/app.py`` with the flags of a served page (no telemetry, no file watcher)."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP),
+        "--server.port", str(port),
+        "--server.address", address,
+        "--server.headless", str(headless).lower(),
+        "--server.fileWatcherType", "auto" if watch else "none",
+        "--browser.gatherUsageStats", "false",
+        "--theme.base", "light",
+        "--theme.primaryColor", "#c2410c",
+    ]  # fmt: skip
+
+
+def settings_environment(overrides: Mapping[str, Any]) -> dict[str, str]:
+    """The ``QA_*`` variables that hand settings (e.g. the CLI's flags) to the page's process."""
+    return {env: str(overrides[name]) for name, env in Settings._ENV.items() if overrides.get(name) is not None}
+
+
+def run_app(port: int, address: str, overrides: Mapping[str, Any], watch: bool = False) -> int:
+    """Run the page in the foreground until interrupted; returns Streamlit's exit code."""
+    print(f"Search page: http://{address}:{port}  (Ctrl-C stops it)", flush=True)
+    env = {**os.environ, **settings_environment(overrides)}
+    return subprocess.call(streamlit_command(port, address, headless=True, watch=watch), env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def serve(env: Mapping[str, str] | None = None, log: Path | None = None, timeout: float = 120) -> Iterator[str]:
+    """The page served on a free loopback port; yields its URL once Streamlit reports healthy."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    output = open(log, "w", encoding="utf-8") if log else subprocess.DEVNULL
+    process = subprocess.Popen(
+        streamlit_command(port, "127.0.0.1"), env={**os.environ, **(env or {})}, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not _healthy(url):
+            if process.poll() is not None:
+                raise QAError(f"Streamlit exited with code {process.returncode} before serving the page.", f"see its log{f' in {log}' if log else ''}.")
+            if time.monotonic() > deadline:
+                raise QAError(f"Streamlit did not answer on {url} within {timeout:.0f} s.", "see its log, or raise the timeout on a slow machine.")
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if log:
+            output.close()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def chromium_paths() -> tuple[str, str] | None:
+    """(browser, driver) of the system Chromium, or None when either is missing."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+def headless_chromium(user_data_dir: Path, width: int = 1400, height: int = 1400):
+    """A Selenium driver on the system's headless Chromium (never a downloaded browser)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as error:
+        raise QAError("Driving the page in a browser needs selenium.", "pip install -e '.[test]'.") from error
+    paths = chromium_paths()
+    if paths is None:
+        raise QAError("Chromium or its driver is not installed.", "apt-get install chromium chromium-driver.")
+    options = webdriver.ChromeOptions()
+    options.binary_location = paths[0]
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={user_data_dir}", f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(executable_path=paths[1]), options=options)
+
+
+def ask_in_browser(driver, url: str, question: str, item: str | None = None, timeout: float = 180):
+    """Open the page (on ``item``), type the question, press Ask; returns the first answer card."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url + ("?" + urllib.parse.urlencode({"item": item}) if item else ""))
+    wait = WebDriverWait(driver, timeout)
+    box = wait.until(conditions.element_to_be_clickable((By.CSS_SELECTOR, "input[aria-label='Question']")))
+    box.clear()
+    box.send_keys(question)
+    driver.find_element(By.XPATH, "//button[.//p[normalize-space()='Ask']]").click()
+    return wait.until(conditions.visibility_of_element_located((By.CSS_SELECTOR, ANSWER_CARD)))
