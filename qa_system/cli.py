@@ -191,6 +191,23 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
     print(f"Report written to {args.out}/ (report.json, report.csv, report.md, recall_at_k.png)")
 
 
+def cmd_ui(args: argparse.Namespace) -> None:
+    from qa_system.webapp import run_app
+
+    _settings(args)  # bad flags fail here, as one line, rather than inside the page
+    code = run_app(args.port, args.address, vars(args), watch=args.dev)
+    if code:
+        raise QAError(f"Streamlit exited with code {code}.", "see its messages above (is the port in use? try --port).")
+
+
+def cmd_export_feedback(args: argparse.Namespace) -> None:
+    from qa_system.feedback import FeedbackStore
+
+    export = FeedbackStore(_settings(args).feedback_db).export_squad(args.out)
+    print(f"{export.path}: {export.summary()}")
+    print(f"Train on it with: qa-system train-reader --train-file {export.path}")
+
+
 # ------------------------------------------------------------------------------------ parser
 
 
@@ -288,6 +305,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=1, help="epochs without dev F1 gain before stopping")
     p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
     p.set_defaults(func=cmd_train_reader)
+
+    p = commands.add_parser("ui", parents=[common], help="serve the search page (Streamlit) on http://ADDRESS:PORT")
+    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--address", default="localhost", help="0.0.0.0 to serve other machines")
+    p.add_argument("--dev", action="store_true", help="reload the page when ui/ files change")
+    p.set_defaults(func=cmd_ui)
+
+    p = commands.add_parser("export-feedback", parents=[common], help="write the search page's answer feedback as SQuAD v2 training data")
+    p.add_argument("--out", type=Path, default=Path("data/feedback-squad.json"))
+    p.set_defaults(func=cmd_export_feedback)
     return parser
 
 
