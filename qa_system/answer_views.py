@@ -64,7 +64,7 @@ def _word_start(text: str, position: int) -> int:
 def _word_end(text: str, position: int) -> int:
     if position >= len(text):
         return len(text)
-    space = text.find(" ", position)
+    space = text.find(" ", position - 1)  # the end of the word holding the last kept character
     return space if space >= 0 else len(text)
 
 

@@ -96,3 +96,11 @@ def real_data_dir() -> Path:
     if not (path / "electronics" / "splits" / "test.csv").exists():
         pytest.skip(f"the real SubjQA files are not at {path} (they live in ../shared/data/subjqa)")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_reader(tmp_path_factory) -> Path:
+    """A tiny random extractive reader saved to disk (no download): its answers are noise, its offsets real."""
+    from test_reading import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader"))

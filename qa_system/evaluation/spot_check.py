@@ -8,8 +8,7 @@ evaluation mode is built on these two functions.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Collection, Sequence
+from typing import Collection, NamedTuple, Sequence
 
 from haystack import Document
 
@@ -31,8 +30,7 @@ def random_question(
     return (rng or random).choice(candidates)
 
 
-@dataclass(frozen=True)
-class SpotScore:
+class SpotScore(NamedTuple):
     """EM / F1 of one prediction against the question's gold answers (SQuAD v2 rules)."""
 
     em: float

@@ -1,0 +1,51 @@
+"""Answer views: highlights at the reader's real offsets, and one view for every kind of answer."""
+
+from haystack import Document, ExtractedAnswer, GeneratedAnswer
+
+from qa_system.answer_views import ELLIPSIS, Segment, answer_view, answer_views, confidence_level, highlight_segments
+
+REVIEW = "The bass is deep. Friends say the bass is deep too, but the cord broke."
+
+
+def test_highlight_uses_the_offsets_not_a_text_search():
+    second = REVIEW.index("bass is deep", 10)  # the same text occurs twice: the second one is the answer
+    segments = highlight_segments(REVIEW, [(second, second + len("bass is deep"))])
+    assert [s.text for s in segments if s.highlighted] == ["bass is deep"]
+    assert "".join(s.text for s in segments[:1]) == REVIEW[:second]
+    assert "".join(s.text for s in segments) == REVIEW
+
+
+def test_window_cuts_at_words_and_marks_the_cuts():
+    start = REVIEW.index("Friends")
+    segments = highlight_segments(REVIEW, [(start, start + len("Friends"))], window=5)
+    assert segments[0] == Segment(ELLIPSIS) and segments[-1] == Segment(ELLIPSIS)
+    assert "".join(s.text for s in segments[1:-1]) == "deep. Friends say"
+    assert highlight_segments("short", [(0, 5)], window=50) == [Segment("short", True)]
+
+
+def test_overlapping_spans_merge_and_bad_spans_are_ignored():
+    segments = highlight_segments(REVIEW, [(4, 8), (6, 11), (50, 40), (60, 999)])
+    assert [s.text for s in segments if s.highlighted] == [REVIEW[4:11]]
+    assert highlight_segments("", [(0, 3)]) == []
+
+
+def test_views_of_extracted_generated_and_no_answers():
+    document = Document(id="d1", content=REVIEW, meta={"review_id": "r1"})
+    span = ExtractedAnswer(query="q", score=0.83, data="bass is deep", document=document, document_offset=ExtractedAnswer.Span(4, 16))
+    none = ExtractedAnswer(query="q", score=0.2, data=None)
+    cited = Document(id="d2", content="other", meta={"referenced": True, "source_index": 2})
+    generated = GeneratedAnswer(data="Deep bass [2].", query="q", documents=[document, cited], meta={"cited_document_ids": ["d2"]})
+    no_reply = GeneratedAnswer(data=None, query="q", documents=[document], meta={"no_answer_reason": "the generator found no answer"})  # type: ignore[arg-type]
+
+    views = answer_views([span, none, generated, no_reply])
+    assert [v.kind for v in views] == ["span", "no_answer", "generated", "no_answer"]
+    assert views[0].confidence == "83%" and views[0].level == "high"
+    assert [s.text for s in views[0].segments() if s.highlighted] == ["bass is deep"]
+    assert views[1].document is None and views[1].segments() == []
+    assert views[2].sources == [cited] and views[2].score is None and views[2].confidence == ""
+    assert views[3].meta["no_answer_reason"] == "the generator found no answer"
+
+
+def test_confidence_levels():
+    assert [confidence_level(s) for s in (0.9, 0.5, 0.1, None)] == ["high", "medium", "low", "unknown"]
+    assert answer_view(ExtractedAnswer(query="q", score=0.456, data=None)).confidence == "46%"

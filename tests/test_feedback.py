@@ -1,0 +1,92 @@
+"""Answer feedback: one durable SQLite row per click, exported as SQuAD v2 that train-reader accepts."""
+
+import sqlite3
+
+import pytest
+
+from qa_system.cli import main
+from qa_system.data.squad import read_squad
+from qa_system.errors import QAError
+from qa_system.feedback import Feedback, FeedbackStore
+
+REVIEW = "The bass is deep and the cord broke after two months."
+OTHER = "Shipping was slow."
+
+
+def click(verdict, answer=None, context=REVIEW, document_id="electronics/test/r1", question="How is the bass?"):
+    start = context.index(answer) if answer else None
+    end = start + len(answer) if answer else None
+    return Feedback(verdict, question, answer, start, end, document_id, item_id="B1", review_id=document_id.rsplit("/", 1)[-1], context=context)
+
+
+@pytest.fixture
+def store(tmp_path):
+    return FeedbackStore(tmp_path / "home" / "feedback.sqlite")
+
+
+def test_every_click_is_a_committed_row(store):
+    saved = store.record(click("correct", "bass is deep"))
+    store.record(click("wrong_span", "the cord broke"))
+    assert saved.id == 1 and saved.created
+    with sqlite3.connect(store.path) as connection:  # another connection sees it: committed
+        rows = connection.execute('SELECT question, answer, document_id, start, "end", verdict, created FROM feedback ORDER BY id').fetchall()
+    assert rows[0][:6] == ("How is the bass?", "bass is deep", "electronics/test/r1", 4, 16, "correct")
+    assert rows[1][5] == "wrong_span" and len(rows) == 2
+    assert store.counts() == {"correct": 1, "wrong_span": 1}
+    assert [f.answer for f in FeedbackStore(store.path).all()] == ["bass is deep", "the cord broke"]
+
+
+@pytest.mark.parametrize(
+    "feedback, message",
+    [
+        (click("maybe", "bass is deep"), "Unknown feedback verdict 'maybe'"),
+        (click("correct", "bass is deep", question="  "), "needs the question"),
+        (Feedback("correct", "q?", "bass", 0, 4, "d", context=REVIEW), "is not at offsets 0-4"),
+    ],
+)
+def test_bad_feedback_is_refused(store, feedback, message):
+    with pytest.raises(QAError, match=message):
+        store.record(feedback)
+
+
+def test_export_rules(store, tmp_path):
+    store.record(click("correct", "bass is deep"))
+    store.record(click("correct", "cord broke"))  # two confirmed spans: two answers of one question
+    store.record(click("wrong", "after two months"))  # says what the answer is not: not exported
+    store.record(click("correct", None, context=OTHER, document_id="electronics/test/r2", question="How is the delivery?"))
+    store.record(click("correct", None, question="How is the bass?"))  # contradicted by the spans: the spans win
+    store.record(click("correct", "Shipping", context=OTHER, document_id="electronics/test/r2", question="Is it fast?"))
+    store.record(click("wrong", "Shipping", context=OTHER, document_id="electronics/test/r2", question="Is it fast?"))  # changed mind
+    export = store.export_squad(tmp_path / "out" / "feedback.json")
+
+    examples, report = read_squad(export.path)
+    by_question = {e.question: e for e in examples}
+    assert set(by_question) == {"How is the bass?", "How is the delivery?"}
+    assert sorted(by_question["How is the bass?"].answers) == [("bass is deep", 4), ("cord broke", 25)]
+    assert by_question["How is the delivery?"].is_impossible and by_question["How is the delivery?"].context == OTHER
+    assert (report.questions, report.answerable, report.impossible, report.unlocated_answers) == (2, 1, 1, 0)
+    assert (export.clicks, export.used_clicks) == (7, 3)
+    assert "2 labelled questions" in export.summary()
+
+
+def test_generated_answers_are_kept_but_not_exported(store, tmp_path):
+    store.record(Feedback("correct", "How is the bass?", "Deep, says review [1].", None, None, "electronics/test/r1", context=REVIEW))
+    assert store.counts() == {"correct": 1}
+    with pytest.raises(QAError, match="No feedback can become training data yet"):
+        store.export_squad(tmp_path / "feedback.json")
+
+
+def test_the_export_trains_a_reader(store, tmp_path, settings, tiny_reader, capsys):
+    store = FeedbackStore(settings.feedback_db)
+    store.record(click("correct", "bass is deep"))
+    store.record(click("correct", None, context=OTHER, document_id="electronics/test/r2", question="How is the delivery?"))
+    out = tmp_path / "feedback.json"
+    assert main(["export-feedback", "--home", str(settings.home), "--out", str(out)]) == 0
+    assert "2 labelled questions (1 answerable, 1 impossible)" in capsys.readouterr().out
+    argv = [
+        "train-reader", "--no-subjqa", "--train-file", str(out), "--dev-file", str(out), "--base-model", str(tiny_reader),
+        "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
+        "--max-seq-length", "64", "--doc-stride", "16",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert (tmp_path / "reader" / "config.json").is_file()
