@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import time
 from collections import Counter
 from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Sequence
 
 from haystack import Document
@@ -19,6 +22,40 @@ from qa_system.stores import Index, elasticsearch_store, index_name, new_faiss_s
 # on_progress(done, total): reviews embedded so far, out of all.
 ProgressCallback = Callable[[int, int], None]
 EMBED_CHUNK = 8  # batches per progress report
+# Files that describe a model without changing its vectors.
+_NOT_WEIGHTS = ("README.md", "qa_system.json")
+
+
+def encoder_fingerprint(model: str) -> str | None:
+    """A digest of a local encoder directory's files (None for a hub id).
+
+    The name alone cannot tell that `qa-system train-retriever` rewrote the model at the same path,
+    and vectors of the old weights must never be searched with questions embedded by the new ones.
+    """
+    directory = Path(model).expanduser()
+    if not directory.is_dir():
+        return None
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name not in _NOT_WEIGHTS and not p.name.startswith("."))
+    return _digest(directory, tuple((str(p.relative_to(directory)), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+@lru_cache(maxsize=16)
+def _digest(directory: Path, files: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for relative, _, _ in files:
+        digest.update(relative.encode())
+        with (directory / relative).open("rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()[:16]
+
+
+def embeddings_match(index: Index, settings: Settings) -> bool:
+    """Whether the index's vectors come from the configured encoder (same name and, when known, same files)."""
+    if index.embedding_model != settings.embedding_model:
+        return False
+    stored = index.manifest.get("embedding_fingerprint")
+    # Indexes built before fingerprints were recorded are trusted by name.
+    return stored is None or stored == encoder_fingerprint(settings.embedding_model)
 
 
 def embed_documents(
@@ -83,6 +120,7 @@ def build_index(
     if embed:
         documents = embed_documents(documents, settings.embedding_model, settings.batch_size, progress, on_progress)
         manifest["embedding_model"] = settings.embedding_model
+        manifest["embedding_fingerprint"] = encoder_fingerprint(settings.embedding_model)
         manifest["embedding_dim"] = len(documents[0].embedding)
         timings["embedding_s"] = time.perf_counter() - start
     if settings.store == "faiss":
@@ -114,10 +152,12 @@ def open_or_build_index(
     embeddings: bool = True,
     progress: bool = True,
     on_progress: ProgressCallback | None = None,
+    name: str | None = None,
 ) -> Index:
-    """The saved index, or a new one on first use (and a re-embedded one when the encoder changed)."""
-    index = try_open_index(settings, index_name(domains))
-    stale = embeddings and (index is not None) and index.embedding_model != settings.embedding_model
+    """The saved index (``name``, default named after the domains), or a new one on first use (and a
+    re-embedded one when the encoder changed, even in place)."""
+    index = try_open_index(settings, name or index_name(domains))
+    stale = embeddings and (index is not None) and not embeddings_match(index, settings)
     if index is None or stale:
-        index = build_index(settings, domains, embed=embeddings or settings.store == "faiss", progress=progress, on_progress=on_progress)
+        index = build_index(settings, domains, embed=embeddings or settings.store == "faiss", progress=progress, name=name, on_progress=on_progress)
     return index
