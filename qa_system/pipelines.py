@@ -26,6 +26,7 @@ from haystack import Pipeline
 
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
 from qa_system.errors import QAError
+from qa_system.indexing import embeddings_match
 from qa_system.retrieval.filters import make_filters
 from qa_system.stores import Index, open_index
 from qa_system.timing import component_timings
@@ -206,8 +207,6 @@ def check_embeddings(index: Index, settings: Settings) -> None:
             f"Index '{index.name}' has no embeddings, so dense retrieval cannot run.",
             "rebuild it with `qa-system index` (without --no-embed).",
         )
-    if stored != settings.embedding_model:
-        raise QAError(
-            f"Index '{index.name}' was embedded with {stored}, not with the configured {settings.embedding_model}.",
-            "re-run `qa-system index` to re-embed the reviews with the new encoder.",
-        )
+    if not embeddings_match(index, settings):
+        how = f"with {stored}, not with the configured {settings.embedding_model}" if stored != settings.embedding_model else f"with an earlier version of {stored}"
+        raise QAError(f"Index '{index.name}' was embedded {how}.", "re-run `qa-system index` to re-embed the reviews with the new encoder.")
