@@ -1,0 +1,157 @@
+"""Chat generators behind one interface (Haystack's: ``run(messages) -> {"replies": [ChatMessage]}``).
+
+* ``LocalGenerator`` runs a Hugging Face model in-process: causal LMs through their chat template,
+  seq2seq models such as flan-t5 on the flattened prompt (Haystack's TransformersChatGenerator
+  covers causal models only and hides the token counts that truncation needs).
+* ``OpenAICompatibleGenerator`` is Haystack's OpenAIChatGenerator for any server that speaks the
+  protocol (llama.cpp server, vLLM, hosted APIs): the key is optional and failures name the url.
+
+Both put ``usage`` (prompt and completion tokens) in the reply's meta and stream text through a
+Haystack streaming callback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict
+from haystack.components.generators.chat.openai import OpenAIChatGenerator
+from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingCallbackT, StreamingChunk
+from haystack.utils import Secret, deserialize_callable, serialize_callable
+
+from qa_system.errors import QAError
+from qa_system.generation.models import HFPromptFormat, load_generation_model, load_prompt_format
+
+DEFAULT_GENERATION = {"max_new_tokens": 64, "temperature": 0.0, "num_beams": 1}
+
+
+def _streamer(tokenizer, callback: StreamingCallbackT, info: ComponentInfo):
+    """A transformers streamer that hands each decoded piece of the answer to a Haystack callback."""
+    from transformers import TextStreamer
+
+    class CallbackStreamer(TextStreamer):
+        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            if text:
+                callback(StreamingChunk(content=text, component_info=info))
+
+    return CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+
+@component
+class LocalGenerator:
+    """Generates a reply with a local Hugging Face model (causal LM with chat template, or seq2seq).
+
+    :param model: model directory or hub id.
+    :param generation_kwargs: ``max_new_tokens``, ``temperature`` (0 = greedy), ``num_beams``, and any
+        other ``generate()`` argument.
+    :param streaming_callback: called with each new piece of text (greedy or sampling, not beams).
+    """
+
+    def __init__(self, model: str, generation_kwargs: dict[str, Any] | None = None, streaming_callback: StreamingCallbackT | None = None):
+        self.model = str(model)
+        self.generation_kwargs = {**DEFAULT_GENERATION, **(generation_kwargs or {})}
+        self.streaming_callback = streaming_callback
+        self._format: HFPromptFormat | None = None
+        self._model = None
+
+    def warm_up(self) -> None:
+        if self._model is None:
+            self._format = load_prompt_format(self.model)
+            self._model = load_generation_model(self.model)
+
+    def to_dict(self) -> dict[str, Any]:
+        callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
+        return default_to_dict(self, model=self.model, generation_kwargs=self.generation_kwargs, streaming_callback=callback)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LocalGenerator":
+        parameters = data.get("init_parameters", {})
+        if parameters.get("streaming_callback"):
+            parameters["streaming_callback"] = deserialize_callable(parameters["streaming_callback"])
+        return default_from_dict(cls, data)
+
+    def _generate_kwargs(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
+        kwargs = {**self.generation_kwargs, **(overrides or {})}
+        temperature = float(kwargs.pop("temperature", 0.0))
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        return kwargs
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(
+        self,
+        messages: list[ChatMessage],
+        streaming_callback: StreamingCallbackT | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        import torch
+
+        self.warm_up()
+        assert self._format is not None
+        tokenizer = self._format.tokenizer
+        kwargs = self._generate_kwargs(generation_kwargs)
+        callback = streaming_callback or self.streaming_callback
+        if callback is not None and kwargs.get("num_beams", 1) == 1:
+            kwargs["streamer"] = _streamer(tokenizer, callback, ComponentInfo.from_component(self))
+        inputs = self._format.encode(messages)
+        pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        with torch.inference_mode():
+            output = self._model.generate(**inputs, pad_token_id=pad_token_id, **kwargs)
+        prompt_tokens = int(inputs["input_ids"].shape[1])
+        # A causal LM returns the prompt followed by the answer; a seq2seq decoder only the answer.
+        answer_ids = output[0] if self._format.seq2seq else output[0, prompt_tokens:]
+        special = set(tokenizer.all_special_ids)
+        completion_tokens = sum(1 for token in answer_ids.tolist() if token not in special)
+        text = tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
+        finish_reason = "length" if len(answer_ids) >= kwargs["max_new_tokens"] else "stop"
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+        meta = {"model": self.model, "finish_reason": finish_reason, "usage": usage}
+        return {"replies": [ChatMessage.from_assistant(text, meta=meta)]}
+
+
+@component
+class OpenAICompatibleGenerator(OpenAIChatGenerator):
+    """OpenAIChatGenerator for any OpenAI-compatible server.
+
+    Local servers need no key: without ``OPENAI_API_KEY`` a placeholder is sent. Connection and
+    HTTP errors become one-line ``QAError``s naming ``api_base_url``; retries are few so that a dead
+    endpoint fails in seconds, not minutes.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_base_url: str,
+        api_key: Secret = Secret.from_env_var("OPENAI_API_KEY", strict=False),
+        timeout: float | None = 120.0,
+        max_retries: int | None = 1,
+        **kwargs: Any,
+    ):
+        super().__init__(api_key=api_key, model=model, api_base_url=api_base_url, timeout=timeout, max_retries=max_retries, **kwargs)
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        return {**super()._client_kwargs(), "api_key": self.api_key.resolve_value() or "not-needed"}
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(
+        self,
+        messages: list[ChatMessage],
+        streaming_callback: StreamingCallbackT | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        import openai
+
+        try:
+            return super().run(messages, streaming_callback=streaming_callback, generation_kwargs=generation_kwargs)
+        except openai.APIConnectionError as error:  # includes timeouts
+            raise QAError(
+                f"Cannot reach the generator endpoint {self.api_base_url} ({error}).",
+                "start the server, or pass the right --base-url (e.g. http://127.0.0.1:8080/v1).",
+            ) from error
+        except openai.APIStatusError as error:
+            raise QAError(
+                f"The generator endpoint {self.api_base_url} answered HTTP {error.status_code}: {error.message}",
+                "check --model (the name the server serves) and OPENAI_API_KEY.",
+            ) from error
