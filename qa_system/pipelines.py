@@ -6,7 +6,8 @@ opened index's store object is then handed to every component that has a ``docum
 all pipelines of a process share one loaded index.
 
 An answering pipeline is a retrieval pipeline (``bm25.yml``, ``dense.yml``, ``hybrid.yml``) with an
-answer stage appended (``extractive.yml``), merged into one Haystack pipeline.
+answer stage appended (``extractive.yml``, or ``rag.yml`` for generated answers), merged into one
+Haystack pipeline.
 
 ``QAPipeline.run(query, item_id=..., top_k=...)`` is the one calling convention used by the CLI,
 the UI and the evaluation; ``.pipeline`` is the plain Haystack pipeline.
@@ -23,6 +24,8 @@ from typing import Any, Sequence
 
 import yaml
 from haystack import Pipeline
+from haystack.core.errors import PipelineRuntimeError
+from haystack.dataclasses import StreamingCallbackT
 
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
 from qa_system.errors import QAError
@@ -50,7 +53,7 @@ _COMPONENTS = {
 # With fusion, each retriever hands over more candidates than the final top_k.
 FUSION_CANDIDATES = 20
 RETRIEVAL_OUTPUT = {"bm25": "sparse_retriever", "dense": "dense_retriever", "hybrid": "fusion"}
-ANSWER_STAGES = ("extractive",)
+ANSWER_STAGES = ("extractive", "rag")
 
 
 def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dict | None = None, directory: Path = PIPELINES_DIR) -> str:
@@ -75,11 +78,18 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
     """The retrieval pipeline, with the answer stage's components and connections merged in."""
     definition = yaml.safe_load(render_pipeline_yaml(retriever, index, settings))
     if answer_stage is not None:
-        output = {"retrieval_output": f"{RETRIEVAL_OUTPUT[retriever]}.documents"}
-        stage = yaml.safe_load(render_pipeline_yaml(answer_stage, index, settings, extra=output))
+        extra = {"retrieval_output": f"{RETRIEVAL_OUTPUT[retriever]}.documents"}
+        if answer_stage == "rag":
+            from qa_system.generation import rag_pipeline_values
+
+            extra.update(rag_pipeline_values(settings))
+        stage = yaml.safe_load(render_pipeline_yaml(answer_stage, index, settings, extra=extra))
         definition["components"].update(stage["components"])
         definition["connections"] = [*definition.get("connections", []), *stage.get("connections", [])]
-        definition["metadata"] = {"description": f"{definition['metadata']['description']} + {stage['metadata']['description']}"}
+        definition["metadata"] = {
+            "description": f"{definition['metadata']['description']} + {stage['metadata']['description']}",
+            "answer_components": list(stage["components"]),
+        }
     pipeline = Pipeline.from_dict(definition, allowed_modules=["qa_system"])
     for component_name in pipeline.graph.nodes:
         component = pipeline.get_component(component_name)
@@ -98,7 +108,9 @@ class QAPipeline:
     answer_stage: str | None = None
     last_timings: dict[str, float] = field(default_factory=dict)
 
-    def _inputs(self, query: str, filters: dict | None, top_k: int, reader: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def _inputs(
+        self, query: str, filters: dict | None, top_k: int, reader: dict[str, Any], streaming_callback: StreamingCallbackT | None = None
+    ) -> dict[str, dict[str, Any]]:
         has_fusion = "fusion" in self.pipeline.graph.nodes
         inputs: dict[str, dict[str, Any]] = {}
         for component_name, sockets in self.pipeline.inputs().items():
@@ -111,6 +123,8 @@ class QAPipeline:
                     values[socket] = query
                 elif socket == "filters":
                     values[socket] = filters
+                elif socket == "streaming_callback":
+                    values[socket] = streaming_callback
                 elif socket == "top_k":
                     is_candidate_stage = has_fusion and component_name.endswith("_retriever")
                     values[socket] = max(top_k, FUSION_CANDIDATES) if is_candidate_stage else top_k
@@ -137,26 +151,36 @@ class QAPipeline:
         top_k: int = 3,
         top_k_reader: int | None = None,
         no_answer_threshold: float | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
     ) -> dict[str, Any]:
         """Retrieve the ``top_k`` reviews for ``query`` (optionally of one product and split), then answer.
 
         Returns ``documents`` (retrieved, best first), ``answers`` (when the pipeline has an answer
-        stage) and ``timings``: seconds per component, plus ``retrieval_s``, ``answer_s``, ``total_s``.
+        stage: ``ExtractedAnswer``s, or for RAG one ``GeneratedAnswer``) and ``timings``: seconds per
+        component, plus ``retrieval_s``, ``answer_s`` (the answer stage's components), ``total_s``.
+        ``streaming_callback`` receives the generated text piece by piece (RAG).
         """
         self.validate(query, item_id)
         filters = filters or make_filters(item_id=item_id, split=split)
         reader = {"top_k": top_k_reader, "no_answer_threshold": no_answer_threshold}
-        inputs = self._inputs(query.strip(), filters, top_k, {k: v for k, v in reader.items() if v is not None})
+        inputs = self._inputs(query.strip(), filters, top_k, {k: v for k, v in reader.items() if v is not None}, streaming_callback)
         retrieval_output = RETRIEVAL_OUTPUT[self.retriever]
         start = time.perf_counter()
-        with component_timings() as timings:
-            outputs = self.pipeline.run(inputs, include_outputs_from={retrieval_output})
+        try:
+            with component_timings() as timings:
+                outputs = self.pipeline.run(inputs, include_outputs_from={retrieval_output})
+        except PipelineRuntimeError as error:
+            if isinstance(error.__cause__, QAError):  # bad input found by a component: the user's one-line message
+                raise error.__cause__ from None
+            raise
         total = time.perf_counter() - start
-        answer_s = sum(t for name, t in timings.items() if name == "reader")
+        answer_components = self.pipeline.metadata.get("answer_components", [])
+        answer_s = sum(t for name, t in timings.items() if name in answer_components)
         self.last_timings = {**timings, "retrieval_s": total - answer_s, "answer_s": answer_s, "total_s": total}
         result = {"documents": outputs[retrieval_output]["documents"], "timings": dict(self.last_timings)}
-        if "reader" in outputs:
-            result["answers"] = outputs["reader"]["answers"]
+        for name in answer_components:
+            if "answers" in outputs.get(name, {}):
+                result["answers"] = outputs[name]["answers"]
         return result
 
 
@@ -181,7 +205,8 @@ def build_qa_pipeline(
     index: Index | None = None,
     answer_stage: str | None = "extractive",
 ) -> QAPipeline:
-    """Retrieval followed by an answer stage (``extractive``: the span reader of ``settings.reader_model``).
+    """Retrieval followed by an answer stage (``extractive``: the span reader of ``settings.reader_model``;
+    ``rag``: a prompt of the retrieved reviews for ``settings.generator``, answers citing them).
 
     >>> pipeline = build_qa_pipeline("bm25")
     >>> pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["answers"]
