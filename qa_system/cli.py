@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from qa_system.config import RETRIEVERS, STORE_BACKENDS, Settings
+from qa_system.config import GENERATORS, RETRIEVERS, STORE_BACKENDS, Settings
 from qa_system.errors import QAError
 
 DEFAULT_ITEM = "B0074BW614"
@@ -26,6 +26,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         embedding_model=args.embedding_model,
         query_embedding_model=args.query_embedding_model,
         reader_model=args.reader_model,
+        # Generation flags exist only on the commands that generate (ask, eval rag).
+        generator=getattr(args, "generator", None),
+        generator_model=getattr(args, "model", None),
+        generator_base_url=getattr(args, "base_url", None),
+        max_new_tokens=getattr(args, "max_new_tokens", None),
+        temperature=getattr(args, "temperature", None),
+        num_beams=getattr(args, "num_beams", None),
     )
 
 
@@ -40,6 +47,18 @@ def _common_options() -> argparse.ArgumentParser:
     group.add_argument("--query-embedding-model", help="separate question encoder for DPR-style models")
     group.add_argument("--reader-model", help="extractive QA model: hub id or local path (default models/reader-minilm-subjqa)")
     return common
+
+
+def _generator_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group("generation (RAG; also QA_* environment variables)")
+    group.add_argument("--generator", choices=GENERATORS, help="smollm2 (default, offline), hf (local model), openai (any OpenAI-compatible server)")
+    group.add_argument("--model", help="hf: model id or path (causal chat LM or seq2seq); openai: the served model name")
+    group.add_argument("--base-url", help="openai: the server's url, e.g. http://127.0.0.1:8080/v1")
+    group.add_argument("--max-new-tokens", type=int, help="longest answer in tokens (default 64)")
+    group.add_argument("--temperature", type=float, help="0 = greedy (default); above 0 samples")
+    group.add_argument("--num-beams", type=int, help="beam search width, local generators (default 1)")
+    return options
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -96,6 +115,9 @@ def cmd_ask(args: argparse.Namespace) -> None:
     settings = _settings(args)
     index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
     pipeline = build_qa_pipeline(args.retriever, settings, index=index, answer_stage=args.mode)
+    if args.mode == "rag":
+        _ask_rag(pipeline, args)
+        return
     result = pipeline.run(
         args.question, item_id=args.item, split=args.split, top_k=args.top_k,
         top_k_reader=args.answers, no_answer_threshold=args.no_answer_threshold,
@@ -115,6 +137,39 @@ def cmd_ask(args: argparse.Namespace) -> None:
         context = highlight(document.content[begin:end], span.start - begin, span.end - begin, tty)
         print(f"\n{rank}. {answer.data}  score {answer.score:.2f}  review {document.meta.get('review_id')}")
         print(textwrap.indent(("..." if begin else "") + context + ("..." if end < len(document.content) else ""), "   "))
+
+
+def _ask_rag(pipeline, args: argparse.Namespace) -> None:
+    """The generated answer (streamed with --stream), then the reviews it cites and the others it was given."""
+    print(f"Q: {args.question}  ({args.item or 'all products'})")
+    if args.stream:
+        print("A: ", end="", flush=True)
+    stream = (lambda chunk: print(chunk.content, end="", flush=True)) if args.stream else None
+    result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream)
+    answer = result["answers"][0]
+    meta, timings = answer.meta, result["timings"]
+    if args.stream:
+        print()
+    if answer.data is None:
+        print(f"A: [no answer in these reviews: {meta['no_answer_reason']}]")
+    elif not args.stream:
+        print(f"A: {answer.data}")
+    tokens = meta["usage"].get("completion_tokens")
+    speed = f", {tokens / timings['generator']:.1f} tokens/s" if tokens and timings.get("generator") else ""
+    print(f"   (retrieval {1000 * timings['retrieval_s']:.0f} ms, prompt {1000 * timings.get('prompt_builder', 0):.0f} ms, "
+          f"generation {timings.get('generator', 0):.1f} s{speed})")
+    prompt = meta["prompt"]
+    if prompt.get("truncated"):
+        shortened = ", ".join(f"[{n}]" for n in prompt["truncated_reviews"]) or "none"
+        print(f"   (prompt cut to {prompt['budget_tokens']} tokens: reviews shortened {shortened}; {len(prompt['dropped_document_ids'])} dropped)")
+    for heading, cited in (("Cited reviews", True), ("Also given", False)):
+        documents = [d for d in answer.documents if d.meta["referenced"] is cited]
+        if documents:
+            print(f"\n{heading}:")
+        for document in documents:
+            snippet = textwrap.shorten(document.content or "", width=2 * args.context, placeholder=" ...")
+            print(f"[{document.meta['source_index']}] review {document.meta.get('review_id')}  ({document.meta.get('item_id')})")
+            print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
 
 
 def cmd_export_squad(args: argparse.Namespace) -> None:
@@ -175,6 +230,18 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
         args.out, args.limit, args.no_answer_threshold,
     )
     _print_answer_metrics(result, args.out)
+
+
+def cmd_eval_rag(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.rag import evaluate_rag
+
+    result = evaluate_rag(
+        _settings(args), args.retriever, args.domain[0], args.split, args.top_k_retriever, args.out, args.limit, args.compare_extractive
+    )
+    metrics = result["metrics"]
+    columns = ["system", "group", "questions", "em", "f1", "sas", "no_answer_accuracy", "citation_precision", "retrieval_ms", "prompt_ms", "generation_ms", "tokens_per_s"]
+    print(metrics[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, rag_metrics.png, latency.png, predictions-*.json, gold.json)")
 
 
 def cmd_eval_retriever(args: argparse.Namespace) -> None:
@@ -239,17 +306,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=400, help="characters of each review to print")
     p.set_defaults(func=cmd_search)
 
-    p = commands.add_parser("ask", parents=[common], help="answer a question about a product from its reviews")
+    generation = _generator_options()
+    p = commands.add_parser("ask", parents=[common, generation], help="answer a question about a product from its reviews")
     p.add_argument("question")
     domain_option(p)
     p.add_argument("--item", help=f"product (item_id) to ask about, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
-    p.add_argument("--mode", choices=["extractive"], default="extractive", help="answer stage")
+    p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--top-k", type=int, default=3, help="reviews to retrieve")
-    p.add_argument("--answers", type=int, default=3, help="answers to show")
-    p.add_argument("--no-answer-threshold", type=float, help="logit margin an answer needs over 'no answer' (default: tuned)")
-    p.add_argument("--context", type=int, default=150, help="characters of review shown around each answer")
+    p.add_argument("--answers", type=int, default=3, help="answers to show (extractive)")
+    p.add_argument("--no-answer-threshold", type=float, help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
+    p.add_argument("--context", type=int, default=150, help="characters of review shown around each answer (rag: half the snippet of each review)")
+    p.add_argument("--stream", action="store_true", help="print the generated answer as it is written (rag)")
     p.set_defaults(func=cmd_ask)
 
     evaluation = commands.add_parser("eval", help="evaluate a stage on a labelled split and write a report")
@@ -280,6 +349,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--top-k-retriever", type=int, default=3)
     p.set_defaults(func=cmd_eval_pipeline)
+    p = stages.add_parser("rag", parents=[common, generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
+    domain_option(p)
+    p.add_argument("--split", default="test")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--top-k-retriever", type=int, default=3, help="reviews in the prompt")
+    p.add_argument("--compare-extractive", action="store_true", help="also run the extractive pipeline (--reader-model) on the same questions")
+    p.add_argument("--out", type=Path, default=Path("reports/rag"))
+    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_eval_rag)
 
     p = commands.add_parser("export-squad", parents=[common], help="write SubjQA splits as SQuAD v2 JSON files")
     domain_option(p)
