@@ -5,6 +5,9 @@ fit the store backend (memory, elasticsearch, faiss) and the models from the set
 opened index's store object is then handed to every component that has a ``document_store``, so
 all pipelines of a process share one loaded index.
 
+A retrieval pipeline may end with answerability re-ranking (``rerank.yml``); hybrid fusion and
+re-ranking read the parameters fitted on dev from the index manifest (``retrieval.calibration``).
+
 An answering pipeline is a retrieval pipeline (``bm25.yml``, ``dense.yml``, ``hybrid.yml``) with an
 answer stage appended (``extractive.yml``, or ``rag.yml`` for generated answers), merged into one
 Haystack pipeline.
@@ -30,6 +33,7 @@ from haystack.dataclasses import StreamingCallbackT
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
 from qa_system.errors import QAError
 from qa_system.indexing import embeddings_match
+from qa_system.retrieval.calibration import fusion_values, rerank_weight
 from qa_system.retrieval.filters import make_filters
 from qa_system.stores import Index, open_index
 from qa_system.timing import component_timings
@@ -52,6 +56,8 @@ _COMPONENTS = {
 }
 # With fusion, each retriever hands over more candidates than the final top_k.
 FUSION_CANDIDATES = 20
+# With re-ranking, the retrieval stage hands over more candidates than the final top_k.
+RERANK_CANDIDATES = 10
 RETRIEVAL_OUTPUT = {"bm25": "sparse_retriever", "dense": "dense_retriever", "hybrid": "fusion"}
 ANSWER_STAGES = ("extractive", "rag")
 
@@ -69,23 +75,35 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dic
         "document_store": json.dumps(store_dict),
         "query_embedding_model": json.dumps(settings.query_embedding_model or settings.embedding_model),
         "reader_model": json.dumps(settings.reader_model),
+        **fusion_values(index, settings),
         **(extra or {}),
     }
     return Template(path.read_text(encoding="utf-8")).substitute(values)
 
 
-def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage: str | None = None) -> Pipeline:
-    """The retrieval pipeline, with the answer stage's components and connections merged in."""
+def _merge(definition: dict, stage: dict) -> None:
+    definition["components"].update(stage["components"])
+    definition["connections"] = [*definition.get("connections", []), *stage.get("connections", [])]
+
+
+def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage: str | None = None, rerank: bool = False) -> Pipeline:
+    """The retrieval pipeline, with the re-ranking and answer stages' components and connections merged in."""
     definition = yaml.safe_load(render_pipeline_yaml(retriever, index, settings))
+    output = RETRIEVAL_OUTPUT[retriever]
+    if rerank:
+        extra = {"retrieval_output": f"{output}.documents", "retriever_weight": json.dumps(rerank_weight(index, settings, retriever))}
+        stage = yaml.safe_load(render_pipeline_yaml("rerank", index, settings, extra=extra))
+        _merge(definition, stage)
+        definition["metadata"]["description"] += f", {stage['metadata']['description']}"
+        output = "ranker"
     if answer_stage is not None:
-        extra = {"retrieval_output": f"{RETRIEVAL_OUTPUT[retriever]}.documents"}
+        extra = {"retrieval_output": f"{output}.documents"}
         if answer_stage == "rag":
             from qa_system.generation import rag_pipeline_values
 
             extra.update(rag_pipeline_values(settings))
         stage = yaml.safe_load(render_pipeline_yaml(answer_stage, index, settings, extra=extra))
-        definition["components"].update(stage["components"])
-        definition["connections"] = [*definition.get("connections", []), *stage.get("connections", [])]
+        _merge(definition, stage)
         definition["metadata"] = {
             "description": f"{definition['metadata']['description']} + {stage['metadata']['description']}",
             "answer_components": list(stage["components"]),
@@ -107,6 +125,20 @@ class QAPipeline:
     retriever: str
     answer_stage: str | None = None
     last_timings: dict[str, float] = field(default_factory=dict)
+    rerank: bool = False
+
+    @property
+    def retrieval_output(self) -> str:
+        """The component whose documents are the retrieved ones (the re-ranker's when there is one)."""
+        return "ranker" if self.rerank else RETRIEVAL_OUTPUT[self.retriever]
+
+    def _top_k(self, component_name: str, top_k: int, has_fusion: bool) -> int:
+        """Stages before fusion or re-ranking hand over more candidates than the final top_k."""
+        if has_fusion and component_name.endswith("_retriever"):
+            return max(top_k, FUSION_CANDIDATES)
+        if self.rerank and component_name == RETRIEVAL_OUTPUT[self.retriever]:
+            return max(top_k, RERANK_CANDIDATES)
+        return top_k
 
     def _inputs(
         self, query: str, filters: dict | None, top_k: int, reader: dict[str, Any], streaming_callback: StreamingCallbackT | None = None
@@ -126,8 +158,7 @@ class QAPipeline:
                 elif socket == "streaming_callback":
                     values[socket] = streaming_callback
                 elif socket == "top_k":
-                    is_candidate_stage = has_fusion and component_name.endswith("_retriever")
-                    values[socket] = max(top_k, FUSION_CANDIDATES) if is_candidate_stage else top_k
+                    values[socket] = self._top_k(component_name, top_k, has_fusion)
             inputs[component_name] = values
         return inputs
 
@@ -164,7 +195,7 @@ class QAPipeline:
         filters = filters or make_filters(item_id=item_id, split=split)
         reader = {"top_k": top_k_reader, "no_answer_threshold": no_answer_threshold}
         inputs = self._inputs(query.strip(), filters, top_k, {k: v for k, v in reader.items() if v is not None}, streaming_callback)
-        retrieval_output = RETRIEVAL_OUTPUT[self.retriever]
+        retrieval_output = self.retrieval_output
         start = time.perf_counter()
         try:
             with component_timings() as timings:
@@ -189,13 +220,14 @@ def build_retrieval_pipeline(
     settings: Settings | None = None,
     domains: str | Sequence[str] = "electronics",
     index: Index | None = None,
+    rerank: bool = False,
 ) -> QAPipeline:
-    """Open the domain's index and build the named retrieval pipeline over it.
+    """Open the domain's index and build the named retrieval pipeline over it (``rerank``: answerability re-ranking appended).
 
     >>> pipeline = build_retrieval_pipeline("hybrid")
     >>> pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["documents"]
     """
-    return build_qa_pipeline(retriever, settings, domains, index, answer_stage=None)
+    return build_qa_pipeline(retriever, settings, domains, index, answer_stage=None, rerank=rerank)
 
 
 def build_qa_pipeline(
@@ -204,6 +236,7 @@ def build_qa_pipeline(
     domains: str | Sequence[str] = "electronics",
     index: Index | None = None,
     answer_stage: str | None = "extractive",
+    rerank: bool = False,
 ) -> QAPipeline:
     """Retrieval followed by an answer stage (``extractive``: the span reader of ``settings.reader_model``;
     ``rag``: a prompt of the retrieved reviews for ``settings.generator``, answers citing them).
@@ -219,9 +252,9 @@ def build_qa_pipeline(
     index = index or open_index(settings, domains)
     if retriever != "bm25":
         check_embeddings(index, settings)
-    pipeline = load_pipeline(retriever, index, settings, answer_stage)
+    pipeline = load_pipeline(retriever, index, settings, answer_stage, rerank)
     pipeline.warm_up()
-    return QAPipeline(pipeline, index, retriever, answer_stage)
+    return QAPipeline(pipeline, index, retriever, answer_stage, rerank=rerank)
 
 
 def check_embeddings(index: Index, settings: Settings) -> None:

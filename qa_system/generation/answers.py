@@ -81,7 +81,7 @@ class CitedAnswerBuilder:
             "invalid_citations": [n for n in cited if not 1 <= n <= len(documents)],
             "document_ids": [d.id for d in documents],
             "prompt": prompt or {},
-            "usage": reply.meta.get("usage", {}) if reply is not None else {},
+            "usage": (reply.meta.get("usage") if reply is not None else None) or {},  # streamed replies may have none
             "finish_reason": reply.meta.get("finish_reason") if reply is not None else None,
         }
         answer = GeneratedAnswer(data=None if reason else text, query=query, documents=given, meta=meta)  # type: ignore[arg-type]

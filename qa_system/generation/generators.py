@@ -3,8 +3,8 @@
 * ``LocalGenerator`` runs a Hugging Face model in-process: causal LMs through their chat template,
   seq2seq models such as flan-t5 on the flattened prompt (Haystack's TransformersChatGenerator
   covers causal models only and hides the token counts that truncation needs).
-* ``OpenAICompatibleGenerator`` is Haystack's OpenAIChatGenerator for any server that speaks the
-  protocol (llama.cpp server, vLLM, hosted APIs): the key is optional and failures name the url.
+* ``OpenAICompatibleGenerator`` wraps Haystack's OpenAIChatGenerator for any server that speaks
+  the protocol (llama.cpp server, vLLM, hosted APIs): the key is optional and failures name the url.
 
 Both put ``usage`` (prompt and completion tokens) in the reply's meta and stream text through a
 Haystack streaming callback.
@@ -105,34 +105,56 @@ class LocalGenerator:
         special = set(tokenizer.all_special_ids)
         completion_tokens = sum(1 for token in answer_ids.tolist() if token not in special)
         text = tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
-        finish_reason = "length" if len(answer_ids) >= kwargs["max_new_tokens"] else "stop"
+        finish_reason = "stop" if len(answer_ids) and answer_ids[-1].item() == tokenizer.eos_token_id else "length"
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
         meta = {"model": self.model, "finish_reason": finish_reason, "usage": usage}
         return {"replies": [ChatMessage.from_assistant(text, meta=meta)]}
 
 
 @component
-class OpenAICompatibleGenerator(OpenAIChatGenerator):
-    """OpenAIChatGenerator for any OpenAI-compatible server.
+class OpenAICompatibleGenerator:
+    """Haystack's OpenAIChatGenerator, set up for any OpenAI-compatible server.
 
     Local servers need no key: without ``OPENAI_API_KEY`` a placeholder is sent. Connection and
     HTTP errors become one-line ``QAError``s naming ``api_base_url``; retries are few so that a dead
     endpoint fails in seconds, not minutes.
+
+    :param model: the model name the server serves.
+    :param api_base_url: e.g. ``http://127.0.0.1:8080/v1`` (llama.cpp server, vLLM) or a hosted API.
+    :param generation_kwargs: request fields such as ``max_tokens`` and ``temperature``.
     """
 
     def __init__(
         self,
         model: str,
         api_base_url: str,
+        generation_kwargs: dict[str, Any] | None = None,
         api_key: Secret = Secret.from_env_var("OPENAI_API_KEY", strict=False),
-        timeout: float | None = 120.0,
-        max_retries: int | None = 1,
-        **kwargs: Any,
+        timeout: float = 120.0,
+        max_retries: int = 1,
     ):
-        super().__init__(api_key=api_key, model=model, api_base_url=api_base_url, timeout=timeout, max_retries=max_retries, **kwargs)
+        self.model = model
+        self.api_base_url = api_base_url
+        self.generation_kwargs = generation_kwargs or {}
+        self.api_key = api_key
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self._client: OpenAIChatGenerator | None = None
 
-    def _client_kwargs(self) -> dict[str, Any]:
-        return {**super()._client_kwargs(), "api_key": self.api_key.resolve_value() or "not-needed"}
+    def warm_up(self) -> None:
+        if self._client is None:
+            key = self.api_key.resolve_value() or "not-needed"  # the client insists on a key; local servers ignore it
+            self._client = OpenAIChatGenerator(
+                api_key=Secret.from_token(key), model=self.model, api_base_url=self.api_base_url,
+                generation_kwargs=self.generation_kwargs, timeout=self.timeout, max_retries=self.max_retries,
+            )
+            self._client.warm_up()
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, model=self.model, api_base_url=self.api_base_url, generation_kwargs=self.generation_kwargs,
+            api_key=self.api_key, timeout=self.timeout, max_retries=self.max_retries,
+        )
 
     @component.output_types(replies=list[ChatMessage])
     def run(
@@ -143,8 +165,10 @@ class OpenAICompatibleGenerator(OpenAIChatGenerator):
     ) -> dict[str, list[ChatMessage]]:
         import openai
 
+        self.warm_up()
+        assert self._client is not None
         try:
-            return super().run(messages, streaming_callback=streaming_callback, generation_kwargs=generation_kwargs)
+            return self._client.run(messages, streaming_callback=streaming_callback, generation_kwargs=generation_kwargs)
         except openai.APIConnectionError as error:  # includes timeouts
             raise QAError(
                 f"Cannot reach the generator endpoint {self.api_base_url} ({error}).",

@@ -141,7 +141,9 @@ class HFPromptFormat:
 
     def encode(self, messages: Sequence[ChatMessage]) -> dict:
         """Model inputs; a rendered chat template already holds its special tokens."""
-        return self.tokenizer(self.render(messages), return_tensors="pt", add_special_tokens=not self.uses_chat_template)
+        return self.tokenizer(
+            self.render(messages), return_tensors="pt", add_special_tokens=not self.uses_chat_template, return_token_type_ids=False
+        )
 
     def count_messages(self, messages: Sequence[ChatMessage]) -> int:
         return int(self.encode(messages)["input_ids"].shape[1])

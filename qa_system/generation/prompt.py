@@ -4,8 +4,8 @@ fitted into the generator's context.
 The budget is the context (the smaller of the configured one and the model's own) minus the tokens
 reserved for the answer. When the reviews do not fit, they are shortened, never the question: each
 review gets an equal share of what is left, short reviews keep their full text and hand their
-unused share to the long ones; if a share would fall below ``min_review_tokens``, the lowest-ranked
-reviews are dropped instead. The prompt meta says what was cut.
+unused share to the long ones; if a review would be cut below ``min_review_tokens``, the
+lowest-ranked reviews are dropped instead. The prompt meta says what was cut.
 """
 
 from __future__ import annotations
@@ -104,11 +104,11 @@ class ReviewPromptBuilder:
         tokens = self._format.count_messages(messages)
         margin = 0
         while tokens > self.budget:
-            # Reviews are counted one by one; joined, their tokens can differ a little: refit with the excess.
-            margin += tokens - self.budget
             texts, truncated = self._fit(query, full_texts, margin)
             messages = self.messages(query, texts)
             tokens = self._format.count_messages(messages)
+            # Reviews are counted one by one; joined, their tokens can differ a little: refit leaving the excess.
+            margin += tokens - self.budget
         meta = {
             "prompt_tokens": tokens,
             "budget_tokens": self.budget,
@@ -135,7 +135,7 @@ class ReviewPromptBuilder:
         for keep in range(len(texts), 0, -1):
             empty = fmt.count_messages(self.messages(question, [""] * keep))
             allotted = share_budget(lengths[:keep], budget - empty - keep * mark)
-            if min(allotted) >= self.min_review_tokens or keep == 1:
+            if keep == 1 or all(share >= min(length, self.min_review_tokens) for share, length in zip(allotted, lengths)):
                 break
         if allotted[0] <= 0:
             raise QAError(f"No room is left for any review in the generator's context (budget {self.budget} tokens).", "lower max_new_tokens or raise QA_GENERATOR_CONTEXT.")

@@ -4,14 +4,22 @@ min-max normalised scores.
 On SubjQA electronics (about 3 reviews per product) plain RRF of BM25 and MiniLM is *worse* than
 either alone: with two lists that disagree on the top two reviews, RRF scores them equally and
 the tie decides. Normalised score fusion keeps how sure each retriever is, and is the default.
+``fit_fusion`` picks the mode, weights and k on labelled rankings (``retrieval.calibration`` runs
+it on a dev split).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Iterable, Sequence
 
 from haystack import Document, component, default_from_dict, default_to_dict
+
+
+def minmax_normalise(scores: Sequence[float]) -> list[float]:
+    """(s - min) / (max - min); all 1.0 when the scores are equal."""
+    low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
+    return [(score - low) / (high - low) if high > low else 1.0 for score in scores]
 
 
 def minmax_fusion(rankings: list[list[Document]], weights: list[float] | None = None) -> list[Document]:
@@ -21,10 +29,7 @@ def minmax_fusion(rankings: list[list[Document]], weights: list[float] | None = 
     originals: dict[str, Document] = {}
     raw_scores: dict[str, list[float | None]] = {}
     for list_index, (ranking, weight) in enumerate(zip(rankings, weights)):
-        scores = [d.score or 0.0 for d in ranking]
-        low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
-        for document, score in zip(ranking, scores):
-            normalised = (score - low) / (high - low) if high > low else 1.0
+        for document, normalised in zip(ranking, minmax_normalise([d.score or 0.0 for d in ranking])):
             fused[document.id] = fused.get(document.id, 0.0) + weight * normalised
             originals.setdefault(document.id, document)
             raw_scores.setdefault(document.id, [None] * len(rankings))[list_index] = document.score
@@ -91,3 +96,60 @@ class RankFusion:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RankFusion":
         return default_from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class FusionParameters:
+    """RankFusion's settings (what the hybrid pipeline reads from the index manifest)."""
+
+    mode: str = "minmax"
+    k: float = 60.0
+    sparse_weight: float = 0.5
+    dense_weight: float = 0.5
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RankedCandidates:
+    """One labelled question's two candidate lists and the id of the document that should come first."""
+
+    sparse: list[Document]
+    dense: list[Document]
+    relevant_id: str
+
+
+def fusion_grid() -> list[FusionParameters]:
+    """Sparse weight 0..1 (dense = 1 - sparse) for min-max fusion and for RRF with k in {1, 5, 10, 20, 60}.
+
+    The weights 0 and 1 reproduce the dense and the sparse ranking, so the fitted fusion is never
+    worse than its best part on the data it is fitted on.
+    """
+    minmax = [FusionParameters("minmax", 60.0, w / 20, 1 - w / 20) for w in range(21)]
+    rrf = [FusionParameters("rrf", float(k), w / 10, 1 - w / 10) for k in (1, 5, 10, 20, 60) for w in range(11)]
+    return minmax + rrf
+
+
+def ranking_scores(rankings: Iterable[tuple[list[Document], str]]) -> tuple[float, float]:
+    """(recall@1, MRR) of rankings given with their relevant document id (absent: reciprocal rank 0)."""
+    hits, reciprocal, count = 0, 0.0, 0
+    for ranking, relevant_id in rankings:
+        ids = [d.id for d in ranking]
+        rank = ids.index(relevant_id) + 1 if relevant_id in ids else None
+        hits += rank == 1
+        reciprocal += 1.0 / rank if rank else 0.0
+        count += 1
+    return (hits / count, reciprocal / count) if count else (0.0, 0.0)
+
+
+def fit_fusion(candidates: Sequence[RankedCandidates], grid: Sequence[FusionParameters] | None = None) -> tuple[FusionParameters, dict[str, float]]:
+    """The grid point with the best recall@1, then MRR, then the most even weights; and its (recall@1, MRR)."""
+    best, best_key = None, None
+    for parameters in grid or fusion_grid():
+        fusion = RankFusion(**parameters.as_dict())
+        r1, mrr = ranking_scores((fusion.run(c.sparse, c.dense)["documents"], c.relevant_id) for c in candidates)
+        key = (r1, mrr, -abs(parameters.sparse_weight - parameters.dense_weight))
+        if best_key is None or key > best_key:
+            best, best_key = parameters, key
+    return best, {"recall@1": best_key[0], "mrr": best_key[1]}

@@ -1,0 +1,151 @@
+"""Fusion weights and the re-ranking mix, fitted on a dev split and kept in the index manifest.
+
+Weights that suit one question encoder do not suit another: BM25 and the stock MiniLM are about
+equally good on SubjQA electronics, a fine-tuned question encoder is much better than BM25. So
+``fit_fusion_on_dev`` grid-searches the hybrid's fusion (min-max or RRF, weights, k) on the
+domain's dev split, strict recall@1 first and MRR to break ties, for the configured question
+encoder, and ``fit_rerank_on_dev`` does the same for the answerability re-ranker's mix of
+retriever and reader scores. Both are stored in the index's manifest under the question encoder
+(name and file fingerprint) that was fitted, where the ``hybrid`` and ``rerank`` pipeline stages
+read them; re-indexing drops them with the vectors they were fitted on.
+
+The grids include each part alone (sparse or dense weight 0, retriever weight 0 or 1), so on the
+dev split a fitted combination is never worse than its best part.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from tqdm.auto import tqdm
+
+from qa_system.config import Settings
+from qa_system.data import LabelledQuestion, load_subjqa
+from qa_system.errors import QAError
+from qa_system.indexing import encoder_fingerprint
+from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, ranking_scores
+from qa_system.stores import Index, save_index
+
+MANIFEST_KEY = "calibration"
+DEFAULT_RETRIEVER_WEIGHT = 0.5
+RERANK_WEIGHTS = tuple(w / 20 for w in range(21))
+
+
+def encoder_key(settings: Settings) -> str:
+    """The question encoder a fit belongs to: its name and, for a local directory, its files' digest."""
+    model = settings.query_embedding_model or settings.embedding_model
+    return f"{model}#{encoder_fingerprint(model) or ''}"
+
+
+def _fits(index: Index, settings: Settings) -> dict[str, Any]:
+    return index.manifest.get(MANIFEST_KEY, {}).get(encoder_key(settings), {})
+
+
+def fusion_parameters(index: Index, settings: Settings) -> FusionParameters:
+    """The fusion fitted for this index and question encoder, else RankFusion's defaults (min-max, 0.5 / 0.5)."""
+    fitted = _fits(index, settings).get("fusion")
+    return FusionParameters(**{k: fitted[k] for k in ("mode", "k", "sparse_weight", "dense_weight")}) if fitted else FusionParameters()
+
+
+def fusion_values(index: Index, settings: Settings) -> dict[str, str]:
+    """hybrid.yml's fusion placeholders."""
+    parameters = fusion_parameters(index, settings)
+    return {
+        "fusion_mode": json.dumps(parameters.mode),
+        "fusion_k": json.dumps(parameters.k),
+        "sparse_weight": json.dumps(parameters.sparse_weight),
+        "dense_weight": json.dumps(parameters.dense_weight),
+    }
+
+
+def rerank_weight(index: Index, settings: Settings, retriever: str) -> float:
+    """The re-ranker's retriever weight fitted for this retriever, question encoder and reader, else 0.5."""
+    fitted = _fits(index, settings).get("rerank", {}).get(retriever)
+    if not fitted or fitted["reader"] != _reader_key(settings):
+        return DEFAULT_RETRIEVER_WEIGHT
+    return float(fitted["retriever_weight"])
+
+
+def _reader_key(settings: Settings) -> str:
+    return f"{settings.reader_model}#{encoder_fingerprint(settings.reader_model) or ''}"
+
+
+def _store(index: Index, settings: Settings, value: dict[str, Any], *keys: str) -> None:
+    """Write one fit at ``keys`` under the question encoder's entry and save the index (atomically, like every save)."""
+    node = index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(encoder_key(settings), {})
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+    save_index(index, settings)
+
+
+def dev_questions(settings: Settings, domain: str, split: str, limit: int | None = None) -> list[LabelledQuestion]:
+    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
+    if not questions:
+        raise QAError(f"The {domain} {split} split has no questions to fit on.", "pick a domain and split with labelled questions.")
+    return questions
+
+
+def fit_fusion_on_dev(settings: Settings, domain: str, index: Index, split: str = "dev", limit: int | None = None) -> dict[str, Any]:
+    """Fit the hybrid fusion on ``split`` (per-product and split filters), store it, return the fit with dev figures.
+
+    The candidate lists are those of the ``bm25`` and ``dense`` pipelines at the depth the hybrid
+    pipeline asks of its retrievers, so the fit sees what the hybrid fusion sees.
+    """
+    from qa_system.pipelines import FUSION_CANDIDATES, build_retrieval_pipeline
+
+    questions = dev_questions(settings, domain, split, limit)
+    sparse = build_retrieval_pipeline("bm25", settings, index=index)
+    dense = build_retrieval_pipeline("dense", settings, index=index)
+    candidates = []
+    for question in tqdm(questions, desc=f"fusion candidates ({domain} {split})", unit="q"):
+        ask = dict(item_id=question.item_id, split=question.split, top_k=FUSION_CANDIDATES)
+        candidates.append(RankedCandidates(sparse.run(question.question, **ask)["documents"], dense.run(question.question, **ask)["documents"], question.document_id))
+    parameters, scores = fit_fusion(candidates)
+    fit = {
+        **parameters.as_dict(),
+        "fitted_on": f"{domain} {split}",
+        "questions": len(questions),
+        "dev": {
+            "fused": scores,
+            "bm25": dict(zip(("recall@1", "mrr"), ranking_scores((c.sparse, c.relevant_id) for c in candidates))),
+            "dense": dict(zip(("recall@1", "mrr"), ranking_scores((c.dense, c.relevant_id) for c in candidates))),
+        },
+    }
+    _store(index, settings, fit, "fusion")
+    return fit
+
+
+def fit_rerank_on_dev(
+    settings: Settings, domain: str, index: Index, retriever: str = "hybrid", split: str = "dev", limit: int | None = None, weights: Sequence[float] = RERANK_WEIGHTS
+) -> dict[str, Any]:
+    """Fit the answerability re-ranker's retriever weight for ``retriever`` on ``split``; store and return it.
+
+    The reader reads each candidate review once; the weights are then tried on those scores.
+    """
+    from qa_system.pipelines import RERANK_CANDIDATES, build_retrieval_pipeline
+    from qa_system.retrieval.rerank import AnswerabilityRanker, mix
+
+    questions = dev_questions(settings, domain, split, limit)
+    pipeline = build_retrieval_pipeline(retriever, settings, index=index)
+    ranker = AnswerabilityRanker(settings.reader_model)
+    ranker.warm_up()
+    read = []
+    for question in tqdm(questions, desc=f"reading candidates ({domain} {split})", unit="q"):
+        documents = pipeline.run(question.question, item_id=question.item_id, split=question.split, top_k=RERANK_CANDIDATES)["documents"]
+        read.append((documents, ranker.answerability(question.question, documents), question.document_id))
+    scores = {w: ranking_scores((mix(docs, answerability, w), relevant) for docs, answerability, relevant in read) for w in weights}
+    best = max(weights, key=lambda w: (*scores[w], -abs(w - 0.5)))
+    fit = {
+        "retriever_weight": best,
+        "reader": _reader_key(settings),
+        "fitted_on": f"{domain} {split}",
+        "questions": len(questions),
+        "dev": {
+            "reranked": dict(zip(("recall@1", "mrr"), scores[best])),
+            "retriever": dict(zip(("recall@1", "mrr"), ranking_scores((documents, relevant) for documents, _, relevant in read))),
+        },
+    }
+    _store(index, settings, fit, "rerank", retriever)
+    return fit

