@@ -9,6 +9,7 @@ as in Elasticsearch; metadata filters restrict which documents may be returned.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -19,7 +20,7 @@ from haystack.core.serialization import import_class_by_name
 
 from qa_system.retrieval.filters import MetaPostings
 
-_TOKEN = re.compile(r"\w+")
+WORD_PATTERN = r"\w+"
 
 
 @lru_cache(maxsize=4)
@@ -43,14 +44,21 @@ def _stopwords(name: str | None) -> frozenset[str]:
 
 
 class Analyzer:
-    """Lower-case word tokens, English stopwords removed, Snowball-stemmed (like Elasticsearch's `english`)."""
+    """Lower-case word tokens, English stopwords removed, Snowball-stemmed (like Elasticsearch's `english`).
 
-    def __init__(self, stemmer_language: str | None = "english", stopwords: str | None = "en"):
+    ``token_pattern`` is the regular expression of a token; with Haystack's
+    ``bm25_tokenization_regex``, no stemmer and no stopwords, the tokens are those of Haystack's
+    InMemoryDocumentStore (text lower-cased and NFC-normalised first, as there).
+    """
+
+    def __init__(self, stemmer_language: str | None = "english", stopwords: str | None = "en", token_pattern: str = WORD_PATTERN):
         self.stemmer = _stemmer(stemmer_language)
         self.stopwords = _stopwords(stopwords)
+        self.token = re.compile(token_pattern)
 
     def __call__(self, text: str) -> list[str]:
-        tokens = [t for t in _TOKEN.findall(text.lower()) if t not in self.stopwords]
+        text = unicodedata.normalize("NFC", text.lower())
+        tokens = [t for t in self.token.findall(text) if t not in self.stopwords]
         return self.stemmer.stemWords(tokens) if self.stemmer else tokens
 
 
@@ -65,6 +73,11 @@ class BM25sRetriever:
     the query, ranked after the matching ones (score 0). A product has a handful of reviews and
     SubjQA questions often use other words than the review ("contrast" for "brightness"); this is
     also what Haystack 1.x's Elasticsearch query did (a filter makes its `should` clause optional).
+
+    A query term counts once, however often it occurs in the query (as in Haystack's in-memory
+    BM25). With ``method="lucene"`` the scores are Lucene's BM25; Haystack's InMemoryDocumentStore
+    with ``bm25_algorithm="BM25Plus"`` and ``delta=0`` computes the same function times ``k1 + 1``,
+    so, with the same tokens, both rank the documents identically.
     """
 
     def __init__(
@@ -77,13 +90,14 @@ class BM25sRetriever:
         stemmer_language: str | None = "english",
         stopwords: str | None = "en",
         return_unmatched: bool = True,
+        token_pattern: str = WORD_PATTERN,
     ):
         self.document_store = document_store
         self.return_unmatched = return_unmatched
         self.top_k = top_k
         self.k1, self.b, self.method = k1, b, method
-        self.stemmer_language, self.stopwords = stemmer_language, stopwords
-        self.analyzer = Analyzer(stemmer_language, stopwords)
+        self.stemmer_language, self.stopwords, self.token_pattern = stemmer_language, stopwords, token_pattern
+        self.analyzer = Analyzer(stemmer_language, stopwords, token_pattern)
         self._bm25 = None
         self._documents: list[Document] = []
         self._postings = MetaPostings([])
@@ -122,16 +136,18 @@ class BM25sRetriever:
         rows = self._candidate_rows(filters)
         if rows is not None and rows.size == 0:
             return {"documents": []}
-        token_ids = self._bm25.get_tokens_ids(self.analyzer(query))
+        token_ids = self._bm25.get_tokens_ids(list(dict.fromkeys(self.analyzer(query))))
         scores = self._bm25.get_scores_from_ids(token_ids) if token_ids else np.zeros(len(self._documents), dtype=np.float32)
         if rows is None or not self.return_unmatched:
             # Unfiltered, a document sharing no term with the query is no match (as in Elasticsearch).
             rows = np.flatnonzero(scores > 0) if rows is None else rows[scores[rows] > 0]
         candidate_scores = scores[rows]
         if rows.size > top_k:
-            best = np.argpartition(-candidate_scores, top_k - 1)[:top_k]
+            # Everything tied with the k-th best stays a candidate, so that ties go to corpus order.
+            kth_best = -np.partition(-candidate_scores, top_k - 1)[top_k - 1]
+            best = candidate_scores >= kth_best
             rows, candidate_scores = rows[best], candidate_scores[best]
-        order = np.lexsort((rows, -candidate_scores))  # score desc, then corpus order: deterministic
+        order = np.lexsort((rows, -candidate_scores))[:top_k]  # score desc, then corpus order: deterministic
         return {"documents": [replace(self._documents[rows[i]], score=float(candidate_scores[i])) for i in order]}
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +161,7 @@ class BM25sRetriever:
             stemmer_language=self.stemmer_language,
             stopwords=self.stopwords,
             return_unmatched=self.return_unmatched,
+            token_pattern=self.token_pattern,
         )
 
     @classmethod
