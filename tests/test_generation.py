@@ -81,10 +81,10 @@ def user_text(messages: list[ChatMessage]) -> str:
 
 def test_prompt_numbers_the_reviews_in_retrieval_order(causal_dir):
     builder = ReviewPromptBuilder(tokenizer=str(causal_dir))
-    out = builder.run("How is the sound?", docs("the sound is great", "  the  battery\nlasts ", ""))
+    out = builder.run("How is the sound?", docs("the sound is great", "  the  battery\nlasts ", "", "the sound is great"))
     text = user_text(out["messages"])
     assert "[1] the sound is great\n[2] the battery lasts\n\nQuestion: How is the sound?" in text
-    assert [d.id for d in out["documents"]] == ["d1", "d2"]  # the empty review is not given
+    assert [d.id for d in out["documents"]] == ["d1", "d2"]  # neither the empty review nor the repeated one
     assert out["prompt"]["truncated"] is False and 0 < out["prompt"]["prompt_tokens"] <= out["prompt"]["budget_tokens"]
     assert "[1]" in out["messages"][0].text and "I don't know." in out["messages"][0].text
 

@@ -97,8 +97,13 @@ class ReviewPromptBuilder:
         meta: token counts and what was truncated or dropped to fit."""
         self.warm_up()
         assert self._format is not None
-        given = [d for d in documents if (d.content or "").strip()]
-        full_texts = [" ".join(d.content.split()) for d in given]
+        given, full_texts = [], []
+        for document in documents:
+            text = " ".join((document.content or "").split())
+            # Empty reviews say nothing; a review indexed in several splits must not take two numbers.
+            if text and text not in full_texts:
+                given.append(document)
+                full_texts.append(text)
         texts, truncated = full_texts, []
         messages = self.messages(query, texts)
         tokens = self._format.count_messages(messages)
