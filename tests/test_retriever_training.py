@@ -1,0 +1,217 @@
+"""Retriever domain adaptation on tiny data: pairs and hard negatives, training runs that reload,
+re-embedding when the encoder changes, fusion fitting and answerability re-ranking on toy rankings."""
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from haystack import Document
+
+from qa_system.config import Settings
+from qa_system.data import load_subjqa
+from qa_system.errors import QAError
+from qa_system.indexing import build_index, encoder_fingerprint, open_or_build_index
+from qa_system.pipelines import check_embeddings
+from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, fusion_grid, ranking_scores
+from qa_system.retrieval.rerank import mix
+from qa_system.retrieval.training import (
+    RetrieverTrainingConfig,
+    TrainingData,
+    TrainingPair,
+    product_batches,
+    train_retriever,
+    training_data,
+    tuned_encoders,
+)
+from tests.conftest import SPLIT_ROWS, row, write_subjqa
+
+WORDS = "the screen battery sound bass cord mouse scroll wheel shipping reading good how is it".split()
+
+
+def tiny_encoder(directory: Path, seed: int = 0) -> str:
+    """A 2-layer, 32-wide BERT with a word-level vocabulary, saved as a plain HF model (sentence-transformers adds mean pooling)."""
+    import string
+
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    characters = string.ascii_lowercase + string.digits + string.punctuation
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *characters, *(f"##{c}" for c in characters)]
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(dict.fromkeys(tokens))}, do_lower_case=True)
+    tokenizer.save_pretrained(directory)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> str:
+    return tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"))
+
+
+# SubjQA's dev split copies train questions on the same reviews: r-kindle-1 here (the dev reviews
+# r-kindle-3 and r-phones-2 are not in train).
+COPIED_DEV = {
+    **SPLIT_ROWS,
+    "train": [*SPLIT_ROWS["train"], row("q10", "How is the scroll wheel?", "r-mouse-1", "the scroll wheel feels solid")],
+    "dev": [row("q1", "Is it good for reading?", "r-kindle-1", "great for reading books at night"), *SPLIT_ROWS["dev"]],
+}
+
+
+def test_pairs_leave_out_the_reviews_that_dev_copies(tmp_path):
+    data = load_subjqa("electronics", ["train", "dev"], write_subjqa(tmp_path / "subjqa", COPIED_DEV))
+    train = training_data(data)
+    assert sorted(p.document_id for p in train.pairs) == ["electronics/train/r-kindle-2", "electronics/train/r-mouse-1", "electronics/train/r-phones-1"]
+    assert "electronics/train/r-kindle-1" not in train.texts  # not a negative either
+    assert train.reviews_of_product[("electronics", "KINDLE")] == ["electronics/train/r-kindle-2"]
+    assert all(p.product[0] == "electronics" for p in train.pairs)
+
+
+def toy_training_data() -> TrainingData:
+    """Product A: 4 reviews, 5 questions (two on a1); B: 3 reviews; C: one review."""
+    reviews = {"A": ["a1", "a2", "a3", "a4"], "B": ["b1", "b2", "b3"], "C": ["c1"]}
+    asked = ["a1", "a1", "a2", "a3", "a4", "b1", "b2", "c1"]
+    product = {r: p for p, rs in reviews.items() for r in rs}
+    pairs = [TrainingPair(f"question {i} on {r}", r, ("d", product[r])) for i, r in enumerate(asked)]
+    return TrainingData(pairs, {r: f"review {r}" for r in product}, {("d", p): rs for p, rs in reviews.items()}, {"d": list(product)})
+
+
+def test_batches_keep_products_together_never_repeat_a_review_and_draw_hard_negatives_from_the_product():
+    data = toy_training_data()
+    product = {r: p for (_, p), rs in data.reviews_of_product.items() for r in rs}
+    batches = product_batches(data, batch_size=3, hard_negatives=1, rng=random.Random(0))
+    assert sorted(q for b in batches for q in b.questions) == sorted(p.question for p in data.pairs)  # every pair once
+    for batch in batches:
+        (negatives,) = batch.negative_ids
+        ids = batch.positive_ids + negatives
+        assert len(ids) == len(set(ids)), batch  # no review twice: nobody is pushed away from its own review
+        for positive, negative in zip(batch.positive_ids, negatives):
+            same_product_left = set(data.reviews_of_product[("d", product[positive])]) - set(batch.positive_ids)
+            if len(same_product_left) > 0 and product[positive] != "C":
+                assert product[negative] == product[positive] or not (same_product_left - set(negatives)), batch
+        questions, reviews, negative_texts = batch.columns(data.texts)
+        assert reviews == [f"review {i}" for i in batch.positive_ids] and len(negative_texts) == len(questions)
+    # A product's questions sit together: product A's first batch holds only A questions (batch of 3).
+    first_a = next(b for b in batches if product[b.positive_ids[0]] == "A")
+    assert {product[i] for i in first_a.positive_ids} == {"A"}
+    # Same seed, same batches.
+    assert product_batches(data, 3, 1, random.Random(0)) == batches
+    assert product_batches(data, 3, 0, random.Random(0))[0].negative_ids == []
+    with pytest.raises(QAError, match="hard negatives"):
+        product_batches(data, 8, 2, random.Random(0))
+
+
+def _weights(model_dir: Path) -> np.ndarray:
+    from safetensors.numpy import load_file
+
+    return np.concatenate([v.ravel() for _, v in sorted(load_file(str(model_dir / "model.safetensors")).items())])
+
+
+@pytest.mark.parametrize("kind", ["question", "shared"])
+def test_two_training_steps_save_an_encoder_the_retriever_reloads(tmp_path, settings, encoder, kind):
+    from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
+
+    out = tmp_path / "retriever"
+    config = RetrieverTrainingConfig(encoders=kind, epochs=1, max_steps=2, batch_size=2, hard_negatives=0, learning_rate=1e-3, max_seq_length=64)
+    result = train_retriever(["electronics"], encoder, out, config, settings, progress=False)
+    assert result.best_epoch == 1 and result.history[0]["epoch"] == 0 and result.history[1]["steps"] == 2
+    info = json.loads((out / "qa_system.json").read_text())
+    assert info["encoders"] == kind and info["train_questions"] == 3 and info["best_epoch"] == 1
+    assert set(info["dev_metrics"]) == {"electronics", "mean"} and 0 <= info["dev_metrics"]["mean"]["recall@1"] <= 1
+    assert "Dev strict recall per epoch" in (out / "README.md").read_text()
+    assert not np.allclose(_weights(out), _weights(Path(encoder)))  # it learned something
+    passage, query = tuned_encoders(out)
+    assert (passage, query) == ((encoder, str(out)) if kind == "question" else (str(out), None))
+    embedder = SentenceTransformersTextEmbedder(model=str(out), normalize_embeddings=True, progress_bar=False)
+    embedder.warm_up()
+    vector = embedder.run(text="How is the sound?")["embedding"]
+    assert len(vector) == 32 and np.isclose(np.linalg.norm(vector), 1.0, atol=1e-4)
+
+
+def test_training_is_reproducible(tmp_path, settings, encoder):
+    config = RetrieverTrainingConfig(epochs=1, max_steps=2, batch_size=1, hard_negatives=1, learning_rate=1e-3)
+    for name in ("a", "b"):
+        train_retriever(["electronics"], encoder, tmp_path / name, config, settings, progress=False)
+    assert np.array_equal(_weights(tmp_path / "a"), _weights(tmp_path / "b"))
+
+
+def test_training_errors_are_one_line(tmp_path, settings, encoder):
+    with pytest.raises(QAError, match="Could not load the base model"):
+        train_retriever(["electronics"], str(tmp_path / "missing"), tmp_path / "out", RetrieverTrainingConfig(max_steps=1), settings, progress=False)
+    with pytest.raises(QAError, match="Unknown encoder kind"):
+        train_retriever(["electronics"], encoder, tmp_path / "out", RetrieverTrainingConfig(encoders="both"), settings, progress=False)
+    with pytest.raises(QAError, match="no trained retriever encoder"):
+        tuned_encoders(tmp_path / "nothing")
+
+
+def test_an_index_is_re_embedded_when_the_encoder_changes_even_in_place(tmp_path, tiny_subjqa):
+    first, second = tiny_encoder(tmp_path / "first", seed=0), tiny_encoder(tmp_path / "second", seed=1)
+    settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", embedding_model=first)
+    index = build_index(settings, "electronics", progress=False)
+    vectors = {d.id: d.embedding for d in index.store.filter_documents()}
+    assert index.manifest["embedding_fingerprint"] == encoder_fingerprint(first)
+
+    # Same model: the saved index is reused as it is.
+    assert open_or_build_index(settings, "electronics", progress=False).manifest["created"] == index.manifest["created"]
+    # Another encoder: refused by dense pipelines, rebuilt by open_or_build_index.
+    other = settings.with_(embedding_model=second)
+    with pytest.raises(QAError, match="was embedded with .*first, not with the configured .*second"):
+        check_embeddings(index, other)
+    rebuilt = open_or_build_index(other, "electronics", progress=False)
+    assert rebuilt.embedding_model == second
+    assert all(not np.allclose(d.embedding, vectors[d.id]) for d in rebuilt.store.filter_documents())
+
+    # The same path retrained (new weights): the fingerprint tells, and the vectors are rebuilt.
+    tiny_encoder(tmp_path / "second", seed=2)
+    with pytest.raises(QAError, match="earlier version"):
+        check_embeddings(rebuilt, other)
+    again = open_or_build_index(other, "electronics", progress=False)
+    assert again.manifest["embedding_fingerprint"] == encoder_fingerprint(second) != rebuilt.manifest["embedding_fingerprint"]
+    check_embeddings(again, other)
+
+
+def _docs(*ids_scores):
+    return [Document(id=i, content=i, score=s) for i, s in ids_scores]
+
+
+def toy_candidates() -> list[RankedCandidates]:
+    """BM25 is right, and sure, on q1; the encoder is right, and sure, on q2; both are half right on q3.
+
+    Each alone gets 2 of 3 first; an even min-max mix gets all three.
+    """
+    return [
+        RankedCandidates(_docs(("A", 9.0), ("B", 1.0), ("X", 0.0)), _docs(("B", 0.52), ("A", 0.50), ("X", 0.0)), "A"),
+        RankedCandidates(_docs(("C", 5.0), ("D", 4.8), ("Y", 0.0)), _docs(("D", 0.9), ("C", 0.1), ("Y", 0.0)), "D"),
+        RankedCandidates(_docs(("E", 3.0), ("F", 2.0), ("Z", 0.0)), _docs(("E", 0.7), ("F", 0.6), ("Z", 0.0)), "E"),
+    ]
+
+
+def test_fusion_fitting_beats_each_part_on_a_toy_ranking():
+    candidates = toy_candidates()
+    sparse_alone = ranking_scores((c.sparse, c.relevant_id) for c in candidates)
+    dense_alone = ranking_scores((c.dense, c.relevant_id) for c in candidates)
+    assert sparse_alone[0] == dense_alone[0] == pytest.approx(2 / 3)
+    parameters, scores = fit_fusion(candidates)
+    assert scores["recall@1"] == 1.0 and parameters.mode == "minmax"
+    assert 0 < parameters.sparse_weight < 1 and parameters.sparse_weight + parameters.dense_weight == pytest.approx(1)
+    # The grid holds each part alone, so a fit is never worse than its best part on its data.
+    grid = fusion_grid()
+    assert FusionParameters("minmax", 60.0, 1.0, 0.0) in grid and FusionParameters("minmax", 60.0, 0.0, 1.0) in grid
+    # BM25 barely prefers G, the encoder is sure of H, and G is right: only a BM25-heavy fusion gets both.
+    bm25_side = RankedCandidates(_docs(("G", 2.0), ("H", 1.8), ("W", 0.0)), _docs(("H", 0.9), ("W", 0.5), ("G", 0.1)), "G")
+    parameters, scores = fit_fusion(candidates[:1] + [bm25_side])
+    assert scores["recall@1"] == 1.0 and parameters.sparse_weight > parameters.dense_weight
+
+
+def test_answerability_mix_reorders_and_weight_one_keeps_the_retriever_order():
+    documents = _docs(("A", 10.0), ("B", 8.0), ("C", 1.0))
+    answerability = [-3.0, 2.5, float("-inf")]  # C: nothing to read
+    assert [d.id for d in mix(documents, answerability, retriever_weight=1.0)] == ["A", "B", "C"]
+    reranked = mix(documents, answerability, retriever_weight=0.3)
+    assert [d.id for d in reranked] == ["B", "A", "C"]
+    assert reranked[0].meta["retrieval_score"] == 8.0 and reranked[0].meta["answerability"] == 2.5
+    assert reranked[2].meta["answerability"] == -3.0  # floored at the least answerable readable review
+    assert mix([], [], 0.5) == []
