@@ -91,10 +91,11 @@ def cmd_search(args: argparse.Namespace) -> None:
 
     settings = _settings(args)
     index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
-    pipeline = build_retrieval_pipeline(args.retriever, settings, index=index)
+    pipeline = build_retrieval_pipeline(args.retriever, settings, index=index, rerank=args.rerank)
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k)
     documents = result["documents"]
-    print(f"{len(documents)} review(s) for {args.item or 'all products'} ({args.retriever}, {1000 * result['timings']['retrieval_s']:.0f} ms)")
+    name = args.retriever + (" + re-ranking" if args.rerank else "")
+    print(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)")
     for rank, document in enumerate(documents, 1):
         meta = document.meta
         snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
@@ -114,7 +115,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
 
     settings = _settings(args)
     index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
-    pipeline = build_qa_pipeline(args.retriever, settings, index=index, answer_stage=args.mode)
+    pipeline = build_qa_pipeline(args.retriever, settings, index=index, answer_stage=args.mode, rerank=args.rerank)
     if args.mode == "rag":
         _ask_rag(pipeline, args)
         return
@@ -203,6 +204,45 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
         print(f"  dev {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float)))
 
 
+def cmd_train_retriever(args: argparse.Namespace) -> None:
+    from qa_system.retrieval.training import RetrieverTrainingConfig, train_retriever, tuned_encoders
+
+    settings = _settings(args)
+    config = RetrieverTrainingConfig(
+        encoders=args.encoders, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+        hard_negatives=args.hard_negatives, max_seq_length=args.max_seq_length, patience=args.patience, max_steps=args.max_steps,
+    )
+    result = train_retriever(args.domain, args.base_model or settings.embedding_model, args.output, config, settings, args.query_base_model)
+    print(f"Saved the best encoder (epoch {result.best_epoch}, {result.seconds / 60:.1f} min) to {result.output_dir}")
+    for name, metrics in result.dev_metrics.items():
+        print(f"  dev {name}: strict recall@1 {metrics['recall@1']:.3f}, recall@3 {metrics['recall@3']:.3f}, MRR {metrics['mrr']:.3f}")
+    passage, query = tuned_encoders(result.output_dir)
+    if query is not None and passage == settings.embedding_model:
+        print(f"Use it with --query-embedding-model {result.output_dir} (the indexed review vectors stay valid).")
+    else:
+        flags = f"--embedding-model {passage}" + (f" --query-embedding-model {query}" if query else "")
+        print(f"Use it with {flags}; `qa-system index {flags}` re-embeds the reviews.")
+
+
+def cmd_fit_fusion(args: argparse.Namespace) -> None:
+    from qa_system.indexing import open_or_build_index
+    from qa_system.retrieval.calibration import fit_fusion_on_dev, fit_rerank_on_dev
+
+    settings = _settings(args)
+    for domain in args.domain:
+        index = open_or_build_index(settings, domain)
+        fit = fit_fusion_on_dev(settings, domain, index, args.split, args.limit)
+        dev = fit["dev"]
+        print(f"{domain}: fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}); "
+              f"{fit['fitted_on']} strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})")
+        if args.rerank:
+            fit = fit_rerank_on_dev(settings, domain, index, "hybrid", args.split, args.limit)
+            dev = fit["dev"]
+            print(f"{domain}: re-ranking retriever weight {fit['retriever_weight']:.2f}; "
+                  f"{fit['fitted_on']} strict recall@1 {dev['reranked']['recall@1']:.3f} (hybrid alone {dev['retriever']['recall@1']:.3f})")
+    print(f"Stored in the index manifest for the question encoder {settings.query_embedding_model or settings.embedding_model}.")
+
+
 def _print_answer_metrics(result: dict, out: Path) -> None:
     metrics = result["metrics"]
     shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "always no answer"])]
@@ -248,8 +288,10 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
     from qa_system.evaluation.retrieval import evaluate_retrievers
 
     result = evaluate_retrievers(
-        _settings(args), args.domain[0], args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit
+        _settings(args), args.domain[0], args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit, tuned_model=args.tuned_model
     )
+    for note in result["notes"]:
+        print(note)
     metrics = result["metrics"]
     columns = ["retriever", "definition", "group", "n", *[f"recall@{k}" for k in sorted(set(args.k))], "mrr", "map"]
     shown = metrics[metrics["group"].isin(["all", "answerable"])][columns]
@@ -302,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--item", help=f"product (item_id) to search, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--width", type=int, default=400, help="characters of each review to print")
     p.set_defaults(func=cmd_search)
@@ -314,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability before answering")
     p.add_argument("--top-k", type=int, default=3, help="reviews to retrieve")
     p.add_argument("--answers", type=int, default=3, help="answers to show (extractive)")
     p.add_argument("--no-answer-threshold", type=float, help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
@@ -326,7 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = stages.add_parser("retriever", parents=[common], help="recall@k, MRR, MAP (strict and chapter definitions)")
     domain_option(p)
     p.add_argument("--split", default="test")
-    p.add_argument("--retriever", nargs="+", choices=RETRIEVERS, default=list(RETRIEVERS))
+    p.add_argument(
+        "--retriever", nargs="+", default=list(RETRIEVERS), metavar="VARIANT",
+        help="bm25, dense, hybrid, dense-ft, hybrid-ft (-ft: the fine-tuned encoder), each optionally +rerank, e.g. hybrid-ft+rerank",
+    )
+    p.add_argument("--tuned-model", type=Path, help="fine-tuned encoder of the -ft variants (default models/retriever-minilm-subjqa)")
     p.add_argument("--k", nargs="+", type=int, default=[1, 3, 5, 10, 20])
     p.add_argument("--out", type=Path, default=Path("reports/retriever"))
     p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
@@ -384,6 +432,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
     p.set_defaults(func=cmd_train_reader)
 
+    p = commands.add_parser("train-retriever", parents=[common], help="fine-tune the dense retriever's encoder on SubjQA (question, review) pairs")
+    domain_option(p)
+    p.add_argument("--encoders", choices=["question", "shared", "separate"], default="question",
+                   help="question: train the question encoder against the frozen review vectors (no re-indexing, minutes on CPU); "
+                        "shared: one encoder for both; separate: both, DPR-style (both re-embed the reviews)")
+    p.add_argument("--base-model", help="passage encoder to start from (default: the configured --embedding-model)")
+    p.add_argument("--query-base-model", help="question encoder to start from, DPR-style (default: --base-model)")
+    p.add_argument("--output", type=Path, default=Path("models/retriever-minilm-subjqa"))
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--learning-rate", type=float, default=2e-5)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--hard-negatives", type=int, default=1, help="extra reviews of the same product per question, beyond those in the batch")
+    p.add_argument("--max-seq-length", type=int, default=256, help="word pieces per text for the encoders that learn")
+    p.add_argument("--patience", type=int, default=1, help="epochs without dev recall@1 gain before stopping")
+    p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
+    p.set_defaults(func=cmd_train_retriever)
+
+    p = commands.add_parser("fit-fusion", parents=[common], help="fit the hybrid fusion (and --rerank's mix) on a dev split for the configured encoders")
+    domain_option(p)
+    p.add_argument("--split", default="dev")
+    p.add_argument("--rerank", action="store_true", help="also fit the answerability re-ranking of hybrid (needs the reader model)")
+    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_fit_fusion)
+
     p = commands.add_parser("ui", parents=[common], help="serve the search page (Streamlit) on http://ADDRESS:PORT")
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--address", default="localhost", help="0.0.0.0 to serve other machines")
@@ -400,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "domain", None) is None:
         # Training learns from every provided domain; everything else works on electronics by default.
-        args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command == "train-reader" else ["electronics"]
+        args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command in ("train-reader", "train-retriever") else ["electronics"]
     try:
         args.func(args)
     except QAError as error:

@@ -8,12 +8,20 @@ reviews of one product.
 * **chapter**: relevant documents are those containing one of the gold answer texts, and an
   unanswerable question always counts as a hit; this is how the chapter's Haystack 1.x
   evaluation counted, so only this one compares with its figures.
+
+Variants side by side: ``bm25``, ``dense`` and ``hybrid`` use the configured encoder; ``dense-ft``
+and ``hybrid-ft`` the fine-tuned one (``qa-system train-retriever``); ``+rerank`` appends
+answerability re-ranking (e.g. ``hybrid-ft+rerank``). Fusion weights and the re-ranking mix are
+those fitted on the domain's dev split (fitted first when missing; see ``retrieval.calibration``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import matplotlib.pyplot as plt
@@ -25,6 +33,27 @@ from qa_system.data import LabelledQuestion
 
 DEFAULT_KS = (1, 3, 5, 10, 20)
 DEFINITIONS = ("strict", "chapter")
+_BASES = {"bm25": ("bm25", False), "dense": ("dense", False), "hybrid": ("hybrid", False), "dense-ft": ("dense", True), "hybrid-ft": ("hybrid", True)}
+VARIANTS = tuple(f"{base}{suffix}" for suffix in ("", "+rerank") for base in _BASES)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named retrieval set-up: retriever, fine-tuned encoder or not, answerability re-ranking or not."""
+
+    name: str
+    retriever: str
+    tuned: bool
+    rerank: bool
+
+    @classmethod
+    def parse(cls, name: str) -> "Variant":
+        from qa_system.errors import QAError
+
+        base, _, suffix = name.partition("+")
+        if base not in _BASES or suffix not in ("", "rerank"):
+            raise QAError(f"Unknown retriever variant '{name}'.", f"use one of: {', '.join(VARIANTS)}.")
+        return cls(name, *_BASES[base], rerank=suffix == "rerank")
 
 Retrieve = Callable[[LabelledQuestion, int], list[Document]]
 
@@ -113,6 +142,16 @@ def recall_plot(table: pd.DataFrame, ks: Sequence[int], definition: str = "stric
     return figure
 
 
+def variant_settings(settings, variant: Variant, tuned_model: str | Path):
+    """The settings a variant runs with: the fine-tuned encoders in place of the configured ones for ``-ft``."""
+    from qa_system.retrieval.training import tuned_encoders
+
+    if not variant.tuned:
+        return settings
+    passage, query = tuned_encoders(tuned_model)
+    return dataclasses.replace(settings, embedding_model=passage, query_embedding_model=query)
+
+
 def evaluate_retrievers(
     settings,
     domain: str = "electronics",
@@ -121,36 +160,52 @@ def evaluate_retrievers(
     ks: Sequence[int] = DEFAULT_KS,
     out_dir=None,
     limit: int | None = None,
+    tuned_model: str | Path | None = None,
 ) -> dict:
-    """Evaluate retrievers on a labelled split (building the domain's index if there is none).
+    """Evaluate retriever variants (``VARIANTS``) on a labelled split (building the domain's index if there is none).
 
-    Returns {"metrics": DataFrame, "records": {retriever: DataFrame}, "timings": DataFrame} and
-    writes the report to ``out_dir`` when given.
+    ``tuned_model``: the fine-tuned encoder of the ``-ft`` variants (default models/retriever-minilm-subjqa).
+    A variant whose passage encoder differs from the configured one reads its own index
+    (``<index>@<encoder directory>``), so the configured index is never re-embedded by an evaluation.
+
+    Returns {"metrics": DataFrame, "records": {variant: DataFrame}, "timings": DataFrame, "notes":
+    [fitted parameters in force]} and writes the report to ``out_dir`` when given.
     """
     from qa_system.data import load_subjqa
     from qa_system.evaluation.report import write_report
     from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.retrieval.calibration import ensure_fitted
+    from qa_system.retrieval.training import DEFAULT_RETRIEVER_MODEL
+    from qa_system.stores import index_name
 
     ks = sorted(set(ks))
+    variants = [Variant.parse(name) for name in retrievers]
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-    index = open_or_build_index(settings, domain, embeddings=any(r != "bm25" for r in retrievers))
-    tables, all_records, timings = [], {}, []
-    for retriever in retrievers:
-        pipeline = build_retrieval_pipeline(retriever, settings, index=index)
+    index = open_or_build_index(settings, domain, embeddings=any(v.retriever != "bm25" for v in variants))
+    tables, all_records, timings, fitted, encoders = [], {}, [], [], []
+    for variant in variants:
+        run_settings = variant_settings(settings, variant, tuned_model or DEFAULT_RETRIEVER_MODEL)
+        run_index = index
+        if run_settings.embedding_model != settings.embedding_model:
+            run_index = open_or_build_index(run_settings, domain, name=f"{index_name(domain)}@{Path(run_settings.embedding_model).name}")
+        notes = ensure_fitted(run_settings, domain, run_index, variant.retriever, variant.rerank)
+        fitted += [f"{variant.name}: {note}" for note in notes]
+        encoders.append({"variant": variant.name, "passage_encoder": run_settings.embedding_model, "question_encoder": run_settings.query_embedding_model or run_settings.embedding_model, "index": run_index.name})
+        pipeline = build_retrieval_pipeline(variant.retriever, run_settings, index=run_index, rerank=variant.rerank)
 
         def retrieve(question: LabelledQuestion, depth: int) -> list[Document]:
             return pipeline.run(question.question, item_id=question.item_id, split=question.split, top_k=depth)["documents"]
 
-        records = run_retriever(questions, retrieve, max(ks), label=retriever)
+        records = run_retriever(questions, retrieve, max(ks), label=variant.name)
         table = retrieval_metrics(records, ks)
-        table.insert(0, "retriever", retriever)
+        table.insert(0, "retriever", variant.name)
         tables.append(table)
-        all_records[retriever] = records
+        all_records[variant.name] = records
         latency = records["latency_s"]
         timings.append(
             {
-                "retriever": retriever,
+                "retriever": variant.name,
                 "queries_per_s": len(records) / latency.sum(),
                 "p50_ms": 1000 * latency.quantile(0.5),
                 "p95_ms": 1000 * latency.quantile(0.95),
@@ -159,7 +214,7 @@ def evaluate_retrievers(
     metrics = pd.concat(tables, ignore_index=True)
     build = index.manifest.get("build_timings", {})
     timing_table = pd.DataFrame(timings)
-    result = {"metrics": metrics, "records": all_records, "timings": timing_table}
+    result = {"metrics": metrics, "records": all_records, "timings": timing_table, "notes": fitted}
     if out_dir is not None:
         records = pd.concat([r.assign(retriever=name) for name, r in all_records.items()], ignore_index=True)
         write_report(
@@ -172,10 +227,12 @@ def evaluate_retrievers(
                 "questions": len(questions),
                 "store": settings.store,
                 "embedding_model": settings.embedding_model,
+                "variants": encoders,
+                "fitted": fitted,
                 "index": {"name": index.name, "documents": index.manifest.get("documents"), "build_timings": build},
             },
             figures={"recall_at_k.png": recall_plot(metrics, ks, "strict"), "recall_at_k_chapter.png": recall_plot(metrics, ks, "chapter")},
-            sections={"latency": timing_table},
+            sections={"latency": timing_table, "encoders": pd.DataFrame(encoders)},
             records=records,
             notes=[
                 f"{len(questions)} questions; each asked with filters item_id = its product, split = {split}, "
@@ -183,6 +240,7 @@ def evaluate_retrievers(
                 "strict: the question's own review is in the top k (primary metric). chapter: a retrieved review "
                 "contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
                 f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
+                *fitted,
             ],
         )
     return result

@@ -149,3 +149,28 @@ def fit_rerank_on_dev(
     }
     _store(index, settings, fit, "rerank", retriever)
     return fit
+
+
+def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str, rerank: bool, split: str = "dev") -> list[str]:
+    """Fit on ``split`` whatever this pipeline reads and has no fit yet for its encoders and reader.
+
+    Returns one line per fitted parameter set in force, for reports.
+    """
+    notes = []
+    if retriever == "hybrid":
+        fit = _fits(index, settings).get("fusion") or fit_fusion_on_dev(settings, domain, index, split)
+        dev = fit["dev"]
+        notes.append(
+            f"fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}) "
+            f"fitted on {fit['fitted_on']}: strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})"
+        )
+    if rerank:
+        fit = _fits(index, settings).get("rerank", {}).get(retriever)
+        if not fit or fit["reader"] != _reader_key(settings):
+            fit = fit_rerank_on_dev(settings, domain, index, retriever, split)
+        dev = fit["dev"]
+        notes.append(
+            f"re-ranking of {retriever}: retriever weight {fit['retriever_weight']:.2f} fitted on {fit['fitted_on']}: "
+            f"strict recall@1 {dev['reranked']['recall@1']:.3f} ({retriever} alone {dev['retriever']['recall@1']:.3f})"
+        )
+    return notes
