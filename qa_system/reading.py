@@ -123,6 +123,9 @@ class ExtractiveReader:
     :param n_best: candidate spans kept per window before deduplication.
     :param context_chars: characters of review kept on each side of an answer in ``context``.
     :param batch_size: windows per forward pass (all windows of a query, in chunks of this size).
+    :param backend: "torch" (the reference) or "onnx": ONNX Runtime, int8, length-bucketed windows
+        (see ``qa_system.onnx_reader``; export first with ``qa-system export-onnx``).
+    :param onnx_model: the exported .onnx file or export directory; None = ``<model>/onnx`` (int8).
     """
 
     def __init__(
@@ -136,7 +139,13 @@ class ExtractiveReader:
         n_best: int = 20,
         context_chars: int = 100,
         batch_size: int = 32,
+        backend: str = "torch",
+        onnx_model: str | Path | None = None,
     ):
+        from qa_system.config import READER_BACKENDS
+
+        if backend not in READER_BACKENDS:
+            raise QAError(f"Unknown reader backend '{backend}'.", f"use one of: {', '.join(READER_BACKENDS)}.")
         if doc_stride >= max_seq_length:
             raise QAError(f"doc_stride ({doc_stride}) must be smaller than max_seq_length ({max_seq_length}).", "lower doc_stride.")
         self.model = str(model) if model is not None else None
@@ -148,8 +157,11 @@ class ExtractiveReader:
         self.n_best = n_best
         self.context_chars = context_chars
         self.batch_size = batch_size
+        self.backend = backend
+        self.onnx_model = str(onnx_model) if onnx_model is not None else None
         self._tokenizer = None
         self._model = None
+        self._onnx = None
         self._default_threshold = 0.0
 
     @classmethod
@@ -169,9 +181,15 @@ class ExtractiveReader:
 
     def warm_up(self) -> None:
         """Load the model (once); the tuned threshold comes from the model directory when there is one."""
-        if self._model is not None:
+        if self._model is not None or self._onnx is not None:
             return
         name = self.model_name
+        if self.backend == "onnx":
+            from qa_system.onnx_reader import load_onnx_reader
+
+            self._tokenizer, self._onnx, export_dir = load_onnx_reader(name, self.onnx_model)
+            self._default_threshold = float(read_model_info(export_dir).get("no_answer_threshold", 0.0))
+            return
         self._tokenizer, model = load_qa_model(name)
         self._model = model.eval()
         if Path(name).is_dir():
@@ -194,6 +212,8 @@ class ExtractiveReader:
             n_best=self.n_best,
             context_chars=self.context_chars,
             batch_size=self.batch_size,
+            backend=self.backend,
+            onnx_model=self.onnx_model,
         )
 
     @classmethod
@@ -244,6 +264,8 @@ class ExtractiveReader:
 
     def _logits(self, encoding) -> tuple[np.ndarray, np.ndarray]:
         """Start and end logits of every window: the one step a different backend replaces."""
+        if self._onnx is not None:
+            return self._onnx.logits(encoding, self.batch_size)
         import torch
 
         names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in encoding]
@@ -267,19 +289,22 @@ class ExtractiveReader:
         null = float(start[cls] + end[cls]) / 2
         if len(tokens) == 0:
             return null, []
-        # Context tokens are contiguous, so token distance = position distance.
-        pair = (start[tokens][:, None] + end[tokens][None, :]) / 2
-        length = np.arange(len(tokens))[None, :] - np.arange(len(tokens))[:, None]
-        pair = np.where((length >= 0) & (length < self.max_answer_length), pair, -np.inf)
-        flat = np.argsort(pair, axis=None)[::-1][: self.n_best]
+        # Context tokens are contiguous, so token distance = position distance. Only spans shorter
+        # than max_answer_length are scored: band[i, k] is the span of tokens i .. i + k.
+        count = len(tokens)
+        ends = np.arange(count)[:, None] + np.arange(min(self.max_answer_length, count))[None, :]
+        band = np.where(ends < count, (start[tokens][:, None] + end[tokens][np.minimum(ends, count - 1)]) / 2, -np.inf)
+        keep = min(self.n_best, band.size)
+        best = np.argpartition(band, band.size - keep, axis=None)[band.size - keep :]
+        best = best[np.argsort(band.ravel()[best])[::-1]]
         offsets = encoding["offset_mapping"][window]
         spans = []
-        for i, j in zip(*np.unravel_index(flat, pair.shape)):
-            if not np.isfinite(pair[i, j]):
+        for i, k in zip(*np.unravel_index(best, band.shape)):
+            if not np.isfinite(band[i, k]):
                 break
-            begin, stop = int(offsets[tokens[i]][0]), int(offsets[tokens[j]][1])
+            begin, stop = int(offsets[tokens[i]][0]), int(offsets[tokens[i + k]][1])
             if content[begin:stop].strip():
-                spans.append((begin, stop, float(pair[i, j])))
+                spans.append((begin, stop, float(band[i, k])))
         return null, spans
 
     def _answer(self, query: str, documents: Sequence[Document], span: SpanCandidate) -> ExtractedAnswer:
