@@ -1,0 +1,233 @@
+"""ONNX Runtime backend of the extractive reader: export, dynamic int8 quantisation, bucketed batches.
+
+On a 2-core CPU the reader's transformer is most of a query's time. This is the recipe of the
+reference book's chapter on efficient transformers, plus what matters for a reader:
+
+* export the PyTorch model to ONNX with eager attention, so that ONNX Runtime's transformer
+  optimiser can fuse attention, embeddings, GELU and layer norms into single kernels;
+* dynamic int8 quantisation of the weights (``quantize_dynamic``): activations are quantised on
+  the fly, so no calibration data is needed, and int8 matrix products use the CPU's VNNI units;
+* length bucketing with dynamic padding: windows of similar length run together, each batch padded
+  only to its own longest window, so a short review never pays for a long one's padding;
+* one intra-op thread per physical core, no inter-op parallelism, no thread spinning (spinning
+  threads steal the cores that the web server and the tokenizer need on a small machine).
+
+``export_onnx`` writes ``model.onnx`` (fp32, fused) and ``model-int8.onnx`` beside the tokenizer and
+the tuned no-answer threshold, plus ``export.json`` naming the source model's weights fingerprint,
+so that a reader never silently runs an export of an older model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qa_system.errors import QAError
+
+ONNX_SUBDIR = "onnx"  # default export location inside a local model directory
+FP32_FILE = "model.onnx"
+INT8_FILE = "model-int8.onnx"
+EXPORT_INFO = "export.json"
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUT_NAMES = ("start_logits", "end_logits")
+# Model types whose graph ONNX Runtime's "bert" optimiser knows how to fuse.
+FUSABLE_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
+BUCKET_TOKENS = 32  # windows whose lengths round up to the same multiple of this share a batch
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+
+
+def physical_cores() -> int:
+    """Physical cores (hyper-threads share one core's matrix units, so they do not help GEMMs)."""
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def weights_fingerprint(model_dir: str | Path) -> str | None:
+    """SHA-256 over a local model's weight files (None for a hub id or a directory without weights)."""
+    directory = Path(model_dir)
+    files = sorted(f for pattern in WEIGHT_PATTERNS for f in directory.glob(pattern)) if directory.is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def default_export_dir(model: str | Path) -> Path:
+    """Where ``export_onnx`` writes by default, and where the ONNX reader looks: ``<model>/onnx``."""
+    return Path(model).expanduser() / ONNX_SUBDIR
+
+
+def onnx_file(path: str | Path, quantized: bool = True) -> Path:
+    """The .onnx file that ``path`` names: the file itself, or the int8 (or fp32) model of an export directory."""
+    path = Path(path).expanduser()
+    return path / (INT8_FILE if quantized else FP32_FILE) if path.is_dir() else path
+
+
+def _export_graph(model, tokenizer, names: list[str], target: Path, opset: int) -> None:
+    import torch
+
+    sample = tokenizer(["How is the battery?"], ["The battery lasts a week and the screen is sharp."], return_tensors="pt")
+    axes = {name: {0: "batch", 1: "sequence"} for name in [*names, *OUTPUT_NAMES]}
+    with torch.no_grad():
+        torch.onnx.export(
+            model, tuple(sample[n] for n in names), str(target), input_names=names, output_names=list(OUTPUT_NAMES),
+            dynamic_axes=axes, opset_version=opset, dynamo=False,
+        )
+
+
+def _fuse(source: Path, target: Path, config) -> dict[str, int]:
+    """ONNX Runtime's transformer fusions (attention, embeddings, GELU, layer norm); {} when not applicable."""
+    if config.model_type not in FUSABLE_MODEL_TYPES:
+        shutil.copyfile(source, target)
+        return {}
+    from onnxruntime.transformers import optimizer
+
+    optimized = optimizer.optimize_model(
+        str(source), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size
+    )
+    optimized.save_model_to_file(str(target))
+    return {op: n for op, n in optimized.get_fused_operator_statistics().items() if n}
+
+
+def export_onnx(model: str | Path, output: str | Path | None = None, opset: int = 17) -> Path:
+    """Export a reader model (directory or hub id) to ONNX, fp32 and dynamically int8-quantised.
+
+    Returns the export directory (default ``<model>/onnx``); it holds everything the ONNX reader
+    needs (tokenizer, ``qa_system.json``), so it can be copied to a machine without PyTorch weights.
+    """
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from qa_system.reading import MODEL_INFO_FILE, load_qa_model
+
+    if output is None and not Path(model).expanduser().is_dir():
+        raise QAError(f"'{model}' is not a local directory, so there is no default export location.", "pass --output DIR.")
+    output = Path(output).expanduser() if output is not None else default_export_dir(model)
+    tokenizer, torch_model = load_qa_model(model)
+    # Eager attention exports as plain MatMul/Softmax nodes, the pattern the fusion recognises.
+    torch_model.set_attn_implementation("eager")
+    torch_model.eval()
+    names = [n for n in INPUT_NAMES if n in tokenizer.model_input_names]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        _export_graph(torch_model, tokenizer, names, staging / "raw.onnx", opset)
+        fused = _fuse(staging / "raw.onnx", staging / FP32_FILE, torch_model.config)
+        (staging / "raw.onnx").unlink()
+        onnx.checker.check_model(str(staging / FP32_FILE))
+        # DefaultTensorType: fused contrib ops carry no shape-inferred type; their outputs are float.
+        quantize_dynamic(
+            staging / FP32_FILE, staging / INT8_FILE, weight_type=QuantType.QInt8,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
+        tokenizer.save_pretrained(staging)
+        if (Path(model) / MODEL_INFO_FILE).is_file():
+            shutil.copyfile(Path(model) / MODEL_INFO_FILE, staging / MODEL_INFO_FILE)
+        info = {
+            "source": str(model), "weights_fingerprint": weights_fingerprint(model), "inputs": names, "opset": opset,
+            "fused_operators": fused, "quantization": "dynamic int8 (QInt8 weights, per tensor)",
+            "onnxruntime": onnxruntime.__version__, "files": {"fp32": FP32_FILE, "int8": INT8_FILE},
+        }
+        (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2), encoding="utf-8")
+        shutil.rmtree(output, ignore_errors=True)
+        staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output
+
+
+def read_export_info(export_dir: Path) -> dict[str, Any]:
+    path = export_dir / EXPORT_INFO
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def check_export(model: str | Path, path: str | Path) -> Path:
+    """The .onnx file for ``model``: a clear error when it is missing or exported from other weights."""
+    file = onnx_file(path)
+    fix = f"run `qa-system export-onnx --model {model}" + (f" --output {file.parent}`" if Path(path) != default_export_dir(model) else "`")
+    if not file.is_file():
+        raise QAError(f"There is no ONNX export of the reader at {file}.", f"{fix}, or use the torch reader backend.")
+    recorded = read_export_info(file.parent).get("weights_fingerprint")
+    current = weights_fingerprint(model)
+    if recorded and current and recorded != current:
+        raise QAError(f"The ONNX export {file} was made from other weights than the reader model {model}.", f"{fix} again.")
+    return file
+
+
+class OnnxQAModel:
+    """An ONNX Runtime session over an exported reader: start and end logits of tokenised windows.
+
+    :param path: the .onnx file.
+    :param threads: intra-op threads; None = the machine's physical cores.
+    """
+
+    def __init__(self, path: str | Path, threads: int | None = None):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or physical_cores()
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime raises its own untyped errors for bad files
+            raise QAError(f"Could not load the ONNX reader {path} ({str(error).splitlines()[0]}).", "re-run `qa-system export-onnx`.") from error
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.path = Path(path)
+
+    def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """Logits shaped like ``encoding["input_ids"]`` (-inf on padding), computed bucket by bucket."""
+        mask = np.asarray(encoding["attention_mask"])
+        lengths = mask.sum(axis=1)
+        width = mask.shape[1]
+        right_padded = bool(mask[:, 0].all())  # padding on the right leaves the first column all ones
+        start = np.full(mask.shape, -np.inf, dtype=np.float32)
+        end = np.full(mask.shape, -np.inf, dtype=np.float32)
+        for rows in length_buckets(lengths, batch_size):
+            longest = int(lengths[rows].max())
+            columns = slice(0, longest) if right_padded else slice(width - longest, width)
+            feeds = {name: np.asarray(encoding[name])[rows, columns].astype(np.int64) for name in self.input_names}
+            start[rows, columns], end[rows, columns] = self.session.run(list(OUTPUT_NAMES), feeds)
+        return start, end
+
+
+def length_buckets(lengths: np.ndarray, batch_size: int, quantum: int = BUCKET_TOKENS) -> list[np.ndarray]:
+    """Window indices grouped by length rounded up to ``quantum`` tokens, at most ``batch_size`` per group.
+
+    Each group is padded only to its own longest window, so padding stays under ``quantum`` tokens per window.
+    """
+    order = np.argsort(lengths, kind="stable")
+    keys = -(-lengths[order] // quantum)
+    groups = np.split(order, np.flatnonzero(np.diff(keys)) + 1)
+    return [chunk for group in groups for chunk in np.array_split(group, -(-len(group) // batch_size))]
+
+
+def load_onnx_reader(model: str | Path, onnx_model: str | Path | None = None, threads: int | None = None):
+    """Tokenizer, ONNX session and export directory of the reader ``model`` (export default ``<model>/onnx``)."""
+    from transformers import AutoTokenizer
+
+    path = Path(onnx_model).expanduser() if onnx_model is not None else default_export_dir(model)
+    file = check_export(model, path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(file.parent))
+    except (OSError, ValueError) as error:
+        raise QAError(f"The ONNX export {file.parent} has no usable tokenizer ({error}).", "re-run `qa-system export-onnx`.") from error
+    return tokenizer, OnnxQAModel(file, threads), file.parent
