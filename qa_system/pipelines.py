@@ -75,6 +75,8 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dic
         "document_store": json.dumps(store_dict),
         "query_embedding_model": json.dumps(settings.query_embedding_model or settings.embedding_model),
         "reader_model": json.dumps(settings.reader_model),
+        "reader_backend": json.dumps(settings.reader_backend),
+        "reader_onnx_model": json.dumps(settings.reader_onnx_model),
         **fusion_values(index, settings),
         **(extra or {}),
     }
