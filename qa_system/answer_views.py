@@ -126,4 +126,17 @@ def answer_view(answer: Any) -> AnswerView:
 
 
 def answer_views(answers: Sequence[Any]) -> list[AnswerView]:
-    return [answer_view(answer) for answer in answers]
+    """The answers as views, best first, each span once.
+
+    SubjQA repeats a review in every split it belongs to, so two retrieved copies of one review give
+    the same span twice; only the better-ranked one is kept.
+    """
+    views, seen = [], set()
+    for view in map(answer_view, answers):
+        if view.kind == "span":
+            key = (view.document.meta.get("review_id", view.document.id), view.start, view.end)
+            if key in seen:
+                continue
+            seen.add(key)
+        views.append(view)
+    return views

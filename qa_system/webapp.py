@@ -43,6 +43,7 @@ def streamlit_command(port: int = 8501, address: str = "localhost", headless: bo
         "--server.headless", str(headless).lower(),
         "--server.fileWatcherType", "auto" if watch else "none",
         "--browser.gatherUsageStats", "false",
+        "--client.toolbarMode", "viewer",
         "--theme.base", "light",
         "--theme.primaryColor", "#c2410c",
     ]  # fmt: skip

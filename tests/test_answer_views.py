@@ -49,3 +49,10 @@ def test_views_of_extracted_generated_and_no_answers():
 def test_confidence_levels():
     assert [confidence_level(s) for s in (0.9, 0.5, 0.1, None)] == ["high", "medium", "low", "unknown"]
     assert answer_view(ExtractedAnswer(query="q", score=0.456, data=None)).confidence == "46%"
+
+
+def test_copies_of_one_review_give_one_answer():
+    copies = [Document(id=f"electronics/{split}/r1", content=REVIEW, meta={"review_id": "r1", "split": split}) for split in ("train", "test")]
+    answers = [ExtractedAnswer(query="q", score=0.9 - i / 10, data="bass", document=d, document_offset=ExtractedAnswer.Span(4, 8)) for i, d in enumerate(copies)]
+    views = answer_views([*answers, ExtractedAnswer(query="q", score=0.1, data=None)])
+    assert [(v.kind, v.document and v.document.meta["split"]) for v in views] == [("span", "train"), ("no_answer", None)]

@@ -1,0 +1,229 @@
+"""The Streamlit search page through Streamlit's AppTest, on the tiny corpus and a tiny random reader.
+
+The reader's answers are noise, but their offsets are real: the tests check that cards highlight
+exactly the reader's span, that every setting reaches the pipeline, that feedback lands in SQLite
+and exports, and that bad input is a message on a page that keeps working.
+"""
+
+import sqlite3
+import sys
+from dataclasses import replace
+from html import escape, unescape
+from pathlib import Path
+
+import pytest
+from haystack import GeneratedAnswer
+from streamlit.testing.v1 import AppTest
+
+from conftest import write_subjqa
+from qa_system.cli import main as cli
+from qa_system.data.squad import read_squad
+from qa_system.pipelines import ANSWER_STAGES
+from qa_system.webapp import APP
+
+sys.path.insert(0, str(APP.parent))
+import resources  # noqa: E402  (the page's own module, to stand in for the RAG generator)
+
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def app_env(tmp_path_factory, tiny_reader) -> dict[str, str]:
+    """One corpus and home for the module: the index is built once, as on a real first start."""
+    root = tmp_path_factory.mktemp("ui")
+    return {"QA_DATA_DIR": str(write_subjqa(root / "subjqa")), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(tiny_reader)}
+
+
+@pytest.fixture
+def page(app_env, monkeypatch):
+    """Starts the page (with extra environment, query params) and returns the AppTest after its first run."""
+    for name in ("QA_ES_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in app_env.items():
+        monkeypatch.setenv(name, value)
+
+    def start(env: dict[str, str] | None = None, **query_params) -> AppTest:
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.query_params.update(query_params)
+        return at.run()
+
+    return start
+
+
+def button(at: AppTest, label: str, nth: int = 0):
+    return [b for b in at.button if b.label == label][nth]
+
+
+def ask(at: AppTest, question: str, product: str | None = None) -> AppTest:
+    if product:
+        at.selectbox(key="product").select(product)
+    at.text_input(key="question").input(question)
+    return button(at, "Ask").click().run()
+
+
+def answer_cards(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if 'class="qa-answer' in m.value]
+
+
+def messages(at: AppTest) -> str:
+    return " ".join(e.value for e in [*at.error, *at.warning])
+
+
+def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env):
+    at = page()
+    assert not at.exception
+    assert (Path(app_env["QA_HOME"]) / "indexes" / "memory" / "subjqa-electronics.json").is_file()  # built and saved on first start
+    assert at.selectbox(key="product").options[0] == "KINDLE · 4 reviews"  # most reviewed first, with counts
+    ask(at, "How is the bass?", "HEADPHONES")
+    assert not at.exception and not at.error
+    spans = [v for v in at.session_state["asked"].answers if v.kind == "span"]
+    cards = answer_cards(at)
+    assert spans and len([c for c in cards if "qa-span" in c]) == len(spans)
+    for view, card in zip(spans, [c for c in cards if "qa-span" in c]):
+        content = view.document.content
+        assert f"<mark>{escape(content[view.start : view.end])}</mark>" in card
+        before = unescape(card.split("<mark>")[0].rsplit('<div class="qa-review">', 1)[1]).lstrip("…")
+        assert content[: view.start].endswith(before)  # the mark sits at the reader's offset, not at a text match
+        assert "% confident" in card and view.document.meta["item_id"] == "HEADPHONES"
+    assert "Answered in" in " ".join(m.value for m in at.markdown if "qa-timings" in m.value)
+    assert at.expander[0].label.startswith("Retrieved reviews (3)")
+    assert at.query_params["item"] == "HEADPHONES" and at.query_params["q"] == "How is the bass?"  # a link to this answer
+
+
+def test_switching_retriever_and_pipeline(page, monkeypatch):
+    at = page()
+    assert at.radio(key="retriever").options == ["BM25 (keywords)", "Dense (meaning)", "Hybrid (both)"]
+    at.radio(key="retriever").set_value("dense")
+    ask(at, "Is the cord durable?", "HEADPHONES")
+    assert not at.error and at.session_state["asked"].pipeline.startswith("dense + extractive")
+    at.radio(key="retriever").set_value("hybrid").run()
+    button(at, "Ask").click().run()
+    retrieved = [m.value for m in at.markdown if "#1 · score" in m.value]
+    assert "BM25 " in retrieved[0] and "dense " in retrieved[0]  # the fused rankings' own scores are shown
+    at.slider(key="top_k").set_value(1)
+    at.slider(key="top_k_reader").set_value(1)
+    button(at, "Ask").click().run()
+    assert len(at.session_state["asked"].documents) == 1 and len([v for v in at.session_state["asked"].answers if v.kind == "span"]) == 1
+
+    if "rag" not in ANSWER_STAGES:
+        assert at.radio(key="stage").options == ["Extractive reader"]
+        return
+    real_build = resources.build_qa_pipeline
+
+    class CitingGenerator:  # stands in for the LLM: a generated answer citing the first review
+        def __init__(self, retrieval):
+            self.retrieval = retrieval
+
+        def run(self, question, **kwargs):
+            output = self.retrieval.run(question, **kwargs)
+            given = [replace(d, meta={**d.meta, "source_index": i, "referenced": i == 1}) for i, d in enumerate(output["documents"], 1)]
+            answer = GeneratedAnswer(data="The cord breaks [1].", query=question, documents=given, meta={"cited_document_ids": [given[0].id]})
+            return {**output, "answers": [answer]}
+
+    def build(retriever, settings, index=None, answer_stage="extractive"):
+        if answer_stage == "rag":
+            return CitingGenerator(real_build(retriever, settings, index=index, answer_stage=None))
+        return real_build(retriever, settings, index=index, answer_stage=answer_stage)
+
+    monkeypatch.setattr(resources, "build_qa_pipeline", build)
+    at.radio(key="stage").set_value("rag").run()
+    assert not [s for s in at.slider if s.key == "top_k_reader"]  # reader settings leave with the reader
+    button(at, "Ask").click().run()
+    card = answer_cards(at)[0]
+    assert "The cord breaks [1]." in card and "qa-generated" in card and "cites:" in card
+
+
+def test_random_labelled_question_shows_the_gold_answer(page):
+    at = page()
+    at.toggle(key="evaluation").set_value(True).run()
+    at.selectbox(key="split").select("dev").run()
+    button(at, "Random labelled question").click().run()
+    assert not at.exception and not at.error
+    gold = at.session_state["gold"]
+    assert gold.split == "dev" and at.text_input(key="question").value == gold.question
+    assert at.selectbox(key="product").value == gold.item_id
+    assert any("Annotators' answer" in m.value for m in at.markdown)
+    assert all(d.meta["split"] == "dev" for d in at.session_state["asked"].documents)  # asked as the evaluation does
+    assert all("EM " in card and "F1 " in card for card in answer_cards(at))
+    assert any("labelled review" in m.value for m in at.markdown) or any("was not retrieved" in c.value for c in at.caption)
+
+
+def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
+    at = page()
+    ask(at, "How is the bass?", "HEADPHONES")
+    views = at.session_state["asked"].answers
+    button(at, "Right").click().run()
+    button(at, "Right review, wrong answer", 1).click().run()
+    assert any("Saved: right answer." == c.value for c in at.caption)
+    with sqlite3.connect(f"{app_env['QA_HOME']}/feedback.sqlite") as connection:
+        rows = connection.execute('SELECT question, answer, document_id, start, "end", verdict, created FROM feedback ORDER BY id').fetchall()
+    spans = [v for v in views if v.kind == "span"]
+    first = spans[0]
+    assert rows[-2][:6] == ("How is the bass?", first.text, first.document.id, first.start, first.end, "correct") and rows[-2][6]
+    assert rows[-1][5] == "wrong_span"
+
+    # A confirmed "no answer" becomes an impossible question for the closest review.
+    at.toggle(key="tuned_threshold").set_value(False).run()
+    at.slider(key="threshold").set_value(10.0)
+    ask(at, "Is it waterproof?", "MOUSE")
+    assert "No answer in these reviews" in answer_cards(at)[0]
+    assert any("Closest reviews" in m.value for m in at.markdown)
+    button(at, "Right").click().run()
+
+    button(at, "Export as SQuAD v2").click().run()
+    assert not at.exception and at.success and "labelled questions" in at.success[0].value
+    examples, _ = read_squad(f"{app_env['QA_HOME']}/feedback/feedback-squad.json")
+    by_question = {e.question: e for e in examples}
+    assert by_question["How is the bass?"].answers == [(first.text, first.start)]
+    assert by_question["Is it waterproof?"].is_impossible
+    assert any("qa-system train-reader --train-file" in c.value for c in at.code)
+
+
+@pytest.mark.parametrize(
+    "question, product, message",
+    [
+        ("   ", "HEADPHONES", "The question is empty."),
+        ("How is the bass?", "NOPE", "Product 'NOPE' has no reviews"),
+    ],
+)
+def test_bad_questions_are_messages_and_the_page_keeps_working(page, question, product, message):
+    at = page(item=product)  # a linked product (?item=...) that may not exist
+    ask(at, question)
+    assert not at.exception and message in messages(at)
+    ask(at, "How is the bass?", "HEADPHONES")
+    assert not at.error and answer_cards(at)
+
+
+def test_a_reader_that_fails_to_load_still_shows_the_reviews(page, tmp_path):
+    at = page({"QA_READER_MODEL": str(tmp_path / "no-such-reader")})
+    ask(at, "How is the bass?", "HEADPHONES")
+    assert not at.exception and "has no config.json" in messages(at) and "Showing the closest reviews" in messages(at)
+    assert any("Closest reviews" in m.value for m in at.markdown) and any("r-phones-1" in m.value for m in at.markdown)
+
+
+def test_unreachable_elasticsearch_is_a_message_and_memory_still_works(page):
+    at = page({"QA_ES_URL": "http://127.0.0.1:9"})
+    assert at.selectbox(key="store").options == ["memory", "elasticsearch"]
+    at.selectbox(key="store").select("elasticsearch").run()
+    assert not at.exception and "Elasticsearch at http://127.0.0.1:9 is unreachable" in messages(at)
+    assert at.radio(key="retriever")  # the sidebar still works
+    at.selectbox(key="store").select("memory").run()
+    ask(at, "How is the bass?", "HEADPHONES")
+    assert not at.error and answer_cards(at)
+
+
+def test_dashboard_shows_the_reports_eval_writes(page, app_env, tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    at = page().switch_page("dashboard.py").run()
+    at.text_input(key="reports_dir").input(str(reports)).run()
+    assert "No reports under" in at.info[0].value
+    monkeypatch.setenv("QA_DATA_DIR", app_env["QA_DATA_DIR"])
+    assert cli(["eval", "retriever", "--split", "test", "--retriever", "bm25", "--k", "1", "3", "--out", str(reports / "retriever")]) == 0
+    at.run()
+    assert not at.exception and not at.error
+    assert at.subheader[0].value == "Retriever evaluation: SubjQA electronics test"
+    tables = [m.value for m in at.markdown if m.value.startswith("| ")]
+    assert "| recall@3 |" in tables[0] and any("| p50_ms |" in t for t in tables[2:])  # headline, all metrics, then sections
+    assert {caption for image in at.image for caption in image.captions} == {"recall_at_k.png", "recall_at_k_chapter.png"}

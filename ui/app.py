@@ -1,0 +1,25 @@
+"""The search page's entry point: ``streamlit run ui/app.py`` (or ``qa-system ui``).
+
+Two pages: asking questions about a product (``search.py``) and the evaluation dashboard
+(``dashboard.py``). The models and the index are loaded once per server process (``resources.py``).
+"""
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+# The pages import their helpers (cards, resources) from this folder, whoever starts the app.
+UI_DIR = str(Path(__file__).resolve().parent)
+if UI_DIR not in sys.path:
+    sys.path.insert(0, UI_DIR)
+
+from cards import CSS  # noqa: E402
+
+st.set_page_config(page_title="Ask the reviews", page_icon=":material/search:", layout="wide")
+st.html(CSS)
+pages = [
+    st.Page("search.py", title="Ask the reviews", icon=":material/search:", default=True),
+    st.Page("dashboard.py", title="Evaluation dashboard", icon=":material/monitoring:", url_path="dashboard"),
+]
+st.navigation(pages).run()

@@ -1,0 +1,87 @@
+"""HTML of the search page's cards: answers, reviews, the gold answer. Presentation only.
+
+Every text that comes from data is escaped; highlights come from ``qa_system.answer_views``
+segments, i.e. from the reader's character offsets.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Sequence
+
+from haystack import Document
+
+from qa_system.answer_views import AnswerView, Segment, highlight_segments
+
+CSS = """
+<style>
+.qa-answer { margin-bottom: .35rem; }
+.qa-answer-head { display: flex; align-items: baseline; gap: .75rem; flex-wrap: wrap; margin-bottom: .45rem; }
+.qa-answer-text { font-size: 1.3rem; font-weight: 650; color: #0f172a; }
+.qa-noanswer .qa-answer-text { color: #475569; }
+.qa-rank { color: #94a3b8; font-weight: 600; font-size: .95rem; }
+.qa-chip { display: inline-block; padding: .1rem .55rem; border-radius: 999px; font-size: .78rem; font-weight: 600; white-space: nowrap; }
+.qa-high { background: #dcfce7; color: #166534; }
+.qa-medium { background: #fef3c7; color: #92400e; }
+.qa-low, .qa-unknown { background: #f1f5f9; color: #475569; }
+.qa-em { background: #e0e7ff; color: #3730a3; }
+.qa-gold-chip { background: #fde68a; color: #78350f; }
+.qa-review { font-size: .95rem; line-height: 1.6; color: #334155; background: #f8fafc; border-left: 3px solid #fdba74;
+             padding: .55rem .8rem; border-radius: 6px; }
+.qa-review mark { background: #fde68a; color: #0f172a; padding: 0 .15rem; border-radius: 3px; font-weight: 600; }
+.qa-source { font-size: .8rem; color: #64748b; margin-top: .35rem; }
+.qa-hint { font-size: .9rem; color: #475569; }
+.qa-timings { font-size: .85rem; color: #64748b; margin: .1rem 0 .6rem; }
+.qa-timings b { color: #0f172a; }
+</style>
+"""
+
+
+def segments_html(segments: Sequence[Segment]) -> str:
+    return "".join(f"<mark>{escape(s.text)}</mark>" if s.highlighted else escape(s.text) for s in segments)
+
+
+def review_source(document: Document) -> str:
+    meta = document.meta
+    parts = [f"review {meta.get('review_id', document.id)}", meta.get("item_id"), f"{meta.get('split')} split" if meta.get("split") else None]
+    return " · ".join(escape(str(p)) for p in parts if p)
+
+
+def chip(text: str, kind: str) -> str:
+    return f'<span class="qa-chip qa-{kind}">{escape(text)}</span>'
+
+
+def answer_card(view: AnswerView, rank: int, window: int = 220, extra_chips: Sequence[str] = ()) -> str:
+    """One answer: its text, confidence, and the review it came from with the answer highlighted."""
+    chips = [chip(f"{view.confidence} confident", view.level)] if view.confidence else []
+    chips += list(extra_chips)
+    if view.kind == "no_answer":
+        head = '<span class="qa-answer-text">No answer in these reviews</span>'
+        body = '<div class="qa-hint">The reader found nothing that answers the question in the reviews it read. The closest reviews are below.</div>'
+        return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
+    head = f'<span class="qa-rank">{rank}.</span><span class="qa-answer-text">{escape(view.text or "")}</span>'
+    if view.kind == "span" and view.document is not None:
+        body = f'<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document)}</div>'
+    else:
+        sources = "".join(f"<li>[{d.meta.get('source_index', i)}] {review_source(d)}</li>" for i, d in enumerate(view.sources, 1))
+        body = f'<div class="qa-source">Generated from the retrieved reviews{f"; cites:<ul>{sources}</ul>" if sources else "."}</div>'
+    return f'<div class="qa-answer qa-{view.kind}"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
+
+
+def review_card(document: Document, spans: Sequence[tuple[int, int]] = (), chips: Sequence[str] = ()) -> str:
+    """A whole review, with the given character spans highlighted."""
+    text = segments_html(highlight_segments(document.content or "", spans))
+    return f'<div class="qa-source">{review_source(document)} {"".join(chips)}</div><div class="qa-review">{text}</div>'
+
+
+def timings_line(timings: dict[str, float], pipeline: str) -> str:
+    """Latency of the last query: total, the two stages, then every component."""
+
+    def ms(seconds: float) -> str:
+        return f"{1000 * seconds:.0f} ms"
+
+    components = " · ".join(f"{escape(name)} {ms(seconds)}" for name, seconds in timings.items() if not name.endswith("_s"))
+    return (
+        f'<div class="qa-timings">Answered in <b>{ms(timings["total_s"])}</b>: retrieval <b>{ms(timings["retrieval_s"])}</b>, '
+        f'answering <b>{ms(timings["answer_s"])}</b> &nbsp;·&nbsp; {escape(pipeline)}: {components}</div>'
+    )

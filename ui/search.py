@@ -1,0 +1,320 @@
+"""The search page: pick a product, ask a question, see the answers inside the reviews they came from.
+
+Presentation only: the pipelines, feedback storage, answer views, highlighting and spot checks are
+library functions (``qa_system``); this file lays them out.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import cards
+import resources
+import streamlit as st
+from haystack import Document
+
+from qa_system.answer_views import AnswerView, answer_views
+from qa_system.config import RETRIEVERS, Settings
+from qa_system.data import SPLITS, LabelledQuestion
+from qa_system.errors import QAError
+from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
+from qa_system.feedback import VERDICTS, Feedback, FeedbackStore
+from qa_system.pipelines import ANSWER_STAGES
+
+DEFAULT_ITEM = "B0074BW614"
+STAGE_LABELS = {"extractive": "Extractive reader", "rag": "Generative (RAG)"}
+RETRIEVER_LABELS = {"bm25": "BM25 (keywords)", "dense": "Dense (meaning)", "hybrid": "Hybrid (both)"}
+# Material icons ship with Streamlit, so they render without emoji fonts (headless browsers, servers).
+FEEDBACK_BUTTONS = {
+    "correct": ("Right", ":material/thumb_up:"),
+    "wrong": ("Wrong", ":material/thumb_down:"),
+    "wrong_span": ("Right review, wrong answer", ":material/rate_review:"),
+}
+WARNING = ":material/warning:"
+
+
+@dataclass(frozen=True)
+class Options:
+    """The sidebar's choices."""
+
+    answer_stage: str
+    retriever: str
+    top_k: int
+    top_k_reader: int
+    no_answer_threshold: float | None  # None: the reader's tuned threshold
+    store: str
+    evaluation: bool
+    split: str
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The last question and what it gave; kept in the session so that feedback clicks keep it on screen."""
+
+    run: int
+    question: str
+    item_id: str
+    documents: list[Document]
+    answers: list[AnswerView]
+    timings: dict[str, float]
+    pipeline: str
+    gold: LabelledQuestion | None = None
+    warning: str | None = None
+
+
+# ------------------------------------------------------------------------------------ sidebar
+
+
+def sidebar() -> Options:
+    with st.sidebar:
+        st.subheader("Settings")
+        stages = [stage for stage in STAGE_LABELS if stage in ANSWER_STAGES]
+        stage = st.radio("Answers", stages, format_func=STAGE_LABELS.get, key="stage", help="Extractive: a span copied from a review. RAG: a generated sentence citing the reviews.")
+        retriever = st.radio("Retriever", RETRIEVERS, format_func=RETRIEVER_LABELS.get, key="retriever", help="How the reviews to read are found.")
+        top_k = st.slider("Reviews to read (retriever top-k)", 1, 10, 3, key="top_k")
+        top_k_reader, threshold = 1, None
+        if stage == "extractive":
+            top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, 3, key="top_k_reader")
+            if not st.toggle("Reader's tuned no-answer threshold", value=True, key="tuned_threshold"):
+                threshold = st.slider(
+                    "No-answer threshold", -10.0, 10.0, 0.0, 0.5, key="threshold",
+                    help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
+                )  # fmt: skip
+        stores = ["memory", *(["elasticsearch"] if os.environ.get("QA_ES_URL") else [])]
+        store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set.")
+        st.divider()
+        evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
+        split = st.selectbox("Labelled split", SPLITS, index=SPLITS.index("test"), key="split") if evaluation else "test"
+    return Options(stage, retriever, top_k, top_k_reader, threshold, store, evaluation, split)
+
+
+def feedback_panel(store: FeedbackStore, settings: Settings) -> None:
+    with st.sidebar.expander("Feedback → training data"):
+        counts = store.counts()
+        st.caption(f"{sum(counts.values())} judgements saved: " + ", ".join(f"{counts.get(v, 0)} {VERDICTS[v].lower()}" for v in VERDICTS))
+        if st.button("Export as SQuAD v2", key="export"):
+            try:
+                export = store.export_squad(settings.home / "feedback" / "feedback-squad.json")
+            except QAError as error:
+                st.warning(str(error))
+                return
+            st.success(export.summary())
+            st.code(f"qa-system train-reader --train-file {export.path}", language="bash")
+            st.download_button("Download the file", export.path.read_bytes(), file_name=export.path.name, mime="application/json")
+
+
+# ------------------------------------------------------------------------------------ asking
+
+
+def init_from_url(counts: dict[str, int]) -> None:
+    """``?item=...&q=...`` pre-fills the form (and asks), so that answers can be linked to."""
+    if "product" in st.session_state:
+        return
+    params = st.query_params
+    st.session_state["product"] = params.get("item") or (DEFAULT_ITEM if DEFAULT_ITEM in counts else max(counts, key=counts.get))
+    if params.get("q"):
+        st.session_state["question"] = params["q"]
+        st.session_state["ask_now"] = True
+
+
+def pick_random_question(data_dir: Path, split: str, products: list[str]) -> None:
+    try:
+        question = random_question(resources.labelled_questions(str(data_dir)), split, products)
+    except QAError as error:
+        st.session_state["notice"] = str(error)
+        return
+    st.session_state.update(product=question.item_id, question=question.question, gold=question, ask_now=True)
+
+
+def search_form(counts: dict[str, int]) -> bool:
+    products = sorted(counts, key=lambda item: (-counts[item], item))
+    if st.session_state["product"] not in counts:  # a linked product without reviews: asking explains
+        products.insert(0, st.session_state["product"])
+    with st.form("ask", border=False):
+        product, question, button = st.columns([2, 5, 1], vertical_alignment="bottom")
+        product.selectbox(
+            "Product", products, key="product", help="Type to search by item id.",
+            format_func=lambda item: f"{item} · {counts[item]} reviews" if item in counts else f"{item} · no reviews",
+        )  # fmt: skip
+        question.text_input("Question", key="question", placeholder="e.g. Is it good for reading?")
+        return button.form_submit_button("Ask", type="primary", width="stretch")
+
+
+def ask(settings: Settings, index, options: Options) -> None:
+    question, item = st.session_state.get("question", ""), st.session_state["product"]
+    gold = st.session_state.get("gold")
+    if gold is not None and not (options.evaluation and gold.question == question.strip() and gold.item_id == item):
+        gold = None  # the labelled question was edited or left: no gold to compare with
+    st.session_state["gold"] = gold
+    warning = None
+    try:
+        try:
+            pipeline = resources.qa_pipeline(settings, options.retriever, options.answer_stage, index)
+        except QAError as error:  # e.g. the reader does not load: the reviews can still be shown
+            warning = f"{error} Showing the closest reviews without answers."
+            pipeline = resources.qa_pipeline(settings, options.retriever, None, index)
+        with st.spinner("Reading the reviews…"):
+            output = pipeline.run(
+                question, item_id=item, split=gold.split if gold else None, top_k=options.top_k,
+                top_k_reader=options.top_k_reader, no_answer_threshold=options.no_answer_threshold,
+            )  # fmt: skip
+    except QAError as error:
+        st.session_state["asked"] = None
+        st.error(str(error), icon=WARNING)
+        return
+    st.query_params.update(item=item, q=question.strip())
+    run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
+    label = f"{options.retriever} + {options.answer_stage}" + (f" ({Path(settings.reader_model).name})" if options.answer_stage == "extractive" else "")
+    views = answer_views(output.get("answers", []))
+    st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning)
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdict: str, key: str) -> None:
+    # A "no answer" (or a generated answer) is judged against the closest review it was shown with.
+    document = view.document or next(iter(view.sources or asked.documents), None)
+    try:
+        store.record(
+            Feedback(
+                verdict=verdict, question=asked.question, answer=view.text, start=view.start, end=view.end,
+                document_id=document.id if document else None, item_id=asked.item_id,
+                review_id=document.meta.get("review_id") if document else None, context=document.content if document else None,
+                score=view.score, pipeline=asked.pipeline, labelled_question_id=asked.gold.id if asked.gold else None,
+            )
+        )  # fmt: skip
+    except QAError as error:
+        st.session_state["notice"] = str(error)
+        return
+    st.session_state.setdefault("votes", {})[key] = verdict
+    st.toast("Thanks! Your feedback is saved.", icon="✅")
+
+
+def feedback_buttons(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
+    key = f"feedback-{asked.run}-{rank}"
+    verdicts = ["correct", "wrong", *(["wrong_span"] if view.kind == "span" else [])]
+    with st.container(horizontal=True, vertical_alignment="center"):
+        for verdict in verdicts:
+            label, icon = FEEDBACK_BUTTONS[verdict]
+            st.button(label, icon=icon, key=f"{key}-{verdict}", on_click=record_feedback, args=(store, asked, view, verdict, key))
+        if voted := st.session_state.get("votes", {}).get(key):
+            st.caption(f"Saved: {VERDICTS[voted].lower()}.")
+
+
+def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
+    if asked.gold is None:
+        return []
+    score = score_prediction(asked.gold, view.text)
+    return [cards.chip(f"EM {score.em:.0f} · F1 {score.f1:.2f}", "em")]
+
+
+def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
+    with st.container(border=True):
+        st.markdown(cards.answer_card(view, rank, extra_chips=gold_chips(asked, view)), unsafe_allow_html=True)
+        feedback_buttons(store, asked, view, rank)
+
+
+def show_answers(store: FeedbackStore, asked: Asked) -> None:
+    views = asked.answers
+    if not views:
+        st.markdown("##### Closest reviews")
+        for document in asked.documents[:3]:
+            st.markdown(cards.review_card(document), unsafe_allow_html=True)
+        return
+    null = next((i for i, v in enumerate(views) if v.kind == "no_answer"), len(views))
+    answered, unsure = views[:null], views[null + 1 :]
+    if answered:
+        for rank, view in enumerate(answered, 1):
+            answer_card(store, asked, view, rank)
+    else:
+        answer_card(store, asked, views[null], 0)
+        st.markdown("##### Closest reviews")
+        for document in asked.documents[:3]:
+            st.markdown(cards.review_card(document), unsafe_allow_html=True)
+    if unsure:
+        null_score = views[null].confidence
+        st.markdown(f"##### Less likely than “no answer”{f' ({null_score})' if null_score else ''}")
+        for rank, view in enumerate(unsure, len(answered) + 1):
+            answer_card(store, asked, view, rank)
+
+
+def show_gold(asked: Asked) -> None:
+    gold = asked.gold
+    st.markdown("##### Annotators' answer")
+    kind = "subjective" if gold.is_subjective else "factual"
+    with st.container(border=True):
+        if gold.no_answer:
+            st.markdown(f"**No answer** (unanswerable in its review) · {kind} question · `{gold.id}`")
+        else:
+            texts = " · ".join(f"“{a.text}”" for a in gold.answers)
+            st.markdown(f"**{texts}** · {kind} question · `{gold.id}`")
+        rank = gold_rank(gold, asked.documents)
+        st.caption(f"Its review was retrieved at rank {rank} of {len(asked.documents)}." if rank else "Its review was not retrieved, so the reader never saw it.")
+        review = Document(id=gold.document_id, content=gold.context, meta={"review_id": gold.review_id, "item_id": gold.item_id, "split": gold.split})
+        st.markdown(cards.review_card(review, [(a.start, a.end) for a in gold.located_answers]), unsafe_allow_html=True)
+
+
+def show_retrieved(asked: Asked) -> None:
+    with st.expander(f"Retrieved reviews ({len(asked.documents)}), with their retriever scores"):
+        if not asked.documents:
+            st.caption("No review of this product matched.")
+        for rank, document in enumerate(asked.documents, 1):
+            spans = [(v.start, v.end) for v in asked.answers if v.kind == "span" and v.document.id == document.id]
+            chips = [cards.chip(f"#{rank} · score {document.score:.3f}", "unknown")]
+            if "retriever_scores" in document.meta:  # hybrid: the fused rankings' own scores
+                sparse, dense = document.meta["retriever_scores"]
+                chips.append(cards.chip(f"BM25 {sparse:.2f}" if sparse is not None else "BM25 –", "unknown"))
+                chips.append(cards.chip(f"dense {dense:.2f}" if dense is not None else "dense –", "unknown"))
+            if asked.gold is not None and document.id == asked.gold.document_id:
+                chips.append(cards.chip("labelled review", "gold-chip"))
+            st.markdown(cards.review_card(document, spans, chips), unsafe_allow_html=True)
+
+
+def show_timings(asked: Asked) -> None:
+    st.markdown(cards.timings_line(asked.timings, asked.pipeline), unsafe_allow_html=True)
+
+
+# ------------------------------------------------------------------------------------ page
+
+
+def main() -> None:
+    options = sidebar()
+    st.title("Ask the reviews")
+    st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
+    try:
+        settings = Settings.from_env(store=options.store)
+        index = resources.open_index(settings)
+    except QAError as error:
+        st.error(str(error), icon=WARNING)
+        return
+    feedback = FeedbackStore(settings.feedback_db)
+    feedback_panel(feedback, settings)
+    counts = index.item_counts()
+    init_from_url(counts)
+    if options.evaluation:
+        st.button("Random labelled question", icon=":material/casino:", on_click=pick_random_question, args=(settings.data_dir, options.split, list(counts)))
+    if notice := st.session_state.pop("notice", None):
+        st.warning(notice, icon=WARNING)
+    if search_form(counts) | st.session_state.pop("ask_now", False):
+        ask(settings, index, options)
+    asked = st.session_state.get("asked")
+    if asked is None:
+        return
+    if asked.warning:
+        st.warning(asked.warning, icon=WARNING)
+    show_timings(asked)
+    if asked.gold is not None:
+        answers, gold = st.columns([3, 2], gap="large")
+        with answers:
+            show_answers(feedback, asked)
+        with gold:
+            show_gold(asked)
+    else:
+        show_answers(feedback, asked)
+    show_retrieved(asked)
+
+
+main()
