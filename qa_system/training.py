@@ -74,6 +74,10 @@ class DevPrediction:
     null_em: float
     null_f1: float
 
+    @property
+    def unanswerable(self) -> bool:
+        return self.null_f1 == 1.0  # abstaining scores 1 exactly when the gold answer is ""
+
 
 def subjqa_to_squad_files(
     domains: Sequence[str],
@@ -93,22 +97,30 @@ def subjqa_to_squad_files(
     return written
 
 
-def tune_no_answer_threshold(predictions: Sequence[DevPrediction]) -> tuple[float, float]:
+def tune_no_answer_threshold(predictions: Sequence[DevPrediction], no_answer_prior: float | None = None) -> tuple[float, float]:
     """The threshold maximising mean F1 when answering exactly the questions with gap >= threshold.
 
     Sweeps the thresholds between consecutive gaps (as the official SQuAD v2 script's
     ``find_best_thresh`` does) and returns (threshold, F1); the midpoint between two gaps is
     chosen so that the decision is not on a knife edge.
+
+    ``no_answer_prior`` corrects for label shift: the questions are weighted so that unanswerable
+    ones make up that share. SubjQA's dev splits are far more often unanswerable (51% pooled,
+    61% electronics) than its train (38%) and test (32%) splits, and a threshold fitted to them
+    unweighted abstains much too often; the training share is the best prior known at training time.
     """
     if not predictions:
         raise QAError("No dev questions to tune the no-answer threshold on.", "pass at least one dev file with questions.")
-    ordered = sorted(predictions, key=lambda p: p.gap, reverse=True)
+    weights = _prior_weights(predictions, no_answer_prior)
+    order = sorted(range(len(predictions)), key=lambda i: predictions[i].gap, reverse=True)
+    ordered = [predictions[i] for i in order]
+    weights = [weights[i] for i in order]
     gaps = [p.gap for p in ordered]
     # Threshold above every gap: abstain everywhere; then answer one more question at each step.
-    total = best_total = sum(p.null_f1 for p in ordered)
+    total = best_total = sum(w * p.null_f1 for p, w in zip(ordered, weights))
     best_index = 0
-    for i, p in enumerate(ordered, start=1):
-        total += p.answer_f1 - p.null_f1
+    for i, (p, w) in enumerate(zip(ordered, weights), start=1):
+        total += w * (p.answer_f1 - p.null_f1)
         if total > best_total + 1e-9:
             best_total, best_index = total, i
     if best_index == 0:
@@ -117,7 +129,32 @@ def tune_no_answer_threshold(predictions: Sequence[DevPrediction]) -> tuple[floa
         threshold = gaps[best_index - 1] - 1.0
     else:
         threshold = (gaps[best_index - 1] + gaps[best_index]) / 2
-    return float(threshold), best_total / len(ordered)
+    return float(threshold), best_total / sum(weights)
+
+
+def _prior_weights(predictions: Sequence[DevPrediction], no_answer_prior: float | None) -> list[float]:
+    share = sum(p.unanswerable for p in predictions) / len(predictions)
+    if no_answer_prior is None or share in (0.0, 1.0):
+        return [1.0] * len(predictions)
+    unanswerable, answerable = no_answer_prior / share, (1 - no_answer_prior) / (1 - share)
+    return [unanswerable if p.unanswerable else answerable for p in predictions]
+
+
+def no_answer_share(examples: Sequence[SquadExample]) -> float:
+    """Share of unanswerable questions, the prior the threshold is tuned for."""
+    return sum(e.is_impossible for e in examples) / len(examples) if examples else 0.0
+
+
+def retune_threshold(model_dir: PathLike, dev_files: Sequence[PathLike], no_answer_prior: float | None) -> dict[str, Any]:
+    """Re-tune a trained reader's no-answer threshold (no retraining) and store it with the model."""
+    reader = ExtractiveReader(model=str(model_dir))
+    pooled = [p for path in dev_files for p in dev_predictions(reader, read_squad(path)[0])]
+    threshold, _ = tune_no_answer_threshold(pooled, no_answer_prior)
+    info_path = Path(model_dir) / MODEL_INFO_FILE
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    info.update(no_answer_threshold=threshold, no_answer_prior=no_answer_prior, threshold_tuned_on=[Path(p).name for p in dev_files])
+    info_path.write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
+    return {"no_answer_threshold": threshold, "pooled_dev": scores_at(pooled, threshold)}
 
 
 def scores_at(predictions: Sequence[DevPrediction], threshold: float) -> dict[str, float]:
@@ -277,7 +314,9 @@ def train_reader(
     optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
     reader = ExtractiveReader.from_loaded(model, tokenizer, max_seq_length=config.max_seq_length, doc_stride=config.doc_stride)
+    no_answer_prior = no_answer_share(train_examples)
     info_base = {
+        "no_answer_prior": no_answer_prior,
         "base_model": base_model,
         "train_files": [Path(p).name for p in train_files],
         "train_questions": len(train_examples),
@@ -310,7 +349,7 @@ def train_reader(
         model.eval()
         per_file = {path: dev_predictions(reader, examples) for path, examples in dev_sets.items()}
         pooled = [p for path in map(Path, dev_files) for p in per_file[path]]
-        threshold, _ = tune_no_answer_threshold(pooled)
+        threshold, _ = tune_no_answer_threshold(pooled, no_answer_prior)
         metrics = {path.name: scores_at(preds, threshold) for path, preds in per_file.items()}
         metrics["pooled"] = scores_at(pooled, threshold)
         record = {"epoch": epoch, "steps": step, "train_loss": float(np.mean(losses)) if losses else None, "no_answer_threshold": threshold, "dev": metrics}

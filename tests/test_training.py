@@ -85,6 +85,24 @@ def test_threshold_tuning_maximises_f1():
     assert tune_no_answer_threshold(always_null)[0] > 1.0
 
 
+def test_threshold_tuning_corrects_for_the_no_answer_prior():
+    # Dev is 3/4 unanswerable; the question with gap 0.5 is answerable and answered right,
+    # the one with gap 1.0 is unanswerable (answering it costs 1).
+    predictions = [
+        DevPrediction(gap=1.0, answer_em=0, answer_f1=0, null_em=1, null_f1=1),
+        DevPrediction(gap=0.5, answer_em=1, answer_f1=1, null_em=0, null_f1=0),
+        DevPrediction(gap=-1.0, answer_em=0, answer_f1=0, null_em=1, null_f1=1),
+        DevPrediction(gap=-2.0, answer_em=0, answer_f1=0, null_em=1, null_f1=1),
+    ]
+    # Unweighted, answering both top questions gains 1 and loses 1: abstaining everywhere wins ties.
+    assert tune_no_answer_threshold(predictions)[0] > 1.0
+    # Weighted to a 50% prior, the answerable question counts 2, each unanswerable 2/3: answer both.
+    threshold, f1 = tune_no_answer_threshold(predictions, no_answer_prior=0.5)
+    assert threshold == pytest.approx(-0.25)  # midway between the gaps 0.5 and -1.0
+    assert scores_at(predictions, threshold)["answered"] == 0.5
+    assert f1 == pytest.approx((2 + 2 / 3 + 2 / 3) / 4)
+
+
 def test_unloadable_base_model_is_a_clear_error(tmp_path, squad_files):
     from qa_system.errors import QAError
 
