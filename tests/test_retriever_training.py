@@ -215,3 +215,63 @@ def test_answerability_mix_reorders_and_weight_one_keeps_the_retriever_order():
     assert reranked[0].meta["retrieval_score"] == 8.0 and reranked[0].meta["answerability"] == 2.5
     assert reranked[2].meta["answerability"] == -3.0  # floored at the least answerable readable review
     assert mix([], [], 0.5) == []
+
+
+@pytest.fixture()
+def tuned_setup(tmp_path, tiny_subjqa, tiny_reader, encoder):
+    """Tiny data indexed with the tiny encoder, a question encoder trained from it for two steps, the tiny reader."""
+    settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", embedding_model=encoder, reader_model=str(tiny_reader))
+    build_index(settings, "electronics", progress=False)
+    model = tmp_path / "retriever"
+    train_retriever(["electronics"], encoder, model, RetrieverTrainingConfig(epochs=1, max_steps=2, batch_size=2, hard_negatives=0), settings, progress=False)
+    return settings, model
+
+
+def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pipeline(tuned_setup):
+    from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.retrieval.calibration import fit_fusion_on_dev, fusion_parameters
+    from qa_system.stores import open_index
+
+    settings, model = tuned_setup
+    index = open_index(settings, "electronics")
+    fit = fit_fusion_on_dev(settings, "electronics", index)
+    assert fit["fitted_on"] == "electronics dev" and fit["questions"] == 2
+    assert fit["dev"]["fused"]["recall@1"] >= max(fit["dev"]["bm25"]["recall@1"], fit["dev"]["dense"]["recall@1"])
+    reopened = open_index(settings, "electronics")  # saved with the index
+    assert fusion_parameters(reopened, settings) == FusionParameters(fit["mode"], fit["k"], fit["sparse_weight"], fit["dense_weight"])
+    fusion = build_retrieval_pipeline("hybrid", settings, index=reopened).pipeline.get_component("fusion")
+    assert (fusion.mode, fusion.sparse_weight, fusion.dense_weight) == (fit["mode"], fit["sparse_weight"], fit["dense_weight"])
+    # Another question encoder has no fit yet: the defaults.
+    assert fusion_parameters(reopened, settings.with_(query_embedding_model=str(model))) == FusionParameters()
+
+
+def test_retriever_evaluation_puts_stock_fine_tuned_fused_and_reranked_side_by_side(tuned_setup, tmp_path):
+    from qa_system.evaluation.retrieval import evaluate_retrievers
+
+    settings, model = tuned_setup
+    variants = ["bm25", "dense", "dense-ft", "hybrid-ft", "hybrid-ft+rerank"]
+    result = evaluate_retrievers(settings, "electronics", "test", variants, ks=(1, 3), out_dir=tmp_path / "report", tuned_model=model)
+    metrics = result["metrics"]
+    assert list(metrics["retriever"].unique()) == variants
+    assert set(metrics["definition"]) == {"strict", "chapter"}
+    assert any(n.startswith("hybrid-ft: fusion") and "fitted on electronics dev" in n for n in result["notes"])
+    assert any(n.startswith("hybrid-ft+rerank: re-ranking of hybrid") for n in result["notes"])
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    encoders = {row["variant"]: row for row in report["encoders"]}
+    assert encoders["dense-ft"]["question_encoder"] == str(model) and encoders["dense-ft"]["passage_encoder"] == settings.embedding_model
+    assert encoders["dense-ft"]["index"] == "subjqa-electronics"  # a question encoder searches the existing vectors
+    # A reranked list is a permutation of the retrieved candidates.
+    reranked = result["records"]["hybrid-ft+rerank"]
+    assert (reranked["retrieved"] == result["records"]["hybrid-ft"]["retrieved"]).all()
+
+
+def test_a_shared_encoder_variant_reads_its_own_index(tmp_path, tiny_subjqa, encoder):
+    from qa_system.evaluation.retrieval import evaluate_retrievers
+
+    settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", embedding_model=encoder)
+    model = tmp_path / "shared"
+    train_retriever(["electronics"], encoder, model, RetrieverTrainingConfig(encoders="shared", epochs=1, max_steps=1, batch_size=2, hard_negatives=0), settings, progress=False)
+    result = evaluate_retrievers(settings, "electronics", "test", ["dense", "dense-ft"], ks=(1,), out_dir=tmp_path / "report", tuned_model=model)
+    assert len(result["metrics"]["retriever"].unique()) == 2
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert [row["index"] for row in report["encoders"]] == ["subjqa-electronics", "subjqa-electronics@shared"]

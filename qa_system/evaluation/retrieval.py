@@ -227,7 +227,6 @@ def evaluate_retrievers(
                 "questions": len(questions),
                 "store": settings.store,
                 "embedding_model": settings.embedding_model,
-                "variants": encoders,
                 "fitted": fitted,
                 "index": {"name": index.name, "documents": index.manifest.get("documents"), "build_timings": build},
             },
