@@ -133,7 +133,7 @@ def search_form(counts: dict[str, int]) -> bool:
     if st.session_state["product"] not in counts:  # a linked product without reviews: asking explains
         products.insert(0, st.session_state["product"])
     with st.form("ask", border=False):
-        product, question, button = st.columns([2, 5, 1], vertical_alignment="bottom")
+        product, question, button = st.columns([3, 6, 1], vertical_alignment="bottom")
         product.selectbox(
             "Product", products, key="product", help="Type to search by item id.",
             format_func=lambda item: f"{item} · {counts[item]} reviews" if item in counts else f"{item} · no reviews",
