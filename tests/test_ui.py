@@ -88,7 +88,7 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
         assert content[: view.start].endswith(before)  # the mark sits at the reader's offset, not at a text match
         assert "% confident" in card and view.document.meta["item_id"] == "HEADPHONES"
     assert "Answered in" in " ".join(m.value for m in at.markdown if "qa-timings" in m.value)
-    assert at.expander[0].label.startswith("Retrieved reviews (3)")
+    assert any(e.label.startswith("Retrieved reviews (3)") for e in at.expander)
     assert at.query_params["item"] == "HEADPHONES" and at.query_params["q"] == "How is the bass?"  # a link to this answer
 
 

@@ -6,7 +6,7 @@ segments, i.e. from the reader's character offsets.
 
 from __future__ import annotations
 
-from html import escape
+from html import escape, unescape
 from typing import Sequence
 
 from haystack import Document
@@ -15,6 +15,7 @@ from qa_system.answer_views import AnswerView, Segment, highlight_segments
 
 CSS = """
 <style>
+[data-testid="stMainBlockContainer"] { padding-top: 2.5rem; }
 .qa-answer { margin-bottom: .35rem; }
 .qa-answer-head { display: flex; align-items: baseline; gap: .75rem; flex-wrap: wrap; margin-bottom: .45rem; }
 .qa-answer-text { font-size: 1.3rem; font-weight: 650; color: #0f172a; }
@@ -27,7 +28,7 @@ CSS = """
 .qa-em { background: #e0e7ff; color: #3730a3; }
 .qa-gold-chip { background: #fde68a; color: #78350f; }
 .qa-review { font-size: .95rem; line-height: 1.6; color: #334155; background: #f8fafc; border-left: 3px solid #fdba74;
-             padding: .55rem .8rem; border-radius: 6px; }
+             padding: .55rem .8rem; border-radius: 6px; margin-bottom: .6rem; }
 .qa-review mark { background: #fde68a; color: #0f172a; padding: 0 .15rem; border-radius: 3px; font-weight: 600; }
 .qa-source { font-size: .8rem; color: #64748b; margin-top: .35rem; }
 .qa-hint { font-size: .9rem; color: #475569; }
@@ -38,13 +39,17 @@ CSS = """
 
 
 def segments_html(segments: Sequence[Segment]) -> str:
-    return "".join(f"<mark>{escape(s.text)}</mark>" if s.highlighted else escape(s.text) for s in segments)
+    # Some SubjQA reviews hold HTML entities (7&#34;): shown as the character, after the offsets did their work.
+    return "".join(f"<mark>{escape(unescape(s.text))}</mark>" if s.highlighted else escape(unescape(s.text)) for s in segments)
 
 
 def review_source(document: Document) -> str:
+    """'review 4a6aa9c7… · B0074BW614 · train split': long ids shortened, the full one on hover."""
     meta = document.meta
-    parts = [f"review {meta.get('review_id', document.id)}", meta.get("item_id"), f"{meta.get('split')} split" if meta.get("split") else None]
-    return " · ".join(escape(str(p)) for p in parts if p)
+    review_id = str(meta.get("review_id", document.id))
+    shown = review_id if len(review_id) <= 12 else f"{review_id[:8]}…"
+    parts = [escape(meta.get("item_id") or ""), escape(f"{meta['split']} split") if meta.get("split") else ""]
+    return " · ".join([f'review <span title="{escape(review_id)}">{escape(shown)}</span>', *filter(None, parts)])
 
 
 def chip(text: str, kind: str) -> str:

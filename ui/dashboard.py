@@ -43,7 +43,7 @@ def show_report(report: Report) -> None:
         if not headline.empty:
             st.markdown("##### Headline (all questions)")
             table(headline)
-    plots = st.columns(2) if len(report.figures) > 1 else [st.container()]
+    plots = st.columns(2)  # side by side, and a single plot at half width rather than page-filling
     for i, figure in enumerate(report.figures):
         plots[i % len(plots)].image(str(figure), caption=figure.name, width="stretch")
     with st.expander(f"All metrics ({len(metrics)} rows)", expanded="group" not in metrics):

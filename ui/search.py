@@ -236,9 +236,9 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
             st.markdown(cards.review_card(document), unsafe_allow_html=True)
     if unsure:
         null_score = views[null].confidence
-        st.markdown(f"##### Less likely than “no answer”{f' ({null_score})' if null_score else ''}")
-        for rank, view in enumerate(unsure, len(answered) + 1):
-            answer_card(store, asked, view, rank)
+        with st.expander(f"{len(unsure)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
+            for rank, view in enumerate(unsure, len(answered) + 1):
+                answer_card(store, asked, view, rank)
 
 
 def show_gold(asked: Asked) -> None:
