@@ -1,0 +1,127 @@
+"""Timing and memory measurement for the benchmark.
+
+Systems that are compared run *interleaved* (query 1 on every system, then query 2, ...), so that
+whatever else the machine is doing at a moment slows them all alike and their ratio stays fair.
+A slow baseline stops when its time budget is spent; the others go on through the queries.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+
+@dataclass
+class Timing:
+    """Wall-clock seconds of repeated calls, and what the calls returned."""
+
+    seconds: list[float] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return len(self.seconds)
+
+    def percentile_ms(self, q: float) -> float:
+        return 1000 * float(np.percentile(self.seconds, q)) if self.seconds else float("nan")
+
+    @property
+    def p50_ms(self) -> float:
+        return self.percentile_ms(50)
+
+    @property
+    def p95_ms(self) -> float:
+        return self.percentile_ms(95)
+
+    @property
+    def per_second(self) -> float:
+        """Calls per second, one after the other (the throughput of one thread of requests)."""
+        return len(self.seconds) / sum(self.seconds) if self.seconds else float("nan")
+
+
+def compare(
+    systems: dict[str, Callable[[Any], Any]],
+    inputs: Sequence[Any],
+    budget_s: float = float("inf"),
+    min_calls: int = 5,
+) -> dict[str, Timing]:
+    """Each system called on each input in turn, interleaved; a system stops once it has used ``budget_s``.
+
+    The order of the systems rotates from one input to the next, so none is always first after a pause.
+    """
+    timings = {name: Timing() for name in systems}
+    names = list(systems)
+    for i, item in enumerate(inputs):
+        active = [n for n in names[i % len(names) :] + names[: i % len(names)] if timings[n].calls < min_calls or sum(timings[n].seconds) < budget_s]
+        if not active:
+            break
+        for name in active:
+            start = time.perf_counter()
+            output = systems[name](item)
+            timings[name].seconds.append(time.perf_counter() - start)
+            timings[name].outputs.append(output)
+    return timings
+
+
+def timed(function: Callable[[], Any]) -> tuple[Any, float]:
+    """``function()``'s result and the seconds it took."""
+    start = time.perf_counter()
+    result = function()
+    return result, time.perf_counter() - start
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on, including how busy the machine was."""
+    import psutil
+
+    from qa_system.onnx_reader import physical_cores
+
+    return {
+        "physical_cores": physical_cores(),
+        "logical_cpus": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for package in ("haystack-ai", "transformers-haystack", "torch", "transformers", "onnxruntime", "bm25s", "faiss-cpu"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions

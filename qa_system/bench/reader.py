@@ -1,0 +1,161 @@
+"""Reader latency, accuracy and profile: Haystack's TransformersExtractiveReader against the project's
+reader on the same weights, with the PyTorch, ONNX fp32 and ONNX int8 backends.
+
+Every reader reads the same top-3 reviews of each question's product (BM25), interleaved question by
+question. EM and F1 (official SQuAD v2 definitions, top-1 answer, "" = no answer) come from the same
+runs, so the speed and the accuracy of a reader are measured together.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from haystack import Document
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+from qa_system.bench.measure import Timing, compare
+from qa_system.data import LabelledQuestion
+from qa_system.evaluation.answers import best_scores
+from qa_system.onnx_reader import FP32_FILE, INT8_FILE
+from qa_system.reading import ExtractiveReader, encode_windows
+from qa_system.retrieval import BM25sRetriever, make_filters
+
+HAYSTACK_READER = "Haystack TransformersExtractiveReader"
+TORCH, ONNX_FP32, ONNX_INT8 = "torch fp32", "ONNX fp32", "ONNX int8"
+MAX_SEQ_LENGTH, STRIDE = 384, 128
+
+
+def top_reviews(documents: Sequence[Document], questions: Sequence[LabelledQuestion], top_k: int = 3) -> list[list[Document]]:
+    """The ``top_k`` reviews of each question's product, as the extractive pipeline retrieves them (BM25)."""
+    store = InMemoryDocumentStore()
+    store.write_documents(list(documents))
+    retriever = BM25sRetriever(store, top_k=top_k)
+    return [retriever.run(q.question, filters=make_filters(item_id=q.item_id))["documents"] for q in questions]
+
+
+def haystack_reader(model: str, top_k: int = 3):
+    """Haystack's stock reader on the same weights, in float32 (the project stores its reader in fp16)."""
+    import torch
+    from haystack_integrations.components.readers.transformers import TransformersExtractiveReader
+
+    reader = TransformersExtractiveReader(
+        model=model, top_k=top_k, max_seq_length=MAX_SEQ_LENGTH, stride=STRIDE, model_kwargs={"dtype": torch.float32}
+    )
+    reader.warm_up()
+    return reader
+
+
+def project_readers(model: str, export_dir: Path, top_k: int = 3) -> dict[str, ExtractiveReader]:
+    readers = {
+        TORCH: ExtractiveReader(model=model, top_k=top_k),
+        ONNX_FP32: ExtractiveReader(model=model, top_k=top_k, backend="onnx", onnx_model=export_dir / FP32_FILE),
+        ONNX_INT8: ExtractiveReader(model=model, top_k=top_k, backend="onnx", onnx_model=export_dir / INT8_FILE),
+    }
+    for reader in readers.values():
+        reader.warm_up()
+    return readers
+
+
+@dataclass
+class StageClock:
+    """Where one reader's time goes: its model calls are timed from inside, tokenisation beside the run."""
+
+    reader: ExtractiveReader
+    model_s: list[float] = field(default_factory=list)
+    windows: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    tokenise_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        logits = self.reader._logits
+
+        def timed_logits(encoding):
+            start = time.perf_counter()
+            result = logits(encoding)
+            self.model_s[-1] += time.perf_counter() - start
+            self.windows[-1] += len(encoding["input_ids"])
+            self.tokens[-1] += int(np.asarray(encoding["attention_mask"]).sum())
+            return result
+
+        self.reader._logits = timed_logits  # an instance attribute: the class and other readers are untouched
+
+    def next_question(self) -> None:
+        self.model_s.append(0.0)
+        self.windows.append(0)
+        self.tokens.append(0)
+
+    def tokenise(self, question: str, documents: Sequence[Document]) -> None:
+        contents = [d.content for d in documents if d.content and d.content.strip()]
+        start = time.perf_counter()
+        if contents:
+            encode_windows(self.reader._tokenizer, [question] * len(contents), contents, self.reader.max_seq_length, self.reader.doc_stride, padding=True)
+        self.tokenise_s.append(time.perf_counter() - start)
+
+
+def _prediction(answers: list) -> str:
+    return (answers[0].data or "") if answers else ""
+
+
+def bench_readers(
+    readers: dict[str, Any],
+    questions: Sequence[LabelledQuestion],
+    contexts: Sequence[list[Document]],
+    progress: Callable[[str], None] = print,
+) -> tuple[list[dict], list[dict], dict[str, Timing]]:
+    """(reader rows, profile rows, timings): all readers on all questions, interleaved."""
+    clocks = {name: StageClock(r) for name, r in readers.items() if isinstance(r, ExtractiveReader)}
+
+    def system(name: str, reader: Any):
+        def read(i: int) -> str:
+            if name in clocks:
+                clocks[name].next_question()
+            return _prediction(reader.run(query=questions[i].question, documents=contexts[i], top_k=3)["answers"])
+
+        return read
+
+    progress(f"reader: {len(questions)} questions x {len(readers)} readers")
+    timings = compare({name: system(name, r) for name, r in readers.items()}, range(len(questions)))
+    for clock in clocks.values():  # tokenisation alone, outside the timed runs
+        for question, documents in zip(questions, contexts):
+            clock.tokenise(question.question, documents)
+    return _reader_rows(timings, questions, clocks), _profile_rows(timings, clocks), timings
+
+
+def _reader_rows(timings: dict[str, Timing], questions: Sequence[LabelledQuestion], clocks: dict[str, StageClock]) -> list[dict]:
+    scores = {name: [best_scores(p, q.answer_texts) for p, q in zip(t.outputs, questions)] for name, t in timings.items()}
+    em = {name: 100 * float(np.mean([e for e, _ in s])) for name, s in scores.items()}
+    f1 = {name: 100 * float(np.mean([f for _, f in s])) for name, s in scores.items()}
+    baseline = timings[HAYSTACK_READER]
+    rows = []
+    for name, timing in timings.items():
+        clock = clocks.get(name)
+        rows.append({
+            "reader": name, "questions": timing.calls,
+            "windows_per_question": float(np.mean(clock.windows)) if clock else float("nan"),
+            "p50_ms": timing.p50_ms, "p95_ms": timing.p95_ms, "mean_ms": 1000 * float(np.mean(timing.seconds)),
+            "baseline": HAYSTACK_READER, "p50_ratio": timing.p50_ms / baseline.p50_ms, "p95_ratio": timing.p95_ms / baseline.p95_ms,
+            "em": em[name], "f1": f1[name], "em_minus_torch_fp32": em[name] - em[TORCH], "f1_minus_torch_fp32": f1[name] - f1[TORCH],
+            "same_top1_as_torch_fp32": float(np.mean([a == b for a, b in zip(timing.outputs, timings[TORCH].outputs)])),
+        })
+    return rows
+
+
+def _profile_rows(timings: dict[str, Timing], clocks: dict[str, StageClock]) -> list[dict]:
+    rows = []
+    for name, clock in clocks.items():
+        total = np.asarray(timings[name].seconds)
+        model = np.asarray(clock.model_s)
+        tokenise = np.asarray(clock.tokenise_s)
+        stages = {"tokenisation": tokenise, "model": model, "post-processing and answers": total - model - tokenise}
+        for stage, seconds in stages.items():
+            rows.append({
+                "reader": name, "stage": stage, "mean_ms": 1000 * float(seconds.mean()), "p50_ms": 1000 * float(np.median(seconds)),
+                "share": float(seconds.sum() / total.sum()),
+                "windows_per_s": float(sum(clock.windows) / model.sum()) if stage == "model" else float("nan"),
+                "tokens_per_window": float(sum(clock.tokens) / sum(clock.windows)) if stage == "model" else float("nan"),
+            })
+    return rows

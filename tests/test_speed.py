@@ -1,0 +1,198 @@
+"""The fast paths return what the reference paths return, on small corpora; speed itself is `qa-system bench`.
+
+bm25s against Haystack's in-memory BM25 (same scoring function), pre-filtered FAISS against
+Haystack's in-memory embedding retriever, the ONNX reader against the PyTorch reader (fp32 exactly,
+int8 approximately), and the bench command end to end on a tiny corpus with tiny models.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from haystack import Document
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+
+from qa_system.bench.corpus import SYNTHETIC_PRODUCT_SIZE, synthetic_reviews
+from qa_system.bench.retrieval import K1, haystack_store, same_scoring_bm25
+from qa_system.cli import main
+from qa_system.errors import QAError
+from qa_system.onnx_reader import FP32_FILE, INT8_FILE, export_onnx, length_buckets
+from qa_system.reading import ExtractiveReader, encode_windows
+from qa_system.retrieval import FAISSFilteredEmbeddingRetriever, make_filters
+from qa_system.stores import new_faiss_store
+from tests.conftest import REVIEWS
+from tests.test_reading import LONG, tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def reviews() -> list[Document]:
+    """The fixture reviews plus 300 synthetic ones made of their sentences (many exact score ties)."""
+    real = [Document(content=text, meta={"item_id": item, "review_id": rid}) for rid, (item, text) in REVIEWS.items()]
+    return real + synthetic_reviews(real, 300, seed=1)
+
+
+def test_synthetic_reviews_are_deterministic_and_grouped_in_products(reviews):
+    again = synthetic_reviews(reviews[:6], 300, seed=1)
+    assert [d.id for d in again] == [d.id for d in reviews[6:]]
+    assert [d.id for d in synthetic_reviews(reviews[:6], 300, seed=2)] != [d.id for d in again]
+    assert len({d.id for d in again}) == 300
+    products = {}
+    for document in again:
+        products[document.meta["item_id"]] = products.get(document.meta["item_id"], 0) + 1
+    assert max(products.values()) == SYNTHETIC_PRODUCT_SIZE and len(products) == -(-300 // SYNTHETIC_PRODUCT_SIZE)
+
+
+@pytest.mark.parametrize("query", ["battery lasts", "the sound is tinny and quiet", "great for reading at night?", "bass bass bass", "zzz unknown"])
+def test_bm25s_ranks_exactly_like_haystack_in_memory_bm25(reviews, query):
+    store = haystack_store("speed-test")
+    store.write_documents(reviews)
+    haystack, fast = InMemoryBM25Retriever(store, top_k=10), same_scoring_bm25(store)
+    for filters in (None, make_filters(item_id="KINDLE"), make_filters(item_id="SYN000003")):
+        expected = haystack.run(query, filters=filters)["documents"]
+        got = fast.run(query, filters=filters)["documents"]
+        assert [d.id for d in got] == [d.id for d in expected], (query, filters)
+        # Lucene's BM25 in bm25s; Haystack's BM25Plus(delta=0) is the same function times k1 + 1.
+        assert [d.score * (K1 + 1) for d in got] == pytest.approx([d.score for d in expected], rel=1e-5)
+
+
+@pytest.mark.parametrize("index_string", ["Flat", "HNSW16", "IVF4,Flat"])
+def test_prefiltered_faiss_matches_the_in_memory_embedding_retriever(index_string, monkeypatch):
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(400, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    documents = [Document(content=f"review {i}", embedding=v.tolist(), meta={"item_id": f"P{i % 25}"}) for i, v in enumerate(vectors)]
+    memory = haystack_store("speed-dense")
+    memory.write_documents(documents)
+    faiss_store = new_faiss_store(16, index_string)
+    if "IVF" in index_string:
+        faiss_store.index.train(vectors)
+    faiss_store.write_documents(documents)
+    reference, fast = InMemoryEmbeddingRetriever(memory, top_k=5), FAISSFilteredEmbeddingRetriever(faiss_store, top_k=5)
+    queries = rng.normal(size=(10, 16))
+    for i, query in enumerate(queries / np.linalg.norm(queries, axis=1, keepdims=True)):
+        checks = [make_filters(item_id=f"P{i}"), make_filters(item_id=[f"P{i}", f"P{i + 1}"])]
+        for filters in checks + ([None] if index_string == "Flat" else []):  # approximate indexes differ unfiltered
+            expected = reference.run(query.tolist(), filters=filters)["documents"]
+            got = fast.run(query.tolist(), filters=filters)["documents"]
+            assert [d.id for d in got] == [d.id for d in expected], (index_string, filters)
+            assert [d.score for d in got] == pytest.approx([d.score for d in expected], abs=1e-5)
+    # A broad filter goes through FAISS's own selector search: same answers on an exact index.
+    monkeypatch.setattr("qa_system.retrieval.faiss_filtered.EXACT_SEARCH_LIMIT", 0)
+    if index_string == "Flat":
+        filters = make_filters(item_id=["P1", "P2"])
+        assert [d.id for d in fast.run(queries[0].tolist(), filters=filters)["documents"]] == [
+            d.id for d in reference.run(queries[0].tolist(), filters=filters)["documents"]
+        ]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[Path, Path]:
+    model = tiny_model_dir(tmp_path_factory.mktemp("tiny-onnx"))
+    return model, export_onnx(model)
+
+
+DOCUMENTS = [Document(content=LONG), Document(content="Sound is GREAT, battery is bad."), Document(content="the price is cheap")]
+QUESTIONS = ["how is the battery?", "is it cheap?", "what about the sound and the screen?"]
+
+
+def answers(reader: ExtractiveReader, question: str) -> list[tuple]:
+    return [(a.data, a.document_offset.start if a.document_offset else None, a.score) for a in reader.run(question, DOCUMENTS)["answers"]]
+
+
+def test_onnx_fp32_reader_gives_the_torch_readers_answers(exported):
+    model, export = exported
+    options = dict(max_seq_length=64, doc_stride=16, top_k=5)
+    torch_reader = ExtractiveReader(model=str(model), **options)
+    onnx_reader = ExtractiveReader(model=str(model), backend="onnx", onnx_model=export / FP32_FILE, **options)
+    for question in QUESTIONS:
+        expected, got = answers(torch_reader, question), answers(onnx_reader, question)
+        assert [a[:2] for a in got] == [a[:2] for a in expected], question
+        assert [a[2] for a in got] == pytest.approx([a[2] for a in expected], abs=1e-5)
+
+
+def test_onnx_int8_reader_stays_close_to_fp32(exported):
+    model, export = exported
+    torch_reader = ExtractiveReader(model=str(model), max_seq_length=64, doc_stride=16)
+    int8 = ExtractiveReader(model=str(model), backend="onnx", max_seq_length=64, doc_stride=16)  # default: <model>/onnx, int8
+    for reader in (torch_reader, int8):
+        reader.warm_up()
+    assert int8._onnx.path.name == INT8_FILE
+    for question in QUESTIONS:
+        encoding = encode_windows(torch_reader._tokenizer, [question] * 3, [d.content for d in DOCUMENTS], 64, 16, padding=True)
+        mask = encoding["attention_mask"].astype(bool)
+        reference, quantized = torch_reader._logits(encoding)[0][mask], int8._logits(encoding)[0][mask]
+        assert np.abs(quantized - reference).max() < 0.1 * (reference.max() - reference.min())
+        assert np.corrcoef(reference, quantized)[0, 1] > 0.95
+
+
+def test_length_buckets_pad_each_batch_to_its_own_longest_window():
+    lengths = np.array([384, 40, 384, 45, 200, 384, 70])
+    buckets = length_buckets(lengths, batch_size=2)
+    assert sorted(np.concatenate(buckets).tolist()) == list(range(len(lengths)))
+    assert all(len(b) <= 2 for b in buckets)
+    assert all(lengths[b].max() - lengths[b].min() < 32 for b in buckets)
+
+
+def test_onnx_reader_refuses_a_missing_or_stale_export(exported, tmp_path):
+    model, _ = exported
+    bare = Path(shutil.copytree(model, tmp_path / "bare", ignore=shutil.ignore_patterns("onnx")))
+    with pytest.raises(QAError, match="no ONNX export .* export-onnx --model"):
+        ExtractiveReader(model=str(bare), backend="onnx").warm_up()
+    retrained = Path(shutil.copytree(model, tmp_path / "retrained"))
+    (retrained / "model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(QAError, match="made from other weights"):
+        ExtractiveReader(model=str(retrained), backend="onnx").warm_up()
+    with pytest.raises(QAError, match="Unknown reader backend"):
+        ExtractiveReader(model=str(model), backend="tensorrt")
+
+
+def test_extractive_pipeline_runs_the_onnx_reader_from_the_settings(exported, settings):
+    from qa_system.indexing import build_index
+    from qa_system.pipelines import build_qa_pipeline
+
+    model, _ = exported
+    settings = settings.with_(reader_model=str(model))
+    index = build_index(settings, "electronics", embed=False, progress=False)
+    results = {}
+    for backend in ("torch", "onnx"):
+        pipeline = build_qa_pipeline("bm25", settings.with_(reader_backend=backend), index=index)
+        assert pipeline.pipeline.get_component("reader").backend == backend
+        result = pipeline.run("How is the sound?", item_id="KINDLE", top_k=3)
+        results[backend] = [(a.data, a.document.id if a.document else None) for a in result["answers"]]
+    assert results["onnx"][0] == results["torch"][0]  # int8: the best answer is the same
+
+
+def tiny_encoder(directory: Path) -> Path:
+    """A sentence-transformers model around a tiny random BERT (the bench only needs vectors)."""
+    from sentence_transformers import SentenceTransformer, models
+
+    tiny_model_dir(directory / "bert", question_answering=False)
+    word = models.Transformer(str(directory / "bert"))
+    SentenceTransformer(modules=[word, models.Pooling(word.get_embedding_dimension())]).save(str(directory / "encoder"))
+    return directory / "encoder"
+
+
+def test_bench_command_writes_its_report(exported, tiny_subjqa, tmp_path, capsys):
+    model, _ = exported
+    encoder = tiny_encoder(tmp_path / "encoder")
+    out = tmp_path / "bench"
+    code = main([
+        "bench", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--reader-model", str(model),
+        "--embedding-model", str(encoder), "--sizes", "8", "80", "--queries", "3", "--budget", "0.5", "--skip-rag", "--out", str(out),
+    ])
+    assert code == 0
+    for name in ("report.json", "report.md", "report.csv", "latency_vs_corpus_size.png", "reader.png"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "report.json").read_text())
+    assert {row["corpus"] for row in report["retrieval"]} == {8, 80}
+    same_scoring = [row for row in report["retrieval"] if row["system"] == "bm25s, same scoring"]
+    assert same_scoring and all(row["same_top10"] == 1.0 for row in same_scoring)
+    assert {row["reader"] for row in report["reader"]} >= {"ONNX int8", "torch fp32", "Haystack TransformersExtractiveReader"}
+    assert report["machine"]["physical_cores"] >= 1 and "target" in capsys.readouterr().out
+
+
+def test_bench_refuses_a_corpus_too_small_for_its_questions(tiny_subjqa, tmp_path, capsys):
+    code = main(["bench", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path), "--sizes", "2", "--out", str(tmp_path / "b")])
+    assert code == 2 and "must hold the" in capsys.readouterr().err
