@@ -7,11 +7,13 @@ Every command parses its flags into ``Settings`` and calls one library function.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import textwrap
 from pathlib import Path
 
-from qa_system.config import GENERATORS, RETRIEVERS, STORE_BACKENDS, Settings
+from qa_system.config import GENERATORS, READER_BACKENDS, RETRIEVERS, STORE_BACKENDS, Settings
 from qa_system.errors import QAError
 
 DEFAULT_ITEM = "B0074BW614"
@@ -26,6 +28,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         embedding_model=args.embedding_model,
         query_embedding_model=args.query_embedding_model,
         reader_model=args.reader_model,
+        reader_backend=args.reader_backend,
+        reader_onnx_model=args.reader_onnx_model,
         # Generation flags exist only on the commands that generate (ask, eval rag).
         generator=getattr(args, "generator", None),
         generator_model=getattr(args, "model", None),
@@ -46,6 +50,8 @@ def _common_options() -> argparse.ArgumentParser:
     group.add_argument("--embedding-model", help="passage encoder: hub id or local path (default all-MiniLM-L6-v2 from its PyPI wheel)")
     group.add_argument("--query-embedding-model", help="separate question encoder for DPR-style models")
     group.add_argument("--reader-model", help="extractive QA model: hub id or local path (default models/reader-minilm-subjqa)")
+    group.add_argument("--reader-backend", choices=READER_BACKENDS, help="torch (default) or onnx: ONNX Runtime int8, after `qa-system export-onnx`")
+    group.add_argument("--reader-onnx-model", help="the reader's .onnx file or export directory (default <reader model>/onnx, int8)")
     return common
 
 
@@ -317,6 +323,33 @@ def cmd_export_feedback(args: argparse.Namespace) -> None:
     print(f"Train on it with: qa-system train-reader --train-file {export.path}")
 
 
+def cmd_export_onnx(args: argparse.Namespace) -> None:
+    from qa_system.onnx_reader import FP32_FILE, INT8_FILE, export_onnx, read_export_info
+
+    model = args.model or _settings(args).reader_model
+    output = export_onnx(model, args.output)
+    fused = read_export_info(output)["fused_operators"]
+    for name in (FP32_FILE, INT8_FILE):
+        print(f"{output / name}  {(output / name).stat().st_size / 2**20:.1f} MiB")
+    print("fused operators: " + (", ".join(f"{op} {n}" for op, n in fused.items()) or "none (model type not fusable)"))
+    print("Use it with: --reader-backend onnx" + ("" if args.output is None else f" --reader-onnx-model {output}"))
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    # Sleeping rather than spinning OpenMP threads (read when torch loads): on a busy small machine
+    # spinning makes the PyTorch baselines several times slower, which would flatter the ONNX reader.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from qa_system.bench import run_bench
+
+    out = run_bench(
+        _settings(args), args.out, args.sizes, args.queries, args.reader_questions, args.budget,
+        0 if args.skip_rag else args.rag_questions, args.embed_sample, args.seed, progress=lambda message: print(message, file=sys.stderr, flush=True),
+    )
+    for check in json.loads((out / "report.json").read_text(encoding="utf-8"))["metrics"]:
+        print(f"{check['pass']:>3}  {check['criterion']}: {check['measured']} (target {check['target']})")
+    print(f"Report written to {out}/ (report.json, report.csv, report.md, latency_vs_corpus_size.png, reader.png)")
+
+
 # ------------------------------------------------------------------------------------ parser
 
 
@@ -466,6 +499,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("export-feedback", parents=[common], help="write the search page's answer feedback as SQuAD v2 training data")
     p.add_argument("--out", type=Path, default=Path("data/feedback-squad.json"))
     p.set_defaults(func=cmd_export_feedback)
+
+    p = commands.add_parser("export-onnx", parents=[common], help="export a reader to ONNX, fp32 and dynamically int8-quantised")
+    p.add_argument("--model", help="reader model directory or hub id (default: the configured reader)")
+    p.add_argument("--output", type=Path, help="export directory (default <model>/onnx)")
+    p.set_defaults(func=cmd_export_onnx)
+
+    p = commands.add_parser("bench", parents=[common], help="measure indexing, retrieval, reader and end-to-end speed beside Haystack's stock components")
+    p.add_argument("--sizes", nargs="+", type=int, default=[1000, 10000, 100000], help="corpus sizes in reviews")
+    p.add_argument("--queries", type=int, default=200, help="questions for retrieval and end-to-end timing")
+    p.add_argument("--reader-questions", type=int, help="questions for the reader comparison and its EM/F1 (default: all electronics test)")
+    p.add_argument("--budget", type=float, default=30.0, help="seconds a slow baseline may spend on one measurement")
+    p.add_argument("--rag-questions", type=int, default=3, help="questions for the RAG end-to-end timing")
+    p.add_argument("--skip-rag", action="store_true", help="leave the RAG pipeline out")
+    p.add_argument("--embed-sample", type=int, default=1000, help="reviews embedded for real (the other vectors are perturbed copies)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic reviews and vectors")
+    p.add_argument("--out", type=Path, default=Path("reports/bench"))
+    p.set_defaults(func=cmd_bench)
     return parser
 
 
