@@ -211,9 +211,13 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
 
 
 def cmd_train_retriever(args: argparse.Namespace) -> None:
+    import torch
+
     from qa_system.retrieval.training import RetrieverTrainingConfig, train_retriever, tuned_encoders
 
     settings = _settings(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     config = RetrieverTrainingConfig(
         encoders=args.encoders, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
         hard_negatives=args.hard_negatives, max_seq_length=args.max_seq_length, patience=args.patience, max_steps=args.max_steps,
@@ -481,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seq-length", type=int, default=256, help="word pieces per text for the encoders that learn")
     p.add_argument("--patience", type=int, default=1, help="epochs without dev recall@1 gain before stopping")
     p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a busy machine: no spinning threads)")
     p.set_defaults(func=cmd_train_retriever)
 
     p = commands.add_parser("fit-fusion", parents=[common], help="fit the hybrid fusion (and --rerank's mix) on a dev split for the configured encoders")
