@@ -227,3 +227,15 @@ def test_dashboard_shows_the_reports_eval_writes(page, app_env, tmp_path, monkey
     tables = [m.value for m in at.markdown if m.value.startswith("| ")]
     assert "| recall@3 |" in tables[0] and any("| p50_ms |" in t for t in tables[2:])  # headline, all metrics, then sections
     assert {caption for image in at.image for caption in image.captions} == {"recall_at_k.png", "recall_at_k_chapter.png"}
+
+
+def test_qa_system_ui_serves_the_page_with_the_given_settings():
+    from qa_system.cli import build_parser
+    from qa_system.webapp import settings_environment, streamlit_command
+
+    args = build_parser().parse_args(["ui", "--port", "9999", "--reader-model", "/models/r", "--home", "/h"])
+    assert settings_environment(vars(args)) == {"QA_HOME": "/h", "QA_READER_MODEL": "/models/r"}  # only the flags given
+    command = streamlit_command(args.port, args.address)
+    assert command[1:4] == ["-m", "streamlit", "run"] and command[4] == str(APP)
+    flags = dict(zip(command[5::2], command[6::2]))
+    assert flags["--server.port"] == "9999" and flags["--server.headless"] == "true" and flags["--browser.gatherUsageStats"] == "false"
