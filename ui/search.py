@@ -82,7 +82,8 @@ def sidebar() -> Options:
                     "No-answer threshold", -10.0, 10.0, 0.0, 0.5, key="threshold",
                     help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
                 )  # fmt: skip
-        stores = ["memory", *(["elasticsearch"] if os.environ.get("QA_ES_URL") else [])]
+        # The configured store (QA_STORE) first; Elasticsearch is offered whenever QA_ES_URL names a server.
+        stores = list(dict.fromkeys([os.environ.get("QA_STORE") or "memory", "memory", *(["elasticsearch"] if os.environ.get("QA_ES_URL") else [])]))
         store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set.")
         st.divider()
         evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
