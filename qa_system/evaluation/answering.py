@@ -87,14 +87,14 @@ def evaluate_readers(
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
     records = {}
     for model in readers:
-        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold)
+        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model)
         records[reader_label(model)] = evaluate_reader(questions, reader, top_k=top_k)
     metrics = _write(
         out_dir,
         f"Reader evaluation: SubjQA {domain} {split} (gold review)",
         records,
         questions,
-        {"domain": domain, "split": split, "questions": len(questions), "readers": list(readers), "top_k": top_k},
+        {"domain": domain, "split": split, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backend": settings.reader_backend},
         [
             "Each reader is given the question's own review (reading alone, as in SQuAD evaluation).",
             "EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer \"\".",
@@ -129,7 +129,7 @@ def evaluate_pipelines(
 
     records = {}
     for model in readers:
-        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold)
+        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model)
         records[f"{retriever}+{reader_label(model)}"] = evaluate_pipeline(questions, retrieve, reader, top_k=top_k)
     gold_retrieved = {system: float(r["gold_retrieved"].mean()) for system, r in records.items()}
     metrics = _write(
