@@ -97,13 +97,14 @@ def test_share_budget_gives_short_reviews_their_full_length():
 
 # The tiny tokenizer spells unknown words letter by letter: a short system prompt keeps counts readable.
 SHORT = "answer from the reviews"
+LONG_SOUND = " ".join(["the sound is great and cheap"] * 60)
 
 
 def test_long_reviews_are_cut_to_fit_and_the_question_is_kept(causal_dir):
     question = "how long does the battery last on a single charge when the screen is bright?"
     short, long = "great price", " ".join(["the battery lasts about hours"] * 60)
     builder = ReviewPromptBuilder(tokenizer=str(causal_dir), context_length=200, max_new_tokens=20, min_review_tokens=8, system_prompt=SHORT)
-    out = builder.run(question, docs(long, short, long))
+    out = builder.run(question, docs(long, short, LONG_SOUND))
     meta, text = out["prompt"], user_text(out["messages"])
     assert meta["truncated"] and meta["truncated_reviews"] == [1, 3] and meta["dropped_document_ids"] == []
     assert meta["prompt_tokens"] <= meta["budget_tokens"] == 180
@@ -115,7 +116,7 @@ def test_long_reviews_are_cut_to_fit_and_the_question_is_kept(causal_dir):
 def test_lowest_ranked_reviews_are_dropped_when_shares_get_too_small(causal_dir):
     long = " ".join(["the battery lasts about hours"] * 60)
     builder = ReviewPromptBuilder(tokenizer=str(causal_dir), context_length=150, max_new_tokens=20, min_review_tokens=60, system_prompt=SHORT)
-    out = builder.run("how is it?", docs(long, long, long))
+    out = builder.run("how is it?", docs(long, LONG_SOUND, LONG_SOUND + " indeed"))
     assert out["prompt"]["dropped_document_ids"] == ["d2", "d3"] and [d.id for d in out["documents"]] == ["d1"]
     assert out["prompt"]["prompt_tokens"] <= 130 and "[2]" not in user_text(out["messages"])
 
