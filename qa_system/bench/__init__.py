@@ -72,7 +72,7 @@ def run_bench(
     started = time.time()
     at_start = machine()
     sizes = sorted(set(sizes))
-    real = corpus.real_reviews(settings)
+    real = corpus.real_reviews(settings, corpus.bench_questions(settings))
     questions = corpus.bench_questions(settings, limit=queries)
     domain_reviews = [d for d in real if d.meta["domain"] == "electronics"]
     needed = sum(1 for d in domain_reviews if d.meta["split"] == "test")
@@ -154,13 +154,15 @@ def run_bench(
         "Every ratio is system / baseline of the same row, measured in this run on the same queries, interleaved query by query.",
         f"Questions: SubjQA electronics test ({len(questions)} for retrieval and end to end, {len(reader_qs)} for the readers); "
         "filters: the question's own product, or a synthetic product of ~32 reviews.",
-        f"Corpora: the first N of the {len(real)} real SubjQA reviews (electronics first), enlarged with deterministic synthetic reviews "
+        f"Corpora: the first N of the {len(real)} real SubjQA reviews (those of the questions' products first, then the rest of electronics), enlarged with deterministic synthetic reviews "
         f"(real sentences recombined, seed {seed}). Dense vectors: {len(sample)} reviews embedded for real; all others are seeded "
         "perturbations of those vectors (noise 0.02 per dimension, renormalised). Query vectors are real.",
         f"A slow system stops after {budget_s:.0f} s of one measurement (at least 5 queries); 'queries' says how many it ran.",
         "BM25 'same scoring': bm25s Lucene BM25 on Haystack's tokens, against Haystack's BM25Plus with delta=0 (the same function times k1+1); "
         "'same_top10' is the share of queries with identical top-10 ids in identical order.",
         "Reader: top-3 reviews of the question's product by BM25; EM/F1 are the official SQuAD v2 figures of the top-1 answer, in points.",
+        f"Threads: ONNX Runtime {physical_cores()} intra-op threads without spinning; PyTorch {torch.get_num_threads()} threads, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'not set')} (the CLI sets PASSIVE, so that PyTorch does not spin either).",
         "Memory: resident set after each stage and the process's peak so far (ru_maxrss).",
         *notes,
     ]

@@ -30,13 +30,16 @@ VECTOR_NOISE = 0.02
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def real_reviews(settings: Settings, question_domain: str = "electronics") -> list[Document]:
-    """Every provided SubjQA review, the questions' domain first (its test split first of all)."""
+def real_reviews(settings: Settings, questions: Sequence[LabelledQuestion], question_domain: str = "electronics") -> list[Document]:
+    """Every provided SubjQA review: first those of the questions' products (test split first), then
+    the rest of their domain, then the other domains, so that a small corpus still holds the reviews
+    the questions are about."""
     domains = available_domains(settings.data_dir)
     ordered = [question_domain, *sorted(d for d in domains if d != question_domain)]
     documents = load_subjqa(ordered, source=settings.data_dir).documents
     rank = {domain: i for i, domain in enumerate(ordered)}
-    return sorted(documents, key=lambda d: (rank[d.meta["domain"]], d.meta["split"] != "test"))
+    products = {q.item_id for q in questions}
+    return sorted(documents, key=lambda d: (rank[d.meta["domain"]], d.meta["item_id"] not in products, d.meta["split"] != "test"))
 
 
 def bench_questions(settings: Settings, domain: str = "electronics", split: str = "test", limit: int | None = None) -> list[LabelledQuestion]:
