@@ -449,6 +449,17 @@ def model_card(info: dict[str, Any]) -> str:
     machine = info["machine"]
     minutes = info.get("training_seconds", 0.0) / 60
     domain_args = " ".join(f"--domain {d}" for d in domains)
+    output = info["output_dir"]
+    flagged = ("epochs", "batch_size", "learning_rate", "seed", "hard_negatives", "max_seq_length", "patience", "max_steps")
+    hyper_args = " ".join(f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}" for k, v in info["hyperparameters"].items() if k in flagged and v is not None)
+    hyper_args += f" --threads {machine.get('torch_threads')}"
+    if info["encoders"] == "question":
+        flags = f"--query-embedding-model {output}"
+        usage = f'qa-system search "Is it good for reading?" --item B0074BW614 --retriever dense {flags}   # the indexed review vectors stay valid'
+    else:
+        passage = f"{output}/passage" if info["encoders"] == "separate" else output
+        flags = f"--embedding-model {passage}" + (f" --query-embedding-model {output}/query" if info["encoders"] == "separate" else "")
+        usage = f"qa-system index {domain_args} {flags}   # re-embeds the reviews with this encoder"
     return f"""# Dense retriever encoder fine-tuned on SubjQA ({', '.join(domains)})
 
 A sentence-transformers bi-encoder ({info['encoders']} encoders) for the dense retriever of `qa_system`:
@@ -457,8 +468,9 @@ questions and reviews are embedded, and a product's reviews are ranked by cosine
 - **Base model**: `{info['base_model']}`{f" (questions: `{info['query_base_model']}`)" if info.get('query_base_model') else ''}
 - **Data**: SubjQA train splits of {', '.join(domains)}: {info['train_questions']} (question, own review) pairs.
   Held out: {info['held_out']}.
-- **Loss**: MultipleNegativesRankingLoss: in-batch negatives plus {info['hyperparameters']['hard_negatives']} hard
-  negative(s) per question, drawn from the other reviews of the same product in the same split.
+- **Loss**: MultipleNegativesRankingLoss over batches that keep a product's questions together, so the in-batch
+  negatives include the other reviews of the same product in the same split, plus
+  {info['hyperparameters']['hard_negatives']} more such review(s) per question; no review twice in a batch.
 - **Selection**: the epoch with the best mean strict recall@1 on the dev splits (per-product and split filters);
   best epoch: {info['best_epoch']}.
 - **Training time**: {minutes:.1f} min on {machine.get('processor')} ({machine.get('cpu_count')} CPU cores, {machine.get('torch_threads')} torch threads, torch {machine.get('torch')}, {machine.get('device')}).
@@ -476,9 +488,9 @@ questions and reviews are embedded, and a product's reviews are ranked by cosine
 ## Use and rebuild
 
 ```bash
-qa-system index {domain_args} --embedding-model {DEFAULT_RETRIEVER_MODEL.relative_to(REPO_ROOT)}   # re-embeds the reviews
-qa-system fit-fusion --domain electronics --embedding-model {DEFAULT_RETRIEVER_MODEL.relative_to(REPO_ROOT)}
-qa-system eval retriever --domain electronics --retriever bm25 dense dense-ft hybrid-ft rerank
-qa-system train-retriever {domain_args}   # rebuilds this model
+{usage}
+qa-system fit-fusion --domain electronics --rerank {flags}   # hybrid fusion and re-ranking fitted on dev
+qa-system eval retriever --domain electronics --retriever bm25 dense dense-ft hybrid-ft hybrid-ft+rerank --tuned-model {output}
+qa-system train-retriever {domain_args} --encoders {info['encoders']} {hyper_args} --output {output}   # rebuilds this model
 ```
 """
