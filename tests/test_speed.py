@@ -190,6 +190,7 @@ def test_bench_command_writes_its_report(exported, tiny_subjqa, tmp_path, capsys
     same_scoring = [row for row in report["retrieval"] if row["system"] == "bm25s, same scoring"]
     assert same_scoring and all(row["same_top10"] == 1.0 for row in same_scoring)
     assert {row["reader"] for row in report["reader"]} >= {"ONNX int8", "torch fp32", "Haystack TransformersExtractiveReader"}
+    assert {row["stage"] for row in report["reader_profile"]} == {"tokenisation", "model", "post-processing (span search)"}
     assert report["machine"]["physical_cores"] >= 1 and "target" in capsys.readouterr().out
 
 

@@ -54,7 +54,7 @@ def run_bench(
     sizes: Sequence[int] = DEFAULT_SIZES,
     queries: int = 200,
     reader_questions: int | None = None,
-    budget_s: float = 30.0,
+    budget_s: float = 60.0,
     rag_questions: int = 3,
     embed_sample: int = 1000,
     seed: int = 0,

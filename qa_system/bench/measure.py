@@ -2,7 +2,8 @@
 
 Systems that are compared run *interleaved* (query 1 on every system, then query 2, ...), so that
 whatever else the machine is doing at a moment slows them all alike and their ratio stays fair.
-A slow baseline stops when its time budget is spent; the others go on through the queries.
+All stop together once one of them has spent its time budget, so every figure of a comparison is
+over the same queries (latency varies a lot from one question to the next).
 """
 
 from __future__ import annotations
@@ -51,17 +52,16 @@ def compare(
     budget_s: float = float("inf"),
     min_calls: int = 5,
 ) -> dict[str, Timing]:
-    """Each system called on each input in turn, interleaved; a system stops once it has used ``budget_s``.
+    """Each system called on each input in turn, interleaved, until one has used ``budget_s`` (and all ``min_calls``).
 
     The order of the systems rotates from one input to the next, so none is always first after a pause.
     """
     timings = {name: Timing() for name in systems}
     names = list(systems)
     for i, item in enumerate(inputs):
-        active = [n for n in names[i % len(names) :] + names[: i % len(names)] if timings[n].calls < min_calls or sum(timings[n].seconds) < budget_s]
-        if not active:
+        if i >= min_calls and any(sum(t.seconds) >= budget_s for t in timings.values()):
             break
-        for name in active:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             start = time.perf_counter()
             output = systems[name](item)
             timings[name].seconds.append(time.perf_counter() - start)
