@@ -514,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", nargs="+", type=int, default=[1000, 10000, 100000], help="corpus sizes in reviews")
     p.add_argument("--queries", type=int, default=200, help="questions for retrieval and end-to-end timing")
     p.add_argument("--reader-questions", type=int, help="questions for the reader comparison and its EM/F1 (default: all electronics test)")
-    p.add_argument("--budget", type=float, default=30.0, help="seconds a slow baseline may spend on one measurement")
+    p.add_argument("--budget", type=float, default=60.0, help="seconds a slow baseline may spend on one measurement")
     p.add_argument("--rag-questions", type=int, default=3, help="questions for the RAG end-to-end timing")
     p.add_argument("--skip-rag", action="store_true", help="leave the RAG pipeline out")
     p.add_argument("--embed-sample", type=int, default=1000, help="reviews embedded for real (the other vectors are perturbed copies)")
