@@ -275,3 +275,17 @@ def test_a_shared_encoder_variant_reads_its_own_index(tmp_path, tiny_subjqa, enc
     assert len(result["metrics"]["retriever"].unique()) == 2
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [row["index"] for row in report["encoders"]] == ["subjqa-electronics", "subjqa-electronics@shared"]
+
+
+def test_cli_trains_fits_and_refuses_unknown_variants(tmp_path, tiny_subjqa, encoder, capsys):
+    from qa_system.cli import main
+
+    common = ["--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--embedding-model", encoder]
+    out = tmp_path / "retriever"
+    args = ["--domain", "electronics", "--output", str(out), "--epochs", "1", "--max-steps", "1", "--batch-size", "2", "--hard-negatives", "0", "--threads", "1"]
+    assert main(["train-retriever", *common, *args]) == 0
+    assert f"Use it with --query-embedding-model {out}" in capsys.readouterr().out
+    assert main(["fit-fusion", *common, "--query-embedding-model", str(out)]) == 0
+    assert "electronics: fusion" in capsys.readouterr().out
+    assert main(["eval", "retriever", *common, "--retriever", "bm25", "hybird"]) == 2
+    assert "Unknown retriever variant 'hybird'" in capsys.readouterr().err
