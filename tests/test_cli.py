@@ -129,6 +129,7 @@ def test_retrieval_metrics_by_hand():
             {"answerable": False, "subjective": False, "strict_ranks": [1], "chapter_ranks": []},
         ]
     )
+    records["chapter_unanswerable"] = ~records["answerable"]
     table = retrieval_metrics(records, ks=(1, 3)).set_index(["definition", "group"])
     strict = table.loc[("strict", "all")]
     assert strict["recall@1"] == pytest.approx(1 / 3) and strict["recall@3"] == pytest.approx(2 / 3)
@@ -138,3 +139,7 @@ def test_retrieval_metrics_by_hand():
     assert chapter["map"] == pytest.approx((average_precision([2, 3]) + 1 + 1) / 3)
     assert average_precision([2, 3]) == pytest.approx((1 / 2 + 2 / 3) / 2)
     assert table.loc[("strict", "subjective"), "n"] == 1
+    # The chapter's data labels the second question unanswerable too (its first annotation was ANSWERNOTFOUND).
+    records.at[1, "chapter_ranks"], records.at[1, "chapter_unanswerable"] = [], True
+    chapter = retrieval_metrics(records, ks=(1, 3)).set_index(["definition", "group"]).loc[("chapter", "all")]
+    assert chapter["recall@1"] == pytest.approx(2 / 3) and chapter["mrr"] == pytest.approx((1 / 2 + 1 + 1) / 3)

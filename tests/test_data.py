@@ -5,7 +5,7 @@ import pytest
 from qa_system.data import load_subjqa
 from qa_system.data.subjqa import locate_answer
 from qa_system.errors import QAError
-from tests.conftest import REVIEWS
+from tests.conftest import REVIEWS, row, write_subjqa
 
 
 def test_documents_are_cleaned_deduplicated_reviews_per_split(tiny_subjqa):
@@ -35,6 +35,22 @@ def test_questions_group_annotations_and_flag_no_answer(tiny_subjqa):
     assert {s: c["questions"] for s, c in data.report.splits.items()} == {
         "electronics/train": 3, "electronics/dev": 2, "electronics/test": 4,
     }
+
+
+def test_chapter_no_answer_follows_the_first_annotation_as_the_published_dataset_does(tmp_path):
+    # The hub's subjqa (the reference chapter's data) drops a question's spans when its first annotation is ANSWERNOTFOUND.
+    rows = [
+        row("q1", "How is the scroll wheel?", "r-mouse-1", "ANSWERNOTFOUND"),
+        row("q1", "How is the scroll wheel?", "r-mouse-1", "the scroll wheel feels solid"),
+        row("q2", "Is it comfortable?", "r-phones-1", "comfortable fit"),
+        row("q2", "Is it comfortable?", "r-phones-1", "ANSWERNOTFOUND"),
+        row("q3", "How is the cord?", "r-phones-2", "ANSWERNOTFOUND"),
+    ]
+    data = load_subjqa("electronics", "test", source=write_subjqa(tmp_path, {"test": rows}))
+    questions = {q.id: q for q in data.questions}
+    assert [(q.no_answer, q.chapter_no_answer) for q in (questions["q1"], questions["q2"], questions["q3"])] == [
+        (False, True), (False, False), (True, True),
+    ]
 
 
 def test_offsets_are_verified_repaired_and_mismatches_counted(tiny_subjqa):
@@ -93,6 +109,9 @@ def test_real_electronics_counts_and_offsets(real_data_dir):
         "electronics/train": 1295, "electronics/dev": 255, "electronics/test": 358,
     }
     assert sum(q.no_answer for q in data.questions_for("test")) == 120
+    # As the published dataset labels them: its electronics test has 455 answer labels (the chapter's count).
+    test = data.questions_for("test")
+    assert sum(q.chapter_no_answer for q in test) == 198
     for question in data.questions:
         for answer in question.located_answers:
             assert question.context[answer.start : answer.end] == answer.text
