@@ -364,9 +364,7 @@ def test_eval_rag_scores_generated_answers_beside_the_extractive_pipeline(cli_en
 def test_default_smollm2_answers_offline_and_caches_the_dequantised_model(indexed):
     pytest.importorskip("gguf")
     pipeline = build_qa_pipeline("bm25", indexed.with_(max_new_tokens=24), answer_stage="rag")
-    began = time.perf_counter()
-    cached = default_generator_dir(indexed.home)
-    assert time.perf_counter() - began < 5 and (cached / "model.safetensors").is_file()
+    assert (default_generator_dir(indexed.home) / "model.safetensors").is_file()  # dequantised once, loaded from here later
     result = pipeline.run("How is the sound?", item_id="KINDLE", split="dev")
     (answer,) = result["answers"]
     assert answer.meta["reply"] and 0 < answer.meta["usage"]["completion_tokens"] <= 24
