@@ -108,9 +108,9 @@ def test_real_electronics_counts_and_offsets(real_data_dir):
     assert {s: c["questions"] for s, c in data.report.splits.items()} == {
         "electronics/train": 1295, "electronics/dev": 255, "electronics/test": 358,
     }
-    assert sum(q.no_answer for q in data.questions_for("test")) == 120
-    # As the published dataset labels them: its electronics test has 455 answer labels (the chapter's count).
     test = data.questions_for("test")
+    assert sum(q.no_answer for q in test) == 120
+    # As the published dataset labels them: its electronics test has 455 answer labels (the chapter's count).
     assert sum(q.chapter_no_answer for q in test) == 198
     for question in data.questions:
         for answer in question.located_answers:

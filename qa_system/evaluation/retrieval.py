@@ -119,8 +119,7 @@ def retrieval_metrics(records: pd.DataFrame, ks: Sequence[int] = DEFAULT_KS) -> 
             if subset.empty:
                 continue
             # Chapter definition: a question the chapter's data labels unanswerable is always a hit (at rank 1).
-            chapter_unanswerable = subset.get("chapter_unanswerable", ~subset["answerable"])
-            always_hit = chapter_unanswerable if definition == "chapter" else subset["answerable"] & False
+            always_hit = subset["chapter_unanswerable"] & (definition == "chapter")
             ranks = subset[f"{definition}_ranks"]
             first = ranks.map(lambda r: min(r) if r else float("inf"))
             row = {"definition": definition, "group": group, "n": len(subset)}
