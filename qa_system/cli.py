@@ -310,6 +310,18 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
     print(f"Report written to {args.out}/ (report.json, report.csv, report.md, recall_at_k.png)")
 
 
+def cmd_tune_bm25(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.bm25_grid import RANK_BY, tune_bm25
+
+    table = tune_bm25(_settings(args), args.domain[0], args.split, out_dir=args.out, limit=args.limit)
+    print(table.head(args.show).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    best = table[table["recommended"]].iloc[0]
+    print(
+        f"Recommended (best {RANK_BY[0]}, {RANK_BY[1]} within one question of the best, fewest changes from the standard): stemmer {best['stemmer_language']}, stopwords {best['stopwords']}, k1 {best['k1']:g}, b {best['b']:g}. "
+        f"Report written to {args.out}/ (report.json, report.csv, report.md)"
+    )
+
+
 def cmd_ui(args: argparse.Namespace) -> None:
     from qa_system.webapp import run_app
 
@@ -494,6 +506,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rerank", action="store_true", help="also fit the answerability re-ranking of hybrid (needs the reader model)")
     p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_fit_fusion)
+
+    p = commands.add_parser("tune-bm25", parents=[common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)")
+    domain_option(p)
+    p.add_argument("--split", default="dev")
+    p.add_argument("--show", type=int, default=10, help="print the best N settings")
+    p.add_argument("--out", type=Path, default=Path("reports/bm25-grid"))
+    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_tune_bm25)
 
     p = commands.add_parser("ui", parents=[common], help="serve the search page (Streamlit) on http://ADDRESS:PORT")
     p.add_argument("--port", type=int, default=8501)

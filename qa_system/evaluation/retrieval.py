@@ -78,10 +78,10 @@ def average_precision(ranks: list[int]) -> float:
     return sum((i + 1) / rank for i, rank in enumerate(sorted(ranks))) / len(ranks) if ranks else 0.0
 
 
-def run_retriever(questions: Sequence[LabelledQuestion], retrieve: Retrieve, depth: int, label: str = "") -> pd.DataFrame:
+def run_retriever(questions: Sequence[LabelledQuestion], retrieve: Retrieve, depth: int, label: str = "", progress: bool = True) -> pd.DataFrame:
     """One record per question: its relevant ranks under both definitions and the latency."""
     records = []
-    for question in tqdm(questions, desc=f"retrieving {label}".strip(), unit="q"):
+    for question in tqdm(questions, desc=f"retrieving {label}".strip(), unit="q", disable=not progress):
         start = time.perf_counter()
         documents = retrieve(question, depth)
         latency = time.perf_counter() - start

@@ -80,6 +80,12 @@ def _store(index: Index, settings: Settings, value: dict[str, Any], *keys: str) 
     save_index(index, settings)
 
 
+def sparse_setting(pipeline: Any) -> dict[str, Any]:
+    """The BM25 retriever's parameters (its store and depth aside): a fusion fit holds only for them."""
+    parameters = pipeline.pipeline.get_component("sparse_retriever").to_dict()["init_parameters"]
+    return {name: value for name, value in parameters.items() if name not in ("document_store", "top_k")}
+
+
 def dev_questions(settings: Settings, domain: str, split: str, limit: int | None = None) -> list[LabelledQuestion]:
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
     if not questions:
@@ -105,6 +111,7 @@ def fit_fusion_on_dev(settings: Settings, domain: str, index: Index, split: str 
     parameters, scores = fit_fusion(candidates)
     fit = {
         **parameters.as_dict(),
+        "sparse": sparse_setting(sparse),
         "fitted_on": f"{domain} {split}",
         "questions": len(questions),
         "dev": {
@@ -158,7 +165,11 @@ def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str,
     """
     notes = []
     if retriever == "hybrid":
-        fit = _fits(index, settings).get("fusion") or fit_fusion_on_dev(settings, domain, index, split)
+        from qa_system.pipelines import build_retrieval_pipeline
+
+        fit = _fits(index, settings).get("fusion")
+        if not fit or fit.get("sparse") != sparse_setting(build_retrieval_pipeline("bm25", settings, index=index)):
+            fit = fit_fusion_on_dev(settings, domain, index, split)
         dev = fit["dev"]
         notes.append(
             f"fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}) "
