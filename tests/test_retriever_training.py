@@ -245,6 +245,24 @@ def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pip
     assert fusion_parameters(reopened, settings.with_(query_embedding_model=str(model))) == FusionParameters()
 
 
+def test_a_fusion_fitted_on_other_bm25_settings_is_refitted(tuned_setup):
+    from qa_system.retrieval.calibration import MANIFEST_KEY, encoder_key, ensure_fitted, fit_fusion_on_dev
+    from qa_system.stores import open_index
+
+    settings, _ = tuned_setup
+    index = open_index(settings, "electronics")
+    fit = fit_fusion_on_dev(settings, "electronics", index)
+    assert fit["sparse"]["k1"] == 1.2 and fit["sparse"]["stopwords"] is None  # the BM25 defaults it saw
+    stale = {**fit, "sparse": {**fit["sparse"], "k1": 2.0}, "fitted_on": "stale"}
+    index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"] = stale
+    ensure_fitted(settings, "electronics", index, "hybrid", rerank=False)
+    refitted = open_index(settings, "electronics").manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"]
+    assert refitted["fitted_on"] == "electronics dev" and refitted["sparse"] == fit["sparse"]
+    index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"]["kept"] = True
+    ensure_fitted(settings, "electronics", index, "hybrid", rerank=False)  # up to date: not refitted
+    assert index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"].get("kept")
+
+
 def test_retriever_evaluation_puts_stock_fine_tuned_fused_and_reranked_side_by_side(tuned_setup, tmp_path):
     from qa_system.evaluation.retrieval import evaluate_retrievers
 

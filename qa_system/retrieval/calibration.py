@@ -7,7 +7,8 @@ domain's dev split, strict recall@1 first and MRR to break ties, for the configu
 encoder, and ``fit_rerank_on_dev`` does the same for the answerability re-ranker's mix of
 retriever and reader scores. Both are stored in the index's manifest under the question encoder
 (name and file fingerprint) that was fitted, where the ``hybrid`` and ``rerank`` pipeline stages
-read them; re-indexing drops them with the vectors they were fitted on.
+read them; re-indexing drops them with the vectors they were fitted on. Each fit also records the
+BM25 settings it saw (``sparse_setting``), and ``ensure_fitted`` refits when those have changed.
 
 The grids include each part alone (sparse or dense weight 0, retriever weight 0 or 1), so on the
 dev split a fitted combination is never worse than its best part.
@@ -147,6 +148,7 @@ def fit_rerank_on_dev(
     fit = {
         "retriever_weight": best,
         "reader": _reader_key(settings),
+        "sparse": sparse_setting(build_retrieval_pipeline("bm25", settings, index=index)),
         "fitted_on": f"{domain} {split}",
         "questions": len(questions),
         "dev": {
@@ -163,12 +165,13 @@ def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str,
 
     Returns one line per fitted parameter set in force, for reports.
     """
-    notes = []
-    if retriever == "hybrid":
-        from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.pipelines import build_retrieval_pipeline
 
+    notes = []
+    sparse = sparse_setting(build_retrieval_pipeline("bm25", settings, index=index))
+    if retriever == "hybrid":
         fit = _fits(index, settings).get("fusion")
-        if not fit or fit.get("sparse") != sparse_setting(build_retrieval_pipeline("bm25", settings, index=index)):
+        if not fit or fit.get("sparse") != sparse:
             fit = fit_fusion_on_dev(settings, domain, index, split)
         dev = fit["dev"]
         notes.append(
@@ -177,7 +180,7 @@ def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str,
         )
     if rerank:
         fit = _fits(index, settings).get("rerank", {}).get(retriever)
-        if not fit or fit["reader"] != _reader_key(settings):
+        if not fit or fit["reader"] != _reader_key(settings) or fit.get("sparse") != sparse:
             fit = fit_rerank_on_dev(settings, domain, index, retriever, split)
         dev = fit["dev"]
         notes.append(
