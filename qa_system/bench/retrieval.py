@@ -4,7 +4,7 @@ BM25 is compared on the same scoring function: Haystack's InMemoryDocumentStore 
 ``BM25Plus`` and ``delta=0`` is Lucene's BM25 times ``k1 + 1``, which ``BM25sRetriever`` computes
 with ``method="lucene"`` over Haystack's own tokens (its regex, no stemming, no stopwords), so the
 top-10 must be the same documents in the same order. The project's default BM25 (English
-stemming and stopwords) is timed beside them. Dense retrieval compares Haystack's
+stemming, stopwords kept, k1 1.2, b 1.0) is timed beside them. Dense retrieval compares Haystack's
 InMemoryEmbeddingRetriever with the pre-filtered FAISS retriever over a Flat (exact) and an HNSW
 (approximate) index; all compute cosine similarity of unit vectors.
 """
