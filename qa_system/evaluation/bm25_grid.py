@@ -61,6 +61,10 @@ def recommended(table: pd.DataFrame, questions: int) -> pd.Series:
     return near.loc[changes.sort_values(kind="stable").index[0]]
 
 
+def describe(row: pd.Series) -> str:
+    return f"stemmer {row['stemmer_language']}, stopwords {row['stopwords']}, k1 {row['k1']:g}, b {row['b']:g}"
+
+
 def score_setting(store: InMemoryDocumentStore, questions: Sequence, setting: BM25Setting) -> dict[str, float]:
     """Strict and chapter-definition recall@1/3 and MRR of one setting."""
     retriever = BM25sRetriever(store, **asdict(setting))
@@ -105,7 +109,7 @@ def tune_bm25(
             notes=[
                 f"{len(questions)} questions, each asked with filters item_id = its product and split = {split}, over all splits of the domain.",
                 f"Ranked by {', then '.join(RANK_BY)}; differences of one question are {1 / len(questions):.3f}.",
-                f"Recommended: stemmer {best['stemmer_language']}, stopwords {best['stopwords']}, k1 {best['k1']:g}, b {best['b']:g} "
+                f"Recommended: {describe(best)} "
                 "(best recall@3, MRR within one question of the best, fewest changes from the English analyzer with k1 1.2, b 0.75).",
             ],
         )

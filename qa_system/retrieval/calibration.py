@@ -82,7 +82,9 @@ def _store(index: Index, settings: Settings, value: dict[str, Any], *keys: str) 
 
 
 def sparse_setting(pipeline: Any) -> dict[str, Any]:
-    """The BM25 retriever's parameters (its store and depth aside): a fusion fit holds only for them."""
+    """The pipeline's BM25 parameters (its store and depth aside; {} without BM25): a fit holds only for them."""
+    if "sparse_retriever" not in pipeline.pipeline.graph.nodes:
+        return {}
     parameters = pipeline.pipeline.get_component("sparse_retriever").to_dict()["init_parameters"]
     return {name: value for name, value in parameters.items() if name not in ("document_store", "top_k")}
 
@@ -148,7 +150,7 @@ def fit_rerank_on_dev(
     fit = {
         "retriever_weight": best,
         "reader": _reader_key(settings),
-        "sparse": sparse_setting(build_retrieval_pipeline("bm25", settings, index=index)),
+        "sparse": sparse_setting(pipeline),
         "fitted_on": f"{domain} {split}",
         "questions": len(questions),
         "dev": {
@@ -168,7 +170,7 @@ def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str,
     from qa_system.pipelines import build_retrieval_pipeline
 
     notes = []
-    sparse = sparse_setting(build_retrieval_pipeline("bm25", settings, index=index))
+    sparse = sparse_setting(build_retrieval_pipeline(retriever, settings, index=index))  # what the fits must have seen
     if retriever == "hybrid":
         fit = _fits(index, settings).get("fusion")
         if not fit or fit.get("sparse") != sparse:
