@@ -2,13 +2,14 @@
 that leaves the saved index intact."""
 
 import hashlib
+import itertools
 import json
 
 import pandas as pd
 import pytest
 
 from qa_system.cli import main
-from qa_system.evaluation.retrieval import average_precision, retrieval_metrics
+from qa_system.evaluation.retrieval import CHANCE, average_precision, retrieval_metrics
 
 
 @pytest.fixture
@@ -116,6 +117,39 @@ def test_eval_retriever_writes_the_report(indexed_cli, tmp_path, capsys):
     # Every test product has its gold review among at most 3 reviews: recall@3 is 1.
     assert strict_all["recall@3"] == 1.0
     assert "| recall@3 |" in (out / "report.md").read_text()
+    chance = [m for m in report["metrics"] if m["retriever"] == CHANCE and m["definition"] == "strict"]
+    # Each test product has one test review: any order finds it first, and no question has 2+ candidates.
+    assert [(m["group"], m["recall@1"]) for m in chance if m["group"] in ("all", "2+ candidates")] == [("all", 1.0)]
+
+
+def test_chance_metrics_are_the_average_over_every_order_of_the_candidates():
+    # Questions with n candidates of which the relevant ones are given (strict: one; chapter: several).
+    cases = [(1, [0], [0]), (3, [2], [0, 2]), (4, [1], [1, 2, 3]), (5, [4], []), (4, [0], [0, 3])]
+    base = pd.DataFrame(
+        [{"retrieved": n, "strict_ranks": [i + 1 for i in s], "chapter_ranks": [i + 1 for i in c]} for n, s, c in cases]
+    ).assign(answerable=True, subjective=False, chapter_unanswerable=False)
+    chance = retrieval_metrics(base, ks=(1, 2, 3), chance=True).set_index(["definition", "group"])
+    # Brute force: every permutation of each question's candidates, scored as an observed ranking, averaged.
+    orders = []
+    for question, (n, strict, chapter) in enumerate(cases):
+        permutations = list(itertools.permutations(range(n)))
+        for order in permutations:
+            position = {candidate: rank for rank, candidate in enumerate(order, 1)}
+            orders.append({"question": question, "retrieved": n,
+                           "strict_ranks": sorted(position[i] for i in strict), "chapter_ranks": sorted(position[i] for i in chapter)})
+    observed = pd.DataFrame(orders).assign(answerable=True, subjective=False, chapter_unanswerable=False)
+    for definition in ("strict", "chapter"):
+        for column in ("recall@1", "recall@2", "recall@3", "mrr", "map"):
+            by_question = [
+                retrieval_metrics(group, ks=(1, 2, 3)).set_index(["definition", "group"]).loc[(definition, "all"), column]
+                for _, group in observed.groupby("question")
+            ]
+            assert chance.loc[(definition, "all"), column] == pytest.approx(sum(by_question) / len(cases)), (definition, column)
+    assert chance.loc[("strict", "all"), "recall@1"] == pytest.approx((1 + 1 / 3 + 1 / 4 + 1 / 5 + 1 / 4) / 5)
+    assert chance.loc[("strict", "2+ candidates"), "n"] == 4
+    # An unanswerable question is always a chapter hit, under chance too.
+    unanswerable = retrieval_metrics(base.assign(chapter_unanswerable=True), ks=(1,), chance=True).set_index(["definition", "group"])
+    assert unanswerable.loc[("chapter", "all"), "recall@1"] == 1.0
 
 
 def test_retrieval_metrics_by_hand():

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from math import comb
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -37,6 +38,7 @@ from qa_system.data import LabelledQuestion
 DEFAULT_KS = (1, 3, 5, 10, 20)
 DEFINITIONS = ("strict", "chapter")
 _BASES = {"bm25": ("bm25", False), "dense": ("dense", False), "hybrid": ("hybrid", False), "dense-ft": ("dense", True), "hybrid-ft": ("hybrid", True)}
+CHANCE = "chance (random order)"  # the report's reference row: what ranking the candidates at random reaches
 VARIANTS = tuple(f"{base}{suffix}" for suffix in ("", "+rerank") for base in _BASES)
 
 
@@ -104,30 +106,62 @@ def run_retriever(questions: Sequence[LabelledQuestion], retrieve: Retrieve, dep
     return pd.DataFrame(records)
 
 
-def retrieval_metrics(records: pd.DataFrame, ks: Sequence[int] = DEFAULT_KS) -> pd.DataFrame:
-    """Rows (definition, group) with n, recall@k, MRR, MAP; groups: all, subjective, factual, answerable."""
+def _observed_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) -> pd.DataFrame:
+    """Per question: hit@k (0/1), reciprocal rank and average precision of the retriever's ranking."""
+    # Chapter definition: a question the chapter's data labels unanswerable is always a hit (at rank 1).
+    always_hit = records["chapter_unanswerable"] & (definition == "chapter")
+    ranks = records[f"{definition}_ranks"]
+    first = ranks.map(lambda r: min(r) if r else float("inf"))
+    scores = {f"recall@{k}": ((first <= k) | always_hit).astype(float) for k in ks}
+    scores["mrr"] = (1.0 / first).where(~always_hit, 1.0)
+    scores["map"] = ranks.map(average_precision).where(~always_hit, 1.0)
+    return pd.DataFrame(scores, index=records.index)
+
+
+def _chance_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) -> pd.DataFrame:
+    """Per question: the same scores expected from a uniformly random order of its candidates.
+
+    n = the candidates (the retrieved list, complete when shorter than the retrieval depth), m = the
+    relevant ones among them. hit@k: 1 - C(n-m, k) / C(n, k); reciprocal rank: sum over r of
+    P(first relevant at r) / r with P = C(n-r, m-1) / C(n, m); average precision:
+    (1/n) sum_i (1 + (i-1)(m-1)/(n-1)) / i.
+    """
+    always_hit = records["chapter_unanswerable"] & (definition == "chapter")
+    rows = []
+    for n, m, hit in zip(records["retrieved"], records[f"{definition}_ranks"].map(len), always_hit):
+        if hit or m == 0:
+            rows.append({**{f"recall@{k}": float(hit) for k in ks}, "mrr": float(hit), "map": float(hit)})
+            continue
+        rows.append({
+            **{f"recall@{k}": 1.0 if k >= n else 1 - comb(n - m, k) / comb(n, k) for k in ks},
+            "mrr": sum(comb(n - r, m - 1) / comb(n, m) / r for r in range(1, n - m + 2)),
+            "map": sum((1 + (i - 1) * (m - 1) / max(n - 1, 1)) / i for i in range(1, n + 1)) / n,
+        })
+    return pd.DataFrame(rows, index=records.index)
+
+
+def retrieval_metrics(records: pd.DataFrame, ks: Sequence[int] = DEFAULT_KS, chance: bool = False) -> pd.DataFrame:
+    """Rows (definition, group) with n, recall@k, MRR, MAP; groups: all, subjective, factual, answerable,
+    and "2+ candidates" (questions whose product has more than one review: the others are always hits).
+
+    ``chance=True``: the figures a random order of the same candidates is expected to reach, the floor
+    that a retriever's figures mean something above (exact when every candidate was retrieved).
+    """
     groups = {
         "all": records.index == records.index,
         "subjective": records["subjective"],
         "factual": ~records["subjective"],
         "answerable": records["answerable"],
     }
+    if "retrieved" in records:
+        groups["2+ candidates"] = records["retrieved"] >= 2
     rows = []
     for definition in DEFINITIONS:
+        scores = (_chance_scores if chance else _observed_scores)(records, definition, ks)
         for group, mask in groups.items():
-            subset = records[mask]
-            if subset.empty:
+            if not mask.any():
                 continue
-            # Chapter definition: a question the chapter's data labels unanswerable is always a hit (at rank 1).
-            always_hit = subset["chapter_unanswerable"] & (definition == "chapter")
-            ranks = subset[f"{definition}_ranks"]
-            first = ranks.map(lambda r: min(r) if r else float("inf"))
-            row = {"definition": definition, "group": group, "n": len(subset)}
-            for k in ks:
-                row[f"recall@{k}"] = float(((first <= k) | always_hit).mean())
-            row["mrr"] = float((1.0 / first).where(~always_hit, 1.0).mean())
-            row["map"] = float(ranks.map(average_precision).where(~always_hit, 1.0).mean())
-            rows.append(row)
+            rows.append({"definition": definition, "group": group, "n": int(mask.sum()), **scores[mask].mean().to_dict()})
     return pd.DataFrame(rows)
 
 
@@ -135,7 +169,8 @@ def recall_plot(table: pd.DataFrame, ks: Sequence[int], definition: str = "stric
     """Recall against k, one line per retriever (overall questions)."""
     figure, axes = plt.subplots(figsize=(6, 4))
     for retriever, rows in table[(table["definition"] == definition) & (table["group"] == "all")].groupby("retriever", sort=False):
-        axes.plot(list(ks), [rows.iloc[0][f"recall@{k}"] for k in ks], marker="o", label=retriever)
+        style = {"linestyle": "--", "color": "grey"} if retriever == CHANCE else {"marker": "o"}
+        axes.plot(list(ks), [rows.iloc[0][f"recall@{k}"] for k in ks], label=retriever, **style)
     axes.set_xlabel("k (retrieved reviews)")
     axes.set_ylabel(f"recall@k ({definition})")
     axes.set_xticks(list(ks))
@@ -215,6 +250,11 @@ def evaluate_retrievers(
                 "p95_ms": 1000 * latency.quantile(0.95),
             }
         )
+    reference = next(iter(all_records.values()), None)
+    if reference is not None and (reference["retrieved"] < max(ks)).all():  # every candidate retrieved: chance is exact
+        chance = retrieval_metrics(reference, ks, chance=True)
+        chance.insert(0, "retriever", CHANCE)
+        tables.append(chance)
     metrics = pd.concat(tables, ignore_index=True)
     build = index.manifest.get("build_timings", {})
     timing_table = pd.DataFrame(timings)
@@ -243,6 +283,8 @@ def evaluate_retrievers(
                 "strict: the question's own review is in the top k (primary metric). chapter: a retrieved review "
                 "contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
                 f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
+                f"'{CHANCE}': the figures expected from ranking each question's candidates at random (the floor to compare with); "
+                "'2+ candidates': questions whose product has more than one review in the split (the others are a hit for any retriever).",
                 *fitted,
             ],
         )
