@@ -342,7 +342,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
     from qa_system.onnx_reader import FP32_FILE, INT8_FILE, export_onnx, read_export_info
 
     model = args.model or _settings(args).reader_model
-    output = export_onnx(model, args.output)
+    output = export_onnx(model, args.output, reduce_range=not args.full_range)
     fused = read_export_info(output)["fused_operators"]
     for name in (FP32_FILE, INT8_FILE):
         print(f"{output / name}  {(output / name).stat().st_size / 2**20:.1f} MiB")
@@ -527,6 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("export-onnx", parents=[common], help="export a reader to ONNX, fp32 and dynamically int8-quantised")
     p.add_argument("--model", help="reader model directory or hub id (default: the configured reader)")
     p.add_argument("--output", type=Path, help="export directory (default <model>/onnx)")
+    p.add_argument("--full-range", action="store_true", help="8-bit rather than 7-bit int8 weights: only for CPUs with VNNI (AVX2 saturates)")
     p.set_defaults(func=cmd_export_onnx)
 
     p = commands.add_parser("bench", parents=[common], help="measure indexing, retrieval, reader and end-to-end speed beside Haystack's stock components")

@@ -127,6 +127,25 @@ def test_onnx_int8_reader_stays_close_to_fp32(exported):
         assert np.corrcoef(reference, quantized)[0, 1] > 0.95
 
 
+def int8_weight_range(file: Path) -> tuple[int, int]:
+    import onnx
+    from onnx import numpy_helper
+
+    weights = [numpy_helper.to_array(t) for t in onnx.load(str(file)).graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    return min(int(w.min()) for w in weights), max(int(w.max()) for w in weights)
+
+
+def test_int8_export_uses_7_bit_weights_unless_asked_for_the_full_range(exported, tmp_path):
+    model, export = exported
+    # Saturation-free on CPUs without VNNI: symmetric 7-bit weights in [-64, 63].
+    low, high = int8_weight_range(export / INT8_FILE)
+    assert -64 <= low and high <= 64 and high - low > 100
+    assert "7-bit" in json.loads((export / "export.json").read_text())["quantization"]
+    full = export_onnx(model, tmp_path / "full", reduce_range=False)
+    low, high = int8_weight_range(full / INT8_FILE)
+    assert low < -64 or high > 64
+
+
 def test_length_buckets_pad_each_batch_to_its_own_longest_window():
     lengths = np.array([384, 40, 384, 45, 200, 384, 70])
     buckets = length_buckets(lengths, batch_size=2)
