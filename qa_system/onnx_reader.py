@@ -203,12 +203,17 @@ class OnnxQAModel:
 
     :param path: the .onnx file.
     :param threads: intra-op threads; None = the machine's physical cores.
+    :param profile_dir: when given, ONNX Runtime's profiler times every kernel into a JSON file there
+        (``session.end_profiling()`` returns its path); for the benchmark, not for serving.
     """
 
-    def __init__(self, path: str | Path, threads: int | None = None):
+    def __init__(self, path: str | Path, threads: int | None = None, profile_dir: str | Path | None = None):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
+        if profile_dir is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = str(Path(profile_dir) / "onnxruntime")
         options.intra_op_num_threads = threads or physical_cores()
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

@@ -146,6 +146,28 @@ def test_int8_export_uses_7_bit_weights_unless_asked_for_the_full_range(exported
     assert low < -64 or high > 64
 
 
+def test_operator_profile_splits_the_onnx_readers_kernel_time_by_operator(exported):
+    from types import SimpleNamespace
+
+    from qa_system.bench.reader import operator_profile
+
+    model, export = exported
+    options = dict(max_seq_length=64, doc_stride=16)
+    readers = {
+        "torch": ExtractiveReader(model=str(model), **options),  # not ONNX: no operator rows
+        "int8": ExtractiveReader(model=str(model), backend="onnx", **options),
+    }
+    for reader in readers.values():
+        reader.warm_up()
+    questions = [SimpleNamespace(question=q) for q in QUESTIONS]
+    rows = operator_profile(readers, questions, [DOCUMENTS] * len(QUESTIONS), limit=2)
+    assert {r["reader"] for r in rows} == {"int8"}
+    shares = {r["operator"]: r["share"] for r in rows}
+    assert sum(shares.values()) == pytest.approx(1.0, abs=0.01)
+    assert any(op.startswith(("DynamicQuantize", "MatMulInteger", "QAttention")) for op in shares), shares
+    assert all(r["ms_per_question"] > 0 for r in rows)
+
+
 def test_length_buckets_pad_each_batch_to_its_own_longest_window():
     lengths = np.array([384, 40, 384, 45, 200, 384, 70])
     buckets = length_buckets(lengths, batch_size=2)
@@ -210,6 +232,7 @@ def test_bench_command_writes_its_report(exported, tiny_subjqa, tmp_path, capsys
     assert same_scoring and all(row["same_top10"] == 1.0 for row in same_scoring)
     assert {row["reader"] for row in report["reader"]} >= {"ONNX int8", "torch fp32", "Haystack TransformersExtractiveReader"}
     assert {row["stage"] for row in report["reader_profile"]} == {"tokenisation", "model", "post-processing (span search)"}
+    assert {row["reader"] for row in report["reader_operators"]} == {"ONNX fp32", "ONNX int8"}
     assert report["machine"]["physical_cores"] >= 1 and "target" in capsys.readouterr().out
 
 

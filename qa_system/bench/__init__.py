@@ -97,6 +97,7 @@ def run_bench(
     contexts = reader.top_reviews(domain_reviews, reader_qs)
     readers = {reader.HAYSTACK_READER: reader.haystack_reader(settings.reader_model), **reader.project_readers(settings.reader_model, export_dir)}
     reader_rows, profile_rows, _ = reader.bench_readers(readers, reader_qs, contexts, progress)
+    operator_rows = reader.operator_profile(readers, reader_qs, contexts)
     del readers
     remember("readers")
 
@@ -129,6 +130,7 @@ def run_bench(
     tables = {
         "reader": pd.DataFrame(reader_rows),
         "reader_profile": pd.DataFrame(profile_rows),
+        "reader_operators": pd.DataFrame(operator_rows),
         "end_to_end": pd.DataFrame(e2e_rows),
         "end_to_end_stages": pd.DataFrame(stage_rows),
         "retrieval": pd.DataFrame(retrieval_rows[1:]),

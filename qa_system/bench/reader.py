@@ -8,7 +8,10 @@ runs, so the speed and the accuracy of a reader are measured together.
 
 from __future__ import annotations
 
+import json
+import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -20,8 +23,8 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from qa_system.bench.measure import Timing, compare
 from qa_system.data import LabelledQuestion
 from qa_system.evaluation.answers import best_scores
-from qa_system.onnx_reader import FP32_FILE, INT8_FILE
-from qa_system.reading import ExtractiveReader
+from qa_system.onnx_reader import FP32_FILE, INT8_FILE, OnnxQAModel
+from qa_system.reading import ExtractiveReader, encode_windows
 from qa_system.retrieval import BM25sRetriever, make_filters
 
 HAYSTACK_READER = "Haystack TransformersExtractiveReader"
@@ -155,4 +158,35 @@ def _profile_rows(timings: dict[str, Timing], clocks: dict[str, StageClock]) -> 
                 "windows_per_s": float(sum(clock.windows) / model.sum()) if stage == "model" else float("nan"),
                 "tokens_per_window": float(sum(clock.tokens) / sum(clock.windows)) if stage == "model" else float("nan"),
             })
+    return rows
+
+
+def operator_profile(readers: dict[str, Any], questions: Sequence[LabelledQuestion], contexts: Sequence[list[Document]], limit: int = 50) -> list[dict]:
+    """Where the ONNX readers' model time goes, by operator type (ONNX Runtime's own kernel profiler).
+
+    Each ONNX reader's windows for the first ``limit`` questions run through a profiling session of
+    the same file and threads; rows give each operator type's share of kernel time and its ms per question.
+    """
+    rows = []
+    for name, reader in readers.items():
+        if not isinstance(reader, ExtractiveReader) or reader._onnx is None:
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            model = OnnxQAModel(reader._onnx.path, profile_dir=folder)
+            asked = list(zip(questions, contexts))[:limit]
+            for question, documents in asked:
+                texts = [d.content for d in documents if d.content and d.content.strip()]
+                if texts:
+                    encoding = encode_windows(reader._tokenizer, [question.question] * len(texts), texts, reader.max_seq_length, reader.doc_stride, padding=True)
+                    model.logits(encoding, reader.batch_size)
+            events = json.loads(Path(model.session.end_profiling()).read_text())
+        kernel_us = Counter()
+        for event in events:
+            if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+                kernel_us[event["args"]["op_name"]] += event["dur"]
+        total = sum(kernel_us.values())
+        rows += [
+            {"reader": name, "operator": op, "share": us / total, "ms_per_question": us / 1000 / len(asked)}
+            for op, us in kernel_us.most_common() if us / total >= 0.001
+        ]
     return rows

@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from math import comb
 from dataclasses import dataclass
+from math import comb
 from pathlib import Path
 from typing import Callable, Sequence
 
