@@ -168,12 +168,12 @@ def operator_profile(readers: dict[str, Any], questions: Sequence[LabelledQuesti
     the same file and threads; rows give each operator type's share of kernel time and its ms per question.
     """
     rows = []
+    asked = list(zip(questions, contexts))[:limit]
     for name, reader in readers.items():
-        if not isinstance(reader, ExtractiveReader) or reader._onnx is None:
+        if not asked or not isinstance(reader, ExtractiveReader) or reader._onnx is None:
             continue
         with tempfile.TemporaryDirectory() as folder:
             model = OnnxQAModel(reader._onnx.path, profile_dir=folder)
-            asked = list(zip(questions, contexts))[:limit]
             for question, documents in asked:
                 texts = [d.content for d in documents if d.content and d.content.strip()]
                 if texts:
