@@ -311,13 +311,12 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
 
 
 def cmd_tune_bm25(args: argparse.Namespace) -> None:
-    from qa_system.evaluation.bm25_grid import RANK_BY, describe, tune_bm25
+    from qa_system.evaluation.bm25_grid import RULE, describe, tune_bm25
 
     table = tune_bm25(_settings(args), args.domain[0], args.split, out_dir=args.out, limit=args.limit)
     print(table.head(args.show).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(
-        f"Recommended (best {RANK_BY[0]}, {RANK_BY[1]} within one question of the best, fewest changes from the standard): "
-        f"{describe(table[table['recommended']].iloc[0])}. Report written to {args.out}/ (report.json, report.csv, report.md)"
+        f"Recommended ({RULE}): {describe(table[table['recommended']].iloc[0])}. Report written to {args.out}/ (report.json, report.csv, report.md)"
     )
 
 

@@ -247,11 +247,9 @@ class ExtractiveReader:
 
     def predict(self, query: str, documents: Sequence[Document]) -> ReaderOutput:
         """Candidate spans of all documents (deduplicated, best first) and the no-answer logit."""
-        self.warm_up()
-        contents = [(i, d.content) for i, d in enumerate(documents) if d.content and d.content.strip()]
+        contents, encoding = self.encode(query, documents)
         if not contents:
             return ReaderOutput([], math.inf)
-        encoding = encode_windows(self._tokenizer, [query] * len(contents), [c for _, c in contents], self.max_seq_length, self.doc_stride, padding=True)
         start_logits, end_logits = self._logits(encoding)
         spans: list[SpanCandidate] = []
         doc_null: dict[int, float] = {}
@@ -261,6 +259,15 @@ class ExtractiveReader:
             doc_null[doc_index] = min(doc_null.get(doc_index, math.inf), null)
             spans.extend(SpanCandidate(doc_index, s, e, logit, window) for s, e, logit in window_spans)
         return ReaderOutput(deduplicate(spans), min(doc_null.values()))
+
+    def encode(self, query: str, documents: Sequence[Document]) -> tuple[list[tuple[int, str]], Any]:
+        """(index, text) of the documents with text, and their windows tokenised with the question (None without text)."""
+        self.warm_up()
+        contents = [(i, d.content) for i, d in enumerate(documents) if d.content and d.content.strip()]
+        if not contents:
+            return [], None
+        texts = [c for _, c in contents]
+        return contents, encode_windows(self._tokenizer, [query] * len(texts), texts, self.max_seq_length, self.doc_stride, padding=True)
 
     def _logits(self, encoding) -> tuple[np.ndarray, np.ndarray]:
         """Start and end logits of every window: the one step a different backend replaces."""

@@ -24,7 +24,7 @@ from qa_system.bench.measure import Timing, compare
 from qa_system.data import LabelledQuestion
 from qa_system.evaluation.answers import best_scores
 from qa_system.onnx_reader import FP32_FILE, INT8_FILE, OnnxQAModel
-from qa_system.reading import ExtractiveReader, encode_windows
+from qa_system.reading import ExtractiveReader
 from qa_system.retrieval import BM25sRetriever, make_filters
 
 HAYSTACK_READER = "Haystack TransformersExtractiveReader"
@@ -175,9 +175,8 @@ def operator_profile(readers: dict[str, Any], questions: Sequence[LabelledQuesti
         with tempfile.TemporaryDirectory() as folder:
             model = OnnxQAModel(reader._onnx.path, profile_dir=folder)
             for question, documents in asked:
-                texts = [d.content for d in documents if d.content and d.content.strip()]
-                if texts:
-                    encoding = encode_windows(reader._tokenizer, [question.question] * len(texts), texts, reader.max_seq_length, reader.doc_stride, padding=True)
+                contents, encoding = reader.encode(question.question, documents)
+                if contents:
                     model.logits(encoding, reader.batch_size)
             events = json.loads(Path(model.session.end_profiling()).read_text())
         kernel_us = Counter()

@@ -34,6 +34,7 @@ from qa_system.retrieval.bm25 import BM25sRetriever
 from qa_system.retrieval.filters import make_filters
 
 RANK_BY = ("answerable strict recall@3", "strict mrr")
+RULE = "best recall@3, MRR within one question of the best, fewest changes from the English analyzer with k1 1.2, b 0.75"
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,7 @@ def tune_bm25(
             notes=[
                 f"{len(questions)} questions, each asked with filters item_id = its product and split = {split}, over all splits of the domain.",
                 f"Ranked by {', then '.join(RANK_BY)}; differences of one question are {1 / len(questions):.3f}.",
-                f"Recommended: {describe(best)} "
-                "(best recall@3, MRR within one question of the best, fewest changes from the English analyzer with k1 1.2, b 0.75).",
+                f"Recommended: {describe(best)} ({RULE}).",
             ],
         )
     return table

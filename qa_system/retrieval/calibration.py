@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from haystack import Pipeline
 from tqdm.auto import tqdm
 
 from qa_system.config import Settings
@@ -81,11 +82,11 @@ def _store(index: Index, settings: Settings, value: dict[str, Any], *keys: str) 
     save_index(index, settings)
 
 
-def sparse_setting(pipeline: Any) -> dict[str, Any]:
-    """The pipeline's BM25 parameters (its store and depth aside; {} without BM25): a fit holds only for them."""
-    if "sparse_retriever" not in pipeline.pipeline.graph.nodes:
+def sparse_setting(pipeline: Pipeline) -> dict[str, Any]:
+    """The Haystack pipeline's BM25 parameters (its store and depth aside; {} without BM25): a fit holds only for them."""
+    if "sparse_retriever" not in pipeline.graph.nodes:
         return {}
-    parameters = pipeline.pipeline.get_component("sparse_retriever").to_dict()["init_parameters"]
+    parameters = pipeline.get_component("sparse_retriever").to_dict()["init_parameters"]
     return {name: value for name, value in parameters.items() if name not in ("document_store", "top_k")}
 
 
@@ -114,7 +115,7 @@ def fit_fusion_on_dev(settings: Settings, domain: str, index: Index, split: str 
     parameters, scores = fit_fusion(candidates)
     fit = {
         **parameters.as_dict(),
-        "sparse": sparse_setting(sparse),
+        "sparse": sparse_setting(sparse.pipeline),
         "fitted_on": f"{domain} {split}",
         "questions": len(questions),
         "dev": {
@@ -150,7 +151,7 @@ def fit_rerank_on_dev(
     fit = {
         "retriever_weight": best,
         "reader": _reader_key(settings),
-        "sparse": sparse_setting(pipeline),
+        "sparse": sparse_setting(pipeline.pipeline),
         "fitted_on": f"{domain} {split}",
         "questions": len(questions),
         "dev": {
@@ -167,10 +168,11 @@ def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str,
 
     Returns one line per fitted parameter set in force, for reports.
     """
-    from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.pipelines import load_pipeline
 
     notes = []
-    sparse = sparse_setting(build_retrieval_pipeline(retriever, settings, index=index))  # what the fits must have seen
+    # What the fits must have seen, read from the pipeline's definition (not warmed up: no model loads).
+    sparse = sparse_setting(load_pipeline(retriever, index, settings))
     if retriever == "hybrid":
         fit = _fits(index, settings).get("fusion")
         if not fit or fit.get("sparse") != sparse:
