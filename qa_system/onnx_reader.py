@@ -10,10 +10,10 @@ reference book's chapter on efficient transformers, plus what matters for a read
   (as fast; per-tensor scales cost 1.2 F1 points on SubjQA electronics test);
 * 7-bit weights (``reduce_range``) by default: without VNNI (AVX2 machines such as ours), ONNX
   Runtime multiplies uint8 activations by int8 weights with VPMADDUBSW, whose 16-bit pair sums
-  saturate with full-range weights. EM / F1 minus fp32, full-range / 7-bit, reading BM25's top 3:
-  electronics test -1.4 / -1.1 against +0.6 / +0.3, restaurants test -1.5 / -1.4 against -0.8 / -0.3,
-  electronics dev 0.0 / +0.1 against +0.4 / +0.3, tripadvisor test (first 400) 0.0 / +0.1 against +1.3 / +0.5;
-  same speed. ``reduce_range=False`` suits VNNI CPUs;
+  saturate with full-range weights. Against the fp32 reader, full-range weights lost 0.9 EM points
+  on average over seven SubjQA comparisons, 7-bit weights none (+0.1); single comparisons vary by
+  up to 1.5 points either way, a few questions (README, "Speed"). Same speed. ``reduce_range=False``
+  suits VNNI CPUs;
 * length bucketing with dynamic padding: windows of similar length run together, each batch padded
   only to its own longest window, so a short review never pays for a long one's padding;
 * one intra-op thread per physical core, no inter-op parallelism, no thread spinning (spinning
