@@ -15,6 +15,7 @@ from haystack import Document
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 
 from qa_system.bench.corpus import SYNTHETIC_PRODUCT_SIZE, synthetic_reviews
+from qa_system.bench.measure import cpuinfo_field, int8_dot_product
 from qa_system.bench.retrieval import K1, haystack_store, same_scoring_bm25
 from qa_system.cli import main
 from qa_system.errors import QAError
@@ -234,6 +235,19 @@ def test_bench_command_writes_its_report(exported, tiny_subjqa, tmp_path, capsys
     assert {row["stage"] for row in report["reader_profile"]} == {"tokenisation", "model", "post-processing (span search)"}
     assert {row["reader"] for row in report["reader_operators"]} == {"ONNX fp32", "ONNX int8"}
     assert report["machine"]["physical_cores"] >= 1 and "target" in capsys.readouterr().out
+    assert isinstance(report["machine"]["int8_dot_product"], list)
+    assert "- int8 dot-product instructions: " in (out / "report.md").read_text()
+
+
+def test_int8_dot_product_units_are_read_from_cpuinfo():
+    zen3 = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu\n"
+    sapphire_rapids = "model name\t: Intel Xeon\nflags\t\t: avx2 avx512f avx512_vnni amx_bf16 amx_int8 avx_vnni\n"
+    graviton3 = "processor\t: 0\nFeatures\t: fp asimd asimddp sve i8mm bf16\n"
+    assert cpuinfo_field(zen3, "model name") == "AMD EPYC 7B13" and cpuinfo_field(zen3, "vendor_id") == ""
+    assert int8_dot_product(zen3) == []
+    assert int8_dot_product(sapphire_rapids) == ["avx512_vnni", "avx_vnni", "amx_int8"]
+    assert int8_dot_product(graviton3) == ["asimddp", "i8mm"]
+    assert int8_dot_product("") == []
 
 
 def test_bench_refuses_a_corpus_too_small_for_its_questions(tiny_subjqa, tmp_path, capsys):
