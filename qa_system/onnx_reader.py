@@ -13,7 +13,7 @@ reference book's chapter on efficient transformers, plus what matters for a read
   saturate with full-range weights. Against the fp32 reader, full-range weights lost 0.9 EM points
   on average over seven SubjQA comparisons, 7-bit weights none (+0.1); single comparisons vary by
   up to 1.5 points either way, a few questions (README, "Speed"). Same speed. ``reduce_range=False``
-  suits VNNI CPUs;
+  suits VNNI CPUs; loading such an export on a CPU without int8 dot-product instructions logs a warning;
 * length bucketing with dynamic padding: windows of similar length run together, each batch padded
   only to its own longest window, so a short review never pays for a long one's padding;
 * one intra-op thread per physical core, no inter-op parallelism, no thread spinning (spinning
@@ -51,6 +51,10 @@ OUTPUT_NAMES = ("start_logits", "end_logits")
 FUSABLE_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
 BUCKET_TOKENS = 32  # windows whose lengths round up to the same multiple of this share a batch
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+# CPU flags of int8 dot-product units (x86 VNNI and AMX, Arm dot product and int8 matrix multiply).
+# Without one, int8 matrix products are under 2x fp32 and full-range int8 weights saturate (module doc).
+INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
+logger = logging.getLogger(__name__)
 
 
 def physical_cores() -> int:
@@ -58,6 +62,29 @@ def physical_cores() -> int:
     import psutil
 
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def read_cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def cpuinfo_field(cpuinfo: str, name: str) -> str:
+    """The first ``name : value`` of /proc/cpuinfo text ("" when absent)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return ""
+
+
+def int8_dot_product(cpuinfo: str | None = None) -> list[str]:
+    """The CPU's int8 dot-product flags ([] for none), from /proc/cpuinfo text (x86 "flags", Arm "Features")."""
+    cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
+    flags = set((cpuinfo_field(cpuinfo, "flags") or cpuinfo_field(cpuinfo, "Features")).split())
+    return [flag for flag in INT8_DOT_PRODUCT_FLAGS if flag in flags]
 
 
 def weights_fingerprint(model_dir: str | Path) -> str | None:
@@ -166,7 +193,7 @@ def export_onnx(model: str | Path, output: str | Path | None = None, opset: int 
             shutil.copyfile(Path(model) / MODEL_INFO_FILE, staging / MODEL_INFO_FILE)
         info = {
             "source": str(model), "weights_fingerprint": weights_fingerprint(model), "inputs": names, "opset": opset,
-            "fused_operators": fused, "quantization": f"dynamic int8 (QInt8 weights{', 7-bit' if reduce_range else ''}, per output channel)",
+            "fused_operators": fused, "reduce_range": reduce_range, "quantization": f"dynamic int8 (QInt8 weights{', 7-bit' if reduce_range else ''}, per output channel)",
             "onnxruntime": onnxruntime.__version__, "files": {"fp32": FP32_FILE, "int8": INT8_FILE},
         }
         (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2), encoding="utf-8")
@@ -195,7 +222,14 @@ def check_export(model: str | Path, path: str | Path) -> Path:
     current = weights_fingerprint(model)
     if recorded and current and recorded != current:
         raise QAError(f"The ONNX export {file} was made from other weights than the reader model {model}.", f"{fix} again.")
+    if file.name == INT8_FILE and has_full_range_weights(read_export_info(file.parent)) and not int8_dot_product():
+        logger.warning("The ONNX reader %s has full-range int8 weights, which lose accuracy on a CPU without VNNI: %s again for 7-bit ones.", file, fix)
     return file
+
+
+def has_full_range_weights(info: dict[str, Any]) -> bool:
+    """Whether an export's int8 weights use all 8 bits (exports older than the ``reduce_range`` entry say so in words)."""
+    return bool(info) and not info.get("reduce_range", "7-bit" in info.get("quantization", ""))
 
 
 class OnnxQAModel:

@@ -15,11 +15,10 @@ from haystack import Document
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 
 from qa_system.bench.corpus import SYNTHETIC_PRODUCT_SIZE, synthetic_reviews
-from qa_system.bench.measure import cpuinfo_field, int8_dot_product
 from qa_system.bench.retrieval import K1, haystack_store, same_scoring_bm25
 from qa_system.cli import main
 from qa_system.errors import QAError
-from qa_system.onnx_reader import FP32_FILE, INT8_FILE, export_onnx, length_buckets
+from qa_system.onnx_reader import FP32_FILE, INT8_FILE, check_export, cpuinfo_field, export_onnx, has_full_range_weights, int8_dot_product, length_buckets
 from qa_system.reading import ExtractiveReader, encode_windows
 from qa_system.retrieval import FAISSFilteredEmbeddingRetriever, make_filters
 from qa_system.stores import new_faiss_store
@@ -145,6 +144,21 @@ def test_int8_export_uses_7_bit_weights_unless_asked_for_the_full_range(exported
     full = export_onnx(model, tmp_path / "full", reduce_range=False)
     low, high = int8_weight_range(full / INT8_FILE)
     assert low < -64 or high > 64
+
+
+def test_a_full_range_export_is_flagged_on_a_cpu_without_vnni(exported, tmp_path, monkeypatch, caplog):
+    model, export = exported
+    full = export_onnx(model, tmp_path / "full", reduce_range=False)
+    for flags, path, warned in (([], full, True), (["avx512_vnni"], full, False), ([], export, False)):
+        monkeypatch.setattr("qa_system.onnx_reader.int8_dot_product", lambda flags=flags: flags)
+        caplog.clear()
+        assert check_export(model, path) == path / INT8_FILE
+        assert ("full-range int8 weights" in caplog.text) == warned, (flags, path)
+        assert not warned or "qa-system export-onnx" in caplog.text
+    # Exports older than the "reduce_range" entry say it in words; no export.json says nothing.
+    assert has_full_range_weights({"quantization": "dynamic int8 (QInt8 weights, per output channel)"})
+    assert not has_full_range_weights({"quantization": "dynamic int8 (QInt8 weights, 7-bit, per output channel)"})
+    assert not has_full_range_weights({})
 
 
 def test_operator_profile_splits_the_onnx_readers_kernel_time_by_operator(exported):

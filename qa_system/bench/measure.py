@@ -87,18 +87,13 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-# CPU flags of int8 dot-product units (x86 VNNI and AMX, Arm dot product and int8 matrix multiply).
-# Without one, ONNX Runtime's int8 matrix products are under 2x its fp32 ones (README, "Speed").
-INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
-
-
 def machine() -> dict[str, Any]:
     """What the figures were measured on, including how busy the machine was."""
     import psutil
 
-    from qa_system.onnx_reader import physical_cores
+    from qa_system.onnx_reader import cpuinfo_field, int8_dot_product, physical_cores, read_cpuinfo
 
-    cpuinfo = _cpuinfo()
+    cpuinfo = read_cpuinfo()
     return {
         "physical_cores": physical_cores(),
         "logical_cpus": os.cpu_count(),
@@ -109,29 +104,6 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
     }
-
-
-def _cpuinfo() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
-def cpuinfo_field(cpuinfo: str, name: str) -> str:
-    """The first ``name : value`` of /proc/cpuinfo text ("" when absent)."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == name:
-            return value.strip()
-    return ""
-
-
-def int8_dot_product(cpuinfo: str) -> list[str]:
-    """The int8 dot-product flags the CPU has ([] for none), from /proc/cpuinfo text (x86 "flags", Arm "Features")."""
-    flags = set((cpuinfo_field(cpuinfo, "flags") or cpuinfo_field(cpuinfo, "Features")).split())
-    return [flag for flag in INT8_DOT_PRODUCT_FLAGS if flag in flags]
 
 
 def library_versions() -> dict[str, str]:
