@@ -213,16 +213,18 @@ def read_export_info(export_dir: Path) -> dict[str, Any]:
 
 
 def check_export(model: str | Path, path: str | Path) -> Path:
-    """The .onnx file for ``model``: a clear error when it is missing or exported from other weights."""
+    """The .onnx file for ``model``: a clear error when it is missing or exported from other weights,
+    a warning when its int8 weights are full-range on a CPU without int8 dot-product instructions."""
     file = onnx_file(path)
     fix = f"run `qa-system export-onnx --model {model}" + (f" --output {file.parent}`" if Path(path) != default_export_dir(model) else "`")
     if not file.is_file():
         raise QAError(f"There is no ONNX export of the reader at {file}.", f"{fix}, or use the torch reader backend.")
-    recorded = read_export_info(file.parent).get("weights_fingerprint")
+    info = read_export_info(file.parent)
+    recorded = info.get("weights_fingerprint")
     current = weights_fingerprint(model)
     if recorded and current and recorded != current:
         raise QAError(f"The ONNX export {file} was made from other weights than the reader model {model}.", f"{fix} again.")
-    if file.name == INT8_FILE and has_full_range_weights(read_export_info(file.parent)) and not int8_dot_product():
+    if file.name == INT8_FILE and has_full_range_weights(info) and not int8_dot_product():
         logger.warning("The ONNX reader %s has full-range int8 weights, which lose accuracy on a CPU without VNNI: %s again for 7-bit ones.", file, fix)
     return file
 
