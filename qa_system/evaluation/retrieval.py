@@ -106,10 +106,14 @@ def run_retriever(questions: Sequence[LabelledQuestion], retrieve: Retrieve, dep
     return pd.DataFrame(records)
 
 
+def _always_hit(records: pd.DataFrame, definition: str) -> pd.Series:
+    """Chapter definition: a question the chapter's data labels unanswerable is always a hit (at rank 1)."""
+    return records["chapter_unanswerable"] & (definition == "chapter")
+
+
 def _observed_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) -> pd.DataFrame:
     """Per question: hit@k (0/1), reciprocal rank and average precision of the retriever's ranking."""
-    # Chapter definition: a question the chapter's data labels unanswerable is always a hit (at rank 1).
-    always_hit = records["chapter_unanswerable"] & (definition == "chapter")
+    always_hit = _always_hit(records, definition)
     ranks = records[f"{definition}_ranks"]
     first = ranks.map(lambda r: min(r) if r else float("inf"))
     scores = {f"recall@{k}": ((first <= k) | always_hit).astype(float) for k in ks}
@@ -126,7 +130,7 @@ def _chance_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) ->
     P(first relevant at r) / r with P = C(n-r, m-1) / C(n, m); average precision:
     (1/n) sum_i (1 + (i-1)(m-1)/(n-1)) / i.
     """
-    always_hit = records["chapter_unanswerable"] & (definition == "chapter")
+    always_hit = _always_hit(records, definition)
     rows = []
     for n, m, hit in zip(records["retrieved"], records[f"{definition}_ranks"].map(len), always_hit):
         if hit or m == 0:
