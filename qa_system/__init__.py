@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Settings": "qa_system.config",
     "QAError": "qa_system.errors",
-    "load_subjqa": "qa_system.data",
+    "load_subjqa": "qa_system.sources",
     "build_index": "qa_system.indexing",
     "open_index": "qa_system.stores",
     "build_retrieval_pipeline": "qa_system.pipelines",

@@ -15,8 +15,8 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
-from qa_system.data import SPLITS, load_subjqa
 from qa_system.errors import QAError
+from qa_system.sources import SPLITS, load_subjqa
 from qa_system.stores import Index, elasticsearch_store, index_name, new_faiss_store, new_memory_store, save_index, try_open_index
 
 # on_progress(done, total): reviews embedded so far, out of all.

@@ -6,7 +6,7 @@ opened index's store object is then handed to every component that has a ``docum
 all pipelines of a process share one loaded index.
 
 A retrieval pipeline may end with answerability re-ranking (``rerank.yml``); hybrid fusion and
-re-ranking read the parameters fitted on dev from the index manifest (``retrieval.calibration``).
+re-ranking read the parameters fitted on dev from the index manifest (``retrieval.fitted``, written by ``retrieval.fitting``).
 
 An answering pipeline is a retrieval pipeline (``bm25.yml``, ``dense.yml``, ``hybrid.yml``) with an
 answer stage appended (``extractive.yml``, or ``rag.yml`` for generated answers), merged into one
@@ -33,8 +33,8 @@ from haystack.dataclasses import StreamingCallbackT
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
 from qa_system.errors import QAError
 from qa_system.indexing import embeddings_match
-from qa_system.retrieval.calibration import fusion_values, rerank_weight
 from qa_system.retrieval.filters import make_filters
+from qa_system.retrieval.fitted import fusion_values, rerank_weight
 from qa_system.stores import Index, open_index
 from qa_system.timing import component_timings
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from qa_system.config import REPO_ROOT, default_embedding_model
-from qa_system.training import TrainingConfig, subjqa_to_squad_files, train_reader
+from qa_system.reading.training import TrainingConfig, subjqa_to_squad_files, train_reader
 
 DOMAINS = ("electronics", "restaurants", "tripadvisor")
 

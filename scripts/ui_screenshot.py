@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from qa_system.webapp import ask_in_browser, headless_chromium, serve
+from qa_system.serving.webapp import ask_in_browser, headless_chromium, serve
 
 
 def main() -> None:

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from qa_system.config import default_reader_model
-from qa_system.data import load_subjqa
 from qa_system.evaluation.reader import evaluate_reader, summarize_answers
 from qa_system.evaluation.report import markdown_table
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
+from qa_system.sources import load_subjqa
 
 CARD = """# reader-minilm-subjqa
 
@@ -31,7 +31,7 @@ repository ({size_mb:.1f} MB, fp16 safetensors; it is loaded back as float32).
 ## Data
 
 - Training: the SubjQA **train** splits of electronics, restaurants and tripadvisor, exported to
-  SQuAD v2 (`qa_system.training.subjqa_to_squad_files`): {train_questions} questions,
+  SQuAD v2 (`qa_system.reading.training.subjqa_to_squad_files`): {train_questions} questions,
   {train_windows} training windows. Spans that could not be located in their review are left out;
   questions whose spans were all unlocatable are skipped. No SQuAD data was used (none is
   reachable offline), so this is the chapter's "SubjQA only" setting with three domains instead of one.
@@ -42,7 +42,7 @@ repository ({size_mb:.1f} MB, fp16 safetensors; it is loaded back as float32).
   (electronics dev 61%, pooled dev 51%; electronics test 34%): fitted to electronics dev alone the
   threshold answers (almost) nothing, and even fitted to pooled dev unweighted it answered only 19%
   of electronics test (F1 0.475). The training share is the best prior known at training time,
-  and nothing about test is used. (`qa_system.training.tune_no_answer_threshold(..., no_answer_prior=...)`;
+  and nothing about test is used. (`qa_system.reading.training.tune_no_answer_threshold(..., no_answer_prior=...)`;
   `retune_threshold` re-tunes a trained model without retraining.)
 
 ## Training
@@ -77,7 +77,7 @@ prior reweighting was added; the final threshold above is the reweighted one):
 
 ```python
 from haystack import Document
-from qa_system.reading import ExtractiveReader
+from qa_system.reading.reader import ExtractiveReader
 
 reader = ExtractiveReader("models/reader-minilm-subjqa", top_k=3)
 reader.run(query="How is the battery?", documents=[Document(content="The battery lasts all day.")])

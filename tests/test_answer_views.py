@@ -2,7 +2,7 @@
 
 from haystack import Document, ExtractedAnswer, GeneratedAnswer
 
-from qa_system.answer_views import ELLIPSIS, Segment, answer_view, answer_views, confidence_level, highlight_segments
+from qa_system.serving.answer_views import ELLIPSIS, Segment, answer_view, answer_views, confidence_level, highlight_segments
 
 REVIEW = "The bass is deep. Friends say the bass is deep too, but the cord broke."
 

@@ -59,8 +59,8 @@ def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, me
     before = index_digest(indexed_cli)
     if argv[-1] == "dense":
         # open_or_build_index would re-embed; the library call itself must refuse a vector-less index.
-        from qa_system.pipelines import build_retrieval_pipeline
         from qa_system.errors import QAError
+        from qa_system.pipelines import build_retrieval_pipeline
 
         with pytest.raises(QAError, match=message):
             build_retrieval_pipeline("dense", indexed_cli)

@@ -2,9 +2,9 @@ import csv
 
 import pytest
 
-from qa_system.data import load_subjqa
-from qa_system.data.subjqa import locate_answer
 from qa_system.errors import QAError
+from qa_system.sources import load_subjqa
+from qa_system.sources.subjqa import locate_answer
 from tests.conftest import REVIEWS, row, write_subjqa
 
 

@@ -5,9 +5,9 @@ import sqlite3
 import pytest
 
 from qa_system.cli import main
-from qa_system.data.squad import read_squad
 from qa_system.errors import QAError
-from qa_system.feedback import Feedback, FeedbackStore
+from qa_system.serving.feedback import Feedback, FeedbackStore
+from qa_system.sources.squad import read_squad
 
 REVIEW = "The bass is deep and the cord broke after two months."
 OTHER = "Shipping was slow."

@@ -9,7 +9,8 @@ import pytest
 from haystack import Document, Pipeline
 
 from qa_system.errors import QAError
-from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, SpanCandidate, deduplicate, encode_windows
+from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, SpanCandidate, encode_windows
+from qa_system.reading.reader import deduplicate
 
 WORDS = "the battery lasts about hours sound is great bad and it a of screen price cheap".split()
 
@@ -170,7 +171,7 @@ def test_serialises_into_a_yaml_pipeline(model_dir):
 
 
 def labelled(qid, answers, context, subjective=False):
-    from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
+    from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
 
     golds = [GoldAnswer(text, context.index(text)) for text in answers]
     return LabelledQuestion(qid, "battery?", "B1", qid, f"electronics/test/{qid}", "electronics", "test", golds, subjective, context=context)
@@ -207,8 +208,8 @@ def test_reader_and_pipeline_evaluation_records_and_summary(model_dir):
 
 @pytest.mark.slow
 def test_shipped_reader_beats_the_no_answer_baseline_on_electronics_test():
-    from qa_system.data import load_subjqa
     from qa_system.evaluation.reader import evaluate_reader, summarize_answers
+    from qa_system.sources import load_subjqa
 
     questions = load_subjqa("electronics", "test").questions
     summary = summarize_answers(evaluate_reader(questions, ExtractiveReader(), progress=False))

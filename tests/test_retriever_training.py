@@ -10,10 +10,10 @@ import pytest
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.data import load_subjqa
 from qa_system.errors import QAError
 from qa_system.indexing import build_index, encoder_fingerprint, open_or_build_index
 from qa_system.pipelines import check_embeddings
+from qa_system.retrieval.encoders import tuned_encoders
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, fusion_grid, ranking_scores
 from qa_system.retrieval.rerank import mix
 from qa_system.retrieval.training import (
@@ -23,8 +23,8 @@ from qa_system.retrieval.training import (
     product_batches,
     train_retriever,
     training_data,
-    tuned_encoders,
 )
+from qa_system.sources import load_subjqa
 from tests.conftest import SPLIT_ROWS, row, write_subjqa
 
 WORDS = "the screen battery sound bass cord mouse scroll wheel shipping reading good how is it".split()
@@ -229,7 +229,8 @@ def tuned_setup(tmp_path, tiny_subjqa, tiny_reader, encoder):
 
 def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pipeline(tuned_setup):
     from qa_system.pipelines import build_retrieval_pipeline
-    from qa_system.retrieval.calibration import fit_fusion_on_dev, fusion_parameters
+    from qa_system.retrieval.fitted import fusion_parameters
+    from qa_system.retrieval.fitting import fit_fusion_on_dev
     from qa_system.stores import open_index
 
     settings, model = tuned_setup
@@ -246,7 +247,8 @@ def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pip
 
 
 def test_a_fusion_fitted_on_other_bm25_settings_is_refitted(tuned_setup):
-    from qa_system.retrieval.calibration import MANIFEST_KEY, encoder_key, ensure_fitted, fit_fusion_on_dev
+    from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key
+    from qa_system.retrieval.fitting import ensure_fitted, fit_fusion_on_dev
     from qa_system.stores import open_index
 
     settings, _ = tuned_setup

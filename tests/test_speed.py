@@ -18,8 +18,8 @@ from qa_system.bench.corpus import SYNTHETIC_PRODUCT_SIZE, synthetic_reviews
 from qa_system.bench.retrieval import K1, haystack_store, same_scoring_bm25
 from qa_system.cli import main
 from qa_system.errors import QAError
-from qa_system.onnx_reader import FP32_FILE, INT8_FILE, check_export, cpuinfo_field, export_onnx, has_full_range_weights, int8_dot_product, length_buckets
-from qa_system.reading import ExtractiveReader, encode_windows
+from qa_system.reading.onnx import FP32_FILE, INT8_FILE, check_export, cpuinfo_field, export_onnx, has_full_range_weights, int8_dot_product, length_buckets
+from qa_system.reading.reader import ExtractiveReader, encode_windows
 from qa_system.retrieval import FAISSFilteredEmbeddingRetriever, make_filters
 from qa_system.stores import new_faiss_store
 from tests.conftest import REVIEWS
@@ -150,7 +150,7 @@ def test_a_full_range_export_is_flagged_on_a_cpu_without_vnni(exported, tmp_path
     model, export = exported
     full = export_onnx(model, tmp_path / "full", reduce_range=False)
     for flags, path, warned in (([], full, True), (["avx512_vnni"], full, False), ([], export, False)):
-        monkeypatch.setattr("qa_system.onnx_reader.int8_dot_product", lambda flags=flags: flags)
+        monkeypatch.setattr("qa_system.reading.onnx.int8_dot_product", lambda flags=flags: flags)
         caplog.clear()
         assert check_export(model, path) == path / INT8_FILE
         assert ("full-range int8 weights" in caplog.text) == warned, (flags, path)

@@ -5,9 +5,9 @@ import random
 import pytest
 from haystack import Document
 
-from qa_system.data import load_subjqa
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
+from qa_system.sources import load_subjqa
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from qa_system.data.squad import read_squad, to_squad, write_squad
-from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
 from qa_system.errors import QAError
+from qa_system.sources.squad import read_squad, to_squad, write_squad
+from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
 
 REVIEW = "The battery lasts about 6000 hours. Sound is great."
 
@@ -107,7 +107,7 @@ def test_unreadable_files(tmp_path):
 
 @pytest.mark.slow
 def test_subjqa_export_is_valid_squad(tmp_path):
-    from qa_system.training import subjqa_to_squad_files
+    from qa_system.reading.training import subjqa_to_squad_files
 
     written = subjqa_to_squad_files(["electronics"], ["train", "test"], tmp_path)
     for path, exported in written.items():

@@ -4,12 +4,12 @@ import json
 
 import pytest
 from haystack import Document
-
-from qa_system.data.squad import read_squad, write_squad
-from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
-from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
-from qa_system.training import DevPrediction, TrainingConfig, scores_at, train_reader, training_features, tune_no_answer_threshold
 from test_reading import tiny_model_dir, tiny_tokenizer
+
+from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
+from qa_system.reading.training import DevPrediction, TrainingConfig, scores_at, train_reader, training_features, tune_no_answer_threshold
+from qa_system.sources.squad import read_squad, write_squad
+from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
 
 REVIEW = "it is a cheap screen and the sound is bad. " * 6 + "the battery lasts 6000 hours."
 

@@ -12,14 +12,14 @@ from html import escape, unescape
 from pathlib import Path
 
 import pytest
+from conftest import write_subjqa
 from haystack import GeneratedAnswer
 from streamlit.testing.v1 import AppTest
 
-from conftest import write_subjqa
 from qa_system.cli import main as cli
-from qa_system.data.squad import read_squad
 from qa_system.pipelines import ANSWER_STAGES
-from qa_system.webapp import APP
+from qa_system.serving.webapp import APP
+from qa_system.sources.squad import read_squad
 
 sys.path.insert(0, str(APP.parent))
 import resources  # noqa: E402  (the page's own module, to stand in for the RAG generator)
@@ -231,7 +231,7 @@ def test_dashboard_shows_the_reports_eval_writes(page, app_env, tmp_path, monkey
 
 def test_qa_system_ui_serves_the_page_with_the_given_settings():
     from qa_system.cli import build_parser
-    from qa_system.webapp import settings_environment, streamlit_command
+    from qa_system.serving.webapp import settings_environment, streamlit_command
 
     args = build_parser().parse_args(["ui", "--port", "9999", "--reader-model", "/models/r", "--home", "/h"])
     assert settings_environment(vars(args)) == {"QA_HOME": "/h", "QA_READER_MODEL": "/models/r"}  # only the flags given

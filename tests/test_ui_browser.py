@@ -2,9 +2,9 @@
 headless Chromium (Debian's chromium + chromium-driver, never a downloaded browser)."""
 
 import pytest
-
 from conftest import write_subjqa
-from qa_system.webapp import ask_in_browser, chromium_paths, headless_chromium, serve
+
+from qa_system.serving.webapp import ask_in_browser, chromium_paths, headless_chromium, serve
 
 pytestmark = pytest.mark.browser
 

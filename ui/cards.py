@@ -1,6 +1,6 @@
 """HTML of the search page's cards: answers, reviews, the gold answer. Presentation only.
 
-Every text that comes from data is escaped; highlights come from ``qa_system.answer_views``
+Every text that comes from data is escaped; highlights come from ``qa_system.serving.answer_views``
 segments, i.e. from the reader's character offsets.
 """
 
@@ -11,7 +11,7 @@ from typing import Sequence
 
 from haystack import Document
 
-from qa_system.answer_views import AnswerView, Segment, highlight_segments
+from qa_system.serving.answer_views import AnswerView, Segment, highlight_segments
 
 CSS = """
 <style>

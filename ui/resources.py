@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from qa_system.config import Settings
-from qa_system.data import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
+from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index
 
 DOMAIN = "electronics"

@@ -15,13 +15,13 @@ import resources
 import streamlit as st
 from haystack import Document
 
-from qa_system.answer_views import AnswerView, answer_views
 from qa_system.config import RETRIEVERS, Settings
-from qa_system.data import SPLITS, LabelledQuestion
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
-from qa_system.feedback import VERDICTS, Feedback, FeedbackStore
 from qa_system.pipelines import ANSWER_STAGES
+from qa_system.serving.answer_views import AnswerView, answer_views
+from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore
+from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"
 STAGE_LABELS = {"extractive": "Extractive reader", "rag": "Generative (RAG)"}

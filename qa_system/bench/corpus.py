@@ -21,7 +21,7 @@ import numpy as np
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.data import LabelledQuestion, available_domains, load_subjqa
+from qa_system.sources import LabelledQuestion, available_domains, load_subjqa
 
 SYNTHETIC_PRODUCT_SIZE = 32
 SYNTHETIC_DOMAIN = "synthetic"

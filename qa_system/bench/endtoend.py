@@ -20,11 +20,11 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from qa_system.bench.measure import Timing, compare
 from qa_system.bench.reader import haystack_reader
 from qa_system.config import Settings
-from qa_system.data import LabelledQuestion
 from qa_system.errors import QAError
-from qa_system.onnx_reader import INT8_FILE
 from qa_system.pipelines import ANSWER_STAGES, build_qa_pipeline
+from qa_system.reading.onnx import INT8_FILE
 from qa_system.retrieval import make_filters
+from qa_system.sources import LabelledQuestion
 from qa_system.stores import Index
 from qa_system.timing import component_timings
 

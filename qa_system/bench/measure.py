@@ -91,7 +91,7 @@ def machine() -> dict[str, Any]:
     """What the figures were measured on, including how busy the machine was."""
     import psutil
 
-    from qa_system.onnx_reader import cpuinfo_field, int8_dot_product, physical_cores, read_cpuinfo
+    from qa_system.reading.onnx import cpuinfo_field, int8_dot_product, physical_cores, read_cpuinfo
 
     cpuinfo = read_cpuinfo()
     return {

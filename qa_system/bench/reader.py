@@ -21,11 +21,11 @@ from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from qa_system.bench.measure import Timing, compare
-from qa_system.data import LabelledQuestion
 from qa_system.evaluation.answers import best_scores
-from qa_system.onnx_reader import FP32_FILE, INT8_FILE, OnnxQAModel
-from qa_system.reading import ExtractiveReader
+from qa_system.reading.onnx import FP32_FILE, INT8_FILE, OnnxQAModel
+from qa_system.reading.reader import ExtractiveReader
 from qa_system.retrieval import BM25sRetriever, make_filters
+from qa_system.sources import LabelledQuestion
 
 HAYSTACK_READER = "Haystack TransformersExtractiveReader"
 TORCH, ONNX_FP32, ONNX_INT8 = "torch fp32", "ONNX fp32", "ONNX int8"

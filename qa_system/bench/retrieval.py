@@ -22,8 +22,8 @@ from haystack.document_stores.in_memory.document_store import _DEFAULT_BM25_TOKE
 
 from qa_system.bench.corpus import SYNTHETIC_DOMAIN
 from qa_system.bench.measure import Timing, compare, timed
-from qa_system.data import LabelledQuestion
 from qa_system.retrieval import BM25sRetriever, FAISSFilteredEmbeddingRetriever, make_filters
+from qa_system.sources import LabelledQuestion
 from qa_system.stores import new_faiss_store
 
 TOP_K = 10

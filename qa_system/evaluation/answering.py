@@ -17,11 +17,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from qa_system.config import Settings
-from qa_system.data import LabelledQuestion, load_subjqa
-from qa_system.data.squad import write_squad
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
-from qa_system.reading import ExtractiveReader
+from qa_system.reading.reader import ExtractiveReader
+from qa_system.sources import LabelledQuestion, load_subjqa
+from qa_system.sources.squad import write_squad
 
 
 def reader_label(model: str) -> str:

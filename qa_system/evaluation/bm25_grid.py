@@ -26,12 +26,12 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from tqdm.auto import tqdm
 
 from qa_system.config import Settings
-from qa_system.data import SPLITS, load_subjqa
 from qa_system.errors import QAError
 from qa_system.evaluation.report import write_report
 from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
 from qa_system.retrieval.bm25 import BM25sRetriever
 from qa_system.retrieval.filters import make_filters
+from qa_system.sources import SPLITS, load_subjqa
 
 RANK_BY = ("answerable strict recall@3", "strict mrr")
 RULE = "best recall@3, MRR within one question of the best, fewest changes from the English analyzer with k1 1.2, b 0.75"

@@ -26,14 +26,14 @@ import pandas as pd
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.data import LabelledQuestion, load_subjqa
-from qa_system.data.squad import write_squad
 from qa_system.evaluation.answering import reader_label
 from qa_system.evaluation.answers import best_scores, gold_answers, normalize_answer
 from qa_system.evaluation.reader import squad_predictions
 from qa_system.evaluation.report import write_report
 from qa_system.generation import strip_citations
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
+from qa_system.sources import LabelledQuestion, load_subjqa
+from qa_system.sources.squad import write_squad
 
 GROUPS = ("all", "answerable", "unanswerable")
 QUALITY = ["em", "f1", "sas", "no_answer_accuracy", "citation_precision"]

@@ -33,7 +33,7 @@ import pandas as pd
 from haystack import Document
 from tqdm.auto import tqdm
 
-from qa_system.data import LabelledQuestion
+from qa_system.sources import LabelledQuestion
 
 DEFAULT_KS = (1, 3, 5, 10, 20)
 DEFINITIONS = ("strict", "chapter")
@@ -187,7 +187,7 @@ def recall_plot(table: pd.DataFrame, ks: Sequence[int], definition: str = "stric
 
 def variant_settings(settings, variant: Variant, tuned_model: str | Path):
     """The settings a variant runs with: the fine-tuned encoders in place of the configured ones for ``-ft``."""
-    from qa_system.retrieval.training import tuned_encoders
+    from qa_system.retrieval.encoders import tuned_encoders
 
     if not variant.tuned:
         return settings
@@ -214,12 +214,12 @@ def evaluate_retrievers(
     Returns {"metrics": DataFrame, "records": {variant: DataFrame}, "timings": DataFrame, "notes":
     [fitted parameters in force]} and writes the report to ``out_dir`` when given.
     """
-    from qa_system.data import load_subjqa
     from qa_system.evaluation.report import write_report
     from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
-    from qa_system.retrieval.calibration import ensure_fitted
-    from qa_system.retrieval.training import DEFAULT_RETRIEVER_MODEL
+    from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
+    from qa_system.retrieval.fitting import ensure_fitted
+    from qa_system.sources import load_subjqa
     from qa_system.stores import index_name
 
     ks = sorted(set(ks))

@@ -12,9 +12,9 @@ from typing import Collection, NamedTuple, Sequence
 
 from haystack import Document
 
-from qa_system.data import LabelledQuestion
 from qa_system.errors import QAError
 from qa_system.evaluation.answers import best_scores
+from qa_system.sources import LabelledQuestion
 
 
 def random_question(

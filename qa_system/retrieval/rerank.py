@@ -21,7 +21,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from qa_system.reading import ExtractiveReader
+from qa_system.reading.reader import ExtractiveReader
 from qa_system.retrieval.fusion import minmax_normalise
 
 

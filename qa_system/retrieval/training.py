@@ -28,7 +28,7 @@ with the best mean dev recall@1 (MRR breaks ties) is kept; training stops after 
 epochs without gain. Models are saved with ``model.save`` (sentence-transformers format, which
 ``SentenceTransformersTextEmbedder`` and the indexer load by path), with ``qa_system.json`` (kind,
 passage encoder, data, hyperparameters, dev figures, time, machine) and a model card (README.md);
-``tuned_encoders`` says which encoder settings a saved model needs.
+``retrieval.encoders.tuned_encoders`` says which encoder settings a saved model needs.
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ from typing import Any, Sequence
 import numpy as np
 from haystack import Document
 
-from qa_system.config import REPO_ROOT, Settings
-from qa_system.data import LabelledQuestion, SubjQA, load_subjqa
+from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
-from qa_system.reading import MODEL_INFO_FILE, read_model_info
-from qa_system.training import _machine, _seed_everything
+from qa_system.reading.model import MODEL_INFO_FILE, read_model_info
+from qa_system.reproducibility import machine, seed_everything
+from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
+from qa_system.sources import LabelledQuestion, SubjQA, load_subjqa
 
-DEFAULT_RETRIEVER_MODEL = REPO_ROOT / "models" / "retriever-minilm-subjqa"
 DEV_KS = (1, 3)
 ENCODER_KINDS = ("question", "shared", "separate")
 
@@ -245,30 +245,6 @@ def indexed_vectors(settings: Settings, domains: Sequence[str], encoder: str) ->
     return vectors
 
 
-def tuned_encoders(model_dir: str | Path) -> tuple[str, str | None]:
-    """(passage encoder, question encoder or None = the same) to configure for a model ``train_retriever`` wrote.
-
-    A question-encoder model searches the vectors of the passage encoder it was trained against,
-    so the existing index serves it; the other kinds need the reviews embedded by their passage encoder.
-    """
-    from qa_system.config import default_embedding_model
-    from qa_system.indexing import encoder_fingerprint
-
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file() and not (model_dir / "passage").is_dir():
-        raise QAError(f"There is no trained retriever encoder at {model_dir}.", "train one with `qa-system train-retriever`, or pass its directory.")
-    info = read_model_info(model_dir)
-    kind = info.get("encoders", "shared")
-    if kind == "separate":
-        return str(model_dir / "passage"), str(model_dir / "query")
-    if kind != "question":
-        return str(model_dir), None
-    passage = info["passage_encoder"]
-    if not Path(passage).exists() and encoder_fingerprint(default_embedding_model()) == info.get("passage_fingerprint"):
-        passage = default_embedding_model()  # the stock MiniLM, installed elsewhere on this machine
-    return passage, str(model_dir)
-
-
 def _embed(model, texts: list[str]):
     return model(model.preprocess(texts))["sentence_embedding"]
 
@@ -327,7 +303,7 @@ def train_retriever(
     train = training_data(data)
     if not train.pairs:
         raise QAError(f"No training questions in the train split of {', '.join(domains)}.", "check the domains and the data directory.")
-    _seed_everything(config.seed)
+    seed_everything(config.seed)
     rng = random.Random(config.seed)
 
     frozen = config.encoders == "question"
@@ -388,7 +364,7 @@ def train_retriever(
         "held_out": "train reviews that are also dev reviews, with their questions (SubjQA dev copies train)",
         "dev_questions": {domain: len(dev[0]) for domain, dev in dev_sets.items()},
         "hyperparameters": asdict(config),
-        "machine": _machine(),
+        "machine": machine(),
         "output_dir": str(output_dir),
     }
     history: list[dict[str, Any]] = [{"epoch": 0, "steps": 0, "dev": evaluate("base model")}]

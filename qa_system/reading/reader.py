@@ -22,7 +22,6 @@ raw decision. ``train_reader`` tunes it on held-out data and stores it in the mo
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,8 @@ import numpy as np
 from haystack import Document, ExtractedAnswer, component, default_from_dict, default_to_dict
 
 from qa_system.errors import QAError
+from qa_system.reading.model import load_qa_model, read_model_info
 
-MODEL_INFO_FILE = "qa_system.json"
 # A question must leave at least this many tokens of each window to the review.
 MIN_CONTEXT_TOKENS = 32
 
@@ -66,49 +65,6 @@ def sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
-def read_model_info(model_dir: str | Path) -> dict[str, Any]:
-    """The ``qa_system.json`` that ``train_reader`` stores beside a model ({} for other models)."""
-    path = Path(model_dir) / MODEL_INFO_FILE
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise QAError(f"{path} is not valid JSON ({error}).", "re-train the reader or delete the file.") from error
-
-
-def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
-    """Tokenizer and AutoModelForQuestionAnswering (float32) from a local directory or a Hugging Face model id.
-
-    A bare encoder (e.g. a sentence-transformers model) gets a freshly initialised QA head.
-    """
-    import torch
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
-
-    name = str(name_or_path)
-    if name.startswith("~"):
-        name = str(Path(name).expanduser())
-    looks_local = Path(name).exists() or name.startswith((".", "/"))
-    if looks_local and not (Path(name) / "config.json").is_file():
-        raise QAError(
-            f"The {what} directory '{name}' has no config.json.",
-            "pass a directory written by train_reader / save_pretrained, or a Hugging Face model id.",
-        )
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        # float32 whatever the stored dtype: the shipped reader is stored in fp16 to stay small.
-        model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32)
-    except (OSError, ValueError, KeyError, RuntimeError) as error:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise QAError(
-            f"Could not load the {what} '{name}': {detail}",
-            "pass a complete model directory (config, weights, tokenizer) or a model id reachable on the hub.",
-        ) from error
-    if not tokenizer.is_fast:
-        raise QAError(f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); offsets need it.")
-    return tokenizer, model
-
-
 @component
 class ExtractiveReader:
     """Finds answer spans in documents with any Hugging Face extractive-QA model.
@@ -124,7 +80,7 @@ class ExtractiveReader:
     :param context_chars: characters of review kept on each side of an answer in ``context``.
     :param batch_size: windows per forward pass (all windows of a query, in chunks of this size).
     :param backend: "torch" (the reference) or "onnx": ONNX Runtime, int8, length-bucketed windows
-        (see ``qa_system.onnx_reader``; export first with ``qa-system export-onnx``).
+        (see ``qa_system.reading.onnx``; export first with ``qa-system export-onnx``).
     :param onnx_model: the exported .onnx file or export directory; None = ``<model>/onnx`` (int8).
     """
 
@@ -185,7 +141,7 @@ class ExtractiveReader:
             return
         name = self.model_name
         if self.backend == "onnx":
-            from qa_system.onnx_reader import load_onnx_reader
+            from qa_system.reading.onnx import load_onnx_reader
 
             self._tokenizer, self._onnx, export_dir = load_onnx_reader(name, self.onnx_model)
             self._default_threshold = float(read_model_info(export_dir).get("no_answer_threshold", 0.0))

@@ -19,8 +19,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import platform
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,10 +28,12 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from haystack import Document
 
-from qa_system.data.squad import SquadExample, SquadReport, read_squad, write_squad
 from qa_system.errors import QAError
 from qa_system.evaluation.answers import best_scores
-from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, context_sequence_id, encode_windows, load_qa_model
+from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
+from qa_system.reading.reader import ExtractiveReader, context_sequence_id, encode_windows
+from qa_system.reproducibility import machine, seed_everything
+from qa_system.sources.squad import SquadExample, SquadReport, read_squad, write_squad
 
 PathLike = str | Path
 
@@ -86,7 +86,7 @@ def subjqa_to_squad_files(
     data_dir: PathLike | None = None,
 ) -> dict[Path, SquadReport]:
     """Export SubjQA to one SQuAD v2 file per domain and split: ``<out_dir>/<domain>-<split>.json``."""
-    from qa_system.data.subjqa import load_subjqa
+    from qa_system.sources.subjqa import load_subjqa
 
     written = {}
     for domain in domains:
@@ -213,16 +213,6 @@ def _load_examples(files: Sequence[PathLike]) -> list[SquadExample]:
     return examples
 
 
-def _seed_everything(seed: int) -> None:
-    import torch
-    from transformers import set_seed
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    set_seed(seed)
-
-
 def _batches(features: list[dict], batch_size: int, seed: int, tokenizer):
     """Shuffled, length-grouped batches (seeded per epoch), padded to their longest window.
 
@@ -245,19 +235,6 @@ def _batches(features: list[dict], batch_size: int, seed: int, tokenizer):
         batch["start_positions"] = torch.tensor([f["start_positions"] for f in chunk])
         batch["end_positions"] = torch.tensor([f["end_positions"] for f in chunk])
         yield batch
-
-
-def _machine() -> dict[str, Any]:
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "device": "cpu",
-    }
 
 
 def save_reader(model, tokenizer, output_dir: PathLike, info: dict[str, Any]) -> None:
@@ -301,7 +278,7 @@ def train_reader(
         raise QAError("The training files hold no usable question.", "check them with read_squad; every answer needs a valid answer_start.")
 
     began = time.time()
-    _seed_everything(config.seed)
+    seed_everything(config.seed)
     tokenizer, model = load_qa_model(base_model, what="base model")
     features = training_features(tokenizer, train_examples, config.max_seq_length, config.doc_stride)
     steps_per_epoch = math.ceil(len(features) / config.batch_size)
@@ -325,7 +302,7 @@ def train_reader(
         "threshold_tuned_on": [Path(p).name for p in dev_files],
         "selected_on": select_on.name,
         "hyperparameters": asdict(config),
-        "machine": _machine(),
+        "machine": machine(),
     }
     history: list[dict[str, Any]] = []
     best: TrainingResult | None = None

@@ -165,7 +165,7 @@ def export_onnx(model: str | Path, output: str | Path | None = None, opset: int 
     import onnxruntime
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from qa_system.reading import MODEL_INFO_FILE, load_qa_model
+    from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
 
     if output is None and not Path(model).expanduser().is_dir():
         raise QAError(f"'{model}' is not a local directory, so there is no default export location.", "pass --output DIR.")

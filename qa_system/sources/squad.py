@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from qa_system.data.subjqa import LabelledQuestion
 from qa_system.errors import QAError
+from qa_system.sources.subjqa import LabelledQuestion
 
 VERSION = "v2.0"
 

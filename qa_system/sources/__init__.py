@@ -1,6 +1,6 @@
-"""Data loaders: SubjQA CSVs (or the hub dataset) -> Haystack Documents + labelled questions."""
+"""Sources: readers of documents and labelled questions (SubjQA CSVs, SQuAD v2 JSON) -> Haystack Documents + LabelledQuestion."""
 
-from qa_system.data.subjqa import (
+from qa_system.sources.subjqa import (
     SPLITS,
     GoldAnswer,
     LabelledQuestion,

@@ -26,9 +26,9 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
-from qa_system.data.squad import SquadReport, to_squad
-from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
 from qa_system.errors import QAError
+from qa_system.sources.squad import SquadReport, to_squad
+from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
 
 VERDICTS = {
     "correct": "Right answer",

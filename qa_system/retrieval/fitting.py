@@ -7,7 +7,7 @@ domain's dev split, strict recall@1 first and MRR to break ties, for the configu
 encoder, and ``fit_rerank_on_dev`` does the same for the answerability re-ranker's mix of
 retriever and reader scores. Both are stored in the index's manifest under the question encoder
 (name and file fingerprint) that was fitted, where the ``hybrid`` and ``rerank`` pipeline stages
-read them; re-indexing drops them with the vectors they were fitted on. Each fit also records the
+read them (``fitted.py``); re-indexing drops them with the vectors they were fitted on. Each fit also records the
 BM25 settings it saw (``sparse_setting``), and ``ensure_fitted`` refits when those have changed.
 
 The grids include each part alone (sparse or dense weight 0, retriever weight 0 or 1), so on the
@@ -16,61 +16,19 @@ dev split a fitted combination is never worse than its best part.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from haystack import Pipeline
 from tqdm.auto import tqdm
 
 from qa_system.config import Settings
-from qa_system.data import LabelledQuestion, load_subjqa
 from qa_system.errors import QAError
-from qa_system.indexing import encoder_fingerprint
-from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, ranking_scores
+from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key, fits, reader_key
+from qa_system.retrieval.fusion import RankedCandidates, fit_fusion, ranking_scores
+from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.stores import Index, save_index
 
-MANIFEST_KEY = "calibration"
-DEFAULT_RETRIEVER_WEIGHT = 0.5
 RERANK_WEIGHTS = tuple(w / 20 for w in range(21))
-
-
-def encoder_key(settings: Settings) -> str:
-    """The question encoder a fit belongs to: its name and, for a local directory, its files' digest."""
-    model = settings.query_embedding_model or settings.embedding_model
-    return f"{model}#{encoder_fingerprint(model) or ''}"
-
-
-def _fits(index: Index, settings: Settings) -> dict[str, Any]:
-    return index.manifest.get(MANIFEST_KEY, {}).get(encoder_key(settings), {})
-
-
-def fusion_parameters(index: Index, settings: Settings) -> FusionParameters:
-    """The fusion fitted for this index and question encoder, else RankFusion's defaults (min-max, 0.5 / 0.5)."""
-    fitted = _fits(index, settings).get("fusion")
-    return FusionParameters(**{k: fitted[k] for k in ("mode", "k", "sparse_weight", "dense_weight")}) if fitted else FusionParameters()
-
-
-def fusion_values(index: Index, settings: Settings) -> dict[str, str]:
-    """hybrid.yml's fusion placeholders."""
-    parameters = fusion_parameters(index, settings)
-    return {
-        "fusion_mode": json.dumps(parameters.mode),
-        "fusion_k": json.dumps(parameters.k),
-        "sparse_weight": json.dumps(parameters.sparse_weight),
-        "dense_weight": json.dumps(parameters.dense_weight),
-    }
-
-
-def rerank_weight(index: Index, settings: Settings, retriever: str) -> float:
-    """The re-ranker's retriever weight fitted for this retriever, question encoder and reader, else 0.5."""
-    fitted = _fits(index, settings).get("rerank", {}).get(retriever)
-    if not fitted or fitted["reader"] != _reader_key(settings):
-        return DEFAULT_RETRIEVER_WEIGHT
-    return float(fitted["retriever_weight"])
-
-
-def _reader_key(settings: Settings) -> str:
-    return f"{settings.reader_model}#{encoder_fingerprint(settings.reader_model) or ''}"
 
 
 def _store(index: Index, settings: Settings, value: dict[str, Any], *keys: str) -> None:
@@ -150,7 +108,7 @@ def fit_rerank_on_dev(
     best = max(weights, key=lambda w: (*scores[w], -abs(w - 0.5)))
     fit = {
         "retriever_weight": best,
-        "reader": _reader_key(settings),
+        "reader": reader_key(settings),
         "sparse": sparse_setting(pipeline.pipeline),
         "fitted_on": f"{domain} {split}",
         "questions": len(questions),
@@ -174,7 +132,7 @@ def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str,
     # What the fits must have seen, read from the pipeline's definition (not warmed up: no model loads).
     sparse = sparse_setting(load_pipeline(retriever, index, settings))
     if retriever == "hybrid":
-        fit = _fits(index, settings).get("fusion")
+        fit = fits(index, settings).get("fusion")
         if not fit or fit.get("sparse") != sparse:
             fit = fit_fusion_on_dev(settings, domain, index, split)
         dev = fit["dev"]
@@ -183,8 +141,8 @@ def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str,
             f"fitted on {fit['fitted_on']}: strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})"
         )
     if rerank:
-        fit = _fits(index, settings).get("rerank", {}).get(retriever)
-        if not fit or fit["reader"] != _reader_key(settings) or fit.get("sparse") != sparse:
+        fit = fits(index, settings).get("rerank", {}).get(retriever)
+        if not fit or fit["reader"] != reader_key(settings) or fit.get("sparse") != sparse:
             fit = fit_rerank_on_dev(settings, domain, index, retriever, split)
         dev = fit["dev"]
         notes.append(

@@ -1,0 +1,173 @@
+"""`qa-system bench`: indexing, retrieval, reader and end-to-end speed, each beside its baseline.
+
+One process run measures everything side by side: Haystack's stock components are the baselines
+(InMemoryBM25Retriever, InMemoryEmbeddingRetriever, TransformersExtractiveReader), the project's
+components the contenders, over corpora of increasing size (``corpus.py``). The reader is measured
+once (its input does not depend on the corpus size); retrieval and the pipelines at every size.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from qa_system.bench import corpus, endtoend, reader, report, retrieval
+from qa_system.bench.measure import Timing, library_versions, machine, peak_rss_mb, rss_mb, timed
+from qa_system.config import Settings
+from qa_system.errors import QAError
+from qa_system.reading.onnx import check_export, default_export_dir, export_onnx, physical_cores
+
+DEFAULT_SIZES = (1000, 10000, 100000)
+
+
+def reader_export(model: str, out_dir: Path, progress: Callable[[str], None]) -> Path:
+    """The model's ONNX export: ``<model>/onnx`` when it is up to date, else a fresh one in ``out_dir``."""
+    try:
+        check_export(model, default_export_dir(model))
+        return default_export_dir(model)
+    except QAError:
+        progress(f"exporting {model} to ONNX (fp32 and int8) in {out_dir / 'onnx'}")
+        return export_onnx(model, out_dir / "onnx")
+
+
+def _query_vectors(settings: Settings, questions: Sequence) -> tuple[list[list[float]], Timing]:
+    from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
+
+    embedder = SentenceTransformersTextEmbedder(model=settings.embedding_model, normalize_embeddings=True, progress_bar=False)
+    embedder.warm_up()
+    timing = Timing()
+    for question in questions:
+        vector, seconds = timed(lambda: embedder.run(text=question.question)["embedding"])
+        timing.seconds.append(seconds)
+        timing.outputs.append(vector)
+    return timing.outputs, timing
+
+
+def run_bench(
+    settings: Settings,
+    out_dir: str | Path = "reports/bench",
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    queries: int = 200,
+    reader_questions: int | None = None,
+    budget_s: float = 60.0,
+    rag_questions: int = 3,
+    embed_sample: int = 1000,
+    seed: int = 0,
+    progress: Callable[[str], None] = lambda message: None,
+) -> Path:
+    """Run every measurement and write ``report.{json,csv,md}`` and the plots to ``out_dir``.
+
+    :param queries: questions (electronics test) for retrieval and end-to-end timing.
+    :param reader_questions: questions for the reader comparison and its EM/F1 (None = all).
+    :param budget_s: seconds a slow system may spend on one measurement before it stops early.
+    :param rag_questions: RAG end-to-end questions at the smallest size (0 = skip).
+    :param embed_sample: reviews embedded for real; all other vectors are perturbed copies of theirs.
+    """
+    out_dir = Path(out_dir)
+    started = time.time()
+    at_start = machine()
+    sizes = sorted(set(sizes))
+    real = corpus.real_reviews(settings, corpus.bench_questions(settings))
+    questions = corpus.bench_questions(settings, limit=queries)
+    domain_reviews = [d for d in real if d.meta["domain"] == "electronics"]
+    needed = sum(1 for d in domain_reviews if d.meta["split"] == "test")
+    if not questions or sizes[0] < needed:
+        raise QAError(f"The smallest corpus ({sizes[0]}) must hold the {needed} electronics test reviews the questions are about.", f"use --sizes of at least {needed}.")
+    memory = []
+
+    def remember(stage: str) -> None:
+        memory.append({"stage": stage, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()})
+
+    from qa_system.indexing import embed_documents
+
+    sample = real[: min(embed_sample, len(real))]
+    progress(f"embedding {len(sample)} reviews for real ({settings.embedding_model})")
+    embedded, embed_s = timed(lambda: embed_documents(sample, settings.embedding_model, settings.batch_size, progress=False))
+    vectors = {d.id: d.embedding for d in embedded}
+    query_vectors, query_timing = _query_vectors(settings, questions)
+    remember("embeddings")
+
+    export_dir = reader_export(settings.reader_model, out_dir, progress)
+    reader_qs = corpus.bench_questions(settings, limit=reader_questions)
+    contexts = reader.top_reviews(domain_reviews, reader_qs)
+    readers = {reader.HAYSTACK_READER: reader.haystack_reader(settings.reader_model), **reader.project_readers(settings.reader_model, export_dir)}
+    reader_rows, profile_rows, _ = reader.bench_readers(readers, reader_qs, contexts, progress)
+    operator_rows = reader.operator_profile(readers, reader_qs, contexts)
+    del readers
+    remember("readers")
+
+    indexing = [{
+        "corpus": len(sample), "stage": "dense embedding (real, MiniLM)", "system": "SentenceTransformersDocumentEmbedder",
+        "documents": len(sample), "seconds": embed_s, "docs_per_s": len(sample) / embed_s, "baseline": "itself", "speed_ratio": 1.0,
+    }]
+    retrieval_rows = [{
+        "corpus": 0, "retriever": "dense", "system": "query embedding (MiniLM)", "filter": "-", "docs_per_filter": float("nan"),
+        "queries": query_timing.calls, "queries_per_s": query_timing.per_second, "p50_ms": query_timing.p50_ms, "p95_ms": query_timing.p95_ms,
+        "baseline": "itself", "qps_ratio": 1.0, "p50_ratio": 1.0, "same_top10": float("nan"), "top10_overlap": float("nan"),
+    }]
+    e2e_rows, stage_rows, notes = [], [], []
+    for size in sizes:
+        documents = corpus.with_vectors(corpus.tier_corpus(real, size, seed), vectors, seed)
+        tier_indexing, tier_retrieval, store = retrieval.bench_tier(size, documents, questions, query_vectors, budget_s, progress)
+        indexing += tier_indexing
+        retrieval_rows += tier_retrieval
+        remember(f"{size} reviews: retrieval")
+        rows, stages, tier_notes = endtoend.bench_tier(
+            size, store, documents, questions, settings, export_dir, budget_s, rag_questions if size == sizes[0] else 0, progress
+        )
+        e2e_rows += rows
+        stage_rows += stages
+        notes += tier_notes
+        remember(f"{size} reviews: end to end")
+        del documents, store
+        gc.collect()
+
+    tables = {
+        "reader": pd.DataFrame(reader_rows),
+        "reader_profile": pd.DataFrame(profile_rows),
+        "reader_operators": pd.DataFrame(operator_rows),
+        "end_to_end": pd.DataFrame(e2e_rows),
+        "end_to_end_stages": pd.DataFrame(stage_rows),
+        "retrieval": pd.DataFrame(retrieval_rows[1:]),
+        "query_embedding": pd.DataFrame(retrieval_rows[:1]),
+        "indexing": pd.DataFrame(indexing),
+        "memory": pd.DataFrame(memory),
+    }
+    at_end = machine()
+    import torch
+
+    summary = {
+        "machine": at_start,
+        "load_average_at_end": at_end["load_average_1_5_15"],
+        "threads": {"onnxruntime_intra_op": physical_cores(), "torch": torch.get_num_threads(), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "not set")},
+        "libraries": library_versions(),
+        "reader_model": settings.reader_model, "onnx_export": str(export_dir), "embedding_model": settings.embedding_model,
+        "sizes": sizes, "queries": len(questions), "reader_questions": len(reader_qs), "budget_s": budget_s, "seed": seed,
+        "embedded_for_real": len(sample), "seconds": round(time.time() - started, 1),
+    }
+    notes = [
+        f"Machine: {at_start['physical_cores']} physical cores ({at_start['cpu']}), load average {at_start['load_average_1_5_15']} at the start "
+        f"and {at_end['load_average_1_5_15']} at the end: other processes share the CPU, so compare the ratios, which are measured interleaved in this one run.",
+        f"int8 dot-product instructions: {', '.join(at_start['int8_dot_product']) or 'none'}. The int8 reader's speed-up over fp32 depends on them: "
+        "without (AVX2 only) ONNX Runtime's int8 matrix products are under 2x its fp32 ones.",
+        "Every ratio is system / baseline of the same row, measured in this run on the same queries, interleaved query by query.",
+        f"Questions: SubjQA electronics test ({len(questions)} for retrieval and end to end, {len(reader_qs)} for the readers); "
+        "filters: the question's own product, or a synthetic product of ~32 reviews.",
+        f"Corpora: the first N of the {len(real)} real SubjQA reviews (those of the questions' products first, then the rest of electronics), enlarged with deterministic synthetic reviews "
+        f"(real sentences recombined, seed {seed}). Dense vectors: {len(sample)} reviews embedded for real; all others are seeded "
+        "perturbations of those vectors (noise 0.02 per dimension, renormalised). Query vectors are real.",
+        f"A slow system stops after {budget_s:.0f} s of one measurement (at least 5 queries); 'queries' says how many it ran.",
+        "BM25 'same scoring': bm25s Lucene BM25 on Haystack's tokens, against Haystack's BM25Plus with delta=0 (the same function times k1+1); "
+        "'same_top10' is the share of queries with identical top-10 ids in identical order.",
+        "Reader: top-3 reviews of the question's product by BM25; EM/F1 are the official SQuAD v2 figures of the top-1 answer, in points.",
+        f"Threads: ONNX Runtime {physical_cores()} intra-op threads without spinning; PyTorch {torch.get_num_threads()} threads, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'not set')} (the CLI sets PASSIVE, so that PyTorch does not spin either).",
+        "Memory: resident set after each stage and the process's peak so far (ru_maxrss).",
+        *notes,
+    ]
+    return report.write(out_dir, tables, summary, notes)

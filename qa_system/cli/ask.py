@@ -1,0 +1,127 @@
+"""`qa-system search | ask`: the reviews a retriever ranks, and the answers read or generated from them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+
+from qa_system.cli.options import DEFAULT_ITEM, Options, settings_from_args
+from qa_system.config import RETRIEVERS
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    from qa_system.indexing import open_or_build_index
+    from qa_system.pipelines import build_retrieval_pipeline
+
+    settings = settings_from_args(args)
+    index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
+    pipeline = build_retrieval_pipeline(args.retriever, settings, index=index, rerank=args.rerank)
+    result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k)
+    documents = result["documents"]
+    name = args.retriever + (" + re-ranking" if args.rerank else "")
+    print(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)")
+    for rank, document in enumerate(documents, 1):
+        meta = document.meta
+        snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
+        print(f"\n{rank}. score {document.score:.3f}  review {meta.get('review_id')}  ({meta.get('item_id')}, {meta.get('split')})")
+        print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
+
+
+def highlight(text: str, start: int, end: int, tty: bool) -> str:
+    """The answer marked inside its context: bold yellow on a terminal, **...** otherwise."""
+    left, right = ("\033[1;33m", "\033[0m") if tty else ("**", "**")
+    return f"{text[:start]}{left}{text[start:end]}{right}{text[end:]}"
+
+
+def cmd_ask(args: argparse.Namespace) -> None:
+    from qa_system.indexing import open_or_build_index
+    from qa_system.pipelines import build_qa_pipeline
+
+    settings = settings_from_args(args)
+    index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
+    pipeline = build_qa_pipeline(args.retriever, settings, index=index, answer_stage=args.mode, rerank=args.rerank)
+    if args.mode == "rag":
+        _ask_rag(pipeline, args)
+        return
+    result = pipeline.run(
+        args.question, item_id=args.item, split=args.split, top_k=args.top_k,
+        top_k_reader=args.answers, no_answer_threshold=args.no_answer_threshold,
+    )
+    timings = result["timings"]
+    print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+          f"reader {1000 * timings['answer_s']:.0f} ms)")
+    tty = sys.stdout.isatty()
+    for rank, answer in enumerate(result["answers"], 1):
+        if answer.data is None:
+            print(f"\n{rank}. [no answer in these reviews]  score {answer.score:.2f}")
+            continue
+        document = answer.document
+        span = answer.document_offset
+        begin = max(0, span.start - args.context)
+        end = min(len(document.content), span.end + args.context)
+        context = highlight(document.content[begin:end], span.start - begin, span.end - begin, tty)
+        print(f"\n{rank}. {answer.data}  score {answer.score:.2f}  review {document.meta.get('review_id')}")
+        print(textwrap.indent(("..." if begin else "") + context + ("..." if end < len(document.content) else ""), "   "))
+
+
+def _ask_rag(pipeline, args: argparse.Namespace) -> None:
+    """The generated answer (streamed with --stream), then the reviews it cites and the others it was given."""
+    print(f"Q: {args.question}  ({args.item or 'all products'})")
+    if args.stream:
+        print("A: ", end="", flush=True)
+    stream = (lambda chunk: print(chunk.content, end="", flush=True)) if args.stream else None
+    result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream)
+    answer = result["answers"][0]
+    meta, timings = answer.meta, result["timings"]
+    if args.stream:
+        print()
+    if answer.data is None:
+        print(f"A: [no answer in these reviews: {meta['no_answer_reason']}]")
+    elif not args.stream:
+        print(f"A: {answer.data}")
+    tokens = meta["usage"].get("completion_tokens")
+    speed = f", {tokens / timings['generator']:.1f} tokens/s" if tokens and timings.get("generator") else ""
+    print(f"   (retrieval {1000 * timings['retrieval_s']:.0f} ms, prompt {1000 * timings.get('prompt_builder', 0):.0f} ms, "
+          f"generation {timings.get('generator', 0):.1f} s{speed})")
+    prompt = meta["prompt"]
+    if prompt.get("truncated"):
+        shortened = ", ".join(f"[{n}]" for n in prompt["truncated_reviews"]) or "none"
+        print(f"   (prompt cut to {prompt['budget_tokens']} tokens: reviews shortened {shortened}; {len(prompt['dropped_document_ids'])} dropped)")
+    for heading, cited in (("Cited reviews", True), ("Also given", False)):
+        documents = [d for d in answer.documents if d.meta["referenced"] is cited]
+        if documents:
+            print(f"\n{heading}:")
+        for document in documents:
+            snippet = textwrap.shorten(document.content or "", width=2 * args.context, placeholder=" ...")
+            print(f"[{document.meta['source_index']}] review {document.meta.get('review_id')}  ({document.meta.get('item_id')})")
+            print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
+
+
+
+def register(commands, options: Options) -> None:
+    p = commands.add_parser("search", parents=[options.common], help="print the reviews a retriever ranks for a question")
+    p.add_argument("question")
+    options.domain(p)
+    p.add_argument("--item", help=f"product (item_id) to search, e.g. {DEFAULT_ITEM}")
+    p.add_argument("--split", help="only reviews of this split")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--width", type=int, default=400, help="characters of each review to print")
+    p.set_defaults(func=cmd_search)
+
+    p = commands.add_parser("ask", parents=[options.common, options.generation], help="answer a question about a product from its reviews")
+    p.add_argument("question")
+    options.domain(p)
+    p.add_argument("--item", help=f"product (item_id) to ask about, e.g. {DEFAULT_ITEM}")
+    p.add_argument("--split", help="only reviews of this split")
+    p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability before answering")
+    p.add_argument("--top-k", type=int, default=3, help="reviews to retrieve")
+    p.add_argument("--answers", type=int, default=3, help="answers to show (extractive)")
+    p.add_argument("--no-answer-threshold", type=float, help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
+    p.add_argument("--context", type=int, default=150, help="characters of review shown around each answer (rag: half the snippet of each review)")
+    p.add_argument("--stream", action="store_true", help="print the generated answer as it is written (rag)")
+    p.set_defaults(func=cmd_ask)

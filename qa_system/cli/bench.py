@@ -1,0 +1,41 @@
+"""`qa-system bench`: speed of every stage beside Haystack's stock components."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from qa_system.cli.options import Options, settings_from_args
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    # Sleeping rather than spinning OpenMP threads (read when torch loads): on a busy small machine
+    # spinning makes the PyTorch baselines several times slower, which would flatter the ONNX reader.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from qa_system.bench import run_bench
+
+    out = run_bench(
+        settings_from_args(args), args.out, args.sizes, args.queries, args.reader_questions, args.budget,
+        0 if args.skip_rag else args.rag_questions, args.embed_sample, args.seed, progress=lambda message: print(message, file=sys.stderr, flush=True),
+    )
+    for check in json.loads((out / "report.json").read_text(encoding="utf-8"))["metrics"]:
+        print(f"{check['pass']:>3}  {check['criterion']}: {check['measured']} (target {check['target']})")
+    print(f"Report written to {out}/ (report.json, report.csv, report.md, latency_vs_corpus_size.png, reader.png)")
+
+
+
+def register(commands, options: Options) -> None:
+    p = commands.add_parser("bench", parents=[options.common], help="measure indexing, retrieval, reader and end-to-end speed beside Haystack's stock components")
+    p.add_argument("--sizes", nargs="+", type=int, default=[1000, 10000, 100000], help="corpus sizes in reviews")
+    p.add_argument("--queries", type=int, default=200, help="questions for retrieval and end-to-end timing")
+    p.add_argument("--reader-questions", type=int, help="questions for the reader comparison and its EM/F1 (default: all electronics test)")
+    p.add_argument("--budget", type=float, default=60.0, help="seconds a slow baseline may spend on one measurement")
+    p.add_argument("--rag-questions", type=int, default=3, help="questions for the RAG end-to-end timing")
+    p.add_argument("--skip-rag", action="store_true", help="leave the RAG pipeline out")
+    p.add_argument("--embed-sample", type=int, default=1000, help="reviews embedded for real (the other vectors are perturbed copies)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic reviews and vectors")
+    p.add_argument("--out", type=Path, default=Path("reports/bench"))
+    p.set_defaults(func=cmd_bench)

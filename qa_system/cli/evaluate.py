@@ -1,0 +1,129 @@
+"""`qa-system eval retriever | reader | pipeline | rag` and `tune-bm25`: a stage on a labelled split, and a report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from qa_system.cli.options import Options, settings_from_args
+from qa_system.config import RETRIEVERS
+
+
+def _print_answer_metrics(result: dict, out: Path) -> None:
+    metrics = result["metrics"]
+    shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "always no answer"])]
+    columns = ["system", "group", "questions", "em", "f1", "em_top_k", "f1_top_k", "answered", "latency_ms"]
+    print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"Report written to {out}/ (report.json, report.csv, report.md, em_f1.png, predictions-*.json, gold.json)")
+
+
+def cmd_eval_reader(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.answering import evaluate_readers
+
+    settings = settings_from_args(args)
+    readers = args.reader or [settings.reader_model]
+    result = evaluate_readers(settings, readers, args.domain[0], args.split, args.top_k, args.out, args.limit, args.no_answer_threshold)
+    _print_answer_metrics(result, args.out)
+
+
+def cmd_eval_pipeline(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.answering import evaluate_pipelines
+
+    settings = settings_from_args(args)
+    readers = args.reader or [settings.reader_model]
+    result = evaluate_pipelines(
+        settings, readers, args.retriever, args.domain[0], args.split, args.top_k_retriever, args.top_k,
+        args.out, args.limit, args.no_answer_threshold,
+    )
+    _print_answer_metrics(result, args.out)
+
+
+def cmd_eval_rag(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.rag import evaluate_rag
+
+    result = evaluate_rag(
+        settings_from_args(args), args.retriever, args.domain[0], args.split, args.top_k_retriever, args.out, args.limit, args.compare_extractive
+    )
+    metrics = result["metrics"]
+    columns = ["system", "group", "questions", "em", "f1", "sas", "no_answer_accuracy", "citation_precision", "retrieval_ms", "prompt_ms", "generation_ms", "tokens_per_s"]
+    print(metrics[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, rag_metrics.png, latency.png, predictions-*.json, gold.json)")
+
+
+def cmd_eval_retriever(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.retrieval import evaluate_retrievers
+
+    result = evaluate_retrievers(
+        settings_from_args(args), args.domain[0], args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit, tuned_model=args.tuned_model
+    )
+    for note in result["notes"]:
+        print(note)
+    metrics = result["metrics"]
+    columns = ["retriever", "definition", "group", "n", *[f"recall@{k}" for k in sorted(set(args.k))], "mrr", "map"]
+    shown = metrics[metrics["group"].isin(["all", "answerable"])][columns]
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(result["timings"].to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, recall_at_k.png)")
+
+
+def cmd_tune_bm25(args: argparse.Namespace) -> None:
+    from qa_system.evaluation.bm25_grid import RULE, describe, tune_bm25
+
+    table = tune_bm25(settings_from_args(args), args.domain[0], args.split, out_dir=args.out, limit=args.limit)
+    print(table.head(args.show).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(
+        f"Recommended ({RULE}): {describe(table[table['recommended']].iloc[0])}. Report written to {args.out}/ (report.json, report.csv, report.md)"
+    )
+
+
+
+def register(commands, options: Options) -> None:
+    evaluation = commands.add_parser("eval", help="evaluate a stage on a labelled split and write a report")
+    stages = evaluation.add_subparsers(dest="stage", required=True)
+    p = stages.add_parser("retriever", parents=[options.common], help="recall@k, MRR, MAP (strict and chapter definitions)")
+    options.domain(p)
+    p.add_argument("--split", default="test")
+    p.add_argument(
+        "--retriever", nargs="+", default=list(RETRIEVERS), metavar="VARIANT",
+        help="bm25, dense, hybrid, dense-ft, hybrid-ft (-ft: the fine-tuned encoder), each optionally +rerank, e.g. hybrid-ft+rerank",
+    )
+    p.add_argument("--tuned-model", type=Path, help="fine-tuned encoder of the -ft variants (default models/retriever-minilm-subjqa)")
+    p.add_argument("--k", nargs="+", type=int, default=[1, 3, 5, 10, 20])
+    p.add_argument("--out", type=Path, default=Path("reports/retriever"))
+    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_eval_retriever)
+
+    def answer_eval_options(p: argparse.ArgumentParser, out: str) -> None:
+        options.domain(p)
+        p.add_argument("--split", default="test")
+        p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
+        p.add_argument("--top-k", type=int, default=3, help="answers per question (top-k EM/F1)")
+        p.add_argument("--no-answer-threshold", type=float, help="override the reader's tuned threshold")
+        p.add_argument("--out", type=Path, default=Path(out))
+        p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+
+    p = stages.add_parser("reader", parents=[options.common], help="EM / F1 of readers given the gold review")
+    answer_eval_options(p, "reports/reader")
+    p.set_defaults(func=cmd_eval_reader)
+    p = stages.add_parser("pipeline", parents=[options.common], help="EM / F1 of retriever + reader with per-product filters")
+    answer_eval_options(p, "reports/pipeline")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--top-k-retriever", type=int, default=3)
+    p.set_defaults(func=cmd_eval_pipeline)
+    p = stages.add_parser("rag", parents=[options.common, options.generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
+    options.domain(p)
+    p.add_argument("--split", default="test")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    p.add_argument("--top-k-retriever", type=int, default=3, help="reviews in the prompt")
+    p.add_argument("--compare-extractive", action="store_true", help="also run the extractive pipeline (--reader-model) on the same questions")
+    p.add_argument("--out", type=Path, default=Path("reports/rag"))
+    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_eval_rag)
+
+    p = commands.add_parser("tune-bm25", parents=[options.common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)")
+    options.domain(p)
+    p.add_argument("--split", default="dev")
+    p.add_argument("--show", type=int, default=10, help="print the best N settings")
+    p.add_argument("--out", type=Path, default=Path("reports/bm25-grid"))
+    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_tune_bm25)

@@ -1,0 +1,70 @@
+"""Options every command shares, and the Settings they make."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from qa_system.config import GENERATORS, READER_BACKENDS, STORE_BACKENDS, Settings
+
+DEFAULT_ITEM = "B0074BW614"
+
+
+@dataclass(frozen=True)
+class Options:
+    """The parent parsers a command's parser inherits from."""
+
+    common: argparse.ArgumentParser
+    generation: argparse.ArgumentParser
+
+    @staticmethod
+    def domain(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--domain", action="append", help="SubjQA domain, repeatable (default electronics)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        data_dir=args.data_dir,
+        home=args.home,
+        store=args.store,
+        es_url=args.es_url,
+        embedding_model=args.embedding_model,
+        query_embedding_model=args.query_embedding_model,
+        reader_model=args.reader_model,
+        reader_backend=args.reader_backend,
+        reader_onnx_model=args.reader_onnx_model,
+        # Generation flags exist only on the commands that generate (ask, eval rag).
+        generator=getattr(args, "generator", None),
+        generator_model=getattr(args, "model", None),
+        generator_base_url=getattr(args, "base_url", None),
+        max_new_tokens=getattr(args, "max_new_tokens", None),
+        temperature=getattr(args, "temperature", None),
+        num_beams=getattr(args, "num_beams", None),
+    )
+
+
+def common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("settings (also QA_* environment variables)")
+    group.add_argument("--data-dir", help="SubjQA root holding <domain>/splits/<split>.csv (default ../shared/data/subjqa)")
+    group.add_argument("--home", help="where indexes and caches live (QA_HOME, default ~/.cache/qa_system)")
+    group.add_argument("--store", choices=STORE_BACKENDS, help="document store backend (default memory)")
+    group.add_argument("--es-url", help="Elasticsearch url (QA_ES_URL, default http://localhost:9200)")
+    group.add_argument("--embedding-model", help="passage encoder: hub id or local path (default all-MiniLM-L6-v2 from its PyPI wheel)")
+    group.add_argument("--query-embedding-model", help="separate question encoder for DPR-style models")
+    group.add_argument("--reader-model", help="extractive QA model: hub id or local path (default models/reader-minilm-subjqa)")
+    group.add_argument("--reader-backend", choices=READER_BACKENDS, help="torch (default) or onnx: ONNX Runtime int8, after `qa-system export-onnx`")
+    group.add_argument("--reader-onnx-model", help="the reader's .onnx file or export directory (default <reader model>/onnx, int8)")
+    return common
+
+
+def generator_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group("generation (RAG; also QA_* environment variables)")
+    group.add_argument("--generator", choices=GENERATORS, help="smollm2 (default, offline), hf (local model), openai (any OpenAI-compatible server)")
+    group.add_argument("--model", help="hf: model id or path (causal chat LM or seq2seq); openai: the served model name")
+    group.add_argument("--base-url", help="openai: the server's url, e.g. http://127.0.0.1:8080/v1")
+    group.add_argument("--max-new-tokens", type=int, help="longest answer in tokens (default 64)")
+    group.add_argument("--temperature", type=float, help="0 = greedy (default); above 0 samples")
+    group.add_argument("--num-beams", type=int, help="beam search width, local generators (default 1)")
+    return options

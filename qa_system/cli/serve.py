@@ -1,0 +1,39 @@
+"""`qa-system ui | export-feedback`: the search page, and the feedback its users gave."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from qa_system.cli.options import Options, settings_from_args
+from qa_system.errors import QAError
+
+
+def cmd_ui(args: argparse.Namespace) -> None:
+    from qa_system.serving.webapp import run_app
+
+    settings_from_args(args)  # bad flags fail here, as one line, rather than inside the page
+    code = run_app(args.port, args.address, vars(args), watch=args.dev)
+    if code:
+        raise QAError(f"Streamlit exited with code {code}.", "see its messages above (is the port in use? try --port).")
+
+
+def cmd_export_feedback(args: argparse.Namespace) -> None:
+    from qa_system.serving.feedback import FeedbackStore
+
+    export = FeedbackStore(settings_from_args(args).feedback_db).export_squad(args.out)
+    print(f"{export.path}: {export.summary()}")
+    print(f"Train on it with: qa-system train-reader --train-file {export.path}")
+
+
+
+def register(commands, options: Options) -> None:
+    p = commands.add_parser("ui", parents=[options.common], help="serve the search page (Streamlit) on http://ADDRESS:PORT")
+    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--address", default="localhost", help="0.0.0.0 to serve other machines")
+    p.add_argument("--dev", action="store_true", help="reload the page when ui/ files change")
+    p.set_defaults(func=cmd_ui)
+
+    p = commands.add_parser("export-feedback", parents=[options.common], help="write the search page's answer feedback as SQuAD v2 training data")
+    p.add_argument("--out", type=Path, default=Path("data/feedback-squad.json"))
+    p.set_defaults(func=cmd_export_feedback)

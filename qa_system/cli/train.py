@@ -1,0 +1,141 @@
+"""`qa-system train-reader | train-retriever | fit-fusion | export-onnx`: the models and fitted values the pipelines read."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from qa_system.cli.options import Options, settings_from_args
+
+
+def cmd_train_reader(args: argparse.Namespace) -> None:
+    from qa_system.reading.training import TrainingConfig, subjqa_to_squad_files, train_reader
+
+    settings = settings_from_args(args)
+    squad_dir = args.squad_dir or settings.home / "squad"
+    train_files, dev_files = list(args.train_file or []), list(args.dev_file or [])
+    if not args.no_subjqa:
+        exported = subjqa_to_squad_files(args.domain, ["train", "dev"], squad_dir, settings.data_dir)
+        for path, report in exported.items():
+            print(f"{path}: {report.summary()}")
+        train_files += [squad_dir / f"{d}-train.json" for d in args.domain]
+        dev_files += [squad_dir / f"{d}-dev.json" for d in args.domain]
+    config = TrainingConfig(
+        epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
+        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, patience=args.patience, max_steps=args.max_steps,
+    )
+    select_on = args.select_on or (squad_dir / "electronics-dev.json" if "electronics" in args.domain and not args.no_subjqa else None)
+    result = train_reader(train_files, dev_files, args.base_model or settings.embedding_model, args.output, config, select_on=select_on)
+    print(f"Saved the best model (epoch {result.best_epoch}, no-answer threshold {result.no_answer_threshold:.3f}) to {result.output_dir}")
+    for name, metrics in result.dev_metrics.items():
+        print(f"  dev {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float)))
+
+
+def cmd_train_retriever(args: argparse.Namespace) -> None:
+    import torch
+
+    from qa_system.retrieval.encoders import tuned_encoders
+    from qa_system.retrieval.training import RetrieverTrainingConfig, train_retriever
+
+    settings = settings_from_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = RetrieverTrainingConfig(
+        encoders=args.encoders, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+        hard_negatives=args.hard_negatives, max_seq_length=args.max_seq_length, patience=args.patience, max_steps=args.max_steps,
+    )
+    result = train_retriever(args.domain, args.base_model or settings.embedding_model, args.output, config, settings, args.query_base_model)
+    print(f"Saved the best encoder (epoch {result.best_epoch}, {result.seconds / 60:.1f} min) to {result.output_dir}")
+    for name, metrics in result.dev_metrics.items():
+        print(f"  dev {name}: strict recall@1 {metrics['recall@1']:.3f}, recall@3 {metrics['recall@3']:.3f}, MRR {metrics['mrr']:.3f}")
+    passage, query = tuned_encoders(result.output_dir)
+    if query is not None and passage == settings.embedding_model:
+        print(f"Use it with --query-embedding-model {result.output_dir} (the indexed review vectors stay valid).")
+    else:
+        flags = f"--embedding-model {passage}" + (f" --query-embedding-model {query}" if query else "")
+        print(f"Use it with {flags}; `qa-system index {flags}` re-embeds the reviews.")
+
+
+def cmd_fit_fusion(args: argparse.Namespace) -> None:
+    from qa_system.indexing import open_or_build_index
+    from qa_system.retrieval.fitting import fit_fusion_on_dev, fit_rerank_on_dev
+
+    settings = settings_from_args(args)
+    for domain in args.domain:
+        index = open_or_build_index(settings, domain)
+        fit = fit_fusion_on_dev(settings, domain, index, args.split, args.limit)
+        dev = fit["dev"]
+        print(f"{domain}: fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}); "
+              f"{fit['fitted_on']} strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})")
+        if args.rerank:
+            fit = fit_rerank_on_dev(settings, domain, index, "hybrid", args.split, args.limit)
+            dev = fit["dev"]
+            print(f"{domain}: re-ranking retriever weight {fit['retriever_weight']:.2f}; "
+                  f"{fit['fitted_on']} strict recall@1 {dev['reranked']['recall@1']:.3f} (hybrid alone {dev['retriever']['recall@1']:.3f})")
+    print(f"Stored in the index manifest for the question encoder {settings.query_embedding_model or settings.embedding_model}.")
+
+
+def cmd_export_onnx(args: argparse.Namespace) -> None:
+    from qa_system.reading.onnx import FP32_FILE, INT8_FILE, export_onnx, read_export_info
+
+    model = args.model or settings_from_args(args).reader_model
+    output = export_onnx(model, args.output, reduce_range=not args.full_range)
+    fused = read_export_info(output)["fused_operators"]
+    for name in (FP32_FILE, INT8_FILE):
+        print(f"{output / name}  {(output / name).stat().st_size / 2**20:.1f} MiB")
+    print("fused operators: " + (", ".join(f"{op} {n}" for op, n in fused.items()) or "none (model type not fusable)"))
+    print("Use it with: --reader-backend onnx" + ("" if args.output is None else f" --reader-onnx-model {output}"))
+
+
+
+def register(commands, options: Options) -> None:
+    p = commands.add_parser("train-reader", parents=[options.common], help="fine-tune an extractive reader on SubjQA and/or SQuAD v2 files")
+    options.domain(p)
+    p.add_argument("--no-subjqa", action="store_true", help="train only on --train-file / --dev-file")
+    p.add_argument("--train-file", nargs="+", type=Path, help="extra SQuAD v2 training files (e.g. SQuAD itself)")
+    p.add_argument("--dev-file", nargs="+", type=Path, help="extra SQuAD v2 dev files (pooled to tune the no-answer threshold)")
+    p.add_argument("--select-on", type=Path, help="dev file whose F1 selects the epoch (default electronics dev)")
+    p.add_argument("--base-model", help="model to fine-tune (default: the all-MiniLM-L6-v2 encoder)")
+    p.add_argument("--output", type=Path, default=Path("models/reader-custom"))
+    p.add_argument("--squad-dir", type=Path, help="where the SubjQA SQuAD files are written (default <home>/squad)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--learning-rate", type=float, default=1e-4)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--max-seq-length", type=int, default=384)
+    p.add_argument("--doc-stride", type=int, default=128)
+    p.add_argument("--patience", type=int, default=1, help="epochs without dev F1 gain before stopping")
+    p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
+    p.set_defaults(func=cmd_train_reader)
+
+    p = commands.add_parser("train-retriever", parents=[options.common], help="fine-tune the dense retriever's encoder on SubjQA (question, review) pairs")
+    options.domain(p)
+    p.add_argument("--encoders", choices=["question", "shared", "separate"], default="question",
+                   help="question: train the question encoder against the frozen review vectors (no re-indexing, minutes on CPU); "
+                        "shared: one encoder for both; separate: both, DPR-style (both re-embed the reviews)")
+    p.add_argument("--base-model", help="passage encoder to start from (default: the configured --embedding-model)")
+    p.add_argument("--query-base-model", help="question encoder to start from, DPR-style (default: --base-model)")
+    p.add_argument("--output", type=Path, default=Path("models/retriever-minilm-subjqa"))
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--learning-rate", type=float, default=2e-5)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--hard-negatives", type=int, default=1, help="extra reviews of the same product per question, beyond those in the batch")
+    p.add_argument("--max-seq-length", type=int, default=256, help="word pieces per text for the encoders that learn")
+    p.add_argument("--patience", type=int, default=1, help="epochs without dev recall@1 gain before stopping")
+    p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a busy machine: no spinning threads)")
+    p.set_defaults(func=cmd_train_retriever)
+
+    p = commands.add_parser("fit-fusion", parents=[options.common], help="fit the hybrid fusion (and --rerank's mix) on a dev split for the configured encoders")
+    options.domain(p)
+    p.add_argument("--split", default="dev")
+    p.add_argument("--rerank", action="store_true", help="also fit the answerability re-ranking of hybrid (needs the reader model)")
+    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_fit_fusion)
+
+    p = commands.add_parser("export-onnx", parents=[options.common], help="export a reader to ONNX, fp32 and dynamically int8-quantised")
+    p.add_argument("--model", help="reader model directory or hub id (default: the configured reader)")
+    p.add_argument("--output", type=Path, help="export directory (default <model>/onnx)")
+    p.add_argument("--full-range", action="store_true", help="8-bit rather than 7-bit int8 weights: only for CPUs with VNNI (AVX2 saturates)")
+    p.set_defaults(func=cmd_export_onnx)

@@ -1,0 +1,12 @@
+"""Reading: the extractive reader that finds the answer span in retrieved reviews, or "no answer".
+
+``reader.py`` is the Haystack component (PyTorch or ONNX backend), ``model.py`` loads weights and
+their stored settings, ``onnx.py`` is the int8 ONNX Runtime backend and its export. Reader
+training and no-answer threshold tuning (``training.py``) sit above the pipelines and evaluation,
+so they are imported from their module, not re-exported here.
+"""
+
+from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model, read_model_info
+from qa_system.reading.reader import ExtractiveReader, ReaderOutput, SpanCandidate, encode_windows
+
+__all__ = ["MODEL_INFO_FILE", "ExtractiveReader", "ReaderOutput", "SpanCandidate", "encode_windows", "load_qa_model", "read_model_info"]

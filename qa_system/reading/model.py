@@ -1,0 +1,59 @@
+"""Loading a reader's weights: any Hugging Face QA model id or directory, plus the settings stored beside it.
+
+Split from the reader component so that its backends (``onnx.py``) and its training load models
+the same way without importing the component.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from qa_system.errors import QAError
+
+# What ``train_reader`` stores beside a model (no-answer threshold, training data, machine).
+MODEL_INFO_FILE = "qa_system.json"
+
+
+def read_model_info(model_dir: str | Path) -> dict[str, Any]:
+    """The ``qa_system.json`` that ``train_reader`` stores beside a model ({} for other models)."""
+    path = Path(model_dir) / MODEL_INFO_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise QAError(f"{path} is not valid JSON ({error}).", "re-train the reader or delete the file.") from error
+
+
+def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
+    """Tokenizer and AutoModelForQuestionAnswering (float32) from a local directory or a Hugging Face model id.
+
+    A bare encoder (e.g. a sentence-transformers model) gets a freshly initialised QA head.
+    """
+    import torch
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    name = str(name_or_path)
+    if name.startswith("~"):
+        name = str(Path(name).expanduser())
+    looks_local = Path(name).exists() or name.startswith((".", "/"))
+    if looks_local and not (Path(name) / "config.json").is_file():
+        raise QAError(
+            f"The {what} directory '{name}' has no config.json.",
+            "pass a directory written by train_reader / save_pretrained, or a Hugging Face model id.",
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        # float32 whatever the stored dtype: the shipped reader is stored in fp16 to stay small.
+        model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise QAError(
+            f"Could not load the {what} '{name}': {detail}",
+            "pass a complete model directory (config, weights, tokenizer) or a model id reachable on the hub.",
+        ) from error
+    if not tokenizer.is_fast:
+        raise QAError(f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); offsets need it.")
+    return tokenizer, model

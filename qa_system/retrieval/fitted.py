@@ -1,0 +1,58 @@
+"""Fitted retrieval values as data: the hybrid's fusion and the re-ranker's mix, read from the index manifest.
+
+``fitting.py`` (above the pipelines: it runs them on a dev split) writes them; ``pipelines.py``
+reads them here when it builds a pipeline. Fits are keyed by the question encoder (name and file
+fingerprint) and, for re-ranking, the reader, so a fit never applies to models it was not made for.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from qa_system.config import Settings
+from qa_system.indexing import encoder_fingerprint
+from qa_system.retrieval.fusion import FusionParameters
+from qa_system.stores import Index
+
+MANIFEST_KEY = "calibration"
+DEFAULT_RETRIEVER_WEIGHT = 0.5
+
+
+def encoder_key(settings: Settings) -> str:
+    """The question encoder a fit belongs to: its name and, for a local directory, its files' digest."""
+    model = settings.query_embedding_model or settings.embedding_model
+    return f"{model}#{encoder_fingerprint(model) or ''}"
+
+
+def fits(index: Index, settings: Settings) -> dict[str, Any]:
+    return index.manifest.get(MANIFEST_KEY, {}).get(encoder_key(settings), {})
+
+
+def fusion_parameters(index: Index, settings: Settings) -> FusionParameters:
+    """The fusion fitted for this index and question encoder, else RankFusion's defaults (min-max, 0.5 / 0.5)."""
+    fitted = fits(index, settings).get("fusion")
+    return FusionParameters(**{k: fitted[k] for k in ("mode", "k", "sparse_weight", "dense_weight")}) if fitted else FusionParameters()
+
+
+def fusion_values(index: Index, settings: Settings) -> dict[str, str]:
+    """hybrid.yml's fusion placeholders."""
+    parameters = fusion_parameters(index, settings)
+    return {
+        "fusion_mode": json.dumps(parameters.mode),
+        "fusion_k": json.dumps(parameters.k),
+        "sparse_weight": json.dumps(parameters.sparse_weight),
+        "dense_weight": json.dumps(parameters.dense_weight),
+    }
+
+
+def rerank_weight(index: Index, settings: Settings, retriever: str) -> float:
+    """The re-ranker's retriever weight fitted for this retriever, question encoder and reader, else 0.5."""
+    fitted = fits(index, settings).get("rerank", {}).get(retriever)
+    if not fitted or fitted["reader"] != reader_key(settings):
+        return DEFAULT_RETRIEVER_WEIGHT
+    return float(fitted["retriever_weight"])
+
+
+def reader_key(settings: Settings) -> str:
+    return f"{settings.reader_model}#{encoder_fingerprint(settings.reader_model) or ''}"

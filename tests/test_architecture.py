@@ -1,0 +1,213 @@
+"""The package's shape: no import cycles, and lower layers never import higher ones.
+
+Every import counts: module-level and lazy ones inside functions, and the package ``__init__``
+files that importing ``a.b.c`` runs (``a.b`` first), since a cycle through an ``__init__`` breaks
+at import time just the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
+
+# Data flows up this list; a module may import its own layer and those below it. Longest prefix
+# wins. The SQuAD answer metrics are pure functions that the generator's no-answer check uses too.
+LAYERS = {
+    "qa_system.errors": 0, "qa_system.config": 0, "qa_system.timing": 0, "qa_system.reproducibility": 0,
+    "qa_system.evaluation.answers": 0,
+    "qa_system.sources": 1,
+    "qa_system.stores": 2, "qa_system.indexing": 2,
+    "qa_system.retrieval": 3, "qa_system.reading": 3, "qa_system.generation": 3,
+    "qa_system.pipelines": 4,
+    # Above the pipelines: what runs them (evaluation, fitting, training, bench).
+    "qa_system.evaluation": 5, "qa_system.retrieval.fitting": 5, "qa_system.retrieval.training": 5,
+    "qa_system.reading.training": 5, "qa_system.bench": 5,
+    "qa_system.serving": 6,
+    "qa_system.cli": 7,
+    "qa_system": 8,  # the lazy public API
+}
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package at ``root``."""
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _ancestors(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def import_graph(root: Path, implicit_parents: bool = True) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (lazy imports included).
+
+    ``from pkg import name`` depends on ``pkg.name`` when that is a module, else on ``pkg``.
+    With ``implicit_parents``, importing ``a.b.c`` also depends on ``a.b`` and ``a`` (their
+    ``__init__`` runs first), except on the importer's own ancestors, already being imported.
+    """
+    modules = module_files(root)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    here = name.split(".") if is_package else name.split(".")[:-1]
+                    here = here[: len(here) - (node.level - 1)]
+                    base = ".".join(here + ([base] if base else []))
+                for alias in node.names:
+                    targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+        edges = set()
+        for target in targets:
+            while target and target not in modules:  # a name inside a module: the module
+                target = target.rpartition(".")[0]
+            if not target or target == name:
+                continue
+            edges.add(target)
+            if implicit_parents:
+                edges.update(parent for parent in _ancestors(target) if parent in modules)
+        graph[name] = {t for t in edges if t != name and t not in _ancestors(name)}
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def layer(module: str) -> int:
+    prefix = module
+    while prefix not in LAYERS:
+        prefix = prefix.rpartition(".")[0]
+        assert prefix, f"{module} is in no layer: add it to LAYERS"
+    return LAYERS[prefix]
+
+
+def test_qa_system_has_no_import_cycles():
+    assert find_cycles(import_graph(PACKAGE_ROOT)) == []
+
+
+def test_lower_layers_never_import_higher_ones():
+    upward = [
+        f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
+        for module, targets in import_graph(PACKAGE_ROOT, implicit_parents=False).items()
+        for target in targets
+        if layer(target) > layer(module)
+    ]
+    assert upward == []
+
+
+def test_package_inits_hold_no_logic():
+    """``__init__`` files re-export: docstring, imports, ``__all__`` and the lazy ``__getattr__`` of the public API."""
+    for name, path in module_files(PACKAGE_ROOT).items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            allowed = isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr)) or (
+                isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets)
+            )
+            if name == "qa_system":  # the lazy public API: a name -> module table and __getattr__
+                allowed = allowed or isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+            assert allowed, f"{path} line {node.lineno}: logic in a package __init__"
+
+
+# ----------------------------------------------------------------------------- the checker itself
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return root / "pkg"
+
+
+def test_checker_finds_a_cycle_through_a_lazy_import(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.b import thing\n",
+        "pkg/b.py": "def thing():\n    from pkg import a  # lazy, still a cycle\n    return a\n",
+        "pkg/c.py": "import os\n",
+    })
+    assert find_cycles(import_graph(package)) == [["pkg.a", "pkg.b"]]
+
+
+def test_checker_finds_a_cycle_through_a_package_init(tmp_path):
+    # pkg.x.worker imports pkg.y.metrics, which runs pkg/y/__init__, which imports pkg.y.runner,
+    # which imports pkg.x (its __init__ re-exports worker): a cycle no single import line shows.
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/x/__init__.py": "from pkg.x.worker import work\n",
+        "pkg/x/worker.py": "from pkg.y.metrics import score\n\ndef work():\n    return score\n",
+        "pkg/y/__init__.py": "from pkg.y.runner import run\n",
+        "pkg/y/metrics.py": "score = 1\n",
+        "pkg/y/runner.py": "from pkg.x import work\nrun = work\n",
+    })
+    cycles = find_cycles(import_graph(package))
+    assert len(cycles) == 1 and {"pkg.x", "pkg.x.worker", "pkg.y", "pkg.y.runner"} <= set(cycles[0])
+    assert find_cycles(import_graph(package, implicit_parents=False)) == []
+
+
+def test_checker_passes_an_acyclic_package(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "from pkg.top import main\n",
+        "pkg/low.py": "VALUE = 1\n",
+        "pkg/mid/__init__.py": "from pkg.mid.core import helper\n",
+        "pkg/mid/core.py": "from pkg.low import VALUE\n\ndef helper():\n    return VALUE\n",
+        "pkg/mid/extra.py": "from . import core\nfrom .core import helper\n",
+        "pkg/top.py": "from pkg.mid import helper\n\ndef main():\n    from pkg.mid import extra\n    return helper, extra\n",
+    })
+    graph = import_graph(package)
+    assert find_cycles(graph) == []
+    assert graph["pkg.mid.extra"] == {"pkg.mid.core"}  # relative imports resolved; own parent not an edge
+    assert graph["pkg.top"] == {"pkg.mid", "pkg.mid.extra"}
+
+
+@pytest.mark.parametrize("module, expected", [("qa_system.retrieval.bm25", 3), ("qa_system.retrieval.fitting", 5), ("qa_system.cli.main", 7)])
+def test_layers_take_the_longest_prefix(module, expected):
+    assert layer(module) == expected
