@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import platform
 import time
 from collections import Counter
@@ -16,14 +17,66 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.sources import SPLITS, load_subjqa
-from qa_system.stores import Index, elasticsearch_store, index_name, new_faiss_store, new_memory_store, save_index, try_open_index
+from qa_system.sources import SPLITS, load_subjqa, source_files
+from qa_system.stores import (
+    Index,
+    elasticsearch_store,
+    index_name,
+    new_faiss_store,
+    new_memory_store,
+    save_index,
+    saved_document_count,
+    try_open_index,
+)
 
 # on_progress(done, total): reviews embedded so far, out of all.
 ProgressCallback = Callable[[int, int], None]
 EMBED_CHUNK = 8  # batches per progress report
 # Files that describe a model without changing its vectors.
 _NOT_WEIGHTS = ("README.md", "qa_system.json")
+# A re-index that would keep less than this share of the saved index's documents needs force=True:
+# a truncated or header-only file must not silently replace a good index.
+MIN_KEPT_SHARE = 0.5
+
+logger = logging.getLogger(__name__)
+
+
+def source_state(files: Sequence[Path]) -> dict:
+    """What an index was built from: each file's resolved path, size, modification time and content digest."""
+    state = {}
+    for path in files:
+        stat = path.stat()
+        with path.open("rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        state[str(path.resolve())] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+    return state
+
+
+def source_change(index: Index, settings: Settings) -> str | None:
+    """Why the index no longer matches its source files (None when it does, or when it recorded none).
+
+    A source file that is gone is an error, not a change: answers would come from data that no
+    longer exists. Size and time are compared first; an equal digest means only the time moved.
+    """
+    recorded = index.manifest.get("source")
+    if not recorded:
+        return None
+    wanted = source_files(index.manifest.get("domains", []), index.manifest.get("splits", []), settings.data_dir)
+    missing = [path for path in wanted if not path.is_file()]
+    if missing:
+        raise QAError(
+            f"The index '{index.name}' was built from {missing[0]}, which does not exist.",
+            "pass --data-dir (or QA_DATA_DIR) pointing at the data it was built from, or rebuild with `qa-system index --data-dir DIR`.",
+        )
+    current = {str(path.resolve()): path for path in wanted}
+    if set(current) != set(recorded):
+        return f"the data directory is now {settings.data_dir}"
+    changed = []
+    for key, path in current.items():
+        stat, before = path.stat(), recorded[key]
+        if (stat.st_size, stat.st_mtime_ns) != (before["size"], before["mtime_ns"]) and source_state([path])[key]["sha256"] != before["sha256"]:
+            changed.append(path.name if path.parent.parent.name == "" else f"{path.parent.parent.name}/{path.name}")
+    return f"{', '.join(changed)} changed" if changed else None
 
 
 def encoder_fingerprint(model: str) -> str | None:
@@ -100,21 +153,31 @@ def build_index(
     documents: list[Document] | None = None,
     name: str | None = None,
     on_progress: ProgressCallback | None = None,
+    force: bool = False,
 ) -> Index:
     """Index the domain's reviews (all splits by default) and save the index atomically.
 
     ``documents`` indexes a ready list instead of SubjQA (tests, synthetic corpora). Nothing is
-    written until every document is loaded and embedded, so a failed run keeps the old index.
+    written until every document is loaded and embedded, so a failed run keeps the old index; nor
+    when the new documents are fewer than ``MIN_KEPT_SHARE`` of the saved index's, unless ``force``.
     """
     domains = [domains] if isinstance(domains, str) else list(domains)
     name = name or index_name(domains)
     manifest: dict = {"domains": domains, "splits": list(splits), "created": datetime.now(timezone.utc).isoformat()}
     if documents is None:
+        files = source_files(domains, splits, settings.data_dir)
         data = load_subjqa(domains, splits, settings.data_dir)
         documents = data.documents
         manifest["load_report"] = data.report.summary()
+        manifest["source"] = source_state(files)
     if not documents:
         raise QAError("There are no documents to index.", "check the domain, splits and data directory.")
+    saved = saved_document_count(settings, name)
+    if saved and len(documents) < MIN_KEPT_SHARE * saved and not force:
+        raise QAError(
+            f"The new data holds {len(documents)} documents where the saved index '{name}' holds {saved}; the index was left as it was.",
+            "check the data files (a truncated or header-only file?), or pass --force to replace the index anyway.",
+        )
     timings = {}
     start = time.perf_counter()
     if embed:
@@ -154,10 +217,15 @@ def open_or_build_index(
     on_progress: ProgressCallback | None = None,
     name: str | None = None,
 ) -> Index:
-    """The saved index (``name``, default named after the domains), or a new one on first use (and a
-    re-embedded one when the encoder changed, even in place)."""
+    """The saved index (``name``, default named after the domains), or a new one on first use, a
+    re-embedded one when the encoder changed (even in place), and a rebuilt one when its source
+    files changed (a missing source file is an error)."""
     index = try_open_index(settings, name or index_name(domains))
     stale = embeddings and (index is not None) and not embeddings_match(index, settings)
-    if index is None or stale:
-        index = build_index(settings, domains, embed=embeddings or settings.store == "faiss", progress=progress, name=name, on_progress=on_progress)
+    changed = index is not None and source_change(index, settings)
+    if changed:
+        logger.warning("The index '%s' is out of date (%s): re-indexing.", index.name, changed)
+    if index is None or stale or changed:
+        embed = embeddings or settings.store == "faiss" or bool(changed and index.embedding_model)
+        index = build_index(settings, domains, embed=embed, progress=progress, name=name, on_progress=on_progress)
     return index

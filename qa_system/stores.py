@@ -55,9 +55,45 @@ def _memory_path(settings: Settings, name: str) -> Path:
     return settings.index_dir / "memory" / f"{name}.json"
 
 
+def _temporary_prefix(name: str) -> str:
+    """Hidden, and carrying the writer's PID, so that a later run can tell a dead writer's leftovers from a live one's."""
+    return f".{name}.{os.getpid()}."
+
+
+def _writer_alive(leftover: Path, name: str) -> bool:
+    pid = leftover.name[len(name) + 2 :].split(".", 1)[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_leftovers(directory: Path, name: str) -> list[Path]:
+    """Delete what writers of ``name`` killed mid-save left in ``directory`` (temporary files, staging and
+    retired directories); a live writer's files stay. Returns what was removed."""
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for leftover in directory.glob(f".{name}.*"):
+        if _writer_alive(leftover, name):
+            continue
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+        removed.append(leftover)
+    return removed
+
+
 def _atomic_write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_leftovers(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; an index is as readable as any other file
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -76,16 +112,30 @@ def new_memory_store(name: str) -> InMemoryDocumentStore:
     return InMemoryDocumentStore(index=name, shared=False, embedding_similarity_function="cosine")
 
 
+def _checked_documents(data: Any) -> tuple[list[Document], dict]:
+    """The documents and manifest of a saved memory index, or ValueError naming what is wrong with its shape."""
+    if not isinstance(data, dict) or not isinstance(data.get("documents"), list):
+        raise ValueError("no list of documents")
+    manifest = data.get(MANIFEST_KEY)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("documents"), int):
+        raise ValueError("no qa_system manifest: not written by qa-system")
+    for position, document in enumerate(data["documents"]):
+        if not (isinstance(document, dict) and isinstance(document.get("id"), str) and isinstance(document.get("content"), str)):
+            raise ValueError(f"document {position} has no text id and content")
+    if manifest["documents"] != len(data["documents"]):
+        raise ValueError(f"{len(data['documents'])} documents where the manifest says {manifest['documents']}")
+    return [Document.from_dict(d) for d in data["documents"]], manifest
+
+
 def _load_memory(settings: Settings, name: str) -> Index | None:
     path = _memory_path(settings, name)
+    remove_leftovers(path.parent, path.name)
     if not path.exists():
         return None
     try:
         with path.open(encoding="utf-8") as handle:
-            data = json.load(handle)
-        documents = [Document.from_dict(d) for d in data.pop("documents")]
-        manifest = data.pop(MANIFEST_KEY, {})
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            documents, manifest = _checked_documents(json.load(handle))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
         raise QAError(f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path}).") from error
     store = new_memory_store(name)
     store.write_documents(documents, policy=DuplicatePolicy.OVERWRITE)
@@ -116,6 +166,8 @@ def _load_faiss(settings: Settings, name: str) -> Index | None:
     from haystack_integrations.document_stores.faiss import FAISSDocumentStore
 
     directory = _faiss_dir(settings, name)
+    _restore_interrupted_swap(directory)
+    remove_leftovers(directory.parent, name)
     manifest_path = directory / "manifest.json"
     if not manifest_path.exists():
         return None
@@ -128,16 +180,26 @@ def _load_faiss(settings: Settings, name: str) -> Index | None:
     return Index("faiss", name, store, manifest)
 
 
+def _restore_interrupted_swap(directory: Path) -> None:
+    """A writer killed between the swap's two renames left the old index retired and none in place: put it back."""
+    if directory.exists() or not directory.parent.is_dir():
+        return
+    retired = [p for p in directory.parent.glob(f".{directory.name}.*.old") if (p / "manifest.json").is_file() and not _writer_alive(p, directory.name)]
+    if retired:
+        max(retired, key=lambda p: p.stat().st_mtime).rename(directory)
+
+
 def _save_faiss(index: Index, settings: Settings) -> None:
     directory = _faiss_dir(settings, index.name)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{index.name}.", dir=directory.parent))
+    remove_leftovers(directory.parent, index.name)
+    staging = Path(tempfile.mkdtemp(prefix=_temporary_prefix(index.name), dir=directory.parent))
     try:
         index.store.save(staging / "index")
         (staging / "manifest.json").write_text(json.dumps(index.manifest), encoding="utf-8")
         # Two renames: the old directory survives until the new one is complete.
-        retired = directory.with_name(f".{index.name}.old")
-        shutil.rmtree(retired, ignore_errors=True)
+        retired = Path(tempfile.mkdtemp(prefix=_temporary_prefix(index.name), suffix=".old", dir=directory.parent))
+        retired.rmdir()
         if directory.exists():
             directory.rename(retired)
         staging.rename(directory)
@@ -202,6 +264,12 @@ def open_index(settings: Settings, domains: str | Sequence[str] = "electronics",
 
 def try_open_index(settings: Settings, name: str) -> Index | None:
     return _LOADERS[settings.store](settings, name)
+
+
+def saved_document_count(settings: Settings, name: str) -> int | None:
+    """How many documents the saved index ``name`` holds (None when there is none)."""
+    index = try_open_index(settings, name)
+    return None if index is None else int(index.manifest.get("documents", 0))
 
 
 def save_index(index: Index, settings: Settings) -> None:

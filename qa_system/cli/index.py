@@ -12,7 +12,7 @@ def cmd_index(args: argparse.Namespace) -> None:
     from qa_system.indexing import build_index
 
     settings = settings_from_args(args)
-    index = build_index(settings, args.domain, embed=not args.no_embed, progress=True)
+    index = build_index(settings, args.domain, embed=not args.no_embed, progress=True, force=args.force)
     m = index.manifest
     print(f"Indexed {m['documents']} reviews of {', '.join(m['domains'])} into the {index.backend} index '{index.name}'.")
     if "load_report" in m:
@@ -42,6 +42,7 @@ def register(commands, options: Options) -> None:
     p = commands.add_parser("index", parents=[options.common], help="index a domain's reviews (all splits) into the store")
     options.domain(p)
     p.add_argument("--no-embed", action="store_true", help="skip dense embeddings (BM25 only; faster)")
+    p.add_argument("--force", action="store_true", help="replace the saved index even when the new data holds far fewer documents")
     p.set_defaults(func=cmd_index)
 
     p = commands.add_parser("products", parents=[options.common], help="list the indexed products with their review counts")

@@ -9,6 +9,7 @@ from qa_system.sources.subjqa import (
     available_domains,
     clean_review,
     load_subjqa,
+    source_files,
 )
 
-__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "clean_review", "load_subjqa"]
+__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "clean_review", "load_subjqa", "source_files"]

@@ -248,6 +248,13 @@ def _csv_rows(data_dir: Path, domains: Sequence[str], splits: Sequence[str]) -> 
     return sources
 
 
+def source_files(domains: Sequence[str], splits: Sequence[str], data_dir: str | Path) -> list[Path]:
+    """The CSV files that ``load_subjqa`` reads for these domains and splits (none for a hub source)."""
+    if str(data_dir).startswith("hub:"):
+        return []
+    return [Path(data_dir) / domain / "splits" / f"{split}.csv" for domain in domains for split in splits]
+
+
 def _hub_rows(name: str, domains: Sequence[str], splits: Sequence[str]) -> list[tuple[str, str, Iterator[dict]]]:
     """The published dataset (one row per question-review pair) mapped onto the CSV's columns."""
     try:
