@@ -2,51 +2,44 @@
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-
 import streamlit as st
 
 from qa_system.config import Settings
 from qa_system.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
+from qa_system.serving.background import TaskRegistry
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index
 
 DOMAIN = "electronics"
 
 
-@dataclass
-class _Indexes:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    by_settings: dict[tuple, Index] = field(default_factory=dict)
-
-
 @st.cache_resource(show_spinner=False)
-def _indexes() -> _Indexes:
-    return _Indexes()
+def _index_tasks() -> TaskRegistry:
+    return TaskRegistry()
 
 
 def open_index(settings: Settings) -> Index:
-    """The domain's index, built on first start with a progress bar, then kept for the process.
+    """The domain's index, built on first start in a background task that every visitor shares.
 
+    Indexing runs outside the visitor's script (``serving.background``): a visitor who closes the
+    browser does not stop it, and the next one sees its progress rather than starting again.
     Not a plain ``st.cache_resource`` function: Streamlit replays the elements a cached function
-    drew, which would show a finished progress bar on every later run. The lock makes concurrent
-    first visitors wait for one build instead of starting their own.
+    drew, which would show a finished progress bar on every later run.
     """
-    registry = _indexes()
     key = (settings.store, settings.es_url, str(settings.home), str(settings.data_dir), settings.embedding_model)
-    with registry.lock:
-        if key not in registry.by_settings:
-            with st.spinner("Opening the review index…"):
-                bar = st.empty()
-
-                def report(done: int, total: int) -> None:
+    task = _index_tasks().get_or_start(
+        key, lambda report: open_or_build_index(settings, DOMAIN, embeddings=True, progress=False, on_progress=report), name="first-start-indexing"
+    )
+    if not task.wait(0.2):
+        with st.spinner("Opening the review index…"):
+            bar = st.progress(0.0, text="Opening the review index…")
+            while not task.wait(0.5):
+                done, total = task.progress
+                if total:
                     bar.progress(done / total, text=f"First start: embedding {total} reviews for search ({done}/{total}). Later starts load the saved index in seconds.")
-
-                registry.by_settings[key] = open_or_build_index(settings, DOMAIN, embeddings=True, progress=False, on_progress=report)
-                bar.empty()
-    return registry.by_settings[key]
+            bar.empty()
+    return task.result()
 
 
 @st.cache_resource(show_spinner="Loading the models (once per server)…")
