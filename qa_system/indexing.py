@@ -17,7 +17,10 @@ from haystack.document_stores.types import DuplicatePolicy
 from qa_system.config import Settings
 from qa_system.data import SPLITS, load_subjqa
 from qa_system.errors import QAError
-from qa_system.stores import Index, elasticsearch_store, index_name, new_faiss_store, new_memory_store, save_index, try_open_index
+from qa_system.stores import (
+    Index, discard_opensearch_index, elasticsearch_store, index_name, new_faiss_store, new_memory_store, new_opensearch_index,
+    opensearch_client, opensearch_has_knn, save_index, try_open_index,
+)
 
 # on_progress(done, total): reviews embedded so far, out of all.
 ProgressCallback = Callable[[int, int], None]
@@ -117,6 +120,10 @@ def build_index(
         raise QAError("There are no documents to index.", "check the domain, splits and data directory.")
     timings = {}
     start = time.perf_counter()
+    if settings.store == "opensearch":
+        # Elasticsearch OSS and OpenSearch without the k-NN plugin hold no vectors: BM25 only (dense says why).
+        manifest["vector_search"] = opensearch_has_knn(opensearch_client(settings))
+        embed = embed and manifest["vector_search"]
     if embed:
         documents = embed_documents(documents, settings.embedding_model, settings.batch_size, progress, on_progress)
         manifest["embedding_model"] = settings.embedding_model
@@ -129,20 +136,30 @@ def build_index(
         store = new_faiss_store(manifest["embedding_dim"])
     elif settings.store == "elasticsearch":
         store = elasticsearch_store(settings, name)
+    elif settings.store == "opensearch":
+        # A new index beside the one in service; save_index swaps it in.
+        store = new_opensearch_index(settings, name, manifest.get("embedding_dim"))
     else:
         store = new_memory_store(name)
-    write_start = time.perf_counter()
-    store.write_documents(documents, policy=DuplicatePolicy.OVERWRITE)
-    timings["write_s"] = time.perf_counter() - write_start
-    timings["total_s"] = time.perf_counter() - start
-    manifest.update(
-        documents=len(documents),
-        item_counts=dict(Counter(d.meta.get("item_id") for d in documents if d.meta.get("item_id"))),
-        build_timings=timings,
-        machine={"platform": platform.platform(), "python": platform.python_version()},
-    )
-    index = Index(settings.store, name, store, manifest)
-    save_index(index, settings)
+    try:
+        write_start = time.perf_counter()
+        # A new OpenSearch index is refreshed once, when it is swapped in, not after every bulk request.
+        options = {"refresh": False} if settings.store == "opensearch" else {}
+        store.write_documents(documents, policy=DuplicatePolicy.OVERWRITE, **options)
+        timings["write_s"] = time.perf_counter() - write_start
+        timings["total_s"] = time.perf_counter() - start
+        manifest.update(
+            documents=len(documents),
+            item_counts=dict(Counter(d.meta.get("item_id") for d in documents if d.meta.get("item_id"))),
+            build_timings=timings,
+            machine={"platform": platform.platform(), "python": platform.python_version()},
+        )
+        index = Index(settings.store, name, store, manifest)
+        save_index(index, settings)
+    except BaseException:
+        if settings.store == "opensearch":
+            discard_opensearch_index(settings, store)
+        raise
     return index
 
 
@@ -157,7 +174,8 @@ def open_or_build_index(
     """The saved index (``name``, default named after the domains), or a new one on first use (and a
     re-embedded one when the encoder changed, even in place)."""
     index = try_open_index(settings, name or index_name(domains))
-    stale = embeddings and (index is not None) and not embeddings_match(index, settings)
+    # An index on a server without vector search (OpenSearch without k-NN) has none to refresh.
+    stale = embeddings and (index is not None) and index.manifest.get("vector_search", True) and not embeddings_match(index, settings)
     if index is None or stale:
         index = build_index(settings, domains, embed=embeddings or settings.store == "faiss", progress=progress, name=name, on_progress=on_progress)
     return index
