@@ -239,6 +239,24 @@ def test_dense_without_knn_is_one_clear_line(os_settings, os_index, knn, monkeyp
         delete_opensearch_index(os_settings, "subjqa-electronics")
 
 
+def test_dense_pipeline_on_a_knn_server_filters_inside_the_vector_search(tmp_path):
+    """Wiring for servers with k-NN (the test server has none): cosine HNSW vectors, product filters inside the k-NN query."""
+    from qa_system.pipelines import load_pipeline
+    from qa_system.stores import _opensearch_document_store
+
+    body = opensearch_index_body(384)
+    assert body["settings"]["index"]["knn"] is True
+    assert body["mappings"]["properties"]["embedding"] == {
+        "type": "knn_vector", "dimension": 384, "method": {"name": "hnsw", "space_type": "cosinesimil", "engine": "lucene"},
+    }
+    assert "embedding" not in opensearch_index_body(None)["mappings"]["properties"]
+    settings = Settings(home=tmp_path, store="opensearch", opensearch_url="http://127.0.0.1:9")
+    index = Index("opensearch", "subjqa-electronics", _opensearch_document_store(settings, "subjqa-electronics", body), {"embedding_model": settings.embedding_model})
+    for retriever in ("dense", "hybrid"):
+        dense = load_pipeline(retriever, index, settings).get_component("dense_retriever")
+        assert type(dense).__name__ == "OpenSearchEmbeddingRetriever" and dense.to_dict()["init_parameters"]["efficient_filtering"] is True
+
+
 # ------------------------------------------------------------------------------------ unreachable
 
 

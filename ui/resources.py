@@ -35,7 +35,7 @@ def open_index(settings: Settings) -> Index:
     first visitors wait for one build instead of starting their own.
     """
     registry = _indexes()
-    key = (settings.store, settings.es_url, str(settings.home), str(settings.data_dir), settings.embedding_model)
+    key = (settings.store, settings.es_url, settings.opensearch_url, str(settings.home), str(settings.data_dir), settings.embedding_model)
     with registry.lock:
         if key not in registry.by_settings:
             with st.spinner("Opening the review index…"):
