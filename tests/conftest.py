@@ -1,8 +1,10 @@
-"""Shared fixtures: a tiny SubjQA-shaped data directory the tests write themselves."""
+"""Shared fixtures: a tiny SubjQA-shaped data directory the tests write themselves, and a real
+search server for the OpenSearch tests (started once per session)."""
 
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,39 @@ def tiny_reader(tmp_path_factory) -> Path:
     from test_reading import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader"))
+
+
+@pytest.fixture(scope="session")
+def opensearch_url(request) -> str:
+    """A real search server for the `opensearch` tests, started once per session and stopped at its end.
+
+    QA_OPENSEARCH_TEST_URL names a running server (e.g. OpenSearch with k-NN, for the dense tests);
+    otherwise the bundled Elasticsearch 7.9.2 OSS of tests/search_server.py starts on a free
+    127.0.0.1 port (fetched first when missing). The tests skip when it cannot run here, unless
+    QA_REQUIRE_TEST_SERVER is set (CI), where that is a failure.
+    """
+    external = os.environ.get("QA_OPENSEARCH_TEST_URL")
+    if external:
+        yield external
+        return
+    import search_server
+
+    try:
+        server = search_server.start()
+    except search_server.Unavailable as error:
+        if os.environ.get("QA_REQUIRE_TEST_SERVER"):
+            pytest.fail(f"no test search server ({error}); QA_REQUIRE_TEST_SERVER is set")
+        pytest.skip(f"no test search server: {error} (bash scripts/test_search_server.sh fetches it)")
+    request.config.stash[SEARCH_SERVER_START] = server.start_s
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+SEARCH_SERVER_START = pytest.StashKey[float]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if SEARCH_SERVER_START in config.stash:
+        terminalreporter.write_line(f"test search server (Elasticsearch 7.9.2 OSS) started in {config.stash[SEARCH_SERVER_START]:.1f} s")

@@ -37,7 +37,7 @@ def app_env(tmp_path_factory, tiny_reader) -> dict[str, str]:
 @pytest.fixture
 def page(app_env, monkeypatch):
     """Starts the page (with extra environment, query params) and returns the AppTest after its first run."""
-    for name in ("QA_ES_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL"):
+    for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL"):
         monkeypatch.delenv(name, raising=False)
     for name, value in app_env.items():
         monkeypatch.setenv(name, value)
@@ -212,6 +212,14 @@ def test_unreachable_elasticsearch_is_a_message_and_memory_still_works(page):
     at.selectbox(key="store").select("memory").run()
     ask(at, "How is the bass?", "HEADPHONES")
     assert not at.error and answer_cards(at)
+
+
+def test_unreachable_opensearch_is_a_message(page):
+    at = page({"QA_OPENSEARCH_URL": "http://127.0.0.1:9"})
+    assert at.selectbox(key="store").options == ["memory", "opensearch"]
+    at.selectbox(key="store").select("opensearch").run()
+    assert not at.exception and "OpenSearch at http://127.0.0.1:9 is unreachable" in messages(at)
+    assert at.radio(key="retriever")  # the sidebar still works
 
 
 def test_dashboard_shows_the_reports_eval_writes(page, app_env, tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ def open_index(settings: Settings) -> Index:
     Not a plain ``st.cache_resource`` function: Streamlit replays the elements a cached function
     drew, which would show a finished progress bar on every later run.
     """
-    key = (settings.store, settings.es_url, str(settings.home), str(settings.data_dir), settings.embedding_model)
+    key = (settings.store, settings.es_url, settings.opensearch_url, str(settings.home), str(settings.data_dir), settings.embedding_model)
     task = _index_tasks().get_or_start(
         key, lambda report: open_or_build_index(settings, DOMAIN, embeddings=True, progress=False, on_progress=report), name="first-start-indexing"
     )

@@ -82,9 +82,10 @@ def sidebar() -> Options:
                     "No-answer threshold", -10.0, 10.0, 0.0, 0.5, key="threshold",
                     help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
                 )  # fmt: skip
-        # The configured store (QA_STORE) first; Elasticsearch is offered whenever QA_ES_URL names a server.
-        stores = list(dict.fromkeys([os.environ.get("QA_STORE") or "memory", "memory", *(["elasticsearch"] if os.environ.get("QA_ES_URL") else [])]))
-        store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set.")
+        # The configured store (QA_STORE) first; Elasticsearch / OpenSearch are offered whenever QA_ES_URL / QA_OPENSEARCH_URL name a server.
+        servers = [store for store, env in (("elasticsearch", "QA_ES_URL"), ("opensearch", "QA_OPENSEARCH_URL")) if os.environ.get(env)]
+        stores = list(dict.fromkeys([os.environ.get("QA_STORE") or "memory", "memory", *servers]))
+        store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set, OpenSearch when QA_OPENSEARCH_URL is.")
         st.divider()
         evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
         split = st.selectbox("Labelled split", SPLITS, index=SPLITS.index("test"), key="split") if evaluation else "test"

@@ -19,6 +19,10 @@ def cmd_index(args: argparse.Namespace) -> None:
         print(f"  {m['load_report']}")
     timings = m["build_timings"]
     print(f"  took {timings['total_s']:.1f} s" + (f" (embedding {timings['embedding_s']:.1f} s)" if "embedding_s" in timings else ""))
+    if m.get("vector_search") is False:
+        print("  no review vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this index")
+    if m.get("vector_search") is False:
+        print("  no review vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this index")
 
 
 def cmd_products(args: argparse.Namespace) -> None:

@@ -28,6 +28,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         home=args.home,
         store=args.store,
         es_url=args.es_url,
+        opensearch_url=args.opensearch_url,
         embedding_model=args.embedding_model,
         query_embedding_model=args.query_embedding_model,
         reader_model=args.reader_model,
@@ -50,6 +51,7 @@ def common_options() -> argparse.ArgumentParser:
     group.add_argument("--home", help="where indexes and caches live (QA_HOME, default ~/.cache/qa_system)")
     group.add_argument("--store", choices=STORE_BACKENDS, help="document store backend (default memory)")
     group.add_argument("--es-url", help="Elasticsearch url (QA_ES_URL, default http://localhost:9200)")
+    group.add_argument("--opensearch-url", help="OpenSearch url (QA_OPENSEARCH_URL, default http://localhost:9200)")
     group.add_argument("--embedding-model", help="passage encoder: hub id or local path (default all-MiniLM-L6-v2 from its PyPI wheel)")
     group.add_argument("--query-embedding-model", help="separate question encoder for DPR-style models")
     group.add_argument("--reader-model", help="extractive QA model: hub id or local path (default models/reader-minilm-subjqa)")

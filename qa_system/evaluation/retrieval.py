@@ -15,7 +15,7 @@ reviews of one product.
 Variants side by side: ``bm25``, ``dense`` and ``hybrid`` use the configured encoder; ``dense-ft``
 and ``hybrid-ft`` the fine-tuned one (``qa-system train-retriever``); ``+rerank`` appends
 answerability re-ranking (e.g. ``hybrid-ft+rerank``). Fusion weights and the re-ranking mix are
-those fitted on the domain's dev split (fitted first when missing; see ``retrieval.calibration``).
+those fitted on the domain's dev split (fitted first when missing; see ``retrieval.fitting``).
 """
 
 from __future__ import annotations
