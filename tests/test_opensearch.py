@@ -269,7 +269,7 @@ def test_unreachable_server_is_one_line_naming_the_url_and_the_fix(tmp_path, tin
         with pytest.raises(QAError) as error:
             call()
         assert str(error.value) == (
-            f"OpenSearch at {url} is unreachable. Fix: start one (README, Stores) or set QA_OPENSEARCH_URL (--opensearch-url) to a running server."
+            f"OpenSearch at {url} is unreachable. Fix: start an OpenSearch server there, or set QA_OPENSEARCH_URL (--opensearch-url) to a running one."
         )
         assert error.value.__cause__ is None and error.value.__suppress_context__
     monkeypatch.setenv("QA_DATA_DIR", str(tiny_subjqa))
