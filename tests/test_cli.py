@@ -72,11 +72,25 @@ def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, me
     assert index_digest(indexed_cli) == before
 
 
-def test_malformed_csv_keeps_the_index(indexed_cli, capsys):
+@pytest.mark.parametrize(
+    "append, message",
+    [
+        (None, "missing the SubjQA column"),
+        ("X,electronics,cut off\r\n", "dev.csv line 4: the row has fewer fields (3) than the header (19)."),  # was a traceback, exit 1
+    ],
+    ids=["missing-column", "short-row"],
+)
+def test_malformed_csv_keeps_the_index(indexed_cli, capsys, append, message):
     before = index_digest(indexed_cli)
-    (indexed_cli.data_dir / "electronics" / "splits" / "dev.csv").write_text("item_id,question\nX,broken\n")
-    assert main(["index"]) == 2
-    assert "missing the SubjQA column" in capsys.readouterr().err
+    path = indexed_cli.data_dir / "electronics" / "splits" / "dev.csv"
+    if append is None:
+        path.write_text("item_id,question\nX,broken\n")
+    else:
+        path.write_text(path.read_text(encoding="utf-8") + append, encoding="utf-8")
+    assert main(["index", "--no-embed"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and str(path) in err and "Fix:" in err
+    assert len(err.strip().splitlines()) == 1
     assert index_digest(indexed_cli) == before
 
 
