@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qa_system.cli.options import Options, settings_from_args
+from qa_system.cli.options import Options, count, settings_from_args
 from qa_system.errors import QAError
 
 
@@ -29,7 +29,7 @@ def cmd_export_feedback(args: argparse.Namespace) -> None:
 
 def register(commands, options: Options) -> None:
     p = commands.add_parser("ui", parents=[options.common], help="serve the search page (Streamlit) on http://ADDRESS:PORT")
-    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--port", type=count("--port", 1, 65535), default=8501)
     p.add_argument("--address", default="localhost", help="0.0.0.0 to serve other machines")
     p.add_argument("--dev", action="store_true", help="reload the page when ui/ files change")
     p.set_defaults(func=cmd_ui)
