@@ -111,6 +111,24 @@ def test_bad_counts_and_thresholds_are_one_line_exit_2(cli_env, capsys, argv, me
     assert len(captured.err.strip().splitlines()) == 1 and not captured.out  # refused before any work
 
 
+def test_an_unreachable_hub_model_id_fails_fast_with_one_line(indexed_cli):
+    """This machine's own network, whatever it is: offline, the hub is unreachable (retried ~50 s before); online, the id does not exist."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())",
+               "ask", "x", "--item", "KINDLE", "--reader-model", "someone/no-such-model"]  # fmt: skip
+    env = {**os.environ, "QA_DATA_DIR": str(indexed_cli.data_dir), "QA_HOME": str(indexed_cli.home)}
+    began = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - began
+    assert done.returncode == 2 and seconds < 15, (done.returncode, seconds, done.stderr[-2000:])
+    assert done.stderr.startswith("error: Could not load the reader model 'someone/no-such-model': ") and "Fix:" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     "append, message",
     [
