@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, settings_from_args
@@ -14,7 +15,9 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
     settings_from_args(args)  # bad flags fail here, as one line, rather than inside the page
     code = run_app(args.port, args.address, vars(args), watch=args.dev)
-    if code:
+    if code is None:
+        print("Search page stopped.", file=sys.stderr)
+    elif code:
         raise QAError(f"Streamlit exited with code {code}.", "see its messages above (is the port in use? try --port).")
 
 
