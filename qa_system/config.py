@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count, check_number
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STORE_BACKENDS = ("memory", "elasticsearch", "opensearch", "faiss")
@@ -124,6 +124,9 @@ class Settings:
         except ValueError as error:
             raise QAError(f"A generation setting is not a number ({error}).", "check QA_GENERATOR_CONTEXT, QA_MAX_NEW_TOKENS, QA_TEMPERATURE, QA_NUM_BEAMS.") from error
         settings = replace(self, data_dir=Path(self.data_dir).expanduser(), home=Path(self.home).expanduser(), **numbers)
+        for name in ("generator_context", "max_new_tokens", "num_beams"):
+            check_count(getattr(settings, name), name)
+        check_number(settings.temperature, "temperature", 0)
         if settings.store not in STORE_BACKENDS:
             raise QAError(f"Unknown store '{settings.store}'.", f"use one of: {', '.join(STORE_BACKENDS)}.")
         if settings.retriever not in RETRIEVERS:

@@ -1,8 +1,12 @@
 """One error type for everything a user can get wrong.
 
 Each error names the problem and the fix in one line, so that the CLI and the UI can show it
-as-is instead of a traceback.
+as-is instead of a traceback. ``check_count`` / ``check_number`` are the one place
+where counts and thresholds from any door are checked.
 """
+
+import math
+from numbers import Integral, Real
 
 
 class QAError(Exception):
@@ -12,3 +16,50 @@ class QAError(Exception):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{problem} Fix: {fix}" if fix else problem)
+
+
+def _fix(name: str, bound: object, how: str) -> str:
+    # A flag takes its value after a space (--top-k 1), a Python argument after "=" (top_k=1).
+    return f"pass {name}{' ' if name.startswith('-') else '='}{bound} {how}."
+
+
+def check_count(value: object, name: str, minimum: int = 1, maximum: int | None = None, *, optional: bool = False) -> int | None:
+    """``value`` as an int when it is a whole number in [minimum, maximum]; else a QAError naming ``name``.
+
+    Every door (CLI flags, the page, the Python API) checks counts here, so that ``top_k=0`` or
+    ``limit=-1`` is one clear message rather than an empty answer or a silently shortened list.
+    Text (a flag, an environment variable) is parsed; ``optional`` lets None through.
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            pass
+    # bool is an int to Python, and 2.0 would index nothing: neither is a count.
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum or (maximum is not None and value > maximum):
+        within = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
+        fix = _fix(name, minimum, f"to {maximum}") if maximum is not None else _fix(name, minimum, "or more")
+        raise QAError(f"{name} must be a whole number {within}, not {value!r}.", fix)
+    return int(value)
+
+
+def check_number(value: object, name: str, minimum: float | None = None, *, above: bool = False, optional: bool = False) -> float | None:
+    """``value`` as a finite float (at least ``minimum``, or above it with ``above``); else a QAError naming ``name``.
+
+    NaN compares false with everything, so a NaN threshold would silently disable a check; infinities likewise.
+    """
+    if value is None and optional:
+        return None
+    number: float | None = None
+    if isinstance(value, (str, Real)) and not isinstance(value, bool):
+        try:
+            number = float(value.strip() if isinstance(value, str) else value)
+        except ValueError:
+            pass
+    if number is None or not math.isfinite(number) or (minimum is not None and (number <= minimum if above else number < minimum)):
+        bound = "" if minimum is None else f" {'above' if above else 'of at least'} {minimum:g}"
+        fix = f"pass a finite number{bound}, e.g. {name}{' ' if name.startswith('-') else '='}{(minimum or 0) + (1 if above else 0):g}."
+        raise QAError(f"{name} must be a finite number{bound}, not {value!r}.", fix)
+    return number

@@ -31,7 +31,7 @@ from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import StreamingCallbackT
 
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count, check_number
 from qa_system.indexing import embeddings_match
 from qa_system.retrieval.filters import make_filters
 from qa_system.retrieval.fitted import fusion_values, rerank_weight
@@ -203,6 +203,11 @@ class QAPipeline:
         component, plus ``retrieval_s``, ``answer_s`` (the answer stage's components), ``total_s``.
         ``streaming_callback`` receives the generated text piece by piece (RAG).
         """
+        # Checked here so every door (CLI, page, Python) gets the same message: top_k=0 read nothing and
+        # answered "no answer, score 1.00"; negative values sliced the candidate lists from the end.
+        top_k = check_count(top_k, "top_k")
+        top_k_reader = check_count(top_k_reader, "top_k_reader", optional=True)
+        no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
         self.validate(query, item_id)
         filters = filters or make_filters(item_id=item_id, split=split)
         reader = {"top_k": top_k_reader, "no_answer_threshold": no_answer_threshold}

@@ -72,11 +72,82 @@ def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, me
     assert index_digest(indexed_cli) == before
 
 
-def test_malformed_csv_keeps_the_index(indexed_cli, capsys):
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # Each was accepted: --top-k 0 answered "no answer, score 1.00" (exit 0), --top-k -1 --retriever hybrid
+        # returned 30 reviews, --answers -1 printed 18 answers; a NaN threshold printed "score nan".
+        (["ask", "Is it good?", "--top-k", "0"], "--top-k must be a whole number of at least 1, not 0."),
+        (["ask", "Is it good?", "--top-k", "-1", "--retriever", "hybrid"], "--top-k must be a whole number of at least 1, not -1."),
+        (["ask", "Is it good?", "--answers", "-1"], "--answers must be a whole number of at least 1, not -1."),
+        (["ask", "Is it good?", "--no-answer-threshold", "nan"], "--no-answer-threshold must be a finite number, not 'nan'."),
+        (["ask", "Is it good?", "--no-answer-threshold", "inf"], "--no-answer-threshold must be a finite number"),
+        (["ask", "Is it good?", "--top-k", "three"], "--top-k must be a whole number of at least 1, not 'three'."),
+        (["ask", "Is it good?", "--mode", "rag", "--max-new-tokens", "0"], "--max-new-tokens must be a whole number"),
+        (["ask", "Is it good?", "--mode", "rag", "--temperature", "-0.5"], "--temperature must be a finite number of at least 0"),
+        (["search", "Is it good?", "--top-k", "0"], "--top-k must be a whole number"),
+        (["products", "--limit", "-1"], "--limit must be a whole number"),
+        (["eval", "retriever", "--k", "1", "0"], "--k must be a whole number"),
+        (["eval", "retriever", "--limit", "-1"], "--limit must be a whole number"),  # [:-1] silently dropped the last question
+        (["eval", "pipeline", "--top-k-retriever", "0"], "--top-k-retriever must be a whole number"),
+        (["eval", "reader", "--top-k", "0"], "--top-k must be a whole number"),
+        (["eval", "rag", "--top-k-retriever", "-2"], "--top-k-retriever must be a whole number"),
+        (["tune-bm25", "--show", "0"], "--show must be a whole number"),
+        (["fit-fusion", "--limit", "0"], "--limit must be a whole number"),
+        (["train-reader", "--epochs", "0"], "--epochs must be a whole number"),
+        (["train-reader", "--learning-rate", "nan"], "--learning-rate must be a finite number above 0"),
+        (["train-retriever", "--batch-size", "0"], "--batch-size must be a whole number"),
+        (["train-retriever", "--hard-negatives", "-1"], "--hard-negatives must be a whole number of at least 0"),
+        (["bench", "--queries", "0"], "--queries must be a whole number"),
+        (["bench", "--sizes", "1000", "-5"], "--sizes must be a whole number"),
+        (["bench", "--budget", "0"], "--budget must be a finite number above 0"),
+        (["ui", "--port", "70000"], "--port must be a whole number from 1 to 65535"),
+    ],
+)
+def test_bad_counts_and_thresholds_are_one_line_exit_2(cli_env, capsys, argv, message):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and message in captured.err and "Fix:" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and not captured.out  # refused before any work
+
+
+def test_an_unreachable_hub_model_id_fails_fast_with_one_line(indexed_cli):
+    """This machine's own network, whatever it is: offline, the hub is unreachable (retried ~50 s before); online, the id does not exist."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())",
+               "ask", "x", "--item", "KINDLE", "--reader-model", "someone/no-such-model"]  # fmt: skip
+    env = {**os.environ, "QA_DATA_DIR": str(indexed_cli.data_dir), "QA_HOME": str(indexed_cli.home)}
+    began = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - began
+    assert done.returncode == 2 and seconds < 15, (done.returncode, seconds, done.stderr[-2000:])
+    assert done.stderr.startswith("error: Could not load the reader model 'someone/no-such-model': ") and "Fix:" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "append, message",
+    [
+        (None, "missing the SubjQA column"),
+        ("X,electronics,cut off\r\n", "dev.csv line 4: the row has fewer fields (3) than the header (19)."),  # was a traceback, exit 1
+    ],
+    ids=["missing-column", "short-row"],
+)
+def test_malformed_csv_keeps_the_index(indexed_cli, capsys, append, message):
     before = index_digest(indexed_cli)
-    (indexed_cli.data_dir / "electronics" / "splits" / "dev.csv").write_text("item_id,question\nX,broken\n")
-    assert main(["index"]) == 2
-    assert "missing the SubjQA column" in capsys.readouterr().err
+    path = indexed_cli.data_dir / "electronics" / "splits" / "dev.csv"
+    if append is None:
+        path.write_text("item_id,question\nX,broken\n")
+    else:
+        path.write_text(path.read_text(encoding="utf-8") + append, encoding="utf-8")
+    assert main(["index", "--no-embed"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and str(path) in err and "Fix:" in err
+    assert len(err.strip().splitlines()) == 1
     assert index_digest(indexed_cli) == before
 
 

@@ -5,7 +5,7 @@ import pytest
 from qa_system.errors import QAError
 from qa_system.sources import load_subjqa
 from qa_system.sources.subjqa import locate_answer
-from tests.conftest import REVIEWS, row, write_subjqa
+from tests.conftest import COLUMNS, REVIEWS, row, write_subjqa
 
 
 def test_documents_are_cleaned_deduplicated_reviews_per_split(tiny_subjqa):
@@ -101,6 +101,49 @@ def test_csv_with_missing_columns(tmp_path):
             csv.writer(handle).writerows([["item_id", "question"], ["X", "Is it good?"]])
     with pytest.raises(QAError, match="missing the SubjQA column"):
         load_subjqa("electronics", "test", source=tmp_path)
+
+
+def _dev_csv_lines(tmp_path):
+    root = write_subjqa(tmp_path / "subjqa")
+    path = root / "electronics" / "splits" / "dev.csv"
+    return root, path, path.read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        # A cut-off row used to crash with AttributeError: 'NoneType' object has no attribute 'rstrip'.
+        (lambda lines: lines[0] + lines[1] + "X,electronics,a,b\r\n", r"dev\.csv line 3: the row has fewer fields \(4\) than the header \(19\)"),
+        (lambda lines: lines[0] + lines[1] + 'X,electronics,"never closed\r\n', r"dev\.csv line 3: the row has fewer fields"),
+        # An unquoted comma shifts every later column: silently wrong values before.
+        (lambda lines: lines[0] + lines[1].rstrip() + ",extra\r\n", r"dev\.csv line 2: the row has more fields \(20\) than the header \(19\)"),
+        (lambda lines: lines[0].replace(",review,", ",text,") + "".join(lines[1:]), r"dev\.csv is missing the SubjQA column\(s\) review\."),
+        (lambda lines: "", r"dev\.csv is empty\."),
+        (lambda lines: lines[0], r"dev\.csv has a header but no rows\."),
+        (lambda lines: (lines[0] + lines[1]).encode() + "caf\u00e9\r\n".encode("latin-1"), r"dev\.csv line 3 is not UTF-8 text"),
+    ],
+    ids=["short-row", "unclosed-quote", "extra-fields", "missing-column", "empty", "header-only", "not-utf8"],
+)
+def test_malformed_csv_is_one_line_naming_the_file_and_line(tmp_path, shape, message):
+    root, path, lines = _dev_csv_lines(tmp_path)
+    content = shape(lines)
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
+    with pytest.raises(QAError, match=message) as error:
+        load_subjqa("electronics", source=root)
+    assert str(path) in str(error.value) and "Fix:" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_line_numbers_count_multiline_reviews_and_blank_lines(tmp_path):
+    root, path, _ = _dev_csv_lines(tmp_path)
+    spanning = row("q5", "Is the cord durable?", "r-phones-2", "The cord broke after two months")
+    spanning["review"] = spanning["review"].replace(" Customer", "\nCustomer")  # a quoted review over two lines
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()  # line 1
+        writer.writerow(spanning)  # lines 2-3
+        handle.write("\r\nX,short\r\n")  # a blank line 4, the bad row on line 5
+    with pytest.raises(QAError, match=r"dev\.csv line 5: the row has fewer fields \(2\)"):
+        load_subjqa("electronics", source=root)
 
 
 def test_real_electronics_counts_and_offsets(real_data_dir):

@@ -145,6 +145,54 @@ def test_missing_or_corrupt_model_directory_is_a_clear_error(tmp_path):
         ExtractiveReader(model=str(tmp_path)).warm_up()
 
 
+def closed_port_url() -> str:
+    """An endpoint on this machine that refuses connections: the hub, unreachable, without needing to be offline."""
+    from qa_system.serving.webapp import free_port
+
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def load_in_fresh_process(model_id: str, env: dict[str, str]):
+    """load_qa_model in a new interpreter (huggingface_hub reads HF_* variables at import); (returncode, output, seconds)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import sys\nfrom qa_system.errors import QAError\nfrom qa_system.reading.model import load_qa_model\n"
+        f"try:\n    load_qa_model({model_id!r})\nexcept QAError as error:\n    print(error)\n    sys.exit(2)\nprint('loaded')\n"
+    )
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout.strip(), time.monotonic() - began
+
+
+def test_a_hub_id_fails_fast_when_the_hub_is_unreachable(tmp_path):
+    # huggingface_hub retried each file with backoff: about 50 s before the same error.
+    env = {"HF_ENDPOINT": closed_port_url(), "HF_HUB_CACHE": str(tmp_path / "hub-cache")}
+    code, output, seconds = load_in_fresh_process("someone/no-such-model", env)
+    assert code == 2 and seconds < 15, (code, output, seconds)
+    assert output == (
+        f"Could not load the reader model 'someone/no-such-model': the model hub ({env['HF_ENDPOINT']}) cannot be reached and the model "
+        "is not in the local cache. Fix: pass a local model directory, or download the model once with a network (HF_ENDPOINT may name a mirror)."
+    )
+
+
+def test_a_cached_hub_model_still_loads_when_the_hub_is_unreachable(tmp_path, model_dir):
+    import shutil
+
+    # The hub cache's own layout: models--<owner>--<name>/snapshots/<commit>/ and refs/main naming the commit.
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub-cache" / "models--someone--tiny-reader"
+    shutil.copytree(model_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    env = {"HF_ENDPOINT": closed_port_url(), "HF_HUB_CACHE": str(tmp_path / "hub-cache")}
+    code, output, seconds = load_in_fresh_process("someone/tiny-reader", env)
+    assert (code, output) == (0, "loaded") and seconds < 15, (code, output, seconds)
+
+
 def test_tuned_threshold_is_the_default_and_an_explicit_one_wins(model_dir, tmp_path):
     import shutil
 

@@ -8,7 +8,7 @@ from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.bm25_grid import RANK_BY, BM25Setting, recommended, tune_bm25
 from qa_system.indexing import build_index
-from qa_system.pipelines import build_retrieval_pipeline, render_pipeline_yaml
+from qa_system.pipelines import build_qa_pipeline, build_retrieval_pipeline, render_pipeline_yaml
 from qa_system.retrieval import BM25sRetriever, make_filters, reciprocal_rank_fusion
 from qa_system.retrieval.fusion import RankFusion, minmax_fusion
 from qa_system.stores import open_index
@@ -96,6 +96,63 @@ def test_top_k_is_respected(indexed):
     for retriever in ("bm25", "dense", "hybrid"):
         result = build_retrieval_pipeline(retriever, indexed["memory"]).run("quality", top_k=2)
         assert len(result["documents"]) <= 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"top_k": 0}, "top_k must be a whole number of at least 1, not 0"),  # read nothing: "no answer, score 1.00"
+        ({"top_k": -1}, "top_k must be a whole number of at least 1, not -1"),  # hybrid returned 30 reviews
+        ({"top_k": 2.5}, "top_k must be a whole number"),
+        ({"top_k_reader": -1}, "top_k_reader must be a whole number of at least 1, not -1"),  # 18 answers
+        ({"top_k_reader": 0}, "top_k_reader must be a whole number"),
+        ({"no_answer_threshold": float("nan")}, "no_answer_threshold must be a finite number, not nan"),
+        ({"no_answer_threshold": float("-inf")}, "no_answer_threshold must be a finite number"),
+    ],
+)
+def test_counts_and_thresholds_are_checked_at_the_python_door(indexed, tiny_reader, kwargs, message):
+    settings = indexed["memory"].with_(reader_model=str(tiny_reader))
+    pipeline = build_qa_pipeline("hybrid", settings)
+    with pytest.raises(QAError, match=message) as error:
+        pipeline.run("How is the bass?", **kwargs)
+    assert "Fix:" in str(error.value) and "\n" not in str(error.value)
+    assert len(pipeline.run("How is the bass?", top_k=1, top_k_reader=1, no_answer_threshold=0.0)["documents"]) == 1  # still usable
+
+
+def _library_calls():
+    from qa_system.bench import run_bench
+    from qa_system.evaluation.answering import evaluate_pipelines, evaluate_readers
+    from qa_system.evaluation.rag import evaluate_rag
+    from qa_system.evaluation.retrieval import evaluate_retrievers
+    from qa_system.reading.reader import ExtractiveReader
+    from qa_system.reading.training import TrainingConfig
+    from qa_system.retrieval.fitting import dev_questions
+    from qa_system.retrieval.training import RetrieverTrainingConfig
+
+    return {
+        # limit=-1 sliced off the last question ([:-1]) and evaluated the rest as if nothing were wrong.
+        "eval-retriever-limit": (lambda s: evaluate_retrievers(s, retrievers=["bm25"], limit=-1), "limit must be a whole number"),
+        "eval-retriever-k": (lambda s: evaluate_retrievers(s, retrievers=["bm25"], ks=[1, 0]), "k must be a whole number"),
+        "eval-reader-top-k": (lambda s: evaluate_readers(s, [s.reader_model], top_k=0), "top_k must be a whole number"),
+        "eval-pipeline-threshold": (lambda s: evaluate_pipelines(s, [s.reader_model], no_answer_threshold=float("nan")), "no_answer_threshold must be a finite"),
+        "eval-rag-limit": (lambda s: evaluate_rag(s, limit=0, progress=False), "limit must be a whole number"),
+        "tune-bm25-limit": (lambda s: tune_bm25(s, "electronics", limit=-1), "limit must be a whole number"),
+        "fit-limit": (lambda s: dev_questions(s, "electronics", "dev", limit=-1), "limit must be a whole number"),
+        "bench-sizes": (lambda s: run_bench(s, sizes=[0]), "sizes must be a whole number"),
+        "reader-top-k": (lambda s: ExtractiveReader(s.reader_model, top_k=-1), "top_k must be a whole number"),
+        "reader-config": (lambda s: TrainingConfig(epochs=0), "epochs must be a whole number"),
+        "retriever-config": (lambda s: RetrieverTrainingConfig(learning_rate=float("inf")), "learning_rate must be a finite number above 0"),
+        "settings": (lambda s: s.with_(num_beams=0), "num_beams must be a whole number"),
+        "settings-env": (lambda s: Settings.from_env(temperature="nan"), "temperature must be a finite number of at least 0"),
+    }
+
+
+@pytest.mark.parametrize("call", list(_library_calls()))
+def test_counts_are_checked_by_every_library_entry_point(settings, call):
+    function, message = _library_calls()[call]
+    with pytest.raises(QAError, match=message) as error:
+        function(settings)
+    assert "Fix:" in str(error.value) and "\n" not in str(error.value)
 
 
 def test_dense_and_hybrid_find_the_semantic_match(indexed):

@@ -19,7 +19,7 @@ import pandas as pd
 from qa_system.bench import corpus, endtoend, reader, report, retrieval
 from qa_system.bench.measure import Timing, library_versions, machine, peak_rss_mb, rss_mb, timed
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count, check_number
 from qa_system.reading.onnx import check_export, default_export_dir, export_onnx, physical_cores
 
 DEFAULT_SIZES = (1000, 10000, 100000)
@@ -68,10 +68,14 @@ def run_bench(
     :param rag_questions: RAG end-to-end questions at the smallest size (0 = skip).
     :param embed_sample: reviews embedded for real; all other vectors are perturbed copies of theirs.
     """
+    sizes = sorted({check_count(size, "sizes") for size in sizes})
+    queries, embed_sample = check_count(queries, "queries"), check_count(embed_sample, "embed_sample")
+    reader_questions = check_count(reader_questions, "reader_questions", optional=True)
+    rag_questions, seed = check_count(rag_questions, "rag_questions", 0), check_count(seed, "seed", 0)
+    budget_s = check_number(budget_s, "budget_s", 0, above=True)
     out_dir = Path(out_dir)
     started = time.time()
     at_start = machine()
-    sizes = sorted(set(sizes))
     real = corpus.real_reviews(settings, corpus.bench_questions(settings))
     questions = corpus.bench_questions(settings, limit=queries)
     domain_reviews = [d for d in real if d.meta["domain"] == "electronics"]

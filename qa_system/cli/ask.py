@@ -6,7 +6,7 @@ import argparse
 import sys
 import textwrap
 
-from qa_system.cli.options import DEFAULT_ITEM, Options, settings_from_args
+from qa_system.cli.options import DEFAULT_ITEM, Options, count, number, settings_from_args
 from qa_system.config import RETRIEVERS
 
 
@@ -93,7 +93,8 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
         if documents:
             print(f"\n{heading}:")
         for document in documents:
-            snippet = textwrap.shorten(document.content or "", width=2 * args.context, placeholder=" ...")
+            # shorten needs room for its " ..." placeholder: --context 0 still shows a stub of each review.
+            snippet = textwrap.shorten(document.content or "", width=max(2 * args.context, 10), placeholder=" ...")
             print(f"[{document.meta['source_index']}] review {document.meta.get('review_id')}  ({document.meta.get('item_id')})")
             print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
 
@@ -107,8 +108,8 @@ def register(commands, options: Options) -> None:
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
-    p.add_argument("--top-k", type=int, default=3)
-    p.add_argument("--width", type=int, default=400, help="characters of each review to print")
+    p.add_argument("--top-k", type=count("--top-k"), default=3)
+    p.add_argument("--width", type=count("--width", 3), default=400, help="characters of each review to print")
     p.set_defaults(func=cmd_search)
 
     p = commands.add_parser("ask", parents=[options.common, options.generation], help="answer a question about a product from its reviews")
@@ -119,9 +120,9 @@ def register(commands, options: Options) -> None:
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability before answering")
-    p.add_argument("--top-k", type=int, default=3, help="reviews to retrieve")
-    p.add_argument("--answers", type=int, default=3, help="answers to show (extractive)")
-    p.add_argument("--no-answer-threshold", type=float, help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
-    p.add_argument("--context", type=int, default=150, help="characters of review shown around each answer (rag: half the snippet of each review)")
+    p.add_argument("--top-k", type=count("--top-k"), default=3, help="reviews to retrieve")
+    p.add_argument("--answers", type=count("--answers"), default=3, help="answers to show (extractive)")
+    p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"), help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
+    p.add_argument("--context", type=count("--context", 0), default=150, help="characters of review shown around each answer (rag: half the snippet of each review)")
     p.add_argument("--stream", action="store_true", help="print the generated answer as it is written (rag)")
     p.set_defaults(func=cmd_ask)

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from qa_system.cli.options import Options, settings_from_args
+from qa_system.cli.options import Options, count, number, settings_from_args
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -29,13 +29,13 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 def register(commands, options: Options) -> None:
     p = commands.add_parser("bench", parents=[options.common], help="measure indexing, retrieval, reader and end-to-end speed beside Haystack's stock components")
-    p.add_argument("--sizes", nargs="+", type=int, default=[1000, 10000, 100000], help="corpus sizes in reviews")
-    p.add_argument("--queries", type=int, default=200, help="questions for retrieval and end-to-end timing")
-    p.add_argument("--reader-questions", type=int, help="questions for the reader comparison and its EM/F1 (default: all electronics test)")
-    p.add_argument("--budget", type=float, default=60.0, help="seconds a slow baseline may spend on one measurement")
-    p.add_argument("--rag-questions", type=int, default=3, help="questions for the RAG end-to-end timing")
+    p.add_argument("--sizes", nargs="+", type=count("--sizes"), default=[1000, 10000, 100000], help="corpus sizes in reviews")
+    p.add_argument("--queries", type=count("--queries"), default=200, help="questions for retrieval and end-to-end timing")
+    p.add_argument("--reader-questions", type=count("--reader-questions"), help="questions for the reader comparison and its EM/F1 (default: all electronics test)")
+    p.add_argument("--budget", type=number("--budget", 0, above=True), default=60.0, help="seconds a slow baseline may spend on one measurement")
+    p.add_argument("--rag-questions", type=count("--rag-questions", 0), default=3, help="questions for the RAG end-to-end timing")
     p.add_argument("--skip-rag", action="store_true", help="leave the RAG pipeline out")
-    p.add_argument("--embed-sample", type=int, default=1000, help="reviews embedded for real (the other vectors are perturbed copies)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic reviews and vectors")
+    p.add_argument("--embed-sample", type=count("--embed-sample"), default=1000, help="reviews embedded for real (the other vectors are perturbed copies)")
+    p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the synthetic reviews and vectors")
     p.add_argument("--out", type=Path, default=Path("reports/bench"))
     p.set_defaults(func=cmd_bench)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qa_system.cli.options import Options, settings_from_args
+from qa_system.cli.options import Options, count, number, settings_from_args
 from qa_system.config import RETRIEVERS
 
 
@@ -88,19 +88,19 @@ def register(commands, options: Options) -> None:
         help="bm25, dense, hybrid, dense-ft, hybrid-ft (-ft: the fine-tuned encoder), each optionally +rerank, e.g. hybrid-ft+rerank",
     )
     p.add_argument("--tuned-model", type=Path, help="fine-tuned encoder of the -ft variants (default models/retriever-minilm-subjqa)")
-    p.add_argument("--k", nargs="+", type=int, default=[1, 3, 5, 10, 20])
+    p.add_argument("--k", nargs="+", type=count("--k"), default=[1, 3, 5, 10, 20])
     p.add_argument("--out", type=Path, default=Path("reports/retriever"))
-    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_retriever)
 
     def answer_eval_options(p: argparse.ArgumentParser, out: str) -> None:
         options.domain(p)
         p.add_argument("--split", default="test")
         p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
-        p.add_argument("--top-k", type=int, default=3, help="answers per question (top-k EM/F1)")
-        p.add_argument("--no-answer-threshold", type=float, help="override the reader's tuned threshold")
+        p.add_argument("--top-k", type=count("--top-k"), default=3, help="answers per question (top-k EM/F1)")
+        p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"), help="override the reader's tuned threshold")
         p.add_argument("--out", type=Path, default=Path(out))
-        p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+        p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
 
     p = stages.add_parser("reader", parents=[options.common], help="EM / F1 of readers given the gold review")
     answer_eval_options(p, "reports/reader")
@@ -108,22 +108,22 @@ def register(commands, options: Options) -> None:
     p = stages.add_parser("pipeline", parents=[options.common], help="EM / F1 of retriever + reader with per-product filters")
     answer_eval_options(p, "reports/pipeline")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--top-k-retriever", type=int, default=3)
+    p.add_argument("--top-k-retriever", type=count("--top-k-retriever"), default=3)
     p.set_defaults(func=cmd_eval_pipeline)
     p = stages.add_parser("rag", parents=[options.common, options.generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
     options.domain(p)
     p.add_argument("--split", default="test")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--top-k-retriever", type=int, default=3, help="reviews in the prompt")
+    p.add_argument("--top-k-retriever", type=count("--top-k-retriever"), default=3, help="reviews in the prompt")
     p.add_argument("--compare-extractive", action="store_true", help="also run the extractive pipeline (--reader-model) on the same questions")
     p.add_argument("--out", type=Path, default=Path("reports/rag"))
-    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_rag)
 
     p = commands.add_parser("tune-bm25", parents=[options.common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)")
     options.domain(p)
     p.add_argument("--split", default="dev")
-    p.add_argument("--show", type=int, default=10, help="print the best N settings")
+    p.add_argument("--show", type=count("--show"), default=10, help="print the best N settings")
     p.add_argument("--out", type=Path, default=Path("reports/bm25-grid"))
-    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_tune_bm25)

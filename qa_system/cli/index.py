@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qa_system.cli.options import Options, settings_from_args
+from qa_system.cli.options import Options, count, settings_from_args
 
 
 def cmd_index(args: argparse.Namespace) -> None:
@@ -51,7 +51,7 @@ def register(commands, options: Options) -> None:
 
     p = commands.add_parser("products", parents=[options.common], help="list the indexed products with their review counts")
     options.domain(p)
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=count("--limit"), default=50)
     p.set_defaults(func=cmd_products)
 
     p = commands.add_parser("export-squad", parents=[options.common], help="write SubjQA splits as SQuAD v2 JSON files")

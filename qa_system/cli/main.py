@@ -28,11 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if getattr(args, "domain", None) is None:
-        # Training learns from every provided domain; everything else works on electronics by default.
-        args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command in ("train-reader", "train-retriever") else ["electronics"]
     try:
+        # Inside the try: count and threshold flags are checked by the library while parsing (QAError).
+        args = build_parser().parse_args(argv)
+        if getattr(args, "domain", None) is None:
+            # Training learns from every provided domain; everything else works on electronics by default.
+            args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command in ("train-reader", "train-retriever") else ["electronics"]
         args.func(args)
     except QAError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Callable
 
 from qa_system.config import GENERATORS, READER_BACKENDS, STORE_BACKENDS, Settings
+from qa_system.errors import check_count, check_number
 
 DEFAULT_ITEM = "B0074BW614"
 
@@ -20,6 +22,19 @@ class Options:
     @staticmethod
     def domain(p: argparse.ArgumentParser) -> None:
         p.add_argument("--domain", action="append", help="SubjQA domain, repeatable (default electronics)")
+
+
+def count(flag: str, minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """argparse type of a count flag: the library's check, whose QAError ``main`` prints as one line (exit 2).
+
+    A QAError is not one of the errors argparse turns into its own usage message, so it reaches ``main``.
+    """
+    return lambda text: check_count(text, flag, minimum, maximum)
+
+
+def number(flag: str, minimum: float | None = None, above: bool = False) -> Callable[[str], float]:
+    """argparse type of a threshold or rate: a finite number (no nan / inf), checked by the library."""
+    return lambda text: check_number(text, flag, minimum, above=above)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -66,7 +81,7 @@ def generator_options() -> argparse.ArgumentParser:
     group.add_argument("--generator", choices=GENERATORS, help="smollm2 (default, offline), hf (local model), openai (any OpenAI-compatible server)")
     group.add_argument("--model", help="hf: model id or path (causal chat LM or seq2seq); openai: the served model name")
     group.add_argument("--base-url", help="openai: the server's url, e.g. http://127.0.0.1:8080/v1")
-    group.add_argument("--max-new-tokens", type=int, help="longest answer in tokens (default 64)")
-    group.add_argument("--temperature", type=float, help="0 = greedy (default); above 0 samples")
-    group.add_argument("--num-beams", type=int, help="beam search width, local generators (default 1)")
+    group.add_argument("--max-new-tokens", type=count("--max-new-tokens"), help="longest answer in tokens (default 64)")
+    group.add_argument("--temperature", type=number("--temperature", 0), help="0 = greedy (default); above 0 samples")
+    group.add_argument("--num-beams", type=count("--num-beams"), help="beam search width, local generators (default 1)")
     return options

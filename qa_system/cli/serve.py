@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from qa_system.cli.options import Options, settings_from_args
+from qa_system.cli.options import Options, count, settings_from_args
 from qa_system.errors import QAError
 
 
@@ -14,7 +15,9 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
     settings_from_args(args)  # bad flags fail here, as one line, rather than inside the page
     code = run_app(args.port, args.address, vars(args), watch=args.dev)
-    if code:
+    if code is None:
+        print("Search page stopped.", file=sys.stderr)
+    elif code:
         raise QAError(f"Streamlit exited with code {code}.", "see its messages above (is the port in use? try --port).")
 
 
@@ -29,7 +32,7 @@ def cmd_export_feedback(args: argparse.Namespace) -> None:
 
 def register(commands, options: Options) -> None:
     p = commands.add_parser("ui", parents=[options.common], help="serve the search page (Streamlit) on http://ADDRESS:PORT")
-    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--port", type=count("--port", 1, 65535), default=8501)
     p.add_argument("--address", default="localhost", help="0.0.0.0 to serve other machines")
     p.add_argument("--dev", action="store_true", help="reload the page when ui/ files change")
     p.set_defaults(func=cmd_ui)

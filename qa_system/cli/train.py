@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qa_system.cli.options import Options, settings_from_args
+from qa_system.cli.options import Options, count, number, settings_from_args
 
 
 def cmd_train_reader(args: argparse.Namespace) -> None:
@@ -98,14 +98,14 @@ def register(commands, options: Options) -> None:
     p.add_argument("--base-model", help="model to fine-tune (default: the all-MiniLM-L6-v2 encoder)")
     p.add_argument("--output", type=Path, default=Path("models/reader-custom"))
     p.add_argument("--squad-dir", type=Path, help="where the SubjQA SQuAD files are written (default <home>/squad)")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--learning-rate", type=float, default=1e-4)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--max-seq-length", type=int, default=384)
-    p.add_argument("--doc-stride", type=int, default=128)
-    p.add_argument("--patience", type=int, default=1, help="epochs without dev F1 gain before stopping")
-    p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
+    p.add_argument("--epochs", type=count("--epochs"), default=2)
+    p.add_argument("--learning-rate", type=number("--learning-rate", 0, above=True), default=1e-4)
+    p.add_argument("--batch-size", type=count("--batch-size"), default=16)
+    p.add_argument("--seed", type=count("--seed", 0), default=42)
+    p.add_argument("--max-seq-length", type=count("--max-seq-length"), default=384)
+    p.add_argument("--doc-stride", type=count("--doc-stride"), default=128)
+    p.add_argument("--patience", type=count("--patience"), default=1, help="epochs without dev F1 gain before stopping")
+    p.add_argument("--max-steps", type=count("--max-steps"), help="stop after N optimiser steps (a smoke run)")
     p.set_defaults(func=cmd_train_reader)
 
     p = commands.add_parser("train-retriever", parents=[options.common], help="fine-tune the dense retriever's encoder on SubjQA (question, review) pairs")
@@ -116,22 +116,22 @@ def register(commands, options: Options) -> None:
     p.add_argument("--base-model", help="passage encoder to start from (default: the configured --embedding-model)")
     p.add_argument("--query-base-model", help="question encoder to start from, DPR-style (default: --base-model)")
     p.add_argument("--output", type=Path, default=Path("models/retriever-minilm-subjqa"))
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--learning-rate", type=float, default=2e-5)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--hard-negatives", type=int, default=1, help="extra reviews of the same product per question, beyond those in the batch")
-    p.add_argument("--max-seq-length", type=int, default=256, help="word pieces per text for the encoders that learn")
-    p.add_argument("--patience", type=int, default=1, help="epochs without dev recall@1 gain before stopping")
-    p.add_argument("--max-steps", type=int, help="stop after N optimiser steps (a smoke run)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a busy machine: no spinning threads)")
+    p.add_argument("--epochs", type=count("--epochs"), default=3)
+    p.add_argument("--batch-size", type=count("--batch-size"), default=32)
+    p.add_argument("--learning-rate", type=number("--learning-rate", 0, above=True), default=2e-5)
+    p.add_argument("--seed", type=count("--seed", 0), default=42)
+    p.add_argument("--hard-negatives", type=count("--hard-negatives", 0), default=1, help="extra reviews of the same product per question, beyond those in the batch")
+    p.add_argument("--max-seq-length", type=count("--max-seq-length"), default=256, help="word pieces per text for the encoders that learn")
+    p.add_argument("--patience", type=count("--patience"), default=1, help="epochs without dev recall@1 gain before stopping")
+    p.add_argument("--max-steps", type=count("--max-steps"), help="stop after N optimiser steps (a smoke run)")
+    p.add_argument("--threads", type=count("--threads"), help="torch CPU threads (1 is fastest on a busy machine: no spinning threads)")
     p.set_defaults(func=cmd_train_retriever)
 
     p = commands.add_parser("fit-fusion", parents=[options.common], help="fit the hybrid fusion (and --rerank's mix) on a dev split for the configured encoders")
     options.domain(p)
     p.add_argument("--split", default="dev")
     p.add_argument("--rerank", action="store_true", help="also fit the answerability re-ranking of hybrid (needs the reader model)")
-    p.add_argument("--limit", type=int, help="only the first N questions (a quick look)")
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_fit_fusion)
 
     p = commands.add_parser("export-onnx", parents=[options.common], help="export a reader to ONNX, fp32 and dynamically int8-quantised")

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from qa_system.config import Settings
+from qa_system.errors import check_count, check_number
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
 from qa_system.reading.reader import ExtractiveReader
@@ -84,6 +85,8 @@ def evaluate_readers(
     no_answer_threshold: float | None = None,
 ) -> dict:
     """Each reader (model id or path) reads each question's own review."""
+    top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
+    no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
     records = {}
     for model in readers:
@@ -120,6 +123,9 @@ def evaluate_pipelines(
     from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
 
+    top_k_retriever, top_k = check_count(top_k_retriever, "top_k_retriever"), check_count(top_k, "top_k")
+    limit = check_count(limit, "limit", optional=True)
+    no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
     index = open_or_build_index(settings, domain, embeddings=retriever != "bm25")
     retrieval = build_retrieval_pipeline(retriever, settings, index=index)

@@ -26,7 +26,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from tqdm.auto import tqdm
 
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count
 from qa_system.evaluation.report import write_report
 from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
 from qa_system.retrieval.bm25 import BM25sRetriever
@@ -87,6 +87,7 @@ def tune_bm25(
     """One row per setting with its scores, best first (``RANK_BY``), the recommended one flagged; written as a report when ``out_dir`` is given."""
     if split not in SPLITS:
         raise QAError(f"Unknown split '{split}'.", f"use one of: {', '.join(SPLITS)}.")
+    limit = check_count(limit, "limit", optional=True)
     data = load_subjqa(domain, list(SPLITS), settings.data_dir)
     questions = data.questions_for(split)[:limit]
     if not questions:

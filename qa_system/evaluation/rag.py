@@ -26,6 +26,7 @@ import pandas as pd
 from haystack import Document
 
 from qa_system.config import Settings
+from qa_system.errors import check_count
 from qa_system.evaluation.answering import reader_label
 from qa_system.evaluation.answers import best_scores, gold_answers, normalize_answer
 from qa_system.evaluation.reader import squad_predictions
@@ -197,6 +198,7 @@ def evaluate_rag(
     """The RAG pipeline (and, with ``compare_extractive``, the extractive one) over a labelled split."""
     from qa_system.indexing import open_or_build_index
 
+    top_k_retriever, limit = check_count(top_k_retriever, "top_k_retriever"), check_count(limit, "limit", optional=True)
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
     index = open_or_build_index(settings, domain, embeddings=retriever != "bm25", progress=progress)
     systems = {f"{retriever}+{generator_label(settings)}": build_qa_pipeline(retriever, settings, index=index, answer_stage="rag")}

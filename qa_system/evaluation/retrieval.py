@@ -33,6 +33,7 @@ import pandas as pd
 from haystack import Document
 from tqdm.auto import tqdm
 
+from qa_system.errors import check_count
 from qa_system.sources import LabelledQuestion
 
 DEFAULT_KS = (1, 3, 5, 10, 20)
@@ -222,7 +223,8 @@ def evaluate_retrievers(
     from qa_system.sources import load_subjqa
     from qa_system.stores import index_name
 
-    ks = sorted(set(ks))
+    ks = sorted({check_count(k, "k") for k in ks})
+    limit = check_count(limit, "limit", optional=True)
     variants = [Variant.parse(name) for name in retrievers]
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
     index = open_or_build_index(settings, domain, embeddings=any(v.retriever != "bm25" for v in variants))

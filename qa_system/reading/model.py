@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from qa_system.errors import QAError
+from qa_system.hub import load_options, unreachable
 
 # What ``train_reader`` stores beside a model (no-answer threshold, training data, machine).
 MODEL_INFO_FILE = "qa_system.json"
@@ -44,11 +45,14 @@ def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
             f"The {what} directory '{name}' has no config.json.",
             "pass a directory written by train_reader / save_pretrained, or a Hugging Face model id.",
         )
+    options = load_options(name)  # offline: the local cache only, instead of ~50 s of retries
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        tokenizer = AutoTokenizer.from_pretrained(name, **options)
         # float32 whatever the stored dtype: the shipped reader is stored in fp16 to stay small.
-        model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32)
+        model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32, **options)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
+        if options:
+            raise unreachable(what, name) from error
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise QAError(
             f"Could not load the {what} '{name}': {detail}",

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 from haystack import Document, ExtractedAnswer, component, default_from_dict, default_to_dict
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count, check_number
 from qa_system.reading.model import load_qa_model, read_model_info
 
 # A question must leave at least this many tokens of each window to the review.
@@ -105,8 +105,8 @@ class ExtractiveReader:
         if doc_stride >= max_seq_length:
             raise QAError(f"doc_stride ({doc_stride}) must be smaller than max_seq_length ({max_seq_length}).", "lower doc_stride.")
         self.model = str(model) if model is not None else None
-        self.top_k = top_k
-        self.no_answer_threshold = no_answer_threshold
+        self.top_k = check_count(top_k, "top_k")
+        self.no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
         self.max_seq_length = max_seq_length
         self.doc_stride = doc_stride
         self.max_answer_length = max_answer_length
@@ -188,8 +188,8 @@ class ExtractiveReader:
 
         With no documents (or only empty ones) the result is the no-answer alone, with score 1.
         """
-        top_k = self.top_k if top_k is None else top_k
-        threshold = self.threshold if no_answer_threshold is None else no_answer_threshold
+        top_k = self.top_k if top_k is None else check_count(top_k, "top_k")
+        threshold = self.threshold if no_answer_threshold is None else check_number(no_answer_threshold, "no_answer_threshold")
         output = self.predict(query, documents)
         answers = [self._answer(query, documents, span) for span in output.spans[:top_k]]
         if math.isfinite(output.null_logit):

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from haystack import Document
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count, check_number
 from qa_system.evaluation.answers import best_scores
 from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
 from qa_system.reading.reader import ExtractiveReader, context_sequence_id, encode_windows
@@ -52,6 +52,17 @@ class TrainingConfig:
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_steps: int | None = None  # stop after this many optimiser steps (smoke runs)
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "max_seq_length", "doc_stride", "patience"):
+            check_count(getattr(self, name), name)
+        check_count(self.seed, "seed", 0)
+        check_count(self.max_steps, "max_steps", optional=True)
+        check_number(self.learning_rate, "learning_rate", 0, above=True)
+        check_number(self.warmup_ratio, "warmup_ratio", 0)
+        check_number(self.weight_decay, "weight_decay", 0)
+        if self.doc_stride >= self.max_seq_length:
+            raise QAError(f"doc_stride ({self.doc_stride}) must be smaller than max_seq_length ({self.max_seq_length}).", "lower doc_stride.")
 
 
 @dataclass

@@ -22,7 +22,7 @@ from haystack import Pipeline
 from tqdm.auto import tqdm
 
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count
 from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key, fits, reader_key
 from qa_system.retrieval.fusion import RankedCandidates, fit_fusion, ranking_scores
 from qa_system.sources import LabelledQuestion, load_subjqa
@@ -49,7 +49,7 @@ def sparse_setting(pipeline: Pipeline) -> dict[str, Any]:
 
 
 def dev_questions(settings: Settings, domain: str, split: str, limit: int | None = None) -> list[LabelledQuestion]:
-    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
+    questions = load_subjqa(domain, split, settings.data_dir).questions[:check_count(limit, "limit", optional=True)]
     if not questions:
         raise QAError(f"The {domain} {split} split has no questions to fit on.", "pick a domain and split with labelled questions.")
     return questions

@@ -46,7 +46,7 @@ import numpy as np
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count, check_number
 from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
 from qa_system.reading.model import MODEL_INFO_FILE, read_model_info
 from qa_system.reproducibility import machine, seed_everything
@@ -73,6 +73,17 @@ class RetrieverTrainingConfig:
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_steps: int | None = None  # stop after this many optimiser steps (smoke runs)
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "max_seq_length", "patience"):
+            check_count(getattr(self, name), name)
+        check_count(self.seed, "seed", 0)
+        check_count(self.hard_negatives, "hard_negatives", 0)
+        check_count(self.max_steps, "max_steps", optional=True)
+        check_number(self.learning_rate, "learning_rate", 0, above=True)
+        check_number(self.scale, "scale", 0, above=True)
+        check_number(self.warmup_ratio, "warmup_ratio", 0)
+        check_number(self.weight_decay, "weight_decay", 0)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -54,11 +56,53 @@ def settings_environment(overrides: Mapping[str, Any]) -> dict[str, str]:
     return {env: str(overrides[name]) for name, env in Settings._ENV.items() if overrides.get(name) is not None}
 
 
-def run_app(port: int, address: str, overrides: Mapping[str, Any], watch: bool = False) -> int:
-    """Run the page in the foreground until interrupted; returns Streamlit's exit code."""
+# Signals that mean "stop serving": kill's default, Ctrl-C, a closed terminal.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+# How long Streamlit may take to stop after a stop signal before it is killed.
+STOP_GRACE_S = 10.0
+
+
+def run_app(port: int, address: str, overrides: Mapping[str, Any], watch: bool = False) -> int | None:
+    """Run the page in the foreground; returns Streamlit's exit code, or None once a stop signal stopped it.
+
+    Stop signals sent to this process are passed on to Streamlit, and this process waits for it to
+    exit (killing it after ``STOP_GRACE_S``): before, ``kill -TERM`` ended only this process and left
+    the page serving on its port, with no parent.
+    """
     print(f"Search page: http://{address}:{port}  (Ctrl-C stops it)", flush=True)
     env = {**os.environ, **settings_environment(overrides)}
-    return subprocess.call(streamlit_command(port, address, headless=True, watch=watch), env=env)
+    stops: list[tuple[float, int]] = []  # (when, signal) of each stop signal
+    started: list[subprocess.Popen] = []
+
+    def forward(signum: int, frame) -> None:
+        stops.append((time.monotonic(), signum))
+        for process in started:
+            if process.poll() is None:
+                process.send_signal(signum)
+
+    # Handlers first, so that no signal can end this process alone once Streamlit runs. Python lets
+    # only the main thread set them; called from another thread, the caller handles signals.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, forward) for signum in STOP_SIGNALS} if in_main_thread else {}
+    try:
+        process = subprocess.Popen(streamlit_command(port, address, headless=True, watch=watch), env=env)
+        started.append(process)
+        if stops:  # it came while Streamlit was starting
+            process.send_signal(stops[0][1])
+        while True:
+            try:
+                code = process.wait(timeout=0.2)
+                return None if stops else code
+            except subprocess.TimeoutExpired:
+                if stops and time.monotonic() - stops[0][0] > STOP_GRACE_S:
+                    process.kill()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for process in started:
+            if process.poll() is None:  # whatever went wrong here, never leave the page serving without us
+                process.kill()
+                process.wait()
 
 
 def free_port() -> int:

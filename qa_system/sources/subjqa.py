@@ -209,19 +209,65 @@ def build(sources: Iterable[tuple[str, str, Iterable[dict]]]) -> SubjQA:
     return SubjQA(list(documents.values()), list(questions.values()), report)
 
 
+RECOPY = "re-copy the file from SubjQA (subjqa/<domain>/splits/<split>.csv)."
+
+
 def _read_csv(path: Path) -> Iterator[dict]:
+    """The file's rows as dicts; any malformed shape is one QAError naming the file, the line and the fix."""
     try:
         with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            while header == []:  # blank lines before the header
+                header = next(reader, None)
+            if header is None:
+                raise QAError(f"{path} is empty.", RECOPY)
+            missing = [c for c in REQUIRED_COLUMNS if c not in header]
             if missing:
                 raise QAError(
                     f"{path} is missing the SubjQA column(s) {', '.join(missing)}.",
                     "point --data-dir at the original SubjQA CSVs (subjqa/<domain>/splits/<split>.csv).",
                 )
-            yield from reader
-    except (UnicodeDecodeError, csv.Error) as error:
-        raise QAError(f"{path} is not a readable CSV ({error}).", "check the file or re-copy it from SubjQA.") from error
+            rows = 0
+            while True:
+                line = reader.line_num + 1  # where the next record starts (a quoted review may span lines)
+                fields = next(reader, None)
+                if fields is None:
+                    break
+                if not fields:  # a blank line
+                    continue
+                if len(fields) != len(header):
+                    # A short row is a cut-off line or an unclosed quote; a long one an unquoted comma:
+                    # either way the columns no longer line up, so no value of the row can be trusted.
+                    how = "fewer" if len(fields) < len(header) else "more"
+                    raise QAError(
+                        f"{path} line {line}: the row has {how} fields ({len(fields)}) than the header ({len(header)}).",
+                        f"repair that row (quote fields holding commas or quotes), or {RECOPY}",
+                    )
+                rows += 1
+                yield dict(zip(header, fields))
+            if not rows:
+                raise QAError(f"{path} has a header but no rows.", RECOPY)
+    except UnicodeDecodeError as error:
+        raise QAError(
+            f"{path} line {_first_undecodable_line(path)} is not UTF-8 text ({error.reason}).",
+            f"re-save the file as UTF-8, or {RECOPY}",
+        ) from error
+    except csv.Error as error:
+        raise QAError(f"{path} line {reader.line_num} is not readable CSV ({error}).", RECOPY) from error
+    except OSError as error:
+        raise QAError(f"{path} cannot be read ({error.strerror or error}).", "check its permissions, or re-copy it.") from error
+
+
+def _first_undecodable_line(path: Path) -> int | str:
+    """The 1-based line of the first bytes that are not UTF-8 (the decoder only knows its chunk's offset)."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return "?"
 
 
 def available_domains(data_dir: Path) -> list[str]:
