@@ -37,7 +37,7 @@ def app_env(tmp_path_factory, tiny_reader) -> dict[str, str]:
 @pytest.fixture
 def page(app_env, monkeypatch):
     """Starts the page (with extra environment, query params) and returns the AppTest after its first run."""
-    for name in ("QA_ES_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL"):
+    for name in ("QA_ES_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL", "QA_REPORTS_DIR"):
         monkeypatch.delenv(name, raising=False)
     for name, value in app_env.items():
         monkeypatch.setenv(name, value)
@@ -221,17 +221,19 @@ def test_unreachable_elasticsearch_is_a_message_and_memory_still_works(page):
 
 def test_dashboard_shows_the_reports_eval_writes(page, app_env, tmp_path, monkeypatch):
     reports = tmp_path / "reports"
-    at = page().switch_page("dashboard.py").run()
-    at.text_input(key="reports_dir").input(str(reports)).run()
+    at = page({"QA_REPORTS_DIR": str(reports)}).switch_page("dashboard.py").run()
     assert "No reports under" in at.info[0].value
+    at.text_input(key="reports_dir").input("..").run()
+    assert "'..' is outside the reports folder." in messages(at) and not at.selectbox
+    at.text_input(key="reports_dir").input("").run()
     monkeypatch.setenv("QA_DATA_DIR", app_env["QA_DATA_DIR"])
     assert cli(["eval", "retriever", "--split", "test", "--retriever", "bm25", "--k", "1", "3", "--out", str(reports / "retriever")]) == 0
     at.run()
     assert not at.exception and not at.error
-    assert at.subheader[0].value == "Retriever evaluation: SubjQA electronics test"
-    tables = [m.value for m in at.markdown if m.value.startswith("| ")]
+    assert shown(at.subheader[0].value) == "Retriever evaluation: SubjQA electronics test"
+    tables = [shown(m.value) for m in at.markdown if m.value.startswith("| ")]
     assert "| recall@3 |" in tables[0] and any("| p50_ms |" in t for t in tables[2:])  # headline, all metrics, then sections
-    assert {caption for image in at.image for caption in image.captions} == {"recall_at_k.png", "recall_at_k_chapter.png"}
+    assert {shown(caption) for image in at.image for caption in image.captions} == {"recall_at_k.png", "recall_at_k_chapter.png"}
 
 
 def test_qa_system_ui_serves_the_page_with_the_given_settings():

@@ -194,3 +194,36 @@ def test_hostile_reviews_and_labels_are_shown_as_text(site, browser, recorder):
     assert f"“[link]({recorder.origin}/phish)”" in text and f"“![p]({recorder.origin}/p.png)”" in text  # the annotators' answers
     assert_nothing_interpreted(browser, recorder)
 
+
+def type_folder(driver, folder: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = wait(driver, lambda d: d.find_elements("css selector", "input[aria-label='Reports folder']"))[0]
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE, folder, Keys.ENTER)
+    idle(driver)
+
+
+def test_the_dashboard_lists_only_the_reports_root(site, browser, recorder):
+    url, root = site
+    browser.get(f"{url}/dashboard")
+    for folder in (str(root / "outside"), "../outside", "/", "hostile/../.."):
+        type_folder(browser, folder)
+        text = page_text(browser)
+        assert "outside the reports folder" in text, folder  # refused with a message
+        assert "Other user's report" not in text and not browser.find_elements("css selector", "[data-testid='stSelectbox']")
+
+
+def test_hostile_reports_are_shown_as_text_and_serve_only_their_own_plots(site, browser, recorder):
+    url, _ = site
+    browser.get(f"{url}/dashboard")
+    type_folder(browser, "")
+    wait(browser, lambda d: d.find_elements("css selector", "[data-testid='stImage'] img"))
+    idle(browser)
+    text = page_text(browser)
+    assert f"Report ![t]({recorder.origin}/title.png) **T** :red[r]" in text
+    assert f"note ![x](/etc/hostname) ![r]({recorder.origin}/note.png) [n]({recorder.origin}/note-link)" in text
+    assert f"![c]({recorder.origin}/cell.png)" in text and f"**bm25** [x]({recorder.origin}/cell-link)" in text
+    assert_nothing_interpreted(browser, recorder)
+    images = browser.find_elements("css selector", "[data-testid='stMain'] img")
+    assert len(images) == 1 and "/media/" in images[0].get_attribute("src")  # plot.png only: no outside file is served
