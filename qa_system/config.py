@@ -79,6 +79,8 @@ class Settings:
     max_new_tokens: int = 64
     temperature: float = 0.0
     num_beams: int = 1
+    # The evaluation dashboard shows the reports under this folder, and nothing outside it.
+    reports_dir: Path = Path("reports")
 
     _ENV = {
         "data_dir": "QA_DATA_DIR",
@@ -99,6 +101,7 @@ class Settings:
         "max_new_tokens": "QA_MAX_NEW_TOKENS",
         "temperature": "QA_TEMPERATURE",
         "num_beams": "QA_NUM_BEAMS",
+        "reports_dir": "QA_REPORTS_DIR",
     }
 
     @classmethod
@@ -123,7 +126,8 @@ class Settings:
             )
         except ValueError as error:
             raise QAError(f"A generation setting is not a number ({error}).", "check QA_GENERATOR_CONTEXT, QA_MAX_NEW_TOKENS, QA_TEMPERATURE, QA_NUM_BEAMS.") from error
-        settings = replace(self, data_dir=Path(self.data_dir).expanduser(), home=Path(self.home).expanduser(), **numbers)
+        paths = dict(data_dir=Path(self.data_dir).expanduser(), home=Path(self.home).expanduser(), reports_dir=Path(self.reports_dir).expanduser())
+        settings = replace(self, **paths, **numbers)
         for name in ("generator_context", "max_new_tokens", "num_beams"):
             check_count(getattr(settings, name), name)
         check_number(settings.temperature, "temperature", 0)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import csv
 import os
+import re
+import string
+from html import unescape
 from pathlib import Path
 
 import pytest
 
 from qa_system.config import Settings
+from qa_system.safe_text import WORD_JOINER
 
 COLUMNS = [
     "item_id", "domain", "nn_mod", "nn_asp", "query_mod", "query_asp", "q_review_id", "q_reviews_id", "question",
@@ -80,6 +84,11 @@ def write_subjqa(root: Path, splits: dict[str, list[dict]] = SPLIT_ROWS, domain:
             writer.writeheader()
             writer.writerows(rows)
     return root
+
+
+def shown(markdown: str) -> str:
+    """What a reader sees of a ``markdown_literal`` string: its escapes and word joiners removed."""
+    return unescape(re.sub(rf"\\([{re.escape(string.punctuation)}])", r"\1", markdown)).replace(WORD_JOINER, "")
 
 
 @pytest.fixture

@@ -16,10 +16,11 @@ import pytest
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
 
 # Data flows up this list; a module may import its own layer and those below it. Longest prefix
-# wins. The SQuAD answer metrics are pure functions that the generator's no-answer check uses too.
+# wins. The SQuAD answer metrics are pure functions that the generator's no-answer check uses too;
+# safe_text (untrusted text shown as text) is used by reports and every door.
 LAYERS = {
     "qa_system.errors": 0, "qa_system.config": 0, "qa_system.timing": 0, "qa_system.reproducibility": 0, "qa_system.hub": 0,
-    "qa_system.evaluation.answers": 0,
+    "qa_system.evaluation.answers": 0, "qa_system.safe_text": 0,
     "qa_system.sources": 1,
     "qa_system.stores": 2, "qa_system.indexing": 2,
     "qa_system.retrieval": 3, "qa_system.reading": 3, "qa_system.generation": 3,

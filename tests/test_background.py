@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
-
 from conftest import COLUMNS, row, write_subjqa
+
 from qa_system.serving.background import BackgroundTask, TaskRegistry
 from qa_system.serving.webapp import chromium_paths, headless_chromium, serve
 

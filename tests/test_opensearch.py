@@ -21,7 +21,13 @@ from qa_system.errors import QAError
 from qa_system.indexing import build_index, open_or_build_index
 from qa_system.pipelines import build_retrieval_pipeline
 from qa_system.stores import (
-    Index, delete_opensearch_index, new_opensearch_index, open_index, opensearch_client, opensearch_has_knn, opensearch_index_body,
+    Index,
+    delete_opensearch_index,
+    new_opensearch_index,
+    open_index,
+    opensearch_client,
+    opensearch_has_knn,
+    opensearch_index_body,
     save_index,
 )
 

@@ -26,13 +26,14 @@ def tiny_tokenizer(directory: Path):
     return tokenizer
 
 
-def tiny_model_dir(directory: Path, question_answering: bool = True) -> Path:
-    """A 2-layer, 32-wide BERT (QA head or bare encoder) saved with its tokenizer."""
+def tiny_model_dir(directory: Path, question_answering: bool = True, max_positions: int = 128) -> Path:
+    """A 2-layer, 32-wide BERT (QA head or bare encoder) saved with its tokenizer; ``max_positions``
+    must cover the reader's windows (384 tokens) when reviews are long in characters."""
     import torch
     from transformers import BertConfig, BertForQuestionAnswering, BertModel
 
     tokenizer = tiny_tokenizer(directory)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=max_positions)
     torch.manual_seed(0)
     model = (BertForQuestionAnswering if question_answering else BertModel)(config)
     model.save_pretrained(directory)

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from qa_system.errors import QAError
-from qa_system.evaluation.report import find_reports, read_report, write_report
+from qa_system.evaluation.report import find_reports, markdown_table, read_report, reports_folder, write_report
+from qa_system.safe_text import WORD_JOINER
 
 
 def write(directory, title="Retriever evaluation"):
@@ -49,3 +50,43 @@ def test_unreadable_reports_are_clear_errors(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps({"title": "t"}))
     with pytest.raises(QAError, match="has no 'metrics' table"):
         read_report(tmp_path)
+
+
+def test_report_folders_are_confined_to_the_reports_root(tmp_path):
+    root = tmp_path / "reports"
+    (root / "runs").mkdir(parents=True)
+    (root / "out").symlink_to(tmp_path)  # a symlink leading out of the root
+    assert reports_folder(root) == reports_folder(root, "") == root.resolve()
+    assert reports_folder(root, "runs") == reports_folder(root, str(root / "runs")) == (root / "runs").resolve()
+    assert reports_folder(root, "runs/..") == root.resolve()
+    for outside in ("/", "..", "runs/../..", str(tmp_path), "out", "out/elsewhere"):
+        with pytest.raises(QAError, match="is outside the reports folder"):
+            reports_folder(root, outside)
+
+
+def test_reports_list_and_serve_only_their_own_files(tmp_path):
+    root, elsewhere = tmp_path / "reports", tmp_path / "elsewhere"
+    report = write(root / "mine")
+    other = write(elsewhere / "theirs", "Someone else's")
+    secret = elsewhere / "secret.png"
+    secret.write_bytes((report / "recall_at_k.png").read_bytes())
+    (root / "linked").mkdir()
+    (root / "linked" / "report.json").symlink_to(other / "report.json")  # a report.json leading out
+    (report / "escape.png").symlink_to(secret)
+    (report / "report.csv").unlink()
+    (report / "report.csv").symlink_to(other / "report.csv")
+    with (report / "report.md").open("a", encoding="utf-8") as markdown:
+        markdown.write(f"![a]({secret})\n![b](../../elsewhere/secret.png)\n![c](escape.png)\n![d](/etc/hostname)\n")
+    assert find_reports(root) == [report]
+    read = read_report(report)
+    assert [p.name for p in read.figures] == ["recall_at_k.png"] and read.csv is None
+    with pytest.raises(QAError, match="links outside its report directory"):
+        read_report(root / "linked")
+
+
+def test_literal_tables_show_cells_as_text():
+    frame = pd.DataFrame([{"![c](http://x/c.png)": "**b** | x\ny", "n": 0.5}])
+    header, _, row = markdown_table(frame, literal=True).split("\n")
+    assert header == f"| \\!\\[c\\]\\(http{WORD_JOINER}\\:\\/\\/x\\/c\\.png\\) | n |"
+    assert row == "| \\*\\*b\\*\\* \\| x y | 0.500 |"  # one row, its pipe escaped
+    assert markdown_table(frame).startswith("| ![c](http://x/c.png) | n |")  # report.md keeps what was written

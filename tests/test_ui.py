@@ -12,7 +12,7 @@ from html import escape, unescape
 from pathlib import Path
 
 import pytest
-from conftest import write_subjqa
+from conftest import shown, write_subjqa
 from haystack import GeneratedAnswer
 from streamlit.testing.v1 import AppTest
 
@@ -37,7 +37,7 @@ def app_env(tmp_path_factory, tiny_reader) -> dict[str, str]:
 @pytest.fixture
 def page(app_env, monkeypatch):
     """Starts the page (with extra environment, query params) and returns the AppTest after its first run."""
-    for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL"):
+    for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL", "QA_REPORTS_DIR"):
         monkeypatch.delenv(name, raising=False)
     for name, value in app_env.items():
         monkeypatch.setenv(name, value)
@@ -64,11 +64,16 @@ def ask(at: AppTest, question: str, product: str | None = None) -> AppTest:
 
 
 def answer_cards(at: AppTest) -> list[str]:
-    return [m.value for m in at.markdown if 'class="qa-answer' in m.value]
+    return [h.value for h in at.html if 'class="qa-answer' in h.value]
+
+
+def cards_html(at: AppTest) -> list[str]:
+    """Every card (answers, reviews, timings): escaped HTML shown with st.html, never Markdown."""
+    return [h.value for h in at.html if 'class="qa-' in h.value]
 
 
 def messages(at: AppTest) -> str:
-    return " ".join(e.value for e in [*at.error, *at.warning])
+    return " ".join(shown(e.value) for e in [*at.error, *at.warning])
 
 
 def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env):
@@ -87,7 +92,7 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
         before = unescape(card.split("<mark>")[0].rsplit('<div class="qa-review">', 1)[1]).lstrip("…")
         assert content[: view.start].endswith(before)  # the mark sits at the reader's offset, not at a text match
         assert "% confident" in card and view.document.meta["item_id"] == "HEADPHONES"
-    assert "Answered in" in " ".join(m.value for m in at.markdown if "qa-timings" in m.value)
+    assert "Answered in" in " ".join(h for h in cards_html(at) if "qa-timings" in h)
     assert any(e.label.startswith("Retrieved reviews (3)") for e in at.expander)
     assert at.query_params["item"] == "HEADPHONES" and at.query_params["q"] == "How is the bass?"  # a link to this answer
 
@@ -100,7 +105,7 @@ def test_switching_retriever_and_pipeline(page, monkeypatch):
     assert not at.error and at.session_state["asked"].pipeline.startswith("dense + extractive")
     at.radio(key="retriever").set_value("hybrid").run()
     button(at, "Ask").click().run()
-    retrieved = [m.value for m in at.markdown if "#1 · score" in m.value]
+    retrieved = [h for h in cards_html(at) if "#1 · score" in h]
     assert "BM25 " in retrieved[0] and "dense " in retrieved[0]  # the fused rankings' own scores are shown
     at.slider(key="top_k").set_value(1)
     at.slider(key="top_k_reader").set_value(1)
@@ -147,7 +152,7 @@ def test_random_labelled_question_shows_the_gold_answer(page):
     assert any("Annotators' answer" in m.value for m in at.markdown)
     assert all(d.meta["split"] == "dev" for d in at.session_state["asked"].documents)  # asked as the evaluation does
     assert all("EM " in card and "F1 " in card for card in answer_cards(at))
-    assert any("labelled review" in m.value for m in at.markdown) or any("was not retrieved" in c.value for c in at.caption)
+    assert any("labelled review" in h for h in cards_html(at)) or any("was not retrieved" in c.value for c in at.caption)
 
 
 def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
@@ -200,7 +205,7 @@ def test_a_reader_that_fails_to_load_still_shows_the_reviews(page, tmp_path):
     at = page({"QA_READER_MODEL": str(tmp_path / "no-such-reader")})
     ask(at, "How is the bass?", "HEADPHONES")
     assert not at.exception and "has no config.json" in messages(at) and "Showing the closest reviews" in messages(at)
-    assert any("Closest reviews" in m.value for m in at.markdown) and any("r-phones-1" in m.value for m in at.markdown)
+    assert any("Closest reviews" in m.value for m in at.markdown) and any("r-phones-1" in h for h in cards_html(at))
 
 
 def test_unreachable_elasticsearch_is_a_message_and_memory_still_works(page):
@@ -224,17 +229,19 @@ def test_unreachable_opensearch_is_a_message(page):
 
 def test_dashboard_shows_the_reports_eval_writes(page, app_env, tmp_path, monkeypatch):
     reports = tmp_path / "reports"
-    at = page().switch_page("dashboard.py").run()
-    at.text_input(key="reports_dir").input(str(reports)).run()
+    at = page({"QA_REPORTS_DIR": str(reports)}).switch_page("dashboard.py").run()
     assert "No reports under" in at.info[0].value
+    at.text_input(key="reports_dir").input("..").run()
+    assert "'..' is outside the reports folder." in messages(at) and not at.selectbox
+    at.text_input(key="reports_dir").input("").run()
     monkeypatch.setenv("QA_DATA_DIR", app_env["QA_DATA_DIR"])
     assert cli(["eval", "retriever", "--split", "test", "--retriever", "bm25", "--k", "1", "3", "--out", str(reports / "retriever")]) == 0
     at.run()
     assert not at.exception and not at.error
-    assert at.subheader[0].value == "Retriever evaluation: SubjQA electronics test"
-    tables = [m.value for m in at.markdown if m.value.startswith("| ")]
+    assert shown(at.subheader[0].value) == "Retriever evaluation: SubjQA electronics test"
+    tables = [shown(m.value) for m in at.markdown if m.value.startswith("| ")]
     assert "| recall@3 |" in tables[0] and any("| p50_ms |" in t for t in tables[2:])  # headline, all metrics, then sections
-    assert {caption for image in at.image for caption in image.captions} == {"recall_at_k.png", "recall_at_k_chapter.png"}
+    assert {shown(caption) for image in at.image for caption in image.captions} == {"recall_at_k.png", "recall_at_k_chapter.png"}
 
 
 def test_qa_system_ui_serves_the_page_with_the_given_settings():

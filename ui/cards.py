@@ -1,16 +1,19 @@
 """HTML of the search page's cards: answers, reviews, the gold answer. Presentation only.
 
-Every text that comes from data is escaped; highlights come from ``qa_system.serving.answer_views``
-segments, i.e. from the reader's character offsets.
+Every text that comes from data goes through ``html_text`` (``html.escape``), and the page shows
+these cards with ``st.html``, which parses no Markdown: ``st.markdown(..., unsafe_allow_html=True)``
+would end the HTML block at a blank line inside a review and read the rest as Markdown. Highlights
+come from ``qa_system.serving.answer_views`` segments, i.e. from the reader's character offsets.
 """
 
 from __future__ import annotations
 
-from html import escape, unescape
+from html import unescape
 from typing import Sequence
 
 from haystack import Document
 
+from qa_system.safe_text import html_text
 from qa_system.serving.answer_views import AnswerView, Segment, highlight_segments
 
 CSS = """
@@ -34,13 +37,15 @@ CSS = """
 .qa-hint { font-size: .9rem; color: #475569; }
 .qa-timings { font-size: .85rem; color: #64748b; margin: .1rem 0 .6rem; }
 .qa-timings b { color: #0f172a; }
+/* st.html blocks keep their last margin (Markdown dropped it): the container's gap is enough. */
+[data-testid="stHtml"] > :last-child { margin-bottom: 0; }
 </style>
 """
 
 
 def segments_html(segments: Sequence[Segment]) -> str:
     # Some SubjQA reviews hold HTML entities (7&#34;): shown as the character, after the offsets did their work.
-    return "".join(f"<mark>{escape(unescape(s.text))}</mark>" if s.highlighted else escape(unescape(s.text)) for s in segments)
+    return "".join(f"<mark>{html_text(unescape(s.text))}</mark>" if s.highlighted else html_text(unescape(s.text)) for s in segments)
 
 
 def review_source(document: Document) -> str:
@@ -48,12 +53,12 @@ def review_source(document: Document) -> str:
     meta = document.meta
     review_id = str(meta.get("review_id", document.id))
     shown = review_id if len(review_id) <= 12 else f"{review_id[:8]}…"
-    parts = [escape(meta.get("item_id") or ""), escape(f"{meta['split']} split") if meta.get("split") else ""]
-    return " · ".join([f'review <span title="{escape(review_id)}">{escape(shown)}</span>', *filter(None, parts)])
+    parts = [html_text(meta.get("item_id") or ""), html_text(f"{meta['split']} split") if meta.get("split") else ""]
+    return " · ".join([f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts)])
 
 
 def chip(text: str, kind: str) -> str:
-    return f'<span class="qa-chip qa-{kind}">{escape(text)}</span>'
+    return f'<span class="qa-chip qa-{kind}">{html_text(text)}</span>'
 
 
 def answer_card(view: AnswerView, rank: int, window: int = 220, extra_chips: Sequence[str] = ()) -> str:
@@ -64,11 +69,11 @@ def answer_card(view: AnswerView, rank: int, window: int = 220, extra_chips: Seq
         head = '<span class="qa-answer-text">No answer in these reviews</span>'
         body = '<div class="qa-hint">The reader found nothing that answers the question in the reviews it read. The closest reviews are below.</div>'
         return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
-    head = f'<span class="qa-rank">{rank}.</span><span class="qa-answer-text">{escape(view.text or "")}</span>'
+    head = f'<span class="qa-rank">{rank}.</span><span class="qa-answer-text">{html_text(view.text or "")}</span>'
     if view.kind == "span" and view.document is not None:
         body = f'<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document)}</div>'
     else:
-        sources = "".join(f"<li>[{d.meta.get('source_index', i)}] {review_source(d)}</li>" for i, d in enumerate(view.sources, 1))
+        sources = "".join(f"<li>[{html_text(d.meta.get('source_index', i))}] {review_source(d)}</li>" for i, d in enumerate(view.sources, 1))
         body = f'<div class="qa-source">Generated from the retrieved reviews{f"; cites:<ul>{sources}</ul>" if sources else "."}</div>'
     return f'<div class="qa-answer qa-{view.kind}"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
 
@@ -85,8 +90,8 @@ def timings_line(timings: dict[str, float], pipeline: str) -> str:
     def ms(seconds: float) -> str:
         return f"{1000 * seconds:.0f} ms"
 
-    components = " · ".join(f"{escape(name)} {ms(seconds)}" for name, seconds in timings.items() if not name.endswith("_s"))
+    components = " · ".join(f"{html_text(name)} {ms(seconds)}" for name, seconds in timings.items() if not name.endswith("_s"))
     return (
         f'<div class="qa-timings">Answered in <b>{ms(timings["total_s"])}</b>: retrieval <b>{ms(timings["retrieval_s"])}</b>, '
-        f'answering <b>{ms(timings["answer_s"])}</b> &nbsp;·&nbsp; {escape(pipeline)}: {components}</div>'
+        f'answering <b>{ms(timings["answer_s"])}</b> &nbsp;·&nbsp; {html_text(pipeline)}: {components}</div>'
     )

@@ -1,4 +1,9 @@
-"""The evaluation dashboard: the reports `qa-system eval ...` wrote, as tables and plots."""
+"""The evaluation dashboard: the reports `qa-system eval ...` wrote, as tables and plots.
+
+Reports come from the reports root (``QA_REPORTS_DIR``, default ``reports/``) only: the folder typed
+here is confined to it, and the report's own files are the only ones served. Everything a report
+holds (title, notes, cells, file names) is shown as text, through ``markdown_literal``.
+"""
 
 from __future__ import annotations
 
@@ -8,35 +13,38 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.evaluation.report import Report, find_reports, markdown_table, read_report
+from qa_system.evaluation.report import Report, find_reports, markdown_table, read_report, reports_folder
+from qa_system.safe_text import markdown_literal
 
 HEADLINE_GROUPS = ("all",)
+WARNING = ":material/warning:"
 
 
 def report_label(directory: Path, root: Path) -> str:
+    # A selectbox shows its options as plain text: no escaping needed.
     try:
         report = read_report(directory)
     except QAError:
-        return f"{directory} (unreadable)"
+        return f"{directory.relative_to(root)} (unreadable)"
     when = datetime.fromtimestamp(report.modified).strftime("%Y-%m-%d %H:%M")
-    where = directory.relative_to(root) if directory.is_relative_to(root) else directory
-    return f"{report.title}  ·  {where}  ·  {when}"
+    return f"{report.title}  ·  {directory.relative_to(root)}  ·  {when}"
 
 
 def table(frame: pd.DataFrame) -> None:
     # Markdown, not st.dataframe: that needs pyarrow, whose current release wants NumPy 2 (the project pins 1.x).
-    st.markdown(markdown_table(frame))
+    st.markdown(markdown_table(frame, literal=True))
 
 
 def show_report(report: Report) -> None:
-    st.subheader(report.title)
+    st.subheader(markdown_literal(report.title))
     scalars = {k: v for k, v in report.summary.items() if isinstance(v, (str, int, float))}
     if scalars:
         for column, (name, value) in zip(st.columns(min(4, len(scalars))), list(scalars.items())[:4]):
-            column.metric(name.replace("_", " ").capitalize(), str(value))
+            column.metric(markdown_literal(name.replace("_", " ").capitalize()), markdown_literal(value))
     for note in report.notes:
-        st.caption(note)
+        st.caption(markdown_literal(note))
     metrics = report.metrics
     if "group" in metrics:
         headline = metrics[metrics["group"].isin(HEADLINE_GROUPS)]
@@ -45,31 +53,43 @@ def show_report(report: Report) -> None:
             table(headline)
     plots = st.columns(2)  # side by side, and a single plot at half width rather than page-filling
     for i, figure in enumerate(report.figures):
-        plots[i % len(plots)].image(str(figure), caption=figure.name, width="stretch")
+        plots[i % len(plots)].image(str(figure), caption=markdown_literal(figure.name), width="stretch")
     with st.expander(f"All metrics ({len(metrics)} rows)", expanded="group" not in metrics):
         table(metrics)
     for name, frame in report.sections.items():
-        st.markdown(f"##### {name.replace('_', ' ').capitalize()}")
+        st.markdown(f"##### {markdown_literal(name.replace('_', ' ').capitalize())}")
         table(frame)
-    csv = report.directory / "report.csv"
-    if csv.is_file():
-        st.download_button("Download report.csv", csv.read_bytes(), file_name=f"{report.directory.name}-report.csv", mime="text/csv")
+    if report.csv is not None:
+        st.download_button("Download report.csv", report.csv.read_bytes(), file_name=f"{report.directory.name}-report.csv", mime="text/csv")
 
 
 def main() -> None:
     st.title("Evaluation dashboard")
     st.caption("The reports that `qa-system eval retriever | reader | pipeline --out DIR` wrote: pick one to see its tables and plots.")
-    root = Path(st.text_input("Reports folder", value="reports", key="reports_dir", help="Searched recursively for report.json files."))
-    reports = find_reports(root)
+    try:
+        root = Settings.from_env().reports_dir.resolve()
+    except QAError as error:
+        st.error(markdown_literal(error), icon=WARNING)
+        return
+    requested = st.text_input(
+        "Reports folder", value="", key="reports_dir", placeholder="all reports",
+        help=f"A folder under {markdown_literal(root)} (QA_REPORTS_DIR), searched recursively for report.json files.",
+    )  # fmt: skip
+    try:
+        folder = reports_folder(root, requested.strip())
+    except QAError as error:
+        st.error(markdown_literal(error), icon=WARNING)
+        return
+    reports = find_reports(folder)
     if not reports:
-        st.info(f"No reports under `{root}` yet. Write some with, for example:")
-        st.code(f"qa-system eval retriever --split test --out {root}/retriever\nqa-system eval pipeline --split test --out {root}/pipeline", language="bash")
+        st.info(f"No reports under {markdown_literal(folder)} yet. Write some with, for example:")
+        st.code(f"qa-system eval retriever --split test --out {folder}/retriever\nqa-system eval pipeline --split test --out {folder}/pipeline", language="bash")
         return
     directory = st.selectbox("Report", reports, format_func=lambda d: report_label(d, root), key="report")
     try:
         show_report(read_report(directory))
     except QAError as error:
-        st.error(str(error), icon=":material/warning:")
+        st.error(markdown_literal(error), icon=WARNING)
 
 
 main()

@@ -1,7 +1,9 @@
 """The search page: pick a product, ask a question, see the answers inside the reviews they came from.
 
 Presentation only: the pipelines, feedback storage, answer views, highlighting and spot checks are
-library functions (``qa_system``); this file lays them out.
+library functions (``qa_system``); this file lays them out. Text from reviews, labels, the URL or
+the user is never interpreted: cards are escaped HTML shown with ``st.html``, and every other
+string that carries such text (messages included) goes through ``markdown_literal``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from qa_system.config import RETRIEVERS, Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
 from qa_system.pipelines import ANSWER_STAGES
+from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerView, answer_views
 from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore
 from qa_system.sources import SPLITS, LabelledQuestion
@@ -100,9 +103,9 @@ def feedback_panel(store: FeedbackStore, settings: Settings) -> None:
             try:
                 export = store.export_squad(settings.home / "feedback" / "feedback-squad.json")
             except QAError as error:
-                st.warning(str(error))
+                st.warning(markdown_literal(error))
                 return
-            st.success(export.summary())
+            st.success(markdown_literal(export.summary()))
             st.code(f"qa-system train-reader --train-file {export.path}", language="bash")
             st.download_button("Download the file", export.path.read_bytes(), file_name=export.path.name, mime="application/json")
 
@@ -164,7 +167,7 @@ def ask(settings: Settings, index, options: Options) -> None:
             )  # fmt: skip
     except QAError as error:
         st.session_state["asked"] = None
-        st.error(str(error), icon=WARNING)
+        st.error(markdown_literal(error), icon=WARNING)  # messages quote the question and the (linked) product
         return
     st.query_params.update(item=item, q=question.strip())
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
@@ -215,7 +218,7 @@ def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
 
 def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
     with st.container(border=True):
-        st.markdown(cards.answer_card(view, rank, extra_chips=gold_chips(asked, view)), unsafe_allow_html=True)
+        st.html(cards.answer_card(view, rank, extra_chips=gold_chips(asked, view)))
         feedback_buttons(store, asked, view, rank)
 
 
@@ -224,7 +227,7 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
     if not views:
         st.markdown("##### Closest reviews")
         for document in asked.documents[:3]:
-            st.markdown(cards.review_card(document), unsafe_allow_html=True)
+            st.html(cards.review_card(document))
         return
     null = next((i for i, v in enumerate(views) if v.kind == "no_answer"), len(views))
     answered, unsure = views[:null], views[null + 1 :]
@@ -235,7 +238,7 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
         answer_card(store, asked, views[null], 0)
         st.markdown("##### Closest reviews")
         for document in asked.documents[:3]:
-            st.markdown(cards.review_card(document), unsafe_allow_html=True)
+            st.html(cards.review_card(document))
     if unsure:
         null_score = views[null].confidence
         with st.expander(f"{len(unsure)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
@@ -249,14 +252,14 @@ def show_gold(asked: Asked) -> None:
     kind = "subjective" if gold.is_subjective else "factual"
     with st.container(border=True):
         if gold.no_answer:
-            st.markdown(f"**No answer** (unanswerable in its review) · {kind} question · `{gold.id}`")
+            st.markdown(f"**No answer** (unanswerable in its review) · {kind} question · {markdown_literal(gold.id)}")
         else:
             texts = " · ".join(f"“{a.text}”" for a in gold.answers)
-            st.markdown(f"**{texts}** · {kind} question · `{gold.id}`")
+            st.markdown(f"**{markdown_literal(texts)}** · {kind} question · {markdown_literal(gold.id)}")
         rank = gold_rank(gold, asked.documents)
         st.caption(f"Its review was retrieved at rank {rank} of {len(asked.documents)}." if rank else "Its review was not retrieved, so the reader never saw it.")
         review = Document(id=gold.document_id, content=gold.context, meta={"review_id": gold.review_id, "item_id": gold.item_id, "split": gold.split})
-        st.markdown(cards.review_card(review, [(a.start, a.end) for a in gold.located_answers]), unsafe_allow_html=True)
+        st.html(cards.review_card(review, [(a.start, a.end) for a in gold.located_answers]))
 
 
 def show_retrieved(asked: Asked) -> None:
@@ -272,11 +275,11 @@ def show_retrieved(asked: Asked) -> None:
                 chips.append(cards.chip(f"dense {dense:.2f}" if dense is not None else "dense –", "unknown"))
             if asked.gold is not None and document.id == asked.gold.document_id:
                 chips.append(cards.chip("labelled review", "gold-chip"))
-            st.markdown(cards.review_card(document, spans, chips), unsafe_allow_html=True)
+            st.html(cards.review_card(document, spans, chips))
 
 
 def show_timings(asked: Asked) -> None:
-    st.markdown(cards.timings_line(asked.timings, asked.pipeline), unsafe_allow_html=True)
+    st.html(cards.timings_line(asked.timings, asked.pipeline))
 
 
 # ------------------------------------------------------------------------------------ page
@@ -290,7 +293,7 @@ def main() -> None:
         settings = Settings.from_env(store=options.store)
         index = resources.open_index(settings)
     except QAError as error:
-        st.error(str(error), icon=WARNING)
+        st.error(markdown_literal(error), icon=WARNING)
         return
     feedback = FeedbackStore(settings.feedback_db)
     feedback_panel(feedback, settings)
@@ -299,14 +302,14 @@ def main() -> None:
     if options.evaluation:
         st.button("Random labelled question", icon=":material/casino:", on_click=pick_random_question, args=(settings.data_dir, options.split, list(counts)))
     if notice := st.session_state.pop("notice", None):
-        st.warning(notice, icon=WARNING)
+        st.warning(markdown_literal(notice), icon=WARNING)
     if search_form(counts) | st.session_state.pop("ask_now", False):
         ask(settings, index, options)
     asked = st.session_state.get("asked")
     if asked is None:
         return
     if asked.warning:
-        st.warning(asked.warning, icon=WARNING)
+        st.warning(markdown_literal(asked.warning), icon=WARNING)
     show_timings(asked)
     if asked.gold is not None:
         answers, gold = st.columns([3, 2], gap="large")

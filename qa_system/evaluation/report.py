@@ -15,15 +15,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from qa_system.errors import QAError  # noqa: E402
+from qa_system.safe_text import markdown_literal  # noqa: E402
 
 
-def markdown_table(table: pd.DataFrame, digits: int = 3) -> str:
+def markdown_table(table: pd.DataFrame, digits: int = 3, literal: bool = False) -> str:
+    """The table in GitHub Markdown; ``literal``: every header and cell shown as text (for a page
+    showing a report someone else wrote), never as Markdown."""
+
+    def text(value: Any) -> str:
+        return markdown_literal(value).replace("\n", " ") if literal else str(value)
+
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return "" if math.isnan(value) else f"{value:.{digits}f}"
-        return str(value)
+        return text(value)
 
-    header = "| " + " | ".join(str(c) for c in table.columns) + " |"
+    header = "| " + " | ".join(text(c) for c in table.columns) + " |"
     rule = "|" + "|".join("---" for _ in table.columns) + "|"
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
     return "\n".join([header, rule, *rows])
@@ -87,21 +94,51 @@ class Report:
     figures: list[Path]  # PNG plots, in the order report.md shows them
     notes: list[str]
     modified: float  # report.json's mtime, to list the newest first
+    csv: Path | None = None  # report.csv, when the directory holds one
+
+
+def inside(root: str | Path, path: str | Path) -> bool:
+    """Whether ``path`` lies inside ``root`` (or is it) once ``..`` and symlinks are resolved."""
+    return Path(path).resolve().is_relative_to(Path(root).resolve())
+
+
+def reports_folder(root: str | Path, requested: str | Path = "") -> Path:
+    """The folder ``requested`` names (relative to the reports root ``root``, or absolute), resolved.
+
+    A page lists and serves the reports under ``root`` only: a folder outside it (``/``, ``..``, a
+    symlink leading out) is a QAError.
+    """
+    folder = (Path(root) / requested).resolve()  # an absolute ``requested`` replaces the root here
+    if not inside(root, folder):
+        raise QAError(f"'{requested}' is outside the reports folder.", f"pick a folder under {Path(root).resolve()} (set by QA_REPORTS_DIR).")
+    return folder
 
 
 def find_reports(root: str | Path) -> list[Path]:
-    """Directories under ``root`` (itself included) holding a report.json, newest first."""
+    """Directories under ``root`` (itself included) holding a report.json, newest first; a report.json
+    that is a symlink out of ``root`` does not count."""
     root = Path(root)
     if not root.is_dir():
         return []
-    found = [p.parent for p in root.rglob(REPORT_FILE) if p.is_file()]
+    found = [p.parent for p in root.rglob(REPORT_FILE) if p.is_file() and inside(root, p)]
     return sorted(found, key=lambda d: (d / REPORT_FILE).stat().st_mtime, reverse=True)
 
 
 def read_report(directory: str | Path) -> Report:
-    """Load one report directory; a QAError naming the file when it is missing or unreadable."""
+    """Load one report directory; a QAError naming the file when it is missing or unreadable.
+
+    Only files inside ``directory`` are read or listed: report.md's image references (and
+    symlinks) that lead elsewhere are ignored, so that a page showing the report serves nothing else.
+    """
     directory = Path(directory)
+
+    def own(name: str) -> Path | None:
+        path = directory / name
+        return path if path.is_file() and inside(directory, path) else None
+
     path = directory / REPORT_FILE
+    if path.exists() and not inside(directory, path):
+        raise QAError(f"{path} links outside its report directory.", "copy the report into the directory instead of linking it.")
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as error:
@@ -114,11 +151,11 @@ def read_report(directory: str | Path) -> Report:
         k: pd.DataFrame(v) for k, v in payload.items() if k != "metrics" and isinstance(v, list) and v and all(isinstance(row, dict) for row in v)
     }
     summary = {k: v for k, v in payload.items() if k not in ("title", "metrics", *sections)}
-    markdown = directory / "report.md"
-    lines = markdown.read_text(encoding="utf-8").splitlines() if markdown.is_file() else []
+    markdown = own("report.md")
+    lines = markdown.read_text(encoding="utf-8").splitlines() if markdown else []
     shown = [line[line.index("(") + 1 : -1] for line in lines if line.startswith("![") and line.endswith(")")]
-    figures = [directory / name for name in shown if (directory / name).is_file()]
-    figures += sorted(p for p in directory.glob("*.png") if p not in figures)
+    figures = list(dict.fromkeys(filter(None, map(own, shown))))
+    figures += sorted(p for p in directory.glob("*.png") if p not in figures and own(p.name))
     notes_end = lines.index("## Metrics") if "## Metrics" in lines else 0
     return Report(
         directory=directory,
@@ -129,4 +166,5 @@ def read_report(directory: str | Path) -> Report:
         figures=figures,
         notes=[line[2:] for line in lines[:notes_end] if line.startswith("- ")],
         modified=path.stat().st_mtime,
+        csv=own("report.csv"),
     )

@@ -1,0 +1,39 @@
+"""Showing untrusted text as text: reviews, labels, report files, URL parameters, user input, and
+the error messages that quote them.
+
+Streamlit interprets almost every string it shows (``st.markdown``, ``st.error``/``warning``/``info``,
+``st.caption``, ``st.subheader``, ``st.metric``, expander labels, image captions) as Markdown with
+its own extensions: ``:red[...]`` colour directives, ``:material/...:`` icons, ``$...$`` maths, and
+GitHub's autolinks (``http://...``, ``www.``, ``a@b.c``). A hostile review or link could thus show a
+phishing link, fetch a remote image or restyle the page. Two ways to show such text safely:
+
+* ``markdown_literal`` for the places that only take Markdown: every ASCII punctuation character
+  is backslash-escaped (CommonMark allows it for all of them, so nothing starts a construct),
+  ``<``, ``>`` and ``&`` become HTML entities, and an invisible word joiner breaks the autolinks,
+  which Streamlit finds in the *unescaped* text and so no escape can stop.
+* ``html_text`` (``html.escape``) for HTML shown with ``st.html``, which parses no Markdown at all.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import string
+
+# U+2060 WORD JOINER: invisible, and not a character an autolink's scheme, "www." or e-mail address can hold.
+WORD_JOINER = "\u2060"
+_AUTOLINK_STARTS = re.compile(r"(?i)(https?|ftp|www)(?=[:.])|(?=@)")
+_HTML_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_ESCAPED = {c: _HTML_ENTITIES.get(c, "\\" + c) for c in string.punctuation}
+
+
+def markdown_literal(text: object) -> str:
+    """``text`` as Markdown that Streamlit shows literally (no link, image, heading, emphasis, colour, HTML)."""
+    broken = _AUTOLINK_STARTS.sub(lambda m: (m.group(1) or "") + WORD_JOINER, str(text))
+    return "".join(_ESCAPED.get(c, c) for c in broken)
+
+
+def html_text(text: object) -> str:
+    """``text`` for an HTML element's content or attribute value (``st.html`` parses no Markdown)."""
+    return html.escape(str(text), quote=True)
+

@@ -1,0 +1,44 @@
+"""Untrusted text shown as text: the Markdown escaping the pages use wherever Streamlit reads Markdown."""
+
+import re
+import string
+
+import pytest
+from conftest import shown
+
+from qa_system.safe_text import WORD_JOINER, html_text, markdown_literal
+
+HOSTILE = [
+    "![p](http://127.0.0.1:8999/p.png)\n\n# HEADING\n\n**bold** _it_ ~~s~~ `code` > quote",
+    "X'. [Your session expired: click here](http://127.0.0.1:8999/phish) <img src=x onerror=alert(1)>",
+    ":red[red] :red-background[x] :material/warning: :smile: $x^2$ $$y$$ a | b | c",
+    "setext\n===\n- item\n1. item\n+ item\n[ref]: http://evil\n<https://evil> &amp; &lt;b&gt; \\*",
+    "www.evil.com HTTPS://EVIL.COM ftp://evil mail me@evil.com xmpp:me@evil.com",
+    "plain text, with 7\" screens and 100% of 3 reviews",
+]
+# GitHub's autolink literals, as mdast-util-gfm-autolink-literal finds them in (already unescaped) text.
+AUTOLINK_URL = re.compile(r"(https?://|www(?=\.))([-.\w]+)([^ \t\r\n]*)", re.IGNORECASE)
+AUTOLINK_EMAIL = re.compile(r"([-.\w+]+)@([-\w]+(?:\.[-\w]+)+)")
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_markdown_literal_shows_the_text_and_leaves_no_construct(text):
+    literal = markdown_literal(text)
+    assert shown(literal) == text  # a reader sees exactly the text
+    # Every ASCII punctuation character is backslash-escaped, or an entity (<, >, &): none can open a construct.
+    bare = re.sub(r"&(lt|gt|amp);", "", re.sub(rf"\\[{re.escape(string.punctuation)}]", "", literal))
+    assert not set(bare) & set(string.punctuation)
+    # Autolinks are found after unescaping, so only the word joiners stop them.
+    unescaped = shown(literal.replace(WORD_JOINER, "\0")).replace("\0", WORD_JOINER)
+    assert not AUTOLINK_URL.search(unescaped) and not AUTOLINK_EMAIL.search(unescaped)
+
+
+def test_markdown_literal_examples():
+    assert markdown_literal("**b** :red[x]") == r"\*\*b\*\* \:red\[x\]"
+    assert markdown_literal("<b>&") == "&lt;b&gt;&amp;"
+    assert markdown_literal("see http://x.io") == f"see http{WORD_JOINER}\\:\\/\\/x\\.io"
+    assert markdown_literal(42) == "42" and markdown_literal("plain words") == "plain words"
+
+
+def test_html_text_escapes_content_and_attributes():
+    assert html_text('<img src="x" onerror=\'y\'> & co') == "&lt;img src=&quot;x&quot; onerror=&#x27;y&#x27;&gt; &amp; co"

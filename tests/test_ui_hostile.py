@@ -1,0 +1,229 @@
+"""Hostile input on the served pages, in a real browser (issue 17): a shared link, reviews, labels
+and report files that hold Markdown, HTML and Streamlit directives must be shown as text, and the
+dashboard must read reports from its configured root only.
+
+One Streamlit server for the module, on a tiny corpus whose only test-split question is hostile,
+and a recorder: a loopback HTTP server standing in for the attacker, which must never be reached.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import COLUMNS, SPLIT_ROWS, write_subjqa
+
+from qa_system.evaluation.report import write_report
+from qa_system.safe_text import WORD_JOINER
+from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, headless_chromium, serve
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)"),
+]
+TIMEOUT = 180
+# 1x1 transparent PNG: what the attacker's server answers, so that a fetched image would load.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+)
+
+
+class Recorder(ThreadingHTTPServer):
+    """The attacker's server on a free loopback port: records every request it gets."""
+
+    def __init__(self):
+        self.requests: list[str] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                recorder.requests.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/png")
+                self.end_headers()
+                self.wfile.write(PNG)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def hostile_text(origin: str) -> str:
+    """Markdown, HTML and Streamlit directives; a blank line first, which ends an HTML block in Markdown."""
+    return (
+        f"Great for reading. ![p]({origin}/p.png)\n\n# HEADING\n\n**bold** :red[red] <img src=\"{origin}/img.png\"> "
+        f"[link]({origin}/phish) {origin}/auto"
+    )
+
+
+def hostile_rows(origin: str) -> list[dict]:
+    review = hostile_text(origin) + " ANSWERNOTFOUND"
+    rows = []
+    for span in (f"![p]({origin}/p.png)", f"[link]({origin}/phish)"):  # two annotators, both hostile
+        values = dict.fromkeys(COLUMNS, "")
+        start = review.index(span)
+        values.update(
+            item_id="HOSTILE", domain="electronics", q_review_id="q-hostile", question="Is it good for reading?", is_ques_subjective="True",
+            review_id="r-hostile", review=review, human_ans_spans=span, human_ans_indices=f"({start}, {start + len(span)})",
+        )  # fmt: skip
+        rows.append(values)
+    return rows
+
+
+def write_hostile_report(directory: Path, origin: str, outside_png: Path) -> None:
+    """A report in the reports root whose title, notes, cells and report.md images are hostile."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots()
+    axes.plot([1, 2], [1, 2])
+    metrics = pd.DataFrame([{"group": "all", f"![c]({origin}/cell.png)": 0.5, "retriever": f"**bm25** [x]({origin}/cell-link)"}])
+    write_report(
+        directory, f"Report ![t]({origin}/title.png) **T** :red[r]", metrics, summary={"split": f"![s]({origin}/summary.png)"},
+        figures={"plot.png": figure}, notes=[f"note ![x](/etc/hostname) ![r]({origin}/note.png) [n]({origin}/note-link)"],
+    )  # fmt: skip
+    markdown = directory / "report.md"
+    # Image references outside the report: an absolute path, a relative escape, a symlink inside it.
+    (directory / "escape.png").symlink_to(outside_png)
+    references = [f"![x]({outside_png})", f"![y](../../outside/{outside_png.name})", "![z](escape.png)", "![h](/etc/hostname)"]
+    markdown.write_text(markdown.read_text(encoding="utf-8") + "\n" + "\n".join(references) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def recorder():
+    server = Recorder()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def long_reader(tmp_path_factory) -> Path:
+    """The tiny random reader with room for a whole window: the hostile review is long in (character) tokens."""
+    from test_reading import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("long-reader"), max_positions=512)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, long_reader, recorder):
+    """(page URL, tmp folder): the page on the hostile corpus, with a reports root holding a hostile report."""
+    root = tmp_path_factory.mktemp("hostile")
+    data = write_subjqa(root / "subjqa", {"train": SPLIT_ROWS["train"], "dev": SPLIT_ROWS["dev"], "test": hostile_rows(recorder.origin)})
+    outside = root / "outside"  # beside the reports root: another user's reports, a private image
+    outside.mkdir()
+    secret = outside / "secret.png"
+    secret.write_bytes(PNG)
+    write_report(outside / "other-user", "Other user's report", pd.DataFrame([{"group": "all", "x": 1}]), summary={})
+    write_hostile_report(root / "reports" / "hostile", recorder.origin, secret)
+    env = {"QA_DATA_DIR": str(data), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(long_reader), "QA_REPORTS_DIR": str(root / "reports")}
+    with serve(env, log=root / "streamlit.log") as url:
+        yield url, root
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = headless_chromium(tmp_path_factory.mktemp("chromium-profile"), 1400, 1400)
+    yield driver
+    driver.quit()
+
+
+def wait(driver, condition, timeout: float = TIMEOUT):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout).until(lambda d: condition(d))
+    except TimeoutException:
+        pytest.fail(f"the page did not get there in {timeout:.0f} s; it shows:\n{page_text(driver)}")
+
+
+def page_text(driver) -> str:
+    return driver.find_element("css selector", "[data-testid='stMain']").text.replace(WORD_JOINER, "")
+
+
+def idle(driver) -> None:
+    """Waits until Streamlit has finished its run, then a moment for images to be requested."""
+    time.sleep(0.5)
+    wait(driver, lambda d: not d.find_elements("css selector", "[data-testid='stStatusWidget']"))
+    time.sleep(1.0)
+
+
+def assert_nothing_interpreted(driver, recorder: Recorder) -> None:
+    """No request reached the attacker; no link, image, heading or bold made of the hostile text."""
+    port = recorder.server_address[1]
+    assert recorder.requests == []
+    assert driver.find_elements("css selector", f"a[href*=':{port}'], img[src*=':{port}']") == []
+    assert not [h.text for h in driver.find_elements("css selector", "h1, h2, h3, h4, h5, h6") if "HEADING" in h.text]
+    assert not [b.text for b in driver.find_elements("css selector", "strong, b") if b.text in ("bold", "T", "bm25")]
+
+
+def test_a_shared_link_shows_its_hostile_product_as_text(site, browser, recorder):
+    url, _ = site
+    item = f"X'. [Your session expired: click here]({recorder.origin}/phish) ![p]({recorder.origin}/p.png)"
+    browser.get(f"{url}/?{urllib.parse.urlencode({'item': item, 'q': 'hi'})}")
+    alert = wait(browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "has no reviews" in a.text])
+    idle(browser)
+    assert item in alert[0].text.replace(WORD_JOINER, "")  # the product id exactly as linked, as text
+    assert_nothing_interpreted(browser, recorder)
+
+
+def test_hostile_reviews_and_labels_are_shown_as_text(site, browser, recorder):
+    url, _ = site
+    browser.get(url)
+    wait(browser, lambda d: d.find_elements("xpath", "//label[.//p[normalize-space()='Evaluation mode']]"))[0].click()
+    wait(browser, lambda d: d.find_elements("xpath", "//button[.//p[normalize-space()='Random labelled question']]"))[0].click()
+    wait(browser, lambda d: d.find_elements("css selector", ANSWER_CARD) and "Annotators' answer" in page_text(d))
+    browser.find_element("xpath", "//summary[.//p[contains(., 'Retrieved reviews')]]").click()
+    idle(browser)
+    text = page_text(browser)
+    for literal in ("# HEADING", "**bold** :red[red]", f'<img src="{recorder.origin}/img.png">', f"[link]({recorder.origin}/phish)", f"![p]({recorder.origin}/p.png)"):
+        assert text.count(literal) >= 2, literal  # the annotators' review and the retrieved one, each in full
+    assert f"“[link]({recorder.origin}/phish)”" in text and f"“![p]({recorder.origin}/p.png)”" in text  # the annotators' answers
+    assert_nothing_interpreted(browser, recorder)
+
+
+def type_folder(driver, folder: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = wait(driver, lambda d: d.find_elements("css selector", "input[aria-label='Reports folder']"))[0]
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE, folder, Keys.ENTER)
+    idle(driver)
+
+
+def test_the_dashboard_lists_only_the_reports_root(site, browser, recorder):
+    url, root = site
+    browser.get(f"{url}/dashboard")
+    for folder in (str(root / "outside"), "../outside", "/", "hostile/../.."):
+        type_folder(browser, folder)
+        text = page_text(browser)
+        assert "outside the reports folder" in text, folder  # refused with a message
+        assert "Other user's report" not in text and not browser.find_elements("css selector", "[data-testid='stSelectbox']")
+
+
+def test_hostile_reports_are_shown_as_text_and_serve_only_their_own_plots(site, browser, recorder):
+    url, _ = site
+    browser.get(f"{url}/dashboard")
+    type_folder(browser, "")
+    wait(browser, lambda d: d.find_elements("css selector", "[data-testid='stImage'] img"))
+    idle(browser)
+    text = page_text(browser)
+    assert f"Report ![t]({recorder.origin}/title.png) **T** :red[r]" in text
+    assert f"note ![x](/etc/hostname) ![r]({recorder.origin}/note.png) [n]({recorder.origin}/note-link)" in text
+    assert f"![c]({recorder.origin}/cell.png)" in text and f"**bm25** [x]({recorder.origin}/cell-link)" in text
+    assert_nothing_interpreted(browser, recorder)
+    images = browser.find_elements("css selector", "[data-testid='stMain'] img")
+    assert len(images) == 1 and "/media/" in images[0].get_attribute("src")  # plot.png only: no outside file is served
