@@ -73,7 +73,7 @@ def test_closing_the_browser_during_first_start_indexing_does_not_lose_the_work(
         values["review"] = review + " ANSWERNOTFOUND"
         values["human_ans_indices"] = f"({len(review) + 1}, {len(review) + 15})"
         rows.append(values)
-    data_dir = write_subjqa(tmp_path / "subjqa", {"train": rows, "dev": [], "test": []})
+    data_dir = write_subjqa(tmp_path / "subjqa", {"train": rows[:2800], "dev": rows[2800:2900], "test": rows[2900:]})
     home = tmp_path / "home"
     saved = home / "indexes" / "memory" / "subjqa-electronics.json"
     assert set(COLUMNS) <= set(rows[0])

@@ -29,8 +29,8 @@ def cmd_products(args: argparse.Namespace) -> None:
     from qa_system.stores import open_index
 
     counts = open_index(settings_from_args(args), args.domain).item_counts()
-    for item_id, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.limit]:
-        print(f"{item_id}\t{count} reviews")
+    for item_id, reviews in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.limit]:
+        print(f"{item_id}\t{reviews} reviews")
 
 
 def cmd_export_squad(args: argparse.Namespace) -> None:
