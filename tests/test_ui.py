@@ -155,19 +155,29 @@ def test_random_labelled_question_shows_the_gold_answer(page):
     assert any("labelled review" in h for h in cards_html(at)) or any("was not retrieved" in c.value for c in at.caption)
 
 
+def vote(at: AppTest, rank: int, *verdicts: str) -> AppTest:
+    """Clicks on an answer's feedback buttons: the click log its component sends (see ui/votes.py)."""
+    key = f"feedback-{at.session_state['asked'].run}-{rank}"
+    logged = at.session_state[key]["clicks"] if key in at.session_state else []
+    at.session_state[key] = {"clicks": [*logged, *verdicts]}
+    return at.run()
+
+
 def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
     at = page()
     ask(at, "How is the bass?", "HEADPHONES")
     views = at.session_state["asked"].answers
-    button(at, "Right").click().run()
-    button(at, "Right review, wrong answer", 1).click().run()
-    assert any("Saved: right answer." == c.value for c in at.caption)
+    vote(at, 1, "correct")
+    vote(at, 2, "wrong_span")
+    assert [c.value for c in at.caption if c.value.startswith("Saved")] == ["Saved: right answer.", "Saved: right review, wrong answer."]
+    vote(at, 2, "correct", "wrong").run()  # two clicks in one rerun, and a rerun repeating them: two rows
+    assert "Saved 3 clicks, the last: wrong answer." in [c.value for c in at.caption]
     with sqlite3.connect(f"{app_env['QA_HOME']}/feedback.sqlite") as connection:
         rows = connection.execute('SELECT question, answer, document_id, start, "end", verdict, created FROM feedback ORDER BY id').fetchall()
     spans = [v for v in views if v.kind == "span"]
     first = spans[0]
-    assert rows[-2][:6] == ("How is the bass?", first.text, first.document.id, first.start, first.end, "correct") and rows[-2][6]
-    assert rows[-1][5] == "wrong_span"
+    assert rows[0][:6] == ("How is the bass?", first.text, first.document.id, first.start, first.end, "correct") and rows[0][6]
+    assert [row[5] for row in rows] == ["correct", "wrong_span", "correct", "wrong"]
 
     # A confirmed "no answer" becomes an impossible question for the closest review.
     at.toggle(key="tuned_threshold").set_value(False).run()
@@ -175,7 +185,7 @@ def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
     ask(at, "Is it waterproof?", "MOUSE")
     assert "No answer in these reviews" in answer_cards(at)[0]
     assert any("Closest reviews" in m.value for m in at.markdown)
-    button(at, "Right").click().run()
+    vote(at, 0, "correct")
 
     button(at, "Export as SQuAD v2").click().run()
     assert not at.exception and at.success and "labelled questions" in at.success[0].value

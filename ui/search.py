@@ -9,12 +9,14 @@ string that carries such text (messages included) goes through ``markdown_litera
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import cards
 import resources
 import streamlit as st
+import votes
 from haystack import Document
 
 from qa_system.answer_views import AnswerView, answer_views
@@ -22,7 +24,7 @@ from qa_system.config import RETRIEVERS, Settings
 from qa_system.data import SPLITS, LabelledQuestion
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
-from qa_system.feedback import VERDICTS, Feedback, FeedbackStore
+from qa_system.feedback import VERDICTS, Feedback, FeedbackStore, unrecorded_clicks
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.safe_text import markdown_literal
 
@@ -31,9 +33,9 @@ STAGE_LABELS = {"extractive": "Extractive reader", "rag": "Generative (RAG)"}
 RETRIEVER_LABELS = {"bm25": "BM25 (keywords)", "dense": "Dense (meaning)", "hybrid": "Hybrid (both)"}
 # Material icons ship with Streamlit, so they render without emoji fonts (headless browsers, servers).
 FEEDBACK_BUTTONS = {
-    "correct": ("Right", ":material/thumb_up:"),
-    "wrong": ("Wrong", ":material/thumb_down:"),
-    "wrong_span": ("Right review, wrong answer", ":material/rate_review:"),
+    "correct": ("Right", "thumb_up"),
+    "wrong": ("Wrong", "thumb_down"),
+    "wrong_span": ("Right review, wrong answer", "rate_review"),
 }
 WARNING = ":material/warning:"
 
@@ -178,7 +180,9 @@ def ask(settings: Settings, index, options: Options) -> None:
 # ------------------------------------------------------------------------------------ results
 
 
-def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdict: str, key: str) -> None:
+def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdict: str, click_id: str) -> bool:
+    """One row for one click (once, however often a rerun repeats it); False and a notice when it
+    cannot be stored."""
     # A "no answer" (or a generated answer) is judged against the closest review it was shown with.
     document = view.document or next(iter(view.sources or asked.documents), None)
     try:
@@ -188,24 +192,33 @@ def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdic
                 document_id=document.id if document else None, item_id=asked.item_id,
                 review_id=document.meta.get("review_id") if document else None, context=document.content if document else None,
                 score=view.score, pipeline=asked.pipeline, labelled_question_id=asked.gold.id if asked.gold else None,
+                click_id=click_id,
             )
         )  # fmt: skip
     except QAError as error:
         st.session_state["notice"] = str(error)
-        return
-    st.session_state.setdefault("votes", {})[key] = verdict
-    st.toast("Thanks! Your feedback is saved.", icon="✅")
+        return False
+    return True
 
 
 def feedback_buttons(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
     key = f"feedback-{asked.run}-{rank}"
     verdicts = ["correct", "wrong", *(["wrong_span"] if view.kind == "span" else [])]
+    page = st.session_state.setdefault("page_id", uuid.uuid4().hex)  # names this page's clicks in the database
+    recorded = st.session_state.setdefault("votes", {}).setdefault(key, {})  # click number -> verdict, stored
     with st.container(horizontal=True, vertical_alignment="center"):
-        for verdict in verdicts:
-            label, icon = FEEDBACK_BUTTONS[verdict]
-            st.button(label, icon=icon, key=f"{key}-{verdict}", on_click=record_feedback, args=(store, asked, view, verdict, key))
-        if voted := st.session_state.get("votes", {}).get(key):
-            st.caption(f"Saved: {VERDICTS[voted].lower()}.")
+        clicked = votes.vote_buttons(key, [(v, *FEEDBACK_BUTTONS[v]) for v in verdicts], [recorded[i] for i in sorted(recorded)])
+        saved = 0
+        for number, verdict in enumerate(unrecorded_clicks(clicked, len(recorded)), len(recorded)):
+            if not record_feedback(store, asked, view, verdict, f"{page}/{key}/{number}"):
+                break
+            recorded[number] = verdict
+            saved += 1
+        if recorded:  # acknowledges the rows stored, never more
+            last = VERDICTS[recorded[max(recorded)]].lower()
+            st.caption(f"Saved: {last}." if len(recorded) == 1 else f"Saved {len(recorded)} clicks, the last: {last}.")
+    if saved:
+        st.toast("Thanks! Your feedback is saved.", icon="✅")
 
 
 def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
