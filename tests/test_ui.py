@@ -16,6 +16,7 @@ from haystack import GeneratedAnswer
 from streamlit.testing.v1 import AppTest
 
 from conftest import shown, write_subjqa
+from qa_system.answer_views import rank_answers
 from qa_system.cli import main as cli
 from qa_system.data.squad import read_squad
 from qa_system.pipelines import ANSWER_STAGES
@@ -194,6 +195,24 @@ def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
     assert by_question["How is the bass?"].answers == [(first.text, first.start)]
     assert by_question["Is it waterproof?"].is_impossible
     assert any("qa-system train-reader --train-file" in c.value for c in at.code)
+
+
+def test_a_no_answer_shows_the_best_span_and_both_scores(page):
+    at = page()
+    at.toggle(key="tuned_threshold").set_value(False).run()
+    at.slider(key="threshold").set_value(10.0)  # every span falls below "no answer"
+    ask(at, "Is it good for reading?", "KINDLE")
+    ranked = rank_answers(at.session_state["asked"].answers)
+    best = ranked.best_below
+    assert ranked.abstains and best is not None and ranked.below
+    folded = [h.value for e in at.expander for h in e.html if 'class="qa-answer' in h.value]
+    shown = [card for card in answer_cards(at) if card not in folded]
+    verdict, first = shown[:2]  # the verdict, then the best span beside it: not folded away
+    assert "No answer in these reviews" in verdict and f"no-answer score {ranked.no_answer.confidence}" in verdict
+    assert f"best span scores {best.confidence}" in verdict and "confident" not in verdict  # scores, named as such
+    assert "Best span, rated below “no answer”:" in first and f"<mark>{escape(best.text)}</mark>" in first
+    assert f"score {best.confidence}" in first and "confident" not in first
+    assert len(folded) == len(ranked.below) - 1  # the other candidates stay folded
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import streamlit as st
 import votes
 from haystack import Document
 
-from qa_system.answer_views import AnswerView, answer_views
+from qa_system.answer_views import AnswerView, answer_views, rank_answers
 from qa_system.config import RETRIEVERS, Settings
 from qa_system.data import SPLITS, LabelledQuestion
 from qa_system.errors import QAError
@@ -228,9 +228,9 @@ def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
     return [cards.chip(f"EM {score.em:.0f} · F1 {score.f1:.2f}", "em")]
 
 
-def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
+def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int, label: str | None = None, note: str = "") -> None:
     with st.container(border=True):
-        st.html(cards.answer_card(view, rank, extra_chips=gold_chips(asked, view)))
+        st.html(cards.answer_card(view, label or rank, extra_chips=gold_chips(asked, view), note=note))
         feedback_buttons(store, asked, view, rank)
 
 
@@ -241,20 +241,22 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
         for document in asked.documents[:3]:
             st.html(cards.review_card(document))
         return
-    null = next((i for i, v in enumerate(views) if v.kind == "no_answer"), len(views))
-    answered, unsure = views[:null], views[null + 1 :]
-    if answered:
-        for rank, view in enumerate(answered, 1):
-            answer_card(store, asked, view, rank)
-    else:
-        answer_card(store, asked, views[null], 0)
+    ranked = rank_answers(views)
+    for rank, view in enumerate(ranked.above, 1):  # ranks number the spans; 0 is the no-answer card
+        answer_card(store, asked, view, rank)
+    folded = list(enumerate(ranked.below, len(ranked.above) + 1))
+    if ranked.abstains:
+        answer_card(store, asked, ranked.no_answer, 0, note=ranked.no_answer_note())
+        if ranked.best_below:  # beside the verdict, not folded away: it may answer the question
+            rank, best = folded.pop(0)
+            answer_card(store, asked, best, rank, label="Best span, rated below “no answer”:")
         st.markdown("##### Closest reviews")
         for document in asked.documents[:3]:
             st.html(cards.review_card(document))
-    if unsure:
-        null_score = views[null].confidence
-        with st.expander(f"{len(unsure)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
-            for rank, view in enumerate(unsure, len(answered) + 1):
+    if folded:
+        null_score = ranked.no_answer.confidence
+        with st.expander(f"{len(folded)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
+            for rank, view in folded:
                 answer_card(store, asked, view, rank)
 
 
