@@ -215,6 +215,37 @@ def test_a_no_answer_shows_the_best_span_and_both_scores(page):
     assert len(folded) == len(ranked.below) - 1  # the other candidates stay folded
 
 
+def test_the_dashboard_and_back_keeps_the_sidebar_the_question_and_the_link(page, app_env):
+    at = page()
+    at.radio(key="retriever").set_value("dense")
+    at.slider(key="top_k").set_value(5)
+    at.toggle(key="tuned_threshold").set_value(False).run()
+    at.slider(key="threshold").set_value(2.5)
+    at.toggle(key="evaluation").set_value(True).run()
+    at.selectbox(key="split").select("dev")
+    ask(at, "How is the bass?", "HEADPHONES")
+    at.switch_page("dashboard.py").run()
+    at.switch_page("search.py").run()
+    assert not at.exception and not at.warning
+    assert (at.radio(key="retriever").value, at.slider(key="top_k").value, at.slider(key="threshold").value) == ("dense", 5, 2.5)
+    assert at.toggle(key="evaluation").value and at.selectbox(key="split").value == "dev"
+    assert (at.selectbox(key="product").value, at.text_input(key="question").value) == ("HEADPHONES", "How is the bass?")
+    assert (at.query_params["item"], at.query_params["q"]) == ("HEADPHONES", "How is the bass?")  # the answer shown, linkable
+    assert answer_cards(at) and not at.info  # the answer shown is the one these settings give
+
+
+def test_an_answer_from_other_settings_says_so(page):
+    at = page()
+    ask(at, "How is the bass?", "HEADPHONES")
+    assert not at.info
+    at.radio(key="retriever").set_value("dense")
+    at.slider(key="top_k").set_value(2).run()
+    notes = [shown(i.value) for i in at.info]
+    assert notes == ["The answers below come from other settings (retriever: BM25 (keywords), reviews to read: 3). Press Ask to update them."]
+    button(at, "Ask").click().run()
+    assert not at.info and at.session_state["asked"].pipeline.startswith("dense")
+
+
 @pytest.mark.parametrize(
     "question, product, message",
     [

@@ -38,6 +38,16 @@ FEEDBACK_BUTTONS = {
     "wrong_span": ("Right review, wrong answer", "rate_review"),
 }
 WARNING = ":material/warning:"
+# Streamlit forgets a widget's value when a run does not draw it (a visit to the dashboard page), so
+# the page keeps a copy of these and puts it back; defaults live here, not in the widget calls, since
+# a widget given both a default and a Session State value warns.
+KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "evaluation", "split", "product", "question")
+WIDGET_DEFAULTS = {"top_k": 3, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "evaluation": False, "split": "test"}
+# The settings an answer depends on, as the page names them (see stale_settings).
+SETTING_NAMES = {
+    "answer_stage": "answers", "retriever": "retriever", "top_k": "reviews to read", "top_k_reader": "answers to show",
+    "no_answer_threshold": "no-answer threshold", "store": "document store",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,9 +77,25 @@ class Asked:
     pipeline: str
     gold: LabelledQuestion | None = None
     warning: str | None = None
+    options: Options | None = None  # the settings it was computed with
 
 
 # ------------------------------------------------------------------------------------ sidebar
+
+
+def restore_widgets() -> None:
+    """Before any widget is drawn: the defaults of the widgets not set yet and, on the way back from
+    the other page (where Streamlit dropped or kept stale values), the values they last had here."""
+    for key, value in WIDGET_DEFAULTS.items():
+        st.session_state.setdefault(key, value)
+    back = st.session_state.get("page_changed", False)
+    for key, value in st.session_state.get("kept_widgets", {}).items():
+        if back or key not in st.session_state:
+            st.session_state[key] = value
+
+
+def keep_widgets() -> None:
+    st.session_state["kept_widgets"] = {key: st.session_state[key] for key in KEPT_WIDGETS if key in st.session_state}
 
 
 def sidebar() -> Options:
@@ -78,13 +104,13 @@ def sidebar() -> Options:
         stages = [stage for stage in STAGE_LABELS if stage in ANSWER_STAGES]
         stage = st.radio("Answers", stages, format_func=STAGE_LABELS.get, key="stage", help="Extractive: a span copied from a review. RAG: a generated sentence citing the reviews.")
         retriever = st.radio("Retriever", RETRIEVERS, format_func=RETRIEVER_LABELS.get, key="retriever", help="How the reviews to read are found.")
-        top_k = st.slider("Reviews to read (retriever top-k)", 1, 10, 3, key="top_k")
+        top_k = st.slider("Reviews to read (retriever top-k)", 1, 10, key="top_k")
         top_k_reader, threshold = 1, None
         if stage == "extractive":
-            top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, 3, key="top_k_reader")
-            if not st.toggle("Reader's tuned no-answer threshold", value=True, key="tuned_threshold"):
+            top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, key="top_k_reader")
+            if not st.toggle("Reader's tuned no-answer threshold", key="tuned_threshold"):
                 threshold = st.slider(
-                    "No-answer threshold", -10.0, 10.0, 0.0, 0.5, key="threshold",
+                    "No-answer threshold", -10.0, 10.0, step=0.5, key="threshold",
                     help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
                 )  # fmt: skip
         # The configured store (QA_STORE) first; Elasticsearch is offered whenever QA_ES_URL names a server.
@@ -92,7 +118,7 @@ def sidebar() -> Options:
         store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set.")
         st.divider()
         evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
-        split = st.selectbox("Labelled split", SPLITS, index=SPLITS.index("test"), key="split") if evaluation else "test"
+        split = st.selectbox("Labelled split", SPLITS, key="split") if evaluation else "test"
     return Options(stage, retriever, top_k, top_k_reader, threshold, store, evaluation, split)
 
 
@@ -174,7 +200,7 @@ def ask(settings: Settings, index, options: Options) -> None:
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
     label = f"{options.retriever} + {options.answer_stage}" + (f" ({Path(settings.reader_model).name})" if options.answer_stage == "extractive" else "")
     views = answer_views(output.get("answers", []))
-    st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning)
+    st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning, options)
 
 
 # ------------------------------------------------------------------------------------ results
@@ -292,6 +318,16 @@ def show_retrieved(asked: Asked) -> None:
             st.html(cards.review_card(document, spans, chips))
 
 
+def stale_settings(asked: Asked, options: Options) -> list[str]:
+    """The settings that changed since the answer shown was computed, as 'name: the value it used'."""
+    if asked.options is None:
+        return []
+    labels = {"answer_stage": STAGE_LABELS, "retriever": RETRIEVER_LABELS, "no_answer_threshold": {None: "the reader's tuned one"}}
+    used = {name: getattr(asked.options, name) for name in SETTING_NAMES}
+    changed = [name for name, value in used.items() if getattr(options, name) != value]
+    return [f"{SETTING_NAMES[name]}: {labels.get(name, {}).get(used[name], used[name])}" for name in changed]
+
+
 def show_timings(asked: Asked) -> None:
     st.html(cards.timings_line(asked.timings, asked.pipeline))
 
@@ -300,7 +336,9 @@ def show_timings(asked: Asked) -> None:
 
 
 def main() -> None:
+    restore_widgets()
     options = sidebar()
+    keep_widgets()
     st.title("Ask the reviews")
     st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
     try:
@@ -317,11 +355,17 @@ def main() -> None:
         st.button("Random labelled question", icon=":material/casino:", on_click=pick_random_question, args=(settings.data_dir, options.split, list(counts)))
     if notice := st.session_state.pop("notice", None):
         st.warning(markdown_literal(notice), icon=WARNING)
-    if search_form(counts) | st.session_state.pop("ask_now", False):
+    asked_now = search_form(counts) | st.session_state.pop("ask_now", False)
+    keep_widgets()
+    if asked_now:
         ask(settings, index, options)
     asked = st.session_state.get("asked")
     if asked is None:
         return
+    if st.query_params.get("item") != asked.item_id:  # the link names the answer shown (a page switch drops it)
+        st.query_params.update(item=asked.item_id, q=asked.question)
+    if stale := stale_settings(asked, options):
+        st.info(markdown_literal(f"The answers below come from other settings ({', '.join(stale)}). Press Ask to update them."), icon=":material/info:")
     if asked.warning:
         st.warning(markdown_literal(asked.warning), icon=WARNING)
     show_timings(asked)
