@@ -26,6 +26,7 @@ from contextlib import closing
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Collection
 
 from qa_system.data.squad import SquadReport, to_squad
 from qa_system.data.subjqa import GoldAnswer, LabelledQuestion
@@ -169,18 +170,18 @@ class FeedbackStore:
 MAX_NEW_CLICKS = 20
 
 
-def unrecorded_clicks(clicked: object, recorded: int) -> list[str]:
+def unrecorded_clicks(clicked: object, recorded: int, offered: Collection[str] = tuple(VERDICTS)) -> list[str]:
     """The verdicts of the clicks a page logged (oldest first) after the first ``recorded`` ones.
 
     The search page's buttons log every click in the browser and send the whole log, because
     Streamlit merges reruns that arrive faster than the server runs the page, and a plain button's
     clicks would merge with them (two clicks, one row). The log comes from the browser: anything
-    that is not a list of known verdicts is ignored, and at most ``MAX_NEW_CLICKS`` are new at once.
+    that is not a list of the verdicts ``offered`` is ignored, and at most ``MAX_NEW_CLICKS`` are new at once.
     """
     if not isinstance(clicked, (list, tuple)):
         return []
     new = list(clicked[recorded : recorded + MAX_NEW_CLICKS])
-    return new if all(isinstance(v, str) and v in VERDICTS for v in new) else []
+    return new if all(isinstance(v, str) and v in offered for v in new) else []
 
 
 def feedback_to_questions(clicks: list[Feedback]) -> tuple[list[LabelledQuestion], int]:

@@ -66,6 +66,7 @@ def test_unrecorded_clicks_take_only_new_known_verdicts_from_the_page():
     # The log comes from the browser: anything else is ignored, and a flood is cut.
     assert unrecorded_clicks(["correct", "drop table"], 0) == [] and unrecorded_clicks({"correct": 9}, 0) == []
     assert unrecorded_clicks(["wrong"] * 10**6, 0) == ["wrong"] * MAX_NEW_CLICKS
+    assert unrecorded_clicks(["wrong_span"], 0, offered=("correct", "wrong")) == []  # not a button of a "no answer"
 
 
 @pytest.mark.parametrize(

@@ -235,7 +235,7 @@ def feedback_buttons(store: FeedbackStore, asked: Asked, view: AnswerView, rank:
     with st.container(horizontal=True, vertical_alignment="center"):
         clicked = votes.vote_buttons(key, [(v, *FEEDBACK_BUTTONS[v]) for v in verdicts], [recorded[i] for i in sorted(recorded)])
         saved = 0
-        for number, verdict in enumerate(unrecorded_clicks(clicked, len(recorded)), len(recorded)):
+        for number, verdict in enumerate(unrecorded_clicks(clicked, len(recorded), verdicts), len(recorded)):
             if not record_feedback(store, asked, view, verdict, f"{page}/{key}/{number}"):
                 break
             recorded[number] = verdict
