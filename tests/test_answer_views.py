@@ -2,7 +2,7 @@
 
 from haystack import Document, ExtractedAnswer, GeneratedAnswer
 
-from qa_system.serving.answer_views import ELLIPSIS, Segment, answer_view, answer_views, confidence_level, highlight_segments
+from qa_system.serving.answer_views import ELLIPSIS, Segment, answer_view, answer_views, confidence_level, highlight_segments, rank_answers
 
 REVIEW = "The bass is deep. Friends say the bass is deep too, but the cord broke."
 
@@ -56,3 +56,22 @@ def test_copies_of_one_review_give_one_answer():
     answers = [ExtractedAnswer(query="q", score=0.9 - i / 10, data="bass", document=d, document_offset=ExtractedAnswer.Span(4, 8)) for i, d in enumerate(copies)]
     views = answer_views([*answers, ExtractedAnswer(query="q", score=0.1, data=None)])
     assert [(v.kind, v.document and v.document.meta["split"]) for v in views] == [("span", "train"), ("no_answer", None)]
+
+
+def test_answers_split_at_no_answer_and_an_abstention_names_its_best_span():
+    document = Document(id="d1", content=REVIEW, meta={"review_id": "r1"})
+
+    def span(score, start, end):
+        return ExtractedAnswer(query="q", score=score, data=REVIEW[start:end], document=document, document_offset=ExtractedAnswer.Span(start, end))
+
+    null = ExtractedAnswer(query="q", score=0.96, data=None)
+    abstained = rank_answers(answer_views([null, span(0.89, 4, 16), span(0.4, 0, 3)]))
+    assert abstained.abstains and abstained.above == [] and abstained.best_below.text == "bass is deep"
+    note = abstained.no_answer_note()
+    assert "best span scores 89%, below its no-answer score (96%)" in note and "may still answer" in note
+
+    answered = rank_answers(answer_views([span(0.89, 4, 16), null, span(0.4, 0, 3)]))
+    assert not answered.abstains and [v.text for v in answered.above] == ["bass is deep"] and len(answered.below) == 1
+    assert answered.best_below is None and answered.no_answer_note() == ""
+    assert rank_answers(answer_views([null])).no_answer_note() == ""  # nothing below: the page's own hint
+    assert rank_answers(answer_views([span(0.89, 4, 16)])).no_answer is None  # a stage without a no-answer

@@ -1,12 +1,13 @@
 """Answer feedback: one durable SQLite row per click, exported as SQuAD v2 that train-reader accepts."""
 
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
 from qa_system.cli import main
 from qa_system.errors import QAError
-from qa_system.serving.feedback import Feedback, FeedbackStore
+from qa_system.serving.feedback import MAX_NEW_CLICKS, Feedback, FeedbackStore, unrecorded_clicks
 from qa_system.sources.squad import read_squad
 
 REVIEW = "The bass is deep and the cord broke after two months."
@@ -34,6 +35,37 @@ def test_every_click_is_a_committed_row(store):
     assert rows[1][5] == "wrong_span" and len(rows) == 2
     assert store.counts() == {"correct": 1, "wrong_span": 1}
     assert [f.answer for f in FeedbackStore(store.path).all()] == ["bass is deep", "the cord broke"]
+
+
+def test_a_click_seen_twice_is_one_row(store):
+    first = store.record(replace(click("correct", "bass is deep"), click_id="page/feedback-1-1/0"))
+    again = store.record(replace(click("correct", "bass is deep"), click_id="page/feedback-1-1/0"))  # a rerun repeats it
+    store.record(replace(click("wrong", "bass is deep"), click_id="page/feedback-1-1/1"))
+    store.record(click("wrong", "bass is deep"))  # clicks without ids (the CLI, older pages) are all kept
+    store.record(click("wrong", "bass is deep"))
+    assert again.id == first.id and [f.click_id for f in store.all()] == ["page/feedback-1-1/0", "page/feedback-1-1/1", None, None]
+
+
+def test_a_database_of_an_earlier_version_gains_click_ids(tmp_path):
+    path = tmp_path / "feedback.sqlite"
+    with sqlite3.connect(path) as connection:  # the table as the previous version created it
+        connection.execute('CREATE TABLE feedback (id INTEGER PRIMARY KEY AUTOINCREMENT, created TEXT NOT NULL, verdict TEXT NOT NULL, '
+                           'question TEXT NOT NULL, answer TEXT, start INTEGER, "end" INTEGER, document_id TEXT, item_id TEXT, '
+                           'review_id TEXT, context TEXT, score REAL, pipeline TEXT, labelled_question_id TEXT)')  # fmt: skip
+        connection.execute("INSERT INTO feedback (created, verdict, question, document_id) VALUES ('t', 'wrong', 'q?', 'd')")
+    store = FeedbackStore(path)
+    store.record(replace(click("correct", "bass is deep"), click_id="c"))
+    store.record(replace(click("correct", "bass is deep"), click_id="c"))
+    assert [(f.verdict, f.click_id) for f in store.all()] == [("wrong", None), ("correct", "c")]
+
+
+def test_unrecorded_clicks_take_only_new_known_verdicts_from_the_page():
+    assert unrecorded_clicks(["correct", "wrong", "correct"], 1) == ["wrong", "correct"]  # in click order
+    assert unrecorded_clicks(["correct"], 1) == [] and unrecorded_clicks(None, 0) == []
+    # The log comes from the browser: anything else is ignored, and a flood is cut.
+    assert unrecorded_clicks(["correct", "drop table"], 0) == [] and unrecorded_clicks({"correct": 9}, 0) == []
+    assert unrecorded_clicks(["wrong"] * 10**6, 0) == ["wrong"] * MAX_NEW_CLICKS
+    assert unrecorded_clicks(["wrong_span"], 0, offered=("correct", "wrong")) == []  # not a button of a "no answer"
 
 
 @pytest.mark.parametrize(

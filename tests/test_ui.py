@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from qa_system.cli import main as cli
 from qa_system.pipelines import ANSWER_STAGES
+from qa_system.serving.answer_views import rank_answers
 from qa_system.serving.webapp import APP
 from qa_system.sources.squad import read_squad
 
@@ -155,19 +156,29 @@ def test_random_labelled_question_shows_the_gold_answer(page):
     assert any("labelled review" in h for h in cards_html(at)) or any("was not retrieved" in c.value for c in at.caption)
 
 
+def vote(at: AppTest, rank: int, *verdicts: str) -> AppTest:
+    """Clicks on an answer's feedback buttons: the click log its component sends (see ui/votes.py)."""
+    key = f"feedback-{at.session_state['asked'].run}-{rank}"
+    logged = at.session_state[key]["clicks"] if key in at.session_state else []
+    at.session_state[key] = {"clicks": [*logged, *verdicts]}
+    return at.run()
+
+
 def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
     at = page()
     ask(at, "How is the bass?", "HEADPHONES")
     views = at.session_state["asked"].answers
-    button(at, "Right").click().run()
-    button(at, "Right review, wrong answer", 1).click().run()
-    assert any("Saved: right answer." == c.value for c in at.caption)
+    vote(at, 1, "correct")
+    vote(at, 2, "wrong_span")
+    assert [c.value for c in at.caption if c.value.startswith("Saved")] == ["Saved: right answer.", "Saved: right review, wrong answer."]
+    vote(at, 2, "correct", "wrong").run()  # two clicks in one rerun, and a rerun repeating them: two rows
+    assert "Saved 3 clicks, the last: wrong answer." in [c.value for c in at.caption]
     with sqlite3.connect(f"{app_env['QA_HOME']}/feedback.sqlite") as connection:
         rows = connection.execute('SELECT question, answer, document_id, start, "end", verdict, created FROM feedback ORDER BY id').fetchall()
     spans = [v for v in views if v.kind == "span"]
     first = spans[0]
-    assert rows[-2][:6] == ("How is the bass?", first.text, first.document.id, first.start, first.end, "correct") and rows[-2][6]
-    assert rows[-1][5] == "wrong_span"
+    assert rows[0][:6] == ("How is the bass?", first.text, first.document.id, first.start, first.end, "correct") and rows[0][6]
+    assert [row[5] for row in rows] == ["correct", "wrong_span", "correct", "wrong"]
 
     # A confirmed "no answer" becomes an impossible question for the closest review.
     at.toggle(key="tuned_threshold").set_value(False).run()
@@ -175,7 +186,7 @@ def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
     ask(at, "Is it waterproof?", "MOUSE")
     assert "No answer in these reviews" in answer_cards(at)[0]
     assert any("Closest reviews" in m.value for m in at.markdown)
-    button(at, "Right").click().run()
+    vote(at, 0, "correct")
 
     button(at, "Export as SQuAD v2").click().run()
     assert not at.exception and at.success and "labelled questions" in at.success[0].value
@@ -184,6 +195,55 @@ def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
     assert by_question["How is the bass?"].answers == [(first.text, first.start)]
     assert by_question["Is it waterproof?"].is_impossible
     assert any("qa-system train-reader --train-file" in c.value for c in at.code)
+
+
+def test_a_no_answer_shows_the_best_span_and_both_scores(page):
+    at = page()
+    at.toggle(key="tuned_threshold").set_value(False).run()
+    at.slider(key="threshold").set_value(10.0)  # every span falls below "no answer"
+    ask(at, "Is it good for reading?", "KINDLE")
+    ranked = rank_answers(at.session_state["asked"].answers)
+    best = ranked.best_below
+    assert ranked.abstains and best is not None and ranked.below
+    folded = [h.value for e in at.expander for h in e.html if 'class="qa-answer' in h.value]
+    shown = [card for card in answer_cards(at) if card not in folded]
+    verdict, first = shown[:2]  # the verdict, then the best span beside it: not folded away
+    assert "No answer in these reviews" in verdict and f"no-answer score {ranked.no_answer.confidence}" in verdict
+    assert f"best span scores {best.confidence}" in verdict and "confident" not in verdict  # scores, named as such
+    assert "Best span, rated below “no answer”:" in first and f"<mark>{escape(best.text)}</mark>" in first
+    assert f"score {best.confidence}" in first and "confident" not in first
+    assert len(folded) == len(ranked.below) - 1  # the other candidates stay folded
+
+
+def test_the_dashboard_and_back_keeps_the_sidebar_the_question_and_the_link(page, app_env):
+    at = page()
+    at.radio(key="retriever").set_value("dense")
+    at.slider(key="top_k").set_value(5)
+    at.toggle(key="tuned_threshold").set_value(False).run()
+    at.slider(key="threshold").set_value(2.5)
+    at.toggle(key="evaluation").set_value(True).run()
+    at.selectbox(key="split").select("dev")
+    ask(at, "How is the bass?", "HEADPHONES")
+    at.switch_page("dashboard.py").run()
+    at.switch_page("search.py").run()
+    assert not at.exception and not at.warning
+    assert (at.radio(key="retriever").value, at.slider(key="top_k").value, at.slider(key="threshold").value) == ("dense", 5, 2.5)
+    assert at.toggle(key="evaluation").value and at.selectbox(key="split").value == "dev"
+    assert (at.selectbox(key="product").value, at.text_input(key="question").value) == ("HEADPHONES", "How is the bass?")
+    assert (at.query_params["item"], at.query_params["q"]) == ("HEADPHONES", "How is the bass?")  # the answer shown, linkable
+    assert answer_cards(at) and not at.info  # the answer shown is the one these settings give
+
+
+def test_an_answer_from_other_settings_says_so(page):
+    at = page()
+    ask(at, "How is the bass?", "HEADPHONES")
+    assert not at.info
+    at.radio(key="retriever").set_value("dense")
+    at.slider(key="top_k").set_value(2).run()
+    notes = [shown(i.value) for i in at.info]
+    assert notes == ["The answers below come from other settings (retriever: BM25 (keywords), reviews to read: 3). Press Ask to update them."]
+    button(at, "Ask").click().run()
+    assert not at.info and at.session_state["asked"].pipeline.startswith("dense")
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ headless Chromium (Debian's chromium + chromium-driver, never a downloaded brows
 import pytest
 from conftest import write_subjqa
 
-from qa_system.serving.webapp import ask_in_browser, chromium_paths, headless_chromium, serve
+from qa_system.serving.webapp import ANSWER_CARD, ask_in_browser, chromium_paths, headless_chromium, serve
 
 pytestmark = pytest.mark.browser
 
@@ -22,3 +22,38 @@ def test_a_question_asked_in_chromium_gets_a_highlighted_answer_card(tmp_path, t
         finally:
             driver.quit()
     assert (tmp_path / "search-page.png").stat().st_size > 10_000
+
+
+@pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)")
+def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flagged(tmp_path, tiny_reader):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    env = {"QA_DATA_DIR": str(write_subjqa(tmp_path / "subjqa")), "QA_HOME": str(tmp_path / "home"), "QA_READER_MODEL": str(tiny_reader)}
+    with serve(env, log=tmp_path / "streamlit.log") as url:
+        driver = headless_chromium(tmp_path / "chromium-profile", 1280, 1100)
+        wait = WebDriverWait(driver, 120)
+
+        def option(label: str):
+            return driver.find_element("xpath", f"//label[.//p[normalize-space()='{label}']]")
+
+        def alerts() -> list[str]:
+            return [a.text for a in driver.find_elements("css selector", "[data-testid='stAlert']")]
+
+        try:
+            ask_in_browser(driver, url, "How is the bass?", item="HEADPHONES")
+            option("Dense (meaning)").click()
+            wait.until(lambda d: alerts())  # the answer shown came from BM25: said, until asked again
+            assert alerts() == ["info\nThe answers below come from other settings (retriever: BM25 (keywords)). Press Ask to update them."]
+            driver.find_element("xpath", "//button[.//p[normalize-space()='Ask']]").click()
+            wait.until(lambda d: not alerts())
+            for page in ("Evaluation dashboard", "Ask the reviews"):
+                driver.find_element("xpath", f"//a[.//span[normalize-space()='{page}']]").click()
+                wait.until(lambda d: d.find_elements("css selector", ANSWER_CARD if page == "Ask the reviews" else "input[aria-label='Reports folder']"))
+            assert option("Dense (meaning)").find_element("css selector", "input").is_selected()
+            assert driver.find_element("css selector", "input[aria-label='Question']").get_attribute("value") == "How is the bass?"
+            assert driver.current_url.endswith("/?item=HEADPHONES&q=How+is+the+bass%3F") and alerts() == []
+            option("BM25 (keywords)").click()
+            wait.until(lambda d: alerts())
+            assert alerts() == ["info\nThe answers below come from other settings (retriever: Dense (meaning)). Press Ask to update them."]
+        finally:
+            driver.quit()

@@ -22,4 +22,9 @@ pages = [
     st.Page("search.py", title="Ask the reviews", icon=":material/search:", default=True),
     st.Page("dashboard.py", title="Evaluation dashboard", icon=":material/monitoring:", url_path="dashboard"),
 ]
-st.navigation(pages).run()
+page = st.navigation(pages)
+# Streamlit forgets (or keeps stale) the values of widgets a run does not draw: a page restores its own
+# on the way back, and needs to know that it is one.
+st.session_state["page_changed"] = st.session_state.get("page_shown", page.title) != page.title
+st.session_state["page_shown"] = page.title
+page.run()

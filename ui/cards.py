@@ -61,15 +61,23 @@ def chip(text: str, kind: str) -> str:
     return f'<span class="qa-chip qa-{kind}">{html_text(text)}</span>'
 
 
-def answer_card(view: AnswerView, rank: int, window: int = 220, extra_chips: Sequence[str] = ()) -> str:
-    """One answer: its text, confidence, and the review it came from with the answer highlighted."""
-    chips = [chip(f"{view.confidence} confident", view.level)] if view.confidence else []
-    chips += list(extra_chips)
+def answer_card(view: AnswerView, rank: int | str, window: int = 220, extra_chips: Sequence[str] = (), note: str = "") -> str:
+    """One answer: its text, confidence, and the review it came from with the answer highlighted.
+
+    ``rank``: a number, or a label for a span rated below "no answer" (then its score is not called
+    confidence); ``note``: what a "no answer" means here (``RankedAnswers.no_answer_note``).
+    """
     if view.kind == "no_answer":
+        chips = [chip(f"no-answer score {view.confidence}", "unknown")] if view.confidence else []
         head = '<span class="qa-answer-text">No answer in these reviews</span>'
-        body = '<div class="qa-hint">The reader found nothing that answers the question in the reviews it read. The closest reviews are below.</div>'
-        return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
-    head = f'<span class="qa-rank">{rank}.</span><span class="qa-answer-text">{html_text(view.text or "")}</span>'
+        hint = note or "The reader found nothing that answers the question in the reviews it read. The closest reviews are below."
+        body = f'<div class="qa-hint">{html_text(hint)}</div>'
+        return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join([*chips, *extra_chips])}</div>{body}</div>'
+    below = not isinstance(rank, int)
+    chips = [chip(f"score {view.confidence}" if below else f"{view.confidence} confident", "unknown" if below else view.level)] if view.confidence else []
+    chips += list(extra_chips)
+    label = rank if below else f"{rank}."
+    head = f'<span class="qa-rank">{html_text(label)}</span><span class="qa-answer-text">{html_text(view.text or "")}</span>'
     if view.kind == "span" and view.document is not None:
         body = f'<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document)}</div>'
     else:

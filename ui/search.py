@@ -9,12 +9,14 @@ string that carries such text (messages included) goes through ``markdown_litera
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import cards
 import resources
 import streamlit as st
+import votes
 from haystack import Document
 
 from qa_system.config import RETRIEVERS, Settings
@@ -22,8 +24,8 @@ from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.safe_text import markdown_literal
-from qa_system.serving.answer_views import AnswerView, answer_views
-from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore
+from qa_system.serving.answer_views import AnswerView, answer_views, rank_answers
+from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore, unrecorded_clicks
 from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"
@@ -31,11 +33,21 @@ STAGE_LABELS = {"extractive": "Extractive reader", "rag": "Generative (RAG)"}
 RETRIEVER_LABELS = {"bm25": "BM25 (keywords)", "dense": "Dense (meaning)", "hybrid": "Hybrid (both)"}
 # Material icons ship with Streamlit, so they render without emoji fonts (headless browsers, servers).
 FEEDBACK_BUTTONS = {
-    "correct": ("Right", ":material/thumb_up:"),
-    "wrong": ("Wrong", ":material/thumb_down:"),
-    "wrong_span": ("Right review, wrong answer", ":material/rate_review:"),
+    "correct": ("Right", "thumb_up"),
+    "wrong": ("Wrong", "thumb_down"),
+    "wrong_span": ("Right review, wrong answer", "rate_review"),
 }
 WARNING = ":material/warning:"
+# Streamlit forgets a widget's value when a run does not draw it (a visit to the dashboard page), so
+# the page keeps a copy of these and puts it back; defaults live here, not in the widget calls, since
+# a widget given both a default and a Session State value warns.
+KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "evaluation", "split", "product", "question")
+WIDGET_DEFAULTS = {"top_k": 3, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "evaluation": False, "split": "test"}
+# The settings an answer depends on, as the page names them (see stale_settings).
+SETTING_NAMES = {
+    "answer_stage": "answers", "retriever": "retriever", "top_k": "reviews to read", "top_k_reader": "answers to show",
+    "no_answer_threshold": "no-answer threshold", "store": "document store",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -65,9 +77,25 @@ class Asked:
     pipeline: str
     gold: LabelledQuestion | None = None
     warning: str | None = None
+    options: Options | None = None  # the settings it was computed with
 
 
 # ------------------------------------------------------------------------------------ sidebar
+
+
+def restore_widgets() -> None:
+    """Before any widget is drawn: the defaults of the widgets not set yet and, on the way back from
+    the other page (where Streamlit dropped or kept stale values), the values they last had here."""
+    for key, value in WIDGET_DEFAULTS.items():
+        st.session_state.setdefault(key, value)
+    back = st.session_state.get("page_changed", False)
+    for key, value in st.session_state.get("kept_widgets", {}).items():
+        if back or key not in st.session_state:
+            st.session_state[key] = value
+
+
+def keep_widgets() -> None:
+    st.session_state["kept_widgets"] = {key: st.session_state[key] for key in KEPT_WIDGETS if key in st.session_state}
 
 
 def sidebar() -> Options:
@@ -76,13 +104,13 @@ def sidebar() -> Options:
         stages = [stage for stage in STAGE_LABELS if stage in ANSWER_STAGES]
         stage = st.radio("Answers", stages, format_func=STAGE_LABELS.get, key="stage", help="Extractive: a span copied from a review. RAG: a generated sentence citing the reviews.")
         retriever = st.radio("Retriever", RETRIEVERS, format_func=RETRIEVER_LABELS.get, key="retriever", help="How the reviews to read are found.")
-        top_k = st.slider("Reviews to read (retriever top-k)", 1, 10, 3, key="top_k")
+        top_k = st.slider("Reviews to read (retriever top-k)", 1, 10, key="top_k")
         top_k_reader, threshold = 1, None
         if stage == "extractive":
-            top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, 3, key="top_k_reader")
-            if not st.toggle("Reader's tuned no-answer threshold", value=True, key="tuned_threshold"):
+            top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, key="top_k_reader")
+            if not st.toggle("Reader's tuned no-answer threshold", key="tuned_threshold"):
                 threshold = st.slider(
-                    "No-answer threshold", -10.0, 10.0, 0.0, 0.5, key="threshold",
+                    "No-answer threshold", -10.0, 10.0, step=0.5, key="threshold",
                     help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
                 )  # fmt: skip
         # The configured store (QA_STORE) first; Elasticsearch / OpenSearch are offered whenever QA_ES_URL / QA_OPENSEARCH_URL name a server.
@@ -91,7 +119,7 @@ def sidebar() -> Options:
         store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set, OpenSearch when QA_OPENSEARCH_URL is.")
         st.divider()
         evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
-        split = st.selectbox("Labelled split", SPLITS, index=SPLITS.index("test"), key="split") if evaluation else "test"
+        split = st.selectbox("Labelled split", SPLITS, key="split") if evaluation else "test"
     return Options(stage, retriever, top_k, top_k_reader, threshold, store, evaluation, split)
 
 
@@ -173,13 +201,15 @@ def ask(settings: Settings, index, options: Options) -> None:
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
     label = f"{options.retriever} + {options.answer_stage}" + (f" ({Path(settings.reader_model).name})" if options.answer_stage == "extractive" else "")
     views = answer_views(output.get("answers", []))
-    st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning)
+    st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning, options)
 
 
 # ------------------------------------------------------------------------------------ results
 
 
-def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdict: str, key: str) -> None:
+def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdict: str, click_id: str) -> bool:
+    """One row for one click (once, however often a rerun repeats it); False and a notice when it
+    cannot be stored."""
     # A "no answer" (or a generated answer) is judged against the closest review it was shown with.
     document = view.document or next(iter(view.sources or asked.documents), None)
     try:
@@ -189,24 +219,33 @@ def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdic
                 document_id=document.id if document else None, item_id=asked.item_id,
                 review_id=document.meta.get("review_id") if document else None, context=document.content if document else None,
                 score=view.score, pipeline=asked.pipeline, labelled_question_id=asked.gold.id if asked.gold else None,
+                click_id=click_id,
             )
         )  # fmt: skip
     except QAError as error:
         st.session_state["notice"] = str(error)
-        return
-    st.session_state.setdefault("votes", {})[key] = verdict
-    st.toast("Thanks! Your feedback is saved.", icon="✅")
+        return False
+    return True
 
 
 def feedback_buttons(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
     key = f"feedback-{asked.run}-{rank}"
     verdicts = ["correct", "wrong", *(["wrong_span"] if view.kind == "span" else [])]
+    page = st.session_state.setdefault("page_id", uuid.uuid4().hex)  # names this page's clicks in the database
+    recorded = st.session_state.setdefault("votes", {}).setdefault(key, {})  # click number -> verdict, stored
     with st.container(horizontal=True, vertical_alignment="center"):
-        for verdict in verdicts:
-            label, icon = FEEDBACK_BUTTONS[verdict]
-            st.button(label, icon=icon, key=f"{key}-{verdict}", on_click=record_feedback, args=(store, asked, view, verdict, key))
-        if voted := st.session_state.get("votes", {}).get(key):
-            st.caption(f"Saved: {VERDICTS[voted].lower()}.")
+        clicked = votes.vote_buttons(key, [(v, *FEEDBACK_BUTTONS[v]) for v in verdicts], [recorded[i] for i in sorted(recorded)])
+        saved = 0
+        for number, verdict in enumerate(unrecorded_clicks(clicked, len(recorded), verdicts), len(recorded)):
+            if not record_feedback(store, asked, view, verdict, f"{page}/{key}/{number}"):
+                break
+            recorded[number] = verdict
+            saved += 1
+        if recorded:  # acknowledges the rows stored, never more
+            last = VERDICTS[recorded[max(recorded)]].lower()
+            st.caption(f"Saved: {last}." if len(recorded) == 1 else f"Saved {len(recorded)} clicks, the last: {last}.")
+    if saved:
+        st.toast("Thanks! Your feedback is saved.", icon="✅")
 
 
 def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
@@ -216,9 +255,9 @@ def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
     return [cards.chip(f"EM {score.em:.0f} · F1 {score.f1:.2f}", "em")]
 
 
-def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
+def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int, label: str | None = None, note: str = "") -> None:
     with st.container(border=True):
-        st.html(cards.answer_card(view, rank, extra_chips=gold_chips(asked, view)))
+        st.html(cards.answer_card(view, label or rank, extra_chips=gold_chips(asked, view), note=note))
         feedback_buttons(store, asked, view, rank)
 
 
@@ -229,20 +268,22 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
         for document in asked.documents[:3]:
             st.html(cards.review_card(document))
         return
-    null = next((i for i, v in enumerate(views) if v.kind == "no_answer"), len(views))
-    answered, unsure = views[:null], views[null + 1 :]
-    if answered:
-        for rank, view in enumerate(answered, 1):
-            answer_card(store, asked, view, rank)
-    else:
-        answer_card(store, asked, views[null], 0)
+    ranked = rank_answers(views)
+    for rank, view in enumerate(ranked.above, 1):  # ranks number the spans; 0 is the no-answer card
+        answer_card(store, asked, view, rank)
+    folded = list(enumerate(ranked.below, len(ranked.above) + 1))
+    if ranked.abstains:
+        answer_card(store, asked, ranked.no_answer, 0, note=ranked.no_answer_note())
+        if ranked.best_below:  # beside the verdict, not folded away: it may answer the question
+            rank, best = folded.pop(0)
+            answer_card(store, asked, best, rank, label="Best span, rated below “no answer”:")
         st.markdown("##### Closest reviews")
         for document in asked.documents[:3]:
             st.html(cards.review_card(document))
-    if unsure:
-        null_score = views[null].confidence
-        with st.expander(f"{len(unsure)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
-            for rank, view in enumerate(unsure, len(answered) + 1):
+    if folded:
+        null_score = ranked.no_answer.confidence
+        with st.expander(f"{len(folded)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
+            for rank, view in folded:
                 answer_card(store, asked, view, rank)
 
 
@@ -278,6 +319,16 @@ def show_retrieved(asked: Asked) -> None:
             st.html(cards.review_card(document, spans, chips))
 
 
+def stale_settings(asked: Asked, options: Options) -> list[str]:
+    """The settings that changed since the answer shown was computed, as 'name: the value it used'."""
+    if asked.options is None:
+        return []
+    labels = {"answer_stage": STAGE_LABELS, "retriever": RETRIEVER_LABELS, "no_answer_threshold": {None: "the reader's tuned one"}}
+    used = {name: getattr(asked.options, name) for name in SETTING_NAMES}
+    changed = [name for name, value in used.items() if getattr(options, name) != value]
+    return [f"{SETTING_NAMES[name]}: {labels.get(name, {}).get(used[name], used[name])}" for name in changed]
+
+
 def show_timings(asked: Asked) -> None:
     st.html(cards.timings_line(asked.timings, asked.pipeline))
 
@@ -286,7 +337,9 @@ def show_timings(asked: Asked) -> None:
 
 
 def main() -> None:
+    restore_widgets()
     options = sidebar()
+    keep_widgets()
     st.title("Ask the reviews")
     st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
     try:
@@ -303,11 +356,17 @@ def main() -> None:
         st.button("Random labelled question", icon=":material/casino:", on_click=pick_random_question, args=(settings.data_dir, options.split, list(counts)))
     if notice := st.session_state.pop("notice", None):
         st.warning(markdown_literal(notice), icon=WARNING)
-    if search_form(counts) | st.session_state.pop("ask_now", False):
+    asked_now = search_form(counts) | st.session_state.pop("ask_now", False)
+    keep_widgets()
+    if asked_now:
         ask(settings, index, options)
     asked = st.session_state.get("asked")
     if asked is None:
         return
+    if st.query_params.get("item") != asked.item_id:  # the link names the answer shown (a page switch drops it)
+        st.query_params.update(item=asked.item_id, q=asked.question)
+    if stale := stale_settings(asked, options):
+        st.info(markdown_literal(f"The answers below come from other settings ({', '.join(stale)}). Press Ask to update them."), icon=":material/info:")
     if asked.warning:
         st.warning(markdown_literal(asked.warning), icon=WARNING)
     show_timings(asked)

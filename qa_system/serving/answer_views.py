@@ -140,3 +140,49 @@ def answer_views(answers: Sequence[Any]) -> list[AnswerView]:
             seen.add(key)
         views.append(view)
     return views
+
+
+@dataclass(frozen=True)
+class RankedAnswers:
+    """The answers as a page shows them: the ones ranked above "no answer", the no-answer verdict
+    (when the stage gives one), and the spans ranked below it, best first."""
+
+    above: list[AnswerView]
+    no_answer: AnswerView | None
+    below: list[AnswerView]
+
+    @property
+    def abstains(self) -> bool:
+        """The reader's verdict is "no answer": nothing ranked above it."""
+        return self.no_answer is not None and not self.above
+
+    @property
+    def best_below(self) -> AnswerView | None:
+        """The best span the reader rated below "no answer": shown beside an abstention, not hidden,
+        as SQuAD 2.0 systems report the best span with their no-answer probability."""
+        return self.below[0] if self.abstains and self.below else None
+
+    def no_answer_note(self) -> str:
+        """What a "no answer" means here, in words that do not oversell it.
+
+        Both numbers are the reader's scores (sigmoids of logits, each on its own): they rank the
+        candidates, and are not probabilities that add up.
+        """
+        if not self.abstains:
+            return ""
+        best = self.best_below
+        if best is None:
+            return ""
+        return (
+            f"The reader's best span scores {best.confidence or 'less'}, below its no-answer score"
+            f"{f' ({self.no_answer.confidence})' if self.no_answer.confidence else ''}, so it answers "
+            "“no answer”. The span is shown below: it may still answer the question."
+        )
+
+
+def rank_answers(views: Sequence[AnswerView]) -> RankedAnswers:
+    """Splits the views (in the reader's order) at the first no-answer."""
+    null = next((i for i, v in enumerate(views) if v.kind == "no_answer"), None)
+    if null is None:
+        return RankedAnswers(list(views), None, [])
+    return RankedAnswers(list(views[:null]), views[null], list(views[null + 1 :]))

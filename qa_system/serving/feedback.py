@@ -1,7 +1,8 @@
 """Answer feedback: one SQLite row per click on the search page, exported as SQuAD v2 training data.
 
 Users judge an answer with one of three verdicts (``VERDICTS``). Every click is kept (nothing is
-overwritten, so disagreements and changes of mind stay visible to whoever analyses them), and
+overwritten, so disagreements and changes of mind stay visible to whoever analyses them), each once
+(a page names its clicks: ``click_id``), and
 ``export_squad`` turns the clicks into labels that ``qa-system train-reader --train-file`` reads:
 
 * ``correct`` on an answer span: the span, at the reader's offsets in its review, is a gold answer.
@@ -25,6 +26,7 @@ from contextlib import closing
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Collection
 
 from qa_system.errors import QAError
 from qa_system.sources.squad import SquadReport, to_squad
@@ -51,9 +53,12 @@ CREATE TABLE IF NOT EXISTS feedback (
     context TEXT,
     score REAL,
     pipeline TEXT,
-    labelled_question_id TEXT
+    labelled_question_id TEXT,
+    click_id TEXT
 )
 """
+# A click the page may see twice (a rerun repeats it) is stored once: its id is unique.
+_CLICK_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS feedback_click_id ON feedback (click_id)"
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class Feedback:
     score: float | None = None
     pipeline: str | None = None  # which retriever / answer stage / model produced the answer
     labelled_question_id: str | None = None  # evaluation mode: the SubjQA question asked
+    click_id: str | None = None  # the page's id of the click; recording it again stores nothing
     created: str = ""  # ISO time, set when recorded
     id: int | None = None
 
@@ -113,17 +119,25 @@ class FeedbackStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.path, timeout=10)
         connection.row_factory = sqlite3.Row
-        connection.execute(_SCHEMA)
+        with connection:
+            connection.execute(_SCHEMA)
+            if "click_id" not in {row["name"] for row in connection.execute("PRAGMA table_info(feedback)")}:
+                connection.execute("ALTER TABLE feedback ADD COLUMN click_id TEXT")  # a database of an earlier version
+            connection.execute(_CLICK_INDEX)
         return connection
 
     def record(self, feedback: Feedback) -> Feedback:
-        """Store one click (committed before returning) and return it with its id and time."""
+        """Store one click (committed before returning) and return it with its id and time; a click
+        whose ``click_id`` is stored already is not stored again (the stored one is returned)."""
         feedback = feedback.validated()
         values = {f.name: getattr(feedback, f.name) for f in fields(Feedback) if f.name != "id"}
         values["created"] = feedback.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
         columns = ", ".join(f'"{name}"' for name in values)
+        insert = f"INSERT INTO feedback ({columns}) VALUES ({', '.join('?' * len(values))}) ON CONFLICT (click_id) DO NOTHING"
         with closing(self._connect()) as connection, connection:
-            cursor = connection.execute(f"INSERT INTO feedback ({columns}) VALUES ({', '.join('?' * len(values))})", list(values.values()))
+            cursor = connection.execute(insert, list(values.values()))
+            if cursor.rowcount == 0:
+                return Feedback(**dict(connection.execute("SELECT * FROM feedback WHERE click_id = ?", (feedback.click_id,)).fetchone()))
         return Feedback(**{**values, "id": cursor.lastrowid})
 
     def all(self) -> list[Feedback]:
@@ -149,6 +163,25 @@ class FeedbackStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(squad, ensure_ascii=False, indent=1), encoding="utf-8")
         return FeedbackExport(path, report, len(clicks), used)
+
+
+# Clicks one page run may record for one answer: a page sends its whole click log, so this bounds what
+# a hostile (or stuck) client can make the server write; a person does not click this fast.
+MAX_NEW_CLICKS = 20
+
+
+def unrecorded_clicks(clicked: object, recorded: int, offered: Collection[str] = tuple(VERDICTS)) -> list[str]:
+    """The verdicts of the clicks a page logged (oldest first) after the first ``recorded`` ones.
+
+    The search page's buttons log every click in the browser and send the whole log, because
+    Streamlit merges reruns that arrive faster than the server runs the page, and a plain button's
+    clicks would merge with them (two clicks, one row). The log comes from the browser: anything
+    that is not a list of the verdicts ``offered`` is ignored, and at most ``MAX_NEW_CLICKS`` are new at once.
+    """
+    if not isinstance(clicked, (list, tuple)):
+        return []
+    new = list(clicked[recorded : recorded + MAX_NEW_CLICKS])
+    return new if all(isinstance(v, str) and v in offered for v in new) else []
 
 
 def feedback_to_questions(clicks: list[Feedback]) -> tuple[list[LabelledQuestion], int]:
