@@ -114,8 +114,8 @@ def new_memory_store(name: str) -> InMemoryDocumentStore:
     return InMemoryDocumentStore(index=name, shared=False, embedding_similarity_function="cosine")
 
 
-def _checked_documents(data: Any) -> tuple[list[Document], dict]:
-    """The documents and manifest of a saved memory index, or ValueError naming what is wrong with its shape."""
+def _checked_manifest(data: Any) -> dict:
+    """The manifest of a saved memory index whose shape is right, or ValueError naming what is wrong with it."""
     if not isinstance(data, dict) or not isinstance(data.get("documents"), list):
         raise ValueError("no list of documents")
     manifest = data.get(MANIFEST_KEY)
@@ -126,7 +126,7 @@ def _checked_documents(data: Any) -> tuple[list[Document], dict]:
             raise ValueError(f"document {position} has no text id and content")
     if manifest["documents"] != len(data["documents"]):
         raise ValueError(f"{len(data['documents'])} documents where the manifest says {manifest['documents']}")
-    return [Document.from_dict(d) for d in data["documents"]], manifest
+    return manifest
 
 
 def _load_memory(settings: Settings, name: str) -> Index | None:
@@ -136,7 +136,9 @@ def _load_memory(settings: Settings, name: str) -> Index | None:
         return None
     try:
         with path.open(encoding="utf-8") as handle:
-            documents, manifest = _checked_documents(json.load(handle))
+            data = json.load(handle)
+        manifest = _checked_manifest(data)
+        documents = [Document.from_dict(d) for d in data["documents"]]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
         raise QAError(f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path}).") from error
     store = new_memory_store(name)
@@ -435,7 +437,20 @@ def try_open_index(settings: Settings, name: str) -> Index | None:
 
 
 def saved_document_count(settings: Settings, name: str) -> int | None:
-    """How many documents the saved index ``name`` holds (None when there is none)."""
+    """How many documents the saved index ``name`` holds (None when there is none), from its manifest.
+
+    A memory index is read as JSON only: building its documents and store just to count them
+    would double the cost of every re-index.
+    """
+    if settings.store == "memory":
+        path = _memory_path(settings, name)
+        if not path.exists():
+            return None
+        try:
+            with path.open(encoding="utf-8") as handle:
+                return _checked_manifest(json.load(handle))["documents"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+            return None  # an unreadable index is no good index to protect
     index = try_open_index(settings, name)
     return None if index is None else int(index.manifest.get("documents", 0))
 
