@@ -1,10 +1,21 @@
-"""Train the reader shipped in models/reader-minilm-subjqa (see its README.md for the figures).
+"""Train the reader shipped in models/ (see its README.md for the figures).
 
-    python scripts/train_default_reader.py [--epochs 2] [--max-steps N] [--output DIR]
+    python scripts/train_default_reader.py [--recipe two-stage|mixed|subjqa] [--output DIR]
 
-SubjQA's three domains are exported to SQuAD v2 files, the all-MiniLM-L6-v2 encoder gets a QA
-head and is fine-tuned on the three train splits; the epoch is selected on electronics dev F1
-and the no-answer threshold is tuned on the three dev splits pooled.
+Recipes (nothing in any of them is chosen on a test split):
+
+- ``two-stage`` (the reference chapter's "SQuAD, then SubjQA"): stage 1 fine-tunes the
+  all-MiniLM-L6-v2 encoder with a fresh QA head on general QA data, SQuAD 2.0 dev (half of it
+  unanswerable: the lesson in *whether* to answer) and SQuADShifts Amazon reviews less a fixed
+  held-out slice, at 256-token windows to fit 2 CPU cores; stage 2 continues on the SubjQA train
+  splits of the three domains at 384-token windows, selects the epoch on the three SubjQA dev
+  splits pooled and tunes the no-answer threshold there, for SubjQA's own share of unanswerable
+  training questions.
+- ``mixed``: one run on all of the above at once (256-token windows).
+- ``subjqa``: SubjQA only (the first shipped reader).
+
+The SQuADShifts held-out slice (``qa_system.sources.squad.is_held_out``) is read after training
+as a second selection set and never trained on.
 """
 
 from __future__ import annotations
@@ -16,35 +27,51 @@ from pathlib import Path
 import torch
 
 from qa_system.config import REPO_ROOT, default_embedding_model
-from qa_system.reading.training import TrainingConfig, subjqa_to_squad_files, train_reader
+from qa_system.reading.training import POOLED, TrainingConfig, subjqa_to_squad_files, train_reader
+from qa_system.sources.squad import split_held_out
 
 DOMAINS = ("electronics", "restaurants", "tripadvisor")
+DATA = REPO_ROOT.parent / "shared" / "data"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--max-steps", type=int, default=None, help="stop early (smoke run)")
+    parser.add_argument("--recipe", choices=["two-stage", "mixed", "subjqa"], default="two-stage")
+    parser.add_argument("--data", type=Path, default=DATA, help="the shared data folder")
+    parser.add_argument("--general-epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=2, help="SubjQA epochs (at most; patience 1 on pooled dev F1)")
+    parser.add_argument("--general-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--max-steps", type=int, default=None, help="stop each stage early (smoke run)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "models" / "reader-minilm-subjqa")
-    parser.add_argument("--squad-dir", type=Path, default=Path(tempfile.gettempdir()) / "subjqa-squad")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "models" / "reader-minilm-qa")
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "reader-training")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    for path, report in subjqa_to_squad_files(DOMAINS, ("train", "dev"), args.squad_dir).items():
+    squad_dir = args.work_dir / "squad"
+    for path, report in subjqa_to_squad_files(DOMAINS, ("train", "dev"), squad_dir).items():
         print(f"{path}: {report.summary()}", flush=True)
-    config = TrainingConfig(epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, max_steps=args.max_steps)
-    result = train_reader(
-        train_files=[args.squad_dir / f"{d}-train.json" for d in DOMAINS],
-        dev_files=[args.squad_dir / f"{d}-dev.json" for d in DOMAINS],
-        base_model=default_embedding_model(),
-        output_dir=args.output,
-        config=config,
-        select_on=args.squad_dir / "electronics-dev.json",
-    )
+    subjqa_train = [squad_dir / f"{d}-train.json" for d in DOMAINS]
+    subjqa_dev = [squad_dir / f"{d}-dev.json" for d in DOMAINS]
+    amazon_train, amazon_heldout = split_held_out(args.data / "squadshifts" / "amazon_reviews_v1.0.json", squad_dir)
+    general = [args.data / "squad" / "dev-v2.0.json", amazon_train]
+    short = dict(max_seq_length=256, doc_stride=96, max_steps=args.max_steps)
+    final = TrainingConfig(epochs=args.epochs, learning_rate=args.learning_rate, max_steps=args.max_steps)
+
+    if args.recipe == "two-stage":
+        stage1 = args.work_dir / "stage1-general"
+        train_reader(general, [amazon_heldout], default_embedding_model(), stage1,
+                     TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short))
+        result = train_reader(subjqa_train, subjqa_dev, str(stage1), args.output, final, select_on=POOLED)
+    elif args.recipe == "mixed":
+        config = TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short)
+        result = train_reader(general + subjqa_train, subjqa_dev, default_embedding_model(), args.output, config, select_on=POOLED)
+    else:
+        result = train_reader(subjqa_train, subjqa_dev, default_embedding_model(), args.output,
+                              TrainingConfig(epochs=args.epochs, learning_rate=1e-4, max_steps=args.max_steps), select_on=POOLED)
     print(f"best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {result.output_dir}")
+    print(f"held-out SQuADShifts slice: {amazon_heldout} (evaluate with `qa-system eval reader --file {amazon_heldout} --reader {result.output_dir}`)")
 
 
 if __name__ == "__main__":

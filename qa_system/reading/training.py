@@ -36,6 +36,7 @@ from qa_system.reproducibility import machine, seed_everything
 from qa_system.sources.squad import SquadExample, SquadReport, read_squad, write_squad
 
 PathLike = str | Path
+POOLED = "pooled"  # select_on value: select the epoch on the pooled dev questions
 
 
 @dataclass(frozen=True)
@@ -270,8 +271,8 @@ def train_reader(
 
     :param train_files: SQuAD v2 files, concatenated.
     :param dev_files: SQuAD v2 files, pooled to tune the no-answer threshold after each epoch.
-    :param select_on: the dev file whose F1 (at the tuned threshold) selects the epoch;
-        default: the first dev file.
+    :param select_on: the dev file whose F1 (at the tuned threshold) selects the epoch, or
+        ``POOLED`` for all dev files pooled; default: the first dev file.
     :returns: where the best model is, its epoch, threshold and dev metrics per file.
     """
     import torch
@@ -280,10 +281,11 @@ def train_reader(
 
     if not train_files or not dev_files:
         raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD v2 files (see `qa-system export-squad`).")
-    select_on = Path(select_on) if select_on is not None else Path(dev_files[0])
+    select_on = POOLED if select_on == POOLED else Path(select_on) if select_on is not None else Path(dev_files[0])
     dev_sets = {Path(p): read_squad(p)[0] for p in dev_files}
-    if select_on not in dev_sets:
+    if select_on != POOLED and select_on not in dev_sets:
         dev_sets[select_on] = read_squad(select_on)[0]
+    selected = POOLED if select_on == POOLED else select_on.name
     train_examples = _load_examples(train_files)
     if not train_examples:
         raise QAError("The training files hold no usable question.", "check them with read_squad; every answer needs a valid answer_start.")
@@ -311,7 +313,7 @@ def train_reader(
         "train_windows": len(features),
         "dev_files": [p.name for p in dev_sets],
         "threshold_tuned_on": [Path(p).name for p in dev_files],
-        "selected_on": select_on.name,
+        "selected_on": selected,
         "hyperparameters": asdict(config),
         "machine": machine(),
     }
@@ -343,7 +345,7 @@ def train_reader(
         record = {"epoch": epoch, "steps": step, "train_loss": float(np.mean(losses)) if losses else None, "no_answer_threshold": threshold, "dev": metrics}
         history.append(record)
         print(json.dumps(record), flush=True)
-        if best is None or metrics[select_on.name]["f1"] > best.dev_metrics[select_on.name]["f1"]:
+        if best is None or metrics[selected]["f1"] > best.dev_metrics[selected]["f1"]:
             best = TrainingResult(Path(output_dir), epoch, threshold, metrics)
             stale = 0
             info = {**info_base, "no_answer_threshold": threshold, "best_epoch": epoch, "dev_metrics": metrics, "history": history, "training_seconds": time.time() - began}

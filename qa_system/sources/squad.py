@@ -11,6 +11,7 @@ known span nor impossible).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,30 @@ def write_squad(questions: Iterable[LabelledQuestion], path: str | Path, keep_un
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(squad, ensure_ascii=False, indent=1), encoding="utf-8")
     return report
+
+
+def is_held_out(title: str, percent: int = 10) -> bool:
+    """Whether an article (a SQuADShifts group, a SQuAD article) belongs to the fixed held-out slice.
+
+    Decided by a hash of the title alone, so the slice is the same whatever the file's order and
+    whichever command asks; whole groups go one way, since a group's passages share questions' topics.
+    """
+    return int(hashlib.sha256(title.encode("utf-8")).hexdigest(), 16) % 100 < percent
+
+
+def split_held_out(path: str | Path, out_dir: str | Path, percent: int = 10) -> tuple[Path, Path]:
+    """Write ``<stem>-train.json`` (articles kept for training) and ``<stem>-heldout.json`` (see is_held_out)."""
+    path, out_dir = Path(path), Path(out_dir)
+    read_squad(path)  # validates, with the usual one-line errors
+    squad = json.loads(path.read_text(encoding="utf-8"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for part, keep in (("train", False), ("heldout", True)):
+        data = [a for a in squad["data"] if is_held_out(str(a.get("title", "")), percent) == keep]
+        target = out_dir / f"{path.stem}-{part}.json"
+        target.write_text(json.dumps({"version": squad.get("version", "v2.0"), "data": data}, ensure_ascii=False), encoding="utf-8")
+        written.append(target)
+    return written[0], written[1]
 
 
 def read_squad(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
