@@ -39,9 +39,10 @@ def main() -> None:
     parser.add_argument("--recipe", choices=["two-stage", "mixed", "subjqa"], default="two-stage")
     parser.add_argument("--data", type=Path, default=DATA, help="the shared data folder")
     parser.add_argument("--general-epochs", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=2, help="SubjQA epochs (at most; patience 1 on pooled dev F1)")
+    parser.add_argument("--epochs", type=int, default=1, help="SubjQA epochs (at most; patience 1 on pooled dev F1)")
     parser.add_argument("--general-learning-rate", type=float, default=1e-4)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--general-max-steps", type=int, default=600, help="optimiser steps on the general data (a budget for 2 CPU cores; 0 = one full epoch)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop each stage early (smoke run)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "models" / "reader-minilm-qa")
@@ -56,7 +57,7 @@ def main() -> None:
     subjqa_dev = [squad_dir / f"{d}-dev.json" for d in DOMAINS]
     amazon_train, amazon_heldout = split_held_out(args.data / "squadshifts" / "amazon_reviews_v1.0.json", squad_dir)
     general = [args.data / "squad" / "dev-v2.0.json", amazon_train]
-    short = dict(max_seq_length=256, doc_stride=96, max_steps=args.max_steps)
+    short = dict(max_seq_length=256, doc_stride=96, max_steps=args.max_steps or args.general_max_steps or None)
     final = TrainingConfig(epochs=args.epochs, learning_rate=args.learning_rate, max_steps=args.max_steps)
 
     if args.recipe == "two-stage":
