@@ -192,3 +192,34 @@ def test_the_shared_qa_files(real_data_dir):
     assert sum(r.unanswerable for r in squad) == 5945 + 348
     mrqa = read_qa_files([data / "mrqa" / "DROP.dev.jsonl", data / "mrqa" / "DuoRC.ParaphraseRC.dev.jsonl"])
     assert [(r.read.format, len(r.examples), r.read.unlocated_answers) for r in mrqa] == [("MRQA", 1503, 0), ("MRQA", 1501, 0)]
+
+
+def test_the_commands_read_any_format_and_report_per_file(tmp_path, tiny_reader, capsys):
+    from qa_system.cli import main
+
+    (tmp_path / "squad.json").write_text(squad_json([qa("q1", "how long does the battery last?", "6000 hours"), qa("q2", "price?", impossible=True)]))
+    (tmp_path / "toy.jsonl").write_text(mrqa_lines(MRQA_QAS))
+    argv = [
+        "train-reader", "--no-subjqa", "--train-file", str(tmp_path / "toy.jsonl"), str(tmp_path / "toy.jsonl"), "--dev-file", str(tmp_path / "squad.json"),
+        "--base-model", str(tiny_reader), "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
+        "--max-seq-length", "64", "--doc-stride", "16", "--home", str(tmp_path / "home"),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"train {tmp_path / 'toy.jsonl'} (MRQA): used 2 questions (2 answerable, 0 unanswerable); dropped 0 duplicate(s)" in out
+    assert "used 0 questions (0 answerable, 0 unanswerable); dropped 2 duplicate(s) of earlier files, 1 question(s) without a located answer" in out
+    assert f"dev {tmp_path / 'squad.json'} (SQuAD v2.0): used 2 questions (1 answerable, 1 unanswerable)" in out
+
+    report_dir = tmp_path / "report"
+    assert main(["eval", "reader", "--file", str(tmp_path / "toy.jsonl"), "--reader", str(tmp_path / "reader"), "--out", str(report_dir), "--home", str(tmp_path / "home")]) == 0
+    report = json.loads((report_dir / "report.json").read_text())
+    assert (report["file"], report["format"], report["questions"]) == (str(tmp_path / "toy.jsonl"), "MRQA", 2)
+    assert report["title"] == "Reader evaluation: toy.jsonl (MRQA) (gold context)"
+    gold = json.loads((report_dir / "gold.json").read_text())
+    assert [q["id"] for article in gold["data"] for p in article["paragraphs"] for q in p["qas"]] == ["m1", "m2"]
+
+    capsys.readouterr()
+    (tmp_path / "bad.csv").write_text("question,answer\n")
+    assert main(["eval", "reader", "--file", str(tmp_path / "bad.csv"), "--home", str(tmp_path / "home")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is neither SQuAD JSON nor MRQA JSON lines" in err and len(err.strip().splitlines()) == 1  # before any model loads

@@ -34,7 +34,7 @@ from qa_system.reading.distillation import DistillationConfig, DistillationLoss,
 from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model, read_model_info
 from qa_system.reading.reader import ExtractiveReader, context_sequence_id, encode_windows
 from qa_system.reproducibility import machine, seed_everything
-from qa_system.sources.qa_files import FileReport, read_qa_file, read_qa_files
+from qa_system.sources.qa_files import read_qa_file, read_qa_files
 from qa_system.sources.squad import SquadExample, SquadReport, write_squad
 
 PathLike = str | Path
