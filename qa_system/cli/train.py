@@ -94,7 +94,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
-    p = commands.add_parser("train-reader", parents=[options.common], help="fine-tune an extractive reader on SubjQA and/or SQuAD v2 files")
+    p = commands.add_parser("train-reader", parents=[options.common], help="fine-tune an extractive reader on SubjQA and/or SQuAD / MRQA files")
     options.domain(p)
     p.add_argument("--no-subjqa", action="store_true", help="train only on --train-file / --dev-file")
     p.add_argument("--train-file", nargs="+", type=Path,

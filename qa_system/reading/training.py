@@ -1,13 +1,16 @@
-"""Fine-tuning an extractive reader on SQuAD v2 files (SubjQA exported, or any the user brings).
+"""Fine-tuning an extractive reader on SQuAD v1.1 / v2.0 or MRQA files (SubjQA exported, or any the user brings).
 
 A plain PyTorch loop in the manner of transformers' ``run_qa.py``: windows labelled with the
 answer's token span (or [CLS] when the window cannot see it), AdamW with linear warm-up and
-decay, fixed seed. After each epoch the dev files are read with the project's own
-``ExtractiveReader`` (so dev figures are the figures users get), the no-answer threshold is tuned
-on the pooled dev questions and the epoch is selected on one dev file's F1 at that threshold;
-training stops early after ``patience`` epochs without improvement. The best model is saved in
-fp16 safetensors with its tokenizer and a ``qa_system.json`` (threshold, data, hyperparameters,
-time, machine, metrics) that the reader reads.
+decay, fixed seed; optionally distilled from a teacher's start/end distributions
+(distillation.py). A question held by several files is trained on once, and what each file gave
+is printed and stored (sources/qa_files.py). After each epoch the dev files are read with the
+project's own ``ExtractiveReader`` (so dev figures are the figures users get), the no-answer
+threshold is tuned on the pooled dev questions and the epoch is selected on one dev file's F1 at
+that threshold; training stops early after ``patience`` epochs without improvement. The best
+model is saved in fp16 safetensors with its tokenizer and a ``qa_system.json`` (threshold, data,
+hyperparameters, time, machine, metrics) that the reader reads; it also holds the provenance of
+the base model and of the teacher when this project trained them, so a two-stage model shows both stages.
 
 Why pool the dev files for the threshold: SubjQA's electronics dev split is 61% unanswerable
 while its test split is 34%, so a threshold fitted on electronics dev alone learns to answer
@@ -306,7 +309,7 @@ def train_reader(
     if not train_files or not dev_files:
         raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD or MRQA files (see `qa-system export-squad`).")
     select_on = POOLED if select_on == POOLED else Path(select_on) if select_on is not None else Path(dev_files[0])
-    dev_reports = read_qa_files(dev_files)
+    dev_reports = read_qa_files(list(dict.fromkeys(map(Path, dev_files))))
     dev_sets = {report.path: report.examples for report in dev_reports}
     if select_on != POOLED and select_on not in dev_sets:
         dev_sets[select_on] = read_qa_file(select_on)[0]
