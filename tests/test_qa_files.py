@@ -6,7 +6,6 @@ import json
 import pytest
 
 from qa_system.errors import QAError
-from qa_system.sources.mrqa import read_mrqa
 from qa_system.sources.qa_files import labelled_questions, read_qa_file, read_qa_files
 
 # An MRQA context as the shared task joins passages: title and paragraph tokens stay in the text.
@@ -54,7 +53,7 @@ def qa(qid, question, answer=None, impossible=None):
 def test_mrqa_becomes_squad_examples_with_verified_spans(tmp_path):
     path = tmp_path / "toy.jsonl"
     path.write_text(mrqa_lines(MRQA_QAS))
-    examples, report = read_mrqa(path)
+    examples, report = read_qa_file(path)
     assert [e.id for e in examples] == ["m1", "m2"]
     first, second = examples
     assert first.context == CONTEXT and "[PAR]" in first.context  # kept as given: the spans refer to it
@@ -74,7 +73,7 @@ def test_a_span_off_by_one_character_is_caught(tmp_path):
     qas = [{"qid": "x", "question": "?", "detected_answers": [{"text": "battery lasts", "char_spans": [[start + 1, end + 1]]}]}]
     path = tmp_path / "toy.jsonl"
     path.write_text(mrqa_lines(qas))
-    examples, report = read_mrqa(path)
+    examples, report = read_qa_file(path)
     assert examples == [] and report.unlocated_answers == 1 and report.skipped_questions == 1  # "attery lasts " is not the answer
 
 

@@ -9,7 +9,8 @@ answer text in case, articles or punctuation ("The 49ers" -> "49ers", "salt-tax"
 a span is accepted when both agree after SQuAD normalisation with spaces removed, and the
 answer text becomes the context's own characters, so that ``context[start:start + len(text)]``
 holds as for SQuAD. Other spans are dropped, counted and listed in the report; a question left
-without any span is skipped. MRQA questions are all answerable.
+without any span is skipped. MRQA questions are all answerable. Files are read by
+``qa_files.read_qa_file``, which tells MRQA from SQuAD by the content.
 """
 
 from __future__ import annotations
@@ -23,18 +24,6 @@ from qa_system.evaluation.answers import normalize_answer
 from qa_system.sources.squad import SquadExample, SquadReport, _field, _list
 
 FORMAT = "MRQA"
-
-
-def read_mrqa(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
-    """Read and validate an MRQA JSON lines file (see parse_mrqa)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as error:
-        raise QAError(f"MRQA file {path} does not exist.", "check the path.") from error
-    except UnicodeDecodeError as error:
-        raise QAError(f"{path} is not UTF-8 text ({error}).", "pass an MRQA JSON lines file (gunzip a .jsonl.gz first).") from error
-    return parse_mrqa(text.splitlines(), path)
 
 
 def parse_mrqa(lines: Iterable[str], path: Path) -> tuple[list[SquadExample], SquadReport]:
