@@ -349,3 +349,13 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
         assert body["documents"][0]["meta"]["review_id"] == "r-kindle-1"
         assert "/query" in httpx.get(f"{url}/openapi.json").json()["paths"]
     assert "API:" in (tmp_path / "api.log").read_text()
+
+
+def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("QA_DATA_DIR", str(api_settings.data_dir))
+    out = tmp_path / "bench-api"
+    assert main(["bench-api", "--url", api, "--clients", "3", "--seconds", "2", "--questions", "4", "--out", str(out)]) == 0
+    (row,) = json.loads((out / "report.json").read_text())["metrics"]
+    assert row["clients"] == 3 and row["answered"] >= 3 and row["errors"] == 0
+    assert row["throughput_qps"] == pytest.approx(row["answered"] / row["seconds"], rel=0.01) and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+    assert row["health_p50_ms"] > 0 and "throughput_qps" in capsys.readouterr().out

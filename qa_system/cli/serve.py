@@ -26,7 +26,6 @@ def cmd_api(args: argparse.Namespace) -> None:
 
     settings = settings_from_args(args).with_(api_rate_limit=args.rate_limit, api_workers=args.workers)
     run_api(settings, args.domain, args.host, args.port)
-    print("API stopped.", file=sys.stderr)
 
 
 def cmd_export_feedback(args: argparse.Namespace) -> None:
