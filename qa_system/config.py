@@ -172,4 +172,4 @@ class Settings:
         return self.home / "feedback" / "feedback-squad.json"
 
     def as_dict(self) -> dict:
-        return {f.name: str(getattr(self, f.name)) for f in fields(self) if not f.name.startswith("_")}
+        return {f.name: str(getattr(self, f.name)) for f in fields(self) if not f.name.startswith("_") and f.repr}  # never the API token

@@ -46,7 +46,7 @@ def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None)
 
 @dataclass(frozen=True)
 class Question:
-    """One question as a door received it; ``checked`` applies the rules every door shares."""
+    """One question as a door received it; ``QAService.check`` applies the rules every door shares."""
 
     query: str
     item_id: str | None

@@ -1,10 +1,11 @@
 """Serving the Streamlit search page (``ui/app.py``), and driving it from a headless browser.
 
 ``qa-system ui`` runs ``streamlit_command``. ``serve`` starts the page on a free loopback port and
-stops it again, and ``headless_chromium`` / ``ask_in_browser`` drive it the way a user does: the
-browser test and the README screenshot (``scripts/ui_screenshot.py``) both use them, so that what
-is tested is what is shown. Selenium and Chromium are needed only for the browser helpers
-(``pip install -e .[test]``; Debian: ``apt-get install chromium chromium-driver``).
+stops it again (``serve_process`` does that for any server with a health URL, the API too), and
+``headless_chromium`` / ``ask_in_browser`` drive it the way a user does: the browser test and the
+README screenshot (``scripts/ui_screenshot.py``) both use them, so that what is tested is what is
+shown. Selenium and Chromium are needed only for the browser helpers (``pip install -e .[test]``;
+Debian: ``apt-get install chromium chromium-driver``).
 """
 
 from __future__ import annotations

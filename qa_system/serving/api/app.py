@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -29,12 +28,13 @@ from fastapi.security import HTTPBearer
 
 from qa_system import __version__
 from qa_system.config import Settings
-from qa_system.errors import NotFound, QAError, Unavailable, check_count
+from qa_system.errors import NotFound, QAError, Unavailable
 from qa_system.serving.answer_views import answer_views, rank_answers
 from qa_system.serving.api.guards import Guarded, Metered, Metrics
 from qa_system.serving.api.schemas import (
     AnswerOut,
     CollectionOut,
+    Count,
     ErrorOut,
     FeedbackOut,
     FeedbackRequest,
@@ -47,7 +47,6 @@ from qa_system.serving.api.schemas import (
 )
 from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question
 
-logger = logging.getLogger(__name__)
 EVENT_STREAM = "text/event-stream"
 ERRORS = {status: {"model": ErrorOut} for status in (401, 404, 413, 422, 429, 503)}
 DESCRIPTION = """Answers questions about a product from its reviews: the retrieved reviews, the answer spans at
@@ -144,12 +143,11 @@ def create_app(settings: Settings | None = None, collections: Sequence[str] = DE
     @app.get("/products", response_model=ProductsOut, dependencies=protected, tags=["data"], summary="a collection's products with their review counts")
     async def products(
         collection: str | None = Query(None, description="default: the first collection served"),
-        limit: str = Query("100", description="products to return (1-1000)"),
-        offset: str = Query("0", description="products to skip"),
+        limit: Annotated[Count("limit", 1, 1000), Query(description="products to return")] = 100,
+        offset: Annotated[Count("offset", 0), Query(description="products to skip")] = 0,
     ) -> ProductsOut:
-        limit_, offset_ = check_count(limit, "limit", 1, 1000), check_count(offset, "offset", 0)
         counts = loaded().products(collection)
-        page = list(counts.items())[offset_ : offset_ + limit_]
+        page = list(counts.items())[offset : offset + limit]
         name = collection or service.names[0]
         return ProductsOut(collection=name, total=len(counts), products=[ProductOut(item_id=i, reviews=n) for i, n in page])
 

@@ -6,10 +6,10 @@ Counts and thresholds are checked by the library's own ``check_count`` / ``check
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from haystack import Document
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from qa_system.config import RETRIEVERS
 from qa_system.errors import QAError, check_count, check_number
@@ -33,6 +33,14 @@ def _library_check(check, value: Any, *args: Any, **kwargs: Any) -> Any:
         raise ValueError(str(error)) from None
 
 
+def Count(name: str, minimum: int = 1, maximum: int | None = None) -> Any:  # noqa: N802 - used as a type
+    """An int field or query parameter checked by the library's ``check_count``."""
+    return Annotated[int, BeforeValidator(lambda value: _library_check(check_count, value, name, minimum, maximum))]
+
+
+Threshold = Annotated[float | None, BeforeValidator(lambda value: _library_check(check_number, value, "no_answer_threshold", optional=True))]
+
+
 class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]})
 
@@ -41,20 +49,10 @@ class QueryRequest(BaseModel):
     collection: str | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
     mode: Literal["extractive", "rag"] = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")
-    top_k: int = Field(3, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
-    top_k_reader: int = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
-    no_answer_threshold: float | None = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
+    top_k: Count("top_k", 1, MAX_TOP_K) = Field(3, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
+    top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
+    no_answer_threshold: Threshold = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
     stream: bool = Field(False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)")
-
-    @field_validator("top_k", "top_k_reader", mode="before")
-    @classmethod
-    def _count(cls, value: Any, info: ValidationInfo) -> int:
-        return _library_check(check_count, value, info.field_name, 1, MAX_TOP_K if info.field_name == "top_k" else MAX_TOP_K_READER)
-
-    @field_validator("no_answer_threshold", mode="before")
-    @classmethod
-    def _threshold(cls, value: Any) -> float | None:
-        return _library_check(check_number, value, "no_answer_threshold", optional=True)
 
 
 class AnswerOut(BaseModel):
