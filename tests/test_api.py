@@ -5,6 +5,7 @@ server (tests/openai_stub.py) whose replies can be made slow."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -109,6 +110,26 @@ def test_health_is_503_until_the_models_and_index_are_loaded(api, api_settings):
         after = wait_ready(url)
         assert after.status_code == 200
         assert after.json()["status"] == "ready" and after.json()["collections"] == ["electronics"] and after.json()["reader_backend"] == "torch"
+
+
+def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path):
+    broken = replace(api_settings, data_dir=tmp_path / "no-such-data", home=tmp_path / "home")
+    with running(create_app(broken)) as url:
+        deadline = time.monotonic() + 60
+        while (health := httpx.get(f"{url}/health")).json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert health.status_code == 503 and health.json()["status"] == "failed" and "no-such-data" in health.json()["error"]
+        refused = ask(url)
+        assert refused.status_code == 503 and refused.json()["detail"].startswith("The server failed to load: ")
+
+
+def test_a_port_in_use_is_a_one_line_error(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["api", "--port", str(taken.getsockname()[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Cannot listen on 127.0.0.1:") and "Fix: pass another --port" in err and len(err.strip().splitlines()) == 1
 
 
 def test_collections_and_products_with_review_counts(api, api_settings):
