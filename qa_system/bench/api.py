@@ -11,6 +11,7 @@ not queue behind the questions). For each reader backend asked for, a server is 
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import threading
 import time
@@ -42,6 +43,7 @@ class LoadResult:
     errors: dict[str, int] = field(default_factory=dict)  # "HTTP 503", "ReadTimeout", ... -> count
     health: list[float] = field(default_factory=list)
     server_total_s: list[float] = field(default_factory=list)  # the pipeline's own total_s
+    load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and the end (a shared machine)
 
     def row(self) -> dict[str, Any]:
         def ms(values: list[float], q: float) -> float:
@@ -52,6 +54,7 @@ class LoadResult:
             "errors": sum(self.errors.values()), "throughput_qps": round(len(self.latencies) / self.seconds, 2),
             "p50_ms": ms(self.latencies, 50), "p95_ms": ms(self.latencies, 95), "p99_ms": ms(self.latencies, 99),
             "pipeline_p50_ms": ms(self.server_total_s, 50), "health_p50_ms": ms(self.health, 50), "health_max_ms": ms(self.health, 100),
+            "load_average_start": round(self.load_average[0], 1), "load_average_end": round(self.load_average[1], 1),
         }  # fmt: skip
 
 
@@ -101,12 +104,12 @@ def load_test(url: str, questions: Sequence[dict], clients: int, seconds: float,
     for thread in threads:
         thread.start()
     started.wait()
-    began = time.perf_counter()
+    began, load_before = time.perf_counter(), os.getloadavg()[0]
     prober = threading.Thread(target=probe, daemon=True)
     prober.start()
     time.sleep(seconds)
     stop.set()
-    result.seconds = time.perf_counter() - began
+    result.seconds, result.load_average = time.perf_counter() - began, (load_before, os.getloadavg()[0])
     for thread in [*threads, prober]:
         thread.join(timeout=90)
     return result
@@ -165,7 +168,7 @@ def run_api_bench(
     notes = [
         f"{clients} concurrent clients, each asking POST /query back to back for {seconds:.0f} s ({len(bodies)} labelled {domain}/{split} questions, "
         f"each about its own product, top_k {top_k}); latency measured by the client; a GET /health probe every {HEALTH_EVERY_S} s meanwhile.",
-        f"Load average at the end: {summary['machine']['load_average_1_5_15']} on {summary['machine']['logical_cpus']} CPUs (shared: compare ratios).",
+        f"{summary['machine']['logical_cpus']} CPUs, shared with other jobs: the load average at each run's start and end is in the table; compare ratios under similar load.",
     ]
     write_report(out_dir, "API load test", table, summary, notes=notes)
     return table
