@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from qa_system.config import RETRIEVERS
 from qa_system.errors import QAError, check_count, check_number
+from qa_system.pipelines import ANSWER_STAGES
 from qa_system.serving.answer_views import AnswerView
 from qa_system.serving.feedback import VERDICTS, Feedback
 
@@ -48,7 +49,7 @@ class QueryRequest(BaseModel):
     item_id: str = Field(description="the product asked about (GET /products lists them)")
     collection: str | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
-    mode: Literal["extractive", "rag"] = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")
+    mode: Literal[ANSWER_STAGES] = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")  # type: ignore[valid-type]
     top_k: Count("top_k", 1, MAX_TOP_K) = Field(3, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
     top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
     no_answer_threshold: Threshold = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
