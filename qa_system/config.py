@@ -81,6 +81,13 @@ class Settings:
     num_beams: int = 1
     # The evaluation dashboard shows the reports under this folder, and nothing outside it.
     reports_dir: Path = Path("reports")
+    # REST API (`qa-system api`): a bearer token every request but /health and the docs must carry
+    # (None: open, for loopback use), the largest request body, requests per minute per client
+    # (0: no limit), and how many questions are answered at once (the others wait in a queue).
+    api_token: str | None = field(default=None, repr=False)
+    api_max_body_bytes: int = 64 * 1024
+    api_rate_limit: int = 600
+    api_workers: int = 4
 
     _ENV = {
         "data_dir": "QA_DATA_DIR",
@@ -102,6 +109,10 @@ class Settings:
         "temperature": "QA_TEMPERATURE",
         "num_beams": "QA_NUM_BEAMS",
         "reports_dir": "QA_REPORTS_DIR",
+        "api_token": "QA_API_TOKEN",
+        "api_max_body_bytes": "QA_API_MAX_BODY_BYTES",
+        "api_rate_limit": "QA_API_RATE_LIMIT",
+        "api_workers": "QA_API_WORKERS",
     }
 
     @classmethod
@@ -130,6 +141,11 @@ class Settings:
         settings = replace(self, **paths, **numbers)
         for name in ("generator_context", "max_new_tokens", "num_beams"):
             check_count(getattr(settings, name), name)
+        # Counts from the environment arrive as text; check_count parses them (QA_API_RATE_LIMIT=0 turns the limit off).
+        settings = replace(
+            settings, api_max_body_bytes=check_count(settings.api_max_body_bytes, "QA_API_MAX_BODY_BYTES", 256),
+            api_rate_limit=check_count(settings.api_rate_limit, "QA_API_RATE_LIMIT", 0), api_workers=check_count(settings.api_workers, "QA_API_WORKERS"),
+        )  # fmt: skip
         check_number(settings.temperature, "temperature", 0)
         if settings.store not in STORE_BACKENDS:
             raise QAError(f"Unknown store '{settings.store}'.", f"use one of: {', '.join(STORE_BACKENDS)}.")
@@ -150,5 +166,10 @@ class Settings:
         """SQLite file of the search page's answer feedback (beside the indexes, so it outlives restarts)."""
         return self.home / "feedback.sqlite"
 
+    @property
+    def feedback_export(self) -> Path:
+        """Where the page's export button and the API write the feedback as SQuAD v2 (`qa-system export-feedback --out` chooses)."""
+        return self.home / "feedback" / "feedback-squad.json"
+
     def as_dict(self) -> dict:
-        return {f.name: str(getattr(self, f.name)) for f in fields(self) if not f.name.startswith("_")}
+        return {f.name: str(getattr(self, f.name)) for f in fields(self) if not f.name.startswith("_") and f.repr}  # never the API token

@@ -18,6 +18,15 @@ class QAError(Exception):
         super().__init__(f"{problem} Fix: {fix}" if fix else problem)
 
 
+class NotFound(QAError):
+    """A QAError about a name that does not exist (a product, a collection, a document): an API answers 404."""
+
+
+class Unavailable(QAError):
+    """A QAError about a server the system relies on (a search engine, a generator endpoint) that did
+    not answer as it should: the request was fine, so an API answers 503."""
+
+
 def _fix(name: str, bound: object, how: str) -> str:
     # A flag takes its value after a space (--top-k 1), a Python argument after "=" (top_k=1).
     return f"pass {name}{' ' if name.startswith('-') else '='}{bound} {how}."

@@ -31,7 +31,7 @@ from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import StreamingCallbackT
 
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
-from qa_system.errors import QAError, check_count, check_number
+from qa_system.errors import NotFound, QAError, check_count, check_number
 from qa_system.indexing import embeddings_match
 from qa_system.retrieval.filters import make_filters
 from qa_system.retrieval.fitted import fusion_values, rerank_weight
@@ -128,6 +128,15 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
     return pipeline
 
 
+def validate_question(index: Index, query: object, item_id: str | None) -> None:
+    """The checks every door makes before answering: a question with words in it, about a product the index holds."""
+    if not isinstance(query, str) or not query.strip():
+        raise QAError("The question is empty.", "type a question, e.g. \"Is it good for reading?\".")
+    counts = index.item_counts()
+    if item_id is not None and counts and item_id not in counts:
+        raise NotFound(f"Product '{item_id}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists.")
+
+
 @dataclass
 class QAPipeline:
     """A Haystack pipeline plus the index it reads and the project's calling convention."""
@@ -175,14 +184,7 @@ class QAPipeline:
         return inputs
 
     def validate(self, query: str, item_id: str | None) -> None:
-        if not query or not query.strip():
-            raise QAError("The question is empty.", "type a question, e.g. \"Is it good for reading?\".")
-        counts = self.index.item_counts()
-        if item_id is not None and counts and item_id not in counts:
-            raise QAError(
-                f"Product '{item_id}' has no reviews in index '{self.index.name}'.",
-                "pick an item id that `qa-system products` lists.",
-            )
+        validate_question(self.index, query, item_id)
 
     def run(
         self,

@@ -21,7 +21,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, Unavailable
 
 MANIFEST_KEY = "qa_system"
 logger = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ def elasticsearch_store(settings: Settings, name: str):
     except Exception:  # the client raises many types for bad URLs and refused connections
         reachable = False
     if not reachable:
-        raise QAError(f"Elasticsearch at {settings.es_url} is unreachable.", fix)
+        raise Unavailable(f"Elasticsearch at {settings.es_url} is unreachable.", fix)
     return ElasticsearchDocumentStore(hosts=settings.es_url, index=name, embedding_similarity_function="cosine")
 
 
@@ -294,7 +294,7 @@ def opensearch_client(settings: Settings):
     except (AuthenticationException, AuthorizationException) as error:
         raise QAError(f"OpenSearch at {url} refused the request ({error.status_code}).", "set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD.") from None
     except Exception:  # the client raises many types for bad URLs and refused connections
-        raise QAError(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
+        raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
     return OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=60)
 
 

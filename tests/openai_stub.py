@@ -1,12 +1,13 @@
 """A tiny OpenAI-compatible chat-completions server for tests: 127.0.0.1 only, a bounded number of
-requests and a deadline, after which it stops by itself (also on leaving the ``with`` block)."""
+requests and a deadline, after which it stops by itself (also on leaving the ``with`` block).
+Requests are answered each in its own thread, as a real server does, so slow replies overlap."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 MODEL = "stub-model"
@@ -62,7 +63,7 @@ class OpenAIStub:
                 stream = b"".join(_chunk(body, {"role": "assistant", "content": piece}) for piece in pieces)
                 self._send(200, stream + _chunk(body, {}, "stop") + b"data: [DONE]\n\n", "text/event-stream")
 
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.timeout = 0.2
         self.thread = threading.Thread(target=self._serve, daemon=True)
 

@@ -2,6 +2,7 @@
 
 import json
 import string
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,31 @@ def test_no_documents_gives_the_no_answer_alone(model_dir):
     for documents in ([], [Document(content=""), Document(content=None)]):
         answers = reader.run("anything?", documents)["answers"]
         assert len(answers) == 1 and answers[0].data is None and answers[0].score == 1.0
+
+
+def test_concurrent_runs_read_like_one_after_the_other(model_dir):
+    """The API runs one reader from several threads: its tokenizer's settings must not leak between runs
+    (they did: about 1 run in 150 read a ragged batch and failed)."""
+    reader = ExtractiveReader(model=str(model_dir))
+    documents = [Document(content="The battery lasts about ten hours."), Document(content="Sound is great. " * 4), Document(content="Cheap.")]
+    questions = [f"How long does the battery last {'really ' * (i % 5)}?" for i in range(10)]
+    expected = {q: reader.predict(q, documents) for q in questions}
+    failures: list[str] = []
+
+    def ask_all() -> None:
+        for _ in range(15):
+            for question in questions:
+                try:
+                    assert reader.predict(question, documents) == expected[question]
+                except Exception as error:  # noqa: BLE001 - collected, reported below
+                    failures.append(repr(error)[:120])
+
+    threads = [threading.Thread(target=ask_all) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
 
 
 def test_question_longer_than_the_window_is_a_clear_error(model_dir):

@@ -13,7 +13,7 @@ import pytest
 from conftest import write_subjqa
 
 from qa_system.config import REPO_ROOT
-from qa_system.serving.webapp import _healthy, free_port
+from qa_system.serving.webapp import free_port, healthy
 
 CLI = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())"]
 
@@ -61,7 +61,7 @@ def test_a_stop_signal_stops_the_page_server_and_frees_its_port(tmp_path, signum
     servers: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 120
-        while not _healthy(f"http://127.0.0.1:{port}"):
+        while not healthy(f"http://127.0.0.1:{port}/_stcore/health"):
             assert cli.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "the page never answered: " + log_path.read_text()
             time.sleep(0.3)

@@ -26,6 +26,7 @@ from qa_system.pipelines import ANSWER_STAGES
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerView, answer_views, rank_answers
 from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore, unrecorded_clicks
+from qa_system.serving.service import pipeline_label
 from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"
@@ -129,7 +130,7 @@ def feedback_panel(store: FeedbackStore, settings: Settings) -> None:
         st.caption(f"{sum(counts.values())} judgements saved: " + ", ".join(f"{counts.get(v, 0)} {VERDICTS[v].lower()}" for v in VERDICTS))
         if st.button("Export as SQuAD v2", key="export"):
             try:
-                export = store.export_squad(settings.home / "feedback" / "feedback-squad.json")
+                export = store.export_squad(settings.feedback_export)
             except QAError as error:
                 st.warning(markdown_literal(error))
                 return
@@ -199,7 +200,7 @@ def ask(settings: Settings, index, options: Options) -> None:
         return
     st.query_params.update(item=item, q=question.strip())
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
-    label = f"{options.retriever} + {options.answer_stage}" + (f" ({Path(settings.reader_model).name})" if options.answer_stage == "extractive" else "")
+    label = pipeline_label(settings, options.retriever, options.answer_stage)
     views = answer_views(output.get("answers", []))
     st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning, options)
 
@@ -214,11 +215,9 @@ def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdic
     document = view.document or next(iter(view.sources or asked.documents), None)
     try:
         store.record(
-            Feedback(
-                verdict=verdict, question=asked.question, answer=view.text, start=view.start, end=view.end,
-                document_id=document.id if document else None, item_id=asked.item_id,
-                review_id=document.meta.get("review_id") if document else None, context=document.content if document else None,
-                score=view.score, pipeline=asked.pipeline, labelled_question_id=asked.gold.id if asked.gold else None,
+            Feedback.about(
+                document, verdict=verdict, question=asked.question, answer=view.text, start=view.start, end=view.end,
+                item_id=asked.item_id, score=view.score, pipeline=asked.pipeline, labelled_question_id=asked.gold.id if asked.gold else None,
                 click_id=click_id,
             )
         )  # fmt: skip

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, number, settings_from_args
+from qa_system.config import READER_BACKENDS, RETRIEVERS
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -27,6 +28,17 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 
 
+def cmd_bench_api(args: argparse.Namespace) -> None:
+    from qa_system.bench.api import run_api_bench
+
+    table = run_api_bench(
+        settings_from_args(args), args.out, args.backends, args.clients, args.seconds, args.url, args.domain[0], args.split, args.questions,
+        args.retriever, args.top_k, progress=lambda message: print(message, file=sys.stderr, flush=True),
+    )  # fmt: skip
+    print(table.to_string(index=False))
+    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, server-*.log)")
+
+
 def register(commands, options: Options) -> None:
     p = commands.add_parser("bench", parents=[options.common], help="measure indexing, retrieval, reader and end-to-end speed beside Haystack's stock components")
     p.add_argument("--sizes", nargs="+", type=count("--sizes"), default=[1000, 10000, 100000], help="corpus sizes in reviews")
@@ -39,3 +51,16 @@ def register(commands, options: Options) -> None:
     p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the synthetic reviews and vectors")
     p.add_argument("--out", type=Path, default=Path("reports/bench"))
     p.set_defaults(func=cmd_bench)
+
+    p = commands.add_parser("bench-api", parents=[options.common], help="load-test the REST API on loopback: throughput, latency percentiles, errors")
+    options.domain(p)
+    p.add_argument("--clients", type=count("--clients", 1, 256), default=8, help="concurrent clients, each asking back to back")
+    p.add_argument("--seconds", type=number("--seconds", 0, above=True), default=60.0, help="how long the load lasts")
+    p.add_argument("--backends", nargs="+", choices=READER_BACKENDS, default=["torch"], help="reader backends to serve in turn, one server each (ratio of the two)")
+    p.add_argument("--url", help="measure this running server instead of starting one (e.g. http://127.0.0.1:8000)")
+    p.add_argument("--split", default="test", help="labelled questions of this split are asked")
+    p.add_argument("--questions", type=count("--questions"), default=200, help="distinct questions, asked in turn")
+    p.add_argument("--retriever", choices=RETRIEVERS, help="retriever of every question (default: the server's)")
+    p.add_argument("--top-k", type=count("--top-k"), default=3, help="reviews read per question")
+    p.add_argument("--out", type=Path, default=Path("reports/bench-api"))
+    p.set_defaults(func=cmd_bench_api)

@@ -1,4 +1,4 @@
-"""`qa-system ui | export-feedback`: the search page, and the feedback its users gave."""
+"""`qa-system ui | api | export-feedback`: the search page, the REST API, and the feedback their users gave."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ def cmd_ui(args: argparse.Namespace) -> None:
         raise QAError(f"Streamlit exited with code {code}.", "see its messages above (is the port in use? try --port).")
 
 
+def cmd_api(args: argparse.Namespace) -> None:
+    from qa_system.serving.api import run_api
+
+    settings = settings_from_args(args).with_(api_rate_limit=args.rate_limit, api_workers=args.workers)
+    run_api(settings, args.domain, args.host, args.port)
+
+
 def cmd_export_feedback(args: argparse.Namespace) -> None:
     from qa_system.serving.feedback import FeedbackStore
 
@@ -36,6 +43,14 @@ def register(commands, options: Options) -> None:
     p.add_argument("--address", default="localhost", help="0.0.0.0 to serve other machines")
     p.add_argument("--dev", action="store_true", help="reload the page when ui/ files change")
     p.set_defaults(func=cmd_ui)
+
+    p = commands.add_parser("api", parents=[options.common, options.generation], help="serve the REST API (FastAPI; OpenAPI docs at /docs) on http://HOST:PORT")
+    p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to serve other machines (then set QA_API_TOKEN)")
+    p.add_argument("--port", type=count("--port", 1, 65535), default=8000)
+    p.add_argument("--domain", action="append", help="collection to serve, repeatable (default electronics); the first is the default one")
+    p.add_argument("--workers", type=count("--workers"), help="questions answered at once, each in a thread (QA_API_WORKERS, default 4)")
+    p.add_argument("--rate-limit", type=count("--rate-limit", 0), help="requests a minute per client, 0 for none (QA_API_RATE_LIMIT, default 600)")
+    p.set_defaults(func=cmd_api)
 
     p = commands.add_parser("export-feedback", parents=[options.common], help="write the search page's answer feedback as SQuAD v2 training data")
     p.add_argument("--out", type=Path, default=Path("data/feedback-squad.json"))

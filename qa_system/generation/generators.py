@@ -19,7 +19,7 @@ from haystack.components.generators.chat.openai import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingCallbackT, StreamingChunk
 from haystack.utils import Secret, deserialize_callable, serialize_callable
 
-from qa_system.errors import QAError
+from qa_system.errors import Unavailable
 from qa_system.generation.models import HFPromptFormat, load_generation_model, load_prompt_format
 
 DEFAULT_GENERATION = {"max_new_tokens": 64, "temperature": 0.0, "num_beams": 1}
@@ -170,12 +170,12 @@ class OpenAICompatibleGenerator:
         try:
             return self._client.run(messages, streaming_callback=streaming_callback, generation_kwargs=generation_kwargs)
         except openai.APIConnectionError as error:  # includes timeouts
-            raise QAError(
+            raise Unavailable(
                 f"Cannot reach the generator endpoint {self.api_base_url} ({error}).",
                 "start the server, or pass the right --base-url (e.g. http://127.0.0.1:8080/v1).",
             ) from error
         except openai.APIStatusError as error:
-            raise QAError(
+            raise Unavailable(
                 f"The generator endpoint {self.api_base_url} answered HTTP {error.status_code}: {error.message}",
                 "check --model (the name the server serves) and OPENAI_API_KEY.",
             ) from error

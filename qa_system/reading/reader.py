@@ -23,6 +23,7 @@ raw decision. ``train_reader`` tunes it on held-out data and stores it in the mo
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -116,6 +117,9 @@ class ExtractiveReader:
         self.backend = backend
         self.onnx_model = str(onnx_model) if onnx_model is not None else None
         self._tokenizer = None
+        # A tokenizer keeps its padding and truncation settings between calls, and encode_windows calls it
+        # with two different ones: concurrent runs (the API's worker threads) would mix them (ragged arrays).
+        self._tokenizing = threading.Lock()
         self._model = None
         self._onnx = None
         self._default_threshold = 0.0
@@ -223,7 +227,8 @@ class ExtractiveReader:
         if not contents:
             return [], None
         texts = [c for _, c in contents]
-        return contents, encode_windows(self._tokenizer, [query] * len(texts), texts, self.max_seq_length, self.doc_stride, padding=True)
+        with self._tokenizing:
+            return contents, encode_windows(self._tokenizer, [query] * len(texts), texts, self.max_seq_length, self.doc_stride, padding=True)
 
     def _logits(self, encoding) -> tuple[np.ndarray, np.ndarray]:
         """Start and end logits of every window: the one step a different backend replaces."""

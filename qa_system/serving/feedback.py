@@ -26,7 +26,7 @@ from contextlib import closing
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Collection
+from typing import Any, Collection
 
 from qa_system.errors import QAError
 from qa_system.sources.squad import SquadReport, to_squad
@@ -81,6 +81,14 @@ class Feedback:
     click_id: str | None = None  # the page's id of the click; recording it again stores nothing
     created: str = ""  # ISO time, set when recorded
     id: int | None = None
+
+    @classmethod
+    def about(cls, document: Any, **values: Any) -> "Feedback":
+        """A click on an answer shown with ``document`` (a Haystack Document, or None): its id, review id
+        and text are kept, so that the export needs no index. ``values``: the other fields."""
+        if document is not None:
+            values = {"review_id": document.meta.get("review_id"), "context": document.content, **values, "document_id": document.id}
+        return cls(**{"document_id": None, **values})
 
     def validated(self) -> "Feedback":
         if self.verdict not in VERDICTS:

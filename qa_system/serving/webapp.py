@@ -1,10 +1,11 @@
 """Serving the Streamlit search page (``ui/app.py``), and driving it from a headless browser.
 
 ``qa-system ui`` runs ``streamlit_command``. ``serve`` starts the page on a free loopback port and
-stops it again, and ``headless_chromium`` / ``ask_in_browser`` drive it the way a user does: the
-browser test and the README screenshot (``scripts/ui_screenshot.py``) both use them, so that what
-is tested is what is shown. Selenium and Chromium are needed only for the browser helpers
-(``pip install -e .[test]``; Debian: ``apt-get install chromium chromium-driver``).
+stops it again (``serve_process`` does that for any server with a health URL, the API too), and
+``headless_chromium`` / ``ask_in_browser`` drive it the way a user does: the browser test and the
+README screenshot (``scripts/ui_screenshot.py``) both use them, so that what is tested is what is
+shown. Selenium and Chromium are needed only for the browser helpers (``pip install -e .[test]``;
+Debian: ``apt-get install chromium chromium-driver``).
 """
 
 from __future__ import annotations
@@ -112,23 +113,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(env: Mapping[str, str] | None = None, log: Path | None = None, timeout: float = 120) -> Iterator[str]:
-    """The page served on a free loopback port; yields its URL once Streamlit reports healthy."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+def serve_process(command: list[str], health_url: str, name: str, env: Mapping[str, str] | None = None, log: Path | None = None, timeout: float = 120) -> Iterator[subprocess.Popen]:
+    """``command`` running until the block ends (terminated, killed after 15 s); yields once ``health_url`` answers 200."""
     output = open(log, "w", encoding="utf-8") if log else subprocess.DEVNULL
-    process = subprocess.Popen(
-        streamlit_command(port, "127.0.0.1"), env={**os.environ, **(env or {})}, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT
-    )
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     try:
         deadline = time.monotonic() + timeout
-        while not _healthy(url):
+        while not healthy(health_url):
             if process.poll() is not None:
-                raise QAError(f"Streamlit exited with code {process.returncode} before serving the page.", f"see its log{f' in {log}' if log else ''}.")
+                raise QAError(f"{name} exited with code {process.returncode} before serving.", f"see its log{f' in {log}' if log else ''}.")
             if time.monotonic() > deadline:
-                raise QAError(f"Streamlit did not answer on {url} within {timeout:.0f} s.", "see its log, or raise the timeout on a slow machine.")
+                raise QAError(f"{name} did not answer on {health_url} within {timeout:.0f} s.", "see its log, or raise the timeout on a slow machine.")
             time.sleep(0.3)
-        yield url
+        yield process
     finally:
         process.terminate()
         try:
@@ -140,9 +137,19 @@ def serve(env: Mapping[str, str] | None = None, log: Path | None = None, timeout
             output.close()
 
 
-def _healthy(url: str) -> bool:
+@contextmanager
+def serve(env: Mapping[str, str] | None = None, log: Path | None = None, timeout: float = 120) -> Iterator[str]:
+    """The page served on a free loopback port; yields its URL once Streamlit reports healthy."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with serve_process(streamlit_command(port, "127.0.0.1"), f"{url}/_stcore/health", "Streamlit", env, log, timeout):
+        yield url
+
+
+def healthy(url: str) -> bool:
+    """Whether ``url`` answers 200 (a health endpoint: Streamlit's /_stcore/health, the API's /health)."""
     try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False

@@ -1,0 +1,174 @@
+"""`qa-system bench-api`: a bounded load test of the REST API on loopback.
+
+``clients`` threads, each with its own keep-alive HTTP connection, ask ``POST /query`` back to back
+for ``seconds`` (the labelled questions of a SubjQA split, each about its own product, in a seeded
+order), while a probe asks ``GET /health`` twice a second: throughput, client-side latency
+percentiles, errors by kind, and how long the health check took while the server was busy (it must
+not queue behind the questions). For each reader backend asked for, a server is started for the run
+(``serve_api``, rate limit off) and stopped after it; ``url`` measures a running server instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from qa_system.bench.measure import machine
+from qa_system.config import Settings
+from qa_system.errors import QAError, check_count
+from qa_system.evaluation.report import write_report
+from qa_system.serving.api import serve_api
+from qa_system.serving.webapp import settings_environment
+from qa_system.sources import load_subjqa
+
+HEALTH_EVERY_S = 0.5
+
+
+@dataclass
+class LoadResult:
+    label: str
+    clients: int
+    seconds: float
+    latencies: list[float] = field(default_factory=list)  # of the answered (200) requests
+    errors: dict[str, int] = field(default_factory=dict)  # "HTTP 503", "ReadTimeout", ... -> count
+    health: list[float] = field(default_factory=list)
+    server_total_s: list[float] = field(default_factory=list)  # the pipeline's own total_s
+    load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and the end (a shared machine)
+
+    def row(self) -> dict[str, Any]:
+        def ms(values: list[float], q: float) -> float:
+            return round(1000 * float(np.percentile(values, q)), 1) if values else float("nan")
+
+        return {
+            "server": self.label, "clients": self.clients, "seconds": round(self.seconds, 1), "answered": len(self.latencies),
+            "errors": sum(self.errors.values()), "throughput_qps": round(len(self.latencies) / self.seconds, 2),
+            "p50_ms": ms(self.latencies, 50), "p95_ms": ms(self.latencies, 95), "p99_ms": ms(self.latencies, 99),
+            "pipeline_p50_ms": ms(self.server_total_s, 50), "health_p50_ms": ms(self.health, 50), "health_max_ms": ms(self.health, 100),
+            "load_average_start": round(self.load_average[0], 1), "load_average_end": round(self.load_average[1], 1),
+        }  # fmt: skip
+
+
+def load_test(url: str, questions: Sequence[dict], clients: int, seconds: float, label: str, token: str | None = None, warmup: int = 1) -> LoadResult:
+    """``clients`` threads asking ``questions`` (request bodies, taken in turn) for ``seconds``; each first asks ``warmup`` uncounted."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    result = LoadResult(label, clients, seconds)
+    lock = threading.Lock()
+    turn = itertools.count()  # next() on it is atomic: the clients share it
+    started = threading.Barrier(clients + 1, timeout=600)
+    stop = threading.Event()
+
+    def client() -> None:
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+            for _ in range(warmup):  # the first requests build per-connection state; an error here shows in the run
+                try:
+                    http.post("/query", json=questions[next(turn) % len(questions)])
+                except httpx.HTTPError:
+                    pass
+            started.wait()
+            while not stop.is_set():
+                began = time.perf_counter()
+                try:
+                    response = http.post("/query", json=questions[next(turn) % len(questions)])
+                    error = None if response.status_code == 200 else f"HTTP {response.status_code}"
+                except httpx.HTTPError as failure:
+                    response, error = None, type(failure).__name__
+                elapsed = time.perf_counter() - began
+                with lock:
+                    if error:
+                        result.errors[error] = result.errors.get(error, 0) + 1
+                    elif not stop.is_set():  # a request that ends after the deadline is not counted
+                        result.latencies.append(elapsed)
+                        result.server_total_s.append(response.json()["timings"]["total_s"])
+
+    def probe() -> None:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            while not stop.wait(HEALTH_EVERY_S):
+                began = time.perf_counter()
+                try:
+                    http.get("/health")
+                except httpx.HTTPError:
+                    continue
+                result.health.append(time.perf_counter() - began)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    began, load_before = time.perf_counter(), os.getloadavg()[0]
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    time.sleep(seconds)
+    stop.set()
+    result.seconds, result.load_average = time.perf_counter() - began, (load_before, os.getloadavg()[0])
+    for thread in [*threads, prober]:
+        thread.join(timeout=90)
+    return result
+
+
+def load_questions(settings: Settings, domain: str, split: str, limit: int, seed: int, retriever: str | None, top_k: int) -> list[dict]:
+    questions = load_subjqa(domain, [split], settings.data_dir).questions
+    if not questions:
+        raise QAError(f"No labelled questions in {domain}/{split}.", "pick another --split.")
+    bodies = list({(q.question, q.item_id): None for q in questions})
+    random.Random(seed).shuffle(bodies)
+    extra = {"retriever": retriever} if retriever else {}
+    return [{"query": q, "item_id": item, "collection": domain, "top_k": top_k, **extra} for q, item in bodies[:limit]]
+
+
+def run_api_bench(
+    settings: Settings,
+    out_dir: str | Path = "reports/bench-api",
+    backends: Sequence[str] = ("torch",),
+    clients: int = 8,
+    seconds: float = 60.0,
+    url: str | None = None,
+    domain: str = "electronics",
+    split: str = "test",
+    questions: int = 200,
+    retriever: str | None = None,
+    top_k: int = 3,
+    seed: int = 0,
+    progress: Callable[[str], None] = print,
+) -> pd.DataFrame:
+    """The load test against ``url``, or against a server started for each of ``backends``; writes a report to ``out_dir``."""
+    clients = check_count(clients, "clients", 1, 256)
+    bodies = load_questions(settings, domain, split, check_count(questions, "questions"), seed, retriever, check_count(top_k, "top_k"))
+    results = []
+    if url:
+        progress(f"{clients} clients for {seconds:.0f} s against {url}")
+        results.append(load_test(url, bodies, clients, seconds, url, settings.api_token))
+    for backend in [] if url else backends:
+        env = settings_environment({**asdict(settings), "reader_backend": backend, "api_rate_limit": 0})
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        progress(f"starting qa-system api with the {backend} reader (log: {out / f'server-{backend}.log'})")
+        with serve_api(env, args=["--domain", domain], log=out / f"server-{backend}.log", timeout=1800) as server:
+            progress(f"{clients} clients for {seconds:.0f} s against the {backend} reader")
+            results.append(load_test(server, bodies, clients, seconds, f"{backend} reader", settings.api_token))
+    table = pd.DataFrame([r.row() for r in results])
+    summary: dict[str, Any] = {"machine": machine(), "questions": len(bodies), "domain": domain, "split": split, "top_k": top_k, "retriever": retriever or settings.retriever}
+    if len(results) == 2:
+        first, second = table.iloc[0], table.iloc[1]
+        summary["ratios"] = {
+            f"throughput {second['server']} / {first['server']}": round(second["throughput_qps"] / first["throughput_qps"], 2),
+            f"p50 {second['server']} / {first['server']}": round(second["p50_ms"] / first["p50_ms"], 2),
+            f"p95 {second['server']} / {first['server']}": round(second["p95_ms"] / first["p95_ms"], 2),
+        }
+    summary["errors"] = {r.label: r.errors for r in results}
+    notes = [
+        f"{clients} concurrent clients, each asking POST /query back to back for {seconds:.0f} s ({len(bodies)} labelled {domain}/{split} questions, "
+        f"each about its own product, top_k {top_k}); latency measured by the client; a GET /health probe every {HEALTH_EVERY_S} s meanwhile.",
+        f"{summary['machine']['logical_cpus']} CPUs, shared with other jobs: the load average at each run's start and end is in the table; compare ratios under similar load.",
+    ]
+    write_report(out_dir, "API load test", table, summary, notes=notes)
+    return table

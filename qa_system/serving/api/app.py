@@ -1,0 +1,220 @@
+"""The REST API: a FastAPI app over ``QAService``, the library object the doors share.
+
+Questions run in a pool of ``api_workers`` threads (a pipeline run is blocking: tokenising, matrix
+products, a search engine's reply), so the event loop keeps answering health checks, product lists
+and other questions while one is being read; each answer reports how long it waited for a worker
+(``queue_s``). The models and indexes load once per process, in the background: ``/health`` answers
+503 until they are loaded, and so do the endpoints that need them.
+
+Errors are one line, ``{"detail": "..."}``: 422 for a request the library's rules refuse (the same
+checks and messages as the CLI and the page), 404 for an unknown collection, product or document,
+503 while loading or when a server the system relies on does not answer, and 401 / 413 / 429 from
+the guards (``guards.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, AsyncIterator, Callable, Sequence
+
+from fastapi import FastAPI, HTTPException, Query, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPBearer
+
+from qa_system import __version__
+from qa_system.config import Settings
+from qa_system.errors import NotFound, QAError, Unavailable
+from qa_system.serving.answer_views import answer_views, rank_answers
+from qa_system.serving.api.guards import Guarded, Metered, Metrics
+from qa_system.serving.api.schemas import (
+    AnswerOut,
+    CollectionOut,
+    Count,
+    ErrorOut,
+    FeedbackOut,
+    FeedbackRequest,
+    HealthOut,
+    ProductOut,
+    ProductsOut,
+    QueryRequest,
+    QueryResponse,
+    ReviewOut,
+)
+from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question
+
+EVENT_STREAM = "text/event-stream"
+ERRORS = {status: {"model": ErrorOut} for status in (401, 404, 413, 422, 429, 503)}
+DESCRIPTION = """Answers questions about a product from its reviews: the retrieved reviews, the answer spans at
+their character offsets (or a generated answer citing the reviews), and the time each stage took.
+Every request but `/health` and these docs carries `Authorization: Bearer <token>` when the server
+has a token (`QA_API_TOKEN`)."""
+
+
+def status_of(error: QAError) -> int:
+    return 404 if isinstance(error, NotFound) else 503 if isinstance(error, Unavailable) else 422
+
+
+def one_line(error: RequestValidationError) -> str:
+    """Pydantic's first complaint as the API's one line: the field, then the library's message when it is the library's check."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"] if part != "body") or "body"
+    if first["type"] == "value_error":  # our validators: the library's QAError text, which names field and fix
+        return str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "json_invalid":
+        return f"The request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])}). Fix: send a JSON object, see /docs."
+    if first["type"] == "missing":
+        return f"The request has no '{field}'. Fix: see the request schema at /docs."
+    if first["type"] == "extra_forbidden":
+        return f"Unknown field '{field}' in the request. Fix: see the request schema at /docs."
+    return f"Invalid '{field}': {first['msg']}. Fix: see the request schema at /docs."
+
+
+def sse(event: str, data: Any) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def create_app(settings: Settings | None = None, collections: Sequence[str] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
+    """The app; it starts loading ``service`` (default: a QAService of ``collections``) when the server starts."""
+    settings = settings or Settings.from_env()
+    service = service or QAService(settings, collections)
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.workers = ThreadPoolExecutor(settings.api_workers, thread_name_prefix="qa-api-worker")
+        service.start()
+        yield
+        app.state.workers.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=lifespan, responses=ERRORS)
+    # Documents the token on the routes that need it (the docs' Authorize button); Guarded checks it.
+    protected = [Security(HTTPBearer(auto_error=False))]
+
+    @app.exception_handler(QAError)
+    async def _library_error(request: Request, error: QAError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=status_of(error))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": one_line(error)}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:  # logged by the server; the client gets one line
+        return JSONResponse({"detail": f"Internal error ({type(error).__name__}). Fix: see the server's log."}, status_code=500)
+
+    async def blocking(function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+        """``function`` run in a worker thread, and the seconds it waited for one."""
+        submitted = time.perf_counter()
+        started: list[float] = []
+
+        def run() -> Any:
+            started.append(time.perf_counter())
+            return function(*args, **kwargs)
+
+        result = await asyncio.get_running_loop().run_in_executor(app.state.workers, run)
+        return result, started[0] - submitted
+
+    def loaded() -> QAService:
+        status = service.status()
+        metrics.ready.set(status["status"] == "ready")
+        if status["status"] != "ready":
+            detail = f"The server failed to load: {status['error']}" if status["status"] == "failed" else "The server is still loading its models and indexes. Fix: retry when GET /health answers 200."
+            raise HTTPException(503, detail)
+        return service
+
+    # ------------------------------------------------------------------------------ endpoints
+
+    @app.get("/health", response_model=HealthOut, tags=["service"], summary="ready (200) once the models and indexes are loaded, else 503")
+    async def health() -> JSONResponse:
+        status = service.status()
+        metrics.ready.set(status["status"] == "ready")
+        body = HealthOut(**status, collections=service.names, reader_backend=settings.reader_backend)
+        return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)
+
+    @app.get("/collections", response_model=list[CollectionOut], dependencies=protected, tags=["data"], summary="the collections served, with their sizes")
+    async def collections_() -> list[CollectionOut]:
+        return [CollectionOut(**info) for info in loaded().collections()]
+
+    @app.get("/products", response_model=ProductsOut, dependencies=protected, tags=["data"], summary="a collection's products with their review counts")
+    async def products(
+        collection: str | None = Query(None, description="default: the first collection served"),
+        limit: Annotated[Count("limit", 1, 1000), Query(description="products to return")] = 100,
+        offset: Annotated[Count("offset", 0), Query(description="products to skip")] = 0,
+    ) -> ProductsOut:
+        counts = loaded().products(collection)
+        page = list(counts.items())[offset : offset + limit]
+        name = collection or service.names[0]
+        return ProductsOut(collection=name, total=len(counts), products=[ProductOut(item_id=i, reviews=n) for i, n in page])
+
+    @app.post(
+        "/query", response_model=QueryResponse, dependencies=protected, tags=["answers"], summary="answer a question about a product",
+        responses={200: {"content": {EVENT_STREAM: {"description": "rag with stream: `token` events, then `result` (or `error`)"}}}},
+    )  # fmt: skip
+    async def query(body: QueryRequest, request: Request) -> Any:
+        question = loaded().check(Question(**body.model_dump(exclude={"stream"})))
+        if body.stream or EVENT_STREAM in request.headers.get("accept", ""):
+            return StreamingResponse(stream_answer(question), media_type=EVENT_STREAM, headers={"Cache-Control": "no-store"})
+        result, queued = await blocking(service.ask, question)
+        return respond(question, result, queued)
+
+    def respond(question: Question, result: dict[str, Any], queued: float) -> QueryResponse:
+        timings = {**result["timings"], "queue_s": queued}
+        for stage in ("retrieval_s", "answer_s", "queue_s"):
+            metrics.stages.labels(stage.removesuffix("_s")).observe(timings[stage])
+        views = answer_views(result.get("answers", []))
+        return QueryResponse(
+            query=question.query, collection=question.collection or service.names[0], item_id=question.item_id,
+            retriever=question.retriever or settings.retriever, mode=question.mode, pipeline=result["pipeline"],
+            no_answer=rank_answers(views).abstains, answers=[AnswerOut.of(v) for v in views],
+            documents=[ReviewOut.of(d) for d in result["documents"]], timings=timings,
+        )  # fmt: skip
+
+    async def stream_answer(question: Question) -> AsyncIterator[str]:
+        """``token`` events while the generator writes (RAG), then the whole response as ``result``."""
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[str] = asyncio.Queue()
+        run = asyncio.ensure_future(blocking(service.ask, question, lambda chunk: loop.call_soon_threadsafe(pieces.put_nowait, chunk.content)))
+        while not run.done() or not pieces.empty():
+            waiting = asyncio.ensure_future(pieces.get())
+            await asyncio.wait({run, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if waiting.done():
+                if waiting.result():
+                    yield sse("token", {"text": waiting.result()})
+            else:
+                waiting.cancel()
+        try:
+            result, queued = run.result()
+        except QAError as error:
+            yield sse("error", {"detail": str(error), "status": status_of(error)})
+            return
+        yield sse("result", respond(question, result, queued).model_dump(mode="json"))
+
+    @app.post("/feedback", response_model=FeedbackOut, status_code=201, dependencies=protected, tags=["feedback"], summary="record a verdict on an answer")
+    async def feedback(body: FeedbackRequest) -> FeedbackOut:
+        values = body.model_dump(exclude={"collection", "document_id"})
+        saved, _ = await blocking(loaded().record_feedback, body.collection, body.document_id, **values)
+        return FeedbackOut.of(saved)
+
+    @app.get("/feedback/export", dependencies=protected, tags=["feedback"], summary="the confirmed answers as SQuAD v2 (train-reader's --train-file)")
+    async def export_feedback() -> JSONResponse:
+        try:
+            export, _ = await blocking(loaded().export_feedback)
+        except QAError as error:  # nothing exportable yet
+            raise NotFound(error.problem, error.fix) from None
+        return JSONResponse(json.loads(export.path.read_text(encoding="utf-8")), headers={"X-Feedback-Summary": export.summary()})
+
+    @app.get("/metrics", dependencies=protected, tags=["service"], summary="Prometheus metrics: requests, latency, stage times")
+    async def metrics_() -> Response:
+        metrics.ready.set(service.ready)
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    paths = frozenset(route.path for route in app.routes)
+    app.add_middleware(Guarded, token=settings.api_token, rate_limit=settings.api_rate_limit, max_body_bytes=settings.api_max_body_bytes)
+    app.add_middleware(Metered, metrics=metrics, paths=paths)  # added last: outermost, so refusals are counted too
+    app.state.service, app.state.metrics = service, metrics
+    return app

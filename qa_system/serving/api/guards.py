@@ -1,0 +1,175 @@
+"""What stands in front of the endpoints: request metrics, the bearer token, the per-client rate limit
+and the request size limit.
+
+They are plain ASGI middleware rather than FastAPI dependencies, so that they run before a body is
+parsed (an unauthenticated or oversized request is refused without reading it) and cover every path,
+unknown ones included. Refusals are JSON ``{"detail": "..."}`` like every other error of the API.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import time
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.responses import JSONResponse
+
+Scope = dict[str, Any]
+ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
+
+# Open without a token: the readiness probe and the API's documentation.
+OPEN_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+# Not rate limited: probes and scrapers call these on a schedule.
+UNLIMITED_PATHS = frozenset({"/health", "/metrics"})
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """The API's Prometheus metrics, in a registry of their own (several apps may live in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("qa_api_requests", "HTTP requests answered, by route and status", ["method", "route", "status"], registry=self.registry)
+        self.latency = Histogram(
+            "qa_api_request_duration_seconds", "Time from a request to the end of its response", ["method", "route"],
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.in_flight = Gauge("qa_api_requests_in_flight", "Requests being answered", registry=self.registry)
+        self.stages = Histogram(
+            "qa_api_stage_duration_seconds", "Seconds per stage of the answered questions (queue: waiting for a worker thread)", ["stage"],
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.ready = Gauge("qa_api_ready", "1 once the models and indexes are loaded", registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Metered:
+    """Counts every request and times it to the end of its response (a stream's last event included).
+
+    Routes are labelled by their template, never by the raw path, so unknown paths cannot grow the metrics.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, paths: frozenset[str]):
+        self.app, self.metrics, self.paths = app, metrics, paths
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # a response that never started is an error
+
+        async def sending(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        began = time.perf_counter()
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.metrics.in_flight.dec()
+            route = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in self.paths else "other")
+            self.metrics.requests.labels(scope["method"], route, str(status)).inc()
+            self.metrics.latency.labels(scope["method"], route).observe(time.perf_counter() - began)
+
+
+class RateLimiter:
+    """A token bucket per client: ``per_minute`` requests at once, refilled at ``per_minute`` a minute.
+
+    Called from the event loop only (no lock needed); at most ``max_clients`` buckets are kept, the
+    least recently seen client's dropped first (a dropped client starts again with a full bucket).
+    """
+
+    def __init__(self, per_minute: int, max_clients: int = 10_000, clock: Callable[[], float] = time.monotonic):
+        self.capacity, self.per_second = float(per_minute), per_minute / 60.0
+        self.max_clients, self.clock = max_clients, clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, client: str) -> float:
+        """0 when ``client`` may go ahead (one request counted), else the seconds until it may."""
+        now = self.clock()
+        tokens, last = self._buckets.pop(client, (self.capacity, now))
+        tokens = min(self.capacity, tokens + (now - last) * self.per_second)
+        wait = 0.0 if tokens >= 1 else (1 - tokens) / self.per_second
+        self._buckets[client] = (tokens - 1 if wait == 0 else tokens, now)
+        if len(self._buckets) > self.max_clients:
+            self._buckets.popitem(last=False)
+        return wait
+
+
+class Guarded:
+    """The bearer token (when one is set), the rate limit (when on) and the body size limit, in that order."""
+
+    def __init__(self, app: ASGIApp, token: str | None, rate_limit: int, max_body_bytes: int):
+        self.app, self.token, self.max_body_bytes = app, token, max_body_bytes
+        self.limiter = RateLimiter(rate_limit) if rate_limit else None
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if self.token and path not in OPEN_PATHS and not self._authorized(scope):
+            await refuse(401, "A bearer token is required. Fix: send the header 'Authorization: Bearer <QA_API_TOKEN>'.", scope, receive, send, {"WWW-Authenticate": "Bearer"})
+            return
+        if self.limiter and path not in UNLIMITED_PATHS:
+            wait = self.limiter.take(client_of(scope))
+            if wait:
+                message = f"Too many requests from this client (limit {self.limiter.capacity:.0f} a minute). Fix: retry in {math.ceil(wait)} s."
+                await refuse(429, message, scope, receive, send, {"Retry-After": str(math.ceil(wait))})
+                return
+        body = await self._body(scope, receive)
+        if body is None:
+            message = f"The request body is larger than {self.max_body_bytes} bytes. Fix: send a shorter question (QA_API_MAX_BODY_BYTES sets the limit)."
+            await refuse(413, message, scope, receive, send)
+            return
+        delivered = False
+
+        async def replay() -> dict:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: the disconnect a stream waits for
+
+        await self.app(scope, replay, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, credentials = header.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.token.encode())
+
+    async def _body(self, scope: Scope, receive) -> bytes | None:
+        """The whole body (it is small: at most ``max_body_bytes``), or None as soon as it is larger."""
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            return None
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left
+                return b"".join(chunks)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+
+def client_of(scope: Scope) -> str:
+    """The client's address (uvicorn puts a trusted proxy's X-Forwarded-For there)."""
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
+async def refuse(status: int, detail: str, scope: Scope, receive, send, headers: dict[str, str] | None = None) -> None:
+    await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)

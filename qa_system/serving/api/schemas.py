@@ -1,0 +1,169 @@
+"""The API's request and response bodies (they are the OpenAPI schema at /docs), made from the library's objects.
+
+Counts and thresholds are checked by the library's own ``check_count`` / ``check_number``, so a bad
+``top_k`` gets the message the CLI and the page give.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from haystack import Document
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from qa_system.config import RETRIEVERS
+from qa_system.errors import QAError, check_count, check_number
+from qa_system.pipelines import ANSWER_STAGES
+from qa_system.serving.answer_views import AnswerView
+from qa_system.serving.feedback import VERDICTS, Feedback
+
+# More would read a whole product's reviews per question: bounds the work one request can ask for.
+MAX_TOP_K = 50
+MAX_TOP_K_READER = 20
+# Characters of review around a span answer when the reader gives no context window of its own.
+CONTEXT_CHARS = 100
+
+Retriever = Literal[RETRIEVERS]  # type: ignore[valid-type]
+
+
+def _library_check(check, value: Any, *args: Any, **kwargs: Any) -> Any:
+    """The library's check; its QAError becomes the ValueError pydantic reports (one line, see app.py)."""
+    try:
+        return check(value, *args, **kwargs)
+    except QAError as error:
+        raise ValueError(str(error)) from None
+
+
+def Count(name: str, minimum: int = 1, maximum: int | None = None) -> Any:  # noqa: N802 - used as a type
+    """An int field or query parameter checked by the library's ``check_count``."""
+    return Annotated[int, BeforeValidator(lambda value: _library_check(check_count, value, name, minimum, maximum))]
+
+
+Threshold = Annotated[float | None, BeforeValidator(lambda value: _library_check(check_number, value, "no_answer_threshold", optional=True))]
+
+
+class QueryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]})
+
+    query: str = Field(description="the question")
+    item_id: str = Field(description="the product asked about (GET /products lists them)")
+    collection: str | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
+    retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
+    mode: Literal[ANSWER_STAGES] = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")  # type: ignore[valid-type]
+    top_k: Count("top_k", 1, MAX_TOP_K) = Field(3, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
+    top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
+    no_answer_threshold: Threshold = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
+    stream: bool = Field(False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)")
+
+
+class AnswerOut(BaseModel):
+    kind: Literal["span", "no_answer", "generated"] = Field(description="span: copied from a review; no_answer: the reviews hold none; generated: RAG")
+    text: str | None = Field(description="the answer; null for no_answer")
+    score: float | None = Field(description="the reader's score (0-1); null for generated answers")
+    document_id: str | None = Field(None, description="span: the document the answer is in")
+    review_id: str | None = None
+    start: int | None = Field(None, description="span: character offset of the answer in the document's content")
+    end: int | None = Field(None, description="span: character offset just after the answer")
+    context: str | None = Field(None, description="span: the text around the answer")
+    context_start: int | None = Field(None, description="span: character offset of the context in the document's content")
+    cited_document_ids: list[str] = Field(default_factory=list, description="generated: the documents the answer cites")
+    no_answer_reason: str | None = None
+
+    @classmethod
+    def of(cls, view: AnswerView) -> "AnswerOut":
+        out = cls(kind=view.kind, text=view.text, score=view.score, no_answer_reason=view.meta.get("no_answer_reason"))
+        if view.kind == "span":
+            content = view.document.content or ""
+            begin = view.meta.get("context_start", max(0, view.start - CONTEXT_CHARS))
+            finish = view.meta.get("context_end", min(len(content), view.end + CONTEXT_CHARS))
+            out = out.model_copy(update={
+                "document_id": view.document.id, "review_id": view.document.meta.get("review_id"), "start": view.start,
+                "end": view.end, "context": content[begin:finish], "context_start": begin,
+            })  # fmt: skip
+        elif view.kind == "generated":
+            out = out.model_copy(update={"cited_document_ids": [d.id for d in view.sources]})
+        return out
+
+
+class ReviewOut(BaseModel):
+    id: str
+    score: float | None = Field(description="the retriever's score (hybrid: fused; meta.retriever_scores holds BM25's and dense's)")
+    content: str | None
+    meta: dict[str, Any]
+
+    @classmethod
+    def of(cls, document: Document) -> "ReviewOut":
+        return cls(id=document.id, score=document.score, content=document.content, meta=document.meta)
+
+
+class QueryResponse(BaseModel):
+    query: str
+    collection: str
+    item_id: str
+    retriever: str
+    mode: str
+    pipeline: str = Field(description="which pipeline answered (send it back with feedback)")
+    no_answer: bool = Field(description="the verdict: nothing ranks above 'no answer'")
+    answers: list[AnswerOut] = Field(description="best first; the no_answer candidate sits at its rank")
+    documents: list[ReviewOut] = Field(description="the retrieved reviews, best first")
+    timings: dict[str, float] = Field(description="seconds: retrieval_s, answer_s, total_s, queue_s (waiting for a worker) and per component")
+
+
+class CollectionOut(BaseModel):
+    name: str
+    index: str
+    store: str
+    documents: int | None
+    products: int
+    embedding_model: str | None
+    created: str | None
+
+
+class ProductOut(BaseModel):
+    item_id: str
+    reviews: int
+
+
+class ProductsOut(BaseModel):
+    collection: str
+    total: int = Field(description="products in the collection")
+    products: list[ProductOut] = Field(description="most reviewed first, from offset")
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Literal[tuple(VERDICTS)] = Field(description="; ".join(f"{k}: {v}" for k, v in VERDICTS.items()))  # type: ignore[valid-type]
+    question: str
+    answer: str | None = Field(None, description="the answer's text; null for the 'no answer' prediction")
+    start: int | None = Field(None, description="span: its start offset, as the query returned it")
+    end: int | None = None
+    document_id: str | None = Field(None, description="the answer's document; for 'no answer' or a generated answer, the closest review")
+    collection: str | None = None
+    score: float | None = None
+    pipeline: str | None = Field(None, max_length=200, description="the query response's pipeline")
+    click_id: str | None = Field(None, max_length=200, description="a client id for this click: sending it again stores nothing new")
+
+
+class FeedbackOut(BaseModel):
+    id: int
+    created: str
+    verdict: str
+    click_id: str | None
+
+    @classmethod
+    def of(cls, feedback: Feedback) -> "FeedbackOut":
+        return cls(id=feedback.id, created=feedback.created, verdict=feedback.verdict, click_id=feedback.click_id)
+
+
+class HealthOut(BaseModel):
+    status: Literal["loading", "ready", "failed"]
+    collections: list[str]
+    reader_backend: str
+    progress: dict[str, int] | None = Field(None, description="loading: reviews embedded so far (done, total) on a first start")
+    error: str | None = Field(None, description="failed: why")
+    load_s: float | None = None
+
+
+class ErrorOut(BaseModel):
+    detail: str = Field(description="one line naming the problem and the fix")

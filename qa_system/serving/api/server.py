@@ -1,0 +1,39 @@
+"""Running the API: ``qa-system api`` in the foreground (uvicorn), or on a free loopback port for
+tests and the load test (``serve_api``, a child process stopped at the end of the block)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+from qa_system.config import Settings
+from qa_system.errors import QAError
+from qa_system.serving.api.app import create_app
+from qa_system.serving.webapp import free_port, serve_process
+
+CLI = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())"]
+
+
+def run_api(settings: Settings, collections: Sequence[str], host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Serve until a stop signal (uvicorn finishes the requests in flight, for up to 10 s)."""
+    import uvicorn
+
+    with socket.socket() as probe:  # uvicorn would log the clash and exit 1; this says it in one line
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise QAError(f"Cannot listen on {host}:{port} ({error.strerror}).", "pass another --port, or stop what uses it.") from None
+    print(f"API: http://{host}:{port}  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)", flush=True)
+    uvicorn.run(create_app(settings, collections), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+
+
+@contextmanager
+def serve_api(env: Mapping[str, str] | None = None, args: Sequence[str] = (), log: Path | None = None, timeout: float = 300) -> Iterator[str]:
+    """``qa-system api ARGS`` on a free 127.0.0.1 port; yields its URL once /health answers ready."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with serve_process([*CLI, "api", "--host", "127.0.0.1", "--port", str(port), *args], f"{url}/health", "qa-system api", env, log, timeout):
+        yield url

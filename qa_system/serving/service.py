@@ -1,0 +1,192 @@
+"""What a long-running door serves from one process: its collections opened once, pipelines (models)
+built once, answer feedback.
+
+``QAService.start()`` opens the collections' indexes (building one on first start, as the page does)
+and loads the default pipeline's models in a background task, reporting progress; ``status()`` says
+whether it is loading, ready or failed. Every other method is thread-safe and blocking, meant to be
+called from worker threads: a pipeline is built once per (collection, retriever, answer stage) by
+whichever request needs it first, and then shared (Haystack pipelines keep no state between runs;
+``timing.component_timings`` records per run).
+
+A collection is a named index; today the names are SubjQA domains (``open_collection``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from haystack import Document
+
+from qa_system.config import Settings
+from qa_system.errors import NotFound, QAError, check_count, check_number
+from qa_system.indexing import open_or_build_index
+from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
+from qa_system.serving.background import BackgroundTask, Report
+from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
+from qa_system.stores import Index
+
+DEFAULT_COLLECTIONS = ("electronics",)
+# Longest question read, in characters: questions are a sentence, and a reader window must keep room for the review.
+MAX_QUESTION_CHARS = 1000
+
+
+def open_collection(settings: Settings, name: str, on_progress: Report | None = None) -> Index:
+    """The index of collection ``name`` (a SubjQA domain), built on first use."""
+    return open_or_build_index(settings, name, embeddings=True, progress=False, on_progress=on_progress)
+
+
+def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None) -> str:
+    """Which pipeline produced an answer, as feedback records it: "bm25 + extractive (reader-minilm-subjqa)"."""
+    return f"{retriever} + {answer_stage}" + (f" ({Path(settings.reader_model).name})" if answer_stage == "extractive" else "")
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question as a door received it; ``QAService.check`` applies the rules every door shares."""
+
+    query: str
+    item_id: str | None
+    collection: str | None = None
+    retriever: str | None = None  # None: the configured one
+    mode: str = "extractive"
+    top_k: int = 3
+    top_k_reader: int | None = None
+    no_answer_threshold: float | None = None
+
+
+class QAService:
+    def __init__(self, settings: Settings, collections: Sequence[str] = DEFAULT_COLLECTIONS):
+        if not collections:
+            raise QAError("No collection to serve.", "name one, e.g. --domain electronics.")
+        self.settings = settings
+        self.names = list(dict.fromkeys(collections))
+        self.feedback = FeedbackStore(settings.feedback_db)
+        self._indexes: dict[str, Index] = {}
+        self._pipelines: dict[tuple[str, str, str], QAPipeline] = {}
+        self._building: dict[tuple[str, str, str], threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._loading: BackgroundTask[None] | None = None
+        self._loaded_s: float | None = None
+
+    # ------------------------------------------------------------------ loading
+
+    def start(self) -> "QAService":
+        """Load in the background (``status()`` follows it); returns at once."""
+        self._loading = BackgroundTask(self.load, name="qa-service-load")
+        return self
+
+    def load(self, report: Report | None = None) -> None:
+        """Open every collection, then load the models of the default pipeline (configured retriever, extractive)."""
+        began = time.perf_counter()
+        for name in self.names:
+            self._indexes[name] = open_collection(self.settings, name, report)
+        for name in self.names:
+            self.pipeline(name, self.settings.retriever, "extractive")
+        self._loaded_s = time.perf_counter() - began
+
+    def status(self) -> dict[str, Any]:
+        """``{"status": "loading" | "ready" | "failed", ...}``: progress while loading, the one-line error when it failed."""
+        task = self._loading
+        if task is None or not task.wait(0):
+            done, total = task.progress if task else (0, 0)
+            return {"status": "loading", "progress": {"done": done, "total": total}}
+        if task.failed:
+            try:
+                task.result()
+            except QAError as error:
+                return {"status": "failed", "error": str(error)}
+            except Exception as error:  # noqa: BLE001 - reported, not raised: the server stays up to say why
+                return {"status": "failed", "error": f"{type(error).__name__}: {error}"}
+        return {"status": "ready", "load_s": round(self._loaded_s or 0.0, 3)}
+
+    @property
+    def ready(self) -> bool:
+        return self.status()["status"] == "ready"
+
+    # ------------------------------------------------------------------ collections
+
+    def index(self, collection: str | None) -> Index:
+        """The index of ``collection`` (None: the first one served); NotFound for a name not served here."""
+        name = self.names[0] if collection is None else collection
+        if name not in self._indexes:
+            if name in self.names:
+                raise QAError(f"Collection '{name}' is still loading.", "wait until GET /health answers ready.")
+            raise NotFound(f"Unknown collection '{name}'.", f"use one of: {', '.join(self.names)}.")
+        return self._indexes[name]
+
+    def collections(self) -> list[dict[str, Any]]:
+        """Each collection served: name, index, store, documents, products, encoder."""
+        out = []
+        for name in self.names:
+            index = self.index(name)
+            manifest = index.manifest
+            out.append({
+                "name": name, "index": index.name, "store": index.backend, "documents": manifest.get("documents"),
+                "products": len(index.item_counts()), "embedding_model": index.embedding_model, "created": manifest.get("created"),
+            })  # fmt: skip
+        return out
+
+    def products(self, collection: str | None) -> dict[str, int]:
+        """Reviews per product, most reviewed first."""
+        counts = self.index(collection).item_counts()
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def document(self, collection: str | None, document_id: str) -> Document:
+        index = self.index(collection)
+        found = index.store.filter_documents({"field": "id", "operator": "==", "value": document_id})
+        if not found:
+            raise NotFound(f"No document '{document_id}' in collection '{collection or self.names[0]}'.", "send the document_id of an answer this collection gave.")
+        return found[0]
+
+    # ------------------------------------------------------------------ answering
+
+    def pipeline(self, collection: str | None, retriever: str | None, mode: str | None) -> QAPipeline:
+        """The pipeline for (collection, retriever, answer stage), built on first use and shared afterwards."""
+        index = self.index(collection)
+        key = (index.name, retriever or self.settings.retriever, mode or "retrieval")
+        with self._lock:
+            if key in self._pipelines:
+                return self._pipelines[key]
+            building = self._building.setdefault(key, threading.Lock())
+        with building:  # one build per key; requests for other pipelines go on meanwhile
+            if key not in self._pipelines:
+                self._pipelines[key] = build_qa_pipeline(key[1], self.settings, index=index, answer_stage=mode)
+        return self._pipelines[key]
+
+    def check(self, question: Question) -> Question:
+        """The question with the library's rules applied (counts, an empty question, an unknown
+        collection or product): one QAError (NotFound for names) naming the problem, before any work."""
+        if isinstance(question.query, str) and len(question.query) > MAX_QUESTION_CHARS:
+            raise QAError(f"The question is {len(question.query)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")
+        validate_question(self.index(question.collection), question.query, question.item_id)
+        check_count(question.top_k, "top_k")
+        check_count(question.top_k_reader, "top_k_reader", optional=True)
+        check_number(question.no_answer_threshold, "no_answer_threshold", optional=True)
+        return question
+
+    def ask(self, question: Question, streaming_callback=None) -> dict[str, Any]:
+        """``QAPipeline.run``'s result for the question, with ``pipeline``: its label, as feedback records it."""
+        self.check(question)
+        retriever = question.retriever or self.settings.retriever
+        pipeline = self.pipeline(question.collection, retriever, question.mode)
+        result = pipeline.run(
+            question.query, item_id=question.item_id, top_k=question.top_k, top_k_reader=question.top_k_reader,
+            no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback,
+        )  # fmt: skip
+        return {**result, "pipeline": pipeline_label(self.settings, retriever, question.mode)}
+
+    # ------------------------------------------------------------------ feedback
+
+    def record_feedback(self, collection: str | None, document_id: str | None, **values: Any) -> Feedback:
+        """One click on an answer of ``document_id`` (the review it came from, or the closest one for a
+        "no answer"): the review's text is read from the collection, never taken from the client."""
+        document = None if document_id is None else self.document(collection, document_id)
+        return self.feedback.record(Feedback.about(document, item_id=document.meta.get("item_id") if document else None, **values))
+
+    def export_feedback(self) -> FeedbackExport:
+        """The feedback as SQuAD v2, where the page's export button writes it."""
+        return self.feedback.export_squad(self.settings.feedback_export)

@@ -1,0 +1,401 @@
+"""The REST API as its clients see it: a real uvicorn server on a free loopback port, a real HTTP
+client (httpx), on a tiny index the tests build; RAG answers come from a real OpenAI-compatible
+server (tests/openai_stub.py) whose replies can be made slow."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Iterator
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+from conftest import write_subjqa
+from openai_stub import MODEL, OpenAIStub
+from prometheus_client.parser import text_string_to_metric_families
+
+from qa_system.cli import build_parser, main
+from qa_system.config import REPO_ROOT, Settings
+from qa_system.serving.api import create_app, serve_api
+from qa_system.serving.feedback import FeedbackStore
+from qa_system.serving.service import QAService
+from qa_system.serving.webapp import free_port
+
+SLOW_S = 1.5  # how long the generator takes to answer a question that says "slowly"
+
+
+def stub_reply(body: dict) -> str:
+    question = body["messages"][-1]["content"].rsplit("Question: ", 1)[1]
+    if "slowly" in question:
+        time.sleep(SLOW_S)
+    if "sound" in question:
+        return "The sound is tinny and quiet [1]."
+    return "I don't know."
+
+
+@contextmanager
+def running(app) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread on a free loopback port, stopped at the end."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def wait_ready(url: str, timeout: float = 180) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    while True:
+        response = httpx.get(f"{url}/health")
+        if response.status_code == 200 or time.monotonic() > deadline:
+            return response
+        assert response.json()["status"] == "loading", response.text
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def generator():
+    with OpenAIStub(stub_reply, max_requests=200, deadline_s=900) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def api_settings(tmp_path_factory, tiny_reader, generator) -> Settings:
+    root = tmp_path_factory.mktemp("api")
+    return Settings.from_env(
+        data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
+        generator="openai", generator_base_url=generator.url, generator_model=MODEL, api_rate_limit=0,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def api(api_settings) -> Iterator[str]:
+    """The API over the tiny corpus, ready (its first start indexes it)."""
+    with running(create_app(api_settings)) as url:
+        assert wait_ready(url).status_code == 200
+        yield url
+
+
+def ask(url: str, **body) -> httpx.Response:
+    return httpx.post(f"{url}/query", json={"query": "Is it good for reading?", "item_id": "KINDLE", **body}, timeout=60)
+
+
+# ------------------------------------------------------------------------------ readiness and data
+
+
+def test_health_is_503_until_the_models_and_index_are_loaded(api, api_settings):
+    service = QAService(api_settings)
+    loading, release = service.load, threading.Event()
+    service.load = lambda report=None: (release.wait(60), loading(report))  # holds the (real) loading until the test has looked
+    with running(create_app(api_settings, service=service)) as url:
+        before = httpx.get(f"{url}/health")
+        assert before.status_code == 503 and before.json()["status"] == "loading"
+        for response in (httpx.get(f"{url}/collections"), ask(url)):
+            assert response.status_code == 503 and "still loading" in response.json()["detail"]
+        release.set()
+        after = wait_ready(url)
+        assert after.status_code == 200
+        assert after.json()["status"] == "ready" and after.json()["collections"] == ["electronics"] and after.json()["reader_backend"] == "torch"
+
+
+def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path):
+    broken = replace(api_settings, data_dir=tmp_path / "no-such-data", home=tmp_path / "home")
+    with running(create_app(broken)) as url:
+        deadline = time.monotonic() + 60
+        while (health := httpx.get(f"{url}/health")).json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert health.status_code == 503 and health.json()["status"] == "failed" and "no-such-data" in health.json()["error"]
+        refused = ask(url)
+        assert refused.status_code == 503 and refused.json()["detail"].startswith("The server failed to load: ")
+
+
+def test_a_port_in_use_is_a_one_line_error(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["api", "--port", str(taken.getsockname()[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Cannot listen on 127.0.0.1:") and "Fix: pass another --port" in err and len(err.strip().splitlines()) == 1
+
+
+def test_collections_and_products_with_review_counts(api, api_settings):
+    (collection,) = httpx.get(f"{api}/collections").json()
+    assert collection["name"] == "electronics" and collection["index"] == "subjqa-electronics" and collection["store"] == "memory"
+    assert collection["products"] == 3 and collection["documents"] == 8 and collection["embedding_model"] == api_settings.embedding_model
+
+    products = httpx.get(f"{api}/products", params={"collection": "electronics"}).json()
+    assert products["total"] == 3
+    assert products["products"] == [{"item_id": "KINDLE", "reviews": 4}, {"item_id": "HEADPHONES", "reviews": 3}, {"item_id": "MOUSE", "reviews": 1}]
+    assert httpx.get(f"{api}/products", params={"limit": 1, "offset": 1}).json()["products"] == [{"item_id": "HEADPHONES", "reviews": 3}]
+
+
+def test_query_returns_spans_at_their_offsets_the_reviews_and_stage_timings(api):
+    response = ask(api, top_k=2, top_k_reader=2)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["collection"], body["item_id"], body["retriever"], body["mode"]) == ("electronics", "KINDLE", "bm25", "extractive")
+    documents = body["documents"]
+    assert [d["meta"]["item_id"] for d in documents] == ["KINDLE", "KINDLE"]
+    assert documents[0]["meta"]["review_id"] == "r-kindle-1"  # "reading" is only in this review
+    assert documents[0]["score"] >= documents[1]["score"]
+
+    contents = {d["id"]: d["content"] for d in documents}
+    spans = [a for a in body["answers"] if a["kind"] == "span"]
+    assert spans and len([a for a in body["answers"] if a["kind"] == "no_answer"]) == 1
+    for answer in spans:  # the tiny reader's spans are noise, but their offsets are real
+        content = contents[answer["document_id"]]
+        assert content[answer["start"] : answer["end"]] == answer["text"]
+        assert answer["context"] == content[answer["context_start"] : answer["context_start"] + len(answer["context"])]
+        assert answer["context"][answer["start"] - answer["context_start"] :].startswith(answer["text"])
+        assert 0 <= answer["score"] <= 1
+    assert body["no_answer"] == (body["answers"][0]["kind"] == "no_answer")
+    timings = body["timings"]
+    assert {"sparse_retriever", "reader", "retrieval_s", "answer_s", "total_s", "queue_s"} <= set(timings)
+    assert timings["total_s"] == pytest.approx(timings["retrieval_s"] + timings["answer_s"]) and timings["reader"] > 0
+    assert body["pipeline"].startswith("bm25 + extractive")
+
+
+def test_dense_retrieval_on_request(api):
+    body = ask(api, retriever="dense", top_k=3).json()
+    assert body["retriever"] == "dense" and len(body["documents"]) == 3 and {d["meta"]["item_id"] for d in body["documents"]} == {"KINDLE"}
+
+
+def sse_events(text: str) -> list[tuple[str, dict]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+def test_rag_answers_and_streams_server_sent_events(api):
+    question = {"query": "How is the sound?", "mode": "rag"}
+    whole = ask(api, **question).json()
+    (answer,) = whole["answers"]
+    assert answer["kind"] == "generated" and answer["text"] == "The sound is tinny and quiet [1]."
+    assert answer["cited_document_ids"] == [whole["documents"][0]["id"]] and whole["no_answer"] is False
+
+    for streamed in (ask(api, **question, stream=True), httpx.post(f"{api}/query", json={**question, "item_id": "KINDLE"}, headers={"Accept": "text/event-stream"})):
+        assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(streamed.text)
+        tokens = [data["text"] for event, data in events if event == "token"]
+        assert len(tokens) > 1 and "".join(tokens) == answer["text"]  # word by word, as the generator wrote it
+        assert events[-1][0] == "result" and events[-1][1]["answers"] == whole["answers"]
+
+    unanswerable = ask(api, query="Is it waterproof?", mode="rag").json()
+    assert unanswerable["no_answer"] is True and unanswerable["answers"][0]["kind"] == "no_answer"
+    assert unanswerable["answers"][0]["no_answer_reason"] == "the generator found no answer in the reviews"
+
+
+# ------------------------------------------------------------------------------ feedback and metrics
+
+
+def test_feedback_is_stored_once_per_click_and_exported_as_squad(api, api_settings, tmp_path, monkeypatch):
+    body = ask(api).json()
+    span = next(a for a in body["answers"] if a["kind"] == "span")
+    click = {
+        "verdict": "correct", "question": body["query"], "answer": span["text"], "start": span["start"], "end": span["end"],
+        "document_id": span["document_id"], "score": span["score"], "pipeline": body["pipeline"], "click_id": "client-1/click-1",
+    }  # fmt: skip
+    saved = httpx.post(f"{api}/feedback", json=click)
+    assert saved.status_code == 201 and saved.json()["verdict"] == "correct"
+    assert httpx.post(f"{api}/feedback", json=click).json()["id"] == saved.json()["id"]  # a retried click is one row
+
+    (row,) = [f for f in FeedbackStore(api_settings.feedback_db).all() if f.click_id == "client-1/click-1"]  # the page's store
+    document = next(d for d in body["documents"] if d["id"] == span["document_id"])
+    assert row.context == document["content"] and row.item_id == "KINDLE" and row.review_id == document["meta"]["review_id"]
+
+    export = httpx.get(f"{api}/feedback/export")
+    assert export.status_code == 200 and "labelled questions" in export.headers["x-feedback-summary"]
+    qas = [qa for article in export.json()["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    assert {"text": span["text"], "answer_start": span["start"]} in next(qa["answers"] for qa in qas if qa["question"] == body["query"])
+
+    monkeypatch.setenv("QA_HOME", str(api_settings.home))  # the CLI exports the same store
+    assert main(["export-feedback", "--out", str(tmp_path / "feedback.json")]) == 0
+    assert span["text"] in (tmp_path / "feedback.json").read_text(encoding="utf-8")
+
+    moved = httpx.post(f"{api}/feedback", json={**click, "start": span["start"] + 1, "click_id": None})
+    assert moved.status_code == 422 and "is not at offsets" in moved.json()["detail"]
+    unknown = httpx.post(f"{api}/feedback", json={**click, "document_id": "electronics/test/nope", "click_id": None})
+    assert unknown.status_code == 404 and "No document 'electronics/test/nope'" in unknown.json()["detail"]
+
+
+def test_metrics_count_requests_and_time_them_in_prometheus_format(api):
+    def samples() -> dict[tuple, float]:
+        response = httpx.get(f"{api}/metrics")
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+        found = {}
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return found
+
+    before = samples()
+    assert ask(api).status_code == 200 and ask(api, top_k=0).status_code == 422
+    httpx.get(f"{api}/no/such/path")
+    after = samples()
+    ok = ("qa_api_requests_total", (("method", "POST"), ("route", "/query"), ("status", "200")))
+    refused = ("qa_api_requests_total", (("method", "POST"), ("route", "/query"), ("status", "422")))
+    assert after[ok] == before.get(ok, 0) + 1 and after[refused] == before.get(refused, 0) + 1
+    assert after[("qa_api_requests_total", (("method", "GET"), ("route", "other"), ("status", "404")))] >= 1  # never the raw path
+    timed = ("qa_api_request_duration_seconds_count", (("method", "POST"), ("route", "/query")))
+    assert after[timed] == before[timed] + 2 if timed in before else after[timed] >= 2
+    assert after[("qa_api_stage_duration_seconds_count", (("stage", "retrieval"),))] >= 1
+    assert after[("qa_api_ready", ())] == 1.0
+
+
+# ------------------------------------------------------------------------------ bad requests
+
+
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ({"top_k": 0}, 422, "top_k must be a whole number from 1 to 50, not 0."),
+        ({"top_k": "three"}, 422, "top_k must be a whole number from 1 to 50, not 'three'."),
+        ({"top_k": 2.5}, 422, "top_k must be a whole number from 1 to 50, not 2.5."),
+        ({"top_k": True}, 422, "top_k must be a whole number from 1 to 50, not True."),
+        ({"top_k": 51}, 422, "top_k must be a whole number from 1 to 50, not 51."),
+        ({"top_k_reader": -1}, 422, "top_k_reader must be a whole number from 1 to 20, not -1."),
+        ({"no_answer_threshold": "nan"}, 422, "no_answer_threshold must be a finite number, not 'nan'."),
+        ({"query": "   "}, 422, "The question is empty."),
+        ({"query": "why? " * 400}, 422, "The question is 2000 characters long."),
+        ({"query": None}, 422, "Invalid 'query': Input should be a valid string."),
+        ({"item_id": "NOPE"}, 404, "Product 'NOPE' has no reviews in index 'subjqa-electronics'."),
+        ({"collection": "garden"}, 404, "Unknown collection 'garden'."),
+        ({"retriever": "sparse"}, 422, "Invalid 'retriever': Input should be 'bm25', 'dense' or 'hybrid'."),
+        ({"mode": "abstractive"}, 422, "Invalid 'mode': Input should be 'extractive' or 'rag'."),
+        ({"topk": 3}, 422, "Unknown field 'topk' in the request."),
+    ],
+)
+def test_bad_queries_get_one_line_4xx_naming_the_fix(api, body, status, message):
+    response = ask(api, **body)
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith(message) and "Fix:" in detail and "\n" not in detail
+
+
+def test_malformed_or_incomplete_bodies_are_one_line_422(api):
+    broken = httpx.post(f"{api}/query", content=b'{"query": "Is it good?", ', headers={"Content-Type": "application/json"})
+    assert broken.status_code == 422 and broken.json()["detail"].startswith("The request body is not valid JSON")
+    missing = httpx.post(f"{api}/query", json={"query": "Is it good?"})
+    assert missing.status_code == 422 and missing.json()["detail"] == "The request has no 'item_id'. Fix: see the request schema at /docs."
+    assert httpx.get(f"{api}/products", params={"limit": 0}).json()["detail"].startswith("limit must be a whole number from 1 to 1000, not 0.")
+    assert httpx.get(f"{api}/products", params={"collection": "garden"}).status_code == 404
+
+
+def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(api, api_settings):
+    padding = "x" * api_settings.api_max_body_bytes
+    declared = ask(api, query=padding)
+    assert declared.status_code == 413 and declared.json()["detail"].startswith(f"The request body is larger than {api_settings.api_max_body_bytes} bytes.")
+    body = json.dumps({"query": padding, "item_id": "KINDLE"}).encode()
+    chunked = httpx.post(f"{api}/query", content=iter([body[i : i + 4096] for i in range(0, len(body), 4096)]), headers={"Content-Type": "application/json"})
+    assert "content-length" not in chunked.request.headers and chunked.status_code == 413
+
+
+def test_a_token_is_required_when_one_is_set(api, api_settings):
+    with running(create_app(replace(api_settings, api_token="s3cret"))) as url:
+        assert wait_ready(url).status_code == 200  # probes need no token
+        assert httpx.get(f"{url}/docs").status_code == 200
+        assert "HTTPBearer" in httpx.get(f"{url}/openapi.json").json()["components"]["securitySchemes"]
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
+            refused = httpx.post(f"{url}/query", json={"query": "Is it good?", "item_id": "KINDLE"}, headers=headers)
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+            assert refused.json()["detail"].startswith("A bearer token is required.")
+            assert httpx.get(f"{url}/metrics", headers=headers).status_code == 401
+        accepted = httpx.post(f"{url}/query", json={"query": "Is it good?", "item_id": "KINDLE"}, headers={"Authorization": "Bearer s3cret"}, timeout=60)
+        assert accepted.status_code == 200 and accepted.json()["documents"]
+
+
+def test_a_client_over_the_rate_limit_gets_429_and_probes_still_answer(api, api_settings):
+    with running(create_app(replace(api_settings, api_rate_limit=3))) as url:
+        assert wait_ready(url).status_code == 200
+        statuses = [httpx.get(f"{url}/collections").status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429]
+        limited = httpx.get(f"{url}/products")
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+        assert limited.json()["detail"].startswith("Too many requests from this client (limit 3 a minute).")
+        assert httpx.get(f"{url}/health").status_code == 200 and httpx.get(f"{url}/metrics").status_code == 200
+
+
+# ------------------------------------------------------------------------------ concurrency and the command
+
+
+def test_two_slow_questions_are_answered_at_the_same_time(api):
+    """Each waits SLOW_S for the generator: served one after the other they would take 2 x SLOW_S."""
+    assert ask(api, query="How is the sound?", mode="rag").status_code == 200  # the RAG pipeline is built on first use
+    results: list[httpx.Response] = []
+
+    def slow() -> None:
+        results.append(ask(api, query="How is the sound, slowly?", mode="rag"))
+
+    threads = [threading.Thread(target=slow) for _ in range(2)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    probe_began = time.perf_counter()
+    assert httpx.get(f"{api}/health").status_code == 200
+    probe_s = time.perf_counter() - probe_began
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - began
+    assert [r.status_code for r in results] == [200, 200]
+    for response in results:
+        timings = response.json()["timings"]
+        assert timings["generator"] >= SLOW_S and timings["queue_s"] < 0.5 * SLOW_S
+    assert wall < 1.7 * SLOW_S, f"two {SLOW_S} s answers took {wall:.2f} s together: they did not overlap"
+    assert probe_s < 0.5 * SLOW_S, f"a health check waited {probe_s:.2f} s behind the questions"
+
+
+def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
+    env = {
+        "QA_DATA_DIR": str(api_settings.data_dir), "QA_HOME": str(api_settings.home), "QA_READER_MODEL": api_settings.reader_model,
+        "QA_READER_BACKEND": "torch",
+    }  # fmt: skip
+    with serve_api(env, args=["--rate-limit", "0"], log=tmp_path / "api.log", timeout=180) as url:
+        body = ask(url).json()
+        assert body["documents"][0]["meta"]["review_id"] == "r-kindle-1"
+        assert "/query" in httpx.get(f"{url}/openapi.json").json()["paths"]
+    assert "API:" in (tmp_path / "api.log").read_text()
+
+
+def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("QA_DATA_DIR", str(api_settings.data_dir))
+    out = tmp_path / "bench-api"
+    assert main(["bench-api", "--url", api, "--clients", "3", "--seconds", "2", "--questions", "4", "--out", str(out)]) == 0
+    (row,) = json.loads((out / "report.json").read_text())["metrics"]
+    assert row["clients"] == 3 and row["answered"] >= 3 and row["errors"] == 0
+    assert row["throughput_qps"] == pytest.approx(row["answered"] / row["seconds"], rel=0.01) and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+    assert row["health_p50_ms"] > 0 and "throughput_qps" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ deployment
+
+
+def test_compose_runs_the_api_and_the_page_from_one_image_with_commands_the_cli_accepts():
+    services = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text(encoding="utf-8"))["services"]
+    assert "bash scripts/install.sh" in (REPO_ROOT / "Dockerfile").read_text(encoding="utf-8")
+    assert services["api"]["build"] == services["ui"]["build"] == "." and services["api"]["image"] == services["ui"]["image"]
+    for name, port in (("api", 8000), ("ui", 8501)):
+        args = build_parser().parse_args(services[name]["command"][1:])
+        assert services[name]["command"][0] == "qa-system" and args.command == name and args.port == port
+        assert services[name]["environment"]["QA_ES_URL"] == "http://elasticsearch:9200"
+    assert "http://127.0.0.1:8000/health" in " ".join(services["api"]["healthcheck"]["test"])
+    assert services["ui"]["depends_on"]["api"]["condition"] == "service_healthy"  # the API builds the index first
+    assert services["api"]["depends_on"]["elasticsearch"]["condition"] == "service_healthy"
+    assert services["opensearch"]["profiles"] == ["opensearch"]
+    assert all(port.startswith("127.0.0.1:") for service in services.values() for port in service.get("ports", []))
