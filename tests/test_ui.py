@@ -92,7 +92,8 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
         assert f"<mark>{escape(content[view.start : view.end])}</mark>" in card
         before = unescape(card.split("<mark>")[0].rsplit('<div class="qa-review">', 1)[1]).lstrip("…")
         assert content[: view.start].endswith(before)  # the mark sits at the reader's offset, not at a text match
-        assert "% confident" in card and view.document.meta["item_id"] == "HEADPHONES"
+        assert f"reader score {view.score_text}</span>" in card and view.document.meta["item_id"] == "HEADPHONES"
+        assert "confident" not in card and "not a calibrated chance that the answer is right" in card  # a score, explained on hover
     assert "Answered in" in " ".join(h for h in cards_html(at) if "qa-timings" in h)
     assert any(e.label.startswith("Retrieved reviews (3)") for e in at.expander)
     assert at.query_params["item"] == "HEADPHONES" and at.query_params["q"] == "How is the bass?"  # a link to this answer
@@ -208,10 +209,11 @@ def test_a_no_answer_shows_the_best_span_and_both_scores(page):
     folded = [h.value for e in at.expander for h in e.html if 'class="qa-answer' in h.value]
     shown = [card for card in answer_cards(at) if card not in folded]
     verdict, first = shown[:2]  # the verdict, then the best span beside it: not folded away
-    assert "No answer in these reviews" in verdict and f"no-answer score {ranked.no_answer.confidence}" in verdict
-    assert f"best span scores {best.confidence}" in verdict and "confident" not in verdict  # scores, named as such
+    assert "No answer in these reviews" in verdict and f"no-answer score {ranked.no_answer.score_text}</span>" in verdict
+    assert "not a calibrated chance that the reviews hold no answer" in verdict  # the chip's tooltip
+    assert f"best span scores {best.score_text}" in verdict and "confident" not in verdict  # scores, named as such
     assert "Best span, rated below “no answer”:" in first and f"<mark>{escape(best.text)}</mark>" in first
-    assert f"score {best.confidence}" in first and "confident" not in first
+    assert f"reader score {best.score_text}</span>" in first and "confident" not in first
     assert len(folded) == len(ranked.below) - 1  # the other candidates stay folded
 
 

@@ -281,7 +281,7 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
         for document in asked.documents[:3]:
             st.html(cards.review_card(document))
     if folded:
-        null_score = ranked.no_answer.confidence
+        null_score = ranked.no_answer.score_label
         with st.expander(f"{len(folded)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
             for rank, view in folded:
                 answer_card(store, asked, view, rank)
