@@ -316,3 +316,45 @@ def test_qa_system_ui_serves_the_page_with_the_given_settings():
     assert command[1:4] == ["-m", "streamlit", "run"] and command[4] == str(APP)
     flags = dict(zip(command[5::2], command[6::2]))
     assert flags["--server.port"] == "9999" and flags["--server.headless"] == "true" and flags["--browser.gatherUsageStats"] == "false"
+
+
+def test_the_dashboard_keeps_its_folder_and_report_across_a_visit_to_the_search_page(page, app_env, tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("QA_DATA_DIR", app_env["QA_DATA_DIR"])
+    for name in ("bm25", "dense"):
+        assert cli(["eval", "retriever", "--split", "test", "--retriever", name, "--k", "1", "--out", str(reports / "retriever" / name)]) == 0
+    assert cli(["eval", "retriever", "--split", "dev", "--retriever", "bm25", "--k", "1", "--out", str(reports / "other")]) == 0
+    at = page({"QA_REPORTS_DIR": str(reports)}).switch_page("dashboard.py").run()
+    at.text_input(key="reports_dir").input("retriever").run()
+    assert len(at.selectbox(key="report").options) == 2
+    at.selectbox(key="report").select_index(1).run()  # not the newest, which is shown by default
+    chosen = at.selectbox(key="report").value
+    link = {"folder": "retriever", "report": chosen.relative_to(reports.resolve()).as_posix()}
+    assert chosen.parent == (reports / "retriever").resolve() and dict(at.query_params) == link  # a link to the report shown
+    at.switch_page("search.py").run()
+    assert at.radio(key="retriever")  # the search page is shown
+    at.switch_page("dashboard.py").run()
+    assert not at.exception and not at.error
+    assert at.text_input(key="reports_dir").value == "retriever" and at.selectbox(key="report").value == chosen
+    assert dict(at.query_params) == link
+
+
+def test_a_dashboard_link_opens_its_report_and_a_link_outside_the_reports_folder_is_refused(page, app_env, tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("QA_DATA_DIR", app_env["QA_DATA_DIR"])
+    for name in ("bm25", "dense"):
+        assert cli(["eval", "retriever", "--split", "test", "--retriever", name, "--k", "1", "--out", str(reports / name)]) == 0
+    monkeypatch.setenv("QA_REPORTS_DIR", str(reports))
+    at = AppTest.from_file(str(APP.parent / "dashboard.py"), default_timeout=TIMEOUT)
+    at.query_params.update(report="bm25")  # the older one: not what the dashboard shows first
+    at.run()
+    assert not at.exception and at.selectbox(key="report").value == (reports / "bm25").resolve()
+    for link in ({"folder": "/"}, {"folder": ".."}, {"report": "../../etc"}):
+        at = AppTest.from_file(str(APP.parent / "dashboard.py"), default_timeout=TIMEOUT)
+        at.query_params.update(link)
+        at.run()
+        assert not at.exception
+        if "folder" in link:
+            assert "outside the reports folder" in messages(at) and not at.selectbox
+        else:  # not one of the reports: the newest is shown, nothing else is read
+            assert at.selectbox(key="report").value in ((reports / "bm25").resolve(), (reports / "dense").resolve())
