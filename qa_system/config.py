@@ -81,6 +81,8 @@ class Settings:
     num_beams: int = 1
     # The evaluation dashboard shows the reports under this folder, and nothing outside it.
     reports_dir: Path = Path("reports")
+    # The search page's feedback clicks (SQLite); None: feedback.sqlite under home.
+    feedback_file: Path | None = None
 
     _ENV = {
         "data_dir": "QA_DATA_DIR",
@@ -102,6 +104,7 @@ class Settings:
         "temperature": "QA_TEMPERATURE",
         "num_beams": "QA_NUM_BEAMS",
         "reports_dir": "QA_REPORTS_DIR",
+        "feedback_file": "QA_FEEDBACK_DB",
     }
 
     @classmethod
@@ -127,6 +130,8 @@ class Settings:
         except ValueError as error:
             raise QAError(f"A generation setting is not a number ({error}).", "check QA_GENERATOR_CONTEXT, QA_MAX_NEW_TOKENS, QA_TEMPERATURE, QA_NUM_BEAMS.") from error
         paths = dict(data_dir=Path(self.data_dir).expanduser(), home=Path(self.home).expanduser(), reports_dir=Path(self.reports_dir).expanduser())
+        if self.feedback_file is not None:
+            paths["feedback_file"] = Path(self.feedback_file).expanduser()
         settings = replace(self, **paths, **numbers)
         for name in ("generator_context", "max_new_tokens", "num_beams"):
             check_count(getattr(settings, name), name)
@@ -147,8 +152,9 @@ class Settings:
 
     @property
     def feedback_db(self) -> Path:
-        """SQLite file of the search page's answer feedback (beside the indexes, so it outlives restarts)."""
-        return self.home / "feedback.sqlite"
+        """SQLite file of the search page's answer feedback (``QA_FEEDBACK_DB``; by default beside the
+        indexes, so it outlives restarts)."""
+        return self.feedback_file or self.home / "feedback.sqlite"
 
     def as_dict(self) -> dict:
         return {f.name: str(getattr(self, f.name)) for f in fields(self) if not f.name.startswith("_")}
