@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -299,14 +299,11 @@ def run_page_load(
         "pipeline time: the page's 'Answered in' (retrieval and reader only).",
         "Each click the page acknowledges ('Saved N clicks') must be a row of the feedback database (feedback.sqlite here).",
     ]
-    sessions_table = pd.DataFrame(
-        [
-            {"session": s, "product": item, "questions": len(rs), "clicks": sum(r.clicks for r in rs), "acknowledged": sum(r.acknowledged for r in rs)}
-            for s, item in enumerate(p for p, _ in plan)
-            for rs in [[r for r in result.rounds if r.session == s]]
-        ]
+    records = pd.DataFrame([asdict(r) for r in result.rounds], columns=[f.name for f in fields(Round)])
+    per_session = records.groupby(["session", "item_id"], as_index=False).agg(
+        questions=("question", "size"), clicks=("clicks", "sum"), acknowledged=("acknowledged", "sum")
     )
-    sessions_table["stored (product)"] = sessions_table["product"].map(lambda item: stored.get(item, 0))
+    per_session["stored (product)"] = per_session["item_id"].map(lambda item: stored.get(item, 0))
     write_report(out, "Page load: concurrent browser sessions asking and clicking feedback", result.table(), summary,
-                 sections={"sessions": sessions_table}, records=pd.DataFrame([asdict(r) for r in result.rounds]), notes=notes)  # fmt: skip
+                 sections={"sessions": per_session}, records=records, notes=notes)  # fmt: skip
     return result
