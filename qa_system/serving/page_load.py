@@ -14,6 +14,7 @@ apart, so the percentiles are those of a warm server.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import tempfile
@@ -98,7 +99,7 @@ class PageLoadResult:
     rounds: list[Round]
     stored: dict[str, int]  # feedback rows per product
     sessions: int
-    seconds: float
+    elapsed_s: float  # from the start until every session's last question and clicks were done
     cold_answer_s: float  # the server's first answer (models loading), not in the percentiles
 
     def total(self, field: str) -> int:
@@ -126,6 +127,7 @@ class PageLoadResult:
         rows = [
             ("sessions (browsers asking and clicking at once)", self.sessions, ""),
             ("questions answered", len(self.answered), f"{len(self.rounds) - len(self.answered)} got no answer in time"),
+            ("questions answered per minute", round(60 * len(self.answered) / self.elapsed_s, 1), "all sessions together"),
             ("answer time p50 (ms)", self.percentile_ms("answer_s", 50), "Ask pressed -> first answer card on screen, timed in the browser"),
             ("answer time p95 (ms)", self.percentile_ms("answer_s", 95), ""),
             ("answer time max (ms)", self.percentile_ms("answer_s", 100), ""),
@@ -276,7 +278,9 @@ def run_page_load(
             if key is None:
                 raise QAError(f"The page gave no answer within {timeout_s:.0f} s.", f"see {out / 'streamlit.log'}, or raise --timeout on a slow machine.")
             progress(f"first answer (models loaded) in {cold_s:.1f} s; {sessions} sessions ask and click for {seconds:.0f} s")
-            deadline = time.monotonic() + seconds
+            load_at_start = [round(x, 2) for x in os.getloadavg()]  # the machine may be shared: the figures depend on it
+            start = time.monotonic()
+            deadline = start + seconds
             threads = [
                 threading.Thread(target=s.run, args=(deadline, clicks, random.Random(seed + s.number), rounds), name=f"page-load-{s.number}")
                 for s in opened
@@ -285,13 +289,15 @@ def run_page_load(
                 thread.start()
             for thread in threads:
                 thread.join()
+            elapsed_s = time.monotonic() - start
         finally:
             for session in opened:
                 session.close()
     stored = Counter(f.item_id for f in FeedbackStore(feedback_db).all()) if feedback_db.exists() else Counter()
-    result = PageLoadResult(sorted(rounds, key=lambda r: r.session), dict(stored), sessions, seconds, cold_s)
+    result = PageLoadResult(sorted(rounds, key=lambda r: r.session), dict(stored), sessions, elapsed_s, cold_s)
     summary = {"settings": {"sessions": sessions, "seconds": seconds, "clicks_per_answer": clicks, "split": split, "store": settings.store,
-                            "reader": settings.reader_model, "reader_backend": settings.reader_backend}, "machine": machine()}  # fmt: skip
+                            "reader": settings.reader_model, "reader_backend": settings.reader_backend},
+               "load_average_at_start": load_at_start, "machine": machine()}  # fmt: skip
     notes = [
         f"{sessions} headless Chromium sessions on one page (127.0.0.1), each on its own {DOMAIN} product, asking its {split} questions "
         f"one after another for {seconds:.0f} s and clicking feedback {clicks} times ({CLICK_GAP_S} s apart) on each first answer.",
