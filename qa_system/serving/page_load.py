@@ -39,27 +39,43 @@ DOMAIN = "electronics"  # the page's domain (ui/resources.py)
 MAX_SESSIONS = 16  # a bound: each session is a Chromium of its own
 CLICK_GAP_S = 0.3  # between two clicks of one user: the issue's report clicked this fast
 
-# Presses Ask and waits, inside the browser, for the first answer card of a run newer than the one
-# shown (the feedback buttons' keys carry the page's run number: st-key-feedback-<run>-<rank>).
-# Returns [milliseconds, key] or null after the timeout.
-ASK_JS = """
-const [before, timeoutMs, done] = arguments;
-const pattern = /st-key-(feedback-(\\d+)-\\d+)/;
+# Watches, inside the browser, for the first answer card of a run newer than the one shown (the
+# feedback buttons' keys carry the page's run number: st-key-feedback-<run>-<rank>), timed from the
+# click on Ask. Installed before the click, which the driver makes as a user does (a real click also
+# commits the typed question, which a click from script does not); WAIT_JS then returns
+# [milliseconds, key], or null after the timeout.
+WATCH_JS = """
+const before = arguments[0];
+const watch = window.qaWatch = { start: null, shown: null, done: null };
+if (!window.qaListening) {
+  window.qaListening = true;
+  document.addEventListener("click", (event) => {
+    const current = window.qaWatch;
+    if (current.start === null && event.target.closest(".st-key-FormSubmitter-ask-Ask")) current.start = performance.now();
+  }, { capture: true });
+}
 const newer = () => {
   for (const element of document.querySelectorAll("[class*='st-key-feedback-']")) {
-    const match = element.className.match(pattern);
+    const match = element.className.match(/st-key-(feedback-(\\d+)-\\d+)/);
     if (match && Number(match[2]) > before) return match[1];
   }
   return null;
 };
-const observer = new MutationObserver(() => {
-  const key = newer();
-  if (key) { observer.disconnect(); clearTimeout(timer); done([performance.now() - start, key]); }
+watch.observer = new MutationObserver(() => {
+  const key = watch.start === null ? null : newer();
+  if (!key) return;
+  watch.observer.disconnect();
+  watch.shown = [performance.now() - watch.start, key];
+  if (watch.done) watch.done(watch.shown);
 });
-const timer = setTimeout(() => { observer.disconnect(); done(null); }, timeoutMs);
-observer.observe(document.body, { childList: true, subtree: true, attributes: true, attributeFilter: ["class"] });
-const start = performance.now();
-document.querySelector(".st-key-FormSubmitter-ask-Ask button").click();
+watch.observer.observe(document.body, { childList: true, subtree: true, attributes: true, attributeFilter: ["class"] });
+"""
+WAIT_JS = """
+const [timeoutMs, done] = arguments;
+const watch = window.qaWatch;
+if (watch.shown) { done(watch.shown); return; }
+watch.done = done;
+setTimeout(() => { watch.observer.disconnect(); done(null); }, timeoutMs);
 """
 # The newest run whose answers are on screen (0: none yet).
 LAST_RUN_JS = """
@@ -71,11 +87,13 @@ for (const element of document.querySelectorAll("[class*='st-key-feedback-']")) 
 return last;
 """
 # What the page says under one answer's buttons ("Saved: right answer.", "Saved 3 clicks, the last: ...").
+# Not a stale caption: until a run ends, Streamlit leaves the previous run's elements on screen (marked
+# data-stale), so a new answer's buttons first sit beside the caption of the answer before.
 ACK_JS = """
 const element = document.querySelector(`.st-key-${arguments[0]}`);
 if (!element) return "";
 const caption = element.parentElement.querySelector("[data-testid='stCaptionContainer']");
-return caption ? caption.textContent : "";
+return caption && caption.closest("[data-stale]")?.dataset.stale !== "true" ? caption.textContent : "";
 """
 ANSWERED_IN = re.compile(r"Answered in ([\d.]+) ms")
 
@@ -190,9 +208,14 @@ class Session:
         box = self.driver.find_element("css selector", "input[aria-label='Question']")
         box.send_keys(Keys.CONTROL, "a")
         box.send_keys(question)
-        shown = self.driver.execute_async_script(ASK_JS, self.driver.execute_script(LAST_RUN_JS), 1000 * self.timeout_s)
+        self.driver.execute_script(WATCH_JS, self.driver.execute_script(LAST_RUN_JS))
+        self.driver.find_element("xpath", "//button[.//p[normalize-space()='Ask']]").click()
+        shown = self.driver.execute_async_script(WAIT_JS, 1000 * self.timeout_s)
         if shown is None:
             return None, None, None
+        asked = urllib.parse.parse_qs(urllib.parse.urlparse(self.driver.current_url).query).get("q", [""])[0]
+        if asked != question.strip():  # the page's link names the question it answered
+            raise QAError(f"The page answered {asked!r} instead of {question!r}.", "the question box did not take the typed question.")
         timings = self.driver.find_elements("css selector", ".qa-timings")
         match = ANSWERED_IN.search(timings[0].text) if timings else None
         return round(shown[0] / 1000, 4), shown[1], float(match.group(1)) / 1000 if match else None
