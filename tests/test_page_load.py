@@ -25,7 +25,7 @@ def test_bad_load_test_settings_are_one_line(flags, message, capsys, tmp_path):
 @pytest.mark.browser
 @pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)")
 def test_sessions_asking_and_clicking_at_once_lose_no_acknowledged_click(tmp_path, settings, tiny_reader):
-    result = run_page_load(settings.with_(reader_model=str(tiny_reader)), sessions=2, seconds=8, clicks=3, out_dir=tmp_path / "out", seed=1)
+    result = run_page_load(settings.with_(reader_model=str(tiny_reader)), sessions=2, seconds=5, clicks=3, out_dir=tmp_path / "out", seed=1)
     assert {r.session: r.item_id for r in result.rounds} == {0: "MOUSE", 1: "HEADPHONES"}  # the products with the most questions, one each
     assert len(result.answered) >= 2 and all(not r.error for r in result.rounds)
     assert result.total("clicks") == 3 * len(result.answered)
