@@ -1,6 +1,8 @@
 """The search page in a real browser: `streamlit run ui/app.py` on a free loopback port, driven by
 headless Chromium (Debian's chromium + chromium-driver, never a downloaded browser)."""
 
+import time
+
 import pytest
 from conftest import write_subjqa
 
@@ -26,6 +28,7 @@ def test_a_question_asked_in_chromium_gets_a_highlighted_answer_card(tmp_path, t
 
 @pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)")
 def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flagged(tmp_path, tiny_reader):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -42,7 +45,12 @@ def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flag
             return driver.find_element("xpath", f"//a[.//span[normalize-space()='{title}']]")
 
         def alerts() -> list[str]:
-            return [a.text for a in driver.find_elements("css selector", "[data-testid='stAlert']")]
+            for _ in range(10):  # a rerun may replace an alert between finding it and reading it
+                try:
+                    return [a.text for a in driver.find_elements("css selector", "[data-testid='stAlert']")]
+                except StaleElementReferenceException:
+                    time.sleep(0.1)
+            raise AssertionError("the alerts kept changing")
 
         try:
             ask_in_browser(driver, url, "How is the bass?", item="HEADPHONES")
