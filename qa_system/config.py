@@ -88,6 +88,8 @@ class Settings:
     api_max_body_bytes: int = 64 * 1024
     api_rate_limit: int = 600
     api_workers: int = 4
+    # The search page's feedback clicks (SQLite); None: feedback.sqlite under home.
+    feedback_file: Path | None = None
 
     _ENV = {
         "data_dir": "QA_DATA_DIR",
@@ -113,6 +115,7 @@ class Settings:
         "api_max_body_bytes": "QA_API_MAX_BODY_BYTES",
         "api_rate_limit": "QA_API_RATE_LIMIT",
         "api_workers": "QA_API_WORKERS",
+        "feedback_file": "QA_FEEDBACK_DB",
     }
 
     @classmethod
@@ -138,6 +141,8 @@ class Settings:
         except ValueError as error:
             raise QAError(f"A generation setting is not a number ({error}).", "check QA_GENERATOR_CONTEXT, QA_MAX_NEW_TOKENS, QA_TEMPERATURE, QA_NUM_BEAMS.") from error
         paths = dict(data_dir=Path(self.data_dir).expanduser(), home=Path(self.home).expanduser(), reports_dir=Path(self.reports_dir).expanduser())
+        if self.feedback_file is not None:
+            paths["feedback_file"] = Path(self.feedback_file).expanduser()
         settings = replace(self, **paths, **numbers)
         for name in ("generator_context", "max_new_tokens", "num_beams"):
             check_count(getattr(settings, name), name)
@@ -163,8 +168,9 @@ class Settings:
 
     @property
     def feedback_db(self) -> Path:
-        """SQLite file of the search page's answer feedback (beside the indexes, so it outlives restarts)."""
-        return self.home / "feedback.sqlite"
+        """SQLite file of the search page's answer feedback (``QA_FEEDBACK_DB``; by default beside the
+        indexes, so it outlives restarts)."""
+        return self.feedback_file or self.home / "feedback.sqlite"
 
     @property
     def feedback_export(self) -> Path:

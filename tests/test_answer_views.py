@@ -2,7 +2,7 @@
 
 from haystack import Document, ExtractedAnswer, GeneratedAnswer
 
-from qa_system.serving.answer_views import ELLIPSIS, Segment, answer_view, answer_views, confidence_level, highlight_segments, rank_answers
+from qa_system.serving.answer_views import ELLIPSIS, Segment, answer_view, answer_views, highlight_segments, rank_answers, score_level
 
 REVIEW = "The bass is deep. Friends say the bass is deep too, but the cord broke."
 
@@ -39,16 +39,17 @@ def test_views_of_extracted_generated_and_no_answers():
 
     views = answer_views([span, none, generated, no_reply])
     assert [v.kind for v in views] == ["span", "no_answer", "generated", "no_answer"]
-    assert views[0].confidence == "83%" and views[0].level == "high"
+    assert views[0].score_text == "0.83" and views[0].score_label == "reader score 0.83" and views[0].level == "high"
+    assert views[1].score_label == "no-answer score 0.20" and "not a calibrated chance" in views[1].score_help
     assert [s.text for s in views[0].segments() if s.highlighted] == ["bass is deep"]
     assert views[1].document is None and views[1].segments() == []
-    assert views[2].sources == [cited] and views[2].score is None and views[2].confidence == ""
+    assert views[2].sources == [cited] and views[2].score is None and views[2].score_label == ""
     assert views[3].meta["no_answer_reason"] == "the generator found no answer"
 
 
-def test_confidence_levels():
-    assert [confidence_level(s) for s in (0.9, 0.5, 0.1, None)] == ["high", "medium", "low", "unknown"]
-    assert answer_view(ExtractedAnswer(query="q", score=0.456, data=None)).confidence == "46%"
+def test_score_levels_and_text():
+    assert [score_level(s) for s in (0.9, 0.5, 0.1, None)] == ["high", "medium", "low", "unknown"]
+    assert answer_view(ExtractedAnswer(query="q", score=0.456, data=None)).score_text == "0.46"  # a score, not "46%"
 
 
 def test_copies_of_one_review_give_one_answer():
@@ -68,7 +69,7 @@ def test_answers_split_at_no_answer_and_an_abstention_names_its_best_span():
     abstained = rank_answers(answer_views([null, span(0.89, 4, 16), span(0.4, 0, 3)]))
     assert abstained.abstains and abstained.above == [] and abstained.best_below.text == "bass is deep"
     note = abstained.no_answer_note()
-    assert "best span scores 89%, below its no-answer score (96%)" in note and "may still answer" in note
+    assert "best span scores 0.89, below its no-answer score (0.96)" in note and "may still answer" in note
 
     answered = rank_answers(answer_views([span(0.89, 4, 16), null, span(0.4, 0, 3)]))
     assert not answered.abstains and [v.text for v in answered.above] == ["bass is deep"] and len(answered.below) == 1

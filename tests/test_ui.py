@@ -92,7 +92,8 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
         assert f"<mark>{escape(content[view.start : view.end])}</mark>" in card
         before = unescape(card.split("<mark>")[0].rsplit('<div class="qa-review">', 1)[1]).lstrip("…")
         assert content[: view.start].endswith(before)  # the mark sits at the reader's offset, not at a text match
-        assert "% confident" in card and view.document.meta["item_id"] == "HEADPHONES"
+        assert f"reader score {view.score_text}</span>" in card and view.document.meta["item_id"] == "HEADPHONES"
+        assert "confident" not in card and "not a calibrated chance that the answer is right" in card  # a score, explained on hover
     assert "Answered in" in " ".join(h for h in cards_html(at) if "qa-timings" in h)
     assert any(e.label.startswith("Retrieved reviews (3)") for e in at.expander)
     assert at.query_params["item"] == "HEADPHONES" and at.query_params["q"] == "How is the bass?"  # a link to this answer
@@ -208,10 +209,11 @@ def test_a_no_answer_shows_the_best_span_and_both_scores(page):
     folded = [h.value for e in at.expander for h in e.html if 'class="qa-answer' in h.value]
     shown = [card for card in answer_cards(at) if card not in folded]
     verdict, first = shown[:2]  # the verdict, then the best span beside it: not folded away
-    assert "No answer in these reviews" in verdict and f"no-answer score {ranked.no_answer.confidence}" in verdict
-    assert f"best span scores {best.confidence}" in verdict and "confident" not in verdict  # scores, named as such
+    assert "No answer in these reviews" in verdict and f"no-answer score {ranked.no_answer.score_text}</span>" in verdict
+    assert "not a calibrated chance that the reviews hold no answer" in verdict  # the chip's tooltip
+    assert f"best span scores {best.score_text}" in verdict and "confident" not in verdict  # scores, named as such
     assert "Best span, rated below “no answer”:" in first and f"<mark>{escape(best.text)}</mark>" in first
-    assert f"score {best.confidence}" in first and "confident" not in first
+    assert f"reader score {best.score_text}</span>" in first and "confident" not in first
     assert len(folded) == len(ranked.below) - 1  # the other candidates stay folded
 
 
@@ -314,3 +316,45 @@ def test_qa_system_ui_serves_the_page_with_the_given_settings():
     assert command[1:4] == ["-m", "streamlit", "run"] and command[4] == str(APP)
     flags = dict(zip(command[5::2], command[6::2]))
     assert flags["--server.port"] == "9999" and flags["--server.headless"] == "true" and flags["--browser.gatherUsageStats"] == "false"
+
+
+def test_the_dashboard_keeps_its_folder_and_report_across_a_visit_to_the_search_page(page, app_env, tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("QA_DATA_DIR", app_env["QA_DATA_DIR"])
+    for name in ("bm25", "dense"):
+        assert cli(["eval", "retriever", "--split", "test", "--retriever", name, "--k", "1", "--out", str(reports / "retriever" / name)]) == 0
+    assert cli(["eval", "retriever", "--split", "dev", "--retriever", "bm25", "--k", "1", "--out", str(reports / "other")]) == 0
+    at = page({"QA_REPORTS_DIR": str(reports)}).switch_page("dashboard.py").run()
+    at.text_input(key="reports_dir").input("retriever").run()
+    assert len(at.selectbox(key="report").options) == 2
+    at.selectbox(key="report").select_index(1).run()  # not the newest, which is shown by default
+    chosen = at.selectbox(key="report").value
+    link = {"folder": "retriever", "report": chosen.relative_to(reports.resolve()).as_posix()}
+    assert chosen.parent == (reports / "retriever").resolve() and dict(at.query_params) == link  # a link to the report shown
+    at.switch_page("search.py").run()
+    assert at.radio(key="retriever")  # the search page is shown
+    at.switch_page("dashboard.py").run()
+    assert not at.exception and not at.error
+    assert at.text_input(key="reports_dir").value == "retriever" and at.selectbox(key="report").value == chosen
+    assert dict(at.query_params) == link
+
+
+def test_a_dashboard_link_opens_its_report_and_a_link_outside_the_reports_folder_is_refused(page, app_env, tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("QA_DATA_DIR", app_env["QA_DATA_DIR"])
+    for name in ("bm25", "dense"):
+        assert cli(["eval", "retriever", "--split", "test", "--retriever", name, "--k", "1", "--out", str(reports / name)]) == 0
+    monkeypatch.setenv("QA_REPORTS_DIR", str(reports))
+    at = AppTest.from_file(str(APP.parent / "dashboard.py"), default_timeout=TIMEOUT)
+    at.query_params.update(report="bm25")  # the older one: not what the dashboard shows first
+    at.run()
+    assert not at.exception and at.selectbox(key="report").value == (reports / "bm25").resolve()
+    for link in ({"folder": "/"}, {"folder": ".."}, {"report": "../../etc"}):
+        at = AppTest.from_file(str(APP.parent / "dashboard.py"), default_timeout=TIMEOUT)
+        at.query_params.update(link)
+        at.run()
+        assert not at.exception
+        if "folder" in link:
+            assert "outside the reports folder" in messages(at) and not at.selectbox
+        else:  # not one of the reports: the newest is shown, nothing else is read
+            assert at.selectbox(key="report").value in ((reports / "bm25").resolve(), (reports / "dense").resolve())

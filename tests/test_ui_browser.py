@@ -1,6 +1,8 @@
 """The search page in a real browser: `streamlit run ui/app.py` on a free loopback port, driven by
 headless Chromium (Debian's chromium + chromium-driver, never a downloaded browser)."""
 
+import time
+
 import pytest
 from conftest import write_subjqa
 
@@ -26,9 +28,12 @@ def test_a_question_asked_in_chromium_gets_a_highlighted_answer_card(tmp_path, t
 
 @pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)")
 def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flagged(tmp_path, tiny_reader):
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
     env = {"QA_DATA_DIR": str(write_subjqa(tmp_path / "subjqa")), "QA_HOME": str(tmp_path / "home"), "QA_READER_MODEL": str(tiny_reader)}
+    env["QA_REPORTS_DIR"] = str(tmp_path / "reports")
     with serve(env, log=tmp_path / "streamlit.log") as url:
         driver = headless_chromium(tmp_path / "chromium-profile", 1280, 1100)
         wait = WebDriverWait(driver, 120)
@@ -36,8 +41,16 @@ def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flag
         def option(label: str):
             return driver.find_element("xpath", f"//label[.//p[normalize-space()='{label}']]")
 
+        def page_link(title: str):
+            return driver.find_element("xpath", f"//a[.//span[normalize-space()='{title}']]")
+
         def alerts() -> list[str]:
-            return [a.text for a in driver.find_elements("css selector", "[data-testid='stAlert']")]
+            for _ in range(10):  # a rerun may replace an alert between finding it and reading it
+                try:
+                    return [a.text for a in driver.find_elements("css selector", "[data-testid='stAlert']")]
+                except StaleElementReferenceException:
+                    time.sleep(0.1)
+            raise AssertionError("the alerts kept changing")
 
         try:
             ask_in_browser(driver, url, "How is the bass?", item="HEADPHONES")
@@ -47,7 +60,7 @@ def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flag
             driver.find_element("xpath", "//button[.//p[normalize-space()='Ask']]").click()
             wait.until(lambda d: not alerts())
             for page in ("Evaluation dashboard", "Ask the reviews"):
-                driver.find_element("xpath", f"//a[.//span[normalize-space()='{page}']]").click()
+                page_link(page).click()
                 wait.until(lambda d: d.find_elements("css selector", ANSWER_CARD if page == "Ask the reviews" else "input[aria-label='Reports folder']"))
             assert option("Dense (meaning)").find_element("css selector", "input").is_selected()
             assert driver.find_element("css selector", "input[aria-label='Question']").get_attribute("value") == "How is the bass?"
@@ -55,5 +68,19 @@ def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flag
             option("BM25 (keywords)").click()
             wait.until(lambda d: alerts())
             assert alerts() == ["info\nThe answers below come from other settings (retriever: Dense (meaning)). Press Ask to update them."]
+
+            def folder_box():
+                return driver.find_element("css selector", "input[aria-label='Reports folder']")
+
+            page_link("Evaluation dashboard").click()  # the dashboard keeps its folder too, and links to it
+            wait.until(lambda d: d.find_elements("css selector", "input[aria-label='Reports folder']"))
+            folder_box().send_keys("retriever", Keys.ENTER)
+            wait.until(lambda d: d.current_url.endswith("/dashboard?folder=retriever"))
+            page_link("Ask the reviews").click()
+            wait.until(lambda d: d.find_elements("css selector", ANSWER_CARD))
+            assert driver.current_url.endswith("/?item=HEADPHONES&q=How+is+the+bass%3F")  # the search page's link only
+            page_link("Evaluation dashboard").click()
+            wait.until(lambda d: d.find_elements("css selector", "input[aria-label='Reports folder']"))
+            assert folder_box().get_attribute("value") == "retriever" and driver.current_url.endswith("/dashboard?folder=retriever")
         finally:
             driver.quit()

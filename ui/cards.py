@@ -57,25 +57,30 @@ def review_source(document: Document) -> str:
     return " · ".join([f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts)])
 
 
-def chip(text: str, kind: str) -> str:
-    return f'<span class="qa-chip qa-{kind}">{html_text(text)}</span>'
+def chip(text: str, kind: str, tooltip: str = "") -> str:
+    title = f' title="{html_text(tooltip)}"' if tooltip else ""
+    return f'<span class="qa-chip qa-{kind}"{title}>{html_text(text)}</span>'
+
+
+def score_chips(view: AnswerView, kind: str) -> list[str]:
+    """The answer's score, named as a score (with what it means on hover), never as a confidence."""
+    return [chip(view.score_label, kind, view.score_help)] if view.score_label else []
 
 
 def answer_card(view: AnswerView, rank: int | str, window: int = 220, extra_chips: Sequence[str] = (), note: str = "") -> str:
-    """One answer: its text, confidence, and the review it came from with the answer highlighted.
+    """One answer: its text, the reader's score, and the review it came from with the answer highlighted.
 
-    ``rank``: a number, or a label for a span rated below "no answer" (then its score is not called
-    confidence); ``note``: what a "no answer" means here (``RankedAnswers.no_answer_note``).
+    ``rank``: a number, or a label for a span rated below "no answer" (its score is then not coloured
+    as a good one); ``note``: what a "no answer" means here (``RankedAnswers.no_answer_note``).
     """
     if view.kind == "no_answer":
-        chips = [chip(f"no-answer score {view.confidence}", "unknown")] if view.confidence else []
+        chips = score_chips(view, "unknown")
         head = '<span class="qa-answer-text">No answer in these reviews</span>'
         hint = note or "The reader found nothing that answers the question in the reviews it read. The closest reviews are below."
         body = f'<div class="qa-hint">{html_text(hint)}</div>'
         return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join([*chips, *extra_chips])}</div>{body}</div>'
     below = not isinstance(rank, int)
-    chips = [chip(f"score {view.confidence}" if below else f"{view.confidence} confident", "unknown" if below else view.level)] if view.confidence else []
-    chips += list(extra_chips)
+    chips = [*score_chips(view, "unknown" if below else view.level), *extra_chips]
     label = rank if below else f"{rank}."
     head = f'<span class="qa-rank">{html_text(label)}</span><span class="qa-answer-text">{html_text(view.text or "")}</span>'
     if view.kind == "span" and view.document is not None:

@@ -3,6 +3,11 @@
 Reports come from the reports root (``QA_REPORTS_DIR``, default ``reports/``) only: the folder typed
 here is confined to it, and the report's own files are the only ones served. Everything a report
 holds (title, notes, cells, file names) is shown as text, through ``markdown_literal``.
+
+The folder and the report shown survive a visit to the search page (``kept``) and are in the URL
+(``/dashboard?folder=retriever&report=retriever/bm25``), so that a report can be linked to. The URL
+is untrusted like the typed folder: its folder goes through the same confinement, and its report is
+only ever matched against the reports found there.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from kept import keep_widgets, restore_widgets
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -20,6 +26,7 @@ from qa_system.safe_text import markdown_literal
 
 HEADLINE_GROUPS = ("all",)
 WARNING = ":material/warning:"
+KEPT_WIDGETS = ("reports_dir", "report")
 
 
 def report_label(directory: Path, root: Path) -> str:
@@ -63,7 +70,35 @@ def show_report(report: Report) -> None:
         st.download_button("Download report.csv", report.csv.read_bytes(), file_name=f"{report.directory.name}-report.csv", mime="text/csv")
 
 
+def init_from_url() -> None:
+    """``?folder=...&report=...`` opens a report (once per session: later, the page's own values win)."""
+    if st.session_state.get("dashboard_url_read"):
+        return
+    st.session_state["dashboard_url_read"] = True
+    if folder := st.query_params.get("folder"):
+        st.session_state["reports_dir"] = folder
+    if report := st.query_params.get("report"):
+        st.session_state["report_link"] = report
+
+
+def pick_report(reports: list[Path], root: Path) -> None:
+    """Before the report box is drawn: the linked report when it is one of ``reports``, and no
+    choice left over that is not (another folder's report, one deleted since)."""
+    by_link = {report_link(d, root): d for d in reports}
+    linked = by_link.get(st.session_state.pop("report_link", None))
+    if linked is not None:
+        st.session_state["report"] = linked
+    elif st.session_state.get("report") not in reports:
+        st.session_state.pop("report", None)
+
+
+def report_link(directory: Path, root: Path) -> str:
+    return directory.relative_to(root).as_posix()
+
+
 def main() -> None:
+    restore_widgets("dashboard", {"reports_dir": ""})
+    init_from_url()
     st.title("Evaluation dashboard")
     st.caption("The reports that `qa-system eval retriever | reader | pipeline --out DIR` wrote: pick one to see its tables and plots.")
     try:
@@ -72,11 +107,13 @@ def main() -> None:
         st.error(markdown_literal(error), icon=WARNING)
         return
     requested = st.text_input(
-        "Reports folder", value="", key="reports_dir", placeholder="all reports",
+        "Reports folder", key="reports_dir", placeholder="all reports",
         help=f"A folder under {markdown_literal(root)} (QA_REPORTS_DIR), searched recursively for report.json files.",
-    )  # fmt: skip
+    ).strip()  # fmt: skip
+    keep_widgets("dashboard", KEPT_WIDGETS)
+    st.query_params.from_dict({"folder": requested} if requested else {})
     try:
-        folder = reports_folder(root, requested.strip())
+        folder = reports_folder(root, requested)
     except QAError as error:
         st.error(markdown_literal(error), icon=WARNING)
         return
@@ -85,7 +122,10 @@ def main() -> None:
         st.info(f"No reports under {markdown_literal(folder)} yet. Write some with, for example:")
         st.code(f"qa-system eval retriever --split test --out {folder}/retriever\nqa-system eval pipeline --split test --out {folder}/pipeline", language="bash")
         return
+    pick_report(reports, root)
     directory = st.selectbox("Report", reports, format_func=lambda d: report_label(d, root), key="report")
+    keep_widgets("dashboard", KEPT_WIDGETS)
+    st.query_params["report"] = report_link(directory, root)
     try:
         show_report(read_report(directory))
     except QAError as error:

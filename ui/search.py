@@ -18,6 +18,7 @@ import resources
 import streamlit as st
 import votes
 from haystack import Document
+from kept import keep_widgets, restore_widgets
 
 from qa_system.config import RETRIEVERS, Settings
 from qa_system.errors import QAError
@@ -39,9 +40,7 @@ FEEDBACK_BUTTONS = {
     "wrong_span": ("Right review, wrong answer", "rate_review"),
 }
 WARNING = ":material/warning:"
-# Streamlit forgets a widget's value when a run does not draw it (a visit to the dashboard page), so
-# the page keeps a copy of these and puts it back; defaults live here, not in the widget calls, since
-# a widget given both a default and a Session State value warns.
+# The widgets whose values survive a visit to the dashboard (``kept``), and their defaults.
 KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "evaluation", "split", "product", "question")
 WIDGET_DEFAULTS = {"top_k": 3, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "evaluation": False, "split": "test"}
 # The settings an answer depends on, as the page names them (see stale_settings).
@@ -82,21 +81,6 @@ class Asked:
 
 
 # ------------------------------------------------------------------------------------ sidebar
-
-
-def restore_widgets() -> None:
-    """Before any widget is drawn: the defaults of the widgets not set yet and, on the way back from
-    the other page (where Streamlit dropped or kept stale values), the values they last had here."""
-    for key, value in WIDGET_DEFAULTS.items():
-        st.session_state.setdefault(key, value)
-    back = st.session_state.get("page_changed", False)
-    for key, value in st.session_state.get("kept_widgets", {}).items():
-        if back or key not in st.session_state:
-            st.session_state[key] = value
-
-
-def keep_widgets() -> None:
-    st.session_state["kept_widgets"] = {key: st.session_state[key] for key in KEPT_WIDGETS if key in st.session_state}
 
 
 def sidebar() -> Options:
@@ -280,7 +264,7 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
         for document in asked.documents[:3]:
             st.html(cards.review_card(document))
     if folded:
-        null_score = ranked.no_answer.confidence
+        null_score = ranked.no_answer.score_label
         with st.expander(f"{len(folded)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
             for rank, view in folded:
                 answer_card(store, asked, view, rank)
@@ -336,9 +320,9 @@ def show_timings(asked: Asked) -> None:
 
 
 def main() -> None:
-    restore_widgets()
+    restore_widgets("search", WIDGET_DEFAULTS)
     options = sidebar()
-    keep_widgets()
+    keep_widgets("search", KEPT_WIDGETS)
     st.title("Ask the reviews")
     st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
     try:
@@ -356,7 +340,7 @@ def main() -> None:
     if notice := st.session_state.pop("notice", None):
         st.warning(markdown_literal(notice), icon=WARNING)
     asked_now = search_form(counts) | st.session_state.pop("ask_now", False)
-    keep_widgets()
+    keep_widgets("search", KEPT_WIDGETS)
     if asked_now:
         ask(settings, index, options)
     asked = st.session_state.get("asked")

@@ -1,4 +1,4 @@
-"""`qa-system bench`: speed of every stage beside Haystack's stock components."""
+"""`qa-system bench`: speed of every stage beside Haystack's stock components; `qa-system bench page`: many users on the search page."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from qa_system.cli.options import Options, count, number, settings_from_args
 from qa_system.config import READER_BACKENDS, RETRIEVERS
+from qa_system.errors import QAError
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -26,6 +27,19 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(f"{check['pass']:>3}  {check['criterion']}: {check['measured']} (target {check['target']})")
     print(f"Report written to {out}/ (report.json, report.csv, report.md, latency_vs_corpus_size.png, reader.png)")
 
+
+def cmd_bench_page(args: argparse.Namespace) -> None:
+    from qa_system.serving.page_load import run_page_load
+
+    result = run_page_load(
+        settings_from_args(args), args.sessions, args.seconds, args.clicks, args.split, args.out, args.timeout, args.seed,
+        progress=lambda message: print(message, file=sys.stderr, flush=True),
+    )  # fmt: skip
+    for row in result.table().itertuples(index=False):
+        print(f"{row.measurement}: {row.value}")
+    print(f"Report written to {args.out}/ (report.json, report.md, records.csv, feedback.sqlite, streamlit.log)")
+    if result.lost:
+        raise QAError(f"{result.lost} acknowledged feedback clicks are not in the database.", f"see {args.out}/records.csv and streamlit.log.")
 
 
 def cmd_bench_api(args: argparse.Namespace) -> None:
@@ -64,3 +78,14 @@ def register(commands, options: Options) -> None:
     p.add_argument("--top-k", type=count("--top-k"), default=3, help="reviews read per question")
     p.add_argument("--out", type=Path, default=Path("reports/bench-api"))
     p.set_defaults(func=cmd_bench_api)
+    page = p.add_subparsers(dest="bench", title="other benchmarks").add_parser(
+        "page", parents=[options.common], help="many browser sessions asking and clicking feedback on one served search page at once"
+    )
+    page.add_argument("--sessions", type=count("--sessions"), default=8, help="headless Chromium sessions, each on its own product (at most 16)")
+    page.add_argument("--seconds", type=number("--seconds", 0, above=True), default=60.0, help="how long they all ask and click")
+    page.add_argument("--clicks", type=count("--clicks"), default=3, help="feedback clicks on each answer, 0.3 s apart (at most 20)")
+    page.add_argument("--split", default="test", help="the labelled electronics questions the sessions ask")
+    page.add_argument("--timeout", type=number("--timeout", 0, above=True), default=120.0, help="seconds one answer (or one click's acknowledgement) may take")
+    page.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the buttons clicked")
+    page.add_argument("--out", type=Path, default=Path("reports/page-load"))
+    page.set_defaults(func=cmd_bench_page)

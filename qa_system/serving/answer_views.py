@@ -68,8 +68,23 @@ def _word_end(text: str, position: int) -> int:
     return space if space >= 0 else len(text)
 
 
-def confidence_level(score: float | None) -> str:
-    """high / medium / low, for colouring: the reader's scores are calibrated-ish probabilities."""
+# The reader's scores are sigmoids of logits (``qa_system.reading.reader``): they rank the candidates
+# of one question and were never calibrated, so a page names them scores, never "confidence" or "% sure".
+SCORE_LABELS = {"span": "reader score", "no_answer": "no-answer score"}
+SCORE_HELP = {
+    "span": (
+        "The reader's score for this span: the sigmoid of the model's start and end logits for it. It ranks "
+        "the answers to this question; it is not a calibrated chance that the answer is right."
+    ),
+    "no_answer": (
+        "The reader's score for “no answer”: the sigmoid of the model's no-answer logit (plus the no-answer "
+        "threshold). Spans are weighed against it; it is not a calibrated chance that the reviews hold no answer."
+    ),
+}
+
+
+def score_level(score: float | None) -> str:
+    """high / medium / low, for colouring a score (a ranking signal, not a probability of being right)."""
     if score is None:
         return "unknown"
     return "high" if score >= 0.7 else "medium" if score >= 0.4 else "low"
@@ -93,13 +108,23 @@ class AnswerView:
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def confidence(self) -> str:
-        """The score as a percentage ("87%"), or "" when the stage gives none."""
-        return "" if self.score is None else f"{round(100 * self.score)}%"
+    def score_text(self) -> str:
+        """The score with two decimals ("0.87"; not a percentage, which reads as a chance of being right), or "" when the stage gives none."""
+        return "" if self.score is None else f"{self.score:.2f}"
+
+    @property
+    def score_label(self) -> str:
+        """The score named as what it is ("reader score 0.87", "no-answer score 0.96"), or ""."""
+        return f"{SCORE_LABELS.get(self.kind, 'score')} {self.score_text}" if self.score_text else ""
+
+    @property
+    def score_help(self) -> str:
+        """What the score means, for a tooltip."""
+        return SCORE_HELP.get(self.kind, "The answering stage's score for this answer; not a calibrated chance that it is right.")
 
     @property
     def level(self) -> str:
-        return confidence_level(self.score)
+        return score_level(self.score)
 
     def segments(self, window: int | None = None) -> list[Segment]:
         """The answer's review with the answer highlighted (empty for answers without a review)."""
@@ -174,8 +199,8 @@ class RankedAnswers:
         if best is None:
             return ""
         return (
-            f"The reader's best span scores {best.confidence or 'less'}, below its no-answer score"
-            f"{f' ({self.no_answer.confidence})' if self.no_answer.confidence else ''}, so it answers "
+            f"The reader's best span scores {best.score_text or 'less'}, below its no-answer score"
+            f"{f' ({self.no_answer.score_text})' if self.no_answer.score_text else ''}, so it answers "
             "“no answer”. The span is shown below: it may still answer the question."
         )
 
