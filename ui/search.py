@@ -184,6 +184,8 @@ def ask(settings: Settings, index, options: Options) -> None:
     warning = None
     try:
         try:
+            if options.answer_stage == "extractive":
+                resources.prepare_fast_reader(settings)
             pipeline = resources.qa_pipeline(settings, options.retriever, options.answer_stage, index)
         except QAError as error:  # e.g. the reader does not load: the reviews can still be shown
             warning = f"{error} Showing the closest reviews without answers."
@@ -199,7 +201,8 @@ def ask(settings: Settings, index, options: Options) -> None:
         return
     st.query_params.update(item=item, q=question.strip())
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
-    label = f"{options.retriever} + {options.answer_stage}" + (f" ({Path(settings.reader_model).name})" if options.answer_stage == "extractive" else "")
+    reader = f" ({Path(settings.reader_model).name}, {output['reader_backend']})" if "reader_backend" in output else ""
+    label = f"{options.retriever} + {options.answer_stage}{reader}"
     views = answer_views(output.get("answers", []))
     st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning, options)
 

@@ -88,16 +88,17 @@ def evaluate_readers(
     top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
     questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-    records = {}
+    records, backends = {}, {}
     for model in readers:
-        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model)
+        reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
         records[reader_label(model)] = evaluate_reader(questions, reader, top_k=top_k)
+        backends[reader_label(model)] = reader.active_backend
     metrics = _write(
         out_dir,
         f"Reader evaluation: SubjQA {domain} {split} (gold review)",
         records,
         questions,
-        {"domain": domain, "split": split, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backend": settings.reader_backend},
+        {"domain": domain, "split": split, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
         [
             "Each reader is given the question's own review (reading alone, as in SQuAD evaluation).",
             "EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer \"\".",
@@ -133,10 +134,11 @@ def evaluate_pipelines(
     def retrieve(question: LabelledQuestion):
         return retrieval.run(question.question, item_id=question.item_id, split=question.split, top_k=top_k_retriever)["documents"]
 
-    records = {}
+    records, backends = {}, {}
     for model in readers:
-        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model)
+        reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
         records[f"{retriever}+{reader_label(model)}"] = evaluate_pipeline(questions, retrieve, reader, top_k=top_k)
+        backends[f"{retriever}+{reader_label(model)}"] = reader.active_backend
     gold_retrieved = {system: float(r["gold_retrieved"].mean()) for system, r in records.items()}
     metrics = _write(
         out_dir,
@@ -145,7 +147,8 @@ def evaluate_pipelines(
         questions,
         {
             "domain": domain, "split": split, "questions": len(questions), "retriever": retriever,
-            "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "gold_review_retrieved": gold_retrieved,
+            "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "reader_backends": backends,
+            "gold_review_retrieved": gold_retrieved,
         },
         [
             f"Each question retrieves the top {top_k_retriever} reviews of its product (filters item_id and split = {split}) with {retriever}; the reader reads them all.",
