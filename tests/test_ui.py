@@ -93,7 +93,9 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
         before = unescape(card.split("<mark>")[0].rsplit('<div class="qa-review">', 1)[1]).lstrip("…")
         assert content[: view.start].endswith(before)  # the mark sits at the reader's offset, not at a text match
         assert "% confident" in card and view.document.meta["item_id"] == "HEADPHONES"
-    assert "Answered in" in " ".join(h for h in cards_html(at) if "qa-timings" in h)
+    timings = " ".join(h for h in cards_html(at) if "qa-timings" in h)
+    assert "Answered in" in timings and "onnx int8" in timings and not at.warning  # the fast reader, exported on first use
+    assert any((Path(app_env["QA_HOME"]) / "models" / "reader-onnx").glob("*/model-int8.onnx"))
     assert any(e.label.startswith("Retrieved reviews (3)") for e in at.expander)
     assert at.query_params["item"] == "HEADPHONES" and at.query_params["q"] == "How is the bass?"  # a link to this answer
 

@@ -199,6 +199,8 @@ def ask(settings: Settings, index, options: Options) -> None:
         st.session_state["asked"] = None
         st.error(markdown_literal(error), icon=WARNING)  # messages quote the question and the (linked) product
         return
+    if options.answer_stage == "extractive" and settings.reader_backend == "onnx" and output.get("reader_backend") == "torch":
+        warning = "The fast int8 ONNX reader could not be built here (the server's log says why): these answers come from the PyTorch reader."
     st.query_params.update(item=item, q=question.strip())
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
     reader = f" ({Path(settings.reader_model).name}, {output['reader_backend']})" if "reader_backend" in output else ""
