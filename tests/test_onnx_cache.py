@@ -246,3 +246,12 @@ def test_the_int8_reader_gives_the_torch_readers_answers_on_real_questions(real_
     assert same_decision / len(questions) >= 0.9 and same_top / len(questions) >= 0.85, (same_decision, same_top, len(questions))
     print(f"int8 against torch on {len(questions)} electronics dev questions: same top answer {same_top}, same answer/no-answer decision {same_decision}")
 
+
+
+def test_evaluation_reads_with_the_onnx_reader_and_says_so(settings, tiny, tmp_path, capsys):
+    common = ["--data-dir", str(settings.data_dir), "--home", str(settings.home), "--reader-model", str(tiny), "--split", "dev"]
+    assert main(["eval", "reader", *common, "--out", str(tmp_path / "reader")]) == 0
+    assert f"Read with: {tiny.name} onnx int8" in capsys.readouterr().out
+    assert json.loads((tmp_path / "reader" / "report.json").read_text())["reader_backends"] == {tiny.name: "onnx int8"}
+    assert main(["eval", "pipeline", *common, "--reader-backend", "torch", "--out", str(tmp_path / "pipeline")]) == 0
+    assert f"Read with: bm25+{tiny.name} torch" in capsys.readouterr().out

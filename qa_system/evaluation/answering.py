@@ -105,7 +105,7 @@ def evaluate_readers(
             f"top-k: the best of the top {top_k} answers, the no-answer being one of the candidates.",
         ],
     )
-    return {"metrics": metrics, "records": records}
+    return {"metrics": metrics, "records": records, "reader_backends": backends}
 
 
 def evaluate_pipelines(
@@ -156,4 +156,4 @@ def evaluate_pipelines(
             "EM and F1 as the official SQuAD v2.0 script (top-1, and best of top-k with the no-answer as a candidate).",
         ],
     )
-    return {"metrics": metrics, "records": records}
+    return {"metrics": metrics, "records": records, "reader_backends": backends}

@@ -191,10 +191,15 @@ def _or_torch(model: str | Path, cache: Path, work: Callable[[], Any]) -> Any:
     except ModelLoadError:
         raise
     except Exception as error:  # the exporter, ONNX Runtime and tokenizers raise untyped errors
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = _first_line(error)
         _failed[key] = reason
         logger.warning("Could not build the ONNX reader for %s (%s): answering with the PyTorch reader.", model, reason)
         return None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def load_cached_reader(model: str | Path, cache: str | Path, threads: int | None = None, report: Report | None = None):
@@ -207,7 +212,7 @@ def load_cached_reader(model: str | Path, cache: str | Path, threads: int | None
         try:
             return open_export(directory / INT8_FILE, threads)
         except Exception as error:  # a damaged file of the right size
-            logger.warning("The cached ONNX reader %s does not load (%s): rebuilding it.", directory, str(error).strip().splitlines()[0])
+            logger.warning("The cached ONNX reader %s does not load (%s): rebuilding it.", directory, _first_line(error))
             return open_export(cached_export(model, cache, report, rebuild=True) / INT8_FILE, threads)
 
     return _or_torch(model, cache, load)
