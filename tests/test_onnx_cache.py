@@ -233,7 +233,8 @@ def test_the_int8_reader_gives_the_torch_readers_answers_on_real_questions(real_
     questions = load_subjqa("electronics", "dev", real_data_dir).questions[:120]
     torch_reader = ExtractiveReader(backend="torch")
     onnx_reader = ExtractiveReader(backend="onnx", onnx_cache=tmp_path / "cache")
-    onnx_reader.warm_up()
+    for a_reader in (torch_reader, onnx_reader):
+        a_reader.warm_up()
     assert onnx_reader.active_backend == "onnx int8"
     tuned = read_model_info(torch_reader.model_name)["no_answer_threshold"]
     assert onnx_reader.threshold == torch_reader.threshold == tuned != 0
