@@ -7,12 +7,16 @@ Recipes (nothing in any of them is chosen on a test split):
 - ``two-stage`` (the reference chapter's "SQuAD, then SubjQA"): stage 1 fine-tunes the
   all-MiniLM-L6-v2 encoder with a fresh QA head on general QA data, SQuAD 2.0 dev (half of it
   unanswerable: the lesson in *whether* to answer) and SQuADShifts Amazon reviews less a fixed
-  held-out slice, at 256-token windows to fit 2 CPU cores; stage 2 continues on the SubjQA train
-  splits of the three domains at 384-token windows, selects the epoch on the three SubjQA dev
-  splits pooled and tunes the no-answer threshold there, for SubjQA's own share of unanswerable
-  training questions.
+  held-out slice, at 256-token windows, for a budget of optimiser steps that fits 2 CPU cores;
+  stage 2 continues on the SubjQA train splits of the three domains at 384-token windows, selects
+  the epoch on the three SubjQA dev splits pooled and tunes the no-answer threshold there, for
+  SubjQA's own share of unanswerable training questions.
 - ``mixed``: one run on all of the above at once (256-token windows).
 - ``subjqa``: SubjQA only (the first shipped reader).
+
+SubjQA's dev splits repeat most train questions (same id, question and review; only the
+annotators' answers differ), so every recipe leaves the dev questions out of training: otherwise
+the epoch and the threshold would be chosen on questions the reader was trained on.
 
 The SQuADShifts held-out slice (``qa_system.sources.squad.is_held_out``) is read after training
 as a second selection set and never trained on.
@@ -39,11 +43,13 @@ def main() -> None:
     parser.add_argument("--recipe", choices=["two-stage", "mixed", "subjqa"], default="two-stage")
     parser.add_argument("--data", type=Path, default=DATA, help="the shared data folder")
     parser.add_argument("--general-epochs", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=2, help="SubjQA epochs (at most; patience 1 on pooled dev F1)")
+    parser.add_argument("--epochs", type=int, default=1, help="SubjQA epochs (at most; patience 1 on pooled dev F1)")
     parser.add_argument("--general-learning-rate", type=float, default=1e-4)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--general-max-steps", type=int, default=600, help="optimiser steps on the general data (a budget for 2 CPU cores; 0 = one full epoch)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop each stage early (smoke run)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--stage1", type=Path, help="two-stage: reuse this stage-1 model instead of training one")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "models" / "reader-minilm-qa")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "reader-training")
     args = parser.parse_args()
@@ -56,20 +62,21 @@ def main() -> None:
     subjqa_dev = [squad_dir / f"{d}-dev.json" for d in DOMAINS]
     amazon_train, amazon_heldout = split_held_out(args.data / "squadshifts" / "amazon_reviews_v1.0.json", squad_dir)
     general = [args.data / "squad" / "dev-v2.0.json", amazon_train]
-    short = dict(max_seq_length=256, doc_stride=96, max_steps=args.max_steps)
+    short = dict(max_seq_length=256, doc_stride=96, max_steps=args.max_steps or args.general_max_steps or None)
     final = TrainingConfig(epochs=args.epochs, learning_rate=args.learning_rate, max_steps=args.max_steps)
 
     if args.recipe == "two-stage":
-        stage1 = args.work_dir / "stage1-general"
-        train_reader(general, [amazon_heldout], default_embedding_model(), stage1,
-                     TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short))
-        result = train_reader(subjqa_train, subjqa_dev, str(stage1), args.output, final, select_on=POOLED)
+        stage1 = args.stage1 or args.work_dir / "stage1-general"
+        if args.stage1 is None:
+            train_reader(general, [amazon_heldout], default_embedding_model(), stage1,
+                         TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short))
+        result = train_reader(subjqa_train, subjqa_dev, str(stage1), args.output, final, select_on=POOLED, drop_dev_questions=True)
     elif args.recipe == "mixed":
         config = TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short)
-        result = train_reader(general + subjqa_train, subjqa_dev, default_embedding_model(), args.output, config, select_on=POOLED)
+        result = train_reader(general + subjqa_train, subjqa_dev, default_embedding_model(), args.output, config, select_on=POOLED, drop_dev_questions=True)
     else:
         result = train_reader(subjqa_train, subjqa_dev, default_embedding_model(), args.output,
-                              TrainingConfig(epochs=args.epochs, learning_rate=1e-4, max_steps=args.max_steps), select_on=POOLED)
+                              TrainingConfig(epochs=args.epochs, learning_rate=1e-4, max_steps=args.max_steps), select_on=POOLED, drop_dev_questions=True)
     print(f"best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {result.output_dir}")
     print(f"held-out SQuADShifts slice: {amazon_heldout} (evaluate with `qa-system eval reader --file {amazon_heldout} --reader {result.output_dir}`)")
 

@@ -96,6 +96,8 @@ def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, me
         (["fit-fusion", "--limit", "0"], "--limit must be a whole number"),
         (["train-reader", "--epochs", "0"], "--epochs must be a whole number"),
         (["train-reader", "--learning-rate", "nan"], "--learning-rate must be a finite number above 0"),
+        (["train-reader", "--teacher", "t", "--distill-alpha", "2"], "alpha must be between 0 and 1"),
+        (["train-reader", "--teacher", "t", "--distill-temperature", "0"], "--distill-temperature must be a finite number above 0"),
         (["train-retriever", "--batch-size", "0"], "--batch-size must be a whole number"),
         (["train-retriever", "--hard-negatives", "-1"], "--hard-negatives must be a whole number of at least 0"),
         (["bench", "--queries", "0"], "--queries must be a whole number"),

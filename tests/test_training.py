@@ -108,3 +108,64 @@ def test_unloadable_base_model_is_a_clear_error(tmp_path, squad_files):
 
     with pytest.raises(QAError, match="base model directory .* has no config.json"):
         train_reader([squad_files[0]], [squad_files[1]], str(tmp_path / "none"), tmp_path / "out", progress=False)
+
+
+def mrqa_file(path, qids=("m1", "m2")):
+    """MRQA JSON lines over REVIEW (inclusive span ends), contexts joined MRQA-style with [PAR]."""
+    context = "[TLE] kindle [PAR] " + REVIEW
+    start = context.index("battery lasts")
+    qas = [{"qid": qid, "question": "how is the battery?", "detected_answers": [{"text": "battery lasts", "char_spans": [[start, start + 12]]}]} for qid in qids]
+    path.write_text(json.dumps({"header": {"dataset": "Toy", "split": "train"}}) + "\n" + json.dumps({"context": context, "qas": qas}) + "\n")
+    return path
+
+
+def test_two_stage_training_from_a_trained_reader_records_both_steps(tmp_path, squad_files):
+    """Step 1 on MRQA from a bare encoder, step 2 on SQuAD from step 1's model; the result reloads and answers."""
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)
+    config = TrainingConfig(epochs=1, batch_size=2, max_steps=2, max_seq_length=48, doc_stride=16)
+    stage1 = tmp_path / "stage1"
+    train_reader([mrqa_file(tmp_path / "toy.jsonl")], [squad_files[1]], str(base), stage1, config, progress=False)
+    result = train_reader([squad_files[0]], [squad_files[1]], str(stage1), tmp_path / "stage2", config, progress=False)
+
+    info = json.loads((tmp_path / "stage2" / MODEL_INFO_FILE).read_text())
+    assert info["base_model"] == str(stage1) and info["train_data"][0]["format"] == "SQuAD v2.0"
+    first = info["base_model_training"]
+    assert first["base_model"] == str(base) and first["base_model_training"] is None  # the bare encoder: not ours
+    assert first["train_files"] == ["toy.jsonl"] and first["train_data"][0] | {"format": "MRQA", "used": 2} == first["train_data"][0]
+    assert "history" not in first and first["best_epoch"] == 1 and first["hyperparameters"]["max_steps"] == 2
+
+    reader = ExtractiveReader(model=str(tmp_path / "stage2"), max_seq_length=48, doc_stride=16)
+    answers = reader.run("how is the battery?", [Document(content=REVIEW)])["answers"]
+    assert reader.threshold == result.no_answer_threshold
+    spans = [a for a in answers if a.data is not None]
+    assert spans and sum(a.data is None for a in answers) == 1
+    assert all(REVIEW[a.document_offset.start : a.document_offset.end] == a.data for a in spans)
+
+
+def test_a_window_without_the_first_answer_is_labelled_with_another_occurrence(tmp_path):
+    from qa_system.sources.squad import SquadExample
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    context = "the battery lasts 6000 hours. " + "it is a cheap screen and the sound is bad. " * 6 + "the battery lasts."
+    example = SquadExample("q", "t", "how is the battery?", context, [("battery lasts", context.rindex("battery lasts")), ("battery lasts", 4)], False)
+    features = training_features(tokenizer, [example], max_seq_length=48, doc_stride=16)
+    labelled = [tokenizer.decode(f["input_ids"][f["start_positions"] : f["end_positions"] + 1]) for f in features if f["start_positions"] != 0]
+    # The first window holds only the second-listed occurrence: labelled with it rather than "no answer".
+    assert features[0]["start_positions"] != 0 and len(labelled) >= 2 and set(labelled) == {"battery lasts"}
+
+
+def test_training_files_report_what_they_gave(tmp_path, squad_files, capsys):
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)
+    config = TrainingConfig(epochs=1, batch_size=2, max_steps=1, max_seq_length=48, doc_stride=16)
+    # The MRQA file repeats question m1 of the first; one of the SQuAD training questions is a dev question (dropped).
+    first, second = mrqa_file(tmp_path / "a.jsonl"), mrqa_file(tmp_path / "b.json", qids=("m1", "m3"))
+    dev = tmp_path / "dev.json"
+    dev.write_text(squad_files[1].read_text().replace('"d1"', '"t0"'))
+    train_reader([first, second, squad_files[0]], [dev], str(base), tmp_path / "out", config, progress=False, drop_dev_questions=True)
+    out = capsys.readouterr().out
+    assert f"train {second} (MRQA): used 1 questions (1 answerable, 0 unanswerable); dropped 1 duplicate(s) of earlier files" in out
+    assert f"train {squad_files[0]} (SQuAD v2.0): used 3 questions (2 answerable, 1 unanswerable)" in out and "1 dev question(s) dropped" in out
+    info = json.loads((tmp_path / "out" / MODEL_INFO_FILE).read_text())
+    assert info["train_questions"] == 6 and [d["used"] for d in info["train_data"]] == [2, 1, 3]
+    assert info["train_data"][2]["dev_questions"] == 1 and info["train_data"][2]["dev_dropped"] is True
+    assert info["dev_data"][0]["used"] == 2

@@ -23,7 +23,7 @@ def cmd_eval_reader(args: argparse.Namespace) -> None:
 
     settings = settings_from_args(args)
     readers = args.reader or [settings.reader_model]
-    result = evaluate_readers(settings, readers, args.domain[0], args.split, args.top_k, args.out, args.limit, args.no_answer_threshold)
+    result = evaluate_readers(settings, readers, args.domain[0], args.split, args.top_k, args.out, args.limit, args.no_answer_threshold, file=args.file)
     _print_answer_metrics(result, args.out)
 
 
@@ -105,6 +105,7 @@ def register(commands, options: Options) -> None:
 
     p = stages.add_parser("reader", parents=[options.common], help="EM / F1 of readers given the gold review")
     answer_eval_options(p, "reports/reader")
+    p.add_argument("--file", type=Path, help="read this SQuAD v1.1 / v2.0 or MRQA file's questions instead of SubjQA's (--domain and --split are then unused)")
     p.set_defaults(func=cmd_eval_reader)
     p = stages.add_parser("pipeline", parents=[options.common], help="EM / F1 of retriever + reader with per-product filters")
     answer_eval_options(p, "reports/pipeline")

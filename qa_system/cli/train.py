@@ -10,9 +10,11 @@ from qa_system.errors import QAError
 
 
 def cmd_train_reader(args: argparse.Namespace) -> None:
+    from qa_system.reading.distillation import DistillationConfig
     from qa_system.reading.training import TrainingConfig, subjqa_to_squad_files, train_reader
 
     settings = settings_from_args(args)
+    distillation = None if args.teacher is None else DistillationConfig(args.teacher, args.distill_temperature, args.distill_alpha)
     squad_dir = args.squad_dir or settings.home / "squad"
     train_files, dev_files = list(args.train_file or []), list(args.dev_file or [])
     if not args.no_subjqa:
@@ -26,7 +28,10 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
         max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, patience=args.patience, max_steps=args.max_steps,
     )
     select_on = args.select_on or (squad_dir / "electronics-dev.json" if "electronics" in args.domain and not args.no_subjqa else None)
-    result = train_reader(train_files, dev_files, args.base_model or settings.embedding_model, args.output, config, select_on=select_on)
+    result = train_reader(
+        train_files, dev_files, args.base_model or settings.embedding_model, args.output, config,
+        select_on=select_on, distillation=distillation, drop_dev_questions=args.drop_dev_questions,
+    )
     print(f"Saved the best model (epoch {result.best_epoch}, no-answer threshold {result.no_answer_threshold:.3f}) to {result.output_dir}")
     for name, metrics in result.dev_metrics.items():
         print(f"  dev {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float)))
@@ -100,11 +105,13 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
-    p = commands.add_parser("train-reader", parents=[options.common], help="fine-tune an extractive reader on SubjQA and/or SQuAD v2 files")
+    p = commands.add_parser("train-reader", parents=[options.common], help="fine-tune an extractive reader on SubjQA and/or SQuAD / MRQA files")
     options.domain(p)
     p.add_argument("--no-subjqa", action="store_true", help="train only on --train-file / --dev-file")
-    p.add_argument("--train-file", nargs="+", type=Path, help="extra SQuAD v2 training files (e.g. SQuAD itself)")
-    p.add_argument("--dev-file", nargs="+", type=Path, help="extra SQuAD v2 dev files (pooled to tune the no-answer threshold)")
+    p.add_argument("--train-file", nargs="+", type=Path,
+                   help="extra training files: SQuAD v1.1 / v2.0 JSON or MRQA JSON lines (format read from the content); a question in several files is used once")
+    p.add_argument("--dev-file", nargs="+", type=Path, help="extra dev files, same formats (pooled to tune the no-answer threshold)")
+    p.add_argument("--drop-dev-questions", action="store_true", help="leave out training questions whose id is a dev question's (counted either way)")
     p.add_argument("--select-on", type=Path, help="dev file whose F1 selects the epoch (default electronics dev)")
     p.add_argument("--base-model", help="model to fine-tune (default: the all-MiniLM-L6-v2 encoder)")
     p.add_argument("--output", type=Path, default=Path("models/reader-custom"))
@@ -117,6 +124,9 @@ def register(commands, options: Options) -> None:
     p.add_argument("--doc-stride", type=count("--doc-stride"), default=128)
     p.add_argument("--patience", type=count("--patience"), default=1, help="epochs without dev F1 gain before stopping")
     p.add_argument("--max-steps", type=count("--max-steps"), help="stop after N optimiser steps (a smoke run)")
+    p.add_argument("--teacher", help="distil from this QA model's start/end distributions (it must use the base model's tokenizer)")
+    p.add_argument("--distill-temperature", type=number("--distill-temperature", 0, above=True), default=2.0, help="softmax temperature of the distillation")
+    p.add_argument("--distill-alpha", type=number("--distill-alpha", 0), default=0.5, help="weight of the gold-span loss; 1 - alpha goes to the teacher's")
     p.set_defaults(func=cmd_train_reader)
 
     p = commands.add_parser("train-retriever", parents=[options.common], help="fine-tune the dense retriever's encoder on SubjQA (question, review) pairs")

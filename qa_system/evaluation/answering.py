@@ -22,6 +22,7 @@ from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squa
 from qa_system.evaluation.report import write_report
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.sources import LabelledQuestion, load_subjqa
+from qa_system.sources.qa_files import labelled_questions, read_qa_file
 from qa_system.sources.squad import write_squad
 
 
@@ -83,11 +84,23 @@ def evaluate_readers(
     out_dir=None,
     limit: int | None = None,
     no_answer_threshold: float | None = None,
+    file: str | Path | None = None,
 ) -> dict:
-    """Each reader (model id or path) reads each question's own review."""
+    """Each reader (model id or path) reads each question's own review.
+
+    With ``file`` (SQuAD v1.1 / v2.0 JSON or MRQA JSON lines, e.g. the held-out SQuADShifts slice
+    of ``squad.split_held_out``) the questions are that file's, each read with its own context,
+    instead of SubjQA's ``domain`` and ``split``.
+    """
     top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
-    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
+    if file is None:
+        questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
+        source, summary = f"SubjQA {domain} {split}", {"domain": domain, "split": split}
+    else:
+        examples, read = read_qa_file(file)
+        questions = labelled_questions(examples, Path(file).name)[:limit]
+        source, summary = f"{Path(file).name} ({read.format})", {"file": str(file), "format": read.format}
     records, backends = {}, {}
     for model in readers:
         reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
@@ -95,12 +108,12 @@ def evaluate_readers(
         backends[reader_label(model)] = reader.active_backend
     metrics = _write(
         out_dir,
-        f"Reader evaluation: SubjQA {domain} {split} (gold review)",
+        f"Reader evaluation: {source} (gold {'review' if file is None else 'context'})",
         records,
         questions,
-        {"domain": domain, "split": split, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
+        {**summary, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
         [
-            "Each reader is given the question's own review (reading alone, as in SQuAD evaluation).",
+            f"Each reader is given the question's own {'review' if file is None else 'context'} (reading alone, as in SQuAD evaluation).",
             "EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer \"\".",
             f"top-k: the best of the top {top_k} answers, the no-answer being one of the candidates.",
         ],

@@ -1,13 +1,16 @@
-"""Fine-tuning an extractive reader on SQuAD v2 files (SubjQA exported, or any the user brings).
+"""Fine-tuning an extractive reader on SQuAD v1.1 / v2.0 or MRQA files (SubjQA exported, or any the user brings).
 
 A plain PyTorch loop in the manner of transformers' ``run_qa.py``: windows labelled with the
 answer's token span (or [CLS] when the window cannot see it), AdamW with linear warm-up and
-decay, fixed seed. After each epoch the dev files are read with the project's own
-``ExtractiveReader`` (so dev figures are the figures users get), the no-answer threshold is tuned
-on the pooled dev questions and the epoch is selected on one dev file's F1 at that threshold;
-training stops early after ``patience`` epochs without improvement. The best model is saved in
-fp16 safetensors with its tokenizer and a ``qa_system.json`` (threshold, data, hyperparameters,
-time, machine, metrics) that the reader reads.
+decay, fixed seed; optionally distilled from a teacher's start/end distributions
+(distillation.py). A question held by several files is trained on once, and what each file gave
+is printed and stored (sources/qa_files.py). After each epoch the dev files are read with the
+project's own ``ExtractiveReader`` (so dev figures are the figures users get), the no-answer
+threshold is tuned on the pooled dev questions and the epoch is selected on one dev file's F1 at
+that threshold; training stops early after ``patience`` epochs without improvement. The best
+model is saved in fp16 safetensors with its tokenizer and a ``qa_system.json`` (threshold, data,
+hyperparameters, time, machine, metrics) that the reader reads; it also holds the provenance of
+the base model and of the teacher when this project trained them, so a two-stage model shows both stages.
 
 Why pool the dev files for the threshold: SubjQA's electronics dev split is 61% unanswerable
 while its test split is 34%, so a threshold fitted on electronics dev alone learns to answer
@@ -30,13 +33,16 @@ from haystack import Document
 
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.evaluation.answers import best_scores
-from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
+from qa_system.reading.distillation import DistillationConfig, DistillationLoss, check_same_tokenizer, distillation_loss
+from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model, read_model_info
 from qa_system.reading.reader import ExtractiveReader, context_sequence_id, encode_windows
 from qa_system.reproducibility import machine, seed_everything
-from qa_system.sources.squad import SquadExample, SquadReport, read_squad, write_squad
+from qa_system.sources.qa_files import read_qa_file, read_qa_files
+from qa_system.sources.squad import SquadExample, SquadReport, write_squad
 
 PathLike = str | Path
 POOLED = "pooled"  # select_on value: select the epoch on the pooled dev questions
+LABELS = ("span_mask", "start_positions", "end_positions")  # feature keys that are no model input
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,7 @@ def no_answer_share(examples: Sequence[SquadExample]) -> float:
 def retune_threshold(model_dir: PathLike, dev_files: Sequence[PathLike], no_answer_prior: float | None) -> dict[str, Any]:
     """Re-tune a trained reader's no-answer threshold (no retraining) and store it with the model."""
     reader = ExtractiveReader(model=str(model_dir), backend="torch")  # the reference backend tunes the threshold
-    pooled = [p for path in dev_files for p in dev_predictions(reader, read_squad(path)[0])]
+    pooled = [p for report in read_qa_files(dev_files) for p in dev_predictions(reader, report.examples)]
     threshold, _ = tune_no_answer_threshold(pooled, no_answer_prior)
     info_path = Path(model_dir) / MODEL_INFO_FILE
     info = json.loads(info_path.read_text(encoding="utf-8"))
@@ -195,7 +201,10 @@ def dev_predictions(reader: ExtractiveReader, examples: Iterable[SquadExample]) 
 def training_features(tokenizer, examples: Sequence[SquadExample], max_seq_length: int, doc_stride: int) -> list[dict[str, list[int]]]:
     """Tokenised windows with start/end token labels ([CLS] when the window holds no answer).
 
-    An answerable question is trained on its first answer, the SQuAD convention.
+    A window is labelled with the first of its question's answers that it holds whole: the first
+    answer, the SQuAD convention, whenever the window holds it; another occurrence or annotation
+    rather than "no answer" when it does not (MRQA lists every occurrence of an answer).
+    ``span_mask`` marks the positions a reader can answer with ([CLS] and the context), for distillation.
     """
     encoding = encode_windows(tokenizer, [e.question for e in examples], [e.context for e in examples], max_seq_length, doc_stride, padding=False)
     context_id = context_sequence_id(tokenizer)
@@ -205,24 +214,19 @@ def training_features(tokenizer, examples: Sequence[SquadExample], max_seq_lengt
         input_ids = encoding["input_ids"][window]
         cls = input_ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in input_ids else 0
         start = end = cls
-        example = examples[sample]
-        if example.answers:
-            text, start_char = example.answers[0]
+        offsets = encoding["offset_mapping"][window]
+        context = [i for i, s in enumerate(encoding.sequence_ids(window)) if s == context_id]
+        for text, start_char in examples[sample].answers:
             end_char = start_char + len(text)
-            offsets = encoding["offset_mapping"][window]
-            context = [i for i, s in enumerate(encoding.sequence_ids(window)) if s == context_id]
             if offsets[context[0]][0] <= start_char and offsets[context[-1]][1] >= end_char:
                 start = next(i for i in context if offsets[i][1] > start_char)
                 end = next(i for i in reversed(context) if offsets[i][0] < end_char)
-        features.append({**{n: encoding[n][window] for n in names}, "start_positions": start, "end_positions": end})
+                break
+        span_mask = [0] * len(input_ids)
+        for i in [cls, *context]:
+            span_mask[i] = 1
+        features.append({**{n: encoding[n][window] for n in names}, "span_mask": span_mask, "start_positions": start, "end_positions": end})
     return features
-
-
-def _load_examples(files: Sequence[PathLike]) -> list[SquadExample]:
-    examples = []
-    for path in files:
-        examples.extend(read_squad(path)[0])
-    return examples
 
 
 def _batches(features: list[dict], batch_size: int, seed: int, tokenizer):
@@ -242,10 +246,16 @@ def _batches(features: list[dict], batch_size: int, seed: int, tokenizer):
     rng.shuffle(batches)
     for indices in batches:
         chunk = [features[i] for i in indices]
-        inputs = [{k: v for k, v in f.items() if not k.endswith("_positions")} for f in chunk]
+        inputs = [{k: v for k, v in f.items() if k not in LABELS} for f in chunk]
         batch = tokenizer.pad(inputs, padding="longest", return_tensors="pt")
-        batch["start_positions"] = torch.tensor([f["start_positions"] for f in chunk])
-        batch["end_positions"] = torch.tensor([f["end_positions"] for f in chunk])
+        # Left padding (e.g. XLNet) moves every position of a shorter window right.
+        width = batch["input_ids"].shape[1]
+        shifts = [width - len(f["input_ids"]) if tokenizer.padding_side == "left" else 0 for f in chunk]
+        batch["span_mask"] = torch.zeros(len(chunk), width, dtype=torch.bool)
+        for row, (f, shift) in enumerate(zip(chunk, shifts)):
+            batch["span_mask"][row, shift : shift + len(f["span_mask"])] = torch.tensor(f["span_mask"], dtype=torch.bool)
+        for name in ("start_positions", "end_positions"):
+            batch[name] = torch.tensor([f[name] + shift for f, shift in zip(chunk, shifts)])
         yield batch
 
 
@@ -258,6 +268,15 @@ def save_reader(model, tokenizer, output_dir: PathLike, info: dict[str, Any]) ->
     (output_dir / MODEL_INFO_FILE).write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
 
 
+def provenance(model: str) -> dict[str, Any] | None:
+    """What trained a model this project trained (its qa_system.json less the per-epoch history), else None.
+
+    Nested: a model trained from one of ours carries its base's provenance in turn.
+    """
+    info = read_model_info(model) if Path(model).is_dir() else {}
+    return {k: v for k, v in info.items() if k != "history"} or None
+
+
 def train_reader(
     train_files: Sequence[PathLike],
     dev_files: Sequence[PathLike],
@@ -266,13 +285,21 @@ def train_reader(
     config: TrainingConfig = TrainingConfig(),
     select_on: PathLike | None = None,
     progress: bool = True,
+    distillation: DistillationConfig | None = None,
+    drop_dev_questions: bool = False,
 ) -> TrainingResult:
     """Fine-tune ``base_model`` (any HF model id or path; a bare encoder gets a fresh QA head).
 
-    :param train_files: SQuAD v2 files, concatenated.
-    :param dev_files: SQuAD v2 files, pooled to tune the no-answer threshold after each epoch.
+    :param train_files: SQuAD v1.1 / v2.0 or MRQA files (format read from the content); a
+        question in several files is trained on once. What each file gave is printed and stored.
+    :param dev_files: the same formats, pooled to tune the no-answer threshold after each epoch.
     :param select_on: the dev file whose F1 (at the tuned threshold) selects the epoch, or
         ``POOLED`` for all dev files pooled; default: the first dev file.
+    :param distillation: learn from a teacher's start/end distributions too (see distillation.py);
+        the teacher must use the student's tokenizer.
+    :param drop_dev_questions: leave out training questions whose id is a dev question's (SubjQA's
+        dev splits share most question ids with its train splits, other annotators' answers); by
+        default they are only counted.
     :returns: where the best model is, its epoch, threshold and dev metrics per file.
     """
     import torch
@@ -280,19 +307,26 @@ def train_reader(
     from transformers import get_linear_schedule_with_warmup
 
     if not train_files or not dev_files:
-        raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD v2 files (see `qa-system export-squad`).")
+        raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD or MRQA files (see `qa-system export-squad`).")
     select_on = POOLED if select_on == POOLED else Path(select_on) if select_on is not None else Path(dev_files[0])
-    dev_sets = {Path(p): read_squad(p)[0] for p in dev_files}
+    dev_reports = read_qa_files(list(dict.fromkeys(map(Path, dev_files))))
+    dev_sets = {report.path: report.examples for report in dev_reports}
     if select_on != POOLED and select_on not in dev_sets:
-        dev_sets[select_on] = read_squad(select_on)[0]
+        dev_sets[select_on] = read_qa_file(select_on)[0]
     selected = POOLED if select_on == POOLED else select_on.name
-    train_examples = _load_examples(train_files)
+    dev_ids = {example.id for examples in dev_sets.values() for example in examples}
+    train_reports = read_qa_files(train_files, dev_ids, drop_dev_questions)
+    for kind, reports in (("train", train_reports), ("dev", dev_reports)):
+        for report in reports:
+            print(f"{kind} {report.summary()}", flush=True)
+    train_examples = [example for report in train_reports for example in report.examples]
     if not train_examples:
-        raise QAError("The training files hold no usable question.", "check them with read_squad; every answer needs a valid answer_start.")
+        raise QAError("The training files hold no usable question.", "check them with read_qa_file; every answer needs a valid offset in its context.")
 
     began = time.time()
     seed_everything(config.seed)
     tokenizer, model = load_qa_model(base_model, what="base model")
+    teacher = _teacher(distillation, tokenizer)
     features = training_features(tokenizer, train_examples, config.max_seq_length, config.doc_stride)
     steps_per_epoch = math.ceil(len(features) / config.batch_size)
     total_steps = min(steps_per_epoch * config.epochs, config.max_steps or math.inf)
@@ -308,13 +342,17 @@ def train_reader(
     info_base = {
         "no_answer_prior": no_answer_prior,
         "base_model": base_model,
+        "base_model_training": provenance(base_model),
         "train_files": [Path(p).name for p in train_files],
         "train_questions": len(train_examples),
         "train_windows": len(features),
+        "train_data": [report.as_dict() for report in train_reports],
         "dev_files": [p.name for p in dev_sets],
+        "dev_data": [report.as_dict() for report in dev_reports],
         "threshold_tuned_on": [Path(p).name for p in dev_files],
         "selected_on": selected,
         "hyperparameters": asdict(config),
+        "distillation": None if distillation is None else {**asdict(distillation), "teacher_training": provenance(distillation.teacher)},
         "machine": machine(),
     }
     history: list[dict[str, Any]] = []
@@ -323,26 +361,28 @@ def train_reader(
     for epoch in range(1, config.epochs + 1):
         model.train()
         bar = tqdm(_batches(features, config.batch_size, config.seed + epoch, tokenizer), total=steps_per_epoch, desc=f"epoch {epoch}", disable=not progress)
-        losses = []
+        losses: dict[str, list[float]] = {"train_loss": [], "train_hard_loss": [], "train_soft_loss": []}
         for batch in bar:
-            loss = model(**batch).loss
-            loss.backward()
+            loss = _loss(model, teacher, batch, distillation)
+            loss.total.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-            losses.append(loss.item())
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+            for name, value in zip(losses, loss):
+                losses[name].append(value.item())
+            bar.set_postfix(loss=f"{np.mean(losses['train_loss'][-50:]):.3f}")
             step += 1
             if step >= total_steps:
                 break
         model.eval()
         per_file = {path: dev_predictions(reader, examples) for path, examples in dev_sets.items()}
-        pooled = [p for path in map(Path, dev_files) for p in per_file[path]]
+        pooled = [p for path in dict.fromkeys(map(Path, dev_files)) for p in per_file[path]]
         threshold, _ = tune_no_answer_threshold(pooled, no_answer_prior)
         metrics = {path.name: scores_at(preds, threshold) for path, preds in per_file.items()}
         metrics["pooled"] = scores_at(pooled, threshold)
-        record = {"epoch": epoch, "steps": step, "train_loss": float(np.mean(losses)) if losses else None, "no_answer_threshold": threshold, "dev": metrics}
+        mean_losses = {name: float(np.mean(values)) if values else None for name, values in losses.items() if distillation or name == "train_loss"}
+        record = {"epoch": epoch, "steps": step, **mean_losses, "no_answer_threshold": threshold, "dev": metrics}
         history.append(record)
         print(json.dumps(record), flush=True)
         if best is None or metrics[selected]["f1"] > best.dev_metrics[selected]["f1"]:
@@ -360,3 +400,37 @@ def train_reader(
     info.update(history=history, training_seconds=best.seconds)
     info_path.write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
     return best
+
+
+def _teacher(distillation: DistillationConfig | None, student_tokenizer):
+    """The teacher as a function of a batch's inputs to its (start, end) logits, once its tokenizer is checked; None without distillation."""
+    import torch
+
+    if distillation is None:
+        return None
+    teacher_tokenizer, teacher = load_qa_model(distillation.teacher, what="teacher model")
+    check_same_tokenizer(student_tokenizer, teacher_tokenizer, distillation.teacher)
+    teacher.eval()
+    names = teacher_tokenizer.model_input_names  # e.g. DistilBERT takes no token_type_ids
+
+    def logits(inputs):
+        with torch.no_grad():
+            output = teacher(**{k: v for k, v in inputs.items() if k in names})
+        return output.start_logits, output.end_logits
+
+    return logits
+
+
+def _loss(model, teacher, batch, distillation: DistillationConfig | None):
+    """The batch's (total, hard, soft) loss: the model's own (hard labels only) without a teacher."""
+    import torch
+
+    inputs = {k: v for k, v in batch.items() if k not in LABELS}
+    if teacher is None:
+        loss = model(**inputs, start_positions=batch["start_positions"], end_positions=batch["end_positions"]).loss
+        return DistillationLoss(loss, loss, torch.zeros(()))
+    student = model(**inputs)
+    return distillation_loss(
+        student.start_logits, student.end_logits, *teacher(inputs),
+        batch["start_positions"], batch["end_positions"], batch["span_mask"], distillation.temperature, distillation.alpha,
+    )

@@ -1,4 +1,4 @@
-"""SQuAD v2.0 JSON: export SubjQA questions to it, read and validate files that users bring.
+"""SQuAD v2.0 JSON: export SubjQA questions to it, read and validate files that users bring (v1.1 too).
 
 SQuAD v2 is the format every extractive-QA trainer reads: ``{"version": "v2.0", "data":
 [{"title", "paragraphs": [{"context", "qas": [{"id", "question", "answers": [{"text",
@@ -35,6 +35,7 @@ class SquadReport:
     unlocated_answers: int = 0
     skipped_questions: int = 0
     problems: list[str] = field(default_factory=list)
+    format: str = "SQuAD v2.0"  # what a read file was: SQuAD v1.1, SQuAD v2.0, MRQA
 
     def summary(self) -> str:
         return (
@@ -127,13 +128,7 @@ def split_held_out(path: str | Path, out_dir: str | Path, percent: int = 10) -> 
 
 
 def read_squad(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
-    """Read and validate a SQuAD v2 file.
-
-    A structurally bad record raises a QAError naming it. Answers whose text is not found at
-    ``answer_start`` in the context are dropped, counted and listed in the report (the first few),
-    since training on them would teach the wrong span; a question left without any answer is
-    skipped (counted) rather than turned into an "impossible" one.
-    """
+    """Read and validate a SQuAD v1.1 or v2.0 file (see parse_squad)."""
     path = Path(path)
     try:
         squad = json.loads(path.read_text(encoding="utf-8"))
@@ -141,9 +136,22 @@ def read_squad(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
         raise QAError(f"SQuAD file {path} does not exist.", "check the path (export one with `qa-system export-squad`).") from error
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise QAError(f"{path} is not valid JSON ({error}).", "pass a SQuAD v2 JSON file.") from error
+    return parse_squad(squad, path)
+
+
+def parse_squad(squad: Any, path: Path) -> tuple[list[SquadExample], SquadReport]:
+    """Validate a loaded SQuAD v1.1 / v2.0 dict (``path`` names it in errors).
+
+    A structurally bad record raises a QAError naming it. Answers whose text is not found at
+    ``answer_start`` in the context are dropped, counted and listed in the report (the first few),
+    since training on them would teach the wrong span; a question left without any answer is
+    skipped (counted) rather than turned into an "impossible" one. v1.1 has no ``is_impossible``:
+    its questions are answerable.
+    """
     if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
         raise QAError(f"{path} has no top-level 'data' list.", 'pass a SQuAD v2 file: {"version": "v2.0", "data": [...]}.')
     examples, report, seen = [], SquadReport(), set()
+    versioned = str(squad.get("version", "")).lstrip("v")
     for a, article in enumerate(squad["data"]):
         for p, paragraph in enumerate(_list(article, "paragraphs", f"data[{a}]", path)):
             where = f"data[{a}].paragraphs[{p}]"
@@ -153,9 +161,11 @@ def read_squad(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
                 if qid in seen:
                     raise QAError(f"{path}: {where}.qas[{q}] repeats the question id '{qid}'.", "give every question a unique id.")
                 seen.add(qid)
+                versioned = versioned or ("2.0" if "is_impossible" in qa else "")
                 example = _example(qa, qid, f"{where}.qas[{q}]", str(article.get("title", "")), context, path, report)
                 if example is not None:
                     examples.append(example)
+    report.format = f"SQuAD v{versioned or '1.1'}"
     return examples, report
 
 
@@ -187,14 +197,15 @@ def _example(qa: dict, qid: str, where: str, title: str, context: str, path: Pat
     return SquadExample(qid, title, question, context, answers, is_impossible)
 
 
-def _field(record: Any, name: str, kind, where: str, path: Path):
+def _field(record: Any, name: str, kind, where: str, path: Path, form: str = "SQuAD v2"):
+    """record[name] checked to be a ``kind``; else a QAError naming the record (the MRQA reader shares it)."""
     if not isinstance(record, dict) or name not in record:
-        raise QAError(f"{path}: {where} has no '{name}'.", "fix that record (SQuAD v2 format).")
+        raise QAError(f"{path}: {where} has no '{name}'.", f"fix that record ({form} format).")
     value = record[name]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        raise QAError(f"{path}: {where}.{name} has the wrong type ({type(value).__name__}).", "fix that record (SQuAD v2 format).")
+        raise QAError(f"{path}: {where}.{name} has the wrong type ({type(value).__name__}).", f"fix that record ({form} format).")
     return value
 
 
-def _list(record: Any, name: str, where: str, path: Path) -> list:
-    return _field(record, name, list, where, path)
+def _list(record: Any, name: str, where: str, path: Path, form: str = "SQuAD v2") -> list:
+    return _field(record, name, list, where, path, form)
