@@ -256,3 +256,18 @@ def test_evaluation_reads_with_the_onnx_reader_and_says_so(settings, tiny, tmp_p
     assert json.loads((tmp_path / "reader" / "report.json").read_text())["reader_backends"] == {tiny.name: "onnx int8"}
     assert main(["eval", "pipeline", *common, "--reader-backend", "torch", "--out", str(tmp_path / "pipeline")]) == 0
     assert f"Read with: bm25+{tiny.name} torch" in capsys.readouterr().out
+
+
+def test_export_onnx_prebuilds_the_cached_export_or_writes_a_copy_elsewhere(settings, tiny, tmp_path, builds, capsys):
+    common = ["--home", str(settings.home), "--reader-model", str(tiny)]
+    assert main(["export-onnx", *common]) == 0
+    [export] = exports(settings.reader_onnx_cache)
+    assert "The reader uses it by default." in capsys.readouterr().out and builds == [str(tiny)]
+    reader(tiny, settings.reader_onnx_cache).warm_up()
+    assert builds == [str(tiny)]  # the first answer finds it built
+    assert main(["export-onnx", *common, "--full-range"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: The cached export's int8 weights are chosen by this CPU") and "--output DIR" in error and len(error.strip().splitlines()) == 1
+    assert main(["export-onnx", *common, "--output", str(tmp_path / "copy"), "--seven-bit"]) == 0
+    assert f"--reader-onnx-model {tmp_path / 'copy'}" in capsys.readouterr().out
+    assert json.loads((tmp_path / "copy" / "export.json").read_text())["reduce_range"] is True
