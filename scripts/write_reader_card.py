@@ -26,7 +26,9 @@ An extractive question-answering reader for product reviews: the
 [all-MiniLM-L6-v2](https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2) encoder (6 layers,
 384 wide, Apache-2.0) with a fresh span-prediction head, fine-tuned on SubjQA. It is the default
 reader of `qa_system` (`qa_system.reading.ExtractiveReader()`), small enough to ship in the
-repository ({size_mb:.1f} MB, fp16 safetensors; it is loaded back as float32).
+repository ({size_mb:.1f} MB, fp16 safetensors; it is loaded back as float32). The system reads with its
+int8 ONNX export, built into the cache on first use (`--reader-backend torch` reads these weights
+with PyTorch); the results below are the PyTorch reader's.
 
 ## Data
 
@@ -58,7 +60,7 @@ repository ({size_mb:.1f} MB, fp16 safetensors; it is loaded back as float32).
 Reproduce: `python scripts/train_default_reader.py --epochs {epochs} --learning-rate {lr}` then
 `python scripts/write_reader_card.py`.
 
-## Results on SubjQA electronics test (reader alone, gold review given)
+## Results on SubjQA electronics test (PyTorch reader alone, gold review given)
 
 {test_table}
 
@@ -79,7 +81,7 @@ prior reweighting was added; the final threshold above is the reweighted one):
 from haystack import Document
 from qa_system.reading.reader import ExtractiveReader
 
-reader = ExtractiveReader("models/reader-minilm-subjqa", top_k=3)
+reader = ExtractiveReader("models/reader-minilm-subjqa", top_k=3)  # int8 ONNX; backend="torch" for PyTorch
 reader.run(query="How is the battery?", documents=[Document(content="The battery lasts all day.")])
 ```
 
@@ -106,7 +108,7 @@ def main() -> None:
     info_path = args.model / MODEL_INFO_FILE
     info = json.loads(info_path.read_text(encoding="utf-8"))
     questions = load_subjqa("electronics", "test").questions
-    records = evaluate_reader(questions, ExtractiveReader(str(args.model)), top_k=args.top_k)
+    records = evaluate_reader(questions, ExtractiveReader(str(args.model), backend="torch"), top_k=args.top_k)
     summary = summarize_answers(records)
     info["test_metrics"] = {"electronics-test (reader alone)": summary.round(4).to_dict(orient="index")}
     info_path.write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")

@@ -91,6 +91,15 @@ def shown(markdown: str) -> str:
     return unescape(re.sub(rf"\\([{re.escape(string.punctuation)}])", r"\1", markdown)).replace(WORD_JOINER, "")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def session_home(tmp_path_factory):
+    """QA_HOME for the session: readers built without settings cache their ONNX exports there, never in ~/.cache."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("QA_HOME", str(tmp_path_factory.mktemp("qa-home")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture
 def tiny_subjqa(tmp_path: Path) -> Path:
     return write_subjqa(tmp_path / "subjqa")

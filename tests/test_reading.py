@@ -45,7 +45,7 @@ class TargetReader(ExtractiveReader):
     """A reader whose 'model' points at one word: start and end logit 8 on its tokens, CLS at 0."""
 
     def __init__(self, target: str, null: float = 0.0, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(backend="torch", **kwargs)  # its logits replace the model's: nothing to export
         self.target, self.null = target, null
 
     def _logits(self, encoding):

@@ -89,8 +89,9 @@ def test_prefiltered_faiss_matches_the_in_memory_embedding_retriever(index_strin
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny model and its manual export in ``<model>/onnx``, 7-bit whatever this CPU has."""
     model = tiny_model_dir(tmp_path_factory.mktemp("tiny-onnx"))
-    return model, export_onnx(model)
+    return model, export_onnx(model, reduce_range=True)
 
 
 DOCUMENTS = [Document(content=LONG), Document(content="Sound is GREAT, battery is bad."), Document(content="the price is cheap")]
@@ -104,7 +105,7 @@ def answers(reader: ExtractiveReader, question: str) -> list[tuple]:
 def test_onnx_fp32_reader_gives_the_torch_readers_answers(exported):
     model, export = exported
     options = dict(max_seq_length=64, doc_stride=16, top_k=5)
-    torch_reader = ExtractiveReader(model=str(model), **options)
+    torch_reader = ExtractiveReader(model=str(model), backend="torch", **options)
     onnx_reader = ExtractiveReader(model=str(model), backend="onnx", onnx_model=export / FP32_FILE, **options)
     for question in QUESTIONS:
         expected, got = answers(torch_reader, question), answers(onnx_reader, question)
@@ -114,8 +115,8 @@ def test_onnx_fp32_reader_gives_the_torch_readers_answers(exported):
 
 def test_onnx_int8_reader_stays_close_to_fp32(exported):
     model, export = exported
-    torch_reader = ExtractiveReader(model=str(model), max_seq_length=64, doc_stride=16)
-    int8 = ExtractiveReader(model=str(model), backend="onnx", max_seq_length=64, doc_stride=16)  # default: <model>/onnx, int8
+    torch_reader = ExtractiveReader(model=str(model), backend="torch", max_seq_length=64, doc_stride=16)
+    int8 = ExtractiveReader(model=str(model), backend="onnx", onnx_model=export, max_seq_length=64, doc_stride=16)  # a directory: its int8 model
     for reader in (torch_reader, int8):
         reader.warm_up()
     assert int8._onnx.path.name == INT8_FILE
@@ -135,7 +136,7 @@ def int8_weight_range(file: Path) -> tuple[int, int]:
     return min(int(w.min()) for w in weights), max(int(w.max()) for w in weights)
 
 
-def test_int8_export_uses_7_bit_weights_unless_asked_for_the_full_range(exported, tmp_path):
+def test_int8_export_uses_7_bit_weights_unless_asked_for_the_full_range(exported, tmp_path, monkeypatch):
     model, export = exported
     # Saturation-free on CPUs without VNNI: symmetric 7-bit weights in [-64, 63].
     low, high = int8_weight_range(export / INT8_FILE)
@@ -144,6 +145,11 @@ def test_int8_export_uses_7_bit_weights_unless_asked_for_the_full_range(exported
     full = export_onnx(model, tmp_path / "full", reduce_range=False)
     low, high = int8_weight_range(full / INT8_FILE)
     assert low < -64 or high > 64
+    # Unasked, the CPU decides: full-range with int8 dot-product instructions, 7-bit without.
+    for flags, reduce_range in (([], True), (["avx512_vnni"], False)):
+        monkeypatch.setattr("qa_system.reading.onnx.int8_dot_product", lambda flags=flags: flags)
+        decided = export_onnx(model, tmp_path / f"decided-{reduce_range}")
+        assert json.loads((decided / "export.json").read_text())["reduce_range"] is reduce_range
 
 
 def test_a_full_range_export_is_flagged_on_a_cpu_without_vnni(exported, tmp_path, monkeypatch, caplog):
@@ -169,8 +175,8 @@ def test_operator_profile_splits_the_onnx_readers_kernel_time_by_operator(export
     model, export = exported
     options = dict(max_seq_length=64, doc_stride=16)
     readers = {
-        "torch": ExtractiveReader(model=str(model), **options),  # not ONNX: no operator rows
-        "int8": ExtractiveReader(model=str(model), backend="onnx", **options),
+        "torch": ExtractiveReader(model=str(model), backend="torch", **options),  # not ONNX: no operator rows
+        "int8": ExtractiveReader(model=str(model), backend="onnx", onnx_model=export, **options),
     }
     for reader in readers.values():
         reader.warm_up()
@@ -191,15 +197,16 @@ def test_length_buckets_pad_each_batch_to_its_own_longest_window():
     assert all(lengths[b].max() - lengths[b].min() < 32 for b in buckets)
 
 
-def test_onnx_reader_refuses_a_missing_or_stale_export(exported, tmp_path):
+def test_a_manual_export_that_is_missing_or_stale_is_an_error(exported, tmp_path):
+    """A manual export (--reader-onnx-model) was asked for: its problems are errors, not a silent fallback."""
     model, _ = exported
     bare = Path(shutil.copytree(model, tmp_path / "bare", ignore=shutil.ignore_patterns("onnx")))
     with pytest.raises(QAError, match="no ONNX export .* export-onnx --model"):
-        ExtractiveReader(model=str(bare), backend="onnx").warm_up()
+        ExtractiveReader(model=str(bare), backend="onnx", onnx_model=bare / "onnx").warm_up()
     retrained = Path(shutil.copytree(model, tmp_path / "retrained"))
     (retrained / "model.safetensors").write_bytes(b"other weights")
     with pytest.raises(QAError, match="made from other weights"):
-        ExtractiveReader(model=str(retrained), backend="onnx").warm_up()
+        ExtractiveReader(model=str(retrained), backend="onnx", onnx_model=retrained / "onnx").warm_up()
     with pytest.raises(QAError, match="Unknown reader backend"):
         ExtractiveReader(model=str(model), backend="tensorrt")
 
@@ -216,6 +223,7 @@ def test_extractive_pipeline_runs_the_onnx_reader_from_the_settings(exported, se
         pipeline = build_qa_pipeline("bm25", settings.with_(reader_backend=backend), index=index)
         assert pipeline.pipeline.get_component("reader").backend == backend
         result = pipeline.run("How is the sound?", item_id="KINDLE", top_k=3)
+        assert result["reader_backend"] == {"torch": "torch", "onnx": "onnx int8"}[backend]
         results[backend] = [(a.data, a.document.id if a.document else None) for a in result["answers"]]
     assert results["onnx"][0] == results["torch"][0]  # int8: the best answer is the same
 

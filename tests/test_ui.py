@@ -94,7 +94,9 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
         assert content[: view.start].endswith(before)  # the mark sits at the reader's offset, not at a text match
         assert f"reader score {view.score_text}</span>" in card and view.document.meta["item_id"] == "HEADPHONES"
         assert "confident" not in card and "not a calibrated chance that the answer is right" in card  # a score, explained on hover
-    assert "Answered in" in " ".join(h for h in cards_html(at) if "qa-timings" in h)
+    timings = " ".join(h for h in cards_html(at) if "qa-timings" in h)
+    assert "Answered in" in timings and "onnx int8" in timings and not at.warning  # the fast reader, exported on first use
+    assert any((Path(app_env["QA_HOME"]) / "models" / "reader-onnx").glob("*/model-int8.onnx"))
     assert any(e.label.startswith("Retrieved reviews (3)") for e in at.expander)
     assert at.query_params["item"] == "HEADPHONES" and at.query_params["q"] == "How is the bass?"  # a link to this answer
 

@@ -1,4 +1,4 @@
-"""What the page loads once per server process: the index, the pipelines (models), the labelled questions."""
+"""What the page loads once per server process: the index, the reader's ONNX export, the pipelines (models), the labelled questions."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import streamlit as st
 from qa_system.config import Settings
 from qa_system.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
+from qa_system.reading.onnx_cache import prepare_reader
 from qa_system.serving.background import TaskRegistry
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index
@@ -15,8 +16,26 @@ DOMAIN = "electronics"
 
 
 @st.cache_resource(show_spinner=False)
-def _index_tasks() -> TaskRegistry:
+def _tasks() -> TaskRegistry:
     return TaskRegistry()
+
+
+def _in_background(key: tuple, work, opening: str, describe) -> object:
+    """``work(report)`` run once per server process for ``key``, its progress shown to every visitor while they wait.
+
+    Not a plain ``st.cache_resource`` function: Streamlit replays the elements a cached function
+    drew, which would show a finished progress bar on every later run.
+    """
+    task = _tasks().get_or_start(key, work, name=key[0])
+    if not task.wait(0.2):
+        with st.spinner(opening):
+            bar = st.progress(0.0, text=opening)
+            while not task.wait(0.5):
+                done, total = task.progress
+                if total:
+                    bar.progress(done / total, text=describe(done, total))
+            bar.empty()
+    return task.result()
 
 
 def open_index(settings: Settings) -> Index:
@@ -24,22 +43,22 @@ def open_index(settings: Settings) -> Index:
 
     Indexing runs outside the visitor's script (``serving.background``): a visitor who closes the
     browser does not stop it, and the next one sees its progress rather than starting again.
-    Not a plain ``st.cache_resource`` function: Streamlit replays the elements a cached function
-    drew, which would show a finished progress bar on every later run.
     """
-    key = (settings.store, settings.es_url, settings.opensearch_url, str(settings.home), str(settings.data_dir), settings.embedding_model)
-    task = _index_tasks().get_or_start(
-        key, lambda report: open_or_build_index(settings, DOMAIN, embeddings=True, progress=False, on_progress=report), name="first-start-indexing"
+    key = ("first-start-indexing", settings.store, settings.es_url, settings.opensearch_url, str(settings.home), str(settings.data_dir), settings.embedding_model)
+    return _in_background(
+        key, lambda report: open_or_build_index(settings, DOMAIN, embeddings=True, progress=False, on_progress=report), "Opening the review index…",
+        lambda done, total: f"First start: embedding {total} reviews for search ({done}/{total}). Later starts load the saved index in seconds.",
     )
-    if not task.wait(0.2):
-        with st.spinner("Opening the review index…"):
-            bar = st.progress(0.0, text="Opening the review index…")
-            while not task.wait(0.5):
-                done, total = task.progress
-                if total:
-                    bar.progress(done / total, text=f"First start: embedding {total} reviews for search ({done}/{total}). Later starts load the saved index in seconds.")
-            bar.empty()
-    return task.result()
+
+
+def prepare_fast_reader(settings: Settings) -> None:
+    """The reader's int8 ONNX export, built into the cache on the first question (about half a minute,
+    once per model version), with its progress; when it cannot be built the reader warns and uses PyTorch."""
+    key = ("reader-onnx-export", settings.reader_backend, settings.reader_model, settings.reader_onnx_model, str(settings.reader_onnx_cache))
+    _in_background(
+        key, lambda report: prepare_reader(settings, report), "Preparing the fast reader…",
+        lambda done, total: f"First question: building the int8 ONNX reader, once per model version (step {done} of {total}).",
+    )
 
 
 @st.cache_resource(show_spinner="Loading the models (once per server)…")

@@ -169,6 +169,8 @@ def ask(settings: Settings, index, options: Options) -> None:
     warning = None
     try:
         try:
+            if options.answer_stage == "extractive":
+                resources.prepare_fast_reader(settings)
             pipeline = resources.qa_pipeline(settings, options.retriever, options.answer_stage, index)
         except QAError as error:  # e.g. the reader does not load: the reviews can still be shown
             warning = f"{error} Showing the closest reviews without answers."
@@ -182,9 +184,11 @@ def ask(settings: Settings, index, options: Options) -> None:
         st.session_state["asked"] = None
         st.error(markdown_literal(error), icon=WARNING)  # messages quote the question and the (linked) product
         return
+    if options.answer_stage == "extractive" and settings.reader_backend == "onnx" and output.get("reader_backend") == "torch":
+        warning = "The fast int8 ONNX reader could not be built here (the server's log says why): these answers come from the PyTorch reader."
     st.query_params.update(item=item, q=question.strip())
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
-    label = pipeline_label(settings, options.retriever, options.answer_stage)
+    label = pipeline_label(settings, options.retriever, options.answer_stage, output.get("reader_backend"))
     views = answer_views(output.get("answers", []))
     st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning, options)
 

@@ -54,7 +54,7 @@ def haystack_reader(model: str, top_k: int = 3):
 
 def project_readers(model: str, export_dir: Path, top_k: int = 3) -> dict[str, ExtractiveReader]:
     readers = {
-        TORCH: ExtractiveReader(model=model, top_k=top_k),
+        TORCH: ExtractiveReader(model=model, top_k=top_k, backend="torch"),
         ONNX_FP32: ExtractiveReader(model=model, top_k=top_k, backend="onnx", onnx_model=export_dir / FP32_FILE),
         ONNX_INT8: ExtractiveReader(model=model, top_k=top_k, backend="onnx", onnx_model=export_dir / INT8_FILE),
     }

@@ -20,19 +20,10 @@ from qa_system.bench import corpus, endtoend, reader, report, retrieval
 from qa_system.bench.measure import Timing, library_versions, machine, peak_rss_mb, rss_mb, timed
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
-from qa_system.reading.onnx import check_export, default_export_dir, export_onnx, physical_cores
+from qa_system.reading.onnx import physical_cores
+from qa_system.reading.onnx_cache import cached_export
 
 DEFAULT_SIZES = (1000, 10000, 100000)
-
-
-def reader_export(model: str, out_dir: Path, progress: Callable[[str], None]) -> Path:
-    """The model's ONNX export: ``<model>/onnx`` when it is up to date, else a fresh one in ``out_dir``."""
-    try:
-        check_export(model, default_export_dir(model))
-        return default_export_dir(model)
-    except QAError:
-        progress(f"exporting {model} to ONNX (fp32 and int8) in {out_dir / 'onnx'}")
-        return export_onnx(model, out_dir / "onnx")
 
 
 def _query_vectors(settings: Settings, questions: Sequence) -> tuple[list[list[float]], Timing]:
@@ -96,7 +87,8 @@ def run_bench(
     query_vectors, query_timing = _query_vectors(settings, questions)
     remember("embeddings")
 
-    export_dir = reader_export(settings.reader_model, out_dir, progress)
+    # The export the readers build on first use (fp32 and int8 graphs); a failed build is an error here.
+    export_dir = cached_export(settings.reader_model, settings.reader_onnx_cache)
     reader_qs = corpus.bench_questions(settings, limit=reader_questions)
     contexts = reader.top_reviews(domain_reviews, reader_qs)
     readers = {reader.HAYSTACK_READER: reader.haystack_reader(settings.reader_model), **reader.project_readers(settings.reader_model, export_dir)}

@@ -50,7 +50,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
     )
     timings = result["timings"]
     print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-          f"reader {1000 * timings['answer_s']:.0f} ms)")
+          f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})")
     tty = sys.stdout.isatty()
     for rank, answer in enumerate(result["answers"], 1):
         if answer.data is None:

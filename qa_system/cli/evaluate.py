@@ -14,6 +14,7 @@ def _print_answer_metrics(result: dict, out: Path) -> None:
     shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "always no answer"])]
     columns = ["system", "group", "questions", "em", "f1", "em_top_k", "f1_top_k", "answered", "latency_ms"]
     print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("Read with: " + ", ".join(f"{system} {backend}" for system, backend in result["reader_backends"].items()))
     print(f"Report written to {out}/ (report.json, report.csv, report.md, em_f1.png, predictions-*.json, gold.json)")
 
 

@@ -70,8 +70,9 @@ def common_options() -> argparse.ArgumentParser:
     group.add_argument("--embedding-model", help="passage encoder: hub id or local path (default all-MiniLM-L6-v2 from its PyPI wheel)")
     group.add_argument("--query-embedding-model", help="separate question encoder for DPR-style models")
     group.add_argument("--reader-model", help="extractive QA model: hub id or local path (default models/reader-minilm-subjqa)")
-    group.add_argument("--reader-backend", choices=READER_BACKENDS, help="torch (default) or onnx: ONNX Runtime int8, after `qa-system export-onnx`")
-    group.add_argument("--reader-onnx-model", help="the reader's .onnx file or export directory (default <reader model>/onnx, int8)")
+    group.add_argument("--reader-backend", choices=READER_BACKENDS,
+                       help="onnx (default): ONNX Runtime int8, exported into the cache on first use; torch: PyTorch fp32 (QA_READER_BACKEND)")
+    group.add_argument("--reader-onnx-model", help="a manual export to use (`export-onnx --output DIR`: its .onnx file or directory) instead of the cached one")
     return common
 
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, number, settings_from_args
+from qa_system.errors import QAError
 
 
 def cmd_train_reader(args: argparse.Namespace) -> None:
@@ -82,14 +83,24 @@ def cmd_fit_fusion(args: argparse.Namespace) -> None:
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
     from qa_system.reading.onnx import FP32_FILE, INT8_FILE, export_onnx, read_export_info
+    from qa_system.reading.onnx_cache import cached_export
 
-    model = args.model or settings_from_args(args).reader_model
-    output = export_onnx(model, args.output, reduce_range=not args.full_range)
-    fused = read_export_info(output)["fused_operators"]
+    settings = settings_from_args(args)
+    model = args.model or settings.reader_model
+    reduce_range = True if args.seven_bit else False if args.full_range else None  # None: this CPU decides
+    if args.output is None:
+        if reduce_range is not None:
+            raise QAError("The cached export's int8 weights are chosen by this CPU (full-range with VNNI/AMX, 7-bit otherwise).",
+                          "pass --output DIR with --full-range or --seven-bit for an export to take to another machine.")
+        output = cached_export(model, settings.reader_onnx_cache)
+    else:
+        output = export_onnx(model, args.output, reduce_range=reduce_range)
+    info = read_export_info(output)
     for name in (FP32_FILE, INT8_FILE):
         print(f"{output / name}  {(output / name).stat().st_size / 2**20:.1f} MiB")
-    print("fused operators: " + (", ".join(f"{op} {n}" for op, n in fused.items()) or "none (model type not fusable)"))
-    print("Use it with: --reader-backend onnx" + ("" if args.output is None else f" --reader-onnx-model {output}"))
+    print(f"int8 weights: {'7-bit' if info['reduce_range'] else 'full-range'}; fused operators: "
+          + (", ".join(f"{op} {n}" for op, n in info["fused_operators"].items()) or "none (model type not fusable)"))
+    print("The reader uses it by default." if args.output is None else f"Use it with: --reader-onnx-model {output}")
 
 
 
@@ -146,6 +157,8 @@ def register(commands, options: Options) -> None:
 
     p = commands.add_parser("export-onnx", parents=[options.common], help="export a reader to ONNX, fp32 and dynamically int8-quantised")
     p.add_argument("--model", help="reader model directory or hub id (default: the configured reader)")
-    p.add_argument("--output", type=Path, help="export directory (default <model>/onnx)")
-    p.add_argument("--full-range", action="store_true", help="8-bit rather than 7-bit int8 weights: only for CPUs with VNNI (AVX2 saturates)")
+    p.add_argument("--output", type=Path, help="export directory to take elsewhere (default: build the export the reader uses, in the cache)")
+    weights = p.add_mutually_exclusive_group()
+    weights.add_argument("--full-range", action="store_true", help="with --output: 8-bit int8 weights, for CPUs with VNNI/AMX (AVX2 saturates)")
+    weights.add_argument("--seven-bit", action="store_true", help="with --output: 7-bit int8 weights, for CPUs without (default: what this CPU has)")
     p.set_defaults(func=cmd_export_onnx)

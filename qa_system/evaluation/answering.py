@@ -101,23 +101,24 @@ def evaluate_readers(
         examples, read = read_qa_file(file)
         questions = labelled_questions(examples, Path(file).name)[:limit]
         source, summary = f"{Path(file).name} ({read.format})", {"file": str(file), "format": read.format}
-    records = {}
+    records, backends = {}, {}
     for model in readers:
-        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model)
+        reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
         records[reader_label(model)] = evaluate_reader(questions, reader, top_k=top_k)
+        backends[reader_label(model)] = reader.active_backend
     metrics = _write(
         out_dir,
         f"Reader evaluation: {source} (gold {'review' if file is None else 'context'})",
         records,
         questions,
-        {**summary, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backend": settings.reader_backend},
+        {**summary, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
         [
             f"Each reader is given the question's own {'review' if file is None else 'context'} (reading alone, as in SQuAD evaluation).",
             "EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer \"\".",
             f"top-k: the best of the top {top_k} answers, the no-answer being one of the candidates.",
         ],
     )
-    return {"metrics": metrics, "records": records}
+    return {"metrics": metrics, "records": records, "reader_backends": backends}
 
 
 def evaluate_pipelines(
@@ -146,10 +147,11 @@ def evaluate_pipelines(
     def retrieve(question: LabelledQuestion):
         return retrieval.run(question.question, item_id=question.item_id, split=question.split, top_k=top_k_retriever)["documents"]
 
-    records = {}
+    records, backends = {}, {}
     for model in readers:
-        reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model)
+        reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
         records[f"{retriever}+{reader_label(model)}"] = evaluate_pipeline(questions, retrieve, reader, top_k=top_k)
+        backends[f"{retriever}+{reader_label(model)}"] = reader.active_backend
     gold_retrieved = {system: float(r["gold_retrieved"].mean()) for system, r in records.items()}
     metrics = _write(
         out_dir,
@@ -158,7 +160,8 @@ def evaluate_pipelines(
         questions,
         {
             "domain": domain, "split": split, "questions": len(questions), "retriever": retriever,
-            "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "gold_review_retrieved": gold_retrieved,
+            "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "reader_backends": backends,
+            "gold_review_retrieved": gold_retrieved,
         },
         [
             f"Each question retrieves the top {top_k_retriever} reviews of its product (filters item_id and split = {split}) with {retriever}; the reader reads them all.",
@@ -166,4 +169,4 @@ def evaluate_pipelines(
             "EM and F1 as the official SQuAD v2.0 script (top-1, and best of top-k with the no-answer as a candidate).",
         ],
     )
-    return {"metrics": metrics, "records": records}
+    return {"metrics": metrics, "records": records, "reader_backends": backends}

@@ -17,6 +17,10 @@ from qa_system.hub import load_options, unreachable
 MODEL_INFO_FILE = "qa_system.json"
 
 
+class ModelLoadError(QAError):
+    """The model itself does not load (missing, incomplete, unreachable): every backend fails the same way."""
+
+
 def read_model_info(model_dir: str | Path) -> dict[str, Any]:
     """The ``qa_system.json`` that ``train_reader`` stores beside a model ({} for other models)."""
     path = Path(model_dir) / MODEL_INFO_FILE
@@ -41,7 +45,7 @@ def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
         name = str(Path(name).expanduser())
     looks_local = Path(name).exists() or name.startswith((".", "/"))
     if looks_local and not (Path(name) / "config.json").is_file():
-        raise QAError(
+        raise ModelLoadError(
             f"The {what} directory '{name}' has no config.json.",
             "pass a directory written by train_reader / save_pretrained, or a Hugging Face model id.",
         )
@@ -52,12 +56,13 @@ def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
         model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32, **options)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         if options:
-            raise unreachable(what, name) from error
+            hub = unreachable(what, name)
+            raise ModelLoadError(hub.problem, hub.fix) from error
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise QAError(
+        raise ModelLoadError(
             f"Could not load the {what} '{name}': {detail}",
             "pass a complete model directory (config, weights, tokenizer) or a model id reachable on the hub.",
         ) from error
     if not tokenizer.is_fast:
-        raise QAError(f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); offsets need it.")
+        raise ModelLoadError(f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); offsets need it.")
     return tokenizer, model

@@ -21,7 +21,9 @@ reference book's chapter on efficient transformers, plus what matters for a read
 
 ``export_onnx`` writes ``model.onnx`` (fp32, fused) and ``model-int8.onnx`` beside the tokenizer and
 the tuned no-answer threshold, plus ``export.json`` naming the source model's weights fingerprint,
-so that a reader never silently runs an export of an older model.
+so that a reader never silently runs an export of an older model. Readers build and reuse their
+export automatically (``onnx_cache.py``); ``export_onnx`` with an output directory is for a copy
+to take elsewhere.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -85,6 +87,11 @@ def int8_dot_product(cpuinfo: str | None = None) -> list[str]:
     cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
     flags = set((cpuinfo_field(cpuinfo, "flags") or cpuinfo_field(cpuinfo, "Features")).split())
     return [flag for flag in INT8_DOT_PRODUCT_FLAGS if flag in flags]
+
+
+def default_reduce_range() -> bool:
+    """7-bit int8 weights unless the CPU has int8 dot-product instructions, where full-range ones do not saturate."""
+    return not int8_dot_product()
 
 
 def weights_fingerprint(model_dir: str | Path) -> str | None:
@@ -144,59 +151,90 @@ def _fuse(source: Path, target: Path, config) -> dict[str, int]:
 
 @contextmanager
 def _root_logging_kept() -> Iterator[None]:
-    """``quantize_dynamic`` calls ``logging.basicConfig()``, after which every library's debug logger prints."""
+    """``quantize_dynamic`` calls ``logging.basicConfig()``, after which every library's debug logger
+    prints, and logs a warning on the root logger that has no fix here (pre-processing, for CNNs)."""
     root = logging.getLogger()
     handlers = root.handlers[:]
+
+    def advice(record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+    root.addFilter(advice)
     try:
         yield
     finally:
         root.handlers[:] = handlers
+        root.removeFilter(advice)
 
 
-def export_onnx(model: str | Path, output: str | Path | None = None, opset: int = 17, reduce_range: bool = True) -> Path:
-    """Export a reader model (directory or hub id) to ONNX, fp32 and dynamically int8-quantised.
+EXPORT_STEPS = 4  # model loaded, graph exported and fused, weights quantised, files written
+Report = Callable[[int, int], None]  # (steps done, steps in all)
 
-    ``reduce_range``: 7-bit weights, which avoid int8 saturation on CPUs without VNNI (module doc).
 
-    Returns the export directory (default ``<model>/onnx``); it holds everything the ONNX reader
-    needs (tokenizer, ``qa_system.json``), so it can be copied to a machine without PyTorch weights.
-    """
+def write_export(
+    model: str | Path, directory: Path, opset: int = 17, reduce_range: bool | None = None,
+    report: Report | None = None, extra_info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write the fp32 and int8 graphs, tokenizer, ``qa_system.json`` and ``export.json`` (last) into the
+    empty ``directory``; returns the export.json entries. ``reduce_range`` None: the CPU decides."""
     import onnx
     import onnxruntime
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
 
-    if output is None and not Path(model).expanduser().is_dir():
-        raise QAError(f"'{model}' is not a local directory, so there is no default export location.", "pass --output DIR.")
-    output = Path(output).expanduser() if output is not None else default_export_dir(model)
+    reduce_range = default_reduce_range() if reduce_range is None else reduce_range
+    report = report or (lambda done, total: None)
     tokenizer, torch_model = load_qa_model(model)
     # Eager attention exports as plain MatMul/Softmax nodes, the pattern the fusion recognises.
     torch_model.set_attn_implementation("eager")
     torch_model.eval()
     names = [n for n in INPUT_NAMES if n in tokenizer.model_input_names]
+    report(1, EXPORT_STEPS)
+    _export_graph(torch_model, tokenizer, names, directory / "raw.onnx", opset)
+    fused = _fuse(directory / "raw.onnx", directory / FP32_FILE, torch_model.config)
+    (directory / "raw.onnx").unlink()
+    onnx.checker.check_model(str(directory / FP32_FILE))
+    report(2, EXPORT_STEPS)
+    # DefaultTensorType: fused contrib ops carry no shape-inferred type; their outputs are float.
+    with _root_logging_kept():
+        quantize_dynamic(
+            directory / FP32_FILE, directory / INT8_FILE, weight_type=QuantType.QInt8, per_channel=True,
+            reduce_range=reduce_range, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
+    report(3, EXPORT_STEPS)
+    tokenizer.save_pretrained(directory)
+    if (Path(model) / MODEL_INFO_FILE).is_file():
+        shutil.copyfile(Path(model) / MODEL_INFO_FILE, directory / MODEL_INFO_FILE)
+    info = {
+        "source": str(model), "weights_fingerprint": weights_fingerprint(model), "inputs": names, "opset": opset,
+        "fused_operators": fused, "reduce_range": reduce_range, "quantization": f"dynamic int8 (QInt8 weights{', 7-bit' if reduce_range else ''}, per output channel)",
+        "onnxruntime": onnxruntime.__version__, "files": {"fp32": FP32_FILE, "int8": INT8_FILE},
+        # Sizes of everything written, so that a truncated file is found before it is loaded.
+        "sizes": {f.name: f.stat().st_size for f in sorted(directory.iterdir()) if f.is_file()},
+        **(extra_info or {}),
+    }
+    (directory / EXPORT_INFO).write_text(json.dumps(info, indent=2), encoding="utf-8")
+    report(4, EXPORT_STEPS)
+    return info
+
+
+def export_onnx(model: str | Path, output: str | Path | None = None, opset: int = 17, reduce_range: bool | None = None) -> Path:
+    """Export a reader model (directory or hub id) to ONNX, fp32 and dynamically int8-quantised.
+
+    ``reduce_range``: 7-bit weights, which avoid int8 saturation on CPUs without VNNI (module doc);
+    None = 7-bit unless this CPU has int8 dot-product instructions.
+
+    Returns the export directory (default ``<model>/onnx``); it holds everything the ONNX reader
+    needs (tokenizer, ``qa_system.json``), so it can be copied to a machine without PyTorch weights.
+    """
+    if output is None and not Path(model).expanduser().is_dir():
+        raise QAError(f"'{model}' is not a local directory, so there is no default export location.", "pass --output DIR.")
+    output = Path(output).expanduser() if output is not None else default_export_dir(model)
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
-        _export_graph(torch_model, tokenizer, names, staging / "raw.onnx", opset)
-        fused = _fuse(staging / "raw.onnx", staging / FP32_FILE, torch_model.config)
-        (staging / "raw.onnx").unlink()
-        onnx.checker.check_model(str(staging / FP32_FILE))
-        # DefaultTensorType: fused contrib ops carry no shape-inferred type; their outputs are float.
-        with _root_logging_kept():
-            quantize_dynamic(
-                staging / FP32_FILE, staging / INT8_FILE, weight_type=QuantType.QInt8, per_channel=True,
-                reduce_range=reduce_range, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-            )
-        tokenizer.save_pretrained(staging)
-        if (Path(model) / MODEL_INFO_FILE).is_file():
-            shutil.copyfile(Path(model) / MODEL_INFO_FILE, staging / MODEL_INFO_FILE)
-        info = {
-            "source": str(model), "weights_fingerprint": weights_fingerprint(model), "inputs": names, "opset": opset,
-            "fused_operators": fused, "reduce_range": reduce_range, "quantization": f"dynamic int8 (QInt8 weights{', 7-bit' if reduce_range else ''}, per output channel)",
-            "onnxruntime": onnxruntime.__version__, "files": {"fp32": FP32_FILE, "int8": INT8_FILE},
-        }
-        (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2), encoding="utf-8")
+        write_export(model, staging, opset, reduce_range)
         shutil.rmtree(output, ignore_errors=True)
         staging.rename(output)
     except BaseException:
@@ -291,10 +329,14 @@ def length_buckets(lengths: np.ndarray, batch_size: int, quantum: int = BUCKET_T
 
 def load_onnx_reader(model: str | Path, onnx_model: str | Path | None = None, threads: int | None = None):
     """Tokenizer, ONNX session and export directory of the reader ``model`` (export default ``<model>/onnx``)."""
+    path = Path(onnx_model).expanduser() if onnx_model is not None else default_export_dir(model)
+    return open_export(check_export(model, path), threads)
+
+
+def open_export(file: Path, threads: int | None = None):
+    """Tokenizer, ONNX session and directory of an export's .onnx ``file`` (a QAError when either does not load)."""
     from transformers import AutoTokenizer
 
-    path = Path(onnx_model).expanduser() if onnx_model is not None else default_export_dir(model)
-    file = check_export(model, path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(file.parent))
     except (OSError, ValueError) as error:

@@ -80,9 +80,11 @@ class ExtractiveReader:
     :param n_best: candidate spans kept per window before deduplication.
     :param context_chars: characters of review kept on each side of an answer in ``context``.
     :param batch_size: windows per forward pass (all windows of a query, in chunks of this size).
-    :param backend: "torch" (the reference) or "onnx": ONNX Runtime, int8, length-bucketed windows
-        (see ``qa_system.reading.onnx``; export first with ``qa-system export-onnx``).
-    :param onnx_model: the exported .onnx file or export directory; None = ``<model>/onnx`` (int8).
+    :param backend: "onnx": ONNX Runtime, int8, length-bucketed windows (``qa_system.reading.onnx``),
+        or "torch" (the reference); None = the settings' (``QA_READER_BACKEND``, default onnx).
+    :param onnx_model: a manual export (.onnx file or export directory) to use; None = the int8
+        export built into ``onnx_cache`` on first use, or PyTorch with a warning when it cannot be built.
+    :param onnx_cache: where automatic exports live; None = the settings' (``<QA_HOME>/models/reader-onnx``).
     """
 
     def __init__(
@@ -96,11 +98,13 @@ class ExtractiveReader:
         n_best: int = 20,
         context_chars: int = 100,
         batch_size: int = 32,
-        backend: str = "torch",
+        backend: str | None = None,
         onnx_model: str | Path | None = None,
+        onnx_cache: str | Path | None = None,
     ):
-        from qa_system.config import READER_BACKENDS
+        from qa_system.config import READER_BACKENDS, Settings
 
+        backend = Settings.from_env().reader_backend if backend is None else backend
         if backend not in READER_BACKENDS:
             raise QAError(f"Unknown reader backend '{backend}'.", f"use one of: {', '.join(READER_BACKENDS)}.")
         if doc_stride >= max_seq_length:
@@ -116,6 +120,7 @@ class ExtractiveReader:
         self.batch_size = batch_size
         self.backend = backend
         self.onnx_model = str(onnx_model) if onnx_model is not None else None
+        self.onnx_cache = str(onnx_cache) if onnx_cache is not None else None
         self._tokenizer = None
         # A tokenizer keeps its padding and truncation settings between calls, and encode_windows calls it
         # with two different ones: concurrent runs (the API's worker threads) would mix them (ragged arrays).
@@ -126,10 +131,18 @@ class ExtractiveReader:
 
     @classmethod
     def from_loaded(cls, model, tokenizer, **kwargs) -> "ExtractiveReader":
-        """A reader around an already loaded model and tokenizer (training, tests)."""
-        reader = cls(**kwargs)
+        """A reader around an already loaded PyTorch model and tokenizer (training, tests)."""
+        reader = cls(backend="torch", **kwargs)
         reader._model, reader._tokenizer = model.eval(), tokenizer
         return reader
+
+    @classmethod
+    def from_settings(cls, settings, model: str | Path | None = None, **kwargs) -> "ExtractiveReader":
+        """The reader of ``settings`` (or ``model``), with their backend, manual export and cache."""
+        return cls(
+            model=model or settings.reader_model, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model,
+            onnx_cache=settings.reader_onnx_cache, **kwargs,
+        )
 
     @property
     def model_name(self) -> str:
@@ -145,15 +158,37 @@ class ExtractiveReader:
             return
         name = self.model_name
         if self.backend == "onnx":
-            from qa_system.reading.onnx import load_onnx_reader
-
-            self._tokenizer, self._onnx, export_dir = load_onnx_reader(name, self.onnx_model)
-            self._default_threshold = float(read_model_info(export_dir).get("no_answer_threshold", 0.0))
-            return
+            loaded = self._load_onnx(name)
+            if loaded is not None:
+                self._tokenizer, self._onnx, export_dir = loaded
+                # The export carries a copy of the model's qa_system.json (and is rebuilt when it changes).
+                self._default_threshold = float(read_model_info(export_dir).get("no_answer_threshold", 0.0))
+                return
         self._tokenizer, model = load_qa_model(name)
         self._model = model.eval()
         if Path(name).is_dir():
             self._default_threshold = float(read_model_info(name).get("no_answer_threshold", 0.0))
+
+    def _load_onnx(self, name: str):
+        """A manual export (its problems are errors: it was asked for), else the cached one (None: use PyTorch)."""
+        if self.onnx_model is not None:
+            from qa_system.reading.onnx import load_onnx_reader
+
+            return load_onnx_reader(name, self.onnx_model)
+        from qa_system.config import Settings
+        from qa_system.reading.onnx_cache import load_cached_reader
+
+        return load_cached_reader(name, self.onnx_cache or Settings.from_env().reader_onnx_cache)
+
+    @property
+    def active_backend(self) -> str | None:
+        """What reads once loaded: "onnx int8" (or "onnx (<file>)", another manual export), or "torch"
+        (asked for, or the fallback when no ONNX export could be built); None before ``warm_up``."""
+        if self._onnx is not None:
+            from qa_system.reading.onnx import INT8_FILE
+
+            return "onnx int8" if self._onnx.path.name == INT8_FILE else f"onnx ({self._onnx.path.name})"
+        return "torch" if self._model is not None else None
 
     @property
     def threshold(self) -> float:
@@ -174,6 +209,7 @@ class ExtractiveReader:
             batch_size=self.batch_size,
             backend=self.backend,
             onnx_model=self.onnx_model,
+            onnx_cache=self.onnx_cache,
         )
 
     @classmethod

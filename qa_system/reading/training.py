@@ -165,7 +165,7 @@ def no_answer_share(examples: Sequence[SquadExample]) -> float:
 
 def retune_threshold(model_dir: PathLike, dev_files: Sequence[PathLike], no_answer_prior: float | None) -> dict[str, Any]:
     """Re-tune a trained reader's no-answer threshold (no retraining) and store it with the model."""
-    reader = ExtractiveReader(model=str(model_dir))
+    reader = ExtractiveReader(model=str(model_dir), backend="torch")  # the reference backend tunes the threshold
     pooled = [p for report in read_qa_files(dev_files) for p in dev_predictions(reader, report.examples)]
     threshold, _ = tune_no_answer_threshold(pooled, no_answer_prior)
     info_path = Path(model_dir) / MODEL_INFO_FILE

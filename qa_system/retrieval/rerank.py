@@ -59,7 +59,8 @@ class AnswerabilityRanker:
         self.top_k = top_k
         self.max_seq_length = max_seq_length
         self.doc_stride = doc_stride
-        self.reader = ExtractiveReader(model=self.model, max_seq_length=max_seq_length, doc_stride=doc_stride)
+        # PyTorch: the mix was fitted on its answerability margins (fit-fusion --rerank).
+        self.reader = ExtractiveReader(model=self.model, max_seq_length=max_seq_length, doc_stride=doc_stride, backend="torch")
 
     def warm_up(self) -> None:
         self.reader.warm_up()

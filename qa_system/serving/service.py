@@ -39,9 +39,10 @@ def open_collection(settings: Settings, name: str, on_progress: Report | None = 
     return open_or_build_index(settings, name, embeddings=True, progress=False, on_progress=on_progress)
 
 
-def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None) -> str:
-    """Which pipeline produced an answer, as feedback records it: "bm25 + extractive (reader-minilm-subjqa)"."""
-    return f"{retriever} + {answer_stage}" + (f" ({Path(settings.reader_model).name})" if answer_stage == "extractive" else "")
+def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None, reader_backend: str | None = None) -> str:
+    """Which pipeline produced an answer, as feedback records it: "bm25 + extractive (reader-minilm-subjqa, onnx int8)"."""
+    reader = ", ".join(filter(None, [Path(settings.reader_model).name, reader_backend]))
+    return f"{retriever} + {answer_stage}" + (f" ({reader})" if answer_stage == "extractive" else "")
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ class QAService:
             question.query, item_id=question.item_id, top_k=question.top_k, top_k_reader=question.top_k_reader,
             no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback,
         )  # fmt: skip
-        return {**result, "pipeline": pipeline_label(self.settings, retriever, question.mode)}
+        return {**result, "pipeline": pipeline_label(self.settings, retriever, question.mode, result.get("reader_backend"))}
 
     # ------------------------------------------------------------------ feedback
 

@@ -1,0 +1,227 @@
+"""The reader's int8 ONNX export, built on first use into the cache and reused after.
+
+An export lives in ``<cache>/<model name>-<key>/``, where the key hashes everything the export
+depends on: the bytes of the model's files (weights, config, tokenizer, the tuned threshold in
+``qa_system.json``), the export settings (opset, 7-bit or full-range weights, which this CPU
+decides) and the versions of the libraries that write it. A retrained model or a new ONNX Runtime
+gets a new export; a stale one is never used.
+
+Building is atomic and one process at a time: a file lock per key, the export written into a
+temporary directory beside the target and renamed into place, so a reader never sees half an
+export. Under the lock, the leftovers of a build that died (``kill -9``) are removed first. An
+export that is incomplete (a file missing or of the wrong size) or does not load is rebuilt.
+
+When building fails (no disk space, an architecture the exporter does not know), the reader falls
+back to PyTorch with a warning rather than failing to answer; a process does not retry a failed
+build (the page builds several pipelines over one reader).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from qa_system.errors import QAError
+from qa_system.reading.model import ModelLoadError
+from qa_system.reading.onnx import EXPORT_INFO, INT8_FILE, Report, default_reduce_range, open_export, write_export
+
+# Bump when the export recipe (write_export) changes what it writes: every cached export is rebuilt.
+RECIPE = 1
+OPSET = 17
+LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime")
+LOCK_WAIT_NOTICE_S = 0.5  # a build lock held longer than this: say that this process waits
+logger = logging.getLogger(__name__)
+_failed: dict[tuple[Path, str], str] = {}  # (cache, model) -> why its export failed in this process
+
+
+def model_files_dir(model: str | Path) -> Path | None:
+    """The directory holding the model's files: itself, or a hub id's snapshot in the local Hugging Face cache."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(str(model), local_files_only=True))
+    except Exception:  # not downloaded yet (or not a hub id): the export's own load will say which
+        return None
+
+
+def model_fingerprint(model: str | Path) -> str | None:
+    """SHA-256 over the names and bytes of the model's files (None when they are not on disk yet).
+
+    Top-level files only (a manual export in ``<model>/onnx`` is not the model), model cards left out.
+    """
+    directory = model_files_dir(model)
+    files = sorted(f for f in directory.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix != ".md") if directory else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.name}\0{file.stat().st_size}\0".encode())
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def export_settings(reduce_range: bool) -> dict[str, Any]:
+    """What an export depends on besides the model: recipe, settings and library versions."""
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"recipe": RECIPE, "opset": OPSET, "reduce_range": reduce_range, **versions}
+
+
+def export_dir(model: str | Path, cache: Path, fingerprint: str, reduce_range: bool) -> Path:
+    """``<cache>/<model name>-<key>``: the key hashes the model's fingerprint and the export settings."""
+    key = hashlib.sha256(json.dumps({"model": fingerprint, **export_settings(reduce_range)}, sort_keys=True).encode()).hexdigest()
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(model).rstrip("/\\")).name)[:60] or "reader"
+    return cache / f"{name}-{key[:16]}"
+
+
+def is_complete(directory: Path) -> bool:
+    """Whether every file that export.json lists is there with its recorded size (export.json is written last)."""
+    try:
+        sizes = json.loads((directory / EXPORT_INFO).read_text(encoding="utf-8"))["sizes"]
+        return bool(sizes) and all((directory / name).stat().st_size == size for name, size in sizes.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def cached_export(model: str | Path, cache: str | Path, report: Report | None = None, rebuild: bool = False) -> Path:
+    """The directory of ``model``'s int8 export under ``cache``, built there first when it is missing,
+    incomplete, or (``rebuild``) found not to load. Raises what the build raises."""
+    cache = Path(cache).expanduser()
+    reduce_range = default_reduce_range()
+    fingerprint = model_fingerprint(model)
+    if fingerprint is None:  # a hub id not downloaded yet: its files are on disk once the export has loaded it
+        return _build(model, cache, None, reduce_range, report)
+    target = export_dir(model, cache, fingerprint, reduce_range)
+    if not rebuild and is_complete(target):
+        return target
+    from filelock import FileLock, Timeout
+
+    cache.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(f"{target}.lock")
+    try:
+        lock.acquire(timeout=LOCK_WAIT_NOTICE_S)
+    except Timeout:
+        logger.warning("Waiting for another process building the ONNX reader %s.", target)
+        lock.acquire()
+    try:
+        if not rebuild and is_complete(target):
+            return target  # built by another process while this one waited
+        # Holding the lock, this process is the only one building this export: what is left of
+        # earlier builds of it was left by a process that died.
+        for leftover in cache.glob(f".{target.name}.*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        return _build(model, cache, target, reduce_range, report)
+    finally:
+        lock.release()
+
+
+def _build(model: str | Path, cache: Path, target: Path | None, reduce_range: bool, report: Report | None) -> Path:
+    """Write the export beside ``target`` and rename it into place (``target`` None: named once the model is on disk)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name if target else 'download'}.", dir=cache))
+    started = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        if done == 1:  # the model loaded: a model that does not load is its own error, said once
+            logger.warning(
+                "First use of the reader %s: building its int8 ONNX export (%s weights) in %s, once per model version.",
+                model, "7-bit" if reduce_range else "full-range", cache,
+            )
+        if report is not None:
+            report(done, total)
+
+    try:
+        info = write_export(model, staging, OPSET, reduce_range, progress, extra_info={"export_settings": export_settings(reduce_range)})
+        fingerprint = model_fingerprint(model)
+        if fingerprint is None:
+            raise QAError(f"The files of the reader '{model}' are not on disk after loading it.", "pass a local model directory.")
+        target = target or export_dir(model, cache, fingerprint, reduce_range)
+        (staging / EXPORT_INFO).write_text(json.dumps({**info, "model_fingerprint": fingerprint}, indent=2), encoding="utf-8")
+        _install(staging, target)
+        logger.info("ONNX reader %s built in %.0f s.", target, time.perf_counter() - started)
+        return target
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _install(staging: Path, target: Path) -> None:
+    """Move the finished export into place; an old (incomplete or broken) one is moved aside, then removed."""
+    for path in [staging, *staging.iterdir()]:  # mkdtemp makes owner-only directories
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent)) / target.name
+        target.rename(old)
+    try:
+        staging.rename(target)
+    except OSError:
+        if not is_complete(target):  # not merely another process finishing first (a hub id, built without the lock)
+            raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old.parent, ignore_errors=True)
+
+
+def _or_torch(model: str | Path, cache: Path, work: Callable[[], Any]) -> Any:
+    """``work()``, or None after a warning when it fails: a failed export must not stop answering,
+    PyTorch reads the same weights. A failure is remembered, so the process does not retry it.
+    A model that does not load at all is the user's error, raised as it is (PyTorch would fail the same way)."""
+    key = (cache, str(model))
+    if key in _failed:
+        return None
+    try:
+        return work()
+    except ModelLoadError:
+        raise
+    except Exception as error:  # the exporter, ONNX Runtime and tokenizers raise untyped errors
+        reason = _first_line(error)
+        _failed[key] = reason
+        logger.warning("Could not build the ONNX reader for %s (%s): answering with the PyTorch reader.", model, reason)
+        return None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def load_cached_reader(model: str | Path, cache: str | Path, threads: int | None = None, report: Report | None = None):
+    """Tokenizer, ONNX session and export directory of ``model``'s cached int8 export, built or
+    rebuilt as needed; None, after a warning, when it cannot be built (the reader then uses PyTorch)."""
+    cache = Path(cache).expanduser()
+
+    def load():
+        directory = cached_export(model, cache, report)
+        try:
+            return open_export(directory / INT8_FILE, threads)
+        except Exception as error:  # a damaged file of the right size
+            logger.warning("The cached ONNX reader %s does not load (%s): rebuilding it.", directory, _first_line(error))
+            return open_export(cached_export(model, cache, report, rebuild=True) / INT8_FILE, threads)
+
+    return _or_torch(model, cache, load)
+
+
+def prepare_reader(settings, report: Report | None = None) -> Path | None:
+    """Build the reader's cached export ahead of the pipelines (the page shows its progress);
+    None when the settings do not use it or it cannot be built (the reader warns and uses PyTorch)."""
+    if settings.reader_backend != "onnx" or settings.reader_onnx_model is not None:
+        return None
+    cache = Path(settings.reader_onnx_cache)
+    return _or_torch(settings.reader_model, cache, lambda: cached_export(settings.reader_model, cache, report))
