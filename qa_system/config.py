@@ -20,6 +20,8 @@ RETRIEVERS = ("bm25", "dense", "hybrid")
 GENERATORS = ("smollm2", "hf", "openai")
 # Extractive reader backends: PyTorch (the reference) or ONNX Runtime int8 (fast on CPU; see onnx_reader.py).
 READER_BACKENDS = ("torch", "onnx")
+# What `qa-system index --input` reads (see qa_system/ingestion): tables, JSON lines, SQuAD JSON, a folder of documents.
+INPUT_FORMATS = ("csv", "tsv", "jsonl", "squad", "files")
 DEFAULT_ES_URL = "http://localhost:9200"
 DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"

@@ -115,20 +115,9 @@ def embeddings_match(index: Index, settings: Settings) -> bool:
     return stored is None or stored == encoder_fingerprint(settings.embedding_model)
 
 
-def embed_documents(
-    documents: list[Document],
-    model: str,
-    batch_size: int = 32,
-    progress: bool = True,
-    on_progress: ProgressCallback | None = None,
-) -> list[Document]:
-    """Passage embeddings (unit length, so dot product = cosine in every store).
-
-    Embeds in chunks of ``EMBED_CHUNK`` batches so that a caller (the search page's progress bar)
-    hears ``on_progress(done, total)`` while the long first indexing runs.
-    """
+def document_embedder(model: str, batch_size: int = 32):
+    """A warmed-up passage embedder (unit-length vectors, so dot product = cosine in every store)."""
     from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersDocumentEmbedder
-    from tqdm.auto import tqdm
 
     embedder = SentenceTransformersDocumentEmbedder(
         model=model, batch_size=batch_size, progress_bar=False, normalize_embeddings=True
@@ -137,6 +126,24 @@ def embed_documents(
         embedder.warm_up()
     except (OSError, ValueError) as error:
         raise QAError(f"Could not load the embedding model '{model}' ({error}).", "pass a local model path or an id of the Hugging Face hub.") from error
+    return embedder
+
+
+def embed_documents(
+    documents: list[Document],
+    model: str,
+    batch_size: int = 32,
+    progress: bool = True,
+    on_progress: ProgressCallback | None = None,
+) -> list[Document]:
+    """Passage embeddings (see ``document_embedder``).
+
+    Embeds in chunks of ``EMBED_CHUNK`` batches so that a caller (the search page's progress bar)
+    hears ``on_progress(done, total)`` while the long first indexing runs.
+    """
+    from tqdm.auto import tqdm
+
+    embedder = document_embedder(model, batch_size)
     chunk = EMBED_CHUNK * batch_size
     embedded: list[Document] = []
     with tqdm(total=len(documents), desc="embedding", unit="review", disable=not progress) as bar:

@@ -1,0 +1,382 @@
+"""Any source -> a named collection, incrementally: ``ingest(settings, source, collection)``.
+
+The source (a path, or an open binary file such as an upload) is read one record at a time; every
+``BATCH`` records, the new and changed documents are split into passages, embedded and appended to
+a staging file, so memory is bounded by a batch, not by the source. A document is *unchanged* when
+its content hash (text, item, metadata) equals the saved one: it is neither split nor embedded
+again. Only when the whole source has been read does the commit (``backends.commit``) swap in the
+collection's next version; any error before that leaves the saved collection exactly as it was.
+
+``sync`` deletes the documents that are gone from the source (else they stay); a run that would
+keep fewer than ``MIN_KEPT_SHARE`` of the saved documents needs ``force``, as a re-index does.
+When the encoder, the passage length or the choice of vectors changed, every document is
+processed again (and documents gone from the source are dropped): the report says why.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+from haystack import Document
+
+from qa_system.config import INPUT_FORMATS, Settings
+from qa_system.errors import QAError, check_count
+from qa_system.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint, source_state
+from qa_system.ingestion.backends import commit, saved_passages
+from qa_system.ingestion.collections import check_collection_name
+from qa_system.ingestion.files import SUFFIXES, read_files
+from qa_system.ingestion.records import IngestOptions, ReadCounts, Record, Source
+from qa_system.ingestion.splitting import PassageSplitter
+from qa_system.ingestion.squad import read_squad_documents
+from qa_system.ingestion.tables import read_json_lines, read_table
+from qa_system.stores import Index, opensearch_client, opensearch_has_knn, remove_leftovers, saved_manifest, temporary_prefix
+
+BATCH = 256  # source documents per split / embed / stage step
+
+_SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", **dict.fromkeys(SUFFIXES, "files")}
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    documents: int  # source documents read so far
+    embedded: int  # passages embedded so far
+    fraction: float | None  # share of the source read, when known
+
+
+ProgressCallback = Callable[[IngestProgress], None]
+
+
+@dataclass
+class IngestReport:
+    collection: str
+    store: str
+    source: str
+    read: int = 0  # documents read from the source (after skipping empty and duplicate ones)
+    added: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    kept_missing: int = 0  # gone from the source and kept (no sync)
+    embedded: int = 0  # passages embedded by this run
+    staged: int = 0  # passages written by this run
+    documents: int = 0  # in the collection after the run
+    passages: int = 0
+    empty_rows: int = 0
+    empty_texts: int = 0
+    duplicates: int = 0
+    files_skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    embedding_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def documents_per_s(self) -> float:
+        return self.read / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "documents_per_s": self.documents_per_s}
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"Collection '{self.collection}' ({self.store}): {self.documents} documents in {self.passages} passages.",
+            f"  {self.read} read from {self.source}: {self.added} added, {self.changed} changed, {self.unchanged} unchanged; "
+            f"{self.deleted} deleted, {self.kept_missing} no longer in the source but kept" + ("" if not self.kept_missing else " (--sync deletes them)") + ".",
+            f"  {self.embedded} passages embedded; {self.seconds:.1f} s, {self.documents_per_s:.0f} documents/s"
+            + (f" (embedding {self.embedding_s:.1f} s)" if self.embedding_s else "") + ".",
+        ]
+        skipped = [f"{n} {what}" for n, what in ((self.empty_rows, "empty rows"), (self.empty_texts, "empty texts"), (self.duplicates, "duplicate documents")) if n]
+        if skipped:
+            lines.append(f"  skipped: {', '.join(skipped)}.")
+        if self.files_skipped:
+            lines.append(f"  {len(self.files_skipped)} files of other kinds left out (e.g. {self.files_skipped[0]}).")
+        lines += [f"  note: {note}" for note in self.notes]
+        return lines
+
+
+def detect_format(name: str, binary: IO[bytes] | None, given: str | None) -> str:
+    """csv | tsv | jsonl | squad | files, from ``given`` or the file's name (a .json file: SQuAD, or JSON lines)."""
+    if given is not None:
+        if given not in INPUT_FORMATS:
+            raise QAError(f"Unknown format '{given}'.", f"use one of: {', '.join(INPUT_FORMATS)}.")
+        return given
+    suffix = Path(name).suffix.lower()
+    if suffix == ".json" and binary is not None:
+        start = binary.tell()
+        first = binary.readline(1 << 20)
+        binary.seek(start)
+        try:  # one object per line without "data": JSON lines; a SQuAD file is one object (usually many lines)
+            line = json.loads(first.decode("utf-8-sig"))
+            return "jsonl" if isinstance(line, dict) and "data" not in line else "squad"
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "squad"
+    if suffix not in _SUFFIX_FORMATS:
+        raise QAError(f"Cannot tell the format of {name} from its name.", f"pass --format ({', '.join(INPUT_FORMATS)}).")
+    return _SUFFIX_FORMATS[suffix]
+
+
+def _records(fmt: str, binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    if fmt in ("csv", "tsv"):
+        return read_table(binary, name, options, counts, tsv=fmt == "tsv")
+    if fmt == "jsonl":
+        return read_json_lines(binary, name, options, counts)
+    return read_squad_documents(binary, name, options, counts)
+
+
+@dataclass
+class _Opened:
+    records: Iterator[Record]
+    counts: ReadCounts
+    name: str
+    format: str
+    fraction: Callable[[], float | None]
+    state: dict  # what the manifest records about the source
+
+
+@contextmanager
+def open_source(source: Source, options: IngestOptions, name: str | None = None) -> Iterator[_Opened]:
+    """The records of a path (file or folder) or of an open binary file (``name``: its file name, for the format)."""
+    counts = ReadCounts()
+    if isinstance(source, (str, Path)):
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise QAError(f"{path} does not exist.", "pass an existing file or folder to --input.")
+        if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
+            yield _Opened(read_files(path, options, counts), counts, str(path), "files", lambda: None, {"source": str(path), "path": str(path.resolve())})
+            return
+        with path.open("rb") as binary:
+            fmt = detect_format(path.name, binary, options.format)
+            size = path.stat().st_size
+            state = {"source": str(path), "path": str(path.resolve()), **source_state([path])}
+            yield _Opened(_records(fmt, binary, str(path), options, counts), counts, str(path), fmt, lambda: binary.tell() / size if size else None, state)
+        return
+    binary = source
+    name = name or Path(str(getattr(source, "name", "") or "upload")).name
+    if not binary.seekable():
+        binary = io.BytesIO(binary.read())
+    fmt = detect_format(name, binary, options.format)
+    if fmt == "files":
+        raise QAError(f"{name}: documents (.txt, .md, .html, .pdf) are read from a path, not an upload.", "pass the file or its folder as --input, or upload a CSV / JSON lines file.")
+    start, size = binary.tell(), binary.seek(0, os.SEEK_END)
+    binary.seek(start)
+    yield _Opened(_records(fmt, binary, name, options, counts), counts, name, fmt, lambda: binary.tell() / size if size else None, {"source": name})
+
+
+@dataclass
+class _Saved:
+    """The saved collection: its manifest, and per document (content hash, item, passage count)."""
+
+    manifest: dict | None
+    documents: dict[str, tuple[str | None, str | None, int]]
+
+    def passage_ids(self, document_id: str) -> list[str]:
+        count = self.documents[document_id][2]
+        return [document_id] if count == 1 else [f"{document_id}#{n}" for n in range(count)]
+
+
+def _saved(settings: Settings, collection: str) -> _Saved:
+    manifest = saved_manifest(settings, collection)
+    if manifest is not None and manifest.get("domains"):
+        raise QAError(f"'{collection}' is the SubjQA collection that `qa-system index --domain` builds.", "give your data another --collection name.")
+    documents = {}
+    if manifest is not None:
+        for passage_id, meta in saved_passages(settings, collection):
+            document_id = meta.get("document_id", passage_id)
+            documents.setdefault(document_id, (meta.get("content_hash"), meta.get("item_id"), int(meta.get("passages", 1))))
+    return _Saved(manifest, documents)
+
+
+def _rebuild_reasons(saved: _Saved, settings: Settings, embed: bool, splitter: dict) -> list[str]:
+    """Why every document must be processed again (none: only new and changed ones)."""
+    if saved.manifest is None:
+        return []
+    reasons = []
+    had_vectors = saved.manifest.get("embedding_model") is not None
+    if embed and not had_vectors:
+        reasons.append("the collection had no vectors: every document was embedded")
+    elif not embed and had_vectors:
+        reasons.append("indexed without embeddings: the collection's vectors were dropped")
+    elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings):
+        reasons.append(f"the encoder changed ({saved.manifest.get('embedding_model')} -> {settings.embedding_model}): every document was re-embedded")
+    if saved.manifest.get("splitter") != splitter:
+        reasons.append(f"the passage settings changed ({saved.manifest.get('splitter')} -> {splitter}): every document was split again")
+    return reasons
+
+
+def ingest(
+    settings: Settings,
+    source: Source,
+    collection: str,
+    options: IngestOptions = IngestOptions(),
+    *,
+    name: str | None = None,
+    embed: bool = True,
+    sync: bool = False,
+    force: bool = False,
+    progress: bool = True,
+    on_progress: ProgressCallback | None = None,
+) -> IngestReport:
+    """Read ``source`` into the collection ``collection`` (created, or updated incrementally) and report what changed.
+
+    ``source``: a CSV / TSV / JSON lines / SQuAD JSON file, a folder or file of .txt / .md / .html /
+    .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
+    hears an ``IngestProgress`` after every batch (the search page's progress bar).
+    """
+    started = time.perf_counter()
+    check_collection_name(collection)
+    words = check_count(options.passage_words, "passage_words", 10)
+    overlap = check_count(options.passage_overlap, "passage_overlap", 0, words - 1)
+    splitter_state = {"words": words, "overlap": overlap}
+    vector_search = None
+    if settings.store == "opensearch":
+        # Without the k-NN plugin the index holds no vectors: BM25 only (as `index --domain` does).
+        vector_search = opensearch_has_knn(opensearch_client(settings))
+        embed = embed and vector_search
+    if settings.store == "faiss" and not embed:
+        raise QAError("A FAISS collection holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory.")
+    saved = _saved(settings, collection)
+    reasons = _rebuild_reasons(saved, settings, embed, splitter_state)
+    rebuild = bool(reasons)
+    splitter = PassageSplitter(words, overlap)
+    embedder = document_embedder(settings.embedding_model, settings.batch_size) if embed else None
+    staging_dir = settings.index_dir / "staging"
+    staging_dir.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(staging_dir, collection)
+    fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(collection), suffix=".jsonl", dir=staging_dir)
+    staging = Path(staging_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as staged_file, open_source(source, options, name) as opened:
+            report = IngestReport(collection, settings.store, opened.name, notes=list(reasons))
+            seen: dict[str, str] = {}  # document id -> where it was read (for the duplicate-id message)
+            staged_documents: set[str] = set()
+            items: Counter = Counter()
+            batch: list[Document] = []
+
+            def flush() -> None:
+                passages = splitter.run(batch)["documents"]
+                if embedder is not None:
+                    began = time.perf_counter()
+                    passages = embedder.run(documents=passages)["documents"]
+                    report.embedding_s += time.perf_counter() - began
+                    report.embedded += len(passages)
+                for passage in passages:
+                    staged_file.write(json.dumps(passage.to_dict(flatten=False)) + "\n")
+                report.staged += len(passages)
+                staged_documents.update(d.id for d in batch)
+                batch.clear()
+                if on_progress is not None:
+                    on_progress(IngestProgress(report.read, report.embedded, opened.fraction()))
+
+            from tqdm.auto import tqdm
+
+            with tqdm(desc=f"indexing {collection}", unit=" documents", disable=not progress) as bar:
+                for record in opened.records:
+                    content_hash = record.content_hash()
+                    document_id = record.id or content_hash
+                    if document_id in seen:
+                        if record.id is not None:
+                            raise QAError(
+                                f"{record.where}: the id '{document_id}' was already used by {seen[document_id]}.",
+                                "give every document a unique --id-column value, or leave out --id-column to identify documents by their content.",
+                            )
+                        report.duplicates += 1
+                        continue
+                    seen[document_id] = record.where
+                    report.read += 1
+                    bar.update()
+                    if record.item_id is not None:
+                        items[record.item_id] += 1
+                    before = saved.documents.get(document_id)
+                    if before is not None and before[0] == content_hash:
+                        report.unchanged += 1
+                        if not rebuild:
+                            continue
+                    elif before is not None:
+                        report.changed += 1
+                    else:
+                        report.added += 1
+                    meta = {**record.meta, "content_hash": content_hash}
+                    if record.item_id is not None:
+                        meta["item_id"] = record.item_id
+                    batch.append(Document(id=document_id, content=record.text, meta=meta))
+                    if len(batch) >= BATCH:
+                        flush()
+                        bar.set_postfix(embedded=report.embedded, refresh=False)
+                if batch:
+                    flush()
+            counts = opened.counts
+            report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
+            if not seen:
+                skipped = f" ({counts.empty_rows} empty rows and {counts.empty_texts} empty texts skipped)" if counts.rows else ""
+                raise QAError(
+                    f"{opened.name} holds no documents{skipped}; collection '{collection}' was left as it was.",
+                    "check the file (and --text-column / --format), or pass a folder that holds .txt, .md, .html or .pdf files.",
+                )
+        return _finish(settings, collection, saved, seen, staged_documents, items, staging, report, opened, options, splitter_state,
+                       embed, sync, force, rebuild, vector_search, started)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def _finish(settings, collection, saved, seen, staged_documents, items, staging, report, opened, options, splitter_state,
+            embed, sync, force, rebuild, vector_search, started) -> IngestReport:
+    """After the whole source was read: the shrink guard, the manifest, and the commit (skipped when nothing changed)."""
+    vanished = [d for d in saved.documents if d not in seen]
+    drop = sync or rebuild
+    if drop:
+        report.deleted = len(vanished)
+    else:
+        report.kept_missing = len(vanished)
+        items.update(saved.documents[d][1] for d in vanished if saved.documents[d][1] is not None)
+    report.documents = len(seen) + (0 if drop else len(vanished))
+    if saved.documents and report.documents < MIN_KEPT_SHARE * len(saved.documents) and not force:
+        raise QAError(
+            f"The new data would leave {report.documents} documents where collection '{collection}' holds {len(saved.documents)}; it was left as it was.",
+            "check the source (a truncated file?), or pass --force to apply it anyway.",
+        )
+    replaced = (staged_documents & saved.documents.keys()) | (set(vanished) if drop else set())
+    now = datetime.now(timezone.utc).isoformat()
+    if saved.manifest is not None and not replaced and not report.staged:
+        report.passages = int(saved.manifest.get("documents", 0))
+        report.seconds = time.perf_counter() - started
+        report.notes.append("nothing changed: the collection was left as it was")
+        return report
+    manifest = {
+        **{k: v for k, v in (saved.manifest or {}).items() if k == "calibration"},  # fitted fusion / re-ranking stay
+        "input": {**opened.state, "format": opened.format, "options": options.as_dict()},
+        "splitter": splitter_state,
+        "created": (saved.manifest or {}).get("created", now),
+        "updated": now,
+        "source_documents": report.documents,
+        "item_counts": dict(items),
+        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+    }
+    if vector_search is not None:
+        manifest["vector_search"] = vector_search
+    if embed:
+        manifest.update(embedding_model=settings.embedding_model, embedding_fingerprint=encoder_fingerprint(settings.embedding_model))
+        manifest["embedding_dim"] = _embedding_dim(staging) or (saved.manifest or {}).get("embedding_dim")
+    replaced_passages = [p for d in replaced for p in saved.passage_ids(d)]
+    report.seconds = time.perf_counter() - started
+    manifest["last_update"] = report.as_dict()
+    manifest["build_timings"] = {"total_s": report.seconds, "embedding_s": report.embedding_s}
+    report.passages = commit(settings, collection, staging, replaced, replaced_passages, manifest, rebuild)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _embedding_dim(staging: Path) -> int | None:
+    with staging.open(encoding="utf-8") as handle:
+        first = handle.readline()
+    embedding = json.loads(first).get("embedding") if first else None
+    return len(embedding) if embedding else None
