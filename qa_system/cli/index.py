@@ -52,7 +52,7 @@ def cmd_collections(args: argparse.Namespace) -> None:
     from qa_system.ingestion import delete_collection, list_collections
 
     settings = settings_from_args(args)
-    if args.delete:
+    if args.delete is not None:
         info = delete_collection(settings, args.delete)
         print(f"Deleted the {info.store} collection '{info.name}' ({info.documents} documents).")
         return
@@ -85,7 +85,7 @@ def cmd_products(args: argparse.Namespace) -> None:
     from qa_system.stores import open_index
 
     settings = settings_from_args(args)
-    if args.collection:
+    if args.collection is not None:
         from qa_system.ingestion import collection_manifest
 
         counts = collection_manifest(settings, args.collection).get("item_counts", {})

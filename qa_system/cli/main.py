@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Inside the try: count and threshold flags are checked by the library while parsing (QAError).
         args = build_parser().parse_args(argv)
-        if getattr(args, "domain", None) is None and not getattr(args, "collection", None) and not getattr(args, "input", None):
+        if getattr(args, "domain", None) is None and getattr(args, "collection", None) is None and getattr(args, "input", None) is None:
             # Training learns from every provided domain; everything else works on electronics by default.
             args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command in ("train-reader", "train-retriever") else ["electronics"]
         args.func(args)

@@ -30,7 +30,7 @@ class Options:
 
 def open_index_for(args: argparse.Namespace, settings: Settings, embeddings: bool):
     """The index a command works on: ``--collection``, else the SubjQA ``--domain`` index (built on first use)."""
-    if getattr(args, "collection", None):
+    if getattr(args, "collection", None) is not None:
         from qa_system.ingestion import open_collection
 
         if args.domain:

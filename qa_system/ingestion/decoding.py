@@ -93,4 +93,5 @@ def decoded(binary: IO[bytes], name: str, encoding: str) -> Iterator[IO[str]]:
             ) from None
         raise QAError(f"{name}{at} is not {encoding} text ({error.reason}).", "pass the file's real encoding to --encoding.") from None
     finally:
-        text.detach()  # the caller owns the binary file
+        if not binary.closed:
+            text.detach()  # the caller owns the binary file

@@ -279,7 +279,8 @@ def ingest(
 
             from tqdm.auto import tqdm
 
-            with tqdm(desc=f"indexing {collection}", unit=" documents", disable=not progress) as bar:
+            # disable=None: no bar when stderr is not a terminal (logs, tests), where the summary says it all.
+            with tqdm(desc=f"indexing {collection}", unit=" documents", disable=None if progress else True) as bar:
                 for record in opened.records:
                     content_hash = record.content_hash()
                     document_id = record.id or content_hash

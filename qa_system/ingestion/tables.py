@@ -9,6 +9,7 @@ column is an error that lists the columns the file has.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from typing import IO, Iterator
 
@@ -67,7 +68,7 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
             header_line, header_start = next(lines, ""), header_start + 1
         if not header_line:
             return
-        reader = csv.reader(_chain(header_line, lines), delimiter=_delimiter(header_line, tsv))
+        reader = csv.reader(itertools.chain([header_line], lines), delimiter=_delimiter(header_line, tsv))
         try:
             header = [column.strip() for column in next(reader)]
             repeated = sorted({c for c in header if header.count(c) > 1})
@@ -94,11 +95,6 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
                     yield record
         except csv.Error as error:
             raise QAError(f"{name} line {header_start + reader.line_num} is not readable CSV ({error}).", "repair that line, or check --format.") from error
-
-
-def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
-    yield first
-    yield from rest
 
 
 def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
