@@ -17,7 +17,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.sources import SPLITS, load_subjqa, source_files
+from qa_system.sources import SPLITS, available_splits, load_subjqa, source_files
 from qa_system.stores import (
     Index,
     discard_opensearch_index,
@@ -158,7 +158,7 @@ def embed_documents(
 def build_index(
     settings: Settings,
     domains: str | Sequence[str] = "electronics",
-    splits: Sequence[str] = SPLITS,
+    splits: Sequence[str] | None = None,
     embed: bool = True,
     progress: bool = True,
     documents: list[Document] | None = None,
@@ -166,7 +166,8 @@ def build_index(
     on_progress: ProgressCallback | None = None,
     force: bool = False,
 ) -> Index:
-    """Index the domain's reviews (all splits by default) and save the index atomically.
+    """Index the domain's reviews (by default every split the domains have, e.g. dev and test only for
+    books) and save the index atomically.
 
     ``documents`` indexes a ready list instead of SubjQA (tests, synthetic corpora). Nothing is
     written until every document is loaded and embedded, so a failed run keeps the old index; nor
@@ -174,6 +175,8 @@ def build_index(
     """
     domains = [domains] if isinstance(domains, str) else list(domains)
     name = name or index_name(domains)
+    if splits is None:  # the splits every domain has (an unknown domain: all, so that loading names the problem)
+        splits = [s for s in SPLITS if all(s in available_splits(settings.data_dir, d) for d in domains)] or SPLITS
     manifest: dict = {"domains": domains, "splits": list(splits), "created": datetime.now(timezone.utc).isoformat()}
     if documents is None:
         files = source_files(domains, splits, settings.data_dir)

@@ -410,3 +410,28 @@ def test_a_compressed_file_is_named_as_such(home, tmp_path):
     (tmp_path / "reviews.csv").write_bytes(b"\x1f\x8b" + zlib.compress(b"review_id,body\nr1,text\n"))
     with pytest.raises(QAError, match="looks like a gzip archive"):
         ingest(home, tmp_path / "reviews.csv", "gz", progress=False, embed=False)
+
+
+# ------------------------------------------------------------------ SubjQA domains with dev and test only (books, movies)
+
+
+def test_a_domain_with_only_dev_and_test_indexes_and_evaluates(tmp_path, monkeypatch, capsys, tiny_reader):
+    from tests.conftest import SPLIT_ROWS, write_subjqa
+
+    books = {split: [dict(r, domain="books") for r in SPLIT_ROWS[split]] for split in ("dev", "test")}
+    data_dir = write_subjqa(tmp_path / "subjqa", books, domain="books")
+    monkeypatch.setenv("QA_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
+    assert main(["index", "--domain", "books", "--no-embed"]) == 0
+    assert "into the memory index 'subjqa-books'" in capsys.readouterr().out
+    manifest = open_collection(Settings.from_env(), "subjqa-books").manifest
+    assert manifest["splits"] == ["dev", "test"] and manifest["documents"] == 5
+    out = tmp_path / "reports"
+    assert main(["eval", "retriever", "--domain", "books", "--retriever", "bm25", "--k", "1", "3", "--out", str(out / "retriever")]) == 0
+    assert json.loads((out / "retriever" / "report.json").read_text())["questions"] == 4
+    assert main(["eval", "pipeline", "--domain", "books", "--reader", str(tiny_reader), "--out", str(out / "pipeline")]) == 0
+    assert (out / "pipeline" / "report.md").is_file()
+    capsys.readouterr()
+    assert main(["eval", "reader", "--domain", "books", "--split", "train", "--reader", str(tiny_reader)]) == 2
+    err = capsys.readouterr().err
+    assert "No 'train' split for domain 'books'" in err and "Fix: use one of: dev, test." in err
