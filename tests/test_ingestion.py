@@ -435,3 +435,40 @@ def test_a_domain_with_only_dev_and_test_indexes_and_evaluates(tmp_path, monkeyp
     assert main(["eval", "reader", "--domain", "books", "--split", "train", "--reader", str(tiny_reader)]) == 2
     err = capsys.readouterr().err
     assert "No 'train' split for domain 'books'" in err and "Fix: use one of: dev, test." in err
+
+
+# ------------------------------------------------------------------ search servers
+
+
+@pytest.mark.opensearch
+def test_an_opensearch_collection_updates_behind_its_alias(opensearch_url, tmp_path):
+    import uuid
+
+    from qa_system.stores import delete_opensearch_index, opensearch_client
+
+    settings = Settings.from_env(home=tmp_path / "home", store="opensearch", opensearch_url=opensearch_url)
+    name = f"qa-ingest-test-{uuid.uuid4().hex[:8]}"
+    path = write_csv(tmp_path / "r.csv")
+    try:
+        first = ingest(settings, path, name, COLUMNS, progress=False)  # the test server has no k-NN: BM25 only
+        assert first.documents == first.passages == 4
+        write_csv(path, [REVIEWS[0], ("r2", "P1", "The screen is bright even in sunlight.", "4"), REVIEWS[2]])
+        update = ingest(settings, path, name, COLUMNS, sync=True, progress=False)
+        assert (update.changed, update.unchanged, update.deleted, update.passages) == (1, 2, 1, 3)
+        retrieval = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, name))
+        found = retrieval.run("bright sunlight", item_id="P1", top_k=2)["documents"]
+        assert found[0].id == "r2" and found[0].content.startswith("The screen is bright")
+        assert [d.id for d in retrieval.run("cable broke months", top_k=3)["documents"]] == []  # r4 went with --sync
+        info = next(c for c in list_collections(settings) if c.name == name)
+        assert (info.documents, info.passages, info.kind) == (3, 3, "ingested") and info.size_bytes > 0
+        before = opensearch_client(settings).indices.get_alias(name=name)
+        bad = tmp_path / "bad.csv"
+        bad.write_bytes(b"review_id,product,body\nr1,P1,ok\nr1,P1,again\n")
+        with pytest.raises(QAError, match="already used"):
+            ingest(settings, bad, name, COLUMNS, progress=False)
+        assert opensearch_client(settings).indices.get_alias(name=name) == before  # the same index serves
+        delete_collection(settings, name)
+        assert all(c.name != name for c in list_collections(settings))
+    finally:
+        delete_opensearch_index(settings, name)
+        opensearch_client(settings).indices.delete(index=f"{name}*", ignore_unavailable=True)
