@@ -20,9 +20,11 @@ from qa_system.config import Settings
 from qa_system.errors import check_count, check_number
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
+from qa_system.ingestion.labels import Labels
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.sources.squad import write_squad
+from qa_system.stores import Index
 
 
 def reader_label(model: str) -> str:
@@ -74,6 +76,13 @@ def _write(out_dir, title, records_by_system: dict[str, pd.DataFrame], questions
     return metrics
 
 
+def _source(domain: str, split: str, labels: Labels | None) -> dict:
+    """What the questions are, for a report's summary."""
+    if labels is None:
+        return {"domain": domain, "split": split}
+    return {"labels": str(labels.path), "collection": labels.collection}
+
+
 def evaluate_readers(
     settings: Settings,
     readers: Sequence[str],
@@ -83,22 +92,25 @@ def evaluate_readers(
     out_dir=None,
     limit: int | None = None,
     no_answer_threshold: float | None = None,
+    labels: Labels | None = None,
 ) -> dict:
-    """Each reader (model id or path) reads each question's own review."""
+    """Each reader (model id or path) reads each question's own review (``labels``: your own labelled questions instead of SubjQA's)."""
     top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
-    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
+    questions = (labels.questions if labels else load_subjqa(domain, split, settings.data_dir).questions)[:limit]
+    what = labels.title if labels else f"SubjQA {domain} {split}"
     records = {}
     for model in readers:
         reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model)
         records[reader_label(model)] = evaluate_reader(questions, reader, top_k=top_k)
     metrics = _write(
         out_dir,
-        f"Reader evaluation: SubjQA {domain} {split} (gold review)",
+        f"Reader evaluation: {what} (gold review)",
         records,
         questions,
-        {"domain": domain, "split": split, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backend": settings.reader_backend},
+        {**_source(domain, split, labels), "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backend": settings.reader_backend},
         [
+            *(labels.notes if labels else []),
             "Each reader is given the question's own review (reading alone, as in SQuAD evaluation).",
             "EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer \"\".",
             f"top-k: the best of the top {top_k} answers, the no-answer being one of the candidates.",
@@ -118,16 +130,20 @@ def evaluate_pipelines(
     out_dir=None,
     limit: int | None = None,
     no_answer_threshold: float | None = None,
+    labels: Labels | None = None,
+    index: Index | None = None,
 ) -> dict:
-    """Retriever (per-product and split filters) then each reader, over the domain's index."""
+    """Retriever (per-product and split filters) then each reader, over the domain's index (or ``index``,
+    e.g. a collection, with ``labels``: your own labelled questions)."""
     from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
 
     top_k_retriever, top_k = check_count(top_k_retriever, "top_k_retriever"), check_count(top_k, "top_k")
     limit = check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
-    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-    index = open_or_build_index(settings, domain, embeddings=retriever != "bm25")
+    questions = (labels.questions if labels else load_subjqa(domain, split, settings.data_dir).questions)[:limit]
+    what = labels.title if labels else f"SubjQA {domain} {split}"
+    index = index or open_or_build_index(settings, domain, embeddings=retriever != "bm25")
     retrieval = build_retrieval_pipeline(retriever, settings, index=index)
 
     def retrieve(question: LabelledQuestion):
@@ -138,17 +154,19 @@ def evaluate_pipelines(
         reader = ExtractiveReader(model=model, top_k=top_k, no_answer_threshold=no_answer_threshold, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model)
         records[f"{retriever}+{reader_label(model)}"] = evaluate_pipeline(questions, retrieve, reader, top_k=top_k)
     gold_retrieved = {system: float(r["gold_retrieved"].mean()) for system, r in records.items()}
+    filters = f"item_id and split = {split}" if labels is None else "item_id, when the label has one"
     metrics = _write(
         out_dir,
-        f"Pipeline evaluation: SubjQA {domain} {split} ({retriever} top-{top_k_retriever} + reader)",
+        f"Pipeline evaluation: {what} ({retriever} top-{top_k_retriever} + reader)",
         records,
         questions,
         {
-            "domain": domain, "split": split, "questions": len(questions), "retriever": retriever,
+            **_source(domain, split, labels), "index": index.name, "questions": len(questions), "retriever": retriever,
             "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "gold_review_retrieved": gold_retrieved,
         },
         [
-            f"Each question retrieves the top {top_k_retriever} reviews of its product (filters item_id and split = {split}) with {retriever}; the reader reads them all.",
+            *(labels.notes if labels else []),
+            f"Each question retrieves the top {top_k_retriever} reviews of its product (filters {filters}) with {retriever}; the reader reads them all.",
             f"Gold review among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}.",
             "EM and F1 as the official SQuAD v2.0 script (top-1, and best of top-k with the no-answer as a candidate).",
         ],
