@@ -166,7 +166,7 @@ def test_an_upload_is_read_from_a_file_object_with_progress(home, tmp_path):
 
 def long_text(words: int = 900) -> str:
     sentences = [f"Sentence {n} talks about feature number {n}." for n in range(words // 7)]
-    sentences[80] = "The hidden hinge is made of polished titanium and never squeaks."
+    sentences[len(sentences) * 2 // 3] = "The hidden hinge is made of polished titanium and never squeaks."
     return "  ".join(sentences) + "\n\nThe end."
 
 
@@ -472,3 +472,68 @@ def test_an_opensearch_collection_updates_behind_its_alias(opensearch_url, tmp_p
     finally:
         delete_opensearch_index(settings, name)
         opensearch_client(settings).indices.delete(index=f"{name}*", ignore_unavailable=True)
+
+
+# ------------------------------------------------------------------ evaluation on your own labels
+
+
+def test_csv_labels_name_the_collection_documents(home, tmp_path):
+    from qa_system.ingestion.labels import load_labels
+
+    ingest(home, write_csv(tmp_path / "r.csv"), "labelled", COLUMNS, embed=False, progress=False)
+    path = tmp_path / "labels.csv"
+    path.write_text("question,answer,document_id,item_id\nHow long does it last?,a whole week,r1,P1\nHow long does it last?,a week,r1,P1\n"
+                    "Is it loud?,,r3,\nWhat broke?,The cable broke,r4,P2\n", encoding="utf-8")
+    labels = load_labels(path, home, "labelled")
+    by_question = {q.question: q for q in labels.questions}
+    assert [(a.text, a.start) for a in by_question["How long does it last?"].answers] == [("a whole week", 24), ("a week", None)]
+    assert by_question["Is it loud?"].no_answer and by_question["Is it loud?"].item_id == "P2"  # the document's item
+    assert by_question["What broke?"].context == REVIEWS[3][2] and by_question["What broke?"].split is None
+    path.write_text("question,answer,document_id\nWhy?,because,r404\n", encoding="utf-8")
+    with pytest.raises(QAError, match="line 2: document 'r404' is not in collection 'labelled'"):
+        load_labels(path, home, "labelled")
+    path.write_text("question,reply,doc\nWhy?,because,r1\n", encoding="utf-8")
+    with pytest.raises(QAError, match="has no column.s. answer, document_id; its columns are: question, reply, doc"):
+        load_labels(path, home, "labelled")
+
+
+def squad_file(path, paragraphs):
+    data = [{"title": title, "paragraphs": [{"context": context, "qas": qas}]} for title, context, qas in paragraphs]
+    path.write_text(json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_long_reader(tmp_path_factory):
+    """A tiny random reader (its answers are noise, its offsets real) whose positions cover 384-token windows."""
+    from test_reading import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-long-reader"), max_positions=512)
+
+
+def test_squad_labels_round_trip_through_a_collection(home, tmp_path, tiny_long_reader, capsys, monkeypatch):
+    """The reader given each question's document from the collection (a long one put back together from its
+    passages) scores exactly as given the file's own contexts; the pipeline and retriever evaluate the collection."""
+    context = long_text(150)
+    answer = "polished titanium"
+    qas = [{"id": "q1", "question": "What is the hinge made of?", "answers": [{"text": answer, "answer_start": context.index(answer)}]},
+           {"id": "q2", "question": "Is it red?", "answers": [], "is_impossible": True}]
+    path = squad_file(tmp_path / "squad.json", [("HINGE", context, qas), ("OTHER", "Short review about the colour.", [])])
+    ingest(home, path, "round", IngestOptions(passage_words=20, passage_overlap=5), embed=False, progress=False)
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    outs = {}
+    for name, extra in (("direct", []), ("collection", ["--collection", "round"])):
+        outs[name] = tmp_path / name
+        assert main(["eval", "reader", "--labels", str(path), *extra, "--reader", str(tiny_long_reader), "--out", str(outs[name])]) == 0
+    direct, collected = (json.loads((outs[n] / "report.json").read_text()) for n in ("direct", "collection"))
+    scores = [{k: v for k, v in m.items() if k != "latency_ms"} for m in direct["metrics"]]
+    assert scores == [{k: v for k, v in m.items() if k != "latency_ms"} for m in collected["metrics"]] and direct["questions"] == 2
+    predictions = {n: json.loads(next(outs[n].glob("predictions-*.json")).read_text()) for n in outs}
+    assert predictions["direct"] == predictions["collection"]
+    assert main(["eval", "pipeline", "--collection", "round", "--labels", str(path), "--reader", str(tiny_long_reader), "--out", str(tmp_path / "p")]) == 0
+    assert main(["eval", "retriever", "--collection", "round", "--labels", str(path), "--retriever", "bm25", "--k", "1", "3", "--out", str(tmp_path / "r")]) == 0
+    strict = next(m for m in json.loads((tmp_path / "r" / "report.json").read_text())["metrics"] if m["definition"] == "strict" and m["group"] == "all")
+    assert strict["recall@3"] == 1.0  # the hinge question's passages belong to its document
+    capsys.readouterr()
+    assert main(["eval", "retriever", "--labels", str(path)]) == 2
+    assert "Retrieval is evaluated on a collection" in capsys.readouterr().err
