@@ -248,7 +248,7 @@ def ingest(
     reasons = _rebuild_reasons(saved, settings, embed, splitter_state)
     rebuild = bool(reasons)
     splitter = PassageSplitter(words, overlap)
-    embedder = document_embedder(settings.embedding_model, settings.batch_size) if embed else None
+    embedder = None  # loaded when the first batch needs it: an unchanged source loads no model
     staging_dir = settings.index_dir / "staging"
     staging_dir.mkdir(parents=True, exist_ok=True)
     remove_leftovers(staging_dir, collection)
@@ -263,8 +263,10 @@ def ingest(
             batch: list[Document] = []
 
             def flush() -> None:
+                nonlocal embedder
                 passages = splitter.run(batch)["documents"]
-                if embedder is not None:
+                if embed:
+                    embedder = embedder or document_embedder(settings.embedding_model, settings.batch_size)
                     began = time.perf_counter()
                     passages = embedder.run(documents=passages)["documents"]
                     report.embedding_s += time.perf_counter() - began
