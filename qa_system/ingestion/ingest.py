@@ -32,7 +32,7 @@ from haystack import Document
 
 from qa_system.config import INPUT_FORMATS, Settings
 from qa_system.errors import QAError, check_count
-from qa_system.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint, source_state
+from qa_system.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name
 from qa_system.ingestion.files import SUFFIXES, read_files
@@ -92,7 +92,7 @@ class IngestReport:
             f"Collection '{self.collection}' ({self.store}): {self.documents} documents in {self.passages} passages.",
             f"  {self.read} read from {self.source}: {self.added} added, {self.changed} changed, {self.unchanged} unchanged; "
             f"{self.deleted} deleted, {self.kept_missing} no longer in the source but kept" + ("" if not self.kept_missing else " (--sync deletes them)") + ".",
-            f"  {self.embedded} passages embedded; {self.seconds:.1f} s, {self.documents_per_s:.0f} documents/s"
+            f"  {self.embedded} passages embedded; {self.seconds:.1f} s, {self.documents_per_s:,.1f} documents/s"
             + (f" (embedding {self.embedding_s:.1f} s)" if self.embedding_s else "") + ".",
         ]
         skipped = [f"{n} {what}" for n, what in ((self.empty_rows, "empty rows"), (self.empty_texts, "empty texts"), (self.duplicates, "duplicate documents")) if n]
@@ -157,7 +157,7 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
         with path.open("rb") as binary:
             fmt = detect_format(path.name, binary, options.format)
             size = path.stat().st_size
-            state = {"source": str(path), "path": str(path.resolve()), **source_state([path])}
+            state = {"source": str(path), "path": str(path.resolve())}
             yield _Opened(_records(fmt, binary, str(path), options, counts), counts, str(path), fmt, lambda: binary.tell() / size if size else None, state)
         return
     binary = source
@@ -232,150 +232,168 @@ def ingest(
     .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
     hears an ``IngestProgress`` after every batch (the search page's progress bar).
     """
-    started = time.perf_counter()
-    check_collection_name(collection)
-    words = check_count(options.passage_words, "passage_words", 10)
-    overlap = check_count(options.passage_overlap, "passage_overlap", 0, words - 1)
-    splitter_state = {"words": words, "overlap": overlap}
-    vector_search = None
-    if settings.store == "opensearch":
-        # Without the k-NN plugin the index holds no vectors: BM25 only (as `index --domain` does).
-        vector_search = opensearch_has_knn(opensearch_client(settings))
-        embed = embed and vector_search
-    if settings.store == "faiss" and not embed:
-        raise QAError("A FAISS collection holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory.")
-    saved = _saved(settings, collection)
-    reasons = _rebuild_reasons(saved, settings, embed, splitter_state)
-    rebuild = bool(reasons)
-    splitter = PassageSplitter(words, overlap)
-    embedder = None  # loaded when the first batch needs it: an unchanged source loads no model
+    run = _Run(settings, collection, options, embed, on_progress)
     staging_dir = settings.index_dir / "staging"
     staging_dir.mkdir(parents=True, exist_ok=True)
     remove_leftovers(staging_dir, collection)
     fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(collection), suffix=".jsonl", dir=staging_dir)
     staging = Path(staging_name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as staged_file, open_source(source, options, name) as opened:
-            report = IngestReport(collection, settings.store, opened.name, notes=list(reasons))
-            seen: dict[str, str] = {}  # document id -> where it was read (for the duplicate-id message)
-            staged_documents: set[str] = set()
-            items: Counter = Counter()
-            batch: list[Document] = []
-
-            def flush() -> None:
-                nonlocal embedder
-                passages = splitter.run(batch)["documents"]
-                if embed:
-                    embedder = embedder or document_embedder(settings.embedding_model, settings.batch_size)
-                    began = time.perf_counter()
-                    passages = embedder.run(documents=passages)["documents"]
-                    report.embedding_s += time.perf_counter() - began
-                    report.embedded += len(passages)
-                for passage in passages:
-                    staged_file.write(json.dumps(passage.to_dict(flatten=False)) + "\n")
-                report.staged += len(passages)
-                staged_documents.update(d.id for d in batch)
-                batch.clear()
-                if on_progress is not None:
-                    on_progress(IngestProgress(report.read, report.embedded, opened.fraction()))
-
-            from tqdm.auto import tqdm
-
-            # disable=None: no bar when stderr is not a terminal (logs, tests), where the summary says it all.
-            with tqdm(desc=f"indexing {collection}", unit=" documents", disable=None if progress else True) as bar:
-                for record in opened.records:
-                    content_hash = record.content_hash()
-                    document_id = record.id or content_hash
-                    if document_id in seen:
-                        if record.id is not None:
-                            raise QAError(
-                                f"{record.where}: the id '{document_id}' was already used by {seen[document_id]}.",
-                                "give every document a unique --id-column value, or leave out --id-column to identify documents by their content.",
-                            )
-                        report.duplicates += 1
-                        continue
-                    seen[document_id] = record.where
-                    report.read += 1
-                    bar.update()
-                    if record.item_id is not None:
-                        items[record.item_id] += 1
-                    before = saved.documents.get(document_id)
-                    if before is not None and before[0] == content_hash:
-                        report.unchanged += 1
-                        if not rebuild:
-                            continue
-                    elif before is not None:
-                        report.changed += 1
-                    else:
-                        report.added += 1
-                    meta = {**record.meta, "content_hash": content_hash}
-                    if record.item_id is not None:
-                        meta["item_id"] = record.item_id
-                    batch.append(Document(id=document_id, content=record.text, meta=meta))
-                    if len(batch) >= BATCH:
-                        flush()
-                        bar.set_postfix(embedded=report.embedded, refresh=False)
-                if batch:
-                    flush()
-            counts = opened.counts
-            report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
-            if not seen:
-                skipped = f" ({counts.empty_rows} empty rows and {counts.empty_texts} empty texts skipped)" if counts.rows else ""
-                raise QAError(
-                    f"{opened.name} holds no documents{skipped}; collection '{collection}' was left as it was.",
-                    "check the file (and --text-column / --format), or pass a folder that holds .txt, .md, .html or .pdf files.",
-                )
-        return _finish(settings, collection, saved, seen, staged_documents, items, staging, report, opened, options, splitter_state,
-                       embed, sync, force, rebuild, vector_search, started)
+        with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name) as opened:
+            run.read(opened, staged, progress)
+        return run.commit(staging, opened, sync, force)
     finally:
         staging.unlink(missing_ok=True)
 
 
-def _finish(settings, collection, saved, seen, staged_documents, items, staging, report, opened, options, splitter_state,
-            embed, sync, force, rebuild, vector_search, started) -> IngestReport:
-    """After the whole source was read: the shrink guard, the manifest, and the commit (skipped when nothing changed)."""
-    vanished = [d for d in saved.documents if d not in seen]
-    drop = sync or rebuild
-    if drop:
-        report.deleted = len(vanished)
-    else:
-        report.kept_missing = len(vanished)
-        items.update(saved.documents[d][1] for d in vanished if saved.documents[d][1] is not None)
-    report.documents = len(seen) + (0 if drop else len(vanished))
-    if saved.documents and report.documents < MIN_KEPT_SHARE * len(saved.documents) and not force:
-        raise QAError(
-            f"The new data would leave {report.documents} documents where collection '{collection}' holds {len(saved.documents)}; it was left as it was.",
-            "check the source (a truncated file?), or pass --force to apply it anyway.",
-        )
-    replaced = (staged_documents & saved.documents.keys()) | (set(vanished) if drop else set())
-    now = datetime.now(timezone.utc).isoformat()
-    if saved.manifest is not None and not replaced and not report.staged:
-        report.passages = int(saved.manifest.get("documents", 0))
-        report.seconds = time.perf_counter() - started
-        report.notes.append("nothing changed: the collection was left as it was")
+class _Run:
+    """One ingestion: the source read batch by batch into a staging file, then the commit."""
+
+    def __init__(self, settings: Settings, collection: str, options: IngestOptions, embed: bool, on_progress: ProgressCallback | None):
+        self.started = time.perf_counter()
+        self.settings, self.collection, self.options, self.on_progress = settings, check_collection_name(collection), options, on_progress
+        words = check_count(options.passage_words, "passage_words", 10)
+        self.splitter_state = {"words": words, "overlap": check_count(options.passage_overlap, "passage_overlap", 0, words - 1)}
+        self.vector_search = None
+        if settings.store == "opensearch":
+            # Without the k-NN plugin the index holds no vectors: BM25 only (as `index --domain` does).
+            self.vector_search = opensearch_has_knn(opensearch_client(settings))
+            embed = embed and self.vector_search
+        if settings.store == "faiss" and not embed:
+            raise QAError("A FAISS collection holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory.")
+        self.embed = embed
+        self.saved = _saved(settings, collection)
+        self.reasons = _rebuild_reasons(self.saved, settings, embed, self.splitter_state)
+        self.rebuild = bool(self.reasons)
+        self.splitter = PassageSplitter(**self.splitter_state)
+        self.embedder = None  # loaded when the first batch needs it: an unchanged source loads no model
+        self.seen: dict[str, str] = {}  # document id -> where it was read (for the duplicate-id message)
+        self.staged_documents: set[str] = set()
+        self.items: Counter = Counter()
+        self.batch: list[Document] = []
+
+    def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.report = report = IngestReport(self.collection, self.settings.store, opened.name, notes=list(self.reasons))
+        # disable=None: no bar when stderr is not a terminal (logs, tests), where the summary says it all.
+        with tqdm(desc=f"indexing {self.collection}", unit=" documents", disable=None if progress else True) as bar:
+            for record in opened.records:
+                if self._add(record):
+                    bar.update()
+                if len(self.batch) >= BATCH:
+                    self._flush(staged, opened)
+                    bar.set_postfix(embedded=report.embedded, refresh=False)
+            if self.batch:
+                self._flush(staged, opened)
+        counts = opened.counts
+        report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
+        if not self.seen:
+            skipped = f" ({counts.empty_rows} empty rows and {counts.empty_texts} empty texts skipped)" if counts.rows else ""
+            raise QAError(
+                f"{opened.name} holds no documents{skipped}; collection '{self.collection}' was left as it was.",
+                "check the file (and --text-column / --format), or pass a folder that holds .txt, .md, .html or .pdf files.",
+            )
+
+    def _add(self, record: Record) -> bool:
+        """Count the record, and queue it when it is new or changed; False for a duplicate."""
+        report = self.report
+        content_hash = record.content_hash()
+        document_id = record.id or content_hash
+        if document_id in self.seen:
+            if record.id is not None:
+                raise QAError(
+                    f"{record.where}: the id '{document_id}' was already used by {self.seen[document_id]}.",
+                    "give every document a unique --id-column value, or leave out --id-column to identify documents by their content.",
+                )
+            report.duplicates += 1
+            return False
+        self.seen[document_id] = record.where
+        report.read += 1
+        if record.item_id is not None:
+            self.items[record.item_id] += 1
+        before = self.saved.documents.get(document_id)
+        if before is not None and before[0] == content_hash:
+            report.unchanged += 1
+            if not self.rebuild:
+                return True
+        elif before is not None:
+            report.changed += 1
+        else:
+            report.added += 1
+        meta = {**record.meta, "content_hash": content_hash}
+        if record.item_id is not None:
+            meta["item_id"] = record.item_id
+        self.batch.append(Document(id=document_id, content=record.text, meta=meta))
+        return True
+
+    def _flush(self, staged: IO[str], opened: _Opened) -> None:
+        """Split, embed and stage the queued documents."""
+        report = self.report
+        passages = self.splitter.run(self.batch)["documents"]
+        if self.embed:
+            self.embedder = self.embedder or document_embedder(self.settings.embedding_model, self.settings.batch_size)
+            began = time.perf_counter()
+            passages = self.embedder.run(documents=passages)["documents"]
+            report.embedding_s += time.perf_counter() - began
+            report.embedded += len(passages)
+        for passage in passages:
+            staged.write(json.dumps(passage.to_dict(flatten=False)) + "\n")
+        report.staged += len(passages)
+        self.staged_documents.update(d.id for d in self.batch)
+        self.batch.clear()
+        if self.on_progress is not None:
+            self.on_progress(IngestProgress(report.read, report.embedded, opened.fraction()))
+
+    def commit(self, staging: Path, opened: _Opened, sync: bool, force: bool) -> IngestReport:
+        """After the whole source was read: the shrink guard, the manifest, and the commit (skipped when nothing changed)."""
+        report, saved = self.report, self.saved
+        vanished = [d for d in saved.documents if d not in self.seen]
+        drop = sync or self.rebuild
+        if drop:
+            report.deleted = len(vanished)
+        else:
+            report.kept_missing = len(vanished)
+            self.items.update(saved.documents[d][1] for d in vanished if saved.documents[d][1] is not None)
+        report.documents = len(self.seen) + (0 if drop else len(vanished))
+        if saved.documents and report.documents < MIN_KEPT_SHARE * len(saved.documents) and not force:
+            raise QAError(
+                f"The new data would leave {report.documents} documents where collection '{self.collection}' holds {len(saved.documents)}; it was left as it was.",
+                "check the source (a truncated file?), or pass --force to apply it anyway.",
+            )
+        replaced = (self.staged_documents & saved.documents.keys()) | (set(vanished) if drop else set())
+        if saved.manifest is not None and not replaced and not report.staged:
+            report.passages = int(saved.manifest.get("documents", 0))
+            report.notes.append("nothing changed: the collection was left as it was")
+        else:
+            manifest = self._manifest(opened, staging)
+            replaced_passages = [p for d in replaced for p in saved.passage_ids(d)]
+            report.passages = commit(self.settings, self.collection, staging, replaced, replaced_passages, manifest, self.rebuild)
+        report.seconds = time.perf_counter() - self.started
         return report
-    manifest = {
-        **{k: v for k, v in (saved.manifest or {}).items() if k == "calibration"},  # fitted fusion / re-ranking stay
-        "input": {**opened.state, "format": opened.format, "options": options.as_dict()},
-        "splitter": splitter_state,
-        "created": (saved.manifest or {}).get("created", now),
-        "updated": now,
-        "source_documents": report.documents,
-        "item_counts": dict(items),
-        "machine": {"platform": platform.platform(), "python": platform.python_version()},
-    }
-    if vector_search is not None:
-        manifest["vector_search"] = vector_search
-    if embed:
-        manifest.update(embedding_model=settings.embedding_model, embedding_fingerprint=encoder_fingerprint(settings.embedding_model))
-        manifest["embedding_dim"] = _embedding_dim(staging) or (saved.manifest or {}).get("embedding_dim")
-    replaced_passages = [p for d in replaced for p in saved.passage_ids(d)]
-    report.seconds = time.perf_counter() - started
-    manifest["last_update"] = report.as_dict()
-    manifest["build_timings"] = {"total_s": report.seconds, "embedding_s": report.embedding_s}
-    report.passages = commit(settings, collection, staging, replaced, replaced_passages, manifest, rebuild)
-    report.seconds = time.perf_counter() - started
-    return report
+
+    def _manifest(self, opened: _Opened, staging: Path) -> dict:
+        old = self.saved.manifest or {}
+        now = datetime.now(timezone.utc).isoformat()
+        manifest = {
+            **{k: v for k, v in old.items() if k == "calibration"},  # fitted fusion / re-ranking stay
+            "input": {**opened.state, "format": opened.format, "options": self.options.as_dict()},
+            "splitter": self.splitter_state,
+            "created": old.get("created", now),
+            "updated": now,
+            "source_documents": self.report.documents,
+            "item_counts": dict(self.items),
+            "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        }
+        if self.vector_search is not None:
+            manifest["vector_search"] = self.vector_search
+        if self.embed:
+            manifest.update(embedding_model=self.settings.embedding_model, embedding_fingerprint=encoder_fingerprint(self.settings.embedding_model))
+            manifest["embedding_dim"] = _embedding_dim(staging) or old.get("embedding_dim")
+        seconds = time.perf_counter() - self.started
+        manifest["last_update"] = {**self.report.as_dict(), "seconds": seconds}
+        manifest["build_timings"] = {"total_s": seconds, "embedding_s": self.report.embedding_s}
+        return manifest
 
 
 def _embedding_dim(staging: Path) -> int | None:
