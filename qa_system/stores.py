@@ -294,18 +294,26 @@ def _save_faiss(index: Index, settings: Settings) -> None:
 # ---------------------------------------------------------------------------- elasticsearch
 
 
-def elasticsearch_store(settings: Settings, name: str):
-    """An ElasticsearchDocumentStore on ``settings.es_url``, after checking the server answers."""
+def elasticsearch_client(settings: Settings):
+    """An Elasticsearch client on ``settings.es_url``, after checking the server answers."""
     from elasticsearch import Elasticsearch
-    from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
 
     fix = "start it with `docker compose up -d elasticsearch` or set QA_ES_URL to a running server."
     try:
-        reachable = Elasticsearch(settings.es_url, request_timeout=5).ping()
+        client = Elasticsearch(settings.es_url, request_timeout=5)
+        reachable = client.ping()
     except Exception:  # the client raises many types for bad URLs and refused connections
         reachable = False
     if not reachable:
         raise QAError(f"Elasticsearch at {settings.es_url} is unreachable.", fix)
+    return Elasticsearch(settings.es_url, request_timeout=60)
+
+
+def elasticsearch_store(settings: Settings, name: str):
+    """An ElasticsearchDocumentStore on ``settings.es_url``, after checking the server answers."""
+    from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
+
+    elasticsearch_client(settings)
     return ElasticsearchDocumentStore(hosts=settings.es_url, index=name, embedding_similarity_function="cosine")
 
 

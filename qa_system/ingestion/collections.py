@@ -21,7 +21,7 @@ from qa_system.stores import (
     MANIFEST_KEY,
     Index,
     delete_opensearch_index,
-    elasticsearch_store,
+    elasticsearch_client,
     opensearch_client,
     saved_manifest,
     temporary_prefix,
@@ -91,7 +91,7 @@ def _size(path: Path) -> int:
 
 def _server_collections(settings: Settings) -> dict[str, tuple[dict, int | None]]:
     """{collection name: (manifest, store size in bytes)} of a search server's indices that qa-system wrote."""
-    client = opensearch_client(settings) if settings.store == "opensearch" else elasticsearch_store(settings, "qa-system-probe").client
+    client = opensearch_client(settings) if settings.store == "opensearch" else elasticsearch_client(settings)
     mappings = client.indices.get_mapping(index="*")
     sizes = {row["index"]: int(row.get("store.size") or 0) for row in client.cat.indices(format="json", bytes="b")}
     aliases = {concrete: sorted(entry.get("aliases", {})) for concrete, entry in client.indices.get_alias(index="*").items()}
@@ -145,7 +145,7 @@ def delete_collection(settings: Settings, name: str) -> CollectionInfo:
     elif settings.store == "opensearch":
         delete_opensearch_index(settings, name)
     else:
-        elasticsearch_store(settings, name).client.indices.delete(index=name)
+        elasticsearch_client(settings).indices.delete(index=name)
     return info
 
 

@@ -270,7 +270,7 @@ class _Run:
         self.seen: dict[str, str] = {}  # document id -> where it was read (for the duplicate-id message)
         self.staged_documents: set[str] = set()
         self.items: Counter = Counter()
-        self.batch: list[Document] = []
+        self.batch: list[tuple[str, str, dict]] = []  # (document id, text, metadata) of new and changed documents
 
     def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
         from tqdm.auto import tqdm
@@ -324,23 +324,25 @@ class _Run:
         meta = {**record.meta, "content_hash": content_hash}
         if record.item_id is not None:
             meta["item_id"] = record.item_id
-        self.batch.append(Document(id=document_id, content=record.text, meta=meta))
+        self.batch.append((document_id, record.text, meta))
         return True
 
     def _flush(self, staged: IO[str], opened: _Opened) -> None:
         """Split, embed and stage the queued documents."""
         report = self.report
-        passages = self.splitter.run(self.batch)["documents"]
+        passages = [passage for document in self.batch for passage in self.splitter.passages(*document)]
         if self.embed:
             self.embedder = self.embedder or document_embedder(self.settings.embedding_model, self.settings.batch_size)
             began = time.perf_counter()
-            passages = self.embedder.run(documents=passages)["documents"]
+            embedded = self.embedder.run(documents=[Document(id=p["id"], content=p["content"]) for p in passages])["documents"]
+            for passage, document in zip(passages, embedded):
+                passage["embedding"] = document.embedding
             report.embedding_s += time.perf_counter() - began
             report.embedded += len(passages)
         for passage in passages:
-            staged.write(json.dumps(passage.to_dict(flatten=False)) + "\n")
+            staged.write(json.dumps(passage) + "\n")
         report.staged += len(passages)
-        self.staged_documents.update(d.id for d in self.batch)
+        self.staged_documents.update(document_id for document_id, _, _ in self.batch)
         self.batch.clear()
         if self.on_progress is not None:
             self.on_progress(IngestProgress(report.read, report.embedded, opened.fraction()))
