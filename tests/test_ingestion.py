@@ -201,6 +201,25 @@ def test_an_answer_read_from_a_passage_maps_into_the_source_document(home, tmp_p
         assert document_id == "manual.txt" and text[begin:end] == answer.data
 
 
+def test_passages_are_those_of_haystacks_document_splitter():
+    import random
+
+    from haystack import Document
+    from haystack.components.preprocessors import DocumentSplitter
+
+    from qa_system.ingestion import PassageSplitter
+
+    rng = random.Random(1)
+    pieces = ["alpha", "beta.", "gamma\n", "delta  ", "eps!", "\n\nzeta", "eta,", "théta", "", " "]
+    for _ in range(200):
+        text = "".join(rng.choice(pieces) + (" " if rng.random() < 0.8 else "") for _ in range(rng.randint(50, 600)))
+        words = rng.randint(10, 40)
+        overlap = rng.randint(0, words - 1)
+        haystack = DocumentSplitter(split_by="word", split_length=words, split_overlap=overlap).run([Document(content=text)])["documents"]
+        expected = [(d.meta["split_idx_start"], d.content) for d in haystack if d.content.strip()]
+        assert PassageSplitter(words, overlap).spans(text) == (expected if len(haystack) > 1 else [(0, text)])
+
+
 def test_a_10_mb_document_is_split_into_passages(home, tmp_path):
     text = ("This long manual repeats itself about batteries and screens. " * 170_000)[:10_000_000]
     write_csv(tmp_path / "big.csv", [("big", "P", text, "1")])
