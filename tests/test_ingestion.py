@@ -259,7 +259,7 @@ def test_only_new_and_changed_documents_are_embedded(home, tmp_path):
     assert unchanged.embedded == 0 and unchanged.unchanged == 4 and digest(saved) == before
     write_csv(path, [REVIEWS[0], ("r2", "P1", "Its speakers crackle at high volume.", "2"), *REVIEWS[2:]])
     changed = ingest(home, path, "vec", COLUMNS, progress=False)
-    assert (changed.embedded, changed.changed, changed.unchanged) == (1, 1, 3)
+    assert (changed.embedded_documents, changed.embedded, changed.changed, changed.unchanged) == (1, 1, 1, 3)
     dense = build_retrieval_pipeline("dense", home, index=open_collection(home, "vec"))
     assert dense.run("Do the speakers crackle?", item_id="P1", top_k=1)["documents"][0].id == "r2"
 

@@ -112,7 +112,7 @@ def run_ingest_bench(
         progress(f"{label}: indexing {path.name} into '{collection}'")
         result = measure_ingest(settings, path, collection, embed)
         results.append({"run": label, "store": settings.store, "rows": result["read"], **{k: result[k] for k in (
-            "added", "changed", "unchanged", "embedded", "passages", "seconds", "embedding_s", "documents_per_s", "peak_rss_mb")}})
+            "added", "changed", "unchanged", "embedded_documents", "embedded", "passages", "seconds", "embedding_s", "documents_per_s", "peak_rss_mb")}})
         progress(f"  {results[-1]}")
     if not keep:
         for collection in {collection for _, _, collection, _ in runs}:

@@ -69,6 +69,7 @@ class IngestReport:
     deleted: int = 0
     kept_missing: int = 0  # gone from the source and kept (no sync)
     embedded: int = 0  # passages embedded by this run
+    embedded_documents: int = 0  # the documents they belong to
     staged: int = 0  # passages written by this run
     documents: int = 0  # in the collection after the run
     passages: int = 0
@@ -92,7 +93,7 @@ class IngestReport:
             f"Collection '{self.collection}' ({self.store}): {self.documents} documents in {self.passages} passages.",
             f"  {self.read} read from {self.source}: {self.added} added, {self.changed} changed, {self.unchanged} unchanged; "
             f"{self.deleted} deleted, {self.kept_missing} no longer in the source but kept" + ("" if not self.kept_missing else " (--sync deletes them)") + ".",
-            f"  {self.embedded} passages embedded; {self.seconds:.1f} s, {self.documents_per_s:,.1f} documents/s"
+            f"  {self.embedded_documents} documents embedded ({self.embedded} passages); {self.seconds:.1f} s, {self.documents_per_s:,.1f} documents/s"
             + (f" (embedding {self.embedding_s:.1f} s)" if self.embedding_s else "") + ".",
         ]
         skipped = [f"{n} {what}" for n, what in ((self.empty_rows, "empty rows"), (self.empty_texts, "empty texts"), (self.duplicates, "duplicate documents")) if n]
@@ -339,6 +340,7 @@ class _Run:
                 passage["embedding"] = document.embedding
             report.embedding_s += time.perf_counter() - began
             report.embedded += len(passages)
+            report.embedded_documents += len(self.batch)
         for passage in passages:
             staged.write(json.dumps(passage) + "\n")
         report.staged += len(passages)

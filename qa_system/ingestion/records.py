@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Union
 
@@ -38,7 +38,7 @@ class IngestOptions:
     passage_overlap: int = 40
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items()}
+        return asdict(self)
 
 
 @dataclass
