@@ -21,6 +21,7 @@ from qa_system.errors import QAError
 from qa_system.ingestion import (
     IngestOptions,
     delete_collection,
+    document_text,
     ingest,
     list_collections,
     open_collection,
@@ -199,6 +200,7 @@ def test_an_answer_read_from_a_passage_maps_into_the_source_document(home, tmp_p
     for answer in answers:
         document_id, begin, end = source_span(answer.document, answer.document_offset.start, answer.document_offset.end)
         assert document_id == "manual.txt" and text[begin:end] == answer.data
+        assert document_text(pipeline.index, document_id) == text  # where the page highlights it
 
 
 def test_passages_are_those_of_haystacks_document_splitter():

@@ -17,6 +17,7 @@ from pathlib import Path
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.indexing import ProgressCallback, open_or_build_index
+from qa_system.ingestion.splitting import source_text
 from qa_system.stores import (
     MANIFEST_KEY,
     Index,
@@ -166,3 +167,14 @@ def open_collection(settings: Settings, name: str, embeddings: bool = False, pro
     if manifest.get("domains") and manifest.get("source"):
         return open_or_build_index(settings, manifest["domains"], embeddings, progress, on_progress, name=name)
     return index or try_open_index(settings, name)
+
+
+def document_text(index: Index, document_id: str) -> str:
+    """The whole text of one document of ``index``, put back together from its passages (where the page
+    highlights an answer, at the offsets ``source_span`` gives)."""
+    passages = index.store.filter_documents(filters={"field": "meta.document_id", "operator": "==", "value": document_id})
+    if not passages:  # a SubjQA review, or a collection indexed before passages had a document_id
+        passages = index.store.filter_documents(filters={"field": "id", "operator": "==", "value": document_id})
+    if not passages:
+        raise QAError(f"No document '{document_id}' in collection '{index.name}'.", "pick a document id that `qa-system search --collection` shows.")
+    return source_text(passages)
