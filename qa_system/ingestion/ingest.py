@@ -277,6 +277,8 @@ class _Run:
         from tqdm.auto import tqdm
 
         self.report = report = IngestReport(self.collection, self.settings.store, opened.name, notes=list(self.reasons))
+        if self.vector_search is False:
+            report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
         # disable=None: no bar when stderr is not a terminal (logs, tests), where the summary says it all.
         with tqdm(desc=f"indexing {self.collection}", unit=" documents", disable=None if progress else True) as bar:
             for record in opened.records:
