@@ -50,6 +50,15 @@ def write_reviews_csv(settings: Settings, path: str | Path, rows: int, seed: int
     return path
 
 
+def process_peak_mb() -> float:
+    """This process's peak resident memory since it started its program: /proc's VmHWM. (ru_maxrss would
+    report the parent's, since Linux carries it across the fork and exec that start a spawned worker.)"""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return peak_rss_mb()
+
+
 def _ingest_in_this_process(settings: Settings, path: str, collection: str, embed: bool) -> dict:
     from qa_system.ingestion import IngestOptions, ingest
 
@@ -59,7 +68,7 @@ def _ingest_in_this_process(settings: Settings, path: str, collection: str, embe
     return {
         **report.as_dict(),
         "wall_s": time.perf_counter() - began,
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": process_peak_mb(),
     }
 
 
