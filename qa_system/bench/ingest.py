@@ -3,23 +3,24 @@
 The CSV is written from SubjQA's reviews, enlarged with synthetic ones made of real review
 sentences (``corpus.synthetic_reviews``), under column names of its own (``opinion_id``, ``asin``,
 ``opinion_text``, ``stars``), so that the ingestion reads it as a user's file. Each run ingests it
-into a fresh collection in a fresh process, whose peak resident memory is the figure (a process's
-peak, so one measurement per process).
+into a fresh collection in a fresh Python process that imports only the ingestion, whose peak
+resident memory is the figure.
 """
 
 from __future__ import annotations
 
 import csv
 import itertools
-import multiprocessing
-import time
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pandas as pd
 
 from qa_system.bench.corpus import SYNTHETIC_PRODUCT_SIZE, bench_questions, real_reviews, synthetic_reviews
-from qa_system.bench.measure import machine, peak_rss_mb
+from qa_system.bench.measure import machine
 from qa_system.config import Settings
 from qa_system.errors import check_count
 from qa_system.evaluation.report import write_report
@@ -50,32 +51,29 @@ def write_reviews_csv(settings: Settings, path: str | Path, rows: int, seed: int
     return path
 
 
-def process_peak_mb() -> float:
-    """This process's peak resident memory since it started its program: /proc's VmHWM. (ru_maxrss would
-    report the parent's, since Linux carries it across the fork and exec that start a spawned worker.)"""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return peak_rss_mb()
-
-
-def _ingest_in_this_process(settings: Settings, path: str, collection: str, embed: bool) -> dict:
-    from qa_system.ingestion import IngestOptions, ingest
-
-    options = IngestOptions(text_column="opinion_text", id_column="opinion_id", item_column="asin")
-    began = time.perf_counter()
-    report = ingest(settings, path, collection, options, embed=embed, progress=False)
-    return {
-        **report.as_dict(),
-        "wall_s": time.perf_counter() - began,
-        "peak_rss_mb": process_peak_mb(),
-    }
+# The worker: `qa-system index --input` as a program of its own, which prints its report and its peak
+# resident memory (/proc's VmHWM: ru_maxrss would carry the parent's across fork and exec).
+_WORKER = """
+import json, sys
+from pathlib import Path
+from qa_system.config import Settings
+from qa_system.ingestion import IngestOptions, ingest
+settings, path, collection, embed = Settings.from_env(**json.loads(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+options = IngestOptions(text_column="opinion_text", id_column="opinion_id", item_column="asin")
+report = ingest(settings, path, collection, options, embed=embed, progress=False)
+peak = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:"))
+print(json.dumps({**report.as_dict(), "peak_rss_mb": peak / 1024}))
+"""
 
 
 def measure_ingest(settings: Settings, path: str | Path, collection: str, embed: bool) -> dict:
-    """Ingest ``path`` into ``collection`` in a fresh process: its report, wall time and peak memory."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_ingest_in_this_process, (settings, str(path), collection, embed))
+    """Ingest ``path`` into ``collection`` in a fresh Python process: its report and peak memory (Linux)."""
+    overrides = json.dumps({"home": str(settings.home), "store": settings.store, "embedding_model": settings.embedding_model,
+                            "es_url": settings.es_url, "opensearch_url": settings.opensearch_url})
+    done = subprocess.run([sys.executable, "-c", _WORKER, overrides, str(path), collection, "1" if embed else "0"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the ingestion worker failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _change_one_row(source: Path, target: Path) -> None:
@@ -132,7 +130,7 @@ def run_ingest_bench(
         notes=[
             f"A CSV of SubjQA reviews enlarged with synthetic ones made of real review sentences, columns {', '.join(COLUMNS)}; "
             "`qa-system index --input` reads it with --text-column opinion_text --id-column opinion_id --item-column asin.",
-            "Each run is a fresh process: peak_rss_mb is that process's peak resident memory; seconds include loading the encoder.",
+            "Each run is a fresh Python process importing only the ingestion: peak_rss_mb is its peak resident memory (VmHWM); seconds include loading the encoder.",
             "The re-runs update the embedded collection: unchanged (nothing embedded or written), then with one row edited.",
         ],
     )
