@@ -101,6 +101,10 @@ def commit(settings: Settings, name: str, staging: Path, replaced: set[str], rep
         return manifest["documents"]
     if settings.store == "opensearch":
         return _commit_opensearch(settings, name, staging, replaced, manifest, rebuild)
+    return _commit_elasticsearch(settings, name, staging, replaced_passages, manifest, rebuild)
+
+
+def _commit_elasticsearch(settings: Settings, name: str, staging: Path, replaced_passages: list[str], manifest: dict, rebuild: bool) -> int:
     store = elasticsearch_store(settings, name)
     staged = set()
     for batch in staged_batches(staging):
