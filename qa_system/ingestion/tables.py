@@ -102,10 +102,10 @@ def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts
     columns = None
     with decoded(binary, name, encoding) as text:
         for number, line in enumerate(text, 1):
+            counts.rows += 1
             if not line.strip():
                 counts.empty_rows += 1
                 continue
-            counts.rows += 1
             try:
                 values = json.loads(line)
             except json.JSONDecodeError as error:
