@@ -301,6 +301,16 @@ def test_kill_9_while_saving_keeps_the_collection(home, tmp_path):
     assert sorted(p.name for p in saved.parent.iterdir()) == ["killed.json"]
 
 
+def test_a_damaged_collection_file_is_one_line_naming_the_fix(home, tmp_path):
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "damaged", COLUMNS, embed=False, progress=False)
+    saved = home.index_dir / "memory" / "damaged.json"
+    lines = saved.read_text(encoding="utf-8").splitlines(keepends=True)
+    saved.write_text("".join(lines[:2] + ["{broken\n"] + lines[3:]), encoding="utf-8")
+    with pytest.raises(QAError, match="collection 'damaged' is unreadable.*collections --delete damaged"):
+        ingest(home, path, "damaged", COLUMNS, embed=False, progress=False)
+
+
 # ------------------------------------------------------------------ collections
 
 

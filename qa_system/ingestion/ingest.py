@@ -191,9 +191,15 @@ def _saved(settings: Settings, collection: str) -> _Saved:
         raise QAError(f"'{collection}' is the SubjQA collection that `qa-system index --domain` builds.", "give your data another --collection name.")
     documents = {}
     if manifest is not None:
-        for passage_id, meta in saved_passages(settings, collection):
-            document_id = meta.get("document_id", passage_id)
-            documents.setdefault(document_id, (meta.get("content_hash"), meta.get("item_id"), int(meta.get("passages", 1))))
+        try:
+            for passage_id, meta in saved_passages(settings, collection):
+                document_id = meta.get("document_id", passage_id)
+                documents.setdefault(document_id, (meta.get("content_hash"), meta.get("item_id"), int(meta.get("passages", 1))))
+        except (ValueError, KeyError, TypeError) as error:  # a truncated or foreign file (JSONDecodeError is a ValueError)
+            raise QAError(
+                f"The saved collection '{collection}' is unreadable ({error}).",
+                f"delete it (`qa-system collections --delete {collection}`) and index the source again.",
+            ) from error
     return _Saved(manifest, documents)
 
 
