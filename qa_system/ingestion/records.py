@@ -18,8 +18,8 @@ from qa_system.errors import QAError
 
 # A source: a path (file or folder), or an open binary file (an upload) with a name to tell its kind.
 Source = Union[str, Path, IO[bytes]]
-# Longest text a single document may have; longer ones are refused with a clear message rather than
-# split into tens of thousands of passages by accident (10 MB documents are fine).
+# Longest text a single document may have (a 10 MB one becomes about 9,000 passages); a longer one is
+# refused with the limit in the message, before anything is split or embedded.
 MAX_DOCUMENT_CHARS = 32_000_000
 # Metadata keys that the index itself uses: a column of that name is kept as "<name>_column".
 RESERVED_META = ("document_id", "content_hash", "source_offset", "passage", "passages", "item_id", "id", "content", "embedding", "score")
