@@ -28,6 +28,11 @@ _EXPORTS = {
     "build_qa_pipeline": "qa_system.pipelines",
     "make_filters": "qa_system.retrieval",
     "evaluate_retrievers": "qa_system.evaluation.retrieval",
+    "ingest": "qa_system.ingestion",
+    "IngestOptions": "qa_system.ingestion",
+    "list_collections": "qa_system.ingestion",
+    "open_collection": "qa_system.ingestion",
+    "delete_collection": "qa_system.ingestion",
 }
 
 __all__ = sorted(_EXPORTS)

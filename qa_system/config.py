@@ -21,6 +21,8 @@ GENERATORS = ("smollm2", "hf", "openai")
 # Extractive reader backends: ONNX Runtime int8 (the default: fast on CPU, exported into the cache on
 # first use; see reading/onnx_cache.py) or PyTorch (the reference, and the fallback when no export can be built).
 READER_BACKENDS = ("onnx", "torch")
+# What `qa-system index --input` reads (see qa_system/ingestion): tables, JSON lines, SQuAD JSON, a folder of documents.
+INPUT_FORMATS = ("csv", "tsv", "jsonl", "squad", "files")
 DEFAULT_ES_URL = "http://localhost:9200"
 DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"

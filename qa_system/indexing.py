@@ -17,7 +17,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.sources import SPLITS, load_subjqa, source_files
+from qa_system.sources import SPLITS, available_splits, load_subjqa, source_files
 from qa_system.stores import (
     Index,
     discard_opensearch_index,
@@ -115,20 +115,9 @@ def embeddings_match(index: Index, settings: Settings) -> bool:
     return stored is None or stored == encoder_fingerprint(settings.embedding_model)
 
 
-def embed_documents(
-    documents: list[Document],
-    model: str,
-    batch_size: int = 32,
-    progress: bool = True,
-    on_progress: ProgressCallback | None = None,
-) -> list[Document]:
-    """Passage embeddings (unit length, so dot product = cosine in every store).
-
-    Embeds in chunks of ``EMBED_CHUNK`` batches so that a caller (the search page's progress bar)
-    hears ``on_progress(done, total)`` while the long first indexing runs.
-    """
+def document_embedder(model: str, batch_size: int = 32):
+    """A warmed-up passage embedder (unit-length vectors, so dot product = cosine in every store)."""
     from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersDocumentEmbedder
-    from tqdm.auto import tqdm
 
     embedder = SentenceTransformersDocumentEmbedder(
         model=model, batch_size=batch_size, progress_bar=False, normalize_embeddings=True
@@ -137,6 +126,24 @@ def embed_documents(
         embedder.warm_up()
     except (OSError, ValueError) as error:
         raise QAError(f"Could not load the embedding model '{model}' ({error}).", "pass a local model path or an id of the Hugging Face hub.") from error
+    return embedder
+
+
+def embed_documents(
+    documents: list[Document],
+    model: str,
+    batch_size: int = 32,
+    progress: bool = True,
+    on_progress: ProgressCallback | None = None,
+) -> list[Document]:
+    """Passage embeddings (see ``document_embedder``).
+
+    Embeds in chunks of ``EMBED_CHUNK`` batches so that a caller (the search page's progress bar)
+    hears ``on_progress(done, total)`` while the long first indexing runs.
+    """
+    from tqdm.auto import tqdm
+
+    embedder = document_embedder(model, batch_size)
     chunk = EMBED_CHUNK * batch_size
     embedded: list[Document] = []
     with tqdm(total=len(documents), desc="embedding", unit="review", disable=not progress) as bar:
@@ -151,7 +158,7 @@ def embed_documents(
 def build_index(
     settings: Settings,
     domains: str | Sequence[str] = "electronics",
-    splits: Sequence[str] = SPLITS,
+    splits: Sequence[str] | None = None,
     embed: bool = True,
     progress: bool = True,
     documents: list[Document] | None = None,
@@ -159,7 +166,8 @@ def build_index(
     on_progress: ProgressCallback | None = None,
     force: bool = False,
 ) -> Index:
-    """Index the domain's reviews (all splits by default) and save the index atomically.
+    """Index the domain's reviews (by default every split the domains have, e.g. dev and test only for
+    books) and save the index atomically.
 
     ``documents`` indexes a ready list instead of SubjQA (tests, synthetic corpora). Nothing is
     written until every document is loaded and embedded, so a failed run keeps the old index; nor
@@ -167,6 +175,8 @@ def build_index(
     """
     domains = [domains] if isinstance(domains, str) else list(domains)
     name = name or index_name(domains)
+    if splits is None:  # the splits every domain has (an unknown domain: all, so that loading names the problem)
+        splits = [s for s in SPLITS if all(s in available_splits(settings.data_dir, d) for d in domains)] or SPLITS
     manifest: dict = {"domains": domains, "splits": list(splits), "created": datetime.now(timezone.utc).isoformat()}
     if documents is None:
         files = source_files(domains, splits, settings.data_dir)

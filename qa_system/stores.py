@@ -12,9 +12,10 @@ import logging
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -57,7 +58,7 @@ def _memory_path(settings: Settings, name: str) -> Path:
     return settings.index_dir / "memory" / f"{name}.json"
 
 
-def _temporary_prefix(name: str) -> str:
+def temporary_prefix(name: str) -> str:
     """Hidden, and carrying the writer's PID, so that a later run can tell a dead writer's leftovers from a live one's."""
     return f".{name}.{os.getpid()}."
 
@@ -92,14 +93,16 @@ def remove_leftovers(directory: Path, name: str) -> list[Path]:
     return removed
 
 
-def _atomic_write_json(path: Path, data: dict) -> None:
+@contextmanager
+def atomic_file(path: Path):
+    """A temporary text file beside ``path`` that replaces it (synced, renamed) when the block succeeds; else it goes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(path.parent, path.name)
-    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path.name), suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; an index is as readable as any other file
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -146,11 +149,86 @@ def _load_memory(settings: Settings, name: str) -> Index | None:
     return Index("memory", name, store, manifest)
 
 
+# A saved memory index is one JSON object written a document per line, with the manifest last:
+#     {"type": ..., "init_parameters": {...}, "documents": [
+#     {document},
+#     {document}
+#     ],
+#     "qa_system": {manifest}}
+# json.load reads it whole (as it reads files of the older single-line layout); the line layout lets
+# ingestion stream the documents of a large index and read its manifest without parsing them.
+_DOCUMENTS_OPEN = ', "documents": ['
+_MANIFEST_OPEN = '],\n"' + MANIFEST_KEY + '": '
+
+
+def write_memory_index(settings: Settings, name: str, documents: Iterable[dict | str], manifest: dict) -> int:
+    """Write the memory index ``name`` atomically from ``documents`` (``Document.to_dict(flatten=False)``
+    dicts, or such dicts already as JSON text), streaming; the manifest's ``documents`` becomes the
+    number written, which is returned."""
+    header = json.dumps(new_memory_store(name).to_dict())
+    count = 0
+    with atomic_file(_memory_path(settings, name)) as handle:
+        handle.write(header[:-1] + _DOCUMENTS_OPEN)
+        for document in documents:
+            handle.write(",\n" if count else "\n")
+            handle.write(document if isinstance(document, str) else json.dumps(document))
+            count += 1
+        handle.write("\n" + _MANIFEST_OPEN + json.dumps({**manifest, "documents": count}) + "}\n")
+    return count
+
+
 def _save_memory(index: Index, settings: Settings) -> None:
-    data = index.store.to_dict()
-    data["documents"] = [doc.to_dict(flatten=False) for doc in index.store.storage.values()]
-    data[MANIFEST_KEY] = index.manifest
-    _atomic_write_json(_memory_path(settings, index.name), data)
+    documents = (doc.to_dict(flatten=False) for doc in index.store.storage.values())
+    write_memory_index(settings, index.name, documents, index.manifest)
+
+
+def _is_line_layout(path: Path) -> bool:
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        return handle.readline(1 << 20).rstrip("\n").endswith(_DOCUMENTS_OPEN)
+
+
+def memory_documents(settings: Settings, name: str) -> Iterator[str]:
+    """The saved memory index's documents as JSON text, one at a time (none when there is no such index)."""
+    path = _memory_path(settings, name)
+    if not path.exists():
+        return
+    if not _is_line_layout(path):  # the older single-line layout: read whole
+        with path.open(encoding="utf-8") as handle:
+            data = json.load(handle)
+        _checked_manifest(data)
+        yield from (json.dumps(d) for d in data["documents"])
+        return
+    with path.open(encoding="utf-8") as handle:
+        handle.readline()
+        for line in handle:
+            if line.startswith("],"):
+                return
+            yield line.rstrip("\n").removesuffix(",")
+    raise ValueError(f"{path} ends before its list of documents does")
+
+
+def _memory_manifest(path: Path) -> dict:
+    """The manifest of a saved memory index, read from its last line (line layout) or the whole file."""
+    if not _is_line_layout(path):
+        with path.open(encoding="utf-8") as handle:
+            return _checked_manifest(json.load(handle))
+    with path.open("rb") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        size, tail = 1 << 16, b""
+        while True:  # read back far enough to hold the whole last line
+            start = max(0, end - size)
+            handle.seek(start)
+            tail = handle.read(end - start)
+            found = tail.rfind(b"\n" + _MANIFEST_OPEN.encode())
+            if found >= 0 or start == 0:
+                break
+            size *= 4
+    if found < 0:
+        raise ValueError("no qa_system manifest: not written by qa-system")
+    manifest = json.loads(tail[found + 1 + len(_MANIFEST_OPEN) :].decode("utf-8").rstrip().removesuffix("}"))
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("documents"), int):
+        raise ValueError("no qa_system manifest: not written by qa-system")
+    return manifest
 
 
 # ---------------------------------------------------------------------------- faiss
@@ -197,12 +275,12 @@ def _save_faiss(index: Index, settings: Settings) -> None:
     directory = _faiss_dir(settings, index.name)
     directory.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(directory.parent, index.name)
-    staging = Path(tempfile.mkdtemp(prefix=_temporary_prefix(index.name), dir=directory.parent))
+    staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(index.name), dir=directory.parent))
     try:
         index.store.save(staging / "index")
         (staging / "manifest.json").write_text(json.dumps(index.manifest), encoding="utf-8")
         # Two renames: the old directory survives until the new one is complete.
-        retired = Path(tempfile.mkdtemp(prefix=_temporary_prefix(index.name), suffix=".old", dir=directory.parent))
+        retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(index.name), suffix=".old", dir=directory.parent))
         retired.rmdir()
         if directory.exists():
             directory.rename(retired)
@@ -216,18 +294,26 @@ def _save_faiss(index: Index, settings: Settings) -> None:
 # ---------------------------------------------------------------------------- elasticsearch
 
 
-def elasticsearch_store(settings: Settings, name: str):
-    """An ElasticsearchDocumentStore on ``settings.es_url``, after checking the server answers."""
+def elasticsearch_client(settings: Settings):
+    """An Elasticsearch client on ``settings.es_url``, after checking the server answers."""
     from elasticsearch import Elasticsearch
-    from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
 
     fix = "start it with `docker compose up -d elasticsearch` or set QA_ES_URL to a running server."
     try:
-        reachable = Elasticsearch(settings.es_url, request_timeout=5).ping()
+        client = Elasticsearch(settings.es_url, request_timeout=5)
+        reachable = client.ping()
     except Exception:  # the client raises many types for bad URLs and refused connections
         reachable = False
     if not reachable:
         raise Unavailable(f"Elasticsearch at {settings.es_url} is unreachable.", fix)
+    return Elasticsearch(settings.es_url, request_timeout=60)
+
+
+def elasticsearch_store(settings: Settings, name: str):
+    """An ElasticsearchDocumentStore on ``settings.es_url``, after checking the server answers."""
+    from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
+
+    elasticsearch_client(settings)
     return ElasticsearchDocumentStore(hosts=settings.es_url, index=name, embedding_similarity_function="cosine")
 
 
@@ -436,23 +522,30 @@ def try_open_index(settings: Settings, name: str) -> Index | None:
     return _LOADERS[settings.store](settings, name)
 
 
-def saved_document_count(settings: Settings, name: str) -> int | None:
-    """How many documents the saved index ``name`` holds (None when there is none), from its manifest.
+def saved_manifest(settings: Settings, name: str) -> dict | None:
+    """The manifest of the saved index ``name`` (None when there is none); a memory index's is read
+    from its last line, without loading its documents."""
+    if settings.store != "memory":
+        index = try_open_index(settings, name)
+        return None if index is None else index.manifest
+    path = _memory_path(settings, name)
+    if not path.exists():
+        return None
+    try:
+        return _memory_manifest(path)
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
+        raise QAError(f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path}).") from error
 
-    A memory index is read as JSON only: building its documents and store just to count them
-    would double the cost of every re-index.
-    """
-    if settings.store == "memory":
-        path = _memory_path(settings, name)
-        if not path.exists():
-            return None
-        try:
-            with path.open(encoding="utf-8") as handle:
-                return _checked_manifest(json.load(handle))["documents"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+
+def saved_document_count(settings: Settings, name: str) -> int | None:
+    """How many documents the saved index ``name`` holds (None when there is none), from its manifest."""
+    try:
+        manifest = saved_manifest(settings, name)
+    except QAError:
+        if settings.store == "memory":
             return None  # an unreadable index is no good index to protect
-    index = try_open_index(settings, name)
-    return None if index is None else int(index.manifest.get("documents", 0))
+        raise
+    return None if manifest is None else int(manifest.get("documents", 0))
 
 
 def save_index(index: Index, settings: Settings) -> None:

@@ -161,7 +161,7 @@ def test_a_crash_while_saving_keeps_the_old_index(indexed_cli, monkeypatch):
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(stores.json, "dump", crash)
+    monkeypatch.setattr(stores.json, "dumps", crash)  # the index is written a document at a time
     with pytest.raises(OSError):
         main(["index", "--no-embed"])
     assert index_digest(indexed_cli) == before

@@ -56,3 +56,26 @@ def test_reindex_keeps_documents(es_settings, es_index):
     build_index(es_settings, "electronics", progress=False, name=es_index.name)
     assert open_index(es_settings, name=es_index.name).store.count_documents() == 8
 
+
+
+def test_an_ingested_collection_updates_in_place(es_settings, tmp_path):
+    from qa_system.ingestion import IngestOptions, delete_collection, ingest, list_collections, open_collection
+
+    name = f"qa-ingest-test-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "r.csv"
+    path.write_text("id,item,text\nr1,P1,Great battery that lasts a week.\nr2,P1,The screen is dim.\nr3,P2,Deep bass.\n", encoding="utf-8")
+    options = IngestOptions(id_column="id", item_column="item")
+    try:
+        assert ingest(es_settings, path, name, options, progress=False).embedded == 3
+        path.write_text("id,item,text\nr1,P1,Great battery that lasts a week.\nr2,P1,The screen is bright in sunlight.\n", encoding="utf-8")
+        report = ingest(es_settings, path, name, options, sync=True, progress=False)
+        assert (report.embedded, report.changed, report.deleted, report.passages) == (1, 1, 1, 2)
+        bm25 = build_retrieval_pipeline("bm25", es_settings, index=open_collection(es_settings, name))
+        assert bm25.run("bright sunlight", item_id="P1", top_k=1)["documents"][0].id == "r2"
+        assert next(c for c in list_collections(es_settings) if c.name == name).documents == 2
+        delete_collection(es_settings, name)
+        assert all(c.name != name for c in list_collections(es_settings))
+    finally:
+        from qa_system.stores import elasticsearch_store
+
+        elasticsearch_store(es_settings, name).client.indices.delete(index=name, ignore_unavailable=True)

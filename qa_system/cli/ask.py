@@ -6,16 +6,15 @@ import argparse
 import sys
 import textwrap
 
-from qa_system.cli.options import DEFAULT_ITEM, Options, count, number, settings_from_args
+from qa_system.cli.options import DEFAULT_ITEM, Options, count, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS
 
 
 def cmd_search(args: argparse.Namespace) -> None:
-    from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
 
     settings = settings_from_args(args)
-    index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
+    index = open_index_for(args, settings, embeddings=args.retriever != "bm25")
     pipeline = build_retrieval_pipeline(args.retriever, settings, index=index, rerank=args.rerank)
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k)
     documents = result["documents"]
@@ -24,8 +23,17 @@ def cmd_search(args: argparse.Namespace) -> None:
     for rank, document in enumerate(documents, 1):
         meta = document.meta
         snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
-        print(f"\n{rank}. score {document.score:.3f}  review {meta.get('review_id')}  ({meta.get('item_id')}, {meta.get('split')})")
+        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {meta['split']})" if meta.get("split") else ")"))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
+
+
+def document_label(document) -> str:
+    """``review R`` for SubjQA, ``document D`` for a collection's (with the passage's offset in it when split)."""
+    meta = document.meta
+    if meta.get("review_id"):
+        return f"review {meta['review_id']}"
+    where = f" (from character {meta['source_offset']})" if meta.get("passages", 1) > 1 else ""
+    return f"document {meta.get('document_id', document.id)}{where}"
 
 
 def highlight(text: str, start: int, end: int, tty: bool) -> str:
@@ -35,11 +43,10 @@ def highlight(text: str, start: int, end: int, tty: bool) -> str:
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
-    from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_qa_pipeline
 
     settings = settings_from_args(args)
-    index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
+    index = open_index_for(args, settings, embeddings=args.retriever != "bm25")
     pipeline = build_qa_pipeline(args.retriever, settings, index=index, answer_stage=args.mode, rerank=args.rerank)
     if args.mode == "rag":
         _ask_rag(pipeline, args)
@@ -61,7 +68,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
         begin = max(0, span.start - args.context)
         end = min(len(document.content), span.end + args.context)
         context = highlight(document.content[begin:end], span.start - begin, span.end - begin, tty)
-        print(f"\n{rank}. {answer.data}  score {answer.score:.2f}  review {document.meta.get('review_id')}")
+        print(f"\n{rank}. {answer.data}  score {answer.score:.2f}  {document_label(document)}")
         print(textwrap.indent(("..." if begin else "") + context + ("..." if end < len(document.content) else ""), "   "))
 
 
@@ -95,7 +102,7 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
         for document in documents:
             # shorten needs room for its " ..." placeholder: --context 0 still shows a stub of each review.
             snippet = textwrap.shorten(document.content or "", width=max(2 * args.context, 10), placeholder=" ...")
-            print(f"[{document.meta['source_index']}] review {document.meta.get('review_id')}  ({document.meta.get('item_id')})")
+            print(f"[{document.meta['source_index']}] {document_label(document)}  ({document.meta.get('item_id')})")
             print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
 
 
@@ -104,6 +111,7 @@ def register(commands, options: Options) -> None:
     p = commands.add_parser("search", parents=[options.common], help="print the reviews a retriever ranks for a question")
     p.add_argument("question")
     options.domain(p)
+    options.collection(p)
     p.add_argument("--item", help=f"product (item_id) to search, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
@@ -115,6 +123,7 @@ def register(commands, options: Options) -> None:
     p = commands.add_parser("ask", parents=[options.common, options.generation], help="answer a question about a product from its reviews")
     p.add_argument("question")
     options.domain(p)
+    options.collection(p)
     p.add_argument("--item", help=f"product (item_id) to ask about, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")

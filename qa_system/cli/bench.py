@@ -53,7 +53,25 @@ def cmd_bench_api(args: argparse.Namespace) -> None:
     print(f"Report written to {args.out}/ (report.json, report.csv, report.md, server-*.log)")
 
 
+def cmd_bench_ingest(args: argparse.Namespace) -> None:
+    from qa_system.bench.ingest import run_ingest_bench
+
+    table = run_ingest_bench(
+        settings_from_args(args), args.out, args.rows, args.embed_rows, args.seed, args.keep, progress=lambda message: print(message, file=sys.stderr, flush=True)
+    )
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    print(f"Report written to {args.out}/ (report.json, report.csv, report.md)")
+
+
 def register(commands, options: Options) -> None:
+    p = commands.add_parser("bench-ingest", parents=[options.common], help="documents/s and peak memory of `index --input` on a large CSV of reviews")
+    p.add_argument("--rows", type=count("--rows"), default=100_000, help="reviews in the CSV (real SubjQA ones, then synthetic)")
+    p.add_argument("--embed-rows", type=count("--embed-rows", 0), help="rows indexed with embeddings too (default: all; 0: none), then re-run unchanged and with one row changed")
+    p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the synthetic reviews")
+    p.add_argument("--keep", action="store_true", help="keep the benchmark's collections (default: deleted at the end)")
+    p.add_argument("--out", type=Path, default=Path("reports/bench-ingest"))
+    p.set_defaults(func=cmd_bench_ingest)
+
     p = commands.add_parser("bench", parents=[options.common], help="measure indexing, retrieval, reader and end-to-end speed beside Haystack's stock components")
     p.add_argument("--sizes", nargs="+", type=count("--sizes"), default=[1000, 10000, 100000], help="corpus sizes in reviews")
     p.add_argument("--queries", type=count("--queries"), default=200, help="questions for retrieval and end-to-end timing")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from qa_system.cli.options import Options, count, number, settings_from_args
 from qa_system.config import RETRIEVERS
+from qa_system.errors import QAError
 
 
 def _print_answer_metrics(result: dict, out: Path) -> None:
@@ -18,12 +19,36 @@ def _print_answer_metrics(result: dict, out: Path) -> None:
     print(f"Report written to {out}/ (report.json, report.csv, report.md, em_f1.png, predictions-*.json, gold.json)")
 
 
+def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, needs_index: bool = True):
+    """(labels, index, domain): a SubjQA --domain; a SubjQA --collection; or --labels FILE on --collection NAME.
+
+    The reader alone needs no index: SQuAD labels without a collection give it their own contexts.
+    """
+    from qa_system.ingestion import collection_manifest, open_collection
+    from qa_system.ingestion.labels import load_labels
+
+    if args.collection is None and args.labels is None:
+        return None, None, args.domain[0]
+    if args.domain:
+        raise QAError("--domain names SubjQA's labels, --collection / --labels your own.", "pass one of them.")
+    if args.labels is None:
+        manifest = collection_manifest(settings, args.collection)
+        if not manifest.get("domains"):
+            raise QAError(f"Collection '{args.collection}' has no labels of its own.", "pass --labels FILE (CSV question,answer,document_id[,item_id], or SQuAD JSON).")
+        return None, open_collection(settings, args.collection, embeddings), manifest["domains"][0]
+    if args.collection is None and needs_index:
+        raise QAError("Retrieval is evaluated on a collection.", "add --collection NAME (index the labelled documents with `qa-system index --input FILE --collection NAME`).")
+    labels = load_labels(args.labels, settings, args.collection)
+    return labels, open_collection(settings, args.collection, embeddings) if needs_index else None, None
+
+
 def cmd_eval_reader(args: argparse.Namespace) -> None:
     from qa_system.evaluation.answering import evaluate_readers
 
     settings = settings_from_args(args)
     readers = args.reader or [settings.reader_model]
-    result = evaluate_readers(settings, readers, args.domain[0], args.split, args.top_k, args.out, args.limit, args.no_answer_threshold, file=args.file)
+    labels, _, domain = _what_to_evaluate(args, settings, embeddings=False, needs_index=False)
+    result = evaluate_readers(settings, readers, domain, args.split, args.top_k, args.out, args.limit, args.no_answer_threshold, file=args.file, labels=labels)
     _print_answer_metrics(result, args.out)
 
 
@@ -32,9 +57,10 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
 
     settings = settings_from_args(args)
     readers = args.reader or [settings.reader_model]
+    labels, index, domain = _what_to_evaluate(args, settings, embeddings=args.retriever != "bm25")
     result = evaluate_pipelines(
-        settings, readers, args.retriever, args.domain[0], args.split, args.top_k_retriever, args.top_k,
-        args.out, args.limit, args.no_answer_threshold,
+        settings, readers, args.retriever, domain, args.split, args.top_k_retriever, args.top_k,
+        args.out, args.limit, args.no_answer_threshold, labels=labels, index=index,
     )
     _print_answer_metrics(result, args.out)
 
@@ -54,8 +80,10 @@ def cmd_eval_rag(args: argparse.Namespace) -> None:
 def cmd_eval_retriever(args: argparse.Namespace) -> None:
     from qa_system.evaluation.retrieval import evaluate_retrievers
 
+    settings = settings_from_args(args)
+    labels, index, domain = _what_to_evaluate(args, settings, embeddings=any(not r.startswith("bm25") for r in args.retriever))
     result = evaluate_retrievers(
-        settings_from_args(args), args.domain[0], args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit, tuned_model=args.tuned_model
+        settings, domain, args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit, tuned_model=args.tuned_model, labels=labels, index=index
     )
     for note in result["notes"]:
         print(note)
@@ -81,8 +109,15 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
 def register(commands, options: Options) -> None:
     evaluation = commands.add_parser("eval", help="evaluate a stage on a labelled split and write a report")
     stages = evaluation.add_subparsers(dest="stage", required=True)
+
+    def own_labels(p: argparse.ArgumentParser) -> None:
+        options.collection(p)
+        p.add_argument("--labels", type=Path, help="your labels: CSV (question,answer,document_id[,item_id]; empty answer = none) or SQuAD JSON, "
+                                                   "their documents in --collection")
+
     p = stages.add_parser("retriever", parents=[options.common], help="recall@k, MRR, MAP (strict and chapter definitions)")
     options.domain(p)
+    own_labels(p)
     p.add_argument("--split", default="test")
     p.add_argument(
         "--retriever", nargs="+", default=list(RETRIEVERS), metavar="VARIANT",
@@ -96,6 +131,7 @@ def register(commands, options: Options) -> None:
 
     def answer_eval_options(p: argparse.ArgumentParser, out: str) -> None:
         options.domain(p)
+        own_labels(p)
         p.add_argument("--split", default="test")
         p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
         p.add_argument("--top-k", type=count("--top-k"), default=3, help="answers per question (top-k EM/F1)")

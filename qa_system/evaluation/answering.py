@@ -20,10 +20,12 @@ from qa_system.config import Settings
 from qa_system.errors import check_count, check_number
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
+from qa_system.ingestion.labels import Labels
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.sources.qa_files import labelled_questions, read_qa_file
 from qa_system.sources.squad import write_squad
+from qa_system.stores import Index
 
 
 def reader_label(model: str) -> str:
@@ -75,6 +77,13 @@ def _write(out_dir, title, records_by_system: dict[str, pd.DataFrame], questions
     return metrics
 
 
+def _source(domain: str, split: str, labels: Labels | None) -> dict:
+    """What the questions are, for a report's summary."""
+    if labels is None:
+        return {"domain": domain, "split": split}
+    return {"labels": str(labels.path), "collection": labels.collection}
+
+
 def evaluate_readers(
     settings: Settings,
     readers: Sequence[str],
@@ -85,22 +94,27 @@ def evaluate_readers(
     limit: int | None = None,
     no_answer_threshold: float | None = None,
     file: str | Path | None = None,
+    labels: Labels | None = None,
 ) -> dict:
     """Each reader (model id or path) reads each question's own review.
 
-    With ``file`` (SQuAD v1.1 / v2.0 JSON or MRQA JSON lines, e.g. the held-out SQuADShifts slice
-    of ``squad.split_held_out``) the questions are that file's, each read with its own context,
-    instead of SubjQA's ``domain`` and ``split``.
+    With ``labels`` the questions are your own labelled questions (``--collection --labels``);
+    with ``file`` (SQuAD v1.1 / v2.0 JSON or MRQA JSON lines, e.g. the held-out SQuADShifts slice
+    of ``squad.split_held_out``) they are that file's, each read with its own context; else
+    SubjQA's ``domain`` and ``split``.
     """
     top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
-    if file is None:
+    if labels is not None:
+        questions, source, summary = labels.questions[:limit], labels.title, _source(domain, split, labels)
+    elif file is None:
         questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-        source, summary = f"SubjQA {domain} {split}", {"domain": domain, "split": split}
+        source, summary = f"SubjQA {domain} {split}", _source(domain, split, None)
     else:
         examples, read = read_qa_file(file)
         questions = labelled_questions(examples, Path(file).name)[:limit]
         source, summary = f"{Path(file).name} ({read.format})", {"file": str(file), "format": read.format}
+    gold = "context" if file is not None and labels is None else "review"
     records, backends = {}, {}
     for model in readers:
         reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
@@ -108,12 +122,13 @@ def evaluate_readers(
         backends[reader_label(model)] = reader.active_backend
     metrics = _write(
         out_dir,
-        f"Reader evaluation: {source} (gold {'review' if file is None else 'context'})",
+        f"Reader evaluation: {source} (gold {gold})",
         records,
         questions,
         {**summary, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
         [
-            f"Each reader is given the question's own {'review' if file is None else 'context'} (reading alone, as in SQuAD evaluation).",
+            *(labels.notes if labels else []),
+            f"Each reader is given the question's own {gold} (reading alone, as in SQuAD evaluation).",
             "EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer \"\".",
             f"top-k: the best of the top {top_k} answers, the no-answer being one of the candidates.",
         ],
@@ -132,16 +147,20 @@ def evaluate_pipelines(
     out_dir=None,
     limit: int | None = None,
     no_answer_threshold: float | None = None,
+    labels: Labels | None = None,
+    index: Index | None = None,
 ) -> dict:
-    """Retriever (per-product and split filters) then each reader, over the domain's index."""
+    """Retriever (per-product and split filters) then each reader, over the domain's index (or ``index``,
+    e.g. a collection, with ``labels``: your own labelled questions)."""
     from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
 
     top_k_retriever, top_k = check_count(top_k_retriever, "top_k_retriever"), check_count(top_k, "top_k")
     limit = check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
-    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-    index = open_or_build_index(settings, domain, embeddings=retriever != "bm25")
+    questions = (labels.questions if labels else load_subjqa(domain, split, settings.data_dir).questions)[:limit]
+    what = labels.title if labels else f"SubjQA {domain} {split}"
+    index = index or open_or_build_index(settings, domain, embeddings=retriever != "bm25")
     retrieval = build_retrieval_pipeline(retriever, settings, index=index)
 
     def retrieve(question: LabelledQuestion):
@@ -153,18 +172,20 @@ def evaluate_pipelines(
         records[f"{retriever}+{reader_label(model)}"] = evaluate_pipeline(questions, retrieve, reader, top_k=top_k)
         backends[f"{retriever}+{reader_label(model)}"] = reader.active_backend
     gold_retrieved = {system: float(r["gold_retrieved"].mean()) for system, r in records.items()}
+    filters = f"item_id and split = {split}" if labels is None else "item_id, when the label has one"
     metrics = _write(
         out_dir,
-        f"Pipeline evaluation: SubjQA {domain} {split} ({retriever} top-{top_k_retriever} + reader)",
+        f"Pipeline evaluation: {what} ({retriever} top-{top_k_retriever} + reader)",
         records,
         questions,
         {
-            "domain": domain, "split": split, "questions": len(questions), "retriever": retriever,
+            **_source(domain, split, labels), "index": index.name, "questions": len(questions), "retriever": retriever,
             "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "reader_backends": backends,
             "gold_review_retrieved": gold_retrieved,
         },
         [
-            f"Each question retrieves the top {top_k_retriever} reviews of its product (filters item_id and split = {split}) with {retriever}; the reader reads them all.",
+            *(labels.notes if labels else []),
+            f"Each question retrieves the top {top_k_retriever} reviews of its product (filters {filters}) with {retriever}; the reader reads them all.",
             f"Gold review among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}.",
             "EM and F1 as the official SQuAD v2.0 script (top-1, and best of top-k with the no-answer as a candidate).",
         ],

@@ -70,7 +70,8 @@ def _squash(text: str) -> str:
 
 def relevant_ranks(question: LabelledQuestion, documents: list[Document]) -> dict[str, list[int]]:
     """1-based ranks of the relevant documents among ``documents``, per definition."""
-    strict = [r for r, d in enumerate(documents, 1) if d.meta.get("review_id") == question.review_id]
+    # A collection's documents have no review_id: their document_id (shared by a long document's passages) is the key.
+    strict = [r for r, d in enumerate(documents, 1) if d.meta.get("document_id", d.meta.get("review_id")) == question.review_id]
     answers = [_squash(a.text) for a in question.answers if a.text.strip()]
     chapter = [r for r, d in enumerate(documents, 1) if any(a in _squash(d.content or "") for a in answers)]
     return {"strict": strict, "chapter": chapter}
@@ -205,8 +206,11 @@ def evaluate_retrievers(
     out_dir=None,
     limit: int | None = None,
     tuned_model: str | Path | None = None,
+    labels=None,
+    index=None,
 ) -> dict:
-    """Evaluate retriever variants (``VARIANTS``) on a labelled split (building the domain's index if there is none).
+    """Evaluate retriever variants (``VARIANTS``) on a labelled split (building the domain's index if there is none),
+    or on your own ``labels`` (``ingestion.labels.Labels``) over ``index`` (their collection).
 
     ``tuned_model``: the fine-tuned encoder of the ``-ft`` variants (default models/retriever-minilm-subjqa).
     A variant whose passage encoder differs from the configured one reads its own index
@@ -215,6 +219,7 @@ def evaluate_retrievers(
     Returns {"metrics": DataFrame, "records": {variant: DataFrame}, "timings": DataFrame, "notes":
     [fitted parameters in force]} and writes the report to ``out_dir`` when given.
     """
+    from qa_system.errors import QAError
     from qa_system.evaluation.report import write_report
     from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
@@ -226,15 +231,18 @@ def evaluate_retrievers(
     ks = sorted({check_count(k, "k") for k in ks})
     limit = check_count(limit, "limit", optional=True)
     variants = [Variant.parse(name) for name in retrievers]
-    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-    index = open_or_build_index(settings, domain, embeddings=any(v.retriever != "bm25" for v in variants))
+    if labels is not None and any(v.tuned for v in variants):
+        raise QAError("The -ft variants compare encoders on a SubjQA domain's index.", "evaluate a collection with bm25, dense, hybrid (+rerank).")
+    questions = (labels.questions if labels else load_subjqa(domain, split, settings.data_dir).questions)[:limit]
+    index = index or open_or_build_index(settings, domain, embeddings=any(v.retriever != "bm25" for v in variants))
     tables, all_records, timings, fitted, encoders = [], {}, [], [], []
     for variant in variants:
         run_settings = variant_settings(settings, variant, tuned_model or DEFAULT_RETRIEVER_MODEL)
         run_index = index
         if run_settings.embedding_model != settings.embedding_model:
             run_index = open_or_build_index(run_settings, domain, name=f"{index_name(domain)}@{Path(run_settings.embedding_model).name}")
-        notes = ensure_fitted(run_settings, domain, run_index, variant.retriever, variant.rerank)
+        # Fusion and re-ranking are fitted on a SubjQA dev split; a collection uses what its manifest holds, else the defaults.
+        notes = ensure_fitted(run_settings, domain, run_index, variant.retriever, variant.rerank) if labels is None else []
         fitted += [f"{variant.name}: {note}" for note in notes]
         encoders.append({"variant": variant.name, "passage_encoder": run_settings.embedding_model, "question_encoder": run_settings.query_embedding_model or run_settings.embedding_model, "index": run_index.name})
         pipeline = build_retrieval_pipeline(variant.retriever, run_settings, index=run_index, rerank=variant.rerank)
@@ -269,11 +277,10 @@ def evaluate_retrievers(
         records = pd.concat([r.assign(retriever=name) for name, r in all_records.items()], ignore_index=True)
         write_report(
             out_dir,
-            f"Retriever evaluation: SubjQA {domain} {split}",
+            f"Retriever evaluation: {labels.title if labels else f'SubjQA {domain} {split}'}",
             metrics,
             summary={
-                "domain": domain,
-                "split": split,
+                **({"labels": str(labels.path), "collection": labels.collection} if labels else {"domain": domain, "split": split}),
                 "questions": len(questions),
                 "store": settings.store,
                 "embedding_model": settings.embedding_model,
@@ -284,8 +291,9 @@ def evaluate_retrievers(
             sections={"latency": timing_table, "encoders": pd.DataFrame(encoders)},
             records=records,
             notes=[
-                f"{len(questions)} questions; each asked with filters item_id = its product, split = {split}, "
-                f"over the index '{index.name}' of all splits ({index.manifest.get('documents')} reviews, store {settings.store}).",
+                *(labels.notes if labels else []),
+                f"{len(questions)} questions; each asked with filters item_id = its product" + (f", split = {split}" if labels is None else " (when it has one)")
+                + f", over the index '{index.name}' ({index.manifest.get('documents')} documents, store {settings.store}).",
                 "strict: the question's own review is in the top k (primary metric). chapter: a retrieved review "
                 "contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
                 f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",

@@ -7,9 +7,10 @@ from qa_system.sources.subjqa import (
     LoadReport,
     SubjQA,
     available_domains,
+    available_splits,
     clean_review,
     load_subjqa,
     source_files,
 )
 
-__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "clean_review", "load_subjqa", "source_files"]
+__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "available_splits", "clean_review", "load_subjqa", "source_files"]

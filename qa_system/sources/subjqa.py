@@ -274,6 +274,11 @@ def available_domains(data_dir: Path) -> list[str]:
     return sorted(p.name for p in Path(data_dir).iterdir() if (p / "splits").is_dir()) if Path(data_dir).is_dir() else []
 
 
+def available_splits(data_dir: Path, domain: str) -> list[str]:
+    """The splits a domain has files for: books and movies style domains have only dev and test."""
+    return [split for split in SPLITS if (Path(data_dir) / domain / "splits" / f"{split}.csv").is_file()]
+
+
 def _csv_rows(data_dir: Path, domains: Sequence[str], splits: Sequence[str]) -> list[tuple[str, str, Iterator[dict]]]:
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
@@ -289,7 +294,7 @@ def _csv_rows(data_dir: Path, domains: Sequence[str], splits: Sequence[str]) -> 
         for split in splits:
             path = data_dir / domain / "splits" / f"{split}.csv"
             if not path.is_file():
-                raise QAError(f"No '{split}' split for domain '{domain}' ({path} is missing).", f"use one of: {', '.join(SPLITS)}.")
+                raise QAError(f"No '{split}' split for domain '{domain}' ({path} is missing).", f"use one of: {', '.join(available_splits(data_dir, domain) or SPLITS)}.")
             sources.append((domain, split, _read_csv(path)))
     return sources
 

@@ -1,0 +1,180 @@
+"""Collections: named, persisted indexes, whatever built them (``--domain`` or ``--input``).
+
+``list_collections`` (name, documents, size on disk, encoder), ``delete_collection``, and
+``open_collection``, which opens a SubjQA collection the way ``--domain`` does (re-indexed when
+its source files changed) and any other one as it was saved. Collection names are checked here,
+once for every door: they name files and server indices, so never '/' or '..'.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from qa_system.config import Settings
+from qa_system.errors import QAError
+from qa_system.indexing import ProgressCallback, open_or_build_index
+from qa_system.ingestion.splitting import source_text
+from qa_system.stores import (
+    MANIFEST_KEY,
+    Index,
+    delete_opensearch_index,
+    elasticsearch_client,
+    opensearch_client,
+    saved_manifest,
+    temporary_prefix,
+    try_open_index,
+)
+
+# Lowercase because Elasticsearch and OpenSearch index names must be; "@" for the indexes of
+# fine-tuned encoders (subjqa-electronics@retriever-minilm-subjqa) that `eval retriever` builds.
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.@-]{0,199}")
+NAME_FIX = "use lowercase letters, digits, '-', '_' and '.', starting with a letter or digit, e.g. my-reviews."
+
+
+def check_collection_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise QAError("The collection name is empty.", NAME_FIX)
+    if "/" in name or "\\" in name or ".." in name:
+        raise QAError(f"The collection name '{name}' holds '/' or '..': a name must not point outside the index directory.", NAME_FIX)
+    if not NAME_PATTERN.fullmatch(name):
+        raise QAError(f"'{name}' is not a valid collection name.", NAME_FIX)
+    return name
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    name: str
+    store: str
+    documents: int  # source documents (reviews, rows, files)
+    passages: int  # what the store holds: a long document is several passages
+    size_bytes: int | None  # on disk (for a server: the index's store size)
+    encoder: str | None  # None: BM25 only
+    kind: str  # "subjqa" (built by --domain) or "ingested" (built by --input)
+    source: str | None
+    updated: str | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _info(name: str, store: str, manifest: dict, size: int | None) -> CollectionInfo:
+    subjqa = bool(manifest.get("domains"))
+    source = ", ".join(manifest["domains"]) if subjqa else manifest.get("input", {}).get("source")
+    passages = int(manifest.get("documents", 0))
+    return CollectionInfo(
+        name=name,
+        store=store,
+        documents=int(manifest.get("source_documents", passages)),
+        passages=passages,
+        size_bytes=size,
+        encoder=manifest.get("embedding_model"),
+        kind="subjqa" if subjqa else "ingested",
+        source=source,
+        updated=manifest.get("updated", manifest.get("created")),
+    )
+
+
+def _local_names(settings: Settings) -> list[tuple[str, Path]]:
+    if settings.store == "memory":
+        folder = settings.index_dir / "memory"
+        return [(p.stem, p) for p in sorted(folder.glob("*.json")) if not p.name.startswith(".")] if folder.is_dir() else []
+    folder = settings.index_dir / "faiss"
+    return [(p.name, p) for p in sorted(folder.iterdir()) if not p.name.startswith(".") and (p / "manifest.json").is_file()] if folder.is_dir() else []
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _server_collections(settings: Settings) -> dict[str, tuple[dict, int | None]]:
+    """{collection name: (manifest, store size in bytes)} of a search server's indices that qa-system wrote."""
+    client = opensearch_client(settings) if settings.store == "opensearch" else elasticsearch_client(settings)
+    mappings = client.indices.get_mapping(index="*")
+    sizes = {row["index"]: int(row.get("store.size") or 0) for row in client.cat.indices(format="json", bytes="b")}
+    aliases = {concrete: sorted(entry.get("aliases", {})) for concrete, entry in client.indices.get_alias(index="*").items()}
+    found = {}
+    for concrete, mapping in mappings.items():
+        manifest = mapping.get("mappings", {}).get("_meta", {}).get(MANIFEST_KEY)
+        if manifest is None:
+            continue
+        name = (aliases.get(concrete) or [concrete])[0]  # OpenSearch serves an index under its alias
+        found[name] = (manifest, sizes.get(concrete))
+    return found
+
+
+def list_collections(settings: Settings) -> list[CollectionInfo]:
+    """Every collection of the configured store, by name."""
+    if settings.store in ("memory", "faiss"):
+        infos = []
+        for name, path in _local_names(settings):
+            try:
+                manifest = saved_manifest(settings, name) or {}
+            except QAError:  # listed, so that it can be deleted
+                infos.append(CollectionInfo(name, settings.store, 0, 0, _size(path), None, "unreadable", None, None))
+                continue
+            infos.append(_info(name, settings.store, manifest, _size(path)))
+        return infos
+    return [_info(name, settings.store, manifest, size) for name, (manifest, size) in sorted(_server_collections(settings).items())]
+
+
+def _unknown(settings: Settings, name: str) -> QAError:
+    known = ", ".join(c.name for c in list_collections(settings)) or "none yet"
+    return QAError(
+        f"No {settings.store} collection named '{name}' (there are: {known}).",
+        f"build it with `qa-system index --input FILE --collection {name}`, or pick one that `qa-system collections` lists.",
+    )
+
+
+def delete_collection(settings: Settings, name: str) -> CollectionInfo:
+    """Delete the collection ``name`` (one that ``list_collections`` lists) and return what it was."""
+    check_collection_name(name)
+    info = next((c for c in list_collections(settings) if c.name == name), None)
+    if info is None:
+        raise _unknown(settings, name)
+    if settings.store == "memory":
+        (settings.index_dir / "memory" / f"{name}.json").unlink()
+    elif settings.store == "faiss":
+        directory = settings.index_dir / "faiss" / name
+        # Out of the way in one rename (a kill during rmtree leaves a leftover the next run removes, not half an index).
+        retired = directory.with_name(f"{temporary_prefix(name)}deleted")
+        os.rename(directory, retired)
+        shutil.rmtree(retired, ignore_errors=True)
+    elif settings.store == "opensearch":
+        delete_opensearch_index(settings, name)
+    else:
+        elasticsearch_client(settings).indices.delete(index=name)
+    return info
+
+
+def collection_manifest(settings: Settings, name: str) -> dict:
+    """The manifest of the collection ``name`` (what it holds, its item counts), without loading its documents where the store allows."""
+    check_collection_name(name)
+    manifest = saved_manifest(settings, name)
+    if manifest is None:
+        raise _unknown(settings, name)
+    return manifest
+
+
+def open_collection(settings: Settings, name: str, embeddings: bool = False, progress: bool = True, on_progress: ProgressCallback | None = None) -> Index:
+    """The collection ``name``: a SubjQA one re-indexed first when its source files changed (as ``--domain``), any other as saved."""
+    check_collection_name(name)
+    index = None if settings.store == "memory" else try_open_index(settings, name)
+    manifest = collection_manifest(settings, name) if index is None else index.manifest
+    if manifest.get("domains") and manifest.get("source"):
+        return open_or_build_index(settings, manifest["domains"], embeddings, progress, on_progress, name=name)
+    return index or try_open_index(settings, name)
+
+
+def document_text(index: Index, document_id: str) -> str:
+    """The whole text of one document of ``index``, put back together from its passages (where the page
+    highlights an answer, at the offsets ``source_span`` gives)."""
+    passages = index.store.filter_documents(filters={"field": "meta.document_id", "operator": "==", "value": document_id})
+    if not passages:  # a SubjQA review, or a collection indexed before passages had a document_id
+        passages = index.store.filter_documents(filters={"field": "id", "operator": "==", "value": document_id})
+    if not passages:
+        raise QAError(f"No document '{document_id}' in collection '{index.name}'.", "pick a document id that `qa-system search --collection` shows.")
+    return source_text(passages)

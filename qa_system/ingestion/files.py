@@ -1,0 +1,119 @@
+"""A folder (or one file) of .txt, .md, .html and .pdf files -> Records, through Haystack's converters.
+
+Each file is a document whose id is its path inside the folder, so that an edited file is a
+*changed* document on the next run. The file is the item, unless a sidecar ``<file>.meta.json``
+(a JSON object of metadata) names one: its ``item_id`` key, or the key ``--item-column`` gives.
+Haystack's converters log and skip a file they cannot read; here that is an error naming the file,
+as is a PDF without a text layer (a scan). Files of other kinds are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from haystack.dataclasses import ByteStream
+
+from qa_system.errors import QAError
+from qa_system.ingestion.decoding import check_encoding
+from qa_system.ingestion.records import IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
+
+SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
+SIDECAR = ".meta.json"
+
+
+def _converter(suffix: str):
+    from haystack.components.converters import HTMLToDocument, MarkdownToDocument, PyPDFToDocument
+
+    if suffix in (".md", ".markdown"):
+        return MarkdownToDocument(progress_bar=False)
+    if suffix in (".html", ".htm"):
+        return HTMLToDocument()
+    if suffix == ".pdf":
+        return PyPDFToDocument()
+    return None  # plain text: decoded here, with the same encoding checks as the tables
+
+
+def _decode(data: bytes, path: Path, encoding: str) -> str:
+    if b"\x00" in data[:8192] and not encoding.startswith("utf-16"):
+        raise QAError(f"{path} is not a text file (it holds NUL bytes).", "leave it out of the folder, or give it its real suffix (.pdf, ...).")
+    try:
+        return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
+    except UnicodeDecodeError as error:
+        raise QAError(
+            f"{path} is not {encoding} text (byte {data[error.start]:#04x} at offset {error.start}).",
+            "pass --encoding with the file's encoding (e.g. latin-1), or re-save it as UTF-8.",
+        ) from None
+
+
+def convert(path: Path, encoding: str = "utf-8") -> str:
+    """The text of one file; a QAError when it has none that can be read."""
+    suffix = path.suffix.lower()
+    data = path.read_bytes()
+    if suffix == ".pdf":
+        if not data.startswith(b"%PDF"):
+            raise QAError(f"{path} is not a PDF file.", "give it its real suffix, or leave it out.")
+        converter = _converter(suffix)
+        documents = converter.run(sources=[ByteStream(data)])["documents"]
+        if not documents:
+            raise QAError(f"{path} could not be read as a PDF (damaged or encrypted?).", "repair or decrypt it, or leave it out of the folder.")
+        text = documents[0].content or ""
+        if not text.replace("\f", "").strip():
+            raise QAError(f"{path} has no text layer (a scanned PDF?).", "run OCR on it first (e.g. ocrmypdf), or leave it out of the folder.")
+        return text
+    text = _decode(data, path, encoding)
+    converter = _converter(suffix)
+    if converter is None or not text.strip():
+        return text
+    documents = converter.run(sources=[ByteStream(text.encode("utf-8"), meta={"encoding": "utf-8"})])["documents"]
+    if not documents:
+        raise QAError(f"{path} could not be converted to text.", "check that it is well-formed, or leave it out of the folder.")
+    return documents[0].content or ""
+
+
+def _sidecar(path: Path) -> dict:
+    sidecar = path.with_name(path.name + SIDECAR)
+    if not sidecar.is_file():
+        return {}
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise QAError(f"{sidecar} is not valid JSON ({error}).", 'write a JSON object of metadata, e.g. {"item_id": "B0074BW614"}.') from None
+    if not isinstance(meta, dict):
+        raise QAError(f"{sidecar} is not a JSON object.", 'write a JSON object of metadata, e.g. {"item_id": "B0074BW614"}.')
+    return meta
+
+
+def document_files(root: Path, counts: ReadCounts) -> list[Path]:
+    """The readable files under ``root`` (or ``root`` itself), in a stable order; others are counted as skipped."""
+    if root.is_file():
+        if root.suffix.lower() not in SUFFIXES:
+            raise QAError(f"{root} is not a file kind qa-system reads.", f"pass a .csv, .tsv, .jsonl or SQuAD .json file, or documents ({', '.join(SUFFIXES)}).")
+        return [root]
+    files = []
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if not path.is_file() or any(part.startswith(".") for part in relative.parts) or path.name.endswith(SIDECAR):
+            continue
+        if path.suffix.lower() in SUFFIXES:
+            files.append(path)
+        else:
+            counts.files_skipped.append(str(relative))
+    return files
+
+
+def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    encoding = check_encoding(options.encoding)
+    for path in document_files(root, counts):
+        relative = path.name if root.is_file() else path.relative_to(root).as_posix()
+        counts.rows += 1
+        text = convert(path, encoding)
+        if not text.strip():
+            counts.empty_texts += 1
+            continue
+        sidecar = _sidecar(path)
+        item_key = options.item_column or "item_id"
+        item = meta_value(sidecar[item_key]) if sidecar.get(item_key) not in (None, "") else relative
+        meta = {"file": relative, **{meta_key(k): meta_value(v) for k, v in sidecar.items() if k != item_key and v not in (None, "")}}
+        yield Record(check_text_length(text, relative), item, meta, relative, relative)

@@ -1,0 +1,415 @@
+"""Any source -> a named collection, incrementally: ``ingest(settings, source, collection)``.
+
+The source (a path, or an open binary file such as an upload) is read one record at a time; every
+``BATCH`` records, the new and changed documents are split into passages, embedded and appended to
+a staging file, so memory is bounded by a batch, not by the source. A document is *unchanged* when
+its content hash (text, item, metadata) equals the saved one: it is neither split nor embedded
+again. Only when the whole source has been read does the commit (``backends.commit``) swap in the
+collection's next version; any error before that leaves the saved collection exactly as it was.
+
+``sync`` deletes the documents that are gone from the source (else they stay); a run that would
+keep fewer than ``MIN_KEPT_SHARE`` of the saved documents needs ``force``, as a re-index does.
+When the encoder, the passage length or the choice of vectors changed, every document is
+processed again (and documents gone from the source are dropped): the report says why.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+from haystack import Document
+
+from qa_system.config import INPUT_FORMATS, Settings
+from qa_system.errors import QAError, check_count
+from qa_system.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint
+from qa_system.ingestion.backends import commit, saved_passages
+from qa_system.ingestion.collections import check_collection_name
+from qa_system.ingestion.files import SUFFIXES, read_files
+from qa_system.ingestion.records import IngestOptions, ReadCounts, Record, Source
+from qa_system.ingestion.splitting import PassageSplitter
+from qa_system.ingestion.squad import read_squad_documents
+from qa_system.ingestion.tables import read_json_lines, read_table
+from qa_system.stores import Index, opensearch_client, opensearch_has_knn, remove_leftovers, saved_manifest, temporary_prefix
+
+BATCH = 256  # source documents per split / embed / stage step
+
+_SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", **dict.fromkeys(SUFFIXES, "files")}
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    documents: int  # source documents read so far
+    embedded: int  # passages embedded so far
+    fraction: float | None  # share of the source read, when known
+
+
+ProgressCallback = Callable[[IngestProgress], None]
+
+
+@dataclass
+class IngestReport:
+    collection: str
+    store: str
+    source: str
+    read: int = 0  # documents read from the source (after skipping empty and duplicate ones)
+    added: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    kept_missing: int = 0  # gone from the source and kept (no sync)
+    embedded: int = 0  # passages embedded by this run
+    embedded_documents: int = 0  # the documents they belong to
+    staged: int = 0  # passages written by this run
+    documents: int = 0  # in the collection after the run
+    passages: int = 0
+    empty_rows: int = 0
+    empty_texts: int = 0
+    duplicates: int = 0
+    files_skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    embedding_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def documents_per_s(self) -> float:
+        return self.read / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "documents_per_s": self.documents_per_s}
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"Collection '{self.collection}' ({self.store}): {self.documents} documents in {self.passages} passages.",
+            f"  {self.read} read from {self.source}: {self.added} added, {self.changed} changed, {self.unchanged} unchanged; "
+            f"{self.deleted} deleted, {self.kept_missing} no longer in the source but kept" + ("" if not self.kept_missing else " (--sync deletes them)") + ".",
+            f"  {self.embedded_documents} documents embedded ({self.embedded} passages); {self.seconds:.1f} s, {self.documents_per_s:,.1f} documents/s"
+            + (f" (embedding {self.embedding_s:.1f} s)" if self.embedding_s else "") + ".",
+        ]
+        skipped = [f"{n} {what}" for n, what in ((self.empty_rows, "empty rows"), (self.empty_texts, "empty texts"), (self.duplicates, "duplicate documents")) if n]
+        if skipped:
+            lines.append(f"  skipped: {', '.join(skipped)}.")
+        if self.files_skipped:
+            lines.append(f"  {len(self.files_skipped)} files of other kinds left out (e.g. {self.files_skipped[0]}).")
+        lines += [f"  note: {note}" for note in self.notes]
+        return lines
+
+
+def detect_format(name: str, binary: IO[bytes] | None, given: str | None) -> str:
+    """csv | tsv | jsonl | squad | files, from ``given`` or the file's name (a .json file: SQuAD, or JSON lines)."""
+    if given is not None:
+        if given not in INPUT_FORMATS:
+            raise QAError(f"Unknown format '{given}'.", f"use one of: {', '.join(INPUT_FORMATS)}.")
+        return given
+    suffix = Path(name).suffix.lower()
+    if suffix == ".json" and binary is not None:
+        start = binary.tell()
+        first = binary.readline(1 << 20)
+        binary.seek(start)
+        try:  # one object per line without "data": JSON lines; a SQuAD file is one object (usually many lines)
+            line = json.loads(first.decode("utf-8-sig"))
+            return "jsonl" if isinstance(line, dict) and "data" not in line else "squad"
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "squad"
+    if suffix not in _SUFFIX_FORMATS:
+        raise QAError(f"Cannot tell the format of {name} from its name.", f"pass --format ({', '.join(INPUT_FORMATS)}).")
+    return _SUFFIX_FORMATS[suffix]
+
+
+def _records(fmt: str, binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    if fmt in ("csv", "tsv"):
+        return read_table(binary, name, options, counts, tsv=fmt == "tsv")
+    if fmt == "jsonl":
+        return read_json_lines(binary, name, options, counts)
+    return read_squad_documents(binary, name, options, counts)
+
+
+@dataclass
+class _Opened:
+    records: Iterator[Record]
+    counts: ReadCounts
+    name: str
+    format: str
+    fraction: Callable[[], float | None]
+    state: dict  # what the manifest records about the source
+
+
+@contextmanager
+def open_source(source: Source, options: IngestOptions, name: str | None = None) -> Iterator[_Opened]:
+    """The records of a path (file or folder) or of an open binary file (``name``: its file name, for the format)."""
+    counts = ReadCounts()
+    if isinstance(source, (str, Path)):
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise QAError(f"{path} does not exist.", "pass an existing file or folder to --input.")
+        if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
+            yield _Opened(read_files(path, options, counts), counts, str(path), "files", lambda: None, {"source": str(path), "path": str(path.resolve())})
+            return
+        with path.open("rb") as binary:
+            fmt = detect_format(path.name, binary, options.format)
+            size = path.stat().st_size
+            state = {"source": str(path), "path": str(path.resolve())}
+            yield _Opened(_records(fmt, binary, str(path), options, counts), counts, str(path), fmt, lambda: binary.tell() / size if size else None, state)
+        return
+    binary = source
+    name = name or Path(str(getattr(source, "name", "") or "upload")).name
+    if not binary.seekable():
+        binary = io.BytesIO(binary.read())
+    fmt = detect_format(name, binary, options.format)
+    if fmt == "files":
+        raise QAError(f"{name}: documents (.txt, .md, .html, .pdf) are read from a path, not an upload.", "pass the file or its folder as --input, or upload a CSV / JSON lines file.")
+    start, size = binary.tell(), binary.seek(0, os.SEEK_END)
+    binary.seek(start)
+    yield _Opened(_records(fmt, binary, name, options, counts), counts, name, fmt, lambda: binary.tell() / size if size else None, {"source": name})
+
+
+@dataclass
+class _Saved:
+    """The saved collection: its manifest, and per document (content hash, item, passage count)."""
+
+    manifest: dict | None
+    documents: dict[str, tuple[str | None, str | None, int]]
+
+    def passage_ids(self, document_id: str) -> list[str]:
+        count = self.documents[document_id][2]
+        return [document_id] if count == 1 else [f"{document_id}#{n}" for n in range(count)]
+
+
+def _saved(settings: Settings, collection: str) -> _Saved:
+    manifest = saved_manifest(settings, collection)
+    if manifest is not None and manifest.get("domains"):
+        raise QAError(f"'{collection}' is the SubjQA collection that `qa-system index --domain` builds.", "give your data another --collection name.")
+    documents = {}
+    if manifest is not None:
+        try:
+            for passage_id, meta in saved_passages(settings, collection):
+                document_id = meta.get("document_id", passage_id)
+                documents.setdefault(document_id, (meta.get("content_hash"), meta.get("item_id"), int(meta.get("passages", 1))))
+        except (ValueError, KeyError, TypeError) as error:  # a truncated or foreign file (JSONDecodeError is a ValueError)
+            raise QAError(
+                f"The saved collection '{collection}' is unreadable ({error}).",
+                f"delete it (`qa-system collections --delete {collection}`) and index the source again.",
+            ) from error
+    return _Saved(manifest, documents)
+
+
+def _rebuild_reasons(saved: _Saved, settings: Settings, embed: bool, splitter: dict) -> list[str]:
+    """Why every document must be processed again (none: only new and changed ones)."""
+    if saved.manifest is None:
+        return []
+    reasons = []
+    had_vectors = saved.manifest.get("embedding_model") is not None
+    if embed and not had_vectors:
+        reasons.append("the collection had no vectors: every document was embedded")
+    elif not embed and had_vectors:
+        reasons.append("indexed without embeddings: the collection's vectors were dropped")
+    elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings):
+        reasons.append(f"the encoder changed ({saved.manifest.get('embedding_model')} -> {settings.embedding_model}): every document was re-embedded")
+    if saved.manifest.get("splitter") != splitter:
+        reasons.append(f"the passage settings changed ({saved.manifest.get('splitter')} -> {splitter}): every document was split again")
+    return reasons
+
+
+def ingest(
+    settings: Settings,
+    source: Source,
+    collection: str,
+    options: IngestOptions = IngestOptions(),
+    *,
+    name: str | None = None,
+    embed: bool = True,
+    sync: bool = False,
+    force: bool = False,
+    progress: bool = True,
+    on_progress: ProgressCallback | None = None,
+) -> IngestReport:
+    """Read ``source`` into the collection ``collection`` (created, or updated incrementally) and report what changed.
+
+    ``source``: a CSV / TSV / JSON lines / SQuAD JSON file, a folder or file of .txt / .md / .html /
+    .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
+    hears an ``IngestProgress`` after every batch (the search page's progress bar).
+    """
+    run = _Run(settings, collection, options, embed, on_progress)
+    staging_dir = settings.index_dir / "staging"
+    staging_dir.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(staging_dir, collection)
+    fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(collection), suffix=".jsonl", dir=staging_dir)
+    staging = Path(staging_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name) as opened:
+            run.read(opened, staged, progress)
+        return run.commit(staging, opened, sync, force)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+class _Run:
+    """One ingestion: the source read batch by batch into a staging file, then the commit."""
+
+    def __init__(self, settings: Settings, collection: str, options: IngestOptions, embed: bool, on_progress: ProgressCallback | None):
+        self.started = time.perf_counter()
+        self.settings, self.collection, self.options, self.on_progress = settings, check_collection_name(collection), options, on_progress
+        words = check_count(options.passage_words, "passage_words", 10)
+        self.splitter_state = {"words": words, "overlap": check_count(options.passage_overlap, "passage_overlap", 0, words - 1)}
+        self.vector_search = None
+        if settings.store == "opensearch":
+            # Without the k-NN plugin the index holds no vectors: BM25 only (as `index --domain` does).
+            self.vector_search = opensearch_has_knn(opensearch_client(settings))
+            embed = embed and self.vector_search
+        if settings.store == "faiss" and not embed:
+            raise QAError("A FAISS collection holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory.")
+        self.embed = embed
+        self.saved = _saved(settings, collection)
+        self.reasons = _rebuild_reasons(self.saved, settings, embed, self.splitter_state)
+        self.rebuild = bool(self.reasons)
+        self.splitter = PassageSplitter(**self.splitter_state)
+        self.embedder = None  # loaded when the first batch needs it: an unchanged source loads no model
+        self.seen: dict[str, str] = {}  # document id -> where it was read (for the duplicate-id message)
+        self.staged_documents: set[str] = set()
+        self.items: Counter = Counter()
+        self.batch: list[tuple[str, str, dict]] = []  # (document id, text, metadata) of new and changed documents
+
+    def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.report = report = IngestReport(self.collection, self.settings.store, opened.name, notes=list(self.reasons))
+        if self.vector_search is False:
+            report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
+        # disable=None: no bar when stderr is not a terminal (logs, tests), where the summary says it all.
+        with tqdm(desc=f"indexing {self.collection}", unit=" documents", disable=None if progress else True) as bar:
+            for record in opened.records:
+                if self._add(record):
+                    bar.update()
+                if len(self.batch) >= BATCH:
+                    self._flush(staged, opened)
+                    bar.set_postfix(embedded=report.embedded, refresh=False)
+            if self.batch:
+                self._flush(staged, opened)
+        counts = opened.counts
+        report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
+        if not self.seen:
+            skipped = f" ({counts.empty_rows} empty rows and {counts.empty_texts} empty texts skipped)" if counts.rows else ""
+            raise QAError(
+                f"{opened.name} holds no documents{skipped}; collection '{self.collection}' was left as it was.",
+                "check the file (and --text-column / --format), or pass a folder that holds .txt, .md, .html or .pdf files.",
+            )
+
+    def _add(self, record: Record) -> bool:
+        """Count the record, and queue it when it is new or changed; False for a duplicate."""
+        report = self.report
+        content_hash = record.content_hash()
+        document_id = record.id or content_hash
+        if document_id in self.seen:
+            if record.id is not None:
+                raise QAError(
+                    f"{record.where}: the id '{document_id}' was already used by {self.seen[document_id]}.",
+                    "give every document a unique --id-column value, or leave out --id-column to identify documents by their content.",
+                )
+            report.duplicates += 1
+            return False
+        self.seen[document_id] = record.where
+        report.read += 1
+        if record.item_id is not None:
+            self.items[record.item_id] += 1
+        before = self.saved.documents.get(document_id)
+        if before is not None and before[0] == content_hash:
+            report.unchanged += 1
+            if not self.rebuild:
+                return True
+        elif before is not None:
+            report.changed += 1
+        else:
+            report.added += 1
+        meta = {**record.meta, "content_hash": content_hash}
+        if record.item_id is not None:
+            meta["item_id"] = record.item_id
+        self.batch.append((document_id, record.text, meta))
+        return True
+
+    def _flush(self, staged: IO[str], opened: _Opened) -> None:
+        """Split, embed and stage the queued documents."""
+        report = self.report
+        passages = [passage for document in self.batch for passage in self.splitter.passages(*document)]
+        if self.embed:
+            self.embedder = self.embedder or document_embedder(self.settings.embedding_model, self.settings.batch_size)
+            began = time.perf_counter()
+            embedded = self.embedder.run(documents=[Document(id=p["id"], content=p["content"]) for p in passages])["documents"]
+            for passage, document in zip(passages, embedded):
+                passage["embedding"] = document.embedding
+            report.embedding_s += time.perf_counter() - began
+            report.embedded += len(passages)
+            report.embedded_documents += len(self.batch)
+        for passage in passages:
+            staged.write(json.dumps(passage) + "\n")
+        report.staged += len(passages)
+        self.staged_documents.update(document_id for document_id, _, _ in self.batch)
+        self.batch.clear()
+        if self.on_progress is not None:
+            self.on_progress(IngestProgress(report.read, report.embedded, opened.fraction()))
+
+    def commit(self, staging: Path, opened: _Opened, sync: bool, force: bool) -> IngestReport:
+        """After the whole source was read: the shrink guard, the manifest, and the commit (skipped when nothing changed)."""
+        report, saved = self.report, self.saved
+        vanished = [d for d in saved.documents if d not in self.seen]
+        drop = sync or self.rebuild
+        if drop:
+            report.deleted = len(vanished)
+        else:
+            report.kept_missing = len(vanished)
+            self.items.update(saved.documents[d][1] for d in vanished if saved.documents[d][1] is not None)
+        report.documents = len(self.seen) + (0 if drop else len(vanished))
+        if saved.documents and report.documents < MIN_KEPT_SHARE * len(saved.documents) and not force:
+            raise QAError(
+                f"The new data would leave {report.documents} documents where collection '{self.collection}' holds {len(saved.documents)}; it was left as it was.",
+                "check the source (a truncated file?), or pass --force to apply it anyway.",
+            )
+        replaced = (self.staged_documents & saved.documents.keys()) | (set(vanished) if drop else set())
+        if saved.manifest is not None and not replaced and not report.staged:
+            report.passages = int(saved.manifest.get("documents", 0))
+            report.notes.append("nothing changed: the collection was left as it was")
+        else:
+            manifest = self._manifest(opened, staging)
+            replaced_passages = [p for d in replaced for p in saved.passage_ids(d)]
+            report.passages = commit(self.settings, self.collection, staging, replaced, replaced_passages, manifest, self.rebuild)
+        report.seconds = time.perf_counter() - self.started
+        return report
+
+    def _manifest(self, opened: _Opened, staging: Path) -> dict:
+        old = self.saved.manifest or {}
+        now = datetime.now(timezone.utc).isoformat()
+        manifest = {
+            **{k: v for k, v in old.items() if k == "calibration"},  # fitted fusion / re-ranking stay
+            "input": {**opened.state, "format": opened.format, "options": self.options.as_dict()},
+            "splitter": self.splitter_state,
+            "created": old.get("created", now),
+            "updated": now,
+            "source_documents": self.report.documents,
+            "item_counts": dict(self.items),
+            "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        }
+        if self.vector_search is not None:
+            manifest["vector_search"] = self.vector_search
+        if self.embed:
+            manifest.update(embedding_model=self.settings.embedding_model, embedding_fingerprint=encoder_fingerprint(self.settings.embedding_model))
+            manifest["embedding_dim"] = _embedding_dim(staging) or old.get("embedding_dim")
+        seconds = time.perf_counter() - self.started
+        manifest["last_update"] = {**self.report.as_dict(), "seconds": seconds}
+        manifest["build_timings"] = {"total_s": seconds, "embedding_s": self.report.embedding_s}
+        return manifest
+
+
+def _embedding_dim(staging: Path) -> int | None:
+    with staging.open(encoding="utf-8") as handle:
+        first = handle.readline()
+    embedding = json.loads(first).get("embedding") if first else None
+    return len(embedding) if embedding else None

@@ -1,0 +1,146 @@
+"""Your own labels -> ``LabelledQuestion``s for `qa-system eval ... --labels FILE`.
+
+* CSV (``question,answer,document_id[,item_id]``): rows naming the same question and document are
+  one question with several answers; an empty answer means "no answer in this document". The
+  documents are the collection's (by id), so a collection is needed.
+* SQuAD v1.1 / v2.0 JSON: each context is matched to the collection's document with the same
+  text (a context that is in none is skipped and counted). Without a collection every context is
+  its own gold document, which evaluates the reader on the file itself.
+
+Answer offsets are located in the document's text (put back together from its passages); an
+answer that is not found there keeps its text (EM / F1 compare texts) and is counted.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qa_system.config import Settings
+from qa_system.errors import QAError
+from qa_system.ingestion.collections import open_collection
+from qa_system.ingestion.splitting import source_text
+from qa_system.ingestion.squad import squad_record
+from qa_system.sources import GoldAnswer, LabelledQuestion
+from qa_system.sources.squad import read_squad
+
+CSV_COLUMNS = ("question", "answer", "document_id")
+
+
+@dataclass
+class Labels:
+    questions: list[LabelledQuestion]
+    path: Path
+    collection: str | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return f"{self.path.name}" + (f" on collection '{self.collection}'" if self.collection else "")
+
+
+@dataclass(frozen=True)
+class _Document:
+    text: str
+    item_id: str | None
+
+
+def collection_documents(settings: Settings, collection: str) -> dict[str, _Document]:
+    """The collection's documents by id, each put back together from its passages."""
+    passages = defaultdict(list)
+    for passage in open_collection(settings, collection).store.filter_documents():
+        passages[passage.meta.get("document_id", passage.id)].append(passage)
+    return {i: _Document(source_text(parts), parts[0].meta.get("item_id")) for i, parts in passages.items()}
+
+
+def _question(qid: str, question: str, document_id: str, document: _Document, answers: list[str], domain: str) -> tuple[LabelledQuestion, int]:
+    """The labelled question, and how many of its answers are not in the document's text."""
+    located, missing = [], 0
+    for text in dict.fromkeys(a for a in answers if a.strip()):
+        start = document.text.find(text)
+        missing += start < 0
+        located.append(GoldAnswer(text, start if start >= 0 else None))
+    labelled = LabelledQuestion(
+        id=qid, question=question, item_id=document.item_id, review_id=document_id, document_id=document_id,
+        domain=domain, split=None, answers=located, is_subjective=False, context=document.text,
+    )
+    return labelled, missing
+
+
+def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) -> tuple[list[LabelledQuestion], int]:
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            columns = [c.strip() for c in reader.fieldnames or []]
+            missing = [c for c in CSV_COLUMNS if c not in columns]
+            if missing:
+                raise QAError(f"{path} has no column(s) {', '.join(missing)}; its columns are: {', '.join(columns) or '(none)'}.",
+                              "write a header row: question,answer,document_id[,item_id].")
+            grouped: dict[tuple[str, str], dict] = {}
+            for row in reader:
+                row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
+                if not row.get("question"):
+                    continue
+                document_id = row["document_id"]
+                if document_id not in documents:
+                    raise QAError(
+                        f"{path} line {reader.line_num}: document '{document_id}' is not in collection '{collection}'.",
+                        "use the ids of the collection's documents (its --id-column values; `qa-system search --collection` shows them).",
+                    )
+                entry = grouped.setdefault((row["question"], document_id), {"id": f"{path.stem}-{reader.line_num}", "answers": [], "item": row.get("item_id")})
+                entry["answers"].append(row["answer"])
+    except UnicodeDecodeError as error:
+        raise QAError(f"{path} is not UTF-8 text ({error.reason}).", "re-save the labels file as UTF-8.") from None
+    except csv.Error as error:
+        raise QAError(f"{path} is not readable CSV ({error}).", "repair the file (quote fields holding commas).") from None
+    questions, missing = [], 0
+    for (question, document_id), entry in grouped.items():
+        document = documents[document_id]
+        if entry["item"]:
+            document = _Document(document.text, entry["item"])
+        labelled, absent = _question(entry["id"], question, document_id, document, entry["answers"], collection)
+        questions.append(labelled)
+        missing += absent
+    return questions, missing
+
+
+def load_labels(path: str | Path, settings: Settings | None = None, collection: str | None = None) -> Labels:
+    """The labelled questions of ``path`` (CSV or SQuAD JSON), their gold documents taken from ``collection``."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise QAError(f"The labels file {path} does not exist.", "pass a CSV (question,answer,document_id[,item_id]) or SQuAD JSON file to --labels.")
+    documents = collection_documents(settings or Settings.from_env(), collection) if collection else None
+    notes = []
+    if path.suffix.lower() == ".csv":
+        if documents is None:
+            raise QAError("CSV labels name their documents by id, so they need a collection.", "add --collection NAME (the collection those ids are in).")
+        questions, missing = _csv_labels(path, documents, collection)
+    else:
+        examples, report = read_squad(path)
+        by_text = {document.text: i for i, document in documents.items()} if documents is not None else None
+        questions, missing, unmatched = [], 0, 0
+        for example in examples:
+            record = squad_record(example.title, example.context, "")
+            if by_text is None:
+                document_id, document = record.content_hash(), _Document(example.context, record.item_id)
+            elif example.context in by_text:
+                document_id = by_text[example.context]
+                document = documents[document_id]
+            else:
+                unmatched += 1
+                continue
+            labelled, absent = _question(example.id, example.question, document_id, document, [text for text, _ in example.answers], collection or path.stem)
+            questions.append(labelled)
+            missing += absent
+        if report.skipped_questions or report.unlocated_answers:
+            notes.append(f"{path.name}: {report.unlocated_answers} answers not at their answer_start and {report.skipped_questions} questions left without one were left out.")
+        if unmatched:
+            notes.append(f"{unmatched} questions whose context is no document of collection '{collection}' were left out.")
+    if not questions:
+        where = f" whose document is in collection '{collection}'" if collection else ""
+        raise QAError(f"{path} holds no labelled question{where}.", f"index the labelled documents first (`qa-system index --input {path} --collection {collection or 'NAME'}`), or check the file.")
+    if missing:
+        notes.append(f"{missing} answers are not found in their document's text (they still count, as text).")
+    return Labels(questions, path, collection, notes)

@@ -1,0 +1,82 @@
+"""What every reader yields: one ``Record`` per source document, and the counts of what it skipped.
+
+A record's id is the ``--id-column`` value, or (by default) a hash of its text, item and metadata,
+so that the same row read twice is the same document. Its *content hash* covers everything that
+ends up in the index (text, item, metadata): an incremental run re-embeds a document exactly when
+that hash changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Union
+
+from qa_system.errors import QAError
+
+# A source: a path (file or folder), or an open binary file (an upload) with a name to tell its kind.
+Source = Union[str, Path, IO[bytes]]
+# Longest text a single document may have (a 10 MB one becomes about 9,000 passages); a longer one is
+# refused with the limit in the message, before anything is split or embedded.
+MAX_DOCUMENT_CHARS = 32_000_000
+# Metadata keys that the index itself uses: a column of that name is kept as "<name>_column".
+RESERVED_META = ("document_id", "content_hash", "source_offset", "passage", "passages", "item_id", "id", "content", "embedding", "score")
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """How to read a source: its format (None = from the file name) and which columns mean what."""
+
+    format: str | None = None
+    text_column: str | None = None  # None: "text", or "review" when there is no "text"
+    id_column: str | None = None  # None: a hash of the content
+    item_column: str | None = None  # None: no item (tables), the title (SQuAD), the file (folders)
+    encoding: str = "utf-8"
+    passage_words: int = 200
+    passage_overlap: int = 40
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Record:
+    text: str
+    item_id: str | None
+    meta: dict[str, str]
+    where: str  # "reviews.csv line 12": for messages
+    id: str | None = None  # None: the content hash's id
+
+    def content_hash(self) -> str:
+        payload = json.dumps([self.text, self.item_id, sorted(self.meta.items())], ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass
+class ReadCounts:
+    """What a reader saw besides the records it yielded."""
+
+    rows: int = 0
+    empty_rows: int = 0
+    empty_texts: int = 0
+    files_skipped: list[str] = field(default_factory=list)  # files of kinds no converter reads
+
+
+def meta_key(name: str) -> str:
+    return f"{name}_column" if name in RESERVED_META else name
+
+
+def meta_value(value) -> str:
+    """Metadata as text: one type per field in every store (a number in one row and "n/a" in the next would break Elasticsearch's mapping)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def check_text_length(text: str, where: str) -> str:
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise QAError(
+            f"{where}: the text is {len(text):,} characters long, more than the {MAX_DOCUMENT_CHARS:,} a document may have.",
+            "split it into several documents (rows or files) first.",
+        )
+    return text

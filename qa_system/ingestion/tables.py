@@ -1,0 +1,119 @@
+"""CSV / TSV and JSON lines -> Records, one row at a time (memory does not grow with the file).
+
+The text column is ``--text-column``, else ``text``, else ``review``; ``--id-column`` and
+``--item-column`` name the document id and the item (product) column; every other non-empty column
+is kept as metadata. Empty rows and rows with an empty text are skipped and counted. A missing
+column is an error that lists the columns the file has.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from typing import IO, Iterator
+
+from qa_system.errors import QAError
+from qa_system.ingestion.decoding import decoded, text_encoding
+from qa_system.ingestion.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
+
+DEFAULT_TEXT_COLUMNS = ("text", "review")
+TABLE_FIX = "pass a CSV / TSV file (or JSON lines), saved as text; export spreadsheets as CSV (UTF-8)."
+
+
+def _columns(available: list[str], options: IngestOptions, name: str) -> tuple[str, str | None, str | None]:
+    """(text, id, item) column names, each checked against the file's columns."""
+    shown = ", ".join(available) if available else "(none)"
+    text = options.text_column or next((c for c in DEFAULT_TEXT_COLUMNS if c in available), None)
+    if text is None:
+        raise QAError(f"{name} has no 'text' or 'review' column; its columns are: {shown}.", "pass --text-column with the column that holds the text.")
+    for flag, column in (("--text-column", text), ("--id-column", options.id_column), ("--item-column", options.item_column)):
+        if column is not None and column not in available:
+            raise QAError(f"{name} has no column '{column}' ({flag}); its columns are: {shown}.", f"pass {flag} with one of those columns.")
+    return text, options.id_column, options.item_column
+
+
+def _record(values: dict, columns: tuple[str, str | None, str | None], where: str, counts: ReadCounts) -> Record | None:
+    text_column, id_column, item_column = columns
+    text = values.get(text_column)
+    text = "" if text is None else meta_value(text)
+    if not text.strip():
+        counts.empty_texts += 1
+        return None
+    record_id = item = None
+    if id_column is not None:
+        record_id = meta_value(values.get(id_column) or "").strip()
+        if not record_id:
+            raise QAError(f"{where} has an empty id (--id-column {id_column}).", "give every row an id, or leave out --id-column to identify rows by their content.")
+    if item_column is not None:
+        item = meta_value(values.get(item_column) or "").strip() or None
+    meta = {meta_key(k): meta_value(v) for k, v in values.items() if k not in columns and v not in (None, "")}
+    return Record(check_text_length(text, where), item, meta, where, record_id)
+
+
+def _delimiter(header_line: str, tsv: bool) -> str:
+    if tsv:
+        return "\t"
+    # A ".csv" from a European spreadsheet often uses ";" (or a tab): take the one the header uses.
+    return max((",", ";", "\t"), key=header_line.count) if header_line.count(",") == 0 else ","
+
+
+def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts, tsv: bool = False) -> Iterator[Record]:
+    encoding = text_encoding(binary, name, options.encoding, TABLE_FIX)
+    csv.field_size_limit(MAX_DOCUMENT_CHARS + 1)  # csv's default (128 kB) would refuse long documents
+    with decoded(binary, name, encoding) as text:
+        lines = iter(text)
+        header_line, header_start = next(lines, ""), 0  # header_start: blank lines above the header
+        while header_line and not header_line.strip():
+            header_line, header_start = next(lines, ""), header_start + 1
+        if not header_line:
+            return
+        reader = csv.reader(itertools.chain([header_line], lines), delimiter=_delimiter(header_line, tsv))
+        try:
+            header = [column.strip() for column in next(reader)]
+            repeated = sorted({c for c in header if header.count(c) > 1})
+            if repeated:
+                raise QAError(f"{name} repeats the column name(s) {', '.join(repeated)}.", "give every column a unique name in the header row.")
+            columns = _columns(header, options, name)
+            while True:
+                line = header_start + reader.line_num + 1
+                fields = next(reader, None)
+                if fields is None:
+                    return
+                counts.rows += 1
+                if not any(f.strip() for f in fields):
+                    counts.empty_rows += 1
+                    continue
+                if len(fields) != len(header):
+                    how = "fewer" if len(fields) < len(header) else "more"
+                    raise QAError(
+                        f"{name} line {line}: the row has {how} fields ({len(fields)}) than the header ({len(header)}).",
+                        "repair that row (quote fields that hold the delimiter, a quote or a line break).",
+                    )
+                record = _record(dict(zip(header, fields)), columns, f"{name} line {line}", counts)
+                if record is not None:
+                    yield record
+        except csv.Error as error:
+            raise QAError(f"{name} line {header_start + reader.line_num} is not readable CSV ({error}).", "repair that line, or check --format.") from error
+
+
+def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    encoding = text_encoding(binary, name, options.encoding, "pass a JSON lines file (one JSON object per line), saved as text.")
+    columns = None
+    with decoded(binary, name, encoding) as text:
+        for number, line in enumerate(text, 1):
+            counts.rows += 1
+            if not line.strip():
+                counts.empty_rows += 1
+                continue
+            try:
+                values = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise QAError(f"{name} line {number} is not JSON ({error.msg}).", "write one JSON object per line (JSON lines), or pass --format squad for a SQuAD file.") from None
+            if not isinstance(values, dict):
+                raise QAError(f"{name} line {number} is a JSON {type(values).__name__}, not an object.", "write one JSON object per line, e.g. {\"text\": \"...\"}.")
+            if columns is None:  # the first object's keys are the file's columns
+                columns = _columns(list(values), options, name)
+            record = _record(values, columns, f"{name} line {number}", counts)
+            if record is not None:
+                yield record

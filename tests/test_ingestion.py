@@ -1,0 +1,570 @@
+"""Your own documents into named collections (issue 18): every input format, passages mapped back to
+their documents, incremental updates, collections, and one test per kind of bad input."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import zlib
+
+import pytest
+
+from qa_system.cli import main
+from qa_system.config import Settings
+from qa_system.errors import QAError
+from qa_system.ingestion import (
+    IngestOptions,
+    delete_collection,
+    document_text,
+    ingest,
+    list_collections,
+    open_collection,
+    source_span,
+    source_text,
+)
+from qa_system.pipelines import build_qa_pipeline, build_retrieval_pipeline
+
+REVIEWS = [
+    ("r1", "P1", "Great battery, it lasts a whole week of reading.", "5"),
+    ("r2", "P1", "The screen is dim in direct sunlight.", "2"),
+    ("r3", "P2", "Comfortable headphones with deep bass.", "4"),
+    ("r4", "P2", "The cable broke after two months.", "1"),
+]
+COLUMNS = IngestOptions(text_column="body", id_column="review_id", item_column="product")
+
+
+def write_csv(path, rows=REVIEWS, header=("review_id", "product", "body", "stars"), delimiter=",", encoding="utf-8"):
+    with path.open("w", newline="", encoding=encoding) as handle:
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def pdf(text: str | None) -> bytes:
+    """A one-page PDF showing ``text`` in Helvetica, or a page without any text (as a scan has)."""
+    content = b"" if text is None else b"BT /F1 12 Tf 72 720 Td (" + text.encode("latin-1") + b") Tj ET"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+@pytest.fixture
+def home(tmp_path):
+    return Settings.from_env(home=tmp_path / "home", store="memory")
+
+
+@pytest.fixture
+def cli_home(home, monkeypatch):
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    monkeypatch.delenv("QA_STORE", raising=False)
+    return home
+
+
+def documents(settings, name):
+    index = open_collection(settings, name)
+    return {d.id: d for d in index.store.filter_documents()}
+
+
+# ------------------------------------------------------------------ formats
+
+
+def test_csv_with_its_own_column_names(home, tmp_path):
+    report = ingest(home, write_csv(tmp_path / "reviews.csv"), "mine", COLUMNS, embed=False, progress=False)
+    assert (report.added, report.read, report.documents, report.embedded) == (4, 4, 4, 0)
+    docs = documents(home, "mine")
+    assert docs["r1"].content == REVIEWS[0][2]
+    assert docs["r1"].meta["item_id"] == "P1" and docs["r1"].meta["stars"] == "5" and docs["r1"].meta["document_id"] == "r1"
+    assert "body" not in docs["r1"].meta and "product" not in docs["r1"].meta  # the text and the item are not metadata twice
+    assert open_collection(home, "mine").item_counts() == {"P1": 2, "P2": 2}
+
+
+def test_tsv_defaults_to_the_review_column_and_content_hash_ids(home, tmp_path):
+    path = write_csv(tmp_path / "reviews.tsv", [(r[2], r[1]) for r in REVIEWS], header=("review", "asin"), delimiter="\t")
+    ingest(home, path, "tsv", IngestOptions(item_column="asin"), embed=False, progress=False)
+    docs = documents(home, "tsv")
+    assert sorted(d.content for d in docs.values()) == sorted(r[2] for r in REVIEWS)
+    assert all(len(i) == 32 and d.meta["content_hash"] == i for i, d in docs.items())  # id = content hash
+
+
+def test_json_lines_keep_other_keys_as_text_metadata(home, tmp_path):
+    path = tmp_path / "reviews.jsonl"
+    lines = [{"text": t, "sku": item, "rating": int(stars), "tags": ["a", "b"]} for _, item, t, stars in REVIEWS]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n", encoding="utf-8")
+    report = ingest(home, path, "jsonl", IngestOptions(item_column="sku"), embed=False, progress=False)
+    assert report.read == 4 and report.empty_rows == 1
+    meta = next(d.meta for d in documents(home, "jsonl").values() if d.content == REVIEWS[0][2])
+    assert meta["item_id"] == "P1" and meta["rating"] == "5" and meta["tags"] == '["a", "b"]'
+
+
+def test_squad_contexts_are_documents_with_the_title_as_item(home, tmp_path):
+    squad = {"version": "v2.0", "data": [
+        {"title": "KINDLE", "paragraphs": [{"context": "The screen is sharp.", "qas": []}, {"context": "Battery lasts a week.", "qas": []}]},
+        {"title": "MOUSE", "paragraphs": [{"context": "The wheel squeaks.", "qas": [{"id": "q", "question": "?", "answers": []}]}]},
+    ]}
+    (tmp_path / "squad.json").write_text(json.dumps(squad, indent=1), encoding="utf-8")
+    ingest(home, tmp_path / "squad.json", "squad", embed=False, progress=False)
+    assert sorted((d.meta["item_id"], d.content) for d in documents(home, "squad").values()) == [
+        ("KINDLE", "Battery lasts a week."), ("KINDLE", "The screen is sharp."), ("MOUSE", "The wheel squeaks.")]
+
+
+def test_a_folder_of_documents_through_haystack_converters(home, tmp_path):
+    folder = tmp_path / "docs"
+    (folder / "manuals").mkdir(parents=True)
+    (folder / "notes.txt").write_text("Plain notes: charge it overnight.", encoding="utf-8")
+    (folder / "guide.md").write_text("# Guide\n\nPress **the button** twice.", encoding="utf-8")
+    (folder / "page.html").write_text("<html><body><article><h1>FAQ</h1><p>The warranty lasts two years from the date of purchase, "
+                                      "and covers every defect of the hardware.</p></article></body></html>", encoding="utf-8")
+    (folder / "manuals" / "kindle.pdf").write_bytes(pdf("Hold the power button for ten seconds."))
+    (folder / "manuals" / "kindle.pdf.meta.json").write_text(json.dumps({"item_id": "KINDLE", "language": "en"}), encoding="utf-8")
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (folder / ".hidden.txt").write_text("not read", encoding="utf-8")
+    report = ingest(home, folder, "docs", embed=False, progress=False)
+    docs = documents(home, "docs")
+    assert sorted(docs) == ["guide.md", "manuals/kindle.pdf", "notes.txt", "page.html"]
+    assert report.files_skipped == ["photo.png"]
+    assert "Press the button twice." in docs["guide.md"].content and "**" not in docs["guide.md"].content
+    assert "warranty lasts two years" in docs["page.html"].content and "<p>" not in docs["page.html"].content
+    assert "power button for ten seconds" in docs["manuals/kindle.pdf"].content
+    assert docs["manuals/kindle.pdf"].meta["item_id"] == "KINDLE" and docs["manuals/kindle.pdf"].meta["language"] == "en"
+    assert docs["notes.txt"].meta["item_id"] == "notes.txt"  # the file is the item
+
+
+def test_an_upload_is_read_from_a_file_object_with_progress(home, tmp_path):
+    import io
+
+    heard = []
+    upload = io.BytesIO(write_csv(tmp_path / "r.csv").read_bytes())
+    report = ingest(home, upload, "upload", COLUMNS, name="my reviews.csv", embed=False, progress=False, on_progress=heard.append)
+    assert report.documents == 4 and report.source == "my reviews.csv"
+    assert heard and heard[-1].documents == 4 and heard[-1].fraction == 1.0
+
+
+# ------------------------------------------------------------------ passages and offsets
+
+
+def long_text(words: int = 900) -> str:
+    sentences = [f"Sentence {n} talks about feature number {n}." for n in range(words // 7)]
+    sentences[len(sentences) * 2 // 3] = "The hidden hinge is made of polished titanium and never squeaks."
+    return "  ".join(sentences) + "\n\nThe end."
+
+
+def test_long_documents_are_split_and_map_back_to_their_offsets(home, tmp_path):
+    text = long_text()
+    (tmp_path / "manual.txt").write_text(text, encoding="utf-8")
+    ingest(home, tmp_path / "manual.txt", "manual", IngestOptions(passage_words=100, passage_overlap=20), embed=False, progress=False)
+    passages = list(documents(home, "manual").values())
+    assert len(passages) > 5 and {p.meta["passages"] for p in passages} == {len(passages)}
+    for passage in passages:
+        start = passage.meta["source_offset"]
+        assert text[start : start + len(passage.content)] == passage.content
+        assert passage.meta["document_id"] == "manual.txt" and passage.id.startswith("manual.txt#")
+    assert source_text(passages) == text
+
+    answer = "polished titanium"
+    hinge = next(p for p in passages if answer in p.content)
+    start = hinge.content.index(answer)
+    document_id, begin, end = source_span(hinge, start, start + len(answer))
+    assert document_id == "manual.txt" and text[begin:end] == answer and hinge.meta["source_offset"] > 0
+
+
+def test_an_answer_read_from_a_passage_maps_into_the_source_document(home, tmp_path):
+    text = long_text()
+    (tmp_path / "manual.txt").write_text(text, encoding="utf-8")
+    ingest(home, tmp_path / "manual.txt", "manual", IngestOptions(passage_words=100, passage_overlap=20), embed=False, progress=False)
+    pipeline = build_qa_pipeline("bm25", home, index=open_collection(home, "manual"))
+    answers = [a for a in pipeline.run("What is the hidden hinge made of?", top_k=2)["answers"] if a.data]
+    assert answers
+    for answer in answers:
+        document_id, begin, end = source_span(answer.document, answer.document_offset.start, answer.document_offset.end)
+        assert document_id == "manual.txt" and text[begin:end] == answer.data
+        assert document_text(pipeline.index, document_id) == text  # where the page highlights it
+
+
+def test_passages_are_those_of_haystacks_document_splitter():
+    import random
+
+    from haystack import Document
+    from haystack.components.preprocessors import DocumentSplitter
+
+    from qa_system.ingestion import PassageSplitter
+
+    rng = random.Random(1)
+    pieces = ["alpha", "beta.", "gamma\n", "delta  ", "eps!", "\n\nzeta", "eta,", "théta", "", " "]
+    for _ in range(200):
+        text = "".join(rng.choice(pieces) + (" " if rng.random() < 0.8 else "") for _ in range(rng.randint(50, 600)))
+        words = rng.randint(10, 40)
+        overlap = rng.randint(0, words - 1)
+        haystack = DocumentSplitter(split_by="word", split_length=words, split_overlap=overlap).run([Document(content=text)])["documents"]
+        expected = [(d.meta["split_idx_start"], d.content) for d in haystack if d.content.strip()]
+        assert PassageSplitter(words, overlap).spans(text) == (expected if len(haystack) > 1 else [(0, text)])
+
+
+def test_a_10_mb_document_is_split_into_passages(home, tmp_path):
+    text = ("This long manual repeats itself about batteries and screens. " * 170_000)[:10_000_000]
+    write_csv(tmp_path / "big.csv", [("big", "P", text, "1")])
+    report = ingest(home, tmp_path / "big.csv", "big", COLUMNS, embed=False, progress=False)
+    passages = documents(home, "big")
+    assert report.documents == 1 and report.passages == len(passages) > 5000
+    assert all(len(p.content) < 3000 for p in passages.values())
+    assert source_text(passages.values()) == text
+
+
+# ------------------------------------------------------------------ incremental updates
+
+
+def test_changes_are_added_and_sync_deletes_what_is_gone(home, tmp_path):
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "inc", COLUMNS, embed=False, progress=False)
+    rows = [REVIEWS[0], ("r2", "P1", "The screen is bright even in sunlight.", "4"), REVIEWS[2], ("r5", "P3", "A sturdy tripod.", "5")]
+    write_csv(path, rows)
+    report = ingest(home, path, "inc", COLUMNS, embed=False, progress=False)
+    assert (report.added, report.changed, report.unchanged, report.deleted, report.kept_missing, report.documents) == (1, 1, 2, 0, 1, 5)
+    docs = documents(home, "inc")
+    assert docs["r2"].content.startswith("The screen is bright") and "r4" in docs
+    report = ingest(home, path, "inc", COLUMNS, embed=False, sync=True, progress=False)
+    assert (report.added, report.changed, report.unchanged, report.deleted, report.documents) == (0, 0, 4, 1, 4)
+    assert sorted(documents(home, "inc")) == ["r1", "r2", "r3", "r5"]
+    assert open_collection(home, "inc").item_counts() == {"P1": 2, "P2": 1, "P3": 1}
+    retrieval = build_retrieval_pipeline("bm25", home, index=open_collection(home, "inc"))
+    assert retrieval.run("sunlight", item_id="P1", top_k=1)["documents"][0].id == "r2"
+
+
+def test_only_new_and_changed_documents_are_embedded(home, tmp_path):
+    path = write_csv(tmp_path / "r.csv")
+    assert ingest(home, path, "vec", COLUMNS, progress=False).embedded == 4
+    saved = home.index_dir / "memory" / "vec.json"
+    before = digest(saved)
+    unchanged = ingest(home, path, "vec", COLUMNS, progress=False)
+    assert unchanged.embedded == 0 and unchanged.unchanged == 4 and digest(saved) == before
+    write_csv(path, [REVIEWS[0], ("r2", "P1", "Its speakers crackle at high volume.", "2"), *REVIEWS[2:]])
+    changed = ingest(home, path, "vec", COLUMNS, progress=False)
+    assert (changed.embedded_documents, changed.embedded, changed.changed, changed.unchanged) == (1, 1, 1, 3)
+    dense = build_retrieval_pipeline("dense", home, index=open_collection(home, "vec"))
+    assert dense.run("Do the speakers crackle?", item_id="P1", top_k=1)["documents"][0].id == "r2"
+
+
+def test_a_run_that_fails_late_leaves_the_collection_as_it_was(home, tmp_path):
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "safe", COLUMNS, embed=False, progress=False)
+    saved = home.index_dir / "memory" / "safe.json"
+    before = digest(saved)
+    rows = [(f"n{i}", "P9", f"New review number {i}.", "3") for i in range(700)]  # several batches staged first
+    write_csv(path, [*REVIEWS, *rows])
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('bad,row,"with too many",fields,here\n')
+    with pytest.raises(QAError, match="line 706: the row has more fields"):
+        ingest(home, path, "safe", COLUMNS, embed=False, progress=False)
+    assert digest(saved) == before
+    assert list((home.index_dir / "staging").iterdir()) == []
+
+
+def test_kill_9_while_saving_keeps_the_collection(home, tmp_path):
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "killed", COLUMNS, embed=False, progress=False)
+    saved = home.index_dir / "memory" / "killed.json"
+    before = digest(saved)
+    write_csv(path, [*REVIEWS, ("r5", "P3", "A sturdy tripod.", "5")])
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        os.fsync = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+        from qa_system.cli import main
+        sys.exit(main(["index", "--input", {str(path)!r}, "--collection", "killed", "--text-column", "body",
+                       "--id-column", "review_id", "--no-embed"]))
+    """)
+    killed = subprocess.run([sys.executable, "-c", script], env={**os.environ, "QA_HOME": str(home.home)}, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert digest(saved) == before
+    assert ingest(home, path, "killed", COLUMNS, embed=False, progress=False).added == 1
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["killed.json"]
+
+
+def test_a_damaged_collection_file_is_one_line_naming_the_fix(home, tmp_path):
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "damaged", COLUMNS, embed=False, progress=False)
+    saved = home.index_dir / "memory" / "damaged.json"
+    lines = saved.read_text(encoding="utf-8").splitlines(keepends=True)
+    saved.write_text("".join(lines[:2] + ["{broken\n"] + lines[3:]), encoding="utf-8")
+    with pytest.raises(QAError, match="collection 'damaged' is unreadable.*collections --delete damaged"):
+        ingest(home, path, "damaged", COLUMNS, embed=False, progress=False)
+
+
+# ------------------------------------------------------------------ collections
+
+
+def test_collections_list_and_delete(cli_home, tmp_path, capsys):
+    write_csv(tmp_path / "r.csv")
+    assert main(["index", "--input", str(tmp_path / "r.csv"), "--collection", "shop", "--text-column", "body",
+                 "--id-column", "review_id", "--item-column", "product", "--no-embed"]) == 0
+    out = capsys.readouterr().out
+    assert "4 added" in out and "documents/s" in out
+    assert main(["collections"]) == 0
+    listing = capsys.readouterr().out
+    assert "shop" in listing and "none (BM25 only)" in listing
+    [info] = list_collections(cli_home)
+    assert (info.name, info.documents, info.kind, info.encoder) == ("shop", 4, "ingested", None) and info.size_bytes > 0
+    assert main(["products", "--collection", "shop"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["P1\t2 reviews", "P2\t2 reviews"]
+    assert main(["search", "cable", "--collection", "shop", "--item", "P2", "--top-k", "1"]) == 0
+    assert "document r4" in capsys.readouterr().out
+    assert main(["collections", "--delete", "shop"]) == 0
+    assert list_collections(cli_home) == []
+    assert main(["collections", "--delete", "shop"]) == 2
+    assert "No memory collection named 'shop'" in capsys.readouterr().err
+
+
+def test_a_faiss_collection_updates_incrementally(tmp_path):
+    settings = Settings.from_env(home=tmp_path / "home", store="faiss")
+    path = write_csv(tmp_path / "r.csv")
+    ingest(settings, path, "vectors", COLUMNS, progress=False)
+    write_csv(path, [("r2", "P1", "Its speakers crackle at high volume.", "2"), *REVIEWS[2:]])
+    report = ingest(settings, path, "vectors", COLUMNS, sync=True, progress=False)
+    assert (report.embedded, report.deleted, report.documents, report.passages) == (1, 1, 3, 3)
+    dense = build_retrieval_pipeline("dense", settings, index=open_collection(settings, "vectors"))
+    assert dense.run("Do the speakers crackle?", item_id="P1", top_k=1)["documents"][0].id == "r2"
+    assert [c.name for c in list_collections(settings)] == ["vectors"]
+    delete_collection(settings, "vectors")
+    assert list_collections(settings) == [] and not any((tmp_path / "home" / "indexes" / "faiss").iterdir())
+
+
+def test_the_subjqa_domain_is_a_collection_too(settings, monkeypatch, capsys):
+    monkeypatch.setenv("QA_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    assert main(["index", "--domain", "electronics", "--no-embed"]) == 0
+    capsys.readouterr()
+    [info] = list_collections(settings)
+    assert (info.name, info.kind, info.documents) == ("subjqa-electronics", "subjqa", 8)
+    assert main(["search", "Is the screen sharp?", "--collection", "subjqa-electronics", "--item", "KINDLE", "--top-k", "1"]) == 0
+    assert "review r-kindle-1" in capsys.readouterr().out
+    with pytest.raises(QAError, match="SubjQA collection"):
+        ingest(settings, settings.data_dir / "electronics" / "splits" / "test.csv", "subjqa-electronics", embed=False, progress=False)
+
+
+# ------------------------------------------------------------------ bad input: one line, exit 2, the collection untouched
+
+
+BAD_INPUTS = {
+    "latin-1": (b"review_id,product,body\nr9,P1,Caf\xe9 au lait was great\n", "csv", [], "--encoding latin-1"),
+    "mixed encodings": ("review_id,product,body\nr8,P1,Crème brûlée\n".encode() + b"r9,P1,Caf\xe9\n", "csv", [], "mixes encodings: line 3 is not UTF-8 while line 2 is"),
+    "duplicate ids": (b"review_id,product,body\nr1,P1,one\nr2,P1,two\nr1,P2,three\n", "csv", [], "the id 'r1' was already used by"),
+    "missing column": (b"review_id,product,comment\nr1,P1,text\n", "csv", [], "has no column 'body' (--text-column); its columns are: review_id, product, comment"),
+    "binary renamed .csv": (b"\x00\x01\x02binary\x00" * 100, "csv", [], "is not a text file: it looks like binary data"),
+    "an Excel workbook renamed .csv": (b"PK\x03\x04" + b"\x00" * 100, "csv", [], "is not a text file: it looks like a ZIP archive (an Excel .xlsx workbook?)"),
+    "zero documents": (b"review_id,product,body\n,,\nr2,P1,\n", "csv", [], "holds no documents (1 empty rows and 1 empty texts skipped)"),
+    "header only": (b"review_id,product,body\n", "csv", [], "holds no documents"),
+    "an empty file": (b"", "csv", [], "holds no documents"),
+    "PDF without a text layer": (pdf(None), "pdf", [], "has no text layer (a scanned PDF?)"),
+    "JSON lines with a broken line": (b'{"body": "fine", "review_id": "a", "product": "P1"}\n{"body": broken}\n', "jsonl", [], "line 2 is not JSON"),
+    "unknown encoding": (b"review_id,product,body\nr1,P1,x\n", "csv", ["--encoding", "klingon"], "Unknown encoding 'klingon'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_and_keeps_the_collection(cli_home, tmp_path, capsys, case):
+    data, suffix, extra, message = BAD_INPUTS[case]
+    good = write_csv(tmp_path / "good.csv")
+    columns = ["--text-column", "body", "--id-column", "review_id", "--item-column", "product"]
+    assert main(["index", "--input", str(good), "--collection", "kept", *columns, "--no-embed"]) == 0
+    saved = cli_home.index_dir / "memory" / "kept.json"
+    before = digest(saved)
+    capsys.readouterr()
+    bad = tmp_path / f"bad.{suffix}"
+    bad.write_bytes(data)
+    assert main(["index", "--input", str(bad), "--collection", "kept", *(columns if suffix != "pdf" else []), "--no-embed", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Fix:" in err and err.count("\n") == 1, err
+    assert digest(saved) == before
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "..", "Upper", ""])
+def test_collection_names_never_point_outside_the_index_directory(cli_home, tmp_path, capsys, name):
+    write_csv(tmp_path / "r.csv")
+    assert main(["index", "--input", str(tmp_path / "r.csv"), "--collection", name, "--text-column", "body", "--no-embed"]) == 2
+    err = capsys.readouterr().err
+    assert "collection name" in err and "Fix: use lowercase letters" in err and err.count("\n") == 1
+    assert not (cli_home.home / "outside.json").exists() and not (cli_home.index_dir / "outside.json").exists()
+    for door in (["ask", "Is it good?", "--collection", name], ["collections", "--delete", name]):
+        assert main(door) == 2
+        assert "collection name" in capsys.readouterr().err
+
+
+def test_a_utf8_byte_order_mark_and_latin_1_on_request(home, tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfreview_id,product,body\nr1,P1,Caf\xc3\xa9 au lait\n")
+    ingest(home, path, "bom", COLUMNS, progress=False, embed=False)
+    assert documents(home, "bom")["r1"].content == "Café au lait"
+    path.write_bytes(b"review_id,product,body\nr1,P1,Caf\xe9 au lait\n")
+    ingest(home, path, "latin", IngestOptions(text_column="body", id_column="review_id", encoding="latin-1"), progress=False, embed=False)
+    assert documents(home, "latin")["r1"].content == "Café au lait"
+
+
+def test_empty_rows_and_texts_are_skipped_and_counted(home, tmp_path):
+    path = tmp_path / "gaps.csv"
+    path.write_text("review_id,product,body\n\nr1,P1,kept\n,,\nr2,P1,   \nr3,P2,also kept\n", encoding="utf-8")
+    report = ingest(home, path, "gaps", COLUMNS, progress=False, embed=False)
+    assert (report.read, report.empty_rows, report.empty_texts) == (2, 2, 1)  # a blank line and ",," are empty rows
+    assert "  skipped: 2 empty rows, 1 empty texts." in report.summary()
+
+
+def test_a_document_over_the_limit_is_refused_with_the_limit(home, tmp_path, monkeypatch):
+    import qa_system.ingestion.records as records
+
+    monkeypatch.setattr(records, "MAX_DOCUMENT_CHARS", 1000)
+    (tmp_path / "huge.txt").write_text("word " * 300, encoding="utf-8")
+    with pytest.raises(QAError, match="1,500 characters long, more than the 1,000 a document may have"):
+        ingest(home, tmp_path / "huge.txt", "huge", progress=False, embed=False)
+
+
+def test_a_compressed_file_is_named_as_such(home, tmp_path):
+    (tmp_path / "reviews.csv").write_bytes(b"\x1f\x8b" + zlib.compress(b"review_id,body\nr1,text\n"))
+    with pytest.raises(QAError, match="looks like a gzip archive"):
+        ingest(home, tmp_path / "reviews.csv", "gz", progress=False, embed=False)
+
+
+# ------------------------------------------------------------------ SubjQA domains with dev and test only (books, movies)
+
+
+def test_a_domain_with_only_dev_and_test_indexes_and_evaluates(tmp_path, monkeypatch, capsys, tiny_reader):
+    from tests.conftest import SPLIT_ROWS, write_subjqa
+
+    books = {split: [dict(r, domain="books") for r in SPLIT_ROWS[split]] for split in ("dev", "test")}
+    data_dir = write_subjqa(tmp_path / "subjqa", books, domain="books")
+    monkeypatch.setenv("QA_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
+    assert main(["index", "--domain", "books", "--no-embed"]) == 0
+    assert "into the memory index 'subjqa-books'" in capsys.readouterr().out
+    manifest = open_collection(Settings.from_env(), "subjqa-books").manifest
+    assert manifest["splits"] == ["dev", "test"] and manifest["documents"] == 5
+    out = tmp_path / "reports"
+    assert main(["eval", "retriever", "--domain", "books", "--retriever", "bm25", "--k", "1", "3", "--out", str(out / "retriever")]) == 0
+    assert json.loads((out / "retriever" / "report.json").read_text())["questions"] == 4
+    assert main(["eval", "pipeline", "--domain", "books", "--reader", str(tiny_reader), "--out", str(out / "pipeline")]) == 0
+    assert (out / "pipeline" / "report.md").is_file()
+    capsys.readouterr()
+    assert main(["eval", "reader", "--domain", "books", "--split", "train", "--reader", str(tiny_reader)]) == 2
+    err = capsys.readouterr().err
+    assert "No 'train' split for domain 'books'" in err and "Fix: use one of: dev, test." in err
+
+
+# ------------------------------------------------------------------ search servers
+
+
+@pytest.mark.opensearch
+def test_an_opensearch_collection_updates_behind_its_alias(opensearch_url, tmp_path):
+    import uuid
+
+    from qa_system.stores import delete_opensearch_index, opensearch_client
+
+    settings = Settings.from_env(home=tmp_path / "home", store="opensearch", opensearch_url=opensearch_url)
+    name = f"qa-ingest-test-{uuid.uuid4().hex[:8]}"
+    path = write_csv(tmp_path / "r.csv")
+    try:
+        first = ingest(settings, path, name, COLUMNS, progress=False)  # the test server has no k-NN: BM25 only
+        assert first.documents == first.passages == 4
+        write_csv(path, [REVIEWS[0], ("r2", "P1", "The screen is bright even in sunlight.", "4"), REVIEWS[2]])
+        update = ingest(settings, path, name, COLUMNS, sync=True, progress=False)
+        assert (update.changed, update.unchanged, update.deleted, update.passages) == (1, 2, 1, 3)
+        retrieval = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, name))
+        found = retrieval.run("bright sunlight", item_id="P1", top_k=2)["documents"]
+        assert found[0].id == "r2" and found[0].content.startswith("The screen is bright")
+        assert [d.id for d in retrieval.run("cable broke months", top_k=3)["documents"]] == []  # r4 went with --sync
+        info = next(c for c in list_collections(settings) if c.name == name)
+        assert (info.documents, info.passages, info.kind) == (3, 3, "ingested") and info.size_bytes > 0
+        before = opensearch_client(settings).indices.get_alias(name=name)
+        bad = tmp_path / "bad.csv"
+        bad.write_bytes(b"review_id,product,body\nr1,P1,ok\nr1,P1,again\n")
+        with pytest.raises(QAError, match="already used"):
+            ingest(settings, bad, name, COLUMNS, progress=False)
+        assert opensearch_client(settings).indices.get_alias(name=name) == before  # the same index serves
+        delete_collection(settings, name)
+        assert all(c.name != name for c in list_collections(settings))
+    finally:
+        delete_opensearch_index(settings, name)
+        opensearch_client(settings).indices.delete(index=f"{name}*", ignore_unavailable=True)
+
+
+# ------------------------------------------------------------------ evaluation on your own labels
+
+
+def test_csv_labels_name_the_collection_documents(home, tmp_path):
+    from qa_system.ingestion.labels import load_labels
+
+    ingest(home, write_csv(tmp_path / "r.csv"), "labelled", COLUMNS, embed=False, progress=False)
+    path = tmp_path / "labels.csv"
+    path.write_text("question,answer,document_id,item_id\nHow long does it last?,a whole week,r1,P1\nHow long does it last?,a week,r1,P1\n"
+                    "Is it loud?,,r3,\nWhat broke?,The cable broke,r4,P2\n", encoding="utf-8")
+    labels = load_labels(path, home, "labelled")
+    by_question = {q.question: q for q in labels.questions}
+    assert [(a.text, a.start) for a in by_question["How long does it last?"].answers] == [("a whole week", 24), ("a week", None)]
+    assert by_question["Is it loud?"].no_answer and by_question["Is it loud?"].item_id == "P2"  # the document's item
+    assert by_question["What broke?"].context == REVIEWS[3][2] and by_question["What broke?"].split is None
+    path.write_text("question,answer,document_id\nWhy?,because,r404\n", encoding="utf-8")
+    with pytest.raises(QAError, match="line 2: document 'r404' is not in collection 'labelled'"):
+        load_labels(path, home, "labelled")
+    path.write_text("question,reply,doc\nWhy?,because,r1\n", encoding="utf-8")
+    with pytest.raises(QAError, match="has no column.s. answer, document_id; its columns are: question, reply, doc"):
+        load_labels(path, home, "labelled")
+
+
+def squad_file(path, paragraphs):
+    data = [{"title": title, "paragraphs": [{"context": context, "qas": qas}]} for title, context, qas in paragraphs]
+    path.write_text(json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_long_reader(tmp_path_factory):
+    """A tiny random reader (its answers are noise, its offsets real) whose positions cover 384-token windows."""
+    from test_reading import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-long-reader"), max_positions=512)
+
+
+def test_squad_labels_round_trip_through_a_collection(home, tmp_path, tiny_long_reader, capsys, monkeypatch):
+    """The reader given each question's document from the collection (a long one put back together from its
+    passages) scores exactly as given the file's own contexts; the pipeline and retriever evaluate the collection."""
+    context = long_text(150)
+    answer = "polished titanium"
+    qas = [{"id": "q1", "question": "What is the hinge made of?", "answers": [{"text": answer, "answer_start": context.index(answer)}]},
+           {"id": "q2", "question": "Is it red?", "answers": [], "is_impossible": True}]
+    path = squad_file(tmp_path / "squad.json", [("HINGE", context, qas), ("OTHER", "Short review about the colour.", [])])
+    ingest(home, path, "round", IngestOptions(passage_words=20, passage_overlap=5), embed=False, progress=False)
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    outs = {}
+    for name, extra in (("direct", []), ("collection", ["--collection", "round"])):
+        outs[name] = tmp_path / name
+        assert main(["eval", "reader", "--labels", str(path), *extra, "--reader", str(tiny_long_reader), "--out", str(outs[name])]) == 0
+    direct, collected = (json.loads((outs[n] / "report.json").read_text()) for n in ("direct", "collection"))
+    scores = [{k: v for k, v in m.items() if k != "latency_ms"} for m in direct["metrics"]]
+    assert scores == [{k: v for k, v in m.items() if k != "latency_ms"} for m in collected["metrics"]] and direct["questions"] == 2
+    predictions = {n: json.loads(next(outs[n].glob("predictions-*.json")).read_text()) for n in outs}
+    assert predictions["direct"] == predictions["collection"]
+    assert main(["eval", "pipeline", "--collection", "round", "--labels", str(path), "--reader", str(tiny_long_reader), "--out", str(tmp_path / "p")]) == 0
+    assert main(["eval", "retriever", "--collection", "round", "--labels", str(path), "--retriever", "bm25", "--k", "1", "3", "--out", str(tmp_path / "r")]) == 0
+    strict = next(m for m in json.loads((tmp_path / "r" / "report.json").read_text())["metrics"] if m["definition"] == "strict" and m["group"] == "all")
+    assert strict["recall@3"] == 1.0  # the hinge question's passages belong to its document
+    capsys.readouterr()
+    assert main(["eval", "retriever", "--labels", str(path)]) == 2
+    assert "Retrieval is evaluated on a collection" in capsys.readouterr().err
