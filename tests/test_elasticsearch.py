@@ -37,8 +37,8 @@ def es_index(es_settings):
 
 def test_store_round_trip_with_manifest(es_settings, es_index):
     reopened = open_index(es_settings, name=es_index.name)
-    assert reopened.store.count_documents() == 8
-    assert reopened.manifest["documents"] == 8
+    assert reopened.store.count_documents() == 6
+    assert reopened.manifest["documents"] == 6
     assert reopened.embedding_model == es_settings.embedding_model
 
 
@@ -54,5 +54,5 @@ def test_bm25_and_dense_retrieval_with_filters(es_settings, es_index):
 
 def test_reindex_keeps_documents(es_settings, es_index):
     build_index(es_settings, "electronics", progress=False, name=es_index.name)
-    assert open_index(es_settings, name=es_index.name).store.count_documents() == 8
+    assert open_index(es_settings, name=es_index.name).store.count_documents() == 6
 

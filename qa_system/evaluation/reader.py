@@ -22,8 +22,8 @@ Retrieve = Callable[[LabelledQuestion], list[Document]]
 
 
 def gold_document(question: LabelledQuestion) -> Document:
-    """The labelled review as the index holds it (same id, content and metadata)."""
-    meta = {"item_id": question.item_id, "review_id": question.review_id, "domain": question.domain, "split": question.split}
+    """The labelled review as the index holds it (same id and content; of its splits, the question's)."""
+    meta = {"item_id": question.item_id, "review_id": question.review_id, "domain": question.domain, "split": [question.split]}
     return Document(id=question.document_id, content=question.context, meta=meta)
 
 

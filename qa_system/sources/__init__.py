@@ -8,8 +8,10 @@ from qa_system.sources.subjqa import (
     SubjQA,
     available_domains,
     clean_review,
+    in_split,
     load_subjqa,
     source_files,
+    split_names,
 )
 
-__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "clean_review", "load_subjqa", "source_files"]
+__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "clean_review", "in_split", "split_names", "load_subjqa", "source_files"]
