@@ -9,6 +9,7 @@ import os
 import uuid
 
 import pytest
+from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.indexing import build_index
@@ -56,3 +57,19 @@ def test_reindex_keeps_documents(es_settings, es_index):
     build_index(es_settings, "electronics", progress=False, name=es_index.name)
     assert open_index(es_settings, name=es_index.name).store.count_documents() == 6
 
+
+
+def test_a_review_in_two_splits_is_found_under_either_split(es_settings, es_index):
+    bm25 = build_retrieval_pipeline("bm25", es_settings, index=es_index)
+    for split in ("dev", "test"):  # a term filter on the keyword array ["dev", "test"] matches either element
+        found = bm25.run("How is the sound?", item_id="KINDLE", split=split, top_k=5)["documents"]
+        assert [(d.id, d.meta["split"]) for d in found] == [("electronics/r-kindle-3", ["dev", "test"])], split
+
+
+def test_reindex_deletes_what_the_new_corpus_lacks(es_settings, es_index):
+    # A copy under an older layout's id (one document per review and split) must not survive the re-index beside the new one.
+    old = Document(id="electronics/test/r-kindle-3", content="old copy", meta={"item_id": "KINDLE", "review_id": "r-kindle-3", "split": "test"})
+    es_index.store.write_documents([old])
+    build_index(es_settings, "electronics", progress=False, name=es_index.name)
+    ids = {d.id for d in open_index(es_settings, name=es_index.name).store.filter_documents()}
+    assert len(ids) == 6 and old.id not in ids

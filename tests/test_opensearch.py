@@ -117,6 +117,21 @@ def test_bm25_with_product_filters(os_settings, os_index):
     assert scores == sorted(scores, reverse=True)
 
 
+def test_a_review_in_two_splits_is_one_document_a_split_filter_finds_under_either(os_settings, os_index):
+    """split is a keyword array (["dev", "test"]); the server's term filter matches any element."""
+    [stored] = os_index.store.filter_documents({"field": "meta.review_id", "operator": "==", "value": "r-kindle-3"})
+    assert (stored.id, stored.meta["split"]) == ("electronics/r-kindle-3", ["dev", "test"])
+    bm25 = build_retrieval_pipeline("bm25", os_settings, index=os_index)
+    for split in ("dev", "test"):
+        found = bm25.run("How is the sound?", item_id="KINDLE", split=split, top_k=5)["documents"]
+        assert [d.id for d in found] == ["electronics/r-kindle-3"], split
+    # The whole product: each review once, the one in two splits too.
+    product = review_ids(bm25, "How is the sound?", item_id="KINDLE", top_k=5)
+    assert sorted(product) == ["r-kindle-1", "r-kindle-2", "r-kindle-3"]
+    in_train = os_index.store.filter_documents({"field": "meta.split", "operator": "in", "value": ["train"]})
+    assert sorted(d.meta["review_id"] for d in in_train) == ["r-kindle-1", "r-kindle-2", "r-phones-1"]  # r-phones-1: train and test
+
+
 def test_public_api_pipeline_on_the_opensearch_store(os_settings, os_index):
     pipeline = qa_system.build_retrieval_pipeline("bm25", os_settings, domains="electronics", index=os_index)
     result = pipeline.run("Is the cord durable?", item_id="HEADPHONES", top_k=3)
