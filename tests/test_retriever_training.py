@@ -64,9 +64,9 @@ COPIED_DEV = {
 def test_pairs_leave_out_the_reviews_that_dev_copies(tmp_path):
     data = load_subjqa("electronics", ["train", "dev"], write_subjqa(tmp_path / "subjqa", COPIED_DEV))
     train = training_data(data)
-    assert sorted(p.document_id for p in train.pairs) == ["electronics/train/r-kindle-2", "electronics/train/r-mouse-1", "electronics/train/r-phones-1"]
-    assert "electronics/train/r-kindle-1" not in train.texts  # not a negative either
-    assert train.reviews_of_product[("electronics", "KINDLE")] == ["electronics/train/r-kindle-2"]
+    assert sorted(p.document_id for p in train.pairs) == ["electronics/r-kindle-2", "electronics/r-mouse-1", "electronics/r-phones-1"]
+    assert "electronics/r-kindle-1" not in train.texts  # not a negative either
+    assert train.reviews_of_product[("electronics", "KINDLE")] == ["electronics/r-kindle-2"]
     assert all(p.product[0] == "electronics" for p in train.pairs)
 
 
