@@ -62,7 +62,8 @@ def check_candidates(candidates: str | Sequence[str]) -> list[str]:
     candidates = [candidates] if isinstance(candidates, str) else list(candidates)
     unknown = [c for c in candidates if c not in CANDIDATES]
     if unknown or not candidates:
-        raise QAError(f"Unknown candidate protocol '{unknown[0] if unknown else ''}'.", f"use {' or '.join(CANDIDATES)} (or both).")
+        problem = f"Unknown candidate protocol '{unknown[0]}'." if unknown else "No candidate protocol given."
+        raise QAError(problem, f"use {' or '.join(CANDIDATES)} (or both).")
     return list(dict.fromkeys(candidates))
 
 
@@ -188,10 +189,10 @@ def _observed_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) 
 def _chance_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) -> pd.DataFrame:
     """Per question: the same scores expected from a uniformly random order of its candidates.
 
-    n = the candidates (``n_candidates`` when recorded, else the retrieved list, complete when shorter
-    than the retrieval depth), m = the relevant ones among them. hit@k: 1 - C(n-m, k) / C(n, k); reciprocal rank: sum over r of
-    P(first relevant at r) / r with P = C(n-r, m-1) / C(n, m); average precision:
-    (1/n) sum_i (1 + (i-1)(m-1)/(n-1)) / i.
+    n = the candidates (``n_candidates`` when recorded, else the retrieved list, complete when
+    shorter than the retrieval depth), m = the relevant ones among them. hit@k: 1 - C(n-m, k) /
+    C(n, k); reciprocal rank: sum over r of P(first relevant at r) / r with P = C(n-r, m-1) /
+    C(n, m); average precision: (1/n) sum_i (1 + (i-1)(m-1)/(n-1)) / i.
     """
     always_hit = _always_hit(records, definition)
     if "n_candidates" in records:
