@@ -51,7 +51,7 @@ from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
 from qa_system.reading.model import MODEL_INFO_FILE, read_model_info
 from qa_system.reproducibility import machine, seed_everything
 from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
-from qa_system.sources import LabelledQuestion, SubjQA, in_split, load_subjqa
+from qa_system.sources import LabelledQuestion, SubjQA, in_split, load_subjqa, split_names
 
 DEV_KS = (1, 3)
 ENCODER_KINDS = ("question", "shared", "separate")
@@ -211,7 +211,7 @@ def dev_recall(query_model, passages: np.ndarray, questions: Sequence[LabelledQu
     queries = encode(query_model, [q.question for q in questions])
     rows: dict[tuple[str, str], list[int]] = defaultdict(list)
     for row, document in enumerate(documents):
-        for split in document.meta["split"]:
+        for split in split_names(document):
             rows[(document.meta["item_id"], split)].append(row)
     query_row = {id(q): i for i, q in enumerate(questions)}
 
