@@ -78,14 +78,16 @@ class MultiValueInMemoryDocumentStore(InMemoryDocumentStore):
         self._validate_filters(filters)
         return {"field": "id", "operator": "in", "value": [d.id for d in self.storage.values() if document_matches(filters, d)]}
 
-    def embedding_retrieval(self, query_embedding: list[float], filters: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+    def embedding_retrieval(
+        self, query_embedding: list[float], filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False, return_embedding: bool | None = False
+    ) -> list[Document]:
         by_id = self._by_id(filters)
         if by_id is not None and not by_id["value"]:
             return []
-        return super().embedding_retrieval(query_embedding, filters=by_id, **kwargs)
+        return super().embedding_retrieval(query_embedding, filters=by_id, top_k=top_k, scale_score=scale_score, return_embedding=return_embedding)
 
-    def bm25_retrieval(self, query: str, filters: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+    def bm25_retrieval(self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False) -> list[Document]:
         by_id = self._by_id(filters)
         if by_id is not None and not by_id["value"]:
             return []
-        return super().bm25_retrieval(query, filters=by_id, **kwargs)
+        return super().bm25_retrieval(query, filters=by_id, top_k=top_k, scale_score=scale_score)
