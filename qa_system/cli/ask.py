@@ -13,6 +13,7 @@ from qa_system.config import RETRIEVERS
 def cmd_search(args: argparse.Namespace) -> None:
     from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.sources import split_names
 
     settings = settings_from_args(args)
     index = open_or_build_index(settings, args.domain, embeddings=args.retriever != "bm25")
@@ -21,12 +22,11 @@ def cmd_search(args: argparse.Namespace) -> None:
     documents = result["documents"]
     name = args.retriever + (" + re-ranking" if args.rerank else "")
     print(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)")
-    from qa_system.sources import split_names
-
     for rank, document in enumerate(documents, 1):
         meta = document.meta
         snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
-        print(f"\n{rank}. score {document.score:.3f}  review {meta.get('review_id')}  ({meta.get('item_id')}, {' + '.join(split_names(document))})")
+        splits = " + ".join(split_names(document))
+        print(f"\n{rank}. score {document.score:.3f}  review {meta.get('review_id')}  ({meta.get('item_id')}, {splits})")
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
