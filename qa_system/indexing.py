@@ -41,6 +41,9 @@ _NOT_WEIGHTS = ("README.md", "qa_system.json")
 # A re-index that would keep less than this share of the saved index's documents needs force=True:
 # a truncated or header-only file must not silently replace a good index.
 MIN_KEPT_SHARE = 0.5
+# The documents' layout; an index of an older one is rebuilt from its source files. 2: one document
+# per review, its ``split`` meta listing its splits (1: one document per review and split).
+INDEX_FORMAT = 2
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +75,8 @@ def source_change(index: Index, settings: Settings) -> str | None:
             f"The index '{index.name}' was built from {missing[0]}, which does not exist.",
             "pass --data-dir (or QA_DATA_DIR) pointing at the data it was built from, or rebuild with `qa-system index --data-dir DIR`.",
         )
+    if index.manifest.get("format", 1) < INDEX_FORMAT:
+        return "it was built by an older qa-system, with one document per review and split"
     current = {str(path.resolve()): path for path in wanted}
     if set(current) != set(recorded):
         return f"the data directory is now {settings.data_dir}"
@@ -177,7 +182,7 @@ def build_index(
     name = name or index_name(domains)
     if splits is None:  # the splits every domain has (an unknown domain: all, so that loading names the problem)
         splits = [s for s in SPLITS if all(s in available_splits(settings.data_dir, d) for d in domains)] or SPLITS
-    manifest: dict = {"domains": domains, "splits": list(splits), "created": datetime.now(timezone.utc).isoformat()}
+    manifest: dict = {"domains": domains, "splits": list(splits), "format": INDEX_FORMAT, "created": datetime.now(timezone.utc).isoformat()}
     if documents is None:
         files = source_files(domains, splits, settings.data_dir)
         data = load_subjqa(domains, splits, settings.data_dir)
@@ -220,6 +225,8 @@ def build_index(
         # A new OpenSearch index is refreshed once, when it is swapped in, not after every bulk request.
         options = {"refresh": False} if settings.store == "opensearch" else {}
         store.write_documents(documents, policy=DuplicatePolicy.OVERWRITE, **options)
+        if settings.store == "elasticsearch":  # written in place: what the new corpus lacks (or an older format's ids) must go
+            _delete_others(store, documents)
         timings["write_s"] = time.perf_counter() - write_start
         timings["total_s"] = time.perf_counter() - start
         manifest.update(
@@ -235,6 +242,14 @@ def build_index(
             discard_opensearch_index(settings, store)
         raise
     return index
+
+
+def _delete_others(store, documents: list[Document]) -> None:
+    """Delete the store's documents whose ids are not among ``documents``'."""
+    keep = {d.id for d in documents}
+    stale = [d.id for d in store.filter_documents() if d.id not in keep]
+    if stale:
+        store.delete_documents(stale)
 
 
 def open_or_build_index(

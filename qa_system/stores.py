@@ -23,6 +23,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, Unavailable
+from qa_system.meta_filters import MultiValueInMemoryDocumentStore
 
 MANIFEST_KEY = "qa_system"
 logger = logging.getLogger(__name__)
@@ -113,8 +114,9 @@ def atomic_file(path: Path):
 
 def new_memory_store(name: str) -> InMemoryDocumentStore:
     # Not shared: pipelines get this very object injected (see pipelines.py), and a process-global
-    # store would keep every index ever opened alive.
-    return InMemoryDocumentStore(index=name, shared=False, embedding_similarity_function="cosine")
+    # store would keep every index ever opened alive. Multi-valued: a review's ``split`` lists every
+    # split it is in, and a split filter must find it under each, as Elasticsearch does.
+    return MultiValueInMemoryDocumentStore(index=name, shared=False, embedding_similarity_function="cosine")
 
 
 def _checked_manifest(data: Any) -> dict:

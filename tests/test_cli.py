@@ -40,7 +40,7 @@ def test_index_then_search(indexed_cli, capsys):
 def test_products_lists_review_counts(indexed_cli, capsys):
     assert main(["products"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "KINDLE\t4 reviews"
+    assert lines[0] == "KINDLE\t3 reviews"  # r-kindle-3, in dev and test, counts once
 
 
 @pytest.mark.parametrize(
@@ -174,9 +174,9 @@ def test_memory_index_round_trip(indexed_cli):
 
     index = open_index(indexed_cli, "electronics")
     saved = json.loads((indexed_cli.home / "indexes" / "memory" / "subjqa-electronics.json").read_text())
-    assert index.store.count_documents() == len(saved["documents"]) == 8
+    assert index.store.count_documents() == len(saved["documents"]) == 6
     assert {d.id: d.content for d in index.store.filter_documents()} == {d["id"]: d["content"] for d in saved["documents"]}
-    assert index.manifest["item_counts"] == {"KINDLE": 4, "HEADPHONES": 3, "MOUSE": 1}
+    assert index.manifest["item_counts"] == {"KINDLE": 3, "HEADPHONES": 2, "MOUSE": 1}
 
 
 def test_eval_retriever_writes_the_report(indexed_cli, tmp_path, capsys):

@@ -8,18 +8,34 @@ from qa_system.sources.subjqa import locate_answer
 from tests.conftest import COLUMNS, REVIEWS, row, write_subjqa
 
 
-def test_documents_are_cleaned_deduplicated_reviews_per_split(tiny_subjqa):
+def test_documents_are_cleaned_deduplicated_reviews(tiny_subjqa):
     data = load_subjqa("electronics", source=tiny_subjqa)
     ids = [d.id for d in data.documents]
-    assert len(ids) == len(set(ids))
+    assert len(ids) == len(set(ids)) == len(REVIEWS)
     # r-kindle-1 has two annotation rows in train but is one document.
     kindle = [d for d in data.documents if d.meta["review_id"] == "r-kindle-1"]
     assert len(kindle) == 1
     assert kindle[0].content == REVIEWS["r-kindle-1"][1]
-    assert kindle[0].meta == {"item_id": "KINDLE", "review_id": "r-kindle-1", "domain": "electronics", "split": "train"}
+    assert kindle[0].meta == {"item_id": "KINDLE", "review_id": "r-kindle-1", "domain": "electronics", "split": ["train"]}
     assert not any("ANSWERNOTFOUND" in d.content for d in data.documents)
-    # r-kindle-3 occurs in dev and test: one document in each split, since evaluation filters on split.
-    assert sorted(d.meta["split"] for d in data.documents if d.meta["review_id"] == "r-kindle-3") == ["dev", "test"]
+
+
+def test_a_review_in_two_splits_is_one_document_listing_both(tiny_subjqa):
+    # r-kindle-3 is asked about in dev (q4) and test (q6), r-phones-1 in train (q2) and test (q9).
+    data = load_subjqa("electronics", source=tiny_subjqa)
+    [kindle] = [d for d in data.documents if d.meta["review_id"] == "r-kindle-3"]
+    [phones] = [d for d in data.documents if d.meta["review_id"] == "r-phones-1"]
+    assert (kindle.id, kindle.meta["split"]) == ("electronics/r-kindle-3", ["dev", "test"])
+    assert phones.meta["split"] == ["train", "test"]  # SPLITS order, whatever order the files are read in
+    reversed_order = load_subjqa("electronics", ["test", "train"], source=tiny_subjqa).documents
+    assert [d.meta["split"] for d in reversed_order if d.meta["review_id"] == "r-phones-1"] == [["train", "test"]]
+    questions = {q.id: q for q in data.questions}
+    # Both questions point at the one document; each keeps its own split.
+    assert (questions["q4"].document_id, questions["q4"].split) == (kindle.id, "dev")
+    assert (questions["q6"].document_id, questions["q6"].split) == (kindle.id, "test")
+    # Its id does not depend on which splits are loaded.
+    assert [d.id for d in load_subjqa("electronics", "dev", source=tiny_subjqa).documents if d.meta["review_id"] == "r-kindle-3"] == [kindle.id]
+    assert {s: c["documents"] for s, c in data.report.splits.items()} == {"electronics/train": 3, "electronics/dev": 2, "electronics/test": 3}
 
 
 def test_questions_group_annotations_and_flag_no_answer(tiny_subjqa):
@@ -31,7 +47,7 @@ def test_questions_group_annotations_and_flag_no_answer(tiny_subjqa):
     # A question mixing ANSWERNOTFOUND with a real span is answerable (as the SQuAD v2 script counts it).
     assert not questions["q7"].no_answer and questions["q7"].answer_texts == ["the scroll wheel feels solid"]
     assert questions["q7"].is_subjective is False and questions["q1"].is_subjective is True
-    assert questions["q6"].document_id == "electronics/test/r-kindle-3"
+    assert questions["q6"].document_id == "electronics/r-kindle-3"
     assert {s: c["questions"] for s, c in data.report.splits.items()} == {
         "electronics/train": 3, "electronics/dev": 2, "electronics/test": 4,
     }

@@ -9,6 +9,7 @@ import os
 import uuid
 
 import pytest
+from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.indexing import build_index
@@ -37,8 +38,8 @@ def es_index(es_settings):
 
 def test_store_round_trip_with_manifest(es_settings, es_index):
     reopened = open_index(es_settings, name=es_index.name)
-    assert reopened.store.count_documents() == 8
-    assert reopened.manifest["documents"] == 8
+    assert reopened.store.count_documents() == 6
+    assert reopened.manifest["documents"] == 6
     assert reopened.embedding_model == es_settings.embedding_model
 
 
@@ -54,7 +55,7 @@ def test_bm25_and_dense_retrieval_with_filters(es_settings, es_index):
 
 def test_reindex_keeps_documents(es_settings, es_index):
     build_index(es_settings, "electronics", progress=False, name=es_index.name)
-    assert open_index(es_settings, name=es_index.name).store.count_documents() == 8
+    assert open_index(es_settings, name=es_index.name).store.count_documents() == 6
 
 
 
@@ -79,3 +80,19 @@ def test_an_ingested_collection_updates_in_place(es_settings, tmp_path):
         from qa_system.stores import elasticsearch_store
 
         elasticsearch_store(es_settings, name).client.indices.delete(index=name, ignore_unavailable=True)
+
+
+def test_a_review_in_two_splits_is_found_under_either_split(es_settings, es_index):
+    bm25 = build_retrieval_pipeline("bm25", es_settings, index=es_index)
+    for split in ("dev", "test"):  # a term filter on the keyword array ["dev", "test"] matches either element
+        found = bm25.run("How is the sound?", item_id="KINDLE", split=split, top_k=5)["documents"]
+        assert [(d.id, d.meta["split"]) for d in found] == [("electronics/r-kindle-3", ["dev", "test"])], split
+
+
+def test_reindex_deletes_what_the_new_corpus_lacks(es_settings, es_index):
+    # A copy under an older layout's id (one document per review and split) must not survive the re-index beside the new one.
+    old = Document(id="electronics/test/r-kindle-3", content="old copy", meta={"item_id": "KINDLE", "review_id": "r-kindle-3", "split": "test"})
+    es_index.store.write_documents([old])
+    build_index(es_settings, "electronics", progress=False, name=es_index.name)
+    ids = {d.id for d in open_index(es_settings, name=es_index.name).store.filter_documents()}
+    assert len(ids) == 6 and old.id not in ids

@@ -278,7 +278,7 @@ def test_openai_compatible_endpoint_answers_and_streams(indexed):
         result = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", top_k=3)
         (answer,) = result["answers"]
         assert answer.data == "The sound is tinny and quiet [1]."
-        assert answer.meta["cited_document_ids"] == ["electronics/dev/r-kindle-3"] and answer.meta["usage"]["completion_tokens"] == 7
+        assert answer.meta["cited_document_ids"] == ["electronics/r-kindle-3"] and answer.meta["usage"]["completion_tokens"] == 7
         request = server.requests[0]
         assert request["model"] == MODEL and request["max_tokens"] == 32 and request["temperature"] == 0.2
         assert "[1] I don't like the speakers" in request["messages"][-1]["content"]
@@ -286,7 +286,7 @@ def test_openai_compatible_endpoint_answers_and_streams(indexed):
         chunks = []
         streamed = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", streaming_callback=chunks.append)
         assert server.requests[1]["stream"] is True and "".join(c.content for c in chunks) == "The sound is tinny and quiet [1]."
-        assert streamed["answers"][0].meta["cited_document_ids"] == ["electronics/dev/r-kindle-3"]
+        assert streamed["answers"][0].meta["cited_document_ids"] == ["electronics/r-kindle-3"]
 
         unanswerable = pipeline.run("Is it comfortable?", item_id="HEADPHONES")["answers"][0]
         assert unanswerable.data is None and unanswerable.meta["no_answer_reason"] == "the generator found no answer in the reviews"

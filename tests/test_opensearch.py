@@ -85,8 +85,8 @@ CORPUS = [
 
 def test_index_round_trip_behind_an_alias(os_settings, os_index, name, knn):
     reopened = open_index(os_settings, name=name)
-    assert reopened.backend == "opensearch" and reopened.store.count_documents() == 8
-    assert reopened.manifest["documents"] == 8 and reopened.item_counts() == {"KINDLE": 4, "HEADPHONES": 3, "MOUSE": 1}
+    assert reopened.backend == "opensearch" and reopened.store.count_documents() == 6
+    assert reopened.manifest["documents"] == 6 and reopened.item_counts() == {"KINDLE": 3, "HEADPHONES": 2, "MOUSE": 1}
     assert reopened.manifest["vector_search"] is knn
     client = opensearch_client(os_settings)
     [concrete] = concrete_indices(os_settings, name)
@@ -115,6 +115,21 @@ def test_bm25_with_product_filters(os_settings, os_index):
     assert kindle[0].meta["review_id"] == "r-kindle-1"
     scores = [d.score for d in everywhere]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_a_review_in_two_splits_is_one_document_a_split_filter_finds_under_either(os_settings, os_index):
+    """split is a keyword array (["dev", "test"]); the server's term filter matches any element."""
+    [stored] = os_index.store.filter_documents({"field": "meta.review_id", "operator": "==", "value": "r-kindle-3"})
+    assert (stored.id, stored.meta["split"]) == ("electronics/r-kindle-3", ["dev", "test"])
+    bm25 = build_retrieval_pipeline("bm25", os_settings, index=os_index)
+    for split in ("dev", "test"):
+        found = bm25.run("How is the sound?", item_id="KINDLE", split=split, top_k=5)["documents"]
+        assert [d.id for d in found] == ["electronics/r-kindle-3"], split
+    # The whole product: each review once, the one in two splits too.
+    product = review_ids(bm25, "How is the sound?", item_id="KINDLE", top_k=5)
+    assert sorted(product) == ["r-kindle-1", "r-kindle-2", "r-kindle-3"]
+    in_train = os_index.store.filter_documents({"field": "meta.split", "operator": "in", "value": ["train"]})
+    assert sorted(d.meta["review_id"] for d in in_train) == ["r-kindle-1", "r-kindle-2", "r-phones-1"]  # r-phones-1: train and test
 
 
 def test_public_api_pipeline_on_the_opensearch_store(os_settings, os_index):
@@ -206,7 +221,7 @@ def test_manifest_update_of_the_index_in_service(os_settings, os_index, name):
     index.manifest["calibration"] = {"note": "fitted"}
     save_index(index, os_settings)
     assert open_index(os_settings, name=name).manifest["calibration"] == {"note": "fitted"}
-    assert open_index(os_settings, name=name).store.count_documents() == 8
+    assert open_index(os_settings, name=name).store.count_documents() == 6
 
 
 # ------------------------------------------------------------------------------------ dense

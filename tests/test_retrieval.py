@@ -92,6 +92,58 @@ def test_filters_restrict_every_retriever(indexed):
             assert result["documents"], (backend, retriever)
 
 
+def test_a_review_in_two_splits_is_found_once_under_either_split_by_every_retriever(indexed):
+    # r-kindle-3 is in dev and test: one document, so it fills one top-k slot whatever the filter.
+    for backend in ("memory", "faiss"):
+        for retriever in ("bm25", "dense", "hybrid"):
+            pipeline = build_retrieval_pipeline(retriever, indexed[backend])
+            for split in ("dev", "test"):
+                found = pipeline.run("How is the sound?", item_id="KINDLE", split=split, top_k=5)["documents"]
+                assert [(d.id, d.meta["split"]) for d in found] == [("electronics/r-kindle-3", ["dev", "test"])], (backend, retriever, split)
+            # No split filter: the product's three reviews, each once.
+            product = pipeline.run("How is the sound?", item_id="KINDLE", top_k=5)["documents"]
+            assert sorted(d.meta["review_id"] for d in product) == ["r-kindle-1", "r-kindle-2", "r-kindle-3"], (backend, retriever)
+            # Other operators go through the same matcher: "in" finds a review by any of its splits.
+            in_dev = pipeline.run("sound", filters=make_filters(item_id="KINDLE", split=["dev"]), top_k=5)["documents"]
+            assert [d.meta["review_id"] for d in in_dev] == ["r-kindle-3"], (backend, retriever)
+            assert pipeline.run("sound", filters=make_filters(item_id="MOUSE", split="dev"), top_k=5)["documents"] == [], (backend, retriever)
+
+
+def test_list_valued_meta_matches_by_element_where_haystack_compares_whole_lists():
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+    from haystack.utils.filters import document_matches_filter
+
+    from qa_system.meta_filters import MultiValueInMemoryDocumentStore, document_matches
+
+    review = Document(id="r", content="sound", meta={"split": ["dev", "test"], "item_id": "K"}, embedding=[1.0, 0.0])
+    other = Document(id="o", content="sound", meta={"split": ["train"], "item_id": "K"}, embedding=[0.0, 1.0])
+    test = {"field": "meta.split", "operator": "==", "value": "test"}
+    # What the installed Haystack does: the list is compared as a whole, so a split filter misses the review.
+    assert not document_matches_filter(test, review)
+    assert not document_matches_filter({"field": "meta.split", "operator": "in", "value": ["test"]}, review)
+    stock = InMemoryDocumentStore()
+    stock.write_documents([review, other])
+    assert stock.filter_documents(test) == []
+    # Ours: by element, as Elasticsearch matches an array field.
+    cases = [
+        ("==", "test", True), ("==", "train", False), ("in", ["train", "dev"], True), ("in", ["train"], False),
+        ("!=", "test", False), ("!=", "train", True), ("not in", ["dev"], False), ("not in", ["train"], True),
+        ("==", ["dev", "test"], True),  # the whole list, as Haystack reads it
+    ]
+    for operator, value, expected in cases:
+        assert document_matches({"field": "meta.split", "operator": operator, "value": value}, review) is expected, (operator, value)
+    both = {"operator": "AND", "conditions": [test, {"field": "meta.item_id", "operator": "==", "value": "K"}]}
+    assert document_matches(both, review) and not document_matches({"operator": "NOT", "conditions": [both]}, review)
+    assert document_matches({"operator": "OR", "conditions": [{"field": "meta.split", "operator": "==", "value": "x"}, test]}, review)
+    store = MultiValueInMemoryDocumentStore(embedding_similarity_function="cosine")
+    store.write_documents([review, other])
+    assert [d.id for d in store.filter_documents(test)] == ["r"]
+    assert [d.id for d in store.embedding_retrieval([0.0, 1.0], filters=test, top_k=2)] == ["r"]  # the nearer "o" is filtered out
+    assert [d.id for d in store.bm25_retrieval("sound", filters=test, top_k=2)] == ["r"]
+    assert store.embedding_retrieval([0.0, 1.0], filters={"field": "meta.split", "operator": "==", "value": "nope"}) == []
+    assert len(store.embedding_retrieval([0.0, 1.0], top_k=2)) == 2
+
+
 def test_top_k_is_respected(indexed):
     for retriever in ("bm25", "dense", "hybrid"):
         result = build_retrieval_pipeline(retriever, indexed["memory"]).run("quality", top_k=2)
@@ -168,7 +220,7 @@ def test_dense_and_hybrid_find_the_semantic_match(indexed):
 
 def test_faiss_index_reopens_from_disk(indexed):
     index = open_index(indexed["faiss"], "electronics")
-    assert index.store.count_documents() == 8
+    assert index.store.count_documents() == 6
     assert index.manifest["embedding_dim"] == 384
     result = build_retrieval_pipeline("dense", indexed["faiss"], index=index).run("bass", item_id="HEADPHONES", top_k=1)
     assert review_ids(result) == ["r-phones-1"]

@@ -15,6 +15,7 @@ from haystack import Document
 
 from qa_system.safe_text import html_text
 from qa_system.serving.answer_views import AnswerView, Segment, highlight_segments
+from qa_system.sources import split_names
 
 CSS = """
 <style>
@@ -53,7 +54,8 @@ def review_source(document: Document) -> str:
     meta = document.meta
     review_id = str(meta.get("review_id", document.id))
     shown = review_id if len(review_id) <= 12 else f"{review_id[:8]}…"
-    parts = [html_text(meta.get("item_id") or ""), html_text(f"{meta['split']} split") if meta.get("split") else ""]
+    splits = split_names(document)
+    parts = [html_text(meta.get("item_id") or ""), html_text(f"{' + '.join(splits)} split{'s' if len(splits) > 1 else ''}") if splits else ""]
     return " · ".join([f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts)])
 
 

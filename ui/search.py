@@ -286,7 +286,7 @@ def show_gold(asked: Asked) -> None:
             st.markdown(f"**{markdown_literal(texts)}** · {kind} question · {markdown_literal(gold.id)}")
         rank = gold_rank(gold, asked.documents)
         st.caption(f"Its review was retrieved at rank {rank} of {len(asked.documents)}." if rank else "Its review was not retrieved, so the reader never saw it.")
-        review = Document(id=gold.document_id, content=gold.context, meta={"review_id": gold.review_id, "item_id": gold.item_id, "split": gold.split})
+        review = Document(id=gold.document_id, content=gold.context, meta={"review_id": gold.review_id, "item_id": gold.item_id, "split": [gold.split]})
         st.html(cards.review_card(review, [(a.start, a.end) for a in gold.located_answers]))
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.sources import LabelledQuestion, available_domains, load_subjqa
+from qa_system.sources import LabelledQuestion, available_domains, in_split, load_subjqa
 
 SYNTHETIC_PRODUCT_SIZE = 32
 SYNTHETIC_DOMAIN = "synthetic"
@@ -39,7 +39,7 @@ def real_reviews(settings: Settings, questions: Sequence[LabelledQuestion], ques
     documents = load_subjqa(ordered, source=settings.data_dir).documents
     rank = {domain: i for i, domain in enumerate(ordered)}
     products = {q.item_id for q in questions}
-    return sorted(documents, key=lambda d: (rank[d.meta["domain"]], d.meta["item_id"] not in products, d.meta["split"] != "test"))
+    return sorted(documents, key=lambda d: (rank[d.meta["domain"]], d.meta["item_id"] not in products, not in_split(d, "test")))
 
 
 def bench_questions(settings: Settings, domain: str = "electronics", split: str = "test", limit: int | None = None) -> list[LabelledQuestion]:

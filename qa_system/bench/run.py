@@ -22,6 +22,7 @@ from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.reading.onnx import physical_cores
 from qa_system.reading.onnx_cache import cached_export
+from qa_system.sources import in_split
 
 DEFAULT_SIZES = (1000, 10000, 100000)
 
@@ -70,7 +71,7 @@ def run_bench(
     real = corpus.real_reviews(settings, corpus.bench_questions(settings))
     questions = corpus.bench_questions(settings, limit=queries)
     domain_reviews = [d for d in real if d.meta["domain"] == "electronics"]
-    needed = sum(1 for d in domain_reviews if d.meta["split"] == "test")
+    needed = sum(1 for d in domain_reviews if in_split(d, "test"))
     if not questions or sizes[0] < needed:
         raise QAError(f"The smallest corpus ({sizes[0]}) must hold the {needed} electronics test reviews the questions are about.", f"use --sizes of at least {needed}.")
     memory = []

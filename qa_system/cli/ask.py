@@ -12,6 +12,7 @@ from qa_system.config import RETRIEVERS
 
 def cmd_search(args: argparse.Namespace) -> None:
     from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.sources import split_names
 
     settings = settings_from_args(args)
     index = open_index_for(args, settings, embeddings=args.retriever != "bm25")
@@ -23,7 +24,8 @@ def cmd_search(args: argparse.Namespace) -> None:
     for rank, document in enumerate(documents, 1):
         meta = document.meta
         snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
-        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {meta['split']})" if meta.get("split") else ")"))
+        splits = " + ".join(split_names(document))
+        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits})" if splits else ")"))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 

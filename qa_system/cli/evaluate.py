@@ -6,16 +6,20 @@ import argparse
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, number, settings_from_args
-from qa_system.config import RETRIEVERS
+from qa_system.config import CANDIDATE_PROTOCOLS, RETRIEVERS
 from qa_system.errors import QAError
 
 
 def _print_answer_metrics(result: dict, out: Path) -> None:
     metrics = result["metrics"]
     shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "always no answer"])]
-    columns = ["system", "group", "questions", "em", "f1", "em_top_k", "f1_top_k", "answered", "latency_ms"]
+    columns = ["system", *(["candidates"] if "candidates" in metrics else []), "group", "questions", "em", "f1", "em_top_k", "f1_top_k", "answered", "latency_ms"]
     print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print("Read with: " + ", ".join(f"{system} {backend}" for system, backend in result["reader_backends"].items()))
+    thresholds = result.get("thresholds")
+    if thresholds is not None and not thresholds.empty:
+        print("No-answer thresholds (logit margin over 'no answer'):")
+        print(thresholds.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"Report written to {out}/ (report.json, report.csv, report.md, em_f1.png, predictions-*.json, gold.json)")
 
 
@@ -60,7 +64,7 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=args.retriever != "bm25")
     result = evaluate_pipelines(
         settings, readers, args.retriever, domain, args.split, args.top_k_retriever, args.top_k,
-        args.out, args.limit, args.no_answer_threshold, labels=labels, index=index,
+        args.out, args.limit, args.no_answer_threshold, args.candidates, args.tune_threshold, labels=labels, index=index,
     )
     _print_answer_metrics(result, args.out)
 
@@ -83,12 +87,13 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=any(not r.startswith("bm25") for r in args.retriever))
     result = evaluate_retrievers(
-        settings, domain, args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit, tuned_model=args.tuned_model, labels=labels, index=index
+        settings, domain, args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit, tuned_model=args.tuned_model,
+        candidates=args.candidates, labels=labels, index=index,
     )
     for note in result["notes"]:
         print(note)
     metrics = result["metrics"]
-    columns = ["retriever", "definition", "group", "n", *[f"recall@{k}" for k in sorted(set(args.k))], "mrr", "map"]
+    columns = ["retriever", "candidates", "definition", "group", "n", *[f"recall@{k}" for k in sorted(set(args.k))], "mrr", "map"]
     shown = metrics[metrics["group"].isin(["all", "answerable"])][columns]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(result["timings"].to_string(index=False, float_format=lambda v: f"{v:.1f}"))
@@ -104,6 +109,21 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
         f"Recommended ({RULE}): {describe(table[table['recommended']].iloc[0])}. Report written to {args.out}/ (report.json, report.csv, report.md)"
     )
 
+
+
+def candidate_protocol(text: str) -> str:
+    """argparse type of --candidates: the library's check, an unknown protocol one line (exit 2)."""
+    from qa_system.evaluation.retrieval import check_candidates
+
+    return check_candidates(text)[0]
+
+
+def candidates_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--candidates", nargs="+", type=candidate_protocol, metavar="{" + ",".join(CANDIDATE_PROTOCOLS) + "}", default=["split"],
+        help="which reviews a question is asked of: split = its product's reviews in its split (the reference chapter's), "
+        "product = all its product's reviews (the search page's); both = side by side in one report",
+    )
 
 
 def register(commands, options: Options) -> None:
@@ -127,6 +147,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--k", nargs="+", type=count("--k"), default=[1, 3, 5, 10, 20])
     p.add_argument("--out", type=Path, default=Path("reports/retriever"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
+    candidates_option(p)
     p.set_defaults(func=cmd_eval_retriever)
 
     def answer_eval_options(p: argparse.ArgumentParser, out: str) -> None:
@@ -147,6 +168,12 @@ def register(commands, options: Options) -> None:
     answer_eval_options(p, "reports/pipeline")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--top-k-retriever", type=count("--top-k-retriever"), default=3)
+    candidates_option(p)
+    p.add_argument(
+        "--tune-threshold", action="store_true",
+        help="with --split dev: fit the no-answer threshold for this retriever, depth and candidate protocol, keep it in the index "
+        "(other splits then report it beside the reader's own threshold)",
+    )
     p.set_defaults(func=cmd_eval_pipeline)
     p = stages.add_parser("rag", parents=[options.common, options.generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
     options.domain(p)

@@ -8,6 +8,7 @@ the top-k answers, the no-answer being one of the candidates, with the official 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Sequence
 
@@ -22,8 +23,8 @@ Retrieve = Callable[[LabelledQuestion], list[Document]]
 
 
 def gold_document(question: LabelledQuestion) -> Document:
-    """The labelled review as the index holds it (same id, content and metadata)."""
-    meta = {"item_id": question.item_id, "review_id": question.review_id, "domain": question.domain, "split": question.split}
+    """The labelled review as the index holds it (same id and content; of its splits, the question's)."""
+    meta = {"item_id": question.item_id, "review_id": question.review_id, "domain": question.domain, "split": [question.split]}
     return Document(id=question.document_id, content=question.context, meta=meta)
 
 
@@ -35,6 +36,11 @@ def _record(question: LabelledQuestion, reader: ExtractiveReader, documents: lis
     candidates = [answer.data or "" for answer in answers]
     scores = [best_scores(text, golds) for text in candidates]
     top = answers[0]
+    # Threshold-free: the best span's margin over "no answer" (logits), so that any threshold can be scored afterwards.
+    spans = [answer for answer in answers if answer.data is not None]
+    null_logit = next((a.meta.get("null_logit") for a in answers if a.data is None), None)
+    best_span = spans[0].data if spans else ""
+    gap = spans[0].meta["logit"] - null_logit if spans and null_logit is not None else -math.inf
     return {
         "id": question.id,
         "question": question.question,
@@ -51,6 +57,9 @@ def _record(question: LabelledQuestion, reader: ExtractiveReader, documents: lis
         "f1": scores[0][1],
         "em_top_k": max(em for em, _ in scores),
         "f1_top_k": max(f1 for _, f1 in scores),
+        "best_span": best_span,
+        "gap": gap,
+        "threshold": next((a.meta.get("threshold") for a in answers if a.data is None), None),
         "top_k": top_k,
         "answerable": not question.no_answer,
         "subjective": question.is_subjective,

@@ -1,10 +1,16 @@
-"""Retriever evaluation: recall@k, MRR and MAP under two definitions of a hit.
+"""Retriever evaluation: recall@k, MRR and MAP under two candidate protocols and two definitions of a hit.
 
-Each question is asked with filters ``item_id`` = its product and ``split`` = its split over an
-index of all splits of the domain (as in the reference chapter), so a retriever ranks the few
-reviews of one product.
+Each question is asked over an index of all splits of the domain, with the filters of a
+*candidate protocol* (``CANDIDATES``):
 
-* **strict** (primary): the relevant document is the question's own review.
+* **split** (the reference chapter's): ``item_id`` = its product and ``split`` = its split, so a
+  retriever ranks the few reviews of one product in one split (about 3 in electronics test);
+* **product** (the search page's): ``item_id`` only, every review of the product (9.4 per
+  electronics test question); a review in several splits is one document, so it counts once.
+
+A hit is, by definition:
+
+* **strict** (primary): the question's own review, by its document id (never by its split).
 * **chapter**: relevant documents are those containing one of the gold answer texts, and an
   unanswerable question always counts as a hit; this is how the chapter's Haystack 1.x
   evaluation counted, so only this one compares with its figures. "Unanswerable" is as the
@@ -33,7 +39,10 @@ import pandas as pd
 from haystack import Document
 from tqdm.auto import tqdm
 
-from qa_system.errors import check_count
+from qa_system.config import CANDIDATE_PROTOCOLS
+from qa_system.errors import QAError, check_count
+from qa_system.meta_filters import document_matches
+from qa_system.retrieval.filters import make_filters
 from qa_system.sources import LabelledQuestion
 
 DEFAULT_KS = (1, 3, 5, 10, 20)
@@ -41,6 +50,43 @@ DEFINITIONS = ("strict", "chapter")
 _BASES = {"bm25": ("bm25", False), "dense": ("dense", False), "hybrid": ("hybrid", False), "dense-ft": ("dense", True), "hybrid-ft": ("hybrid", True)}
 CHANCE = "chance (random order)"  # the report's reference row: what ranking the candidates at random reaches
 VARIANTS = tuple(f"{base}{suffix}" for suffix in ("", "+rerank") for base in _BASES)
+_PROTOCOLS = {
+    "split": "the product's reviews in the question's split (filters item_id and split: the reference chapter's protocol)",
+    "product": "every review of the product, whatever its splits (filter item_id: what the search page asks)",
+}
+CANDIDATES = {name: _PROTOCOLS[name] for name in CANDIDATE_PROTOCOLS}  # what each candidate protocol asks
+
+
+def check_candidates(candidates: str | Sequence[str]) -> list[str]:
+    """The candidate protocols asked for, in order, each once; a QAError names an unknown one."""
+    candidates = [candidates] if isinstance(candidates, str) else list(candidates)
+    unknown = [c for c in candidates if c not in CANDIDATES]
+    if unknown or not candidates:
+        problem = f"Unknown candidate protocol '{unknown[0]}'." if unknown else "No candidate protocol given."
+        raise QAError(problem, f"use {' or '.join(CANDIDATES)} (or both).")
+    return list(dict.fromkeys(candidates))
+
+
+def candidate_filters(question: LabelledQuestion, candidates: str) -> dict:
+    """The filters ``question`` is asked with under a candidate protocol."""
+    return make_filters(item_id=question.item_id, split=question.split if candidates == "split" else None)
+
+
+def candidate_finder(store) -> Callable[[LabelledQuestion, str], list[Document]]:
+    """``find(question, candidates)``: every document the protocol's filters allow (what chance ranks at random).
+
+    A product's reviews are read from the store once; the split filter is applied as every
+    retriever applies it (``document_matches``: a review in several splits is in each).
+    """
+    products: dict[str, list[Document]] = {}
+
+    def find(question: LabelledQuestion, candidates: str) -> list[Document]:
+        if question.item_id not in products:
+            products[question.item_id] = store.filter_documents(filters=make_filters(item_id=question.item_id))
+        filters = candidate_filters(question, candidates)
+        return [d for d in products[question.item_id] if document_matches(filters, d)]
+
+    return find
 
 
 @dataclass(frozen=True)
@@ -69,9 +115,11 @@ def _squash(text: str) -> str:
 
 
 def relevant_ranks(question: LabelledQuestion, documents: list[Document]) -> dict[str, list[int]]:
-    """1-based ranks of the relevant documents among ``documents``, per definition."""
-    # A collection's documents have no review_id: their document_id (shared by a long document's passages) is the key.
-    strict = [r for r, d in enumerate(documents, 1) if d.meta.get("document_id", d.meta.get("review_id")) == question.review_id]
+    """1-based ranks of the relevant documents among ``documents``, per definition (strict: the gold review's document).
+
+    A collection's long document is split into passages that share its ``document_id`` meta: any of them counts.
+    """
+    strict = [r for r, d in enumerate(documents, 1) if question.document_id in (d.id, d.meta.get("document_id"))]
     answers = [_squash(a.text) for a in question.answers if a.text.strip()]
     chapter = [r for r, d in enumerate(documents, 1) if any(a in _squash(d.content or "") for a in answers)]
     return {"strict": strict, "chapter": chapter}
@@ -82,14 +130,30 @@ def average_precision(ranks: list[int]) -> float:
     return sum((i + 1) / rank for i, rank in enumerate(sorted(ranks))) / len(ranks) if ranks else 0.0
 
 
-def run_retriever(questions: Sequence[LabelledQuestion], retrieve: Retrieve, depth: int, label: str = "", progress: bool = True) -> pd.DataFrame:
-    """One record per question: its relevant ranks under both definitions and the latency."""
+def run_retriever(
+    questions: Sequence[LabelledQuestion],
+    retrieve: Retrieve,
+    depth: int,
+    label: str = "",
+    progress: bool = True,
+    candidates: Callable[[LabelledQuestion], list[Document]] | None = None,
+) -> pd.DataFrame:
+    """One record per question: its relevant ranks under both definitions and the latency.
+
+    ``candidates(question)``: every document the retriever could return for it; the records then
+    hold how many there are and how many are relevant, so that chance is exact at any depth.
+    """
     records = []
     for question in tqdm(questions, desc=f"retrieving {label}".strip(), unit="q", disable=not progress):
         start = time.perf_counter()
         documents = retrieve(question, depth)
         latency = time.perf_counter() - start
         ranks = relevant_ranks(question, documents)
+        pool = {}
+        if candidates is not None:
+            allowed = candidates(question)
+            relevant = relevant_ranks(question, allowed)
+            pool = {"n_candidates": len(allowed), "strict_relevant": len(relevant["strict"]), "chapter_relevant": len(relevant["chapter"])}
         records.append(
             {
                 "question_id": question.id,
@@ -103,6 +167,7 @@ def run_retriever(questions: Sequence[LabelledQuestion], retrieve: Retrieve, dep
                 "strict_ranks": ranks["strict"],
                 "chapter_ranks": ranks["chapter"],
                 "latency_s": latency,
+                **pool,
             }
         )
     return pd.DataFrame(records)
@@ -127,14 +192,18 @@ def _observed_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) 
 def _chance_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) -> pd.DataFrame:
     """Per question: the same scores expected from a uniformly random order of its candidates.
 
-    n = the candidates (the retrieved list, complete when shorter than the retrieval depth), m = the
-    relevant ones among them. hit@k: 1 - C(n-m, k) / C(n, k); reciprocal rank: sum over r of
-    P(first relevant at r) / r with P = C(n-r, m-1) / C(n, m); average precision:
-    (1/n) sum_i (1 + (i-1)(m-1)/(n-1)) / i.
+    n = the candidates (``n_candidates`` when recorded, else the retrieved list, complete when
+    shorter than the retrieval depth), m = the relevant ones among them. hit@k: 1 - C(n-m, k) /
+    C(n, k); reciprocal rank: sum over r of P(first relevant at r) / r with P = C(n-r, m-1) /
+    C(n, m); average precision: (1/n) sum_i (1 + (i-1)(m-1)/(n-1)) / i.
     """
     always_hit = _always_hit(records, definition)
+    if "n_candidates" in records:
+        counts, relevant = records["n_candidates"], records[f"{definition}_relevant"]
+    else:
+        counts, relevant = records["retrieved"], records[f"{definition}_ranks"].map(len)
     rows = []
-    for n, m, hit in zip(records["retrieved"], records[f"{definition}_ranks"].map(len), always_hit):
+    for n, m, hit in zip(counts, relevant, always_hit):
         if hit or m == 0:
             rows.append({**{f"recall@{k}": float(hit) for k in ks}, "mrr": float(hit), "map": float(hit)})
             continue
@@ -151,7 +220,8 @@ def retrieval_metrics(records: pd.DataFrame, ks: Sequence[int] = DEFAULT_KS, cha
     and "2+ candidates" (questions whose product has more than one review: the others are always hits).
 
     ``chance=True``: the figures a random order of the same candidates is expected to reach, the floor
-    that a retriever's figures mean something above (exact when every candidate was retrieved).
+    that a retriever's figures mean something above (exact when the records count the candidates, or
+    when every candidate was retrieved).
     """
     groups = {
         "all": records.index == records.index,
@@ -159,8 +229,8 @@ def retrieval_metrics(records: pd.DataFrame, ks: Sequence[int] = DEFAULT_KS, cha
         "factual": ~records["subjective"],
         "answerable": records["answerable"],
     }
-    if "retrieved" in records:
-        groups["2+ candidates"] = records["retrieved"] >= 2
+    if "n_candidates" in records or "retrieved" in records:
+        groups["2+ candidates"] = records["n_candidates" if "n_candidates" in records else "retrieved"] >= 2
     rows = []
     for definition in DEFINITIONS:
         scores = (_chance_scores if chance else _observed_scores)(records, definition, ks)
@@ -172,11 +242,16 @@ def retrieval_metrics(records: pd.DataFrame, ks: Sequence[int] = DEFAULT_KS, cha
 
 
 def recall_plot(table: pd.DataFrame, ks: Sequence[int], definition: str = "strict") -> plt.Figure:
-    """Recall against k, one line per retriever (overall questions)."""
+    """Recall against k, one line per retriever and candidate protocol (overall questions)."""
     figure, axes = plt.subplots(figsize=(6, 4))
-    for retriever, rows in table[(table["definition"] == definition) & (table["group"] == "all")].groupby("retriever", sort=False):
-        style = {"linestyle": "--", "color": "grey"} if retriever == CHANCE else {"marker": "o"}
-        axes.plot(list(ks), [rows.iloc[0][f"recall@{k}"] for k in ks], label=retriever, **style)
+    rows = table[(table["definition"] == definition) & (table["group"] == "all")]
+    several = rows["candidates"].nunique() > 1 if "candidates" in rows else False
+    for _, row in rows.iterrows():
+        style = {"linestyle": "--", "color": "grey"} if row["retriever"] == CHANCE else {"marker": "o"}
+        if several and row["candidates"] == "product":
+            style["linestyle"] = ":"
+        label = f"{row['retriever']} ({row['candidates']})" if several else row["retriever"]
+        axes.plot(list(ks), [row[f"recall@{k}"] for k in ks], label=label, **style)
     axes.set_xlabel("k (retrieved reviews)")
     axes.set_ylabel(f"recall@k ({definition})")
     axes.set_xticks(list(ks))
@@ -197,6 +272,16 @@ def variant_settings(settings, variant: Variant, tuned_model: str | Path):
     return dataclasses.replace(settings, embedding_model=passage, query_embedding_model=query)
 
 
+def side_by_side(metrics: pd.DataFrame, ks: Sequence[int]) -> pd.DataFrame:
+    """Strict figures over all questions, one row per retriever, one column per metric and candidate protocol."""
+    rows = metrics[(metrics["definition"] == "strict") & (metrics["group"] == "all")]
+    wide = rows.pivot(index="retriever", columns="candidates", values=[*(f"recall@{k}" for k in ks), "mrr"])
+    wide.columns = [f"{metric} ({candidates})" for metric, candidates in wide.columns]
+    order = [c for c in CANDIDATES if c in set(rows["candidates"])]
+    columns = [f"{metric} ({c})" for metric in (*(f"recall@{k}" for k in ks), "mrr") for c in order]
+    return wide[columns].reindex(list(dict.fromkeys(rows["retriever"]))).reset_index()
+
+
 def evaluate_retrievers(
     settings,
     domain: str = "electronics",
@@ -208,16 +293,19 @@ def evaluate_retrievers(
     tuned_model: str | Path | None = None,
     labels=None,
     index=None,
+    candidates: str | Sequence[str] = ("split",),
 ) -> dict:
     """Evaluate retriever variants (``VARIANTS``) on a labelled split (building the domain's index if there is none),
     or on your own ``labels`` (``ingestion.labels.Labels``) over ``index`` (their collection).
 
+    ``candidates``: the candidate protocols (``CANDIDATES``), each variant is run under each.
     ``tuned_model``: the fine-tuned encoder of the ``-ft`` variants (default models/retriever-minilm-subjqa).
     A variant whose passage encoder differs from the configured one reads its own index
     (``<index>@<encoder directory>``), so the configured index is never re-embedded by an evaluation.
 
-    Returns {"metrics": DataFrame, "records": {variant: DataFrame}, "timings": DataFrame, "notes":
-    [fitted parameters in force]} and writes the report to ``out_dir`` when given.
+    Returns {"metrics": DataFrame, "records": {variant: DataFrame, a "candidates" column naming the
+    protocol}, "timings": DataFrame, "notes": [fitted parameters in force]} and writes the report to
+    ``out_dir`` when given.
     """
     from qa_system.errors import QAError
     from qa_system.evaluation.report import write_report
@@ -230,11 +318,13 @@ def evaluate_retrievers(
 
     ks = sorted({check_count(k, "k") for k in ks})
     limit = check_count(limit, "limit", optional=True)
+    protocols = check_candidates(candidates)
     variants = [Variant.parse(name) for name in retrievers]
     if labels is not None and any(v.tuned for v in variants):
         raise QAError("The -ft variants compare encoders on a SubjQA domain's index.", "evaluate a collection with bm25, dense, hybrid (+rerank).")
     questions = (labels.questions if labels else load_subjqa(domain, split, settings.data_dir).questions)[:limit]
     index = index or open_or_build_index(settings, domain, embeddings=any(v.retriever != "bm25" for v in variants))
+    find_candidates = candidate_finder(index.store)
     tables, all_records, timings, fitted, encoders = [], {}, [], [], []
     for variant in variants:
         run_settings = variant_settings(settings, variant, tuned_model or DEFAULT_RETRIEVER_MODEL)
@@ -246,35 +336,51 @@ def evaluate_retrievers(
         fitted += [f"{variant.name}: {note}" for note in notes]
         encoders.append({"variant": variant.name, "passage_encoder": run_settings.embedding_model, "question_encoder": run_settings.query_embedding_model or run_settings.embedding_model, "index": run_index.name})
         pipeline = build_retrieval_pipeline(variant.retriever, run_settings, index=run_index, rerank=variant.rerank)
+        by_protocol = []
+        for protocol in protocols:
 
-        def retrieve(question: LabelledQuestion, depth: int) -> list[Document]:
-            return pipeline.run(question.question, item_id=question.item_id, split=question.split, top_k=depth)["documents"]
+            def retrieve(question: LabelledQuestion, depth: int) -> list[Document]:
+                return pipeline.run(question.question, filters=candidate_filters(question, protocol), top_k=depth)["documents"]
 
-        records = run_retriever(questions, retrieve, max(ks), label=variant.name)
-        table = retrieval_metrics(records, ks)
-        table.insert(0, "retriever", variant.name)
-        tables.append(table)
-        all_records[variant.name] = records
-        latency = records["latency_s"]
-        timings.append(
-            {
-                "retriever": variant.name,
-                "queries_per_s": len(records) / latency.sum(),
-                "p50_ms": 1000 * latency.quantile(0.5),
-                "p95_ms": 1000 * latency.quantile(0.95),
-            }
-        )
+            label = variant.name if len(protocols) == 1 else f"{variant.name}, {protocol} candidates"
+            records = run_retriever(questions, retrieve, max(ks), label=label, candidates=lambda q: find_candidates(q, protocol))
+            records.insert(0, "candidates", protocol)
+            table = retrieval_metrics(records, ks)
+            table.insert(0, "candidates", protocol)
+            table.insert(0, "retriever", variant.name)
+            tables.append(table)
+            by_protocol.append(records)
+            latency = records["latency_s"]
+            timings.append(
+                {
+                    "retriever": variant.name,
+                    "candidates": protocol,
+                    "queries_per_s": len(records) / latency.sum(),
+                    "p50_ms": 1000 * latency.quantile(0.5),
+                    "p95_ms": 1000 * latency.quantile(0.95),
+                }
+            )
+        all_records[variant.name] = pd.concat(by_protocol, ignore_index=True)
     reference = next(iter(all_records.values()), None)
-    if reference is not None and (reference["retrieved"] < max(ks)).all():  # every candidate retrieved: chance is exact
-        chance = retrieval_metrics(reference, ks, chance=True)
-        chance.insert(0, "retriever", CHANCE)
-        tables.append(chance)
+    pools = []
+    if reference is not None:
+        # Chance ranks the same candidates at random: exact, since the records count them.
+        for protocol, records in reference.groupby("candidates", sort=False):
+            chance = retrieval_metrics(records, ks, chance=True)
+            chance.insert(0, "candidates", protocol)
+            chance.insert(0, "retriever", CHANCE)
+            tables.append(chance)
+            counts = records["n_candidates"]
+            pools.append(f"{protocol}: {CANDIDATES[protocol]}; {counts.mean():.1f} candidate reviews per question (median {counts.median():g}, max {counts.max()}).")
     metrics = pd.concat(tables, ignore_index=True)
     build = index.manifest.get("build_timings", {})
     timing_table = pd.DataFrame(timings)
     result = {"metrics": metrics, "records": all_records, "timings": timing_table, "notes": fitted}
     if out_dir is not None:
         records = pd.concat([r.assign(retriever=name) for name, r in all_records.items()], ignore_index=True)
+        sections = {"latency": timing_table, "encoders": pd.DataFrame(encoders)}
+        if len(protocols) > 1:
+            sections = {"candidates side by side": side_by_side(metrics, ks), **sections}
         write_report(
             out_dir,
             f"Retriever evaluation: {labels.title if labels else f'SubjQA {domain} {split}'}",
@@ -282,23 +388,25 @@ def evaluate_retrievers(
             summary={
                 **({"labels": str(labels.path), "collection": labels.collection} if labels else {"domain": domain, "split": split}),
                 "questions": len(questions),
+                "candidates": protocols,
                 "store": settings.store,
                 "embedding_model": settings.embedding_model,
                 "fitted": fitted,
                 "index": {"name": index.name, "documents": index.manifest.get("documents"), "build_timings": build},
             },
             figures={"recall_at_k.png": recall_plot(metrics, ks, "strict"), "recall_at_k_chapter.png": recall_plot(metrics, ks, "chapter")},
-            sections={"latency": timing_table, "encoders": pd.DataFrame(encoders)},
+            sections=sections,
             records=records,
             notes=[
                 *(labels.notes if labels else []),
-                f"{len(questions)} questions; each asked with filters item_id = its product" + (f", split = {split}" if labels is None else " (when it has one)")
-                + f", over the index '{index.name}' ({index.manifest.get('documents')} documents, store {settings.store}).",
-                "strict: the question's own review is in the top k (primary metric). chapter: a retrieved review "
+                f"{len(questions)} questions, over the index '{index.name}' of all splits ({index.manifest.get('documents')} reviews, "
+                f"one document per review, store {settings.store}); each asked with the filters of its candidate protocol:",
+                *pools,
+                "strict: the question's own review (its document) is in the top k (primary metric). chapter: a retrieved review "
                 "contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
                 f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
                 f"'{CHANCE}': the figures expected from ranking each question's candidates at random (the floor to compare with); "
-                "'2+ candidates': questions whose product has more than one review in the split (the others are a hit for any retriever).",
+                "'2+ candidates': questions with more than one candidate review (the others are a hit for any retriever).",
                 *fitted,
             ],
         )

@@ -105,7 +105,6 @@ class BM25sRetriever:
         self._bm25 = None
         self._documents: list[Document] = []
         self._postings = MetaPostings([])
-        self._row_of: dict[str, int] = {}
 
     def warm_up(self) -> None:
         if self._bm25 is None or len(self._documents) != self.document_store.count_documents():
@@ -120,16 +119,7 @@ class BM25sRetriever:
             # An empty token list would make bm25s drop the document; "" keeps rows aligned.
             bm25.index([self.analyzer(d.content) or [""] for d in documents], show_progress=False)
         self._bm25, self._documents = bm25, documents
-        self._postings = MetaPostings((row, d.meta) for row, d in enumerate(documents))
-        self._row_of = {d.id: row for row, d in enumerate(documents)}
-
-    def _candidate_rows(self, filters: dict | None) -> np.ndarray | None:
-        """Rows allowed by ``filters`` (None = all rows)."""
-
-        def scan(filters: dict) -> list[int]:
-            return [self._row_of[d.id] for d in self.document_store.filter_documents(filters=filters) if d.id in self._row_of]
-
-        return self._postings.allowed(filters, scan)
+        self._postings = MetaPostings(enumerate(documents))
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, filters: dict | None = None, top_k: int | None = None) -> dict[str, list[Document]]:
@@ -137,7 +127,7 @@ class BM25sRetriever:
         top_k = self.top_k if top_k is None else top_k
         if not self._documents or top_k <= 0:
             return {"documents": []}
-        rows = self._candidate_rows(filters)
+        rows = self._postings.allowed(filters)  # None = all rows
         if rows is not None and rows.size == 0:
             return {"documents": []}
         token_ids = self._bm25.get_tokens_ids(list(dict.fromkeys(self.analyzer(query))))

@@ -36,7 +36,7 @@ class FAISSFilteredEmbeddingRetriever:
         import faiss
 
         store = self.document_store
-        entries = ((int(vector_id), store.documents[doc_id].meta) for doc_id, vector_id in store.inverse_id_map.items())
+        entries = ((int(vector_id), store.documents[doc_id]) for doc_id, vector_id in store.inverse_id_map.items())
         self._postings = MetaPostings(entries)
         ids = faiss.vector_to_array(store.index.id_map)
         self._positions = np.zeros(int(ids.max(initial=-1)) + 1, dtype="int64")
@@ -51,11 +51,7 @@ class FAISSFilteredEmbeddingRetriever:
         store = self.document_store
         if self._postings is None or self._indexed_count != store.count_documents():
             self._refresh()
-
-        def scan(filters: dict) -> list[int]:
-            return [int(store.inverse_id_map[d.id]) for d in store.filter_documents(filters=filters) if d.id in store.inverse_id_map]
-
-        return self._postings.allowed(filters, scan)
+        return self._postings.allowed(filters)
 
     @component.output_types(documents=list[Document])
     def run(self, query_embedding: list[float], filters: dict | None = None, top_k: int | None = None) -> dict[str, list[Document]]:

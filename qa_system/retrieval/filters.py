@@ -1,10 +1,18 @@
-"""Metadata filters in Haystack's filter syntax, and a fast path for the common per-product case."""
+"""Metadata filters in Haystack's filter syntax, and a fast path for the common per-product case.
+
+A list-valued field (a review's ``split``, when it sits in several) matches ``==`` when one of its
+elements does, in the postings as in ``document_matches`` (``qa_system.meta_filters``), and as in
+Elasticsearch and OpenSearch.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
+from haystack import Document
+
+from qa_system.meta_filters import document_matches
 
 FILTERABLE_FIELDS = ("item_id", "split", "domain", "review_id")
 
@@ -35,7 +43,7 @@ def equality_conditions(filters: dict | None) -> dict[str, Any] | None:
     wanted = {}
     for condition in conditions:
         field = condition.get("field", "")
-        if condition.get("operator") != "==" or not field.startswith("meta."):
+        if condition.get("operator") != "==" or not field.startswith("meta.") or not isinstance(condition.get("value"), (str, int, bool)):
             return None
         wanted[field.removeprefix("meta.")] = condition.get("value")
     return wanted
@@ -44,21 +52,23 @@ def equality_conditions(filters: dict | None) -> dict[str, Any] | None:
 class MetaPostings:
     """Positions of documents per (meta field, value): answers equality filters without a scan."""
 
-    def __init__(self, entries: Iterable[tuple[int, dict[str, Any]]]):
-        postings: dict[tuple[str, Any], list[int]] = {}
-        for position, meta in entries:
-            for key, value in meta.items():
-                if isinstance(value, (str, int, bool)):
-                    postings.setdefault((key, value), []).append(position)
+    def __init__(self, entries: Iterable[tuple[int, Document]]):
+        self._documents = list(entries)
+        postings: dict[tuple[str, Any], set[int]] = {}
+        for position, document in self._documents:
+            for key, value in document.meta.items():
+                for element in value if isinstance(value, list) else [value]:
+                    if isinstance(element, (str, int, bool)):
+                        postings.setdefault((key, element), set()).add(position)
         self._postings = {key: np.asarray(sorted(positions), dtype="int64") for key, positions in postings.items()}
 
-    def allowed(self, filters: dict | None, scan: Callable[[dict], Iterable[int]]) -> np.ndarray | None:
-        """Sorted positions that ``filters`` allows (None = no filter); ``scan`` handles other filters."""
+    def allowed(self, filters: dict | None) -> np.ndarray | None:
+        """Sorted positions that ``filters`` allows (None = no filter); other filters than equalities scan the documents."""
         wanted = equality_conditions(filters)
         if wanted == {}:
             return None
         if wanted is None:
-            return np.asarray(sorted(scan(filters)), dtype="int64")
+            return np.asarray(sorted(position for position, document in self._documents if document_matches(filters, document)), dtype="int64")
         positions = None
         for key, value in wanted.items():
             posting = self._postings.get((key, value), np.empty(0, dtype="int64"))

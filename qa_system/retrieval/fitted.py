@@ -1,4 +1,5 @@
-"""Fitted retrieval values as data: the hybrid's fusion and the re-ranker's mix, read from the index manifest.
+"""Fitted values as data, read from the index manifest: the hybrid's fusion, the re-ranker's mix, and the
+pipeline's no-answer threshold for a retrieval set-up (``qa-system eval pipeline --split dev --tune-threshold``).
 
 ``fitting.py`` (above the pipelines: it runs them on a dev split) writes them; ``pipelines.py``
 reads them here when it builds a pipeline. Fits are keyed by the question encoder (name and file
@@ -55,4 +56,19 @@ def rerank_weight(index: Index, settings: Settings, retriever: str) -> float:
 
 
 def reader_key(settings: Settings) -> str:
-    return f"{settings.reader_model}#{encoder_fingerprint(settings.reader_model) or ''}"
+    return model_key(settings.reader_model)
+
+
+def model_key(model: str) -> str:
+    """A reader a fit belongs to: its name and, for a local directory, its files' digest."""
+    return f"{model}#{encoder_fingerprint(model) or ''}"
+
+
+def no_answer_setting(retriever: str, top_k_retriever: int, candidates: str) -> str:
+    """The retrieval set-up a pipeline's no-answer threshold is fitted for: what the reader is given."""
+    return f"{retriever} top-{top_k_retriever}, {candidates} candidates"
+
+
+def no_answer_fit(index: Index, settings: Settings, setting: str, reader_model: str) -> dict[str, Any] | None:
+    """The no-answer threshold fitted on dev for this set-up (``no_answer_setting``) and reader, if any."""
+    return fits(index, settings).get("no_answer", {}).get(setting, {}).get(model_key(reader_model))

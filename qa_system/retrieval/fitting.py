@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
-from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key, fits, reader_key
+from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key, fits, model_key, reader_key
 from qa_system.retrieval.fusion import RankedCandidates, fit_fusion, ranking_scores
 from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.stores import Index, save_index
@@ -38,6 +38,11 @@ def _store(index: Index, settings: Settings, value: dict[str, Any], *keys: str) 
         node = node.setdefault(key, {})
     node[keys[-1]] = value
     save_index(index, settings)
+
+
+def store_no_answer_fit(index: Index, settings: Settings, setting: str, reader_model: str, fit: dict[str, Any]) -> None:
+    """Keep a pipeline no-answer threshold fitted on dev for a retrieval set-up and reader (read by ``fitted.no_answer_fit``)."""
+    _store(index, settings, fit, "no_answer", setting, model_key(reader_model))
 
 
 def sparse_setting(pipeline: Pipeline) -> dict[str, Any]:

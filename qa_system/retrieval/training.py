@@ -51,7 +51,7 @@ from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
 from qa_system.reading.model import MODEL_INFO_FILE, read_model_info
 from qa_system.reproducibility import machine, seed_everything
 from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
-from qa_system.sources import LabelledQuestion, SubjQA, load_subjqa
+from qa_system.sources import LabelledQuestion, SubjQA, in_split, load_subjqa, split_names
 
 DEV_KS = (1, 3)
 ENCODER_KINDS = ("question", "shared", "separate")
@@ -128,13 +128,13 @@ class RetrieverTrainingResult:
 
 def held_out_reviews(data: SubjQA) -> set[tuple[str, str]]:
     """(domain, review_id) of every review in a dev split: training never sees them."""
-    return {(d.meta["domain"], d.meta["review_id"]) for d in data.documents if d.meta["split"] == "dev"}
+    return {(d.meta["domain"], d.meta["review_id"]) for d in data.documents if in_split(d, "dev")}
 
 
 def training_data(data: SubjQA, split: str = "train") -> TrainingData:
     """The ``split``'s (question, own review) pairs and reviews, less the held-out ones."""
     held_out = held_out_reviews(data)
-    documents = [d for d in data.documents if d.meta["split"] == split and (d.meta["domain"], d.meta["review_id"]) not in held_out]
+    documents = [d for d in data.documents if in_split(d, split) and (d.meta["domain"], d.meta["review_id"]) not in held_out]
     reviews_of_product: dict[tuple[str, str], list[str]] = defaultdict(list)
     reviews_of_domain: dict[str, list[str]] = defaultdict(list)
     for document in documents:
@@ -211,7 +211,8 @@ def dev_recall(query_model, passages: np.ndarray, questions: Sequence[LabelledQu
     queries = encode(query_model, [q.question for q in questions])
     rows: dict[tuple[str, str], list[int]] = defaultdict(list)
     for row, document in enumerate(documents):
-        rows[(document.meta["item_id"], document.meta["split"])].append(row)
+        for split in split_names(document):
+            rows[(document.meta["item_id"], split)].append(row)
     query_row = {id(q): i for i, q in enumerate(questions)}
 
     def retrieve(question: LabelledQuestion, depth: int) -> list[Document]:
@@ -305,7 +306,7 @@ def train_retriever(
     output_dir = Path(output_dir)
     data = load_subjqa(list(domains), ["train", "dev"], settings.data_dir)
     dev_sets = {
-        domain: ([q for q in data.questions if q.split == "dev" and q.domain == domain], [d for d in data.documents if d.meta["split"] == "dev" and d.meta["domain"] == domain])
+        domain: ([q for q in data.questions if q.split == "dev" and q.domain == domain], [d for d in data.documents if in_split(d, "dev") and d.meta["domain"] == domain])
         for domain in domains
     }
     dev_sets = {domain: dev for domain, dev in dev_sets.items() if dev[0]}

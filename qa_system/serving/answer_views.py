@@ -153,8 +153,8 @@ def answer_view(answer: Any) -> AnswerView:
 def answer_views(answers: Sequence[Any]) -> list[AnswerView]:
     """The answers as views, best first, each span once.
 
-    SubjQA repeats a review in every split it belongs to, so two retrieved copies of one review give
-    the same span twice; only the better-ranked one is kept.
+    A corpus may hold a review twice (indexes of older versions held one copy per SubjQA split), so
+    two retrieved copies of one review would give the same span twice; only the better-ranked one is kept.
     """
     views, seen = [], set()
     for view in map(answer_view, answers):

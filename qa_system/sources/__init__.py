@@ -9,8 +9,10 @@ from qa_system.sources.subjqa import (
     available_domains,
     available_splits,
     clean_review,
+    in_split,
     load_subjqa,
     source_files,
+    split_names,
 )
 
-__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "available_splits", "clean_review", "load_subjqa", "source_files"]
+__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "available_splits", "clean_review", "in_split", "split_names", "load_subjqa", "source_files"]

@@ -2,8 +2,10 @@
 
 SubjQA's CSVs hold one row per *annotation*. We turn them into
 
-* one Haystack ``Document`` per review and split (a review can occur in several splits, and the
-  evaluation filters on ``split``), with the trailing `` ANSWERNOTFOUND`` token removed;
+* one Haystack ``Document`` per review, with the trailing `` ANSWERNOTFOUND`` token removed; a
+  review can occur in several splits (electronics: 258 of 1,615 reviews), so its ``split`` meta
+  lists them all (``["dev", "test"]``, in ``SPLITS`` order), and a split filter finds it under each
+  (``qa_system.meta_filters``);
 * one ``LabelledQuestion`` per ``q_review_id`` with all of its annotated answers.
 
 Answer offsets are verified against the cleaned review. The annotated span texts are
@@ -129,8 +131,19 @@ def clean_review(review: str) -> str:
     return review.rstrip()
 
 
-def document_id(domain: str, split: str, review_id: str) -> str:
-    return f"{domain}/{split}/{review_id}"
+def document_id(domain: str, review_id: str) -> str:
+    """The review's id in every index: the same whichever splits are loaded."""
+    return f"{domain}/{review_id}"
+
+
+def split_names(document: Document) -> list[str]:
+    """The splits the review is in: its ``split`` meta (a list; a plain string is one split)."""
+    splits = document.meta.get("split")
+    return list(splits) if isinstance(splits, list) else [splits] if splits else []
+
+
+def in_split(document: Document, split: str) -> bool:
+    return split in split_names(document)
 
 
 def locate_answer(review: str, text: str, start: int) -> tuple[GoldAnswer | None, str]:
@@ -170,13 +183,15 @@ def build(sources: Iterable[tuple[str, str, Iterable[dict]]]) -> SubjQA:
             report.rows += 1
             domain = row["domain"]
             review = clean_review(row["review"])
-            doc_id = document_id(domain, split, row["review_id"])
+            doc_id = document_id(domain, row["review_id"])
             if doc_id not in documents:
                 documents[doc_id] = Document(
                     id=doc_id,
                     content=review,
-                    meta={"item_id": row["item_id"], "review_id": row["review_id"], "domain": domain, "split": split},
+                    meta={"item_id": row["item_id"], "review_id": row["review_id"], "domain": domain, "split": []},
                 )
+            if split not in documents[doc_id].meta["split"]:
+                documents[doc_id].meta["split"].append(split)
             split_docs.add(doc_id)
             qid = row["q_review_id"]
             question = questions.get((split, qid))
@@ -206,6 +221,8 @@ def build(sources: Iterable[tuple[str, str, Iterable[dict]]]) -> SubjQA:
             if answer not in question.answers:
                 question.answers.append(answer)
         report.splits[f"{source_domain}/{split}"] = {"questions": len(split_questions), "documents": len(split_docs)}
+    for document in documents.values():
+        document.meta["split"].sort(key=lambda s: SPLITS.index(s) if s in SPLITS else len(SPLITS))
     return SubjQA(list(documents.values()), list(questions.values()), report)
 
 
