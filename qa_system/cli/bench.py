@@ -83,6 +83,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the synthetic reviews and vectors")
     p.add_argument("--out", type=Path, default=Path("reports/bench"))
     p.set_defaults(func=cmd_bench)
+    bench = p
 
     p = commands.add_parser("bench-api", parents=[options.common], help="load-test the REST API on loopback: throughput, latency percentiles, errors")
     options.domain(p)
@@ -96,7 +97,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--top-k", type=count("--top-k"), default=3, help="reviews read per question")
     p.add_argument("--out", type=Path, default=Path("reports/bench-api"))
     p.set_defaults(func=cmd_bench_api)
-    page = p.add_subparsers(dest="bench", title="other benchmarks").add_parser(
+    page = bench.add_subparsers(dest="bench", title="other benchmarks").add_parser(
         "page", parents=[options.common], help="many browser sessions asking and clicking feedback on one served search page at once"
     )
     page.add_argument("--sessions", type=count("--sessions"), default=8, help="headless Chromium sessions, each on its own product (at most 16)")

@@ -238,7 +238,6 @@ def evaluate_pipelines(
     for model in readers:
         reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
         system = f"{retriever}+{reader_label(model)}"
-        backends[system] = reader.active_backend
         for protocol in protocols:
 
             def retrieve(question: LabelledQuestion):
@@ -246,6 +245,7 @@ def evaluate_pipelines(
 
             run = records[(system, protocol)] = evaluate_pipeline(questions, retrieve, reader, top_k=top_k)
             runs.append(({"system": system, "candidates": protocol}, run))
+            backends[system] = reader.active_backend  # known once the reader has run
             setting = no_answer_setting(retriever, top_k_retriever, protocol)
             if tune_threshold:
                 store_no_answer_fit(index, settings, setting, model, {**fit_no_answer_threshold(run, prior), "fitted_on": f"{domain} {split}"})
