@@ -227,3 +227,15 @@ def test_hostile_reports_are_shown_as_text_and_serve_only_their_own_plots(site, 
     assert_nothing_interpreted(browser, recorder)
     images = browser.find_elements("css selector", "[data-testid='stMain'] img")
     assert len(images) == 1 and "/media/" in images[0].get_attribute("src")  # plot.png only: no outside file is served
+
+
+def test_a_hostile_dashboard_link_is_refused_as_text(site, browser, recorder):
+    url, _ = site
+    folder = f"../[Your session expired: click here]({recorder.origin}/phish) ![p]({recorder.origin}/p.png) # HEADING"
+    report = f"hostile/../../![r]({recorder.origin}/report.png)"
+    browser.get(f"{url}/dashboard?{urllib.parse.urlencode({'folder': folder, 'report': report})}")
+    alert = wait(browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "outside the reports folder" in a.text])
+    idle(browser)
+    assert not browser.find_elements("css selector", "[data-testid='stSelectbox']")  # nothing listed from a linked folder outside the root
+    assert f"[Your session expired: click here]({recorder.origin}/phish)" in alert[0].text.replace(WORD_JOINER, "")  # quoted, as text
+    assert_nothing_interpreted(browser, recorder)
