@@ -81,7 +81,8 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
     at = page()
     assert not at.exception
     assert (Path(app_env["QA_HOME"]) / "indexes" / "memory" / "subjqa-electronics.json").is_file()  # built and saved on first start
-    assert at.selectbox(key="product").options[0] == "KINDLE · 3 reviews"  # most reviewed first, with counts (r-kindle-3, in dev and test, once)
+    products = at.selectbox(key="product").options
+    assert products[:2] == ["All documents", "KINDLE · 3 reviews"]  # then the most reviewed first, with counts (r-kindle-3, in dev and test, once)
     ask(at, "How is the bass?", "HEADPHONES")
     assert not at.exception and not at.error
     spans = [v for v in at.session_state["asked"].answers if v.kind == "span"]
@@ -372,3 +373,49 @@ def test_a_review_card_names_every_split_its_review_is_in():
     assert both.endswith("B1 · dev + test splits")
     one = unescape(cards.review_source(Document(id="electronics/r2", content="x", meta={"review_id": "r2", "item_id": "B1", "split": ["train"]})))
     assert one.endswith("B1 · train split")
+
+
+# ------------------------------------------------------------------------------------ collections
+
+
+@pytest.fixture(scope="module")
+def shop_collection(app_env, tmp_path_factory) -> str:
+    """A collection of the user's own: a CSV without products, ingested by the library as `qa-system index --input` does."""
+    from qa_system.config import Settings
+    from qa_system.ingestion import IngestOptions, ingest
+
+    source = tmp_path_factory.mktemp("shop") / "notes.csv"
+    source.write_text("body\nThe kettle boils water in two minutes.\nThe lamp is bright enough for reading.\n", encoding="utf-8")
+    settings = Settings.from_env(home=Path(app_env["QA_HOME"]), data_dir=Path(app_env["QA_DATA_DIR"]))
+    ingest(settings, source, "shop-notes", IngestOptions(text_column="body"), embed=False, progress=False)
+    return "shop-notes"
+
+
+def test_a_collection_without_products_is_asked_as_a_whole(page, shop_collection):
+    at = page(collection=shop_collection)
+    assert not at.exception
+    assert at.selectbox(key="collection").value == shop_collection
+    assert at.selectbox(key="collection").options[0].startswith("subjqa-electronics")  # the page's own first, then the others
+    assert at.selectbox(key="product").options == ["All documents (no products in this collection)"]
+    assert not [t for t in at.toggle if t.label == "Evaluation mode"]  # labelled questions are the SubjQA collection's
+    ask(at, "How fast does it boil water?")
+    assert not at.exception and not at.error
+    asked = at.session_state["asked"]
+    assert asked.item_id is None and {d.content for d in asked.documents} >= {"The kettle boils water in two minutes."}
+    assert dict(at.query_params) == {"collection": shop_collection, "q": "How fast does it boil water?"}  # a link to this answer
+
+
+def test_switching_collection_forgets_the_other_ones_product_and_answer(page, shop_collection):
+    at = ask(page(), "How is the bass?", "HEADPHONES")
+    assert at.session_state["asked"] is not None
+    at.selectbox(key="collection").select(shop_collection).run()
+    assert not at.exception and not at.error
+    assert "asked" not in at.session_state and at.selectbox(key="product").value == ""
+    assert "item" not in at.query_params and at.query_params["collection"] == shop_collection
+
+
+def test_a_link_to_an_unknown_collection_shows_the_pages_own(page):
+    at = page(collection="../[x](http://attacker.test) no-such")
+    assert not at.exception
+    assert at.selectbox(key="collection").value == "subjqa-electronics"
+    assert "There is no collection '../[x](http://attacker.test) no-such'" in messages(at)

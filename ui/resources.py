@@ -1,4 +1,5 @@
-"""What the page loads once per server process: the index, the reader's ONNX export, the pipelines (models), the labelled questions."""
+"""What the page loads once per server process: the collections' indexes, the reader's ONNX export, the
+pipelines (models), the labelled questions; and what it writes: uploads into collections."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ import streamlit as st
 
 from qa_system.config import Settings
 from qa_system.indexing import open_or_build_index
+from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport, collection_manifest, ingest, list_collections, open_collection
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
 from qa_system.reading.onnx_cache import prepare_reader
 from qa_system.serving.background import TaskRegistry
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
-from qa_system.stores import Index
+from qa_system.stores import Index, index_name
 
 DOMAIN = "electronics"
+DEFAULT_COLLECTION = index_name(DOMAIN)  # the page's own, built from SubjQA on first start
 
 
 @st.cache_resource(show_spinner=False)
@@ -38,7 +41,45 @@ def _in_background(key: tuple, work, opening: str, describe) -> object:
     return task.result()
 
 
-def open_index(settings: Settings) -> Index:
+@st.cache_data(ttl=10, show_spinner=False)
+def collections(settings: Settings) -> dict[str, CollectionInfo]:
+    """The collections the page offers, by name: its own SubjQA one first (even before it is built),
+    then every other readable one of the store (not the encoder-comparison copies ``eval retriever`` makes)."""
+    found = {info.name: info for info in list_collections(settings) if info.kind != "unreadable" and "@" not in info.name}
+    return {DEFAULT_COLLECTION: found.pop(DEFAULT_COLLECTION, None), **found}
+
+
+def open_index(settings: Settings, collection: str = DEFAULT_COLLECTION) -> Index:
+    """The collection's index: the page's own is built on first start (``_open_default_index``), any
+    other is opened as saved, once per version (an upload into it makes a new one)."""
+    if collection == DEFAULT_COLLECTION:
+        return _open_default_index(settings)
+    manifest = collection_manifest(settings, collection)
+    return _open_saved_collection(settings, collection, manifest.get("updated", manifest.get("created")))
+
+
+@st.cache_resource(show_spinner="Opening the collection…", max_entries=4)
+def _open_saved_collection(settings: Settings, collection: str, version: str | None) -> Index:
+    return open_collection(settings, collection, progress=False)
+
+
+def upload(settings: Settings, file, collection: str, options: IngestOptions, embed: bool) -> IngestReport:
+    """An uploaded CSV / JSON lines file into ``collection`` (new, or updated incrementally), with a
+    progress bar; the collection is left as it was when it fails (``ingest`` swaps it in at the end)."""
+    bar = st.progress(0.0, text=f"Reading {file.name}…")
+
+    def report(progress: IngestProgress) -> None:
+        embedded = f", {progress.embedded:,} passages embedded" if embed else ""
+        bar.progress(min(progress.fraction or 0.0, 1.0), text=f"{progress.documents:,} documents read{embedded}…")
+
+    try:
+        return ingest(settings, file, collection, options, name=file.name, embed=embed, progress=False, on_progress=report)
+    finally:
+        bar.empty()
+        collections.clear()
+
+
+def _open_default_index(settings: Settings) -> Index:
     """The domain's index, built on first start in a background task that every visitor shares.
 
     Indexing runs outside the visitor's script (``serving.background``): a visitor who closes the
@@ -61,9 +102,13 @@ def prepare_fast_reader(settings: Settings) -> None:
     )
 
 
-@st.cache_resource(show_spinner="Loading the models (once per server)…")
-def qa_pipeline(settings: Settings, retriever: str, answer_stage: str | None, _index: Index) -> QAPipeline:
-    """One pipeline per (settings, retriever, answer stage); ``_index`` is the one ``settings`` names."""
+def qa_pipeline(settings: Settings, retriever: str, answer_stage: str | None, index: Index) -> QAPipeline:
+    """One pipeline per (settings, retriever, answer stage, index version)."""
+    return _pipeline(settings, retriever, answer_stage, index.name, index.manifest.get("updated", index.manifest.get("created")), index)
+
+
+@st.cache_resource(show_spinner="Loading the models (once per server)…", max_entries=16)
+def _pipeline(settings: Settings, retriever: str, answer_stage: str | None, name: str, version: str | None, _index: Index) -> QAPipeline:
     return build_qa_pipeline(retriever, settings, index=_index, answer_stage=answer_stage)
 
 

@@ -1,4 +1,5 @@
-"""The search page: pick a product, ask a question, see the answers inside the reviews they came from.
+"""The search page: pick a collection and a product, ask a question, see the answers inside the
+reviews they came from; upload a CSV / JSON lines file into a new collection and ask about it.
 
 Presentation only: the pipelines, feedback storage, answer views, highlighting and spot checks are
 library functions (``qa_system``); this file lays them out. Text from reviews, labels, the URL or
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import cards
@@ -23,6 +24,7 @@ from kept import keep_widgets, restore_widgets
 from qa_system.config import RETRIEVERS, Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
+from qa_system.ingestion import CollectionInfo, IngestOptions, collection_name_from
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerView, answer_views, rank_answers
@@ -31,6 +33,8 @@ from qa_system.serving.service import pipeline_label
 from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"
+ALL_DOCUMENTS = ""  # the product picker's "ask every document of the collection"
+UPLOAD_TYPES = ["csv", "tsv", "tab", "jsonl", "ndjson", "json"]
 STAGE_LABELS = {"extractive": "Extractive reader", "rag": "Generative (RAG)"}
 RETRIEVER_LABELS = {"bm25": "BM25 (keywords)", "dense": "Dense (meaning)", "hybrid": "Hybrid (both)"}
 # Material icons ship with Streamlit, so they render without emoji fonts (headless browsers, servers).
@@ -41,7 +45,7 @@ FEEDBACK_BUTTONS = {
 }
 WARNING = ":material/warning:"
 # The widgets whose values survive a visit to the dashboard (``kept``), and their defaults.
-KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "evaluation", "split", "product", "question")
+KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "collection", "evaluation", "split", "product", "question")
 WIDGET_DEFAULTS = {"top_k": 3, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "evaluation": False, "split": "test"}
 # The settings an answer depends on, as the page names them (see stale_settings).
 SETTING_NAMES = {
@@ -60,8 +64,9 @@ class Options:
     top_k_reader: int
     no_answer_threshold: float | None  # None: the reader's tuned threshold
     store: str
-    evaluation: bool
-    split: str
+    collection: str = resources.DEFAULT_COLLECTION
+    evaluation: bool = False
+    split: str = "test"
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class Asked:
 
     run: int
     question: str
-    item_id: str
+    item_id: str | None  # None: every document of the collection
     documents: list[Document]
     answers: list[AnswerView]
     timings: dict[str, float]
@@ -102,10 +107,82 @@ def sidebar() -> Options:
         servers = [store for store, env in (("elasticsearch", "QA_ES_URL"), ("opensearch", "QA_OPENSEARCH_URL")) if os.environ.get(env)]
         stores = list(dict.fromkeys([os.environ.get("QA_STORE") or "memory", "memory", *servers]))
         store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set, OpenSearch when QA_OPENSEARCH_URL is.")
+    return Options(stage, retriever, top_k, top_k_reader, threshold, store)
+
+
+def collection_label(name: str, info: CollectionInfo | None) -> str:
+    if info is None:
+        return f"{name} · built on first start"
+    vectors = "" if info.encoder else " · BM25 only"
+    return f"{name} · {info.documents:,} {'reviews' if info.kind == 'subjqa' else 'documents'}{vectors}"
+
+
+def pick_collection(available: dict[str, CollectionInfo | None]) -> None:
+    """The collection to show before the picker is drawn: one just uploaded, else the one chosen
+    (or linked with ``?collection=``) while it exists, else the page's own."""
+    if pending := st.session_state.pop("pending_collection", None):
+        st.session_state["collection"] = pending
+    chosen = st.session_state.setdefault("collection", st.query_params.get("collection") or resources.DEFAULT_COLLECTION)
+    if chosen not in available:
+        st.session_state["notice"] = f"There is no collection '{chosen}' in this document store: showing {resources.DEFAULT_COLLECTION}."
+        st.session_state["collection"] = resources.DEFAULT_COLLECTION
+    if st.session_state.get("collection_shown", st.session_state["collection"]) != st.session_state["collection"]:
+        for key in ("product", "question", "asked", "gold"):  # they belong to the other collection
+            st.session_state.pop(key, None)
+        for param in ("item", "q"):
+            st.query_params.pop(param, None)
+
+
+def collection_panel(settings: Settings, options: Options) -> Options:
+    """The collection picker, the upload form and (on the SubjQA collection) evaluation mode."""
+    available = resources.collections(settings)
+    pick_collection(available)
+    with st.sidebar:
         st.divider()
-        evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
-        split = st.selectbox("Labelled split", SPLITS, key="split") if evaluation else "test"
-    return Options(stage, retriever, top_k, top_k_reader, threshold, store, evaluation, split)
+        collection = st.selectbox(
+            "Collection", list(available), key="collection", format_func=lambda name: collection_label(name, available[name]),
+            help="A named index of documents: the SubjQA reviews the page starts with, or what `qa-system index --input` or an upload below added.",
+        )  # fmt: skip
+        st.session_state["collection_shown"] = collection
+        if collection != resources.DEFAULT_COLLECTION:  # the URL names it, so that a reload or a link keeps it
+            st.query_params["collection"] = collection
+        else:
+            st.query_params.pop("collection", None)
+        upload_form(settings)
+        evaluation, split = False, "test"
+        if collection == resources.DEFAULT_COLLECTION:  # the labelled questions are SubjQA's
+            st.divider()
+            evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
+            split = st.selectbox("Labelled split", SPLITS, key="split") if evaluation else "test"
+    return replace(options, collection=collection, evaluation=evaluation, split=split)
+
+
+def upload_form(settings: Settings) -> None:
+    """A CSV / JSON lines file into a collection (a new one, or an update of one uploaded before), with progress."""
+    with st.expander("Add your own documents", icon=":material/upload_file:"):
+        with st.form("upload", border=False):
+            file = st.file_uploader("CSV, TSV or JSON lines file", type=UPLOAD_TYPES, help="One document (e.g. a review) per row; other columns are kept.")
+            name = st.text_input("Collection name", placeholder="from the file's name", help="Lowercase letters, digits, '-', '_' and '.'. An existing name is updated.")
+            text_column = st.text_input("Text column", placeholder="text, or review", help="The column holding the document's text.")
+            item_column = st.text_input("Product column", placeholder="none: ask about all documents", help="Optional: the column naming what a document is about.")
+            id_column = st.text_input("Id column", placeholder="none: a hash of the text", help="Optional: the column of unique document ids.")
+            encoding = st.selectbox("Encoding", ["utf-8", "latin-1", "cp1252"], help="How the file's text is encoded (UTF-8 with or without BOM is read as UTF-8).")
+            embed = st.checkbox("Embed for dense and hybrid search", value=True, help="Slower: the encoder reads every document (tens per second on a laptop's CPU).")
+            submitted = st.form_submit_button("Index the file", icon=":material/upload:")
+        if not submitted:
+            return
+        if file is None:
+            st.warning("Choose a file first.", icon=WARNING)
+            return
+        collection = name.strip() or collection_name_from(file.name)
+        options = IngestOptions(text_column=text_column.strip() or None, item_column=item_column.strip() or None, id_column=id_column.strip() or None, encoding=encoding)
+        try:
+            report = resources.upload(settings, file, collection, options, embed)
+        except QAError as error:
+            st.error(markdown_literal(error), icon=WARNING)  # quotes the file's name and columns
+            return
+    st.session_state.update(pending_collection=collection, uploaded=report.summary())
+    st.rerun()
 
 
 def feedback_panel(store: FeedbackStore, settings: Settings) -> None:
@@ -127,11 +204,12 @@ def feedback_panel(store: FeedbackStore, settings: Settings) -> None:
 
 
 def init_from_url(counts: dict[str, int]) -> None:
-    """``?item=...&q=...`` pre-fills the form (and asks), so that answers can be linked to."""
+    """``?collection=...&item=...&q=...`` pre-fills the form (and asks), so that answers can be linked to."""
     if "product" in st.session_state:
         return
     params = st.query_params
-    st.session_state["product"] = params.get("item") or (DEFAULT_ITEM if DEFAULT_ITEM in counts else max(counts, key=counts.get))
+    default = DEFAULT_ITEM if DEFAULT_ITEM in counts else max(counts, key=counts.get) if counts else ALL_DOCUMENTS
+    st.session_state["product"] = params.get("item") or default
     if params.get("q"):
         st.session_state["question"] = params["q"]
         st.session_state["ask_now"] = True
@@ -146,22 +224,25 @@ def pick_random_question(data_dir: Path, split: str, products: list[str]) -> Non
     st.session_state.update(product=question.item_id, question=question.question, gold=question, ask_now=True)
 
 
+def product_label(item: str, counts: dict[str, int]) -> str:
+    if item == ALL_DOCUMENTS:
+        return "All documents" if counts else "All documents (no products in this collection)"
+    return f"{item} · {counts[item]} reviews" if item in counts else f"{item} · no reviews"
+
+
 def search_form(counts: dict[str, int]) -> bool:
-    products = sorted(counts, key=lambda item: (-counts[item], item))
-    if st.session_state["product"] not in counts:  # a linked product without reviews: asking explains
+    products = [ALL_DOCUMENTS, *sorted(counts, key=lambda item: (-counts[item], item))]
+    if st.session_state["product"] not in products:  # a linked product without reviews: asking explains
         products.insert(0, st.session_state["product"])
     with st.form("ask", border=False):
         product, question, button = st.columns([3, 6, 1], vertical_alignment="bottom")
-        product.selectbox(
-            "Product", products, key="product", help="Type to search by item id.",
-            format_func=lambda item: f"{item} · {counts[item]} reviews" if item in counts else f"{item} · no reviews",
-        )  # fmt: skip
+        product.selectbox("Product", products, key="product", help="Type to search by item id.", format_func=lambda item: product_label(item, counts))
         question.text_input("Question", key="question", placeholder="e.g. Is it good for reading?")
         return button.form_submit_button("Ask", type="primary", width="stretch")
 
 
 def ask(settings: Settings, index, options: Options) -> None:
-    question, item = st.session_state.get("question", ""), st.session_state["product"]
+    question, item = st.session_state.get("question", ""), st.session_state["product"] or None
     gold = st.session_state.get("gold")
     if gold is not None and not (options.evaluation and gold.question == question.strip() and gold.item_id == item):
         gold = None  # the labelled question was edited or left: no gold to compare with
@@ -186,11 +267,18 @@ def ask(settings: Settings, index, options: Options) -> None:
         return
     if options.answer_stage == "extractive" and settings.reader_backend == "onnx" and output.get("reader_backend") == "torch":
         warning = "The fast int8 ONNX reader could not be built here (the server's log says why): these answers come from the PyTorch reader."
-    st.query_params.update(item=item, q=question.strip())
+    link_to(options.collection, item, question.strip())
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
     label = pipeline_label(settings, options.retriever, options.answer_stage, output.get("reader_backend"))
     views = answer_views(output.get("answers", []))
     st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning, options)
+
+
+def link_to(collection: str, item: str | None, question: str) -> None:
+    """The page's URL names the answer shown, so that it can be shared."""
+    params = {"collection": collection} if collection != resources.DEFAULT_COLLECTION else {}
+    params |= {"item": item} if item else {}
+    st.query_params.from_dict({**params, "q": question})
 
 
 # ------------------------------------------------------------------------------------ results
@@ -326,12 +414,18 @@ def show_timings(asked: Asked) -> None:
 def main() -> None:
     restore_widgets("search", WIDGET_DEFAULTS)
     options = sidebar()
-    keep_widgets("search", KEPT_WIDGETS)
     st.title("Ask the reviews")
-    st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
     try:
         settings = Settings.from_env(store=options.store)
-        index = resources.open_index(settings)
+        options = collection_panel(settings, options)
+        keep_widgets("search", KEPT_WIDGETS)
+        if options.collection == resources.DEFAULT_COLLECTION:
+            st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
+        else:
+            st.caption(markdown_literal(f"Pick a product (or all documents) and ask a question: the answer comes straight out of the documents of collection {options.collection}."))
+        if uploaded := st.session_state.pop("uploaded", None):
+            st.success("  \n".join(markdown_literal(line.strip()) for line in uploaded), icon=":material/task_alt:")
+        index = resources.open_index(settings, options.collection)
     except QAError as error:
         st.error(markdown_literal(error), icon=WARNING)
         return
@@ -350,8 +444,8 @@ def main() -> None:
     asked = st.session_state.get("asked")
     if asked is None:
         return
-    if st.query_params.get("item") != asked.item_id:  # the link names the answer shown (a page switch drops it)
-        st.query_params.update(item=asked.item_id, q=asked.question)
+    if st.query_params.get("q") != asked.question:  # the link names the answer shown (a page switch drops it)
+        link_to(options.collection, asked.item_id, asked.question)
     if stale := stale_settings(asked, options):
         st.info(markdown_literal(f"The answers below come from other settings ({', '.join(stale)}). Press Ask to update them."), icon=":material/info:")
     if asked.warning:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,6 +44,14 @@ def check_collection_name(name: object) -> str:
     if not NAME_PATTERN.fullmatch(name):
         raise QAError(f"'{name}' is not a valid collection name.", NAME_FIX)
     return name
+
+
+def collection_name_from(file_name: str) -> str:
+    """A valid collection name made from a file name (an upload's): "My Reviews (2).csv" -> "my-reviews-2"."""
+    stem = unicodedata.normalize("NFKD", Path(file_name).stem).encode("ascii", "ignore").decode().lower()  # "Ü" -> "u"
+    name = re.sub(r"[^a-z0-9_.-]+", "-", stem)
+    name = re.sub(r"\.{2,}", ".", name).strip("-_.")[:200]
+    return name or "my-documents"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,117 @@
+"""Your own documents in the page (issue 18): upload a CSV in a real browser, then ask about it.
+
+One Streamlit server on a tiny SubjQA corpus (the page's own collection) with the shipped reader,
+so that the answer to a plain question is a real span, highlighted inside the uploaded review.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from conftest import write_subjqa
+
+from qa_system.config import Settings
+from qa_system.ingestion import list_collections
+from qa_system.safe_text import WORD_JOINER
+from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, headless_chromium, serve
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)"),
+]
+TIMEOUT = 180
+SHIPPED_READER = Path(__file__).resolve().parents[1] / "models" / "reader-minilm-subjqa"
+# Column names of the shop's own, not the defaults: the page's form names them.
+ROWS = [
+    ("LAMP-1", "The screen is sharp and it is great for reading books in bed.", "5"),
+    ("LAMP-1", "Battery lasts two days. The case feels cheap.", "3"),
+    ("LAMP-1", "Shipping was slow but the seller answered quickly.", "4"),
+    ("KETTLE-9", "It boils water fast and the handle stays cool.", "5"),
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """(page URL, tmp folder, settings of the server's QA_HOME)."""
+    root = tmp_path_factory.mktemp("upload")
+    env = {
+        "QA_DATA_DIR": str(write_subjqa(root / "subjqa")), "QA_HOME": str(root / "home"),
+        "QA_READER_MODEL": str(SHIPPED_READER), "QA_READER_BACKEND": "torch",
+    }  # fmt: skip
+    with serve(env, log=root / "streamlit.log") as url:
+        yield url, root, Settings.from_env(home=root / "home", data_dir=root / "subjqa")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = headless_chromium(tmp_path_factory.mktemp("chromium-profile"), 1400, 1400)
+    yield driver
+    driver.quit()
+
+
+def wait(driver, condition, timeout: float = TIMEOUT):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout).until(lambda d: condition(d))
+    except TimeoutException:
+        pytest.fail(f"the page did not get there in {timeout:.0f} s; it shows:\n{page_text(driver)}")
+
+
+def page_text(driver) -> str:
+    return driver.find_element("css selector", "[data-testid='stAppViewContainer']").text.replace(WORD_JOINER, "")
+
+
+def selected(driver, label: str) -> str | None:
+    """What a select box shows as chosen (None while it is not drawn)."""
+    boxes = driver.find_elements("css selector", f"input[aria-label='{label}']")
+    return boxes[0].get_attribute("value") if boxes else None
+
+
+def upload(driver, url: str, path: Path, **fields: str) -> None:
+    """Open the page, fill the upload form (``fields``: label -> text) with ``path`` and submit it."""
+    driver.get(url)
+    wait(driver, lambda d: d.find_elements("xpath", "//summary[.//p[normalize-space()='Add your own documents']]"))[0].click()
+    wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileUploader'] input[type='file']"))[0].send_keys(str(path))
+    wait(driver, lambda d: str(path.name) in page_text(d))  # the upload reached the server
+    for label, text in fields.items():
+        driver.find_element("css selector", f"input[aria-label='{label}']").send_keys(text)
+    driver.find_element("xpath", "//button[.//p[normalize-space()='Index the file']]").click()
+
+
+def test_a_file_that_is_not_a_table_is_refused_in_one_line(site, browser):
+    url, root, settings = site
+    broken = root / "broken.csv"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8)
+    upload(browser, url, broken)
+    alert = wait(browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "broken.csv" in a.text])
+    message = alert[0].find_element("css selector", "[data-testid='stMarkdownContainer']").text
+    assert len(message.strip().splitlines()) == 1 and "Fix:" in message  # one line naming the problem and the fix
+    assert "broken" not in [info.name for info in list_collections(settings)]  # nothing was created
+
+
+def test_an_uploaded_csv_is_indexed_and_answers_with_a_highlighted_span(site, browser):
+    url, root, settings = site
+    path = root / "Lamp Reviews.csv"
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["sku", "comment", "stars"])
+        writer.writerows(ROWS)
+    upload(browser, url, path, **{"Text column": "comment", "Product column": "sku"})
+    wait(browser, lambda d: "Collection 'lamp-reviews'" in page_text(d) and "4 added" in page_text(d))
+    infos = {info.name: info for info in list_collections(settings)}
+    assert infos["lamp-reviews"].documents == 4 and infos["lamp-reviews"].encoder is not None
+    assert "collection=lamp-reviews" in browser.current_url  # a reload or a link keeps the collection
+    # The new collection is picked, its most reviewed product first: ask about it.
+    wait(browser, lambda d: selected(d, "Collection") == "lamp-reviews · 4 documents" and selected(d, "Product") == "LAMP-1 · 3 reviews")
+    browser.find_element("css selector", "input[aria-label='Question']").send_keys("Is it good for reading?")
+    browser.find_element("xpath", "//button[.//p[normalize-space()='Ask']]").click()
+    first = wait(browser, lambda d: d.find_elements("css selector", f"{ANSWER_CARD}.qa-span"))[0]
+    # The first answer is a span of the review that says so, highlighted inside that review's text.
+    assert first.find_element("css selector", ".qa-review").text == ROWS[0][1]
+    assert first.find_element("css selector", "mark").text in ROWS[0][1]
+    assert "LAMP-1" in first.find_element("css selector", ".qa-source").text
+    assert "q=Is+it+good+for+reading" in browser.current_url and "item=LAMP-1" in browser.current_url
