@@ -239,3 +239,25 @@ def test_a_hostile_dashboard_link_is_refused_as_text(site, browser, recorder):
     assert not browser.find_elements("css selector", "[data-testid='stSelectbox']")  # nothing listed from a linked folder outside the root
     assert f"[Your session expired: click here]({recorder.origin}/phish)" in alert[0].text.replace(WORD_JOINER, "")  # quoted, as text
     assert_nothing_interpreted(browser, recorder)
+
+
+def test_a_hostile_upload_is_shown_as_text(site, browser, recorder, tmp_path):
+    """A file whose name, product ids and texts hold Markdown and HTML: uploaded, asked about, all shown as text."""
+    from test_ui_upload_browser import upload
+
+    url, _ = site
+    item = f"EVIL [Your session expired]({recorder.origin}/phish)"
+    path = tmp_path / "evil [link](javascript:alert(1)) **bold** <img src=x onerror=alert(1)>.csv"
+    pd.DataFrame([{"product": item, "text": hostile_text(recorder.origin)}, {"product": item, "text": "Great for reading at night."}]).to_csv(path, index=False)
+    upload(browser, url, path, **{"Product column": "product"})
+    wait(browser, lambda d: "2 added" in page_text(d))
+    assert path.name in page_text(browser)  # the file's name in the report, as text
+    box = wait(browser, lambda d: d.find_elements("css selector", "input[aria-label='Question']"))[0]
+    box.send_keys("Is it good for reading?")
+    browser.find_element("xpath", "//button[.//p[normalize-space()='Ask']]").click()
+    wait(browser, lambda d: d.find_elements("css selector", ANSWER_CARD))
+    browser.find_element("xpath", "//summary[.//p[contains(., 'Retrieved reviews')]]").click()
+    idle(browser)
+    text = page_text(browser)
+    assert "# HEADING" in text and f'<img src="{recorder.origin}/img.png">' in text and item in text
+    assert_nothing_interpreted(browser, recorder)

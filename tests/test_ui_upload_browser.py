@@ -76,7 +76,8 @@ def upload(driver, url: str, path: Path, **fields: str) -> None:
     driver.get(url)
     wait(driver, lambda d: d.find_elements("xpath", "//summary[.//p[normalize-space()='Add your own documents']]"))[0].click()
     wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileUploader'] input[type='file']"))[0].send_keys(str(path))
-    wait(driver, lambda d: str(path.name) in page_text(d))  # the upload reached the server
+    # the file's chip is shown once the upload reached the server
+    wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileChipName']") and not d.find_elements("css selector", "[data-testid='stFileChipIconSpinner']"))
     for label, text in fields.items():
         driver.find_element("css selector", f"input[aria-label='{label}']").send_keys(text)
     driver.find_element("xpath", "//button[.//p[normalize-space()='Index the file']]").click()
