@@ -376,7 +376,7 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
 def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("QA_DATA_DIR", str(api_settings.data_dir))
     out = tmp_path / "bench-api"
-    assert main(["bench-api", "--url", api, "--clients", "3", "--seconds", "2", "--questions", "4", "--out", str(out)]) == 0
+    assert main(["bench", "api", "--url", api, "--clients", "3", "--seconds", "2", "--questions", "4", "--out", str(out)]) == 0
     (row,) = json.loads((out / "report.json").read_text())["metrics"]
     assert row["clients"] == 3 and row["answered"] >= 3 and row["errors"] == 0
     assert row["throughput_qps"] == pytest.approx(row["answered"] / row["seconds"], rel=0.01) and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
