@@ -33,7 +33,6 @@ from qa_system.ingestion.labels import Labels
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.training import DevPrediction, tune_no_answer_threshold
 from qa_system.sources import LabelledQuestion, load_subjqa
-from qa_system.sources.qa_files import labelled_questions, read_qa_file
 from qa_system.sources.squad import write_squad
 from qa_system.stores import Index
 
@@ -99,7 +98,7 @@ def _source(domain: str, split: str, labels: Labels | None) -> dict:
     """What the questions are, for a report's summary."""
     if labels is None:
         return {"domain": domain, "split": split}
-    return {"labels": str(labels.path), "collection": labels.collection}
+    return {"labels": str(labels.path), "format": labels.format, "collection": labels.collection}
 
 
 def evaluate_readers(
@@ -111,28 +110,22 @@ def evaluate_readers(
     out_dir=None,
     limit: int | None = None,
     no_answer_threshold: float | None = None,
-    file: str | Path | None = None,
     labels: Labels | None = None,
 ) -> dict:
     """Each reader (model id or path) reads each question's own review.
 
-    With ``labels`` the questions are your own labelled questions (``--collection --labels``);
-    with ``file`` (SQuAD v1.1 / v2.0 JSON or MRQA JSON lines, e.g. the held-out SQuADShifts slice
-    of ``squad.split_held_out``) they are that file's, each read with its own context; else
-    SubjQA's ``domain`` and ``split``.
+    With ``labels`` (``ingestion.labels.load_labels``) the questions are your own: on their
+    collection's documents, or, without a collection, each read with its own context (a SQuAD /
+    MRQA file, e.g. the held-out SQuADShifts slice of ``squad.split_held_out``); else SubjQA's
+    ``domain`` and ``split``.
     """
     top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
     if labels is not None:
-        questions, source, summary = labels.questions[:limit], labels.title, _source(domain, split, labels)
-    elif file is None:
-        questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-        source, summary = f"SubjQA {domain} {split}", _source(domain, split, None)
+        questions, source = labels.questions[:limit], labels.title
     else:
-        examples, read = read_qa_file(file)
-        questions = labelled_questions(examples, Path(file).name)[:limit]
-        source, summary = f"{Path(file).name} ({read.format})", {"file": str(file), "format": read.format}
-    gold = "context" if file is not None and labels is None else "review"
+        questions, source = load_subjqa(domain, split, settings.data_dir).questions[:limit], f"SubjQA {domain} {split}"
+    gold = "context" if labels is not None and labels.collection is None else "review"
     records, backends = {}, {}
     for model in readers:
         reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
@@ -143,7 +136,7 @@ def evaluate_readers(
         f"Reader evaluation: {source} (gold {gold})",
         [({"system": system}, r) for system, r in records.items()],
         questions,
-        {**summary, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
+        {**_source(domain, split, labels), "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
         [
             *(labels.notes if labels else []),
             f"Each reader is given the question's own {gold} (reading alone, as in SQuAD evaluation).",
