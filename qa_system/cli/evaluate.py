@@ -72,8 +72,10 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
 def cmd_eval_rag(args: argparse.Namespace) -> None:
     from qa_system.evaluation.rag import evaluate_rag
 
+    settings = settings_from_args(args)
+    labels, index, domain = _what_to_evaluate(args, settings, embeddings=args.retriever != "bm25")
     result = evaluate_rag(
-        settings_from_args(args), args.retriever, args.domain[0], args.split, args.top_k_retriever, args.out, args.limit, args.compare_extractive
+        settings, args.retriever, domain, args.split, args.top_k_retriever, args.out, args.limit, args.compare_extractive, labels=labels, index=index
     )
     metrics = result["metrics"]
     columns = ["system", "group", "questions", "em", "f1", "sas", "no_answer_accuracy", "citation_precision", "retrieval_ms", "prompt_ms", "generation_ms", "tokens_per_s"]
@@ -103,7 +105,9 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
 def cmd_tune_bm25(args: argparse.Namespace) -> None:
     from qa_system.evaluation.bm25_grid import RULE, describe, tune_bm25
 
-    table = tune_bm25(settings_from_args(args), args.domain[0], args.split, out_dir=args.out, limit=args.limit)
+    settings = settings_from_args(args)
+    labels, index, domain = _what_to_evaluate(args, settings, embeddings=False)
+    table = tune_bm25(settings, domain, args.split, out_dir=args.out, limit=args.limit, labels=labels, index=index)
     print(table.head(args.show).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(
         f"Recommended ({RULE}): {describe(table[table['recommended']].iloc[0])}. Report written to {args.out}/ (report.json, report.csv, report.md)"
@@ -176,6 +180,7 @@ def register(commands, options: Options) -> None:
     p.set_defaults(func=cmd_eval_pipeline)
     p = stages.add_parser("rag", parents=[options.common, options.generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
     options.domain(p)
+    own_labels(p)
     p.add_argument("--split", default="test")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--top-k-retriever", type=count("--top-k-retriever"), default=3, help="reviews in the prompt")
@@ -186,6 +191,7 @@ def register(commands, options: Options) -> None:
 
     p = commands.add_parser("tune-bm25", parents=[options.common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)")
     options.domain(p)
+    own_labels(p)
     p.add_argument("--split", default="dev")
     p.add_argument("--show", type=count("--show"), default=10, help="print the best N settings")
     p.add_argument("--out", type=Path, default=Path("reports/bm25-grid"))

@@ -29,7 +29,7 @@ from qa_system.errors import QAError, check_count, check_number
 from qa_system.evaluation.answers import best_scores
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
-from qa_system.ingestion.labels import Labels
+from qa_system.ingestion.labels import Labels, evaluation_questions
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.training import DevPrediction, tune_no_answer_threshold
 from qa_system.sources import LabelledQuestion, load_subjqa
@@ -94,13 +94,6 @@ def _write(out_dir, title, runs: list[Run], questions: list[LabelledQuestion], s
     return metrics
 
 
-def _source(domain: str, split: str, labels: Labels | None) -> dict:
-    """What the questions are, for a report's summary."""
-    if labels is None:
-        return {"domain": domain, "split": split}
-    return {"labels": str(labels.path), "format": labels.format, "collection": labels.collection}
-
-
 def evaluate_readers(
     settings: Settings,
     readers: Sequence[str],
@@ -121,10 +114,7 @@ def evaluate_readers(
     """
     top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
-    if labels is not None:
-        questions, source = labels.questions[:limit], labels.title
-    else:
-        questions, source = load_subjqa(domain, split, settings.data_dir).questions[:limit], f"SubjQA {domain} {split}"
+    questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     gold = "context" if labels is not None and labels.collection is None else "review"
     records, backends = {}, {}
     for model in readers:
@@ -133,10 +123,10 @@ def evaluate_readers(
         backends[reader_label(model)] = reader.active_backend
     metrics = _write(
         out_dir,
-        f"Reader evaluation: {source} (gold {gold})",
+        f"Reader evaluation: {what} (gold {gold})",
         [({"system": system}, r) for system, r in records.items()],
         questions,
-        {**_source(domain, split, labels), "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
+        {**source, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
         [
             *(labels.notes if labels else []),
             f"Each reader is given the question's own {gold} (reading alone, as in SQuAD evaluation).",
@@ -220,8 +210,7 @@ def evaluate_pipelines(
         )
     if tune_threshold and labels is not None:
         raise QAError("--tune-threshold fits a SubjQA domain's dev split.", "drop --tune-threshold with --labels.")
-    questions = (labels.questions if labels else load_subjqa(domain, split, settings.data_dir).questions)[:limit]
-    what = labels.title if labels else f"SubjQA {domain} {split}"
+    questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     prior = no_answer_share(load_subjqa(domain, "train", settings.data_dir).questions) if tune_threshold else None
     index = index or open_or_build_index(settings, domain, embeddings=retriever != "bm25")
     retrieval = build_retrieval_pipeline(retriever, settings, index=index)
@@ -273,7 +262,7 @@ def evaluate_pipelines(
         runs,
         questions,
         {
-            **_source(domain, split, labels), "index": index.name, "questions": len(questions), "retriever": retriever, "candidates": protocols,
+            **source, "index": index.name, "questions": len(questions), "retriever": retriever, "candidates": protocols,
             "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "reader_backends": backends,
             "gold_review_retrieved": gold_retrieved,
         },

@@ -23,7 +23,7 @@ from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion.collections import open_collection
 from qa_system.ingestion.splitting import source_text
-from qa_system.sources import GoldAnswer, LabelledQuestion
+from qa_system.sources import GoldAnswer, LabelledQuestion, load_subjqa
 from qa_system.sources.qa_files import labelled_questions, read_qa_file
 
 CSV_COLUMNS = ("question", "answer", "document_id")
@@ -146,3 +146,11 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
     if missing:
         notes.append(f"{missing} answers are not found in their document's text (they still count, as text).")
     return Labels(questions, path, collection, file_format, notes)
+
+
+def evaluation_questions(settings: Settings, domain: str, split: str, labels: Labels | None = None, limit: int | None = None) -> tuple[list[LabelledQuestion], str, dict]:
+    """What an evaluation asks: the first ``limit`` questions of ``labels`` (your own), else of SubjQA's ``domain``
+    ``split``; what they are, for a report's title; and where they come from, for its summary."""
+    if labels is not None:
+        return labels.questions[:limit], labels.title, {"labels": str(labels.path), "format": labels.format, "collection": labels.collection}
+    return load_subjqa(domain, split, settings.data_dir).questions[:limit], f"SubjQA {domain} {split}", {"domain": domain, "split": split}
