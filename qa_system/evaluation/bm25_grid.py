@@ -2,8 +2,8 @@
 
 ``qa-system tune-bm25 --domain electronics --split dev`` scores every combination of stemming,
 stopwords, k1 and b with per-product and split filters (as ``eval retriever`` asks), writes the
-table as a report and names the recommended setting; ``--collection NAME --labels FILE`` does the
-same on your own labelled questions over a collection's documents. The extractive pipeline reads the top 3
+table as a report and names the recommended setting (``--collection NAME --labels FILE``: your own
+labelled questions over a collection's documents). The extractive pipeline reads the top 3
 reviews, so settings are ranked by how often an answerable question's own review is among them
 (strict recall@3 on answerable questions), then strict MRR over all questions.
 

@@ -80,7 +80,7 @@ class QAService:
         if not collections:
             raise QAError("No collection to serve.", "name one, e.g. --domain electronics or --collection my-reviews.")
         self.settings = settings
-        self.served = {}  # name -> ServedCollection, the first one the default
+        self.served: dict[str, ServedCollection] = {}  # by name, the first one the default
         for collection in collections:
             if self.served.setdefault(collection.name, collection) != collection:
                 raise QAError(f"'{collection.name}' names both a SubjQA domain and a collection to serve.", "serve one of them.")
@@ -185,9 +185,10 @@ class QAService:
             raise QAError(f"The question is {len(question.query)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")
         index = self.index(question.collection)
         validate_question(index, question.query, question.item_id)
-        if question.item_id is None and index.item_counts():
+        products = index.item_counts()
+        if question.item_id is None and products:
             raise QAError(
-                f"The question names no product (item_id), and collection '{question.collection or self.names[0]}' holds {len(index.item_counts())} products.",
+                f"The question names no product (item_id), and collection '{question.collection or self.names[0]}' holds {len(products)} products.",
                 "send the item_id of one (GET /products lists them); only a collection without products is asked as a whole.",
             )
         check_count(question.top_k, "top_k")
