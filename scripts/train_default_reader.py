@@ -78,7 +78,7 @@ def main() -> None:
         result = train_reader(subjqa_train, subjqa_dev, default_embedding_model(), args.output,
                               TrainingConfig(epochs=args.epochs, learning_rate=1e-4, max_steps=args.max_steps), select_on=POOLED, drop_dev_questions=True)
     print(f"best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {result.output_dir}")
-    print(f"held-out SQuADShifts slice: {amazon_heldout} (evaluate with `qa-system eval reader --file {amazon_heldout} --reader {result.output_dir}`)")
+    print(f"held-out SQuADShifts slice: {amazon_heldout} (evaluate with `qa-system eval reader --labels {amazon_heldout} --reader {result.output_dir}`)")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from qa_system.cli import build_parser, main
 from qa_system.config import REPO_ROOT, Settings
+from qa_system.errors import QAError
+from qa_system.ingestion import IngestOptions, ingest
 from qa_system.serving.api import create_app, serve_api
 from qa_system.serving.feedback import FeedbackStore
-from qa_system.serving.service import QAService
+from qa_system.serving.service import QAService, ServedCollection
 from qa_system.serving.webapp import free_port
 
 SLOW_S = 1.5  # how long the generator takes to answer a question that says "slowly"
@@ -201,6 +203,90 @@ def test_rag_answers_and_streams_server_sent_events(api):
     assert unanswerable["answers"][0]["no_answer_reason"] == "the generator found no answer in the reviews"
 
 
+# ------------------------------------------------------------------------------ your own collections
+
+SHOP = [  # review_id, product, text
+    ("s1", "LAMP", "The lamp is bright enough to read by and the switch is easy to find in the dark."),
+    ("s2", "LAMP", "It arrived with a cracked shade."),
+    ("s3", "KETTLE", "The kettle boils water in two minutes and switches itself off."),
+]
+
+
+@pytest.fixture(scope="module")
+def own_collections(api_settings, tmp_path_factory) -> Iterator[str]:
+    """The API serving two ingested collections and a SubjQA domain: 'shop' (reviews of products) first, so the default;
+    'notes' (documents about no product in particular)."""
+    root = tmp_path_factory.mktemp("own")
+    shop, notes = root / "shop.csv", root / "notes.jsonl"
+    shop.write_text("review_id,product,body\n" + "".join(f"{i},{item},{text}\n" for i, item, text in SHOP), encoding="utf-8")
+    notes.write_text("\n".join(json.dumps({"text": t}) for t in ("The office opens at nine and closes at five.", "Parking is behind the building.")), encoding="utf-8")
+    ingest(api_settings, shop, "shop", IngestOptions(text_column="body", id_column="review_id", item_column="product"), embed=False, progress=False)
+    ingest(api_settings, notes, "notes", embed=False, progress=False)
+    served = [ServedCollection("shop"), ServedCollection("electronics", subjqa_domain=True), ServedCollection("notes")]
+    with running(create_app(api_settings, served)) as url:
+        assert wait_ready(url).status_code == 200
+        yield url
+
+
+def test_ingested_collections_are_listed_beside_a_domain_with_their_products(own_collections):
+    url = own_collections
+    assert httpx.get(f"{url}/health").json()["collections"] == ["shop", "electronics", "notes"]
+    listed = {c["name"]: c for c in httpx.get(f"{url}/collections").json()}
+    assert {k: listed["shop"][k] for k in ("index", "kind", "documents", "passages", "products")} == {"index": "shop", "kind": "ingested", "documents": 3, "passages": 3, "products": 2}
+    assert {k: listed["notes"][k] for k in ("kind", "documents", "products")} == {"kind": "ingested", "documents": 2, "products": 0}
+    assert (listed["electronics"]["index"], listed["electronics"]["kind"], listed["electronics"]["documents"]) == ("subjqa-electronics", "subjqa", 6)
+    default = httpx.get(f"{url}/products").json()  # the first collection named
+    assert default["collection"] == "shop" and default["products"] == [{"item_id": "LAMP", "reviews": 2}, {"item_id": "KETTLE", "reviews": 1}]
+    assert httpx.get(f"{url}/products", params={"collection": "notes"}).json()["total"] == 0
+
+
+def test_questions_are_answered_from_an_ingested_collection(own_collections):
+    url = own_collections
+    body = httpx.post(f"{url}/query", json={"query": "Is it bright enough to read?", "item_id": "LAMP", "top_k": 2}, timeout=60).json()
+    assert (body["collection"], body["item_id"]) == ("shop", "LAMP")
+    assert body["documents"][0]["id"] == "s1" and all(d["meta"]["item_id"] == "LAMP" for d in body["documents"])
+    contents = {d["id"]: d["content"] for d in body["documents"]}
+    for answer in (a for a in body["answers"] if a["kind"] == "span"):
+        assert contents[answer["document_id"]][answer["start"] : answer["end"]] == answer["text"]
+
+    # A collection without products is asked as a whole; one with products needs the product.
+    whole = httpx.post(f"{url}/query", json={"query": "Where can I park?", "collection": "notes"}, timeout=60)
+    assert whole.status_code == 200 and whole.json()["item_id"] is None
+    assert whole.json()["documents"][0]["content"] == "Parking is behind the building."
+    refused = httpx.post(f"{url}/query", json={"query": "Is it bright?"})
+    assert refused.status_code == 422 and refused.json()["detail"].startswith("The question names no product (item_id), and collection 'shop' holds 2 products.")
+    unknown = httpx.post(f"{url}/query", json={"query": "Is it bright?", "item_id": "KINDLE"})  # a product of electronics, not of shop
+    assert unknown.status_code == 404 and unknown.json()["detail"].startswith("Product 'KINDLE' has no reviews in index 'shop'.")
+
+
+def test_feedback_on_an_answer_from_an_ingested_collection(own_collections, api_settings):
+    url = own_collections
+    body = httpx.post(f"{url}/query", json={"query": "How fast does it boil?", "item_id": "KETTLE", "top_k": 1}, timeout=60).json()
+    span = next(a for a in body["answers"] if a["kind"] == "span")
+    click = {"verdict": "wrong_span", "question": body["query"], "answer": span["text"], "start": span["start"], "end": span["end"],
+             "document_id": span["document_id"], "click_id": "own/1"}  # fmt: skip
+    assert httpx.post(f"{url}/feedback", json=click).status_code == 201
+    (row,) = [f for f in FeedbackStore(api_settings.feedback_db).all() if f.click_id == "own/1"]
+    assert (row.document_id, row.context, row.item_id, row.verdict) == ("s3", SHOP[2][2], "KETTLE", "wrong_span")  # read from the collection
+    elsewhere = httpx.post(f"{url}/feedback", json={**click, "collection": "notes", "click_id": None})
+    assert elsewhere.status_code == 404 and elsewhere.json()["detail"].startswith("No document 's3' in collection 'notes'.")
+
+
+def test_an_unknown_collection_is_one_line_naming_the_collections_command(api_settings, capsys):
+    with running(create_app(api_settings, [ServedCollection("nope")])) as url:
+        deadline = time.monotonic() + 60
+        while (health := httpx.get(f"{url}/health")).json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert health.status_code == 503 and health.json()["status"] == "failed"
+        error = health.json()["error"]
+        assert error.startswith("No memory collection named 'nope'") and "`qa-system collections`" in error and "\n" not in error
+    assert main(["api", "--collection", "../etc"]) == 2  # refused before anything starts
+    err = capsys.readouterr().err
+    assert "holds '/' or '..'" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(QAError, match="'electronics' names both a SubjQA domain and a collection to serve"):
+        QAService(api_settings, [ServedCollection("electronics", subjqa_domain=True), ServedCollection("electronics")])
+
+
 # ------------------------------------------------------------------------------ feedback and metrics
 
 
@@ -292,7 +378,10 @@ def test_malformed_or_incomplete_bodies_are_one_line_422(api):
     broken = httpx.post(f"{api}/query", content=b'{"query": "Is it good?", ', headers={"Content-Type": "application/json"})
     assert broken.status_code == 422 and broken.json()["detail"].startswith("The request body is not valid JSON")
     missing = httpx.post(f"{api}/query", json={"query": "Is it good?"})
-    assert missing.status_code == 422 and missing.json()["detail"] == "The request has no 'item_id'. Fix: see the request schema at /docs."
+    assert missing.status_code == 422 and missing.json()["detail"] == (
+        "The question names no product (item_id), and collection 'electronics' holds 3 products. "
+        "Fix: send the item_id of one (GET /products lists them); only a collection without products is asked as a whole."
+    )
     assert httpx.get(f"{api}/products", params={"limit": 0}).json()["detail"].startswith("limit must be a whole number from 1 to 1000, not 0.")
     assert httpx.get(f"{api}/products", params={"collection": "garden"}).status_code == 404
 
@@ -376,7 +465,7 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
 def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("QA_DATA_DIR", str(api_settings.data_dir))
     out = tmp_path / "bench-api"
-    assert main(["bench-api", "--url", api, "--clients", "3", "--seconds", "2", "--questions", "4", "--out", str(out)]) == 0
+    assert main(["bench", "api", "--url", api, "--clients", "3", "--seconds", "2", "--questions", "4", "--out", str(out)]) == 0
     (row,) = json.loads((out / "report.json").read_text())["metrics"]
     assert row["clients"] == 3 and row["answered"] >= 3 and row["errors"] == 0
     assert row["throughput_qps"] == pytest.approx(row["answered"] / row["seconds"], rel=0.01) and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]

@@ -4,6 +4,7 @@ pipeline, CLI and evaluation on the tiny corpus; one real SmolLM2 generation (sl
 
 from __future__ import annotations
 
+import csv
 import json
 import socket
 import time
@@ -355,6 +356,39 @@ def test_eval_rag_scores_generated_answers_beside_the_extractive_pipeline(cli_en
         assert (out / name).is_file(), name
     predictions = json.loads((out / "predictions-bm25+stub-model.json").read_text())
     assert sorted(predictions.values()) == ["", "", "", "The scroll wheel feels solid."]
+
+
+def test_eval_rag_on_a_collection_with_your_own_labels(settings, tmp_path, monkeypatch, capsys):
+    from qa_system.ingestion import IngestOptions, ingest
+
+    reviews = tmp_path / "reviews.csv"
+    speaker = "Loud enough for a small room, and it pairs quickly with my phone. I don't like it: the sound is tinny and quiet."
+    reviews.write_text(f"id,product,text\nd1,SPEAKER,\"{speaker}\"\nd2,SPEAKER,Arrived in a week.\n"
+                       "d3,MOUSE,A precise mouse: the scroll wheel feels solid.\nd4,MOUSE,The cable is short.\n", encoding="utf-8")
+    options = IngestOptions(text_column="text", id_column="id", item_column="product", passage_words=10, passage_overlap=2)  # d1: three passages
+    ingest(settings, reviews, "mine", options, embed=False, progress=False)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("question,answer,document_id\nHow is the sound?,the sound is tinny and quiet,d1\nHow is the scroll wheel?,the scroll wheel feels solid,d3\n"
+                      "Is the cable long?,,d4\n", encoding="utf-8")
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    monkeypatch.delenv("QA_STORE", raising=False)
+    out = tmp_path / "report"
+    with OpenAIStub(stub_reply, max_requests=10) as server:
+        argv = ["eval", "rag", "--collection", "mine", "--labels", str(labels), "--generator", "openai", "--base-url", server.url, "--model", MODEL, "--out", str(out)]
+        assert main(argv) == 0
+    assert [r["messages"][-1]["content"].rsplit("Question: ", 1)[1].split("\n")[0] for r in server.requests] == ["How is the sound?", "How is the scroll wheel?", "Is the cable long?"]
+    assert "[1] it: the sound is tinny and quiet." in server.requests[0]["messages"][-1]["content"]  # d1's passage that holds "sound"
+    report = json.loads((out / "report.json").read_text())
+    assert (report["collection"], report["labels"], report["format"], report["index"], report["questions"]) == ("mine", str(labels), "CSV", "mine", 3)
+    assert report["title"] == "RAG evaluation: labels.csv (CSV) on collection 'mine' (bm25 top-3)"
+    rag = next(m for m in report["metrics"] if m["group"] == "all")
+    # Both answers exact and citing the right review (a passage of it for d1); the unanswerable question rightly unanswered.
+    assert rag["em"] == 1.0 and rag["no_answer_accuracy"] == 1.0 and rag["citation_precision"] == 1.0
+    records = list(csv.DictReader((out / "records.csv").open(encoding="utf-8")))
+    assert [r["gold_document"] for r in records] == ["d1", "d3", "d4"] and all(r["gold_retrieved"] == "True" for r in records)
+    capsys.readouterr()
+    assert main(["eval", "rag", "--labels", str(labels)]) == 2
+    assert "Retrieval is evaluated on a collection" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------ the real default model

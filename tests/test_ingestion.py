@@ -568,3 +568,18 @@ def test_squad_labels_round_trip_through_a_collection(home, tmp_path, tiny_long_
     capsys.readouterr()
     assert main(["eval", "retriever", "--labels", str(path)]) == 2
     assert "Retrieval is evaluated on a collection" in capsys.readouterr().err
+
+
+def test_mrqa_labels_are_matched_to_a_collection_too(home, tmp_path):
+    from test_qa_files import CONTEXT, MRQA_QAS, mrqa_lines
+
+    from qa_system.ingestion.labels import load_labels
+
+    ingest(home, write_csv(tmp_path / "c.csv", rows=[("c1", "KINDLE", CONTEXT, "5"), *REVIEWS]), "mrqa", COLUMNS, embed=False, progress=False)
+    path = tmp_path / "toy.jsonl"
+    path.write_text(mrqa_lines(MRQA_QAS) + mrqa_lines([{"qid": "x1", "question": "why?", "detected_answers": [{"text": "no", "char_spans": [[0, 1]]}]}], context="no such review", header=False))
+    labels = load_labels(path, home, "mrqa")
+    assert labels.format == "MRQA" and labels.title == "toy.jsonl (MRQA) on collection 'mrqa'"
+    assert [(q.id, q.document_id, q.item_id) for q in labels.questions] == [("m1", "c1", "KINDLE"), ("m2", "c1", "KINDLE")]
+    assert labels.questions[0].answers[0].text == "battery lasts" and labels.questions[1].answers[0].text == "Battery"  # the span, as read_qa_file gives it
+    assert any("1 questions whose context is no document of collection 'mrqa'" in note for note in labels.notes)

@@ -3,6 +3,7 @@
 import gzip
 import json
 
+import pandas as pd
 import pytest
 
 from qa_system.errors import QAError
@@ -210,15 +211,44 @@ def test_the_commands_read_any_format_and_report_per_file(tmp_path, tiny_reader,
     assert f"dev {tmp_path / 'squad.json'} (SQuAD v2.0): used 2 questions (1 answerable, 1 unanswerable)" in out
 
     report_dir = tmp_path / "report"
-    assert main(["eval", "reader", "--file", str(tmp_path / "toy.jsonl"), "--reader", str(tmp_path / "reader"), "--out", str(report_dir), "--home", str(tmp_path / "home")]) == 0
+    assert main(["eval", "reader", "--labels", str(tmp_path / "toy.jsonl"), "--reader", str(tmp_path / "reader"), "--out", str(report_dir), "--home", str(tmp_path / "home")]) == 0
     report = json.loads((report_dir / "report.json").read_text())
-    assert (report["file"], report["format"], report["questions"]) == (str(tmp_path / "toy.jsonl"), "MRQA", 2)
+    assert (report["labels"], report["format"], report["collection"], report["questions"]) == (str(tmp_path / "toy.jsonl"), "MRQA", None, 2)
     assert report["title"] == "Reader evaluation: toy.jsonl (MRQA) (gold context)"
     gold = json.loads((report_dir / "gold.json").read_text())
     assert [q["id"] for article in gold["data"] for p in article["paragraphs"] for q in p["qas"]] == ["m1", "m2"]
 
     capsys.readouterr()
-    (tmp_path / "bad.csv").write_text("question,answer\n")
-    assert main(["eval", "reader", "--file", str(tmp_path / "bad.csv"), "--home", str(tmp_path / "home")]) == 2
+    (tmp_path / "bad.json").write_text("question,answer\n")
+    assert main(["eval", "reader", "--labels", str(tmp_path / "bad.json"), "--home", str(tmp_path / "home")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is neither SQuAD JSON nor MRQA JSON lines" in err and len(err.strip().splitlines()) == 1  # before any model loads
+    with pytest.raises(SystemExit):  # one door: --labels took over from --file
+        main(["eval", "reader", "--file", str(tmp_path / "toy.jsonl")])
+
+
+@pytest.mark.parametrize("name, content", [
+    ("squad.json", squad_json([qa("q1", "how long does the battery last?", "6000 hours"), qa("q2", "price?", impossible=True), qa("q3", "what is great?", "Battery")])),
+    ("toy.jsonl", mrqa_lines(MRQA_QAS)),
+])  # fmt: skip
+def test_eval_reader_labels_scores_a_file_as_eval_reader_file_did(tmp_path, tiny_reader, name, content):
+    """`--labels FILE` without a collection gives the figures that `--file FILE` gave: each question read with
+    its own context, as ``read_qa_file`` and ``labelled_questions`` make them (what --file ran)."""
+    from qa_system.cli import main
+    from qa_system.evaluation.reader import evaluate_reader, squad_predictions, summarize_answers
+    from qa_system.reading.reader import ExtractiveReader
+
+    path = tmp_path / name
+    path.write_text(content)
+    out = tmp_path / "report"
+    argv = ["eval", "reader", "--labels", str(path), "--reader", str(tiny_reader), "--reader-backend", "torch", "--out", str(out), "--home", str(tmp_path / "home")]
+    assert main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+
+    examples, _ = read_qa_file(path)
+    questions = labelled_questions(examples, path.name)
+    records = evaluate_reader(questions, ExtractiveReader(str(tiny_reader), top_k=3, backend="torch"), top_k=3, progress=False)
+    expected = summarize_answers(records).drop(columns="latency_ms").rename_axis("group").reset_index()
+    pd.testing.assert_frame_equal(pd.DataFrame(report["metrics"]).drop(columns=["system", "latency_ms"]), expected, check_dtype=False)
+    assert report["questions"] == len(examples) > 0
+    assert json.loads(next(out.glob("predictions-*.json")).read_text()) == squad_predictions(records)

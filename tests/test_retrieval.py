@@ -1,5 +1,7 @@
 """Retrievers, fusion, filters and pipelines on a tiny corpus the tests write (real MiniLM encoder)."""
 
+import json
+
 import pandas as pd
 import pytest
 from haystack import Document, Pipeline
@@ -78,6 +80,37 @@ def test_tune_bm25_scores_each_setting_and_writes_a_report(settings, tmp_path):
     assert {"report.json", "report.csv", "report.md"} <= {p.name for p in (tmp_path / "grid").iterdir()}
     with pytest.raises(QAError, match="Unknown split"):
         tune_bm25(settings, "electronics", "validation", grid=grid)
+
+
+def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, capsys):
+    from qa_system.cli import main
+    from qa_system.ingestion import ingest
+    from tests.test_ingestion import COLUMNS, write_csv
+
+    home = Settings.from_env(home=tmp_path / "home", store="memory", data_dir=tmp_path / "no-subjqa")  # the collection's documents only
+    ingest(home, write_csv(tmp_path / "reviews.csv"), "labelled", COLUMNS, embed=False, progress=False)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("question,answer,document_id\nHow long does the battery last?,a whole week,r1\nIs the screen dim in sunlight?,,r2\n"
+                      "What broke?,The cable broke,r4\nHow is the bass?,deep bass,r3\n", encoding="utf-8")
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    monkeypatch.setenv("QA_DATA_DIR", str(home.data_dir))
+    monkeypatch.delenv("QA_STORE", raising=False)
+    out = tmp_path / "grid"
+    assert main(["tune-bm25", "--collection", "labelled", "--labels", str(labels), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert (report["collection"], report["format"], report["questions"]) == ("labelled", "CSV", 4)
+    assert report["title"] == "BM25 settings on labels.csv (CSV) on collection 'labelled'"
+    table = pd.DataFrame(report["metrics"])
+    assert len(table) == 64 and table["recommended"].sum() == 1
+    # Each question's words are in its own review only, within its product's two: ranked first whatever the setting,
+    # so every setting ties and the standard one is recommended.
+    assert (table["strict mrr"] == 1.0).all() and (table["answerable strict recall@1"] == 1.0).all()
+    best = report["best"]
+    assert (best["stemmer_language"], best["stopwords"], best["k1"], best["b"]) == ("english", "en", 1.2, 0.75)
+    assert "over the 4 passages of collection 'labelled'" in (out / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["tune-bm25", "--labels", str(labels)]) == 2
+    assert "Retrieval is evaluated on a collection" in capsys.readouterr().err
 
 
 def test_filters_restrict_every_retriever(indexed):

@@ -275,3 +275,24 @@ def test_int8_dot_product_units_are_read_from_cpuinfo():
 def test_bench_refuses_a_corpus_too_small_for_its_questions(tiny_subjqa, tmp_path, capsys):
     code = main(["bench", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path), "--sizes", "2", "--out", str(tmp_path / "b")])
     assert code == 2 and "must hold the" in capsys.readouterr().err
+
+
+def test_bench_ingest_times_index_input_on_a_csv_of_reviews(tiny_subjqa, tmp_path, capsys):
+    home, out = tmp_path / "home", tmp_path / "bench-ingest"
+    assert main(["bench", "ingest", "--data-dir", str(tiny_subjqa), "--home", str(home), "--store", "memory", "--rows", "20", "--embed-rows", "0", "--out", str(out)]) == 0
+    (run,) = json.loads((out / "report.json").read_text())["metrics"]
+    assert (run["run"], run["rows"], run["added"], run["embedded"]) == ("BM25 only", 20, 20, 0)  # the 6 real reviews, then 14 synthetic ones
+    assert run["documents_per_s"] > 0 and run["peak_rss_mb"] > 0 and "documents_per_s" in capsys.readouterr().out
+    assert (home / "indexes" / "memory").is_dir() and not list((home / "indexes" / "memory").glob("bench-ingest-*"))  # its collection is deleted at the end
+
+
+@pytest.mark.parametrize("gone", ["bench-api", "bench-ingest"])
+def test_the_benchmarks_are_one_family(gone, capsys):
+    from qa_system.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["bench"]).func.__name__ == "cmd_bench"
+    assert {parser.parse_args(["bench", name]).func.__name__ for name in ("page", "api", "ingest")} == {"cmd_bench_page", "cmd_bench_api", "cmd_bench_ingest"}
+    with pytest.raises(SystemExit):
+        parser.parse_args([gone])
+    assert f"invalid choice: '{gone}'" in capsys.readouterr().err

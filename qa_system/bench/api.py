@@ -1,4 +1,4 @@
-"""`qa-system bench-api`: a bounded load test of the REST API on loopback.
+"""`qa-system bench api`: a bounded load test of the REST API on loopback.
 
 ``clients`` threads, each with its own keep-alive HTTP connection, ask ``POST /query`` back to back
 for ``seconds`` (the labelled questions of a SubjQA split, each about its own product, in a seeded

@@ -1,4 +1,4 @@
-"""`qa-system bench-ingest`: how fast `qa-system index --input` reads a large CSV of reviews, and in how much memory.
+"""`qa-system bench ingest`: how fast `qa-system index --input` reads a large CSV of reviews, and in how much memory.
 
 The CSV is written from SubjQA's reviews, enlarged with synthetic ones made of real review
 sentences (``corpus.synthetic_reviews``), under column names of its own (``opinion_id``, ``asin``,

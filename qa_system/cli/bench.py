@@ -1,4 +1,5 @@
-"""`qa-system bench`: speed of every stage beside Haystack's stock components; `qa-system bench page`: many users on the search page."""
+"""`qa-system bench`: speed of every stage beside Haystack's stock components; `bench page`: many users on the search page;
+`bench api`: a load test of the REST API; `bench ingest`: `index --input` on a large CSV."""
 
 from __future__ import annotations
 
@@ -64,14 +65,6 @@ def cmd_bench_ingest(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
-    p = commands.add_parser("bench-ingest", parents=[options.common], help="documents/s and peak memory of `index --input` on a large CSV of reviews")
-    p.add_argument("--rows", type=count("--rows"), default=100_000, help="reviews in the CSV (real SubjQA ones, then synthetic)")
-    p.add_argument("--embed-rows", type=count("--embed-rows", 0), help="rows indexed with embeddings too (default: all; 0: none), then re-run unchanged and with one row changed")
-    p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the synthetic reviews")
-    p.add_argument("--keep", action="store_true", help="keep the benchmark's collections (default: deleted at the end)")
-    p.add_argument("--out", type=Path, default=Path("reports/bench-ingest"))
-    p.set_defaults(func=cmd_bench_ingest)
-
     p = commands.add_parser("bench", parents=[options.common], help="measure indexing, retrieval, reader and end-to-end speed beside Haystack's stock components")
     p.add_argument("--sizes", nargs="+", type=count("--sizes"), default=[1000, 10000, 100000], help="corpus sizes in reviews")
     p.add_argument("--queries", type=count("--queries"), default=200, help="questions for retrieval and end-to-end timing")
@@ -83,9 +76,19 @@ def register(commands, options: Options) -> None:
     p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the synthetic reviews and vectors")
     p.add_argument("--out", type=Path, default=Path("reports/bench"))
     p.set_defaults(func=cmd_bench)
-    bench = p
+    others = p.add_subparsers(dest="bench", title="other benchmarks (`qa-system bench` alone: the speed report above)")
 
-    p = commands.add_parser("bench-api", parents=[options.common], help="load-test the REST API on loopback: throughput, latency percentiles, errors")
+    p = others.add_parser("page", parents=[options.common], help="many browser sessions asking and clicking feedback on one served search page at once")
+    p.add_argument("--sessions", type=count("--sessions"), default=8, help="headless Chromium sessions, each on its own product (at most 16)")
+    p.add_argument("--seconds", type=number("--seconds", 0, above=True), default=60.0, help="how long they all ask and click")
+    p.add_argument("--clicks", type=count("--clicks"), default=3, help="feedback clicks on each answer, 0.3 s apart (at most 20)")
+    p.add_argument("--split", default="test", help="the labelled electronics questions the sessions ask")
+    p.add_argument("--timeout", type=number("--timeout", 0, above=True), default=120.0, help="seconds one answer (or one click's acknowledgement) may take")
+    p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the buttons clicked")
+    p.add_argument("--out", type=Path, default=Path("reports/page-load"))
+    p.set_defaults(func=cmd_bench_page)
+
+    p = others.add_parser("api", parents=[options.common], help="load-test the REST API on loopback: throughput, latency percentiles, errors")
     options.domain(p)
     p.add_argument("--clients", type=count("--clients", 1, 256), default=8, help="concurrent clients, each asking back to back")
     p.add_argument("--seconds", type=number("--seconds", 0, above=True), default=60.0, help="how long the load lasts")
@@ -97,14 +100,11 @@ def register(commands, options: Options) -> None:
     p.add_argument("--top-k", type=count("--top-k"), default=3, help="reviews read per question")
     p.add_argument("--out", type=Path, default=Path("reports/bench-api"))
     p.set_defaults(func=cmd_bench_api)
-    page = bench.add_subparsers(dest="bench", title="other benchmarks").add_parser(
-        "page", parents=[options.common], help="many browser sessions asking and clicking feedback on one served search page at once"
-    )
-    page.add_argument("--sessions", type=count("--sessions"), default=8, help="headless Chromium sessions, each on its own product (at most 16)")
-    page.add_argument("--seconds", type=number("--seconds", 0, above=True), default=60.0, help="how long they all ask and click")
-    page.add_argument("--clicks", type=count("--clicks"), default=3, help="feedback clicks on each answer, 0.3 s apart (at most 20)")
-    page.add_argument("--split", default="test", help="the labelled electronics questions the sessions ask")
-    page.add_argument("--timeout", type=number("--timeout", 0, above=True), default=120.0, help="seconds one answer (or one click's acknowledgement) may take")
-    page.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the buttons clicked")
-    page.add_argument("--out", type=Path, default=Path("reports/page-load"))
-    page.set_defaults(func=cmd_bench_page)
+
+    p = others.add_parser("ingest", parents=[options.common], help="documents/s and peak memory of `index --input` on a large CSV of reviews")
+    p.add_argument("--rows", type=count("--rows"), default=100_000, help="reviews in the CSV (real SubjQA ones, then synthetic)")
+    p.add_argument("--embed-rows", type=count("--embed-rows", 0), help="rows indexed with embeddings too (default: all; 0: none), then re-run unchanged and with one row changed")
+    p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the synthetic reviews")
+    p.add_argument("--keep", action="store_true", help="keep the benchmark's collections (default: deleted at the end)")
+    p.add_argument("--out", type=Path, default=Path("reports/bench-ingest"))
+    p.set_defaults(func=cmd_bench_ingest)

@@ -26,7 +26,7 @@ def _print_answer_metrics(result: dict, out: Path) -> None:
 def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, needs_index: bool = True):
     """(labels, index, domain): a SubjQA --domain; a SubjQA --collection; or --labels FILE on --collection NAME.
 
-    The reader alone needs no index: SQuAD labels without a collection give it their own contexts.
+    The reader alone needs no index: SQuAD / MRQA labels without a collection give it their own contexts.
     """
     from qa_system.ingestion import collection_manifest, open_collection
     from qa_system.ingestion.labels import load_labels
@@ -38,7 +38,7 @@ def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, need
     if args.labels is None:
         manifest = collection_manifest(settings, args.collection)
         if not manifest.get("domains"):
-            raise QAError(f"Collection '{args.collection}' has no labels of its own.", "pass --labels FILE (CSV question,answer,document_id[,item_id], or SQuAD JSON).")
+            raise QAError(f"Collection '{args.collection}' has no labels of its own.", "pass --labels FILE (CSV question,answer,document_id[,item_id], SQuAD JSON or MRQA JSON lines).")
         return None, open_collection(settings, args.collection, embeddings), manifest["domains"][0]
     if args.collection is None and needs_index:
         raise QAError("Retrieval is evaluated on a collection.", "add --collection NAME (index the labelled documents with `qa-system index --input FILE --collection NAME`).")
@@ -52,7 +52,7 @@ def cmd_eval_reader(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     readers = args.reader or [settings.reader_model]
     labels, _, domain = _what_to_evaluate(args, settings, embeddings=False, needs_index=False)
-    result = evaluate_readers(settings, readers, domain, args.split, args.top_k, args.out, args.limit, args.no_answer_threshold, file=args.file, labels=labels)
+    result = evaluate_readers(settings, readers, domain, args.split, args.top_k, args.out, args.limit, args.no_answer_threshold, labels=labels)
     _print_answer_metrics(result, args.out)
 
 
@@ -72,8 +72,10 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
 def cmd_eval_rag(args: argparse.Namespace) -> None:
     from qa_system.evaluation.rag import evaluate_rag
 
+    settings = settings_from_args(args)
+    labels, index, domain = _what_to_evaluate(args, settings, embeddings=args.retriever != "bm25")
     result = evaluate_rag(
-        settings_from_args(args), args.retriever, args.domain[0], args.split, args.top_k_retriever, args.out, args.limit, args.compare_extractive
+        settings, args.retriever, domain, args.split, args.top_k_retriever, args.out, args.limit, args.compare_extractive, labels=labels, index=index
     )
     metrics = result["metrics"]
     columns = ["system", "group", "questions", "em", "f1", "sas", "no_answer_accuracy", "citation_precision", "retrieval_ms", "prompt_ms", "generation_ms", "tokens_per_s"]
@@ -103,7 +105,9 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
 def cmd_tune_bm25(args: argparse.Namespace) -> None:
     from qa_system.evaluation.bm25_grid import RULE, describe, tune_bm25
 
-    table = tune_bm25(settings_from_args(args), args.domain[0], args.split, out_dir=args.out, limit=args.limit)
+    settings = settings_from_args(args)
+    labels, index, domain = _what_to_evaluate(args, settings, embeddings=False)
+    table = tune_bm25(settings, domain, args.split, out_dir=args.out, limit=args.limit, labels=labels, index=index)
     print(table.head(args.show).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(
         f"Recommended ({RULE}): {describe(table[table['recommended']].iloc[0])}. Report written to {args.out}/ (report.json, report.csv, report.md)"
@@ -132,8 +136,8 @@ def register(commands, options: Options) -> None:
 
     def own_labels(p: argparse.ArgumentParser) -> None:
         options.collection(p)
-        p.add_argument("--labels", type=Path, help="your labels: CSV (question,answer,document_id[,item_id]; empty answer = none) or SQuAD JSON, "
-                                                   "their documents in --collection")
+        p.add_argument("--labels", type=Path, help="your labels: CSV (question,answer,document_id[,item_id]; empty answer = none), SQuAD v1.1 / v2.0 JSON "
+                                                   "or MRQA JSON lines, their documents in --collection (the reader alone: without it, each question's own context)")
 
     p = stages.add_parser("retriever", parents=[options.common], help="recall@k, MRR, MAP (strict and chapter definitions)")
     options.domain(p)
@@ -162,7 +166,6 @@ def register(commands, options: Options) -> None:
 
     p = stages.add_parser("reader", parents=[options.common], help="EM / F1 of readers given the gold review")
     answer_eval_options(p, "reports/reader")
-    p.add_argument("--file", type=Path, help="read this SQuAD v1.1 / v2.0 or MRQA file's questions instead of SubjQA's (--domain and --split are then unused)")
     p.set_defaults(func=cmd_eval_reader)
     p = stages.add_parser("pipeline", parents=[options.common], help="EM / F1 of retriever + reader with per-product filters")
     answer_eval_options(p, "reports/pipeline")
@@ -177,6 +180,7 @@ def register(commands, options: Options) -> None:
     p.set_defaults(func=cmd_eval_pipeline)
     p = stages.add_parser("rag", parents=[options.common, options.generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
     options.domain(p)
+    own_labels(p)
     p.add_argument("--split", default="test")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--top-k-retriever", type=count("--top-k-retriever"), default=3, help="reviews in the prompt")
@@ -187,6 +191,7 @@ def register(commands, options: Options) -> None:
 
     p = commands.add_parser("tune-bm25", parents=[options.common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)")
     options.domain(p)
+    own_labels(p)
     p.add_argument("--split", default="dev")
     p.add_argument("--show", type=count("--show"), default=10, help="print the best N settings")
     p.add_argument("--out", type=Path, default=Path("reports/bm25-grid"))

@@ -23,9 +23,22 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
 def cmd_api(args: argparse.Namespace) -> None:
     from qa_system.serving.api import run_api
+    from qa_system.serving.service import DEFAULT_COLLECTIONS
 
     settings = settings_from_args(args).with_(api_rate_limit=args.rate_limit, api_workers=args.workers)
-    run_api(settings, args.domain, args.host, args.port)
+    run_api(settings, args.served or DEFAULT_COLLECTIONS, args.host, args.port)
+
+
+def served(subjqa_domain: bool):
+    """argparse type of --domain / --collection: what to serve, in the order named (a bad collection name is one line)."""
+
+    def parse(name: str):
+        from qa_system.ingestion import check_collection_name
+        from qa_system.serving.service import ServedCollection
+
+        return ServedCollection(name if subjqa_domain else check_collection_name(name), subjqa_domain)
+
+    return parse
 
 
 def cmd_export_feedback(args: argparse.Namespace) -> None:
@@ -47,7 +60,12 @@ def register(commands, options: Options) -> None:
     p = commands.add_parser("api", parents=[options.common, options.generation], help="serve the REST API (FastAPI; OpenAPI docs at /docs) on http://HOST:PORT")
     p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to serve other machines (then set QA_API_TOKEN)")
     p.add_argument("--port", type=count("--port", 1, 65535), default=8000)
-    p.add_argument("--domain", action="append", help="collection to serve, repeatable (default electronics); the first is the default one")
+    # One list in the order named, both flags: the first is the default collection.
+    p.add_argument("--domain", dest="served", action="append", type=served(True), metavar="DOMAIN",
+                   help="SubjQA domain to serve (its index built on first start), repeatable (default: electronics alone)")
+    p.add_argument("--collection", dest="served", action="append", type=served(False), metavar="NAME",
+                   help="collection to serve as saved (`qa-system collections` lists them; `qa-system index --input` makes one), repeatable; "
+                        "the first --domain or --collection named is the default one")
     p.add_argument("--workers", type=count("--workers"), help="questions answered at once, each in a thread (QA_API_WORKERS, default 4)")
     p.add_argument("--rate-limit", type=count("--rate-limit", 0), help="requests a minute per client, 0 for none (QA_API_RATE_LIMIT, default 600)")
     p.set_defaults(func=cmd_api)

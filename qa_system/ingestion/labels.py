@@ -3,9 +3,10 @@
 * CSV (``question,answer,document_id[,item_id]``): rows naming the same question and document are
   one question with several answers; an empty answer means "no answer in this document". The
   documents are the collection's (by id), so a collection is needed.
-* SQuAD v1.1 / v2.0 JSON: each context is matched to the collection's document with the same
-  text (a context that is in none is skipped and counted). Without a collection every context is
-  its own gold document, which evaluates the reader on the file itself.
+* SQuAD v1.1 / v2.0 JSON or MRQA JSON lines (``sources.qa_files.read_qa_file``: the format comes
+  from the content): each context is matched to the collection's document with the same text (a
+  context that is in none is skipped and counted). Without a collection every context is its own
+  gold document (``qa_files.labelled_questions``), which evaluates the reader on the file itself.
 
 Answer offsets are located in the document's text (put back together from its passages); an
 answer that is not found there keeps its text (EM / F1 compare texts) and is counted.
@@ -22,9 +23,8 @@ from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion.collections import open_collection
 from qa_system.ingestion.splitting import source_text
-from qa_system.ingestion.squad import squad_record
-from qa_system.sources import GoldAnswer, LabelledQuestion
-from qa_system.sources.squad import read_squad
+from qa_system.sources import GoldAnswer, LabelledQuestion, load_subjqa
+from qa_system.sources.qa_files import labelled_questions, read_qa_file
 
 CSV_COLUMNS = ("question", "answer", "document_id")
 
@@ -33,12 +33,13 @@ CSV_COLUMNS = ("question", "answer", "document_id")
 class Labels:
     questions: list[LabelledQuestion]
     path: Path
-    collection: str | None
+    collection: str | None  # None: each question's own context is its document
+    format: str  # "CSV", "SQuAD v2.0", "MRQA", ...
     notes: list[str] = field(default_factory=list)
 
     @property
     def title(self) -> str:
-        return f"{self.path.name}" + (f" on collection '{self.collection}'" if self.collection else "")
+        return f"{self.path.name} ({self.format})" + (f" on collection '{self.collection}'" if self.collection else "")
 
 
 @dataclass(frozen=True)
@@ -107,40 +108,49 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
 
 
 def load_labels(path: str | Path, settings: Settings | None = None, collection: str | None = None) -> Labels:
-    """The labelled questions of ``path`` (CSV or SQuAD JSON), their gold documents taken from ``collection``."""
+    """The labelled questions of ``path`` (CSV, SQuAD JSON or MRQA JSON lines), their gold documents taken from
+    ``collection``, or without one (SQuAD / MRQA) each question's own context."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise QAError(f"The labels file {path} does not exist.", "pass a CSV (question,answer,document_id[,item_id]) or SQuAD JSON file to --labels.")
+        raise QAError(f"The labels file {path} does not exist.", "pass a CSV (question,answer,document_id[,item_id]), SQuAD JSON or MRQA JSON lines file to --labels.")
     documents = collection_documents(settings or Settings.from_env(), collection) if collection else None
-    notes = []
+    notes, missing = [], 0
     if path.suffix.lower() == ".csv":
         if documents is None:
             raise QAError("CSV labels name their documents by id, so they need a collection.", "add --collection NAME (the collection those ids are in).")
         questions, missing = _csv_labels(path, documents, collection)
+        file_format = "CSV"
     else:
-        examples, report = read_squad(path)
-        by_text = {document.text: i for i, document in documents.items()} if documents is not None else None
-        questions, missing, unmatched = [], 0, 0
-        for example in examples:
-            record = squad_record(example.title, example.context, "")
-            if by_text is None:
-                document_id, document = record.content_hash(), _Document(example.context, record.item_id)
-            elif example.context in by_text:
-                document_id = by_text[example.context]
-                document = documents[document_id]
-            else:
-                unmatched += 1
-                continue
-            labelled, absent = _question(example.id, example.question, document_id, document, [text for text, _ in example.answers], collection or path.stem)
-            questions.append(labelled)
-            missing += absent
+        examples, report = read_qa_file(path)
+        file_format = report.format
         if report.skipped_questions or report.unlocated_answers:
-            notes.append(f"{path.name}: {report.unlocated_answers} answers not at their answer_start and {report.skipped_questions} questions left without one were left out.")
-        if unmatched:
-            notes.append(f"{unmatched} questions whose context is no document of collection '{collection}' were left out.")
+            notes.append(f"{path.name}: {report.unlocated_answers} answers not at their given offsets and {report.skipped_questions} questions left without one were left out.")
+        if documents is None:
+            questions = labelled_questions(examples, path.name)
+        else:
+            by_text = {document.text: i for i, document in documents.items()}
+            questions, unmatched = [], 0
+            for example in examples:
+                if example.context not in by_text:
+                    unmatched += 1
+                    continue
+                document_id = by_text[example.context]
+                labelled, absent = _question(example.id, example.question, document_id, documents[document_id], [text for text, _ in example.answers], collection)
+                questions.append(labelled)
+                missing += absent
+            if unmatched:
+                notes.append(f"{unmatched} questions whose context is no document of collection '{collection}' were left out.")
     if not questions:
         where = f" whose document is in collection '{collection}'" if collection else ""
         raise QAError(f"{path} holds no labelled question{where}.", f"index the labelled documents first (`qa-system index --input {path} --collection {collection or 'NAME'}`), or check the file.")
     if missing:
         notes.append(f"{missing} answers are not found in their document's text (they still count, as text).")
-    return Labels(questions, path, collection, notes)
+    return Labels(questions, path, collection, file_format, notes)
+
+
+def evaluation_questions(settings: Settings, domain: str, split: str, labels: Labels | None = None, limit: int | None = None) -> tuple[list[LabelledQuestion], str, dict]:
+    """What an evaluation asks: the first ``limit`` questions of ``labels`` (your own), else of SubjQA's ``domain``
+    ``split``; what they are, for a report's title; and where they come from, for its summary."""
+    if labels is not None:
+        return labels.questions[:limit], labels.title, {"labels": str(labels.path), "format": labels.format, "collection": labels.collection}
+    return load_subjqa(domain, split, settings.data_dir).questions[:limit], f"SubjQA {domain} {split}", {"domain": domain, "split": split}

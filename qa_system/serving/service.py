@@ -8,7 +8,8 @@ called from worker threads: a pipeline is built once per (collection, retriever,
 whichever request needs it first, and then shared (Haystack pipelines keep no state between runs;
 ``timing.component_timings`` records per run).
 
-A collection is a named index; today the names are SubjQA domains (``open_collection``).
+A collection is a named index: a SubjQA domain's, or one of your own (``qa-system index --input``);
+``ServedCollection.open`` decides how each is opened.
 """
 
 from __future__ import annotations
@@ -24,19 +25,34 @@ from haystack import Document
 from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, check_count, check_number
 from qa_system.indexing import open_or_build_index
+from qa_system.ingestion import collection_info
+from qa_system.ingestion import open_collection as open_saved_collection
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.serving.background import BackgroundTask, Report
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
 from qa_system.stores import Index
 
-DEFAULT_COLLECTIONS = ("electronics",)
 # Longest question read, in characters: questions are a sentence, and a reader window must keep room for the review.
 MAX_QUESTION_CHARS = 1000
 
 
-def open_collection(settings: Settings, name: str, on_progress: Report | None = None) -> Index:
-    """The index of collection ``name`` (a SubjQA domain), built on first use."""
-    return open_or_build_index(settings, name, embeddings=True, progress=False, on_progress=on_progress)
+@dataclass(frozen=True)
+class ServedCollection:
+    """A collection served under ``name``: the SubjQA domain ``name`` (``subjqa_domain``, as ``--domain``), or a
+    collection that `qa-system collections` lists (as ``--collection``: yours, or ``subjqa-<domain>``)."""
+
+    name: str
+    subjqa_domain: bool = False
+
+    def open(self, settings: Settings, on_progress: Report | None = None) -> Index:
+        """A SubjQA domain's index is built on first use (as the page does); any other collection is opened as saved
+        (an unknown name is a QAError that names `qa-system collections`). Both re-index SubjQA when its files changed."""
+        if self.subjqa_domain:
+            return open_or_build_index(settings, self.name, embeddings=True, progress=False, on_progress=on_progress)
+        return open_saved_collection(settings, self.name, embeddings=True, progress=False, on_progress=on_progress)
+
+
+DEFAULT_COLLECTIONS = (ServedCollection("electronics", subjqa_domain=True),)
 
 
 def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None, reader_backend: str | None = None) -> str:
@@ -50,7 +66,7 @@ class Question:
     """One question as a door received it; ``QAService.check`` applies the rules every door shares."""
 
     query: str
-    item_id: str | None
+    item_id: str | None  # None: any document (only where the collection has no products)
     collection: str | None = None
     retriever: str | None = None  # None: the configured one
     mode: str = "extractive"
@@ -60,11 +76,15 @@ class Question:
 
 
 class QAService:
-    def __init__(self, settings: Settings, collections: Sequence[str] = DEFAULT_COLLECTIONS):
+    def __init__(self, settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS):
         if not collections:
-            raise QAError("No collection to serve.", "name one, e.g. --domain electronics.")
+            raise QAError("No collection to serve.", "name one, e.g. --domain electronics or --collection my-reviews.")
         self.settings = settings
-        self.names = list(dict.fromkeys(collections))
+        self.served: dict[str, ServedCollection] = {}  # by name, the first one the default
+        for collection in collections:
+            if self.served.setdefault(collection.name, collection) != collection:
+                raise QAError(f"'{collection.name}' names both a SubjQA domain and a collection to serve.", "serve one of them.")
+        self.names = list(self.served)
         self.feedback = FeedbackStore(settings.feedback_db)
         self._indexes: dict[str, Index] = {}
         self._pipelines: dict[tuple[str, str, str], QAPipeline] = {}
@@ -83,8 +103,8 @@ class QAService:
     def load(self, report: Report | None = None) -> None:
         """Open every collection, then load the models of the default pipeline (configured retriever, extractive)."""
         began = time.perf_counter()
-        for name in self.names:
-            self._indexes[name] = open_collection(self.settings, name, report)
+        for name, collection in self.served.items():
+            self._indexes[name] = collection.open(self.settings, report)
         for name in self.names:
             self.pipeline(name, self.settings.retriever, "extractive")
         self._loaded_s = time.perf_counter() - began
@@ -120,14 +140,14 @@ class QAService:
         return self._indexes[name]
 
     def collections(self) -> list[dict[str, Any]]:
-        """Each collection served: name, index, store, documents, products, encoder."""
+        """Each collection served: name, index, store, kind, documents (and the passages they are split into), products, encoder."""
         out = []
         for name in self.names:
             index = self.index(name)
-            manifest = index.manifest
+            info = collection_info(index.name, index.backend, index.manifest)
             out.append({
-                "name": name, "index": index.name, "store": index.backend, "documents": manifest.get("documents"),
-                "products": len(index.item_counts()), "embedding_model": index.embedding_model, "created": manifest.get("created"),
+                "name": name, "index": index.name, "store": index.backend, "kind": info.kind, "documents": info.documents, "passages": info.passages,
+                "products": len(index.item_counts()), "embedding_model": index.embedding_model, "created": index.manifest.get("created"),
             })  # fmt: skip
         return out
 
@@ -163,7 +183,14 @@ class QAService:
         collection or product): one QAError (NotFound for names) naming the problem, before any work."""
         if isinstance(question.query, str) and len(question.query) > MAX_QUESTION_CHARS:
             raise QAError(f"The question is {len(question.query)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")
-        validate_question(self.index(question.collection), question.query, question.item_id)
+        index = self.index(question.collection)
+        validate_question(index, question.query, question.item_id)
+        products = index.item_counts()
+        if question.item_id is None and products:
+            raise QAError(
+                f"The question names no product (item_id), and collection '{question.collection or self.names[0]}' holds {len(products)} products.",
+                "send the item_id of one (GET /products lists them); only a collection without products is asked as a whole.",
+            )
         check_count(question.top_k, "top_k")
         check_count(question.top_k_reader, "top_k_reader", optional=True)
         check_number(question.no_answer_threshold, "no_answer_threshold", optional=True)

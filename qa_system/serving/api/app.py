@@ -45,7 +45,7 @@ from qa_system.serving.api.schemas import (
     QueryResponse,
     ReviewOut,
 )
-from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question
+from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question, ServedCollection
 
 EVENT_STREAM = "text/event-stream"
 ERRORS = {status: {"model": ErrorOut} for status in (401, 404, 413, 422, 429, 503)}
@@ -78,7 +78,7 @@ def sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def create_app(settings: Settings | None = None, collections: Sequence[str] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
     """The app; it starts loading ``service`` (default: a QAService of ``collections``) when the server starts."""
     settings = settings or Settings.from_env()
     service = service or QAService(settings, collections)

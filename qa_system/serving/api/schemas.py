@@ -46,7 +46,7 @@ class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]})
 
     query: str = Field(description="the question")
-    item_id: str = Field(description="the product asked about (GET /products lists them)")
+    item_id: str | None = Field(None, description="the product asked about (GET /products lists them); left out only in a collection without products")
     collection: str | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
     mode: Literal[ANSWER_STAGES] = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")  # type: ignore[valid-type]
@@ -99,7 +99,7 @@ class ReviewOut(BaseModel):
 class QueryResponse(BaseModel):
     query: str
     collection: str
-    item_id: str
+    item_id: str | None
     retriever: str
     mode: str
     pipeline: str = Field(description="which pipeline answered (send it back with feedback)")
@@ -113,7 +113,9 @@ class CollectionOut(BaseModel):
     name: str
     index: str
     store: str
+    kind: str = Field(description="subjqa (a SubjQA domain) or ingested (`qa-system index --input`)")
     documents: int | None
+    passages: int | None = Field(description="what the store holds: a long document is split into several passages")
     products: int
     embedding_model: str | None
     created: str | None

@@ -12,12 +12,13 @@ from typing import Iterator, Mapping, Sequence
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.serving.api.app import create_app
+from qa_system.serving.service import ServedCollection
 from qa_system.serving.webapp import free_port, serve_process
 
 CLI = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())"]
 
 
-def run_api(settings: Settings, collections: Sequence[str], host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+def run_api(settings: Settings, collections: Sequence[ServedCollection], host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
     """Serve until a stop signal (uvicorn finishes the requests in flight, for up to 10 s)."""
     import uvicorn
 
