@@ -126,6 +126,16 @@ def tiny_reader(tmp_path_factory) -> Path:
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader"))
 
 
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """One headless Chromium for a module of page tests."""
+    from qa_system.serving.webapp import headless_chromium
+
+    driver = headless_chromium(tmp_path_factory.mktemp("chromium-profile"), 1400, 1400)
+    yield driver
+    driver.quit()
+
+
 @pytest.fixture(scope="session")
 def opensearch_url(request) -> str:
     """A real search server for the `opensearch` tests, started once per session and stopped at its end.

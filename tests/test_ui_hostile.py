@@ -17,16 +17,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import COLUMNS, SPLIT_ROWS, write_subjqa
+from page_driver import page_text, upload, wait
 
 from qa_system.evaluation.report import write_report
 from qa_system.safe_text import WORD_JOINER
-from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, headless_chromium, serve
+from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, serve
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)"),
 ]
-TIMEOUT = 180
 # 1x1 transparent PNG: what the attacker's server answers, so that a fetched image would load.
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -133,27 +133,6 @@ def site(tmp_path_factory, long_reader, recorder):
         yield url, root
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    driver = headless_chromium(tmp_path_factory.mktemp("chromium-profile"), 1400, 1400)
-    yield driver
-    driver.quit()
-
-
-def wait(driver, condition, timeout: float = TIMEOUT):
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        return WebDriverWait(driver, timeout).until(lambda d: condition(d))
-    except TimeoutException:
-        pytest.fail(f"the page did not get there in {timeout:.0f} s; it shows:\n{page_text(driver)}")
-
-
-def page_text(driver) -> str:
-    return driver.find_element("css selector", "[data-testid='stMain']").text.replace(WORD_JOINER, "")
-
-
 def idle(driver) -> None:
     """Waits until Streamlit has finished its run, then a moment for images to be requested."""
     time.sleep(0.5)
@@ -243,8 +222,6 @@ def test_a_hostile_dashboard_link_is_refused_as_text(site, browser, recorder):
 
 def test_a_hostile_upload_is_shown_as_text(site, browser, recorder, tmp_path):
     """A file whose name, product ids and texts hold Markdown and HTML: uploaded, asked about, all shown as text."""
-    from test_ui_upload_browser import upload
-
     url, _ = site
     item = f"EVIL [Your session expired]({recorder.origin}/phish)"
     path = tmp_path / "evil [link](javascript:alert(1)) **bold** <img src=x onerror=alert(1)>.csv"

@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 from conftest import write_subjqa
+from page_driver import page_text, selected, upload, wait
 
 from qa_system.config import Settings
 from qa_system.ingestion import list_collections
-from qa_system.safe_text import WORD_JOINER
-from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, headless_chromium, serve
+from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, serve
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)"),
 ]
-TIMEOUT = 180
 SHIPPED_READER = Path(__file__).resolve().parents[1] / "models" / "reader-minilm-subjqa"
 # Column names of the shop's own, not the defaults: the page's form names them.
 ROWS = [
@@ -42,45 +41,6 @@ def site(tmp_path_factory):
     }  # fmt: skip
     with serve(env, log=root / "streamlit.log") as url:
         yield url, root, Settings.from_env(home=root / "home", data_dir=root / "subjqa")
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    driver = headless_chromium(tmp_path_factory.mktemp("chromium-profile"), 1400, 1400)
-    yield driver
-    driver.quit()
-
-
-def wait(driver, condition, timeout: float = TIMEOUT):
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        return WebDriverWait(driver, timeout).until(lambda d: condition(d))
-    except TimeoutException:
-        pytest.fail(f"the page did not get there in {timeout:.0f} s; it shows:\n{page_text(driver)}")
-
-
-def page_text(driver) -> str:
-    return driver.find_element("css selector", "[data-testid='stAppViewContainer']").text.replace(WORD_JOINER, "")
-
-
-def selected(driver, label: str) -> str | None:
-    """What a select box shows as chosen (None while it is not drawn)."""
-    boxes = driver.find_elements("css selector", f"input[aria-label='{label}']")
-    return boxes[0].get_attribute("value") if boxes else None
-
-
-def upload(driver, url: str, path: Path, **fields: str) -> None:
-    """Open the page, fill the upload form (``fields``: label -> text) with ``path`` and submit it."""
-    driver.get(url)
-    wait(driver, lambda d: d.find_elements("xpath", "//summary[.//p[normalize-space()='Add your own documents']]"))[0].click()
-    wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileUploader'] input[type='file']"))[0].send_keys(str(path))
-    # the file's chip is shown once the upload reached the server
-    wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileChipName']") and not d.find_elements("css selector", "[data-testid='stFileChipIconSpinner']"))
-    for label, text in fields.items():
-        driver.find_element("css selector", f"input[aria-label='{label}']").send_keys(text)
-    driver.find_element("xpath", "//button[.//p[normalize-space()='Index the file']]").click()
 
 
 def test_a_file_that_is_not_a_table_is_refused_in_one_line(site, browser):

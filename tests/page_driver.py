@@ -1,0 +1,45 @@
+"""Driving the served page in headless Chromium: waiting for it, reading it, filling its upload form."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qa_system.safe_text import WORD_JOINER
+
+TIMEOUT = 180
+
+
+def wait(driver, condition, timeout: float = TIMEOUT):
+    """``condition(driver)``'s first truthy value; the test fails with what the page shows when it never comes."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout).until(lambda d: condition(d))
+    except TimeoutException:
+        pytest.fail(f"the page did not get there in {timeout:.0f} s; it shows:\n{page_text(driver)}")
+
+
+def page_text(driver) -> str:
+    """The main area's text, without the word joiners that keep URLs in it from becoming links."""
+    return driver.find_element("css selector", "[data-testid='stMain']").text.replace(WORD_JOINER, "")
+
+
+def selected(driver, label: str) -> str | None:
+    """What a select box shows as chosen (None while it is not drawn)."""
+    boxes = driver.find_elements("css selector", f"input[aria-label='{label}']")
+    return boxes[0].get_attribute("value") if boxes else None
+
+
+def upload(driver, url: str, path: Path, **fields: str) -> None:
+    """Open the page, fill the upload form (``fields``: label -> text) with ``path`` and submit it."""
+    driver.get(url)
+    wait(driver, lambda d: d.find_elements("xpath", "//summary[.//p[normalize-space()='Add your own documents']]"))[0].click()
+    wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileUploader'] input[type='file']"))[0].send_keys(str(path))
+    # The file's chip is shown once the upload reached the server.
+    wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileChipName']") and not d.find_elements("css selector", "[data-testid='stFileChipIconSpinner']"))
+    for label, text in fields.items():
+        driver.find_element("css selector", f"input[aria-label='{label}']").send_keys(text)
+    driver.find_element("xpath", "//button[.//p[normalize-space()='Index the file']]").click()
