@@ -111,8 +111,8 @@ def sidebar() -> Options:
 
 
 def collection_label(name: str, info: CollectionInfo | None) -> str:
-    if info is None:
-        return f"{name} · built on first start"
+    if info is None:  # the page's own, before its first start built it
+        return f"{name} · SubjQA {resources.DOMAIN}"
     vectors = "" if info.encoder else " · BM25 only"
     return f"{name} · {info.documents:,} {'reviews' if info.kind == 'subjqa' else 'documents'}{vectors}"
 
