@@ -36,10 +36,21 @@ def selected(driver, label: str) -> str | None:
 def upload(driver, url: str, path: Path, **fields: str) -> None:
     """Open the page, fill the upload form (``fields``: label -> text) with ``path`` and submit it."""
     driver.get(url)
-    wait(driver, lambda d: d.find_elements("xpath", "//summary[.//p[normalize-space()='Add your own documents']]"))[0].click()
+    usable(driver, "xpath", "//summary[.//p[normalize-space()='Add your own documents']]").click()
     wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileUploader'] input[type='file']"))[0].send_keys(str(path))
     # The file's chip is shown once the upload reached the server.
     wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileChipName']") and not d.find_elements("css selector", "[data-testid='stFileChipIconSpinner']"))
     for label, text in fields.items():
-        driver.find_element("css selector", f"input[aria-label='{label}']").send_keys(text)
-    driver.find_element("xpath", "//button[.//p[normalize-space()='Index the file']]").click()
+        usable(driver, "css selector", f"input[aria-label='{label}']").send_keys(text)
+    usable(driver, "xpath", "//button[.//p[normalize-space()='Index the file']]").click()
+
+
+def usable(driver, by: str, selector: str):
+    """The first element matching ``selector`` once it is shown and enabled (an expander may still be opening)."""
+    return wait(driver, lambda d: next((e for e in d.find_elements(by, selector) if e.is_displayed() and e.is_enabled()), None))
+
+
+def ask_on_page(driver, question: str) -> None:
+    """Type ``question`` in the page's form and press Ask, once both are drawn (a rerun may still be drawing them)."""
+    usable(driver, "css selector", "input[aria-label='Question']").send_keys(question)
+    usable(driver, "xpath", "//button[.//p[normalize-space()='Ask']]").click()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import COLUMNS, SPLIT_ROWS, write_subjqa
-from page_driver import page_text, upload, wait
+from page_driver import ask_on_page, page_text, upload, usable, wait
 
 from qa_system.evaluation.report import write_report
 from qa_system.safe_text import WORD_JOINER
@@ -229,11 +229,9 @@ def test_a_hostile_upload_is_shown_as_text(site, browser, recorder, tmp_path):
     upload(browser, url, path, **{"Product column": "product"})
     wait(browser, lambda d: "2 added" in page_text(d))
     assert path.name in page_text(browser)  # the file's name in the report, as text
-    box = wait(browser, lambda d: d.find_elements("css selector", "input[aria-label='Question']"))[0]
-    box.send_keys("Is it good for reading?")
-    browser.find_element("xpath", "//button[.//p[normalize-space()='Ask']]").click()
+    ask_on_page(browser, "Is it good for reading?")
     wait(browser, lambda d: d.find_elements("css selector", ANSWER_CARD))
-    browser.find_element("xpath", "//summary[.//p[contains(., 'Retrieved reviews')]]").click()
+    usable(browser, "xpath", "//summary[.//p[contains(., 'Retrieved reviews')]]").click()
     idle(browser)
     text = page_text(browser)
     assert "# HEADING" in text and f'<img src="{recorder.origin}/img.png">' in text and item in text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_subjqa
-from page_driver import page_text, selected, upload, wait
+from page_driver import ask_on_page, page_text, selected, upload, wait
 
 from qa_system.config import Settings
 from qa_system.ingestion import list_collections
@@ -68,8 +68,7 @@ def test_an_uploaded_csv_is_indexed_and_answers_with_a_highlighted_span(site, br
     assert "collection=lamp-reviews" in browser.current_url  # a reload or a link keeps the collection
     # The new collection is picked, its most reviewed product first: ask about it.
     wait(browser, lambda d: selected(d, "Collection") == "lamp-reviews · 4 documents" and selected(d, "Product") == "LAMP-1 · 3 reviews")
-    browser.find_element("css selector", "input[aria-label='Question']").send_keys("Is it good for reading?")
-    browser.find_element("xpath", "//button[.//p[normalize-space()='Ask']]").click()
+    ask_on_page(browser, "Is it good for reading?")
     first = wait(browser, lambda d: d.find_elements("css selector", f"{ANSWER_CARD}.qa-span"))[0]
     # The first answer is a span of the review that says so, highlighted inside that review's text.
     assert first.find_element("css selector", ".qa-review").text == ROWS[0][1]
