@@ -112,6 +112,17 @@ def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, c
     assert main(["tune-bm25", "--labels", str(labels)]) == 2
     assert "Retrieval is evaluated on a collection" in capsys.readouterr().err
 
+    # The Python API opens the labels' collection itself, and refuses labels read without one.
+    from qa_system.ingestion.labels import load_labels
+
+    same = tune_bm25(home, "electronics", labels=load_labels(labels, home, "labelled"))
+    assert len(same) == 64 and same.loc[same["recommended"], ["k1", "b"]].values.tolist() == [[1.2, 0.75]]
+    squad = tmp_path / "own.json"
+    squad.write_text(json.dumps({"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "It lasts a whole week.", "qas": [
+        {"id": "q1", "question": "How long?", "is_impossible": False, "answers": [{"text": "a whole week", "answer_start": 9}]}]}]}]}), encoding="utf-8")
+    with pytest.raises(QAError, match="read without a collection"):
+        tune_bm25(home, "electronics", labels=load_labels(squad))
+
 
 def test_filters_restrict_every_retriever(indexed):
     for backend in ("memory", "faiss"):

@@ -30,7 +30,7 @@ from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
 from qa_system.evaluation.report import write_report
 from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
-from qa_system.ingestion.labels import Labels, evaluation_questions
+from qa_system.ingestion.labels import Labels, evaluation_questions, labels_index
 from qa_system.retrieval.bm25 import BM25sRetriever
 from qa_system.retrieval.filters import make_filters
 from qa_system.sources import SPLITS, load_subjqa
@@ -95,6 +95,7 @@ def tune_bm25(
     limit = check_count(limit, "limit", optional=True)
     if labels is not None:
         questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
+        index = index or labels_index(settings, labels)
         documents, scope = index.store.filter_documents(), f"the {index.manifest.get('documents')} passages of collection '{index.name}'"
     else:
         if split not in SPLITS:

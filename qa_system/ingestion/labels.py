@@ -25,6 +25,7 @@ from qa_system.ingestion.collections import open_collection
 from qa_system.ingestion.splitting import source_text
 from qa_system.sources import GoldAnswer, LabelledQuestion, load_subjqa
 from qa_system.sources.qa_files import labelled_questions, read_qa_file
+from qa_system.stores import Index
 
 CSV_COLUMNS = ("question", "answer", "document_id")
 
@@ -154,3 +155,13 @@ def evaluation_questions(settings: Settings, domain: str, split: str, labels: La
     if labels is not None:
         return labels.questions[:limit], labels.title, {"labels": str(labels.path), "format": labels.format, "collection": labels.collection}
     return load_subjqa(domain, split, settings.data_dir).questions[:limit], f"SubjQA {domain} {split}", {"domain": domain, "split": split}
+
+
+def labels_index(settings: Settings, labels: Labels, embeddings: bool = False) -> Index:
+    """The collection that holds the documents of ``labels``: what a retriever searches when they are evaluated."""
+    if labels.collection is None:
+        raise QAError(
+            f"{labels.path} was read without a collection, so there are no documents to retrieve from.",
+            "load it with the collection that holds its documents (`--collection NAME`; load_labels(path, settings, collection)).",
+        )
+    return open_collection(settings, labels.collection, embeddings=embeddings, progress=False)
