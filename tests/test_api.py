@@ -280,6 +280,11 @@ def test_an_unknown_collection_is_one_line_naming_the_collections_command(api_se
         assert health.status_code == 503 and health.json()["status"] == "failed"
         error = health.json()["error"]
         assert error.startswith("No memory collection named 'nope'") and "`qa-system collections`" in error and "\n" not in error
+        # From the command line the name is checked before the server starts (on this busy port, a start would fail otherwise).
+        port = url.rsplit(":", 1)[1]
+        assert main(["api", "--collection", "nope", "--home", str(api_settings.home), "--port", port]) == 2
+        err = capsys.readouterr().err
+        assert "No memory collection named 'nope'" in err and len(err.strip().splitlines()) == 1
     assert main(["api", "--collection", "../etc"]) == 2  # refused before anything starts
     err = capsys.readouterr().err
     assert "holds '/' or '..'" in err and len(err.strip().splitlines()) == 1

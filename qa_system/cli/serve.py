@@ -22,11 +22,16 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
 
 def cmd_api(args: argparse.Namespace) -> None:
+    from qa_system.ingestion import collection_manifest
     from qa_system.serving.api import run_api
     from qa_system.serving.service import DEFAULT_COLLECTIONS
 
     settings = settings_from_args(args).with_(api_rate_limit=args.rate_limit, api_workers=args.workers)
-    run_api(settings, args.served or DEFAULT_COLLECTIONS, args.host, args.port)
+    served = args.served or DEFAULT_COLLECTIONS
+    for collection in served:  # a mistyped name is refused before the server starts (a domain is built on first start)
+        if not collection.subjqa_domain:
+            collection_manifest(settings, collection.name)
+    run_api(settings, served, args.host, args.port)
 
 
 def served(subjqa_domain: bool):
