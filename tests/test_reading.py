@@ -102,6 +102,30 @@ def test_long_review_is_read_in_windows_and_the_answer_found_once(model_dir):
     assert battery[0].document_offset.start == LONG.index("battery")
 
 
+def test_an_answer_in_the_shared_words_of_two_passages_is_one_answer(model_dir):
+    from qa_system.ingestion import PassageSplitter, source_span
+
+    text = " ".join(["cheap screen and bad sound"] * 6) + " the battery lasts long " + " ".join(["great price"] * 12)
+    passages = PassageSplitter(words=40, overlap=20).split(Document(id="manual.txt", content=text))
+    holding = [p for p in passages if "battery" in p.content]
+    assert len(holding) == 2  # the answer sits in the words both passages share
+    reader = target_reader(model_dir, "battery", top_k=5)
+    answers = [a for a in reader.run("battery?", holding)["answers"] if a.data == "battery"]
+    assert len(answers) == 1
+    start, end = answers[0].document_offset.start, answers[0].document_offset.end
+    assert source_span(answers[0].document, start, end) == ("manual.txt", text.index("battery"), text.index("battery") + 7)
+    # Two documents that are not passages of one source keep an answer each, even with the same text.
+    twins = [Document(content="the battery lasts"), Document(content="the battery lasts", meta={"product": "other"})]
+    assert sum(a.data == "battery" for a in reader.run("battery?", twins)["answers"]) == 2
+
+
+def test_deduplicate_compares_passages_in_their_source_document():
+    spans = [SpanCandidate(0, 30, 37, 2.0, 0), SpanCandidate(1, 10, 17, 1.5, 1), SpanCandidate(2, 10, 17, 1.0, 2)]
+    sources = [("manual", 0), ("manual", 20), ("other", 20)]
+    assert deduplicate(spans, sources) == [spans[0], spans[2]]  # passage 1's span is passage 0's, 20 characters on
+    assert deduplicate(spans) == spans
+
+
 def test_answer_in_second_document_is_mapped_to_it(model_dir):
     reader = target_reader(model_dir, "battery")
     documents = [Document(content="great sound, cheap price"), Document(content="sound is bad but the battery lasts")]

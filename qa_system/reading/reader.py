@@ -254,7 +254,7 @@ class ExtractiveReader:
             null, window_spans = self._window_candidates(encoding, window, start_logits[window], end_logits[window], content)
             doc_null[doc_index] = min(doc_null.get(doc_index, math.inf), null)
             spans.extend(SpanCandidate(doc_index, s, e, logit, window) for s, e, logit in window_spans)
-        return ReaderOutput(deduplicate(spans), min(doc_null.values()))
+        return ReaderOutput(deduplicate(spans, [source_position(d) for d in documents]), min(doc_null.values()))
 
     def encode(self, query: str, documents: Sequence[Document]) -> tuple[list[tuple[int, str]], Any]:
         """(index, text) of the documents with text, and their windows tokenised with the question (None without text)."""
@@ -361,10 +361,30 @@ def context_sequence_id(tokenizer) -> int:
     return 1 if tokenizer.padding_side == "right" else 0
 
 
-def deduplicate(spans: list[SpanCandidate]) -> list[SpanCandidate]:
-    """Best first; a span overlapping a better one of the same document is dropped."""
-    kept: list[SpanCandidate] = []
+def source_position(document: Document) -> tuple[str | None, int]:
+    """(source document or None, offset of this text in it): a passage of an ingested document names
+    its source in ``document_id`` and where it starts there in ``source_offset`` (``ingestion.splitting``)."""
+    return document.meta.get("document_id"), int(document.meta.get("source_offset", 0))
+
+
+def deduplicate(spans: list[SpanCandidate], sources: Sequence[tuple[str | None, int]] | None = None) -> list[SpanCandidate]:
+    """Best first; a span overlapping a better one of the same document is dropped.
+
+    With ``sources`` (per document: its source document and offset there) spans are compared in the
+    source document, so an answer read twice in the shared words of two overlapping passages is one answer.
+    """
+
+    def position(span: SpanCandidate) -> tuple[Any, int, int]:
+        if sources is None:
+            return span.document, span.start, span.end
+        source, offset = sources[span.document]
+        return (source if source is not None else span.document), span.start + offset, span.end + offset
+
+    kept: list[tuple[Any, int, int]] = []
+    unique: list[SpanCandidate] = []
     for span in sorted(spans, key=lambda s: s.logit, reverse=True):
-        if not any(k.document == span.document and k.start < span.end and span.start < k.end for k in kept):
-            kept.append(span)
-    return kept
+        source, start, end = position(span)
+        if not any(k_source == source and k_start < end and start < k_end for k_source, k_start, k_end in kept):
+            kept.append((source, start, end))
+            unique.append(span)
+    return unique
