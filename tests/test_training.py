@@ -169,3 +169,71 @@ def test_training_files_report_what_they_gave(tmp_path, squad_files, capsys):
     assert info["train_questions"] == 6 and [d["used"] for d in info["train_data"]] == [2, 1, 3]
     assert info["train_data"][2]["dev_questions"] == 1 and info["train_data"][2]["dev_dropped"] is True
     assert info["dev_data"][0]["used"] == 2
+
+
+def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every_trial(tmp_path, squad_files):
+    """WiSE-FT: the saved reader is (1 - w) * general + w * specialised for the w with the best pooled dev F1."""
+    from safetensors.torch import load_file
+
+    from qa_system.reading.training import interpolate_readers
+
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)
+    config = TrainingConfig(epochs=1, batch_size=2, max_steps=2, max_seq_length=48, doc_stride=16, learning_rate=1e-2)
+    general, specialised = tmp_path / "general", tmp_path / "specialised"
+    train_reader([mrqa_file(tmp_path / "toy.jsonl")], [squad_files[1]], str(base), general, config, progress=False)
+    train_reader([squad_files[0]], [squad_files[1]], str(general), specialised, config, progress=False)
+
+    out = tmp_path / "mixed"
+    result = interpolate_readers(general, specialised, out, [squad_files[1]], weights=(0.0, 0.5, 1.0), report_files=[squad_files[0]], max_seq_length=48, doc_stride=16)
+    f1s = [trial["dev"]["pooled"]["f1"] for trial in result.trials]
+    assert [trial["weight"] for trial in result.trials] == [0.0, 0.5, 1.0]
+    assert result.weight == (0.0, 0.5, 1.0)[f1s.index(max(f1s))]  # the first of the best
+    assert all(set(trial["reported"]) == {"train.json"} for trial in result.trials)
+
+    g, s, mixed = (load_file(str(d / "model.safetensors")) for d in (general, specialised, out))
+    changed = [k for k in s if not (g[k] == s[k]).all()]
+    assert changed  # the two stages differ, so the mix is a real test
+    for key in changed:
+        expected = ((1 - result.weight) * g[key].float() + result.weight * s[key].float()).half()
+        assert (mixed[key].float() - expected.float()).abs().max() <= 1e-3
+    info = json.loads((out / MODEL_INFO_FILE).read_text())
+    assert info["interpolation"]["weight"] == result.weight and len(info["interpolation"]["trials"]) == 3
+    assert info["interpolation"]["general_training"]["train_files"] == ["toy.jsonl"]
+    reader = ExtractiveReader(model=str(out), max_seq_length=48, doc_stride=16)
+    assert any(a.data is None for a in reader.run("how is the battery?", [Document(content=REVIEW)])["answers"])
+    assert reader.threshold == result.no_answer_threshold
+
+
+def test_interpolation_refuses_bad_weights_and_unrelated_readers(tmp_path, squad_files):
+    from transformers import BertConfig, BertForQuestionAnswering
+
+    from qa_system.errors import QAError
+    from qa_system.reading.training import interpolate_readers
+
+    first = tiny_model_dir(tmp_path / "first")
+    with pytest.raises(QAError, match="between 0 and 1"):
+        interpolate_readers(first, first, tmp_path / "out", [squad_files[1]], weights=(0.5, 1.5))
+    other = tiny_model_dir(tmp_path / "other")
+    wider = BertConfig.from_pretrained(other)
+    wider.intermediate_size = 128
+    BertForQuestionAnswering(wider).save_pretrained(other)
+    with pytest.raises(QAError, match="differ in shape"):
+        interpolate_readers(first, other, tmp_path / "out", [squad_files[1]])
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_reader_interpolate_mixes_with_the_base_model(tmp_path, squad_files, capsys):
+    from qa_system.cli.main import main
+
+    base = tiny_model_dir(tmp_path / "base")
+    argv = [
+        "train-reader", "--home", str(tmp_path / "home"), "--no-subjqa", "--train-file", str(squad_files[0]), "--dev-file", str(squad_files[1]),
+        "--base-model", str(base), "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
+        "--max-seq-length", "48", "--doc-stride", "16", "--interpolate", "0.5", "1",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert "Saved its mix with" in capsys.readouterr().out
+    info = json.loads((tmp_path / "reader" / MODEL_INFO_FILE).read_text())
+    assert [t["weight"] for t in info["interpolation"]["trials"]] == [0.5, 1.0] and info["interpolation"]["general"] == str(base)
+    assert info["interpolation"]["specialised"] == str(tmp_path / "reader-finetuned")
+    assert json.loads((tmp_path / "reader-finetuned" / MODEL_INFO_FILE).read_text())["train_questions"] == 4

@@ -11,9 +11,13 @@ from qa_system.errors import QAError
 
 def cmd_train_reader(args: argparse.Namespace) -> None:
     from qa_system.reading.distillation import DistillationConfig
-    from qa_system.reading.training import TrainingConfig, subjqa_to_squad_files, train_reader
+    from qa_system.reading.training import POOLED, TrainingConfig, interpolate_readers, subjqa_to_squad_files, train_reader
 
     settings = settings_from_args(args)
+    if args.interpolate and not args.base_model:
+        raise QAError("--interpolate mixes the new reader with the reader it was fine-tuned from.", "pass that reader as --base-model.")
+    if args.interpolate and max(args.interpolate) > 1:
+        raise QAError(f"--interpolate weights must be between 0 and 1, got {max(args.interpolate)}.", "pass weights such as 0.5 0.75 1.")
     distillation = None if args.teacher is None else DistillationConfig(args.teacher, args.distill_temperature, args.distill_alpha)
     squad_dir = args.squad_dir or settings.home / "squad"
     train_files, dev_files = list(args.train_file or []), list(args.dev_file or [])
@@ -28,11 +32,15 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
         max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, patience=args.patience, max_steps=args.max_steps,
     )
     select_on = args.select_on or (squad_dir / "electronics-dev.json" if "electronics" in args.domain and not args.no_subjqa else None)
+    finetuned = args.output.with_name(args.output.name + "-finetuned") if args.interpolate else args.output
     result = train_reader(
-        train_files, dev_files, args.base_model or settings.embedding_model, args.output, config,
+        train_files, dev_files, args.base_model or settings.embedding_model, finetuned, config,
         select_on=select_on, distillation=distillation, drop_dev_questions=args.drop_dev_questions,
     )
     print(f"Saved the best model (epoch {result.best_epoch}, no-answer threshold {result.no_answer_threshold:.3f}) to {result.output_dir}")
+    if args.interpolate:
+        result = interpolate_readers(args.base_model, finetuned, args.output, dev_files, args.interpolate, max_seq_length=args.max_seq_length, doc_stride=args.doc_stride)
+        print(f"Saved its mix with {args.base_model} (weight {result.weight}, no-answer threshold {result.no_answer_threshold:.3f}, best {POOLED} dev F1) to {result.output_dir}")
     for name, metrics in result.dev_metrics.items():
         print(f"  dev {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float)))
 
@@ -127,6 +135,9 @@ def register(commands, options: Options) -> None:
     p.add_argument("--teacher", help="distil from this QA model's start/end distributions (it must use the base model's tokenizer)")
     p.add_argument("--distill-temperature", type=number("--distill-temperature", 0, above=True), default=2.0, help="softmax temperature of the distillation")
     p.add_argument("--distill-alpha", type=number("--distill-alpha", 0), default=0.5, help="weight of the gold-span loss; 1 - alpha goes to the teacher's")
+    p.add_argument("--interpolate", type=number("--interpolate", 0), nargs="+", metavar="WEIGHT",
+                   help="then mix the new weights with --base-model's (WiSE-FT) at these weights of the new model, e.g. 0.5 0.75 1, "
+                        "and keep the best on the pooled dev files (the fine-tuned model stays in OUTPUT-finetuned)")
     p.set_defaults(func=cmd_train_reader)
 
     p = commands.add_parser("train-retriever", parents=[options.common], help="fine-tune the dense retriever's encoder on SubjQA (question, review) pairs")

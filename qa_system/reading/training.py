@@ -402,6 +402,76 @@ def train_reader(
     return best
 
 
+@dataclass
+class InterpolationResult:
+    output_dir: Path
+    weight: float  # of the specialised reader; 1 - weight is the general one's
+    no_answer_threshold: float
+    dev_metrics: dict[str, dict[str, float]]
+    trials: list[dict[str, Any]]
+
+
+def interpolate_readers(
+    general: PathLike,
+    specialised: PathLike,
+    output_dir: PathLike,
+    dev_files: Sequence[PathLike],
+    weights: Sequence[float] = (0.25, 0.4, 0.5, 0.6, 0.75, 1.0),
+    report_files: Sequence[PathLike] = (),
+    max_seq_length: int = 384,
+    doc_stride: int = 128,
+) -> InterpolationResult:
+    """Weight-space ensembling (WiSE-FT, Wortsman et al. 2022): the reader whose weights are
+    ``(1 - w) * general + w * specialised`` for the ``w`` of ``weights`` with the best F1 on the pooled
+    ``dev_files``, its no-answer threshold tuned there for the specialised reader's no-answer prior.
+
+    Fine-tuning on SubjQA (``specialised``, trained from ``general``) forgets much of what the general
+    stage learnt about reviews it never saw; moving part of the way back keeps it. ``report_files``
+    (e.g. the held-out SQuADShifts slice) are read at every weight and recorded, never selected on.
+    """
+    import torch
+
+    weights = [check_number(weight, "interpolation weight", 0) for weight in weights]
+    if not weights or max(weights) > 1:
+        raise QAError(f"Interpolation weights must be between 0 and 1, got {list(weights)}.", "pass weights such as 0.5 0.75 1.")
+    _, general_model = load_qa_model(general, what="general reader")
+    tokenizer, model = load_qa_model(specialised, what="specialised reader")
+    start, end = general_model.state_dict(), model.state_dict()
+    if start.keys() != end.keys() or any(start[k].shape != end[k].shape for k in end):
+        raise QAError(f"'{specialised}' was not trained from '{general}': their weights differ in shape.", "interpolate a reader with the reader it was fine-tuned from.")
+    info = read_model_info(specialised)
+    prior = info.get("no_answer_prior")
+    dev_sets = {report.path: report.examples for report in read_qa_files(dev_files)}
+    report_sets = {report.path: report.examples for report in read_qa_files(report_files)} if report_files else {}
+    reader = ExtractiveReader.from_loaded(model, tokenizer, max_seq_length=max_seq_length, doc_stride=doc_stride)
+    trials: list[dict[str, Any]] = []
+    best: InterpolationResult | None = None
+    for weight in weights:
+        with torch.no_grad():
+            model.load_state_dict({k: (1 - weight) * start[k] + weight * end[k] if end[k].is_floating_point() else end[k] for k in end})
+        per_file = {path: dev_predictions(reader, examples) for path, examples in dev_sets.items()}
+        pooled = [p for predictions in per_file.values() for p in predictions]
+        threshold, _ = tune_no_answer_threshold(pooled, prior)
+        metrics = {path.name: scores_at(predictions, threshold) for path, predictions in per_file.items()}
+        metrics[POOLED] = scores_at(pooled, threshold)
+        reported = {path.name: scores_at(dev_predictions(reader, examples), threshold) for path, examples in report_sets.items()}
+        trials.append({"weight": weight, "no_answer_threshold": threshold, "dev": metrics, "reported": reported})
+        print(json.dumps(trials[-1]), flush=True)
+        if best is None or metrics[POOLED]["f1"] > best.dev_metrics[POOLED]["f1"]:
+            best = InterpolationResult(Path(output_dir), weight, threshold, metrics, trials)
+            info_out = {
+                **info, "no_answer_threshold": threshold, "dev_metrics": metrics,
+                "interpolation": {"general": str(general), "general_training": provenance(str(general)), "specialised": str(specialised),
+                                  "weight": weight, "selected_on": POOLED, "trials": trials},
+            }
+            save_reader(model, tokenizer, output_dir, info_out)
+    info_path = Path(output_dir) / MODEL_INFO_FILE
+    saved = json.loads(info_path.read_text(encoding="utf-8"))
+    saved["interpolation"]["trials"] = trials
+    info_path.write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+    return best
+
+
 def _teacher(distillation: DistillationConfig | None, student_tokenizer):
     """The teacher as a function of a batch's inputs to its (start, end) logits, once its tokenizer is checked; None without distillation."""
     import torch
