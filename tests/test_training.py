@@ -188,6 +188,15 @@ def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every
     f1s = [trial["dev"]["pooled"]["f1"] for trial in result.trials]
     assert [trial["weight"] for trial in result.trials] == [0.0, 0.5, 1.0]
     assert result.weight == (0.0, 0.5, 1.0)[f1s.index(max(f1s))]  # the first of the best
+    # Weight 1, after two other mixes, is the specialised reader as saved: the same threshold and dev scores.
+    from qa_system.reading.training import dev_predictions
+    from qa_system.sources.qa_files import read_qa_file
+
+    saved = ExtractiveReader(model=str(specialised), backend="torch", max_seq_length=48, doc_stride=16)
+    predictions = dev_predictions(saved, read_qa_file(squad_files[1])[0])
+    threshold, _ = tune_no_answer_threshold(predictions, json.loads((specialised / MODEL_INFO_FILE).read_text())["no_answer_prior"])
+    assert result.trials[-1]["no_answer_threshold"] == threshold
+    assert result.trials[-1]["dev"]["pooled"] == scores_at(predictions, threshold)
     assert all(set(trial["reported"]) == {"train.json"} for trial in result.trials)
 
     g, s, mixed = (load_file(str(d / "model.safetensors")) for d in (general, specialised, out))

@@ -436,7 +436,8 @@ def interpolate_readers(
         raise QAError(f"Interpolation weights must be between 0 and 1, got {list(weights)}.", "pass weights such as 0.5 0.75 1.")
     _, general_model = load_qa_model(general, what="general reader")
     tokenizer, model = load_qa_model(specialised, what="specialised reader")
-    start, end = general_model.state_dict(), model.state_dict()
+    # Copies: a state_dict shares its tensors with the model, which each trial overwrites.
+    start, end = ({k: v.detach().clone() for k, v in m.state_dict().items()} for m in (general_model, model))
     if start.keys() != end.keys() or any(start[k].shape != end[k].shape for k in end):
         raise QAError(f"'{specialised}' was not trained from '{general}': their weights differ in shape.", "interpolate a reader with the reader it was fine-tuned from.")
     info = read_model_info(specialised)
