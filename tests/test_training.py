@@ -185,7 +185,7 @@ def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every
 
     out = tmp_path / "mixed"
     result = interpolate_readers(general, specialised, out, [squad_files[1]], weights=(0.0, 0.5, 1.0), report_files=[squad_files[0]], max_seq_length=48, doc_stride=16)
-    f1s = [trial["dev"]["pooled"]["f1"] for trial in result.trials]
+    f1s = [trial["prior_weighted_f1"] for trial in result.trials]
     assert [trial["weight"] for trial in result.trials] == [0.0, 0.5, 1.0]
     assert result.weight == (0.0, 0.5, 1.0)[f1s.index(max(f1s))]  # the first of the best
     # Weight 1, after two other mixes, is the specialised reader as saved: the same threshold and dev scores.
