@@ -449,6 +449,7 @@ def interpolate_readers(
     reader = ExtractiveReader.from_loaded(model, tokenizer, max_seq_length=max_seq_length, doc_stride=doc_stride)
     trials: list[dict[str, Any]] = []
     best: InterpolationResult | None = None
+    best_f1 = -math.inf
     for weight in weights:
         with torch.no_grad():
             model.load_state_dict({k: (1 - weight) * start[k] + weight * end[k] if end[k].is_floating_point() else end[k] for k in end})
@@ -464,7 +465,7 @@ def interpolate_readers(
             "answerable_f1_always_answering": float(np.mean(answerable)) if answerable else None, "dev": metrics, "reported": reported,
         })
         print(json.dumps(trials[-1]), flush=True)
-        if best is None or weighted_f1 > best_f1:
+        if weighted_f1 > best_f1:
             best_f1 = weighted_f1
             best = InterpolationResult(Path(output_dir), weight, threshold, metrics, trials)
             info_out = {
