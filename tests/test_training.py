@@ -80,7 +80,7 @@ def test_threshold_tuning_maximises_f1():
     ]
     threshold, f1 = tune_no_answer_threshold(predictions)
     assert threshold == 0.0 and f1 == pytest.approx(3.5 / 4)
-    assert scores_at(predictions, threshold) == {"em": 0.75, "f1": 0.875, "answered": 0.5, "questions": 4}
+    assert scores_at(predictions, threshold) == {"em": 0.75, "f1": 0.875, "answered": 0.5, "questions": 4, "prior_weighted_f1": 0.875}
     always_null = [DevPrediction(1.0, 0, 0, 1, 1)]
     assert tune_no_answer_threshold(always_null)[0] > 1.0
 
@@ -101,6 +101,9 @@ def test_threshold_tuning_corrects_for_the_no_answer_prior():
     assert threshold == pytest.approx(-0.25)  # midway between the gaps 0.5 and -1.0
     assert scores_at(predictions, threshold)["answered"] == 0.5
     assert f1 == pytest.approx((2 + 2 / 3 + 2 / 3) / 4)
+    # What selects epochs and interpolation weights: the same reweighted F1 (the plain one is 0.75).
+    scores = scores_at(predictions, threshold, no_answer_prior=0.5)
+    assert scores["prior_weighted_f1"] == pytest.approx(f1) and scores["f1"] == 0.75
 
 
 def test_unloadable_base_model_is_a_clear_error(tmp_path, squad_files):
@@ -196,7 +199,7 @@ def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every
     predictions = dev_predictions(saved, read_qa_file(squad_files[1])[0])
     threshold, _ = tune_no_answer_threshold(predictions, json.loads((specialised / MODEL_INFO_FILE).read_text())["no_answer_prior"])
     assert result.trials[-1]["no_answer_threshold"] == threshold
-    assert result.trials[-1]["dev"]["pooled"] == scores_at(predictions, threshold)
+    assert result.trials[-1]["dev"]["pooled"] == scores_at(predictions, threshold, json.loads((specialised / MODEL_INFO_FILE).read_text())["no_answer_prior"])
     assert all(set(trial["reported"]) == {"train.json"} for trial in result.trials)
 
     g, s, mixed = (load_file(str(d / "model.safetensors")) for d in (general, specialised, out))

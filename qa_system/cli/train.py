@@ -120,7 +120,7 @@ def register(commands, options: Options) -> None:
                    help="extra training files: SQuAD v1.1 / v2.0 JSON or MRQA JSON lines (format read from the content); a question in several files is used once")
     p.add_argument("--dev-file", nargs="+", type=Path, help="extra dev files, same formats (pooled to tune the no-answer threshold)")
     p.add_argument("--drop-dev-questions", action="store_true", help="leave out training questions whose id is a dev question's (counted either way)")
-    p.add_argument("--select-on", type=Path, help="dev file whose F1 selects the epoch (default electronics dev)")
+    p.add_argument("--select-on", type=Path, help="dev file whose F1 (unanswerable questions reweighted to the training share) selects the epoch (default electronics dev)")
     p.add_argument("--base-model", help="model to fine-tune (default: the all-MiniLM-L6-v2 encoder)")
     p.add_argument("--output", type=Path, default=Path("models/reader-custom"))
     p.add_argument("--squad-dir", type=Path, help="where the SubjQA SQuAD files are written (default <home>/squad)")

@@ -172,17 +172,19 @@ def retune_threshold(model_dir: PathLike, dev_files: Sequence[PathLike], no_answ
     info = json.loads(info_path.read_text(encoding="utf-8"))
     info.update(no_answer_threshold=threshold, no_answer_prior=no_answer_prior, threshold_tuned_on=[Path(p).name for p in dev_files])
     info_path.write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
-    return {"no_answer_threshold": threshold, "pooled_dev": scores_at(pooled, threshold)}
+    return {"no_answer_threshold": threshold, "pooled_dev": scores_at(pooled, threshold, no_answer_prior)}
 
 
-def scores_at(predictions: Sequence[DevPrediction], threshold: float) -> dict[str, float]:
-    """EM/F1 (and the answer rate) of dev predictions at one threshold."""
+def scores_at(predictions: Sequence[DevPrediction], threshold: float, no_answer_prior: float | None = None) -> dict[str, float]:
+    """EM/F1 (and the answer rate) of dev predictions at one threshold, and ``prior_weighted_f1``: F1 with
+    the unanswerable questions reweighted to ``no_answer_prior`` (plain F1 without one), what selects."""
     if not predictions:
-        return {"em": 0.0, "f1": 0.0, "answered": 0.0, "questions": 0}
+        return {"em": 0.0, "f1": 0.0, "answered": 0.0, "questions": 0, "prior_weighted_f1": 0.0}
     answered = [p.gap >= threshold for p in predictions]
     em = np.mean([p.answer_em if a else p.null_em for p, a in zip(predictions, answered)])
-    f1 = np.mean([p.answer_f1 if a else p.null_f1 for p, a in zip(predictions, answered)])
-    return {"em": float(em), "f1": float(f1), "answered": float(np.mean(answered)), "questions": len(predictions)}
+    f1s = [p.answer_f1 if a else p.null_f1 for p, a in zip(predictions, answered)]
+    weighted = np.average(f1s, weights=_prior_weights(predictions, no_answer_prior))
+    return {"em": float(em), "f1": float(np.mean(f1s)), "answered": float(np.mean(answered)), "questions": len(predictions), "prior_weighted_f1": float(weighted)}
 
 
 def dev_predictions(reader: ExtractiveReader, examples: Iterable[SquadExample]) -> list[DevPrediction]:
@@ -293,8 +295,8 @@ def train_reader(
     :param train_files: SQuAD v1.1 / v2.0 or MRQA files (format read from the content); a
         question in several files is trained on once. What each file gave is printed and stored.
     :param dev_files: the same formats, pooled to tune the no-answer threshold after each epoch.
-    :param select_on: the dev file whose F1 (at the tuned threshold) selects the epoch, or
-        ``POOLED`` for all dev files pooled; default: the first dev file.
+    :param select_on: the dev file whose F1 (at the tuned threshold, unanswerable questions reweighted
+        to the training share) selects the epoch, or ``POOLED`` for all dev files pooled; default: the first dev file.
     :param distillation: learn from a teacher's start/end distributions too (see distillation.py);
         the teacher must use the student's tokenizer.
     :param drop_dev_questions: leave out training questions whose id is a dev question's (SubjQA's
@@ -379,13 +381,14 @@ def train_reader(
         per_file = {path: dev_predictions(reader, examples) for path, examples in dev_sets.items()}
         pooled = [p for path in dict.fromkeys(map(Path, dev_files)) for p in per_file[path]]
         threshold, _ = tune_no_answer_threshold(pooled, no_answer_prior)
-        metrics = {path.name: scores_at(preds, threshold) for path, preds in per_file.items()}
-        metrics["pooled"] = scores_at(pooled, threshold)
+        metrics = {path.name: scores_at(preds, threshold, no_answer_prior) for path, preds in per_file.items()}
+        metrics[POOLED] = scores_at(pooled, threshold, no_answer_prior)
         mean_losses = {name: float(np.mean(values)) if values else None for name, values in losses.items() if distillation or name == "train_loss"}
         record = {"epoch": epoch, "steps": step, **mean_losses, "no_answer_threshold": threshold, "dev": metrics}
         history.append(record)
         print(json.dumps(record), flush=True)
-        if best is None or metrics[selected]["f1"] > best.dev_metrics[selected]["f1"]:
+        # Prior-weighted: plain F1 on dev splits more often unanswerable than train (SubjQA's) rewards abstaining.
+        if best is None or metrics[selected]["prior_weighted_f1"] > best.dev_metrics[selected]["prior_weighted_f1"]:
             best = TrainingResult(Path(output_dir), epoch, threshold, metrics)
             stale = 0
             info = {**info_base, "no_answer_threshold": threshold, "best_epoch": epoch, "dev_metrics": metrics, "history": history, "training_seconds": time.time() - began}
@@ -455,9 +458,10 @@ def interpolate_readers(
             model.load_state_dict({k: (1 - weight) * start[k] + weight * end[k] if end[k].is_floating_point() else end[k] for k in end})
         per_file = {path: dev_predictions(reader, examples) for path, examples in dev_sets.items()}
         pooled = [p for predictions in per_file.values() for p in predictions]
-        threshold, weighted_f1 = tune_no_answer_threshold(pooled, prior)
-        metrics = {path.name: scores_at(predictions, threshold) for path, predictions in per_file.items()}
-        metrics[POOLED] = scores_at(pooled, threshold)
+        threshold, _ = tune_no_answer_threshold(pooled, prior)
+        metrics = {path.name: scores_at(predictions, threshold, prior) for path, predictions in per_file.items()}
+        metrics[POOLED] = scores_at(pooled, threshold, prior)
+        weighted_f1 = metrics[POOLED]["prior_weighted_f1"]
         answerable = [p.answer_f1 for p in pooled if not p.unanswerable]
         reported = {path.name: scores_at(dev_predictions(reader, examples), threshold) for path, examples in report_sets.items()}
         trials.append({
