@@ -11,7 +11,7 @@ from qa_system.errors import QAError
 
 def cmd_train_reader(args: argparse.Namespace) -> None:
     from qa_system.reading.distillation import DistillationConfig
-    from qa_system.reading.training import POOLED, TrainingConfig, interpolate_readers, subjqa_to_squad_files, train_reader
+    from qa_system.reading.training import TrainingConfig, interpolate_readers, subjqa_to_squad_files, train_reader
 
     settings = settings_from_args(args)
     if args.interpolate and not args.base_model:
@@ -40,7 +40,7 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
     print(f"Saved the best model (epoch {result.best_epoch}, no-answer threshold {result.no_answer_threshold:.3f}) to {result.output_dir}")
     if args.interpolate:
         result = interpolate_readers(args.base_model, finetuned, args.output, dev_files, args.interpolate, max_seq_length=args.max_seq_length, doc_stride=args.doc_stride)
-        print(f"Saved its mix with {args.base_model} (weight {result.weight}, no-answer threshold {result.no_answer_threshold:.3f}, best {POOLED} dev F1) to {result.output_dir}")
+        print(f"Saved its mix with {args.base_model} (weight {result.weight}, no-answer threshold {result.no_answer_threshold:.3f}, best pooled dev F1) to {result.output_dir}")
     for name, metrics in result.dev_metrics.items():
         print(f"  dev {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float)))
 

@@ -29,7 +29,7 @@ from qa_system.errors import QAError, check_count, check_number
 from qa_system.evaluation.answers import best_scores
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
-from qa_system.ingestion.labels import Labels, evaluation_questions, labels_index
+from qa_system.ingestion.labels import Labels, evaluation_index, evaluation_questions
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.training import DevPrediction, tune_no_answer_threshold
 from qa_system.sources import LabelledQuestion, load_subjqa
@@ -194,7 +194,6 @@ def evaluate_pipelines(
     Returns {"metrics": DataFrame, "records": {(system, candidates): DataFrame}, "thresholds": DataFrame}.
     """
     from qa_system.evaluation.retrieval import CANDIDATES, candidate_filters, check_candidates
-    from qa_system.indexing import open_or_build_index
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.fitted import no_answer_fit, no_answer_setting
     from qa_system.retrieval.fitting import store_no_answer_fit
@@ -212,8 +211,7 @@ def evaluate_pipelines(
         raise QAError("--tune-threshold fits a SubjQA domain's dev split.", "drop --tune-threshold with --labels.")
     questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     prior = no_answer_share(load_subjqa(domain, "train", settings.data_dir).questions) if tune_threshold else None
-    if index is None:
-        index = labels_index(settings, labels, retriever != "bm25") if labels is not None else open_or_build_index(settings, domain, embeddings=retriever != "bm25")
+    index = index or evaluation_index(settings, domain, labels, embeddings=retriever != "bm25")
     retrieval = build_retrieval_pipeline(retriever, settings, index=index)
     runs: list[Run] = []
     records: dict[tuple[str, str], pd.DataFrame] = {}

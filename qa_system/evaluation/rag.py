@@ -32,7 +32,7 @@ from qa_system.evaluation.answers import best_scores, gold_answers, normalize_an
 from qa_system.evaluation.reader import squad_predictions
 from qa_system.evaluation.report import write_report
 from qa_system.generation import strip_citations
-from qa_system.ingestion.labels import Labels, evaluation_questions, labels_index
+from qa_system.ingestion.labels import Labels, evaluation_index, evaluation_questions
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
 from qa_system.sources import LabelledQuestion
 from qa_system.sources.squad import write_squad
@@ -201,12 +201,9 @@ def evaluate_rag(
 ) -> dict[str, Any]:
     """The RAG pipeline (and, with ``compare_extractive``, the extractive one) over a labelled split of the
     domain's index, or over ``index`` (a collection) with ``labels``: your own labelled questions."""
-    from qa_system.indexing import open_or_build_index
-
     top_k_retriever, limit = check_count(top_k_retriever, "top_k_retriever"), check_count(limit, "limit", optional=True)
     questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
-    if index is None:
-        index = labels_index(settings, labels, retriever != "bm25") if labels is not None else open_or_build_index(settings, domain, embeddings=retriever != "bm25", progress=progress)
+    index = index or evaluation_index(settings, domain, labels, embeddings=retriever != "bm25", progress=progress)
     systems = {f"{retriever}+{generator_label(settings)}": build_qa_pipeline(retriever, settings, index=index, answer_stage="rag")}
     if compare_extractive:
         systems[f"{retriever}+{reader_label(settings.reader_model)}"] = build_qa_pipeline(retriever, settings, index=index, answer_stage="extractive")

@@ -165,3 +165,13 @@ def labels_index(settings: Settings, labels: Labels, embeddings: bool = False) -
             "load it with the collection that holds its documents (`--collection NAME`; load_labels(path, settings, collection)).",
         )
     return open_collection(settings, labels.collection, embeddings=embeddings, progress=False)
+
+
+def evaluation_index(settings: Settings, domain: str, labels: Labels | None, embeddings: bool, progress: bool = True) -> Index:
+    """What an evaluation retrieves from: the collection of ``labels``, else the SubjQA domain's index
+    (built on first use); the index beside ``evaluation_questions``."""
+    from qa_system.indexing import open_or_build_index
+
+    if labels is not None:
+        return labels_index(settings, labels, embeddings)
+    return open_or_build_index(settings, domain, embeddings=embeddings, progress=progress)

@@ -373,18 +373,12 @@ def deduplicate(spans: list[SpanCandidate], sources: Sequence[tuple[str | None, 
     With ``sources`` (per document: its source document and offset there) spans are compared in the
     source document, so an answer read twice in the shared words of two overlapping passages is one answer.
     """
-
-    def position(span: SpanCandidate) -> tuple[Any, int, int]:
-        if sources is None:
-            return span.document, span.start, span.end
-        source, offset = sources[span.document]
-        return (source if source is not None else span.document), span.start + offset, span.end + offset
-
-    kept: list[tuple[Any, int, int]] = []
+    kept: list[tuple[Any, int, int]] = []  # (document, start, end) of the spans kept
     unique: list[SpanCandidate] = []
     for span in sorted(spans, key=lambda s: s.logit, reverse=True):
-        source, start, end = position(span)
-        if not any(k_source == source and k_start < end and start < k_end for k_source, k_start, k_end in kept):
-            kept.append((source, start, end))
+        source, offset = sources[span.document] if sources is not None else (None, 0)
+        document, start, end = span.document if source is None else source, span.start + offset, span.end + offset
+        if not any(k_document == document and k_start < end and start < k_end for k_document, k_start, k_end in kept):
+            kept.append((document, start, end))
             unique.append(span)
     return unique

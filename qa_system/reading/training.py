@@ -452,36 +452,34 @@ def interpolate_readers(
     reader = ExtractiveReader.from_loaded(model, tokenizer, max_seq_length=max_seq_length, doc_stride=doc_stride)
     trials: list[dict[str, Any]] = []
     best: InterpolationResult | None = None
-    best_f1 = -math.inf
+
+    def mix(weight: float) -> dict[str, Any]:
+        return {k: (1 - weight) * start[k] + weight * end[k] if end[k].is_floating_point() else end[k] for k in end}
+
     for weight in weights:
         with torch.no_grad():
-            model.load_state_dict({k: (1 - weight) * start[k] + weight * end[k] if end[k].is_floating_point() else end[k] for k in end})
+            model.load_state_dict(mix(weight))
         per_file = {path: dev_predictions(reader, examples) for path, examples in dev_sets.items()}
         pooled = [p for predictions in per_file.values() for p in predictions]
         threshold, _ = tune_no_answer_threshold(pooled, prior)
         metrics = {path.name: scores_at(predictions, threshold, prior) for path, predictions in per_file.items()}
         metrics[POOLED] = scores_at(pooled, threshold, prior)
-        weighted_f1 = metrics[POOLED]["prior_weighted_f1"]
         answerable = [p.answer_f1 for p in pooled if not p.unanswerable]
         reported = {path.name: scores_at(dev_predictions(reader, examples), threshold) for path, examples in report_sets.items()}
         trials.append({
-            "weight": weight, "no_answer_threshold": threshold, "prior_weighted_f1": weighted_f1,
+            "weight": weight, "no_answer_threshold": threshold, "prior_weighted_f1": metrics[POOLED]["prior_weighted_f1"],
             "answerable_f1_always_answering": float(np.mean(answerable)) if answerable else None, "dev": metrics, "reported": reported,
         })
         print(json.dumps(trials[-1]), flush=True)
-        if weighted_f1 > best_f1:
-            best_f1 = weighted_f1
+        if best is None or metrics[POOLED]["prior_weighted_f1"] > best.dev_metrics[POOLED]["prior_weighted_f1"]:
             best = InterpolationResult(Path(output_dir), weight, threshold, metrics, trials)
-            info_out = {
-                **info, "no_answer_threshold": threshold, "dev_metrics": metrics,
-                "interpolation": {"general": str(general), "general_training": provenance(str(general)), "specialised": str(specialised),
-                                  "weight": weight, "selected_on": f"{POOLED}, prior-weighted F1", "trials": trials},
-            }
-            save_reader(model, tokenizer, output_dir, info_out)
-    info_path = Path(output_dir) / MODEL_INFO_FILE
-    saved = json.loads(info_path.read_text(encoding="utf-8"))
-    saved["interpolation"]["trials"] = trials
-    info_path.write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+    with torch.no_grad():
+        model.load_state_dict(mix(best.weight))
+    save_reader(model, tokenizer, output_dir, {
+        **info, "no_answer_threshold": best.no_answer_threshold, "dev_metrics": best.dev_metrics,
+        "interpolation": {"general": str(general), "general_training": provenance(str(general)), "specialised": str(specialised),
+                          "weight": best.weight, "selected_on": f"{POOLED}, prior-weighted F1", "trials": trials},
+    })
     return best
 
 
