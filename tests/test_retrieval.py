@@ -122,6 +122,15 @@ def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, c
         {"id": "q1", "question": "How long?", "is_impossible": False, "answers": [{"text": "a whole week", "answer_start": 9}]}]}]}]}), encoding="utf-8")
     with pytest.raises(QAError, match="read without a collection"):
         tune_bm25(home, "electronics", labels=load_labels(squad))
+    # So does the retriever evaluation (it searched the SubjQA domain's index, which this home does not even have).
+    from qa_system.evaluation.retrieval import evaluate_retrievers
+
+    result = evaluate_retrievers(home, "electronics", retrievers=["bm25"], ks=(1,), labels=load_labels(labels, home, "labelled"))
+    metrics = result["metrics"]
+    strict = metrics[(metrics["retriever"] == "bm25") & (metrics["definition"] == "strict") & (metrics["group"] == "all")]
+    assert strict["n"].tolist() == [4] and strict["recall@1"].tolist() == [1.0]
+    with pytest.raises(QAError, match="read without a collection"):
+        evaluate_retrievers(home, "electronics", retrievers=["bm25"], labels=load_labels(squad))
 
 
 def test_filters_restrict_every_retriever(indexed):

@@ -310,7 +310,7 @@ def evaluate_retrievers(
     from qa_system.errors import QAError
     from qa_system.evaluation.report import write_report
     from qa_system.indexing import open_or_build_index
-    from qa_system.ingestion.labels import evaluation_questions
+    from qa_system.ingestion.labels import evaluation_index, evaluation_questions
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
     from qa_system.retrieval.fitting import ensure_fitted
@@ -323,7 +323,7 @@ def evaluate_retrievers(
     if labels is not None and any(v.tuned for v in variants):
         raise QAError("The -ft variants compare encoders on a SubjQA domain's index.", "evaluate a collection with bm25, dense, hybrid (+rerank).")
     questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
-    index = index or open_or_build_index(settings, domain, embeddings=any(v.retriever != "bm25" for v in variants))
+    index = index or evaluation_index(settings, domain, labels, embeddings=any(v.retriever != "bm25" for v in variants))
     find_candidates = candidate_finder(index.store)
     tables, all_records, timings, fitted, encoders = [], {}, [], [], []
     for variant in variants:
