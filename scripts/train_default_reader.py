@@ -35,8 +35,9 @@ from pathlib import Path
 import torch
 
 from qa_system.config import REPO_ROOT, default_embedding_model
-from qa_system.reading.training import POOLED, TrainingConfig, interpolate_readers, subjqa_to_squad_files, train_reader
-from qa_system.sources.squad import split_held_out
+from qa_system.reading.training import POOLED, TrainingConfig, interpolate_readers, no_answer_share, subjqa_to_squad_files, train_reader
+from qa_system.sources.qa_files import read_qa_files
+from qa_system.sources.squad import sample_articles, split_held_out
 
 DOMAINS = ("electronics", "restaurants", "tripadvisor")
 DATA = REPO_ROOT.parent / "shared" / "data"
@@ -53,6 +54,9 @@ def main() -> None:
     parser.add_argument("--general-max-steps", type=int, default=600, help="optimiser steps on the general data (a budget for 2 CPU cores; 0 = one full epoch)")
     parser.add_argument("--general-more-steps", type=int, default=700,
                         help="two-stage: then continue stage 1 for this many steps on a wider mix (SQuADShifts Reddit and SQuAD 2.0 train added; 0 = skip)")
+    parser.add_argument("--rehearse", type=int, default=0, metavar="PERCENT",
+                        help="two-stage: stage 2 also trains on this percent of the SQuADShifts Amazon review groups it may train on, "
+                             "its threshold still tuned for SubjQA's share of unanswerable questions")
     parser.add_argument("--max-steps", type=int, default=None, help="stop each stage early (smoke run)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--stage1", type=Path, help="two-stage: reuse this stage-1 model (both passes) instead of training one")
@@ -90,7 +94,15 @@ def main() -> None:
                 stage1 = args.work_dir / "stage1-wider"
         stage2 = args.stage2 or (args.work_dir / "stage2-subjqa" if args.interpolate else args.output)
         if args.stage2 is None:
-            result = train_reader(subjqa_train, subjqa_dev, str(stage1), stage2, final, select_on=POOLED, drop_dev_questions=True)
+            rehearsal, prior = [], None
+            if args.rehearse:
+                # Rehearsing a little general data while SubjQA is learnt keeps part of what stage 1
+                # knew; the threshold is still for SubjQA's share of unanswerable questions.
+                rehearsal = [sample_articles(amazon_train, squad_dir, args.rehearse, salt="rehearse")]
+                dev_ids = {e.id for report in read_qa_files(subjqa_dev) for e in report.examples}
+                prior = no_answer_share([e for report in read_qa_files(subjqa_train, dev_ids, True) for e in report.examples])
+            result = train_reader(subjqa_train + rehearsal, subjqa_dev, str(stage1), stage2, final, select_on=POOLED,
+                                  drop_dev_questions=True, no_answer_prior=prior)
             print(f"stage 2: best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {stage2}")
         output = stage2
         if args.interpolate:

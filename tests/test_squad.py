@@ -115,3 +115,35 @@ def test_subjqa_export_is_valid_squad(tmp_path):
         assert report.unlocated_answers == 0 and report.skipped_questions == 0
         assert len(examples) == exported.questions and report.answers == exported.answers
     assert written[tmp_path / "electronics-test.json"].questions + written[tmp_path / "electronics-test.json"].skipped_questions == 358
+
+
+def articles_file(path, count=40):
+    """``count`` one-paragraph articles, two questions each."""
+    context = "The battery lasts a week."
+    data = [{"title": f"group-{i}", "paragraphs": [{"context": context, "qas": [
+        {"id": f"q{i}-{j}", "question": "How long does the battery last?", "answers": [{"text": "a week", "answer_start": 18}]} for j in range(2)]}]}
+        for i in range(count)]
+    path.write_text(json.dumps({"version": "1.1", "data": data}))
+    return path
+
+
+def titles(path):
+    return [a["title"] for a in json.loads(path.read_text())["data"]]
+
+
+def test_held_out_split_and_samples_keep_whole_articles_the_same_on_every_call(tmp_path):
+    from qa_system.sources.squad import is_held_out, sample_articles, split_held_out
+
+    source = articles_file(tmp_path / "amazon.json")
+    train, held_out = split_held_out(source, tmp_path / "out", percent=25)
+    assert sorted(titles(train) + titles(held_out)) == sorted(titles(source)) and not set(titles(train)) & set(titles(held_out))
+    assert titles(held_out) == [t for t in titles(source) if is_held_out(t, 25)] and 0 < len(titles(held_out)) < 40
+
+    sample = sample_articles(train, tmp_path / "out", 50, salt="rehearse")
+    assert sample.name == "amazon-train-sample50.json" and 0 < len(titles(sample)) < len(titles(train))
+    assert set(titles(sample)) <= set(titles(train))
+    examples, _ = read_squad(sample)
+    assert len(examples) == 2 * len(titles(sample))  # whole articles, every question kept
+    assert sample_articles(train, tmp_path / "again", 50, salt="rehearse").read_text() == sample.read_text()
+    assert titles(sample_articles(train, tmp_path / "other", 50, salt="other")) != titles(sample)  # the salt picks another sample
+    assert titles(sample_articles(train, tmp_path / "all", 100)) == titles(train) and titles(sample_articles(train, tmp_path / "none", 0)) == []

@@ -113,6 +113,28 @@ def test_unloadable_base_model_is_a_clear_error(tmp_path, squad_files):
         train_reader([squad_files[0]], [squad_files[1]], str(tmp_path / "none"), tmp_path / "out", progress=False)
 
 
+def test_a_given_no_answer_prior_replaces_the_training_share(tmp_path, squad_files):
+    """Rehearsal data (all answerable) must not move the threshold: it is tuned for the prior given."""
+    from qa_system.errors import QAError
+    from qa_system.reading.training import dev_predictions
+    from qa_system.sources.qa_files import read_qa_file
+
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)
+    config = TrainingConfig(epochs=1, batch_size=2, max_steps=1, max_seq_length=48, doc_stride=16)
+    own = train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "own", config, progress=False)
+    given = train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "given", config, progress=False, no_answer_prior=0.9)
+    assert json.loads((tmp_path / "own" / MODEL_INFO_FILE).read_text())["no_answer_prior"] == 0.25  # 1 of 4 training questions
+    assert json.loads((tmp_path / "given" / MODEL_INFO_FILE).read_text())["no_answer_prior"] == 0.9
+    assert own.history[0]["train_loss"] == given.history[0]["train_loss"]  # the same weights: only the prior differs
+    # Saved in float16, so the reloaded reader's margins differ from training's in the 4th decimal.
+    reader = ExtractiveReader(model=str(tmp_path / "given"), backend="torch", max_seq_length=48, doc_stride=16)
+    predictions = dev_predictions(reader, read_qa_file(squad_files[1])[0])
+    assert given.no_answer_threshold == pytest.approx(tune_no_answer_threshold(predictions, 0.9)[0], abs=1e-3)
+    assert own.no_answer_threshold == pytest.approx(tune_no_answer_threshold(predictions, 0.25)[0], abs=1e-3)
+    with pytest.raises(QAError, match="no_answer_prior must be a share between 0 and 1"):
+        train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "bad", config, progress=False, no_answer_prior=1.5)
+
+
 def mrqa_file(path, qids=("m1", "m2")):
     """MRQA JSON lines over REVIEW (inclusive span ends), contexts joined MRQA-style with [PAR]."""
     context = "[TLE] kindle [PAR] " + REVIEW

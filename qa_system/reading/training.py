@@ -289,6 +289,7 @@ def train_reader(
     progress: bool = True,
     distillation: DistillationConfig | None = None,
     drop_dev_questions: bool = False,
+    no_answer_prior: float | None = None,
 ) -> TrainingResult:
     """Fine-tune ``base_model`` (any HF model id or path; a bare encoder gets a fresh QA head).
 
@@ -302,6 +303,9 @@ def train_reader(
     :param drop_dev_questions: leave out training questions whose id is a dev question's (SubjQA's
         dev splits share most question ids with its train splits, other annotators' answers); by
         default they are only counted.
+    :param no_answer_prior: the share of unanswerable questions the threshold is tuned for; default
+        the training files' share. Pass the in-domain share when some files are there to rehearse
+        other data (SQuADShifts is all answerable: its share would make the reader answer too often).
     :returns: where the best model is, its epoch, threshold and dev metrics per file.
     """
     import torch
@@ -310,6 +314,8 @@ def train_reader(
 
     if not train_files or not dev_files:
         raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD or MRQA files (see `qa-system export-squad`).")
+    if no_answer_prior is not None and not 0 <= check_number(no_answer_prior, "no_answer_prior") <= 1:
+        raise QAError(f"no_answer_prior must be a share between 0 and 1, not {no_answer_prior}.", "pass the in-domain share of unanswerable questions.")
     select_on = POOLED if select_on == POOLED else Path(select_on) if select_on is not None else Path(dev_files[0])
     dev_reports = read_qa_files(list(dict.fromkeys(map(Path, dev_files))))
     dev_sets = {report.path: report.examples for report in dev_reports}
@@ -340,7 +346,8 @@ def train_reader(
     optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
     reader = ExtractiveReader.from_loaded(model, tokenizer, max_seq_length=config.max_seq_length, doc_stride=config.doc_stride)
-    no_answer_prior = no_answer_share(train_examples)
+    if no_answer_prior is None:
+        no_answer_prior = no_answer_share(train_examples)
     info_base = {
         "no_answer_prior": no_answer_prior,
         "base_model": base_model,

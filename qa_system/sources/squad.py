@@ -127,6 +127,19 @@ def split_held_out(path: str | Path, out_dir: str | Path, percent: int = 10) -> 
     return written[0], written[1]
 
 
+def sample_articles(path: str | Path, out_dir: str | Path, percent: int, salt: str = "sample") -> Path:
+    """Write ``<stem>-sample<percent>.json``: about ``percent``% of the file's articles, whole, chosen
+    by a hash of ``salt`` and the title (the same sample on every machine, independent of is_held_out's)."""
+    path, out_dir = Path(path), Path(out_dir)
+    read_squad(path)
+    squad = json.loads(path.read_text(encoding="utf-8"))
+    data = [a for a in squad["data"] if is_held_out(f"{salt}:{a.get('title', '')}", percent)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{path.stem}-sample{percent}.json"
+    target.write_text(json.dumps({"version": squad.get("version", "v2.0"), "data": data}, ensure_ascii=False), encoding="utf-8")
+    return target
+
+
 def read_squad(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
     """Read and validate a SQuAD v1.1 or v2.0 file (see parse_squad)."""
     path = Path(path)
