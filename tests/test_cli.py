@@ -100,6 +100,8 @@ def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, me
         (["train-reader", "--teacher", "t", "--distill-temperature", "0"], "--distill-temperature must be a finite number above 0"),
         (["train-reader", "--interpolate", "0.5"], "--interpolate mixes the new reader with the reader it was fine-tuned from"),
         (["train-reader", "--base-model", "m", "--interpolate", "0.5", "1.5"], "--interpolate weights must be between 0 and 1"),
+        (["train-reader", "--no-answer-prior", "1.5"], "--no-answer-prior is a share between 0 and 1"),
+        (["train-reader", "--no-answer-prior", "-0.1"], "--no-answer-prior"),
         (["train-retriever", "--batch-size", "0"], "--batch-size must be a whole number"),
         (["train-retriever", "--hard-negatives", "-1"], "--hard-negatives must be a whole number of at least 0"),
         (["bench", "--queries", "0"], "--queries must be a whole number"),

@@ -263,11 +263,12 @@ def test_train_reader_interpolate_mixes_with_the_base_model(tmp_path, squad_file
     argv = [
         "train-reader", "--home", str(tmp_path / "home"), "--no-subjqa", "--train-file", str(squad_files[0]), "--dev-file", str(squad_files[1]),
         "--base-model", str(base), "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
-        "--max-seq-length", "48", "--doc-stride", "16", "--interpolate", "0.5", "1",
+        "--max-seq-length", "48", "--doc-stride", "16", "--interpolate", "0.5", "1", "--no-answer-prior", "0.4",
     ]  # fmt: skip
     assert main(argv) == 0
     assert "Saved its mix with" in capsys.readouterr().out
     info = json.loads((tmp_path / "reader" / MODEL_INFO_FILE).read_text())
     assert [t["weight"] for t in info["interpolation"]["trials"]] == [0.5, 1.0] and info["interpolation"]["general"] == str(base)
     assert info["interpolation"]["specialised"] == str(tmp_path / "reader-finetuned")
-    assert json.loads((tmp_path / "reader-finetuned" / MODEL_INFO_FILE).read_text())["train_questions"] == 4
+    finetuned = json.loads((tmp_path / "reader-finetuned" / MODEL_INFO_FILE).read_text())
+    assert finetuned["train_questions"] == 4 and finetuned["no_answer_prior"] == 0.4  # the training share would be 0.25

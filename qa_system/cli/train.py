@@ -18,6 +18,8 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
         raise QAError("--interpolate mixes the new reader with the reader it was fine-tuned from.", "pass that reader as --base-model.")
     if args.interpolate and max(args.interpolate) > 1:
         raise QAError(f"--interpolate weights must be between 0 and 1, got {max(args.interpolate)}.", "pass weights such as 0.5 0.75 1.")
+    if args.no_answer_prior is not None and args.no_answer_prior > 1:
+        raise QAError(f"--no-answer-prior is a share between 0 and 1, got {args.no_answer_prior}.", "pass e.g. 0.36, SubjQA train's share of unanswerable questions.")
     distillation = None if args.teacher is None else DistillationConfig(args.teacher, args.distill_temperature, args.distill_alpha)
     squad_dir = args.squad_dir or settings.home / "squad"
     train_files, dev_files = list(args.train_file or []), list(args.dev_file or [])
@@ -35,7 +37,7 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
     finetuned = args.output.with_name(args.output.name + "-finetuned") if args.interpolate else args.output
     result = train_reader(
         train_files, dev_files, args.base_model or settings.embedding_model, finetuned, config,
-        select_on=select_on, distillation=distillation, drop_dev_questions=args.drop_dev_questions,
+        select_on=select_on, distillation=distillation, drop_dev_questions=args.drop_dev_questions, no_answer_prior=args.no_answer_prior,
     )
     print(f"Saved the best model (epoch {result.best_epoch}, no-answer threshold {result.no_answer_threshold:.3f}) to {result.output_dir}")
     if args.interpolate:
@@ -121,6 +123,9 @@ def register(commands, options: Options) -> None:
     p.add_argument("--dev-file", nargs="+", type=Path, help="extra dev files, same formats (pooled to tune the no-answer threshold)")
     p.add_argument("--drop-dev-questions", action="store_true", help="leave out training questions whose id is a dev question's (counted either way)")
     p.add_argument("--select-on", type=Path, help="dev file whose F1 (unanswerable questions reweighted to the training share) selects the epoch (default electronics dev)")
+    p.add_argument("--no-answer-prior", type=number("--no-answer-prior", 0), metavar="SHARE",
+                   help="share of unanswerable questions the threshold is tuned for (default: the training files'); "
+                        "give your own data's share when --train-file adds all-answerable data such as SQuADShifts")
     p.add_argument("--base-model", help="model to fine-tune (default: the all-MiniLM-L6-v2 encoder)")
     p.add_argument("--output", type=Path, default=Path("models/reader-custom"))
     p.add_argument("--squad-dir", type=Path, help="where the SubjQA SQuAD files are written (default <home>/squad)")
