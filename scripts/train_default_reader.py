@@ -14,7 +14,8 @@ Recipes (nothing in any of them is chosen on a test split):
   tunes the no-answer threshold there, for SubjQA's own share of unanswerable training questions.
   With ``--interpolate W ...`` a stage 3 mixes the weights of stages 1 and 2 (WiSE-FT) and keeps
   the mix best on the pooled dev splits: stage 2 forgets much of what stage 1 learnt about reviews
-  outside SubjQA. Tried and not in the shipped reader (its model card says why).
+  outside SubjQA. ``--rehearse P`` instead has stage 2 also train on P% of the Amazon review
+  groups. Both tried, neither in the shipped reader (its model card says why).
 - ``mixed``: one run on all of the above at once (256-token windows).
 - ``subjqa``: SubjQA only (the first shipped reader).
 
