@@ -101,7 +101,7 @@ def main() -> None:
                 # knew; the threshold is still for SubjQA's share of unanswerable questions.
                 rehearsal = [sample_articles(amazon_train, squad_dir, args.rehearse, salt="rehearse")]
                 dev_ids = {e.id for report in read_qa_files(subjqa_dev) for e in report.examples}
-                prior = no_answer_share([e for report in read_qa_files(subjqa_train, dev_ids, True) for e in report.examples])
+                prior = no_answer_share([e for report in read_qa_files(subjqa_train, dev_ids, drop_dev=True) for e in report.examples])
             result = train_reader(subjqa_train + rehearsal, subjqa_dev, str(stage1), stage2, final, select_on=POOLED,
                                   drop_dev_questions=True, no_answer_prior=prior)
             print(f"stage 2: best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {stage2}")

@@ -114,28 +114,27 @@ def is_held_out(title: str, percent: int = 10) -> bool:
 
 def split_held_out(path: str | Path, out_dir: str | Path, percent: int = 10) -> tuple[Path, Path]:
     """Write ``<stem>-train.json`` (articles kept for training) and ``<stem>-heldout.json`` (see is_held_out)."""
-    path, out_dir = Path(path), Path(out_dir)
-    read_squad(path)  # validates, with the usual one-line errors
-    squad = json.loads(path.read_text(encoding="utf-8"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for part, keep in (("train", False), ("heldout", True)):
-        data = [a for a in squad["data"] if is_held_out(str(a.get("title", "")), percent) == keep]
-        target = out_dir / f"{path.stem}-{part}.json"
-        target.write_text(json.dumps({"version": squad.get("version", "v2.0"), "data": data}, ensure_ascii=False), encoding="utf-8")
-        written.append(target)
-    return written[0], written[1]
+    squad, out_dir, stem = _validated_json(path), Path(out_dir), Path(path).stem
+    held_out = [is_held_out(str(a.get("title", "")), percent) for a in squad["data"]]
+    train = _write_articles(squad, [a for a, h in zip(squad["data"], held_out) if not h], out_dir / f"{stem}-train.json")
+    return train, _write_articles(squad, [a for a, h in zip(squad["data"], held_out) if h], out_dir / f"{stem}-heldout.json")
 
 
 def sample_articles(path: str | Path, out_dir: str | Path, percent: int, salt: str = "sample") -> Path:
     """Write ``<stem>-sample<percent>.json``: about ``percent``% of the file's articles, whole, chosen
     by a hash of ``salt`` and the title (the same sample on every machine, independent of is_held_out's)."""
-    path, out_dir = Path(path), Path(out_dir)
-    read_squad(path)
-    squad = json.loads(path.read_text(encoding="utf-8"))
+    squad = _validated_json(path)
     data = [a for a in squad["data"] if is_held_out(f"{salt}:{a.get('title', '')}", percent)]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{path.stem}-sample{percent}.json"
+    return _write_articles(squad, data, Path(out_dir) / f"{Path(path).stem}-sample{percent}.json")
+
+
+def _validated_json(path: str | Path) -> dict:
+    read_squad(path)  # validates, with the usual one-line errors
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _write_articles(squad: dict, data: list, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({"version": squad.get("version", "v2.0"), "data": data}, ensure_ascii=False), encoding="utf-8")
     return target
 
