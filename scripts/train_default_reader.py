@@ -10,12 +10,12 @@ Recipes (nothing in any of them is chosen on a test split):
   held-out slice, at 256-token windows, for a budget of optimiser steps that fits 2 CPU cores,
   then a second pass at half the rate on a wider mix (SQuADShifts Reddit and the SQuAD 2.0 train
   articles added: new text, in a new order); stage 2 continues on the SubjQA train splits of the
-  three domains at 384-token windows, selects the epoch on the three SubjQA dev splits pooled and
-  tunes the no-answer threshold there, for SubjQA's own share of unanswerable training questions.
-  With ``--interpolate W ...`` a stage 3 mixes the weights of stages 1 and 2 (WiSE-FT) and keeps
-  the mix best on the pooled dev splits: stage 2 forgets much of what stage 1 learnt about reviews
-  outside SubjQA. ``--rehearse P`` instead has stage 2 also train on P% of the Amazon review
-  groups. Both tried, neither in the shipped reader (its model card says why).
+  three domains at 384-token windows, rehearsing a fixed 3% of the Amazon review groups of stage 1
+  (``--rehearse``: without it stage 2 forgets much of what stage 1 learnt about reviews outside
+  SubjQA), selects the epoch on the three SubjQA dev splits pooled and tunes the no-answer
+  threshold there, for SubjQA's own share of unanswerable training questions. With
+  ``--interpolate W ...`` a stage 3 mixes the weights of stages 1 and 2 (WiSE-FT) and keeps the
+  mix best on the pooled dev splits: tried, not in the shipped reader (its model card says why).
 - ``mixed``: one run on all of the above at once (256-token windows).
 - ``subjqa``: SubjQA only (the first shipped reader).
 
@@ -55,9 +55,9 @@ def main() -> None:
     parser.add_argument("--general-max-steps", type=int, default=600, help="optimiser steps on the general data (a budget for 2 CPU cores; 0 = one full epoch)")
     parser.add_argument("--general-more-steps", type=int, default=700,
                         help="two-stage: then continue stage 1 for this many steps on a wider mix (SQuADShifts Reddit and SQuAD 2.0 train added; 0 = skip)")
-    parser.add_argument("--rehearse", type=int, default=0, metavar="PERCENT",
+    parser.add_argument("--rehearse", type=int, default=3, metavar="PERCENT",
                         help="two-stage: stage 2 also trains on this percent of the SQuADShifts Amazon review groups it may train on, "
-                             "its threshold still tuned for SubjQA's share of unanswerable questions")
+                             "its threshold still tuned for SubjQA's share of unanswerable questions (0 = SubjQA only)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop each stage early (smoke run)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--stage1", type=Path, help="two-stage: reuse this stage-1 model (both passes) instead of training one")
