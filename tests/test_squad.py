@@ -118,12 +118,8 @@ def test_subjqa_export_is_valid_squad(tmp_path):
 
 
 def articles_file(path, count=40):
-    """``count`` one-paragraph articles, two questions each."""
-    context = "The battery lasts a week."
-    data = [{"title": f"group-{i}", "paragraphs": [{"context": context, "qas": [
-        {"id": f"q{i}-{j}", "question": "How long does the battery last?", "answers": [{"text": "a week", "answer_start": 18}]} for j in range(2)]}]}
-        for i in range(count)]
-    path.write_text(json.dumps({"version": "1.1", "data": data}))
+    """``count`` one-paragraph articles (products), two questions each."""
+    write_squad([question(f"q{i}-{j}", [GoldAnswer("about 6000 hours", 18)], item=f"group-{i}") for i in range(count) for j in range(2)], path)
     return path
 
 
