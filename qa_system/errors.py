@@ -54,8 +54,10 @@ def check_count(value: object, name: str, minimum: int = 1, maximum: int | None 
     return int(value)
 
 
-def check_number(value: object, name: str, minimum: float | None = None, *, above: bool = False, optional: bool = False) -> float | None:
-    """``value`` as a finite float (at least ``minimum``, or above it with ``above``); else a QAError naming ``name``.
+def check_number(
+    value: object, name: str, minimum: float | None = None, *, above: bool = False, maximum: float | None = None, optional: bool = False
+) -> float | None:
+    """``value`` as a finite float (at least ``minimum``, or above it with ``above``; at most ``maximum``); else a QAError naming ``name``.
 
     NaN compares false with everything, so a NaN threshold would silently disable a check; infinities likewise.
     """
@@ -67,8 +69,15 @@ def check_number(value: object, name: str, minimum: float | None = None, *, abov
             number = float(value.strip() if isinstance(value, str) else value)
         except ValueError:
             pass
-    if number is None or not math.isfinite(number) or (minimum is not None and (number <= minimum if above else number < minimum)):
-        bound = "" if minimum is None else f" {'above' if above else 'of at least'} {minimum:g}"
-        fix = f"pass a finite number{bound}, e.g. {name}{' ' if name.startswith('-') else '='}{(minimum or 0) + (1 if above else 0):g}."
+    too_low = minimum is not None and number is not None and (number <= minimum if above else number < minimum)
+    too_high = maximum is not None and number is not None and number > maximum
+    if number is None or not math.isfinite(number) or too_low or too_high:
+        bounds = [] if minimum is None else [f"{'above' if above else 'of at least'} {minimum:g}"]
+        example = (minimum or 0) + (1 if above else 0)
+        if maximum is not None:
+            bounds = [f"from {minimum:g} to {maximum:g}"] if minimum is not None and not above else [*bounds, f"at most {maximum:g}"]
+            example = maximum if minimum is None else (minimum + maximum) / 2
+        bound = "".join(f" {b}" for b in [" and ".join(bounds)] if b)
+        fix = f"pass a finite number{bound}, e.g. {name}{' ' if name.startswith('-') else '='}{example:g}."
         raise QAError(f"{name} must be a finite number{bound}, not {value!r}.", fix)
     return number

@@ -129,7 +129,7 @@ def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, squad_files):  # 
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("kwargs, message", [({"alpha": 1.5}, "alpha must be between 0 and 1"), ({"temperature": 0}, "temperature must be a finite number above 0")])
+@pytest.mark.parametrize("kwargs, message", [({"alpha": 1.5}, "alpha must be a finite number from 0 to 1"), ({"temperature": 0}, "temperature must be a finite number above 0")])
 def test_distillation_settings_are_checked(kwargs, message):
     with pytest.raises(QAError, match=message):
         DistillationConfig("teacher", **kwargs)

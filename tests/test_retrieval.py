@@ -232,6 +232,7 @@ def _library_calls():
     from qa_system.reading.reader import ExtractiveReader
     from qa_system.reading.training import TrainingConfig
     from qa_system.retrieval.fitting import dev_questions
+    from qa_system.retrieval.rerank import AnswerabilityRanker
     from qa_system.retrieval.training import RetrieverTrainingConfig
 
     return {
@@ -247,6 +248,8 @@ def _library_calls():
         "reader-top-k": (lambda s: ExtractiveReader(s.reader_model, top_k=-1), "top_k must be a whole number"),
         "reader-config": (lambda s: TrainingConfig(epochs=0), "epochs must be a whole number"),
         "retriever-config": (lambda s: RetrieverTrainingConfig(learning_rate=float("inf")), "learning_rate must be a finite number above 0"),
+        "reranker-weight": (lambda s: AnswerabilityRanker(retriever_weight=1.5), "retriever_weight must be a finite number from 0 to 1"),
+        "reader-warmup": (lambda s: TrainingConfig(warmup_ratio=1.5), "warmup_ratio must be a finite number from 0 to 1"),
         "settings": (lambda s: s.with_(num_beams=0), "num_beams must be a whole number"),
         "settings-env": (lambda s: Settings.from_env(temperature="nan"), "temperature must be a finite number of at least 0"),
     }

@@ -131,7 +131,7 @@ def test_a_given_no_answer_prior_replaces_the_training_share(tmp_path, squad_fil
     predictions = dev_predictions(reader, read_qa_file(squad_files[1])[0])
     assert given.no_answer_threshold == pytest.approx(tune_no_answer_threshold(predictions, 0.9)[0], abs=1e-3)
     assert own.no_answer_threshold == pytest.approx(tune_no_answer_threshold(predictions, 0.25)[0], abs=1e-3)
-    with pytest.raises(QAError, match="no_answer_prior must be a share between 0 and 1"):
+    with pytest.raises(QAError, match="no_answer_prior must be a finite number from 0 to 1"):
         train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "bad", config, progress=False, no_answer_prior=1.5)
 
 
@@ -245,7 +245,7 @@ def test_interpolation_refuses_bad_weights_and_unrelated_readers(tmp_path, squad
     from qa_system.reading.training import interpolate_readers
 
     first = tiny_model_dir(tmp_path / "first")
-    with pytest.raises(QAError, match="between 0 and 1"):
+    with pytest.raises(QAError, match="interpolation weight must be a finite number from 0 to 1"):
         interpolate_readers(first, first, tmp_path / "out", [squad_files[1]], weights=(0.5, 1.5))
     other = tiny_model_dir(tmp_path / "other")
     wider = BertConfig.from_pretrained(other)

@@ -49,9 +49,9 @@ def count(flag: str, minimum: int = 1, maximum: int | None = None) -> Callable[[
     return lambda text: check_count(text, flag, minimum, maximum)
 
 
-def number(flag: str, minimum: float | None = None, above: bool = False) -> Callable[[str], float]:
-    """argparse type of a threshold or rate: a finite number (no nan / inf), checked by the library."""
-    return lambda text: check_number(text, flag, minimum, above=above)
+def number(flag: str, minimum: float | None = None, above: bool = False, maximum: float | None = None) -> Callable[[str], float]:
+    """argparse type of a threshold, rate or share: a finite number (no nan / inf), checked by the library."""
+    return lambda text: check_number(text, flag, minimum, above=above, maximum=maximum)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -16,10 +16,6 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     if args.interpolate and not args.base_model:
         raise QAError("--interpolate mixes the new reader with the reader it was fine-tuned from.", "pass that reader as --base-model.")
-    if args.interpolate and max(args.interpolate) > 1:
-        raise QAError(f"--interpolate weights must be between 0 and 1, got {max(args.interpolate)}.", "pass weights such as 0.5 0.75 1.")
-    if args.no_answer_prior is not None and args.no_answer_prior > 1:
-        raise QAError(f"--no-answer-prior is a share between 0 and 1, got {args.no_answer_prior}.", "pass e.g. 0.36, SubjQA train's share of unanswerable questions.")
     distillation = None if args.teacher is None else DistillationConfig(args.teacher, args.distill_temperature, args.distill_alpha)
     squad_dir = args.squad_dir or settings.home / "squad"
     train_files, dev_files = list(args.train_file or []), list(args.dev_file or [])
@@ -123,7 +119,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--dev-file", nargs="+", type=Path, help="extra dev files, same formats (pooled to tune the no-answer threshold)")
     p.add_argument("--drop-dev-questions", action="store_true", help="leave out training questions whose id is a dev question's (counted either way)")
     p.add_argument("--select-on", type=Path, help="dev file whose F1 (unanswerable questions reweighted to the training share) selects the epoch (default electronics dev)")
-    p.add_argument("--no-answer-prior", type=number("--no-answer-prior", 0), metavar="SHARE",
+    p.add_argument("--no-answer-prior", type=number("--no-answer-prior", 0, maximum=1), metavar="SHARE",
                    help="share of unanswerable questions the threshold is tuned for (default: the training files'); "
                         "give your own data's share when --train-file adds all-answerable data such as SQuADShifts")
     p.add_argument("--base-model", help="model to fine-tune (default: the all-MiniLM-L6-v2 encoder)")
@@ -139,8 +135,8 @@ def register(commands, options: Options) -> None:
     p.add_argument("--max-steps", type=count("--max-steps"), help="stop after N optimiser steps (a smoke run)")
     p.add_argument("--teacher", help="distil from this QA model's start/end distributions (it must use the base model's tokenizer)")
     p.add_argument("--distill-temperature", type=number("--distill-temperature", 0, above=True), default=2.0, help="softmax temperature of the distillation")
-    p.add_argument("--distill-alpha", type=number("--distill-alpha", 0), default=0.5, help="weight of the gold-span loss; 1 - alpha goes to the teacher's")
-    p.add_argument("--interpolate", type=number("--interpolate", 0), nargs="+", metavar="WEIGHT",
+    p.add_argument("--distill-alpha", type=number("--distill-alpha", 0, maximum=1), default=0.5, help="weight of the gold-span loss; 1 - alpha goes to the teacher's")
+    p.add_argument("--interpolate", type=number("--interpolate", 0, maximum=1), nargs="+", metavar="WEIGHT",
                    help="then mix the new weights with --base-model's (WiSE-FT) at these weights of the new model, e.g. 0.5 0.75 1, "
                         "and keep the best on the pooled dev files (the fine-tuned model stays in OUTPUT-finetuned)")
     p.set_defaults(func=cmd_train_reader)

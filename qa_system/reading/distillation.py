@@ -36,9 +36,7 @@ class DistillationConfig:
 
     def __post_init__(self) -> None:
         check_number(self.temperature, "temperature", 0, above=True)
-        check_number(self.alpha, "alpha", 0)
-        if self.alpha > 1:
-            raise QAError(f"alpha must be between 0 and 1 (the weight of the hard-label loss), not {self.alpha}.", "pass alpha=0.5, for example.")
+        check_number(self.alpha, "alpha", 0, maximum=1)  # the gold-span loss's weight; 1 - alpha goes to the teacher's
 
 
 class DistillationLoss(NamedTuple):

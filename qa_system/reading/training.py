@@ -66,7 +66,7 @@ class TrainingConfig:
         check_count(self.seed, "seed", 0)
         check_count(self.max_steps, "max_steps", optional=True)
         check_number(self.learning_rate, "learning_rate", 0, above=True)
-        check_number(self.warmup_ratio, "warmup_ratio", 0)
+        check_number(self.warmup_ratio, "warmup_ratio", 0, maximum=1)
         check_number(self.weight_decay, "weight_decay", 0)
         if self.doc_stride >= self.max_seq_length:
             raise QAError(f"doc_stride ({self.doc_stride}) must be smaller than max_seq_length ({self.max_seq_length}).", "lower doc_stride.")
@@ -314,8 +314,7 @@ def train_reader(
 
     if not train_files or not dev_files:
         raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD or MRQA files (see `qa-system export-squad`).")
-    if no_answer_prior is not None and not 0 <= check_number(no_answer_prior, "no_answer_prior") <= 1:
-        raise QAError(f"no_answer_prior must be a share between 0 and 1, not {no_answer_prior}.", "pass the in-domain share of unanswerable questions.")
+    no_answer_prior = check_number(no_answer_prior, "no_answer_prior", 0, maximum=1, optional=True)
     select_on = POOLED if select_on == POOLED else Path(select_on) if select_on is not None else Path(dev_files[0])
     dev_reports = read_qa_files(list(dict.fromkeys(map(Path, dev_files))))
     dev_sets = {report.path: report.examples for report in dev_reports}
@@ -443,9 +442,9 @@ def interpolate_readers(
     """
     import torch
 
-    weights = [check_number(weight, "interpolation weight", 0) for weight in weights]
-    if not weights or max(weights) > 1:
-        raise QAError(f"Interpolation weights must be between 0 and 1, got {list(weights)}.", "pass weights such as 0.5 0.75 1.")
+    weights = [check_number(weight, "interpolation weight", 0, maximum=1) for weight in weights]
+    if not weights:
+        raise QAError("interpolate_readers needs at least one weight.", "pass weights such as 0.5 0.75 1.")
     _, general_model = load_qa_model(general, what="general reader")
     tokenizer, model = load_qa_model(specialised, what="specialised reader")
     # Copies: a state_dict shares its tensors with the model, which each trial overwrites.

@@ -21,6 +21,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from qa_system.errors import check_number
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.retrieval.fusion import minmax_normalise
 
@@ -52,10 +53,8 @@ class AnswerabilityRanker:
     """
 
     def __init__(self, model: str | Path | None = None, retriever_weight: float = 0.5, top_k: int = 10, max_seq_length: int = 384, doc_stride: int = 128):
-        if not 0.0 <= retriever_weight <= 1.0:
-            raise ValueError(f"retriever_weight must be in [0, 1], not {retriever_weight}.")
         self.model = str(model) if model is not None else None
-        self.retriever_weight = retriever_weight
+        self.retriever_weight = check_number(retriever_weight, "retriever_weight", 0, maximum=1)
         self.top_k = top_k
         self.max_seq_length = max_seq_length
         self.doc_stride = doc_stride

@@ -82,7 +82,7 @@ class RetrieverTrainingConfig:
         check_count(self.max_steps, "max_steps", optional=True)
         check_number(self.learning_rate, "learning_rate", 0, above=True)
         check_number(self.scale, "scale", 0, above=True)
-        check_number(self.warmup_ratio, "warmup_ratio", 0)
+        check_number(self.warmup_ratio, "warmup_ratio", 0, maximum=1)
         check_number(self.weight_decay, "weight_decay", 0)
 
 
