@@ -72,12 +72,13 @@ def check_number(
     too_low = minimum is not None and number is not None and (number <= minimum if above else number < minimum)
     too_high = maximum is not None and number is not None and number > maximum
     if number is None or not math.isfinite(number) or too_low or too_high:
-        bounds = [] if minimum is None else [f"{'above' if above else 'of at least'} {minimum:g}"]
-        example = (minimum or 0) + (1 if above else 0)
-        if maximum is not None:
-            bounds = [f"from {minimum:g} to {maximum:g}"] if minimum is not None and not above else [*bounds, f"at most {maximum:g}"]
-            example = maximum if minimum is None else (minimum + maximum) / 2
-        bound = "".join(f" {b}" for b in [" and ".join(bounds)] if b)
+        if minimum is not None and maximum is not None and not above:
+            bound, example = f" from {minimum:g} to {maximum:g}", (minimum + maximum) / 2
+        else:
+            lower = [] if minimum is None else [f"{'above' if above else 'of at least'} {minimum:g}"]
+            upper = [] if maximum is None else [f"at most {maximum:g}"]
+            bound = f" {' and '.join(lower + upper)}" if lower or upper else ""
+            example = maximum if maximum is not None else (minimum or 0) + (1 if above else 0)
         fix = f"pass a finite number{bound}, e.g. {name}{' ' if name.startswith('-') else '='}{example:g}."
         raise QAError(f"{name} must be a finite number{bound}, not {value!r}.", fix)
     return number

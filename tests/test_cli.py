@@ -117,6 +117,26 @@ def test_bad_counts_and_thresholds_are_one_line_exit_2(cli_env, capsys, argv, me
     assert len(captured.err.strip().splitlines()) == 1 and not captured.out  # refused before any work
 
 
+@pytest.mark.parametrize(
+    "bounds, value, message, example",
+    [
+        ({"minimum": 0}, -1, "w must be a finite number of at least 0, not -1.", "e.g. w=0."),
+        ({"minimum": 0, "maximum": 1}, 1.5, "w must be a finite number from 0 to 1, not 1.5.", "e.g. w=0.5."),
+        ({"minimum": 0, "above": True, "maximum": 1}, 0, "w must be a finite number above 0 and at most 1, not 0.", "e.g. w=1."),
+        ({"maximum": 2}, 3, "w must be a finite number at most 2, not 3.", "e.g. w=2."),
+        ({}, float("inf"), "w must be a finite number, not inf.", "e.g. w=0."),
+    ],
+)
+def test_check_number_names_its_bounds_and_a_valid_example(bounds, value, message, example):
+    from qa_system.errors import QAError, check_number
+
+    with pytest.raises(QAError) as refused:
+        check_number(value, "w", **bounds)
+    assert str(refused.value).startswith(message) and str(refused.value).endswith(example)
+    suggested = float(example.removeprefix("e.g. w=").rstrip("."))
+    assert check_number(suggested, "w", **bounds) == suggested  # the example it gives is accepted
+
+
 def test_an_unreachable_hub_model_id_fails_fast_with_one_line(indexed_cli):
     """This machine's own network, whatever it is: offline, the hub is unreachable (retried ~50 s before); online, the id does not exist."""
     import os
