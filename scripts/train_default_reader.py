@@ -8,8 +8,8 @@ Recipes (nothing in any of them is chosen on a test split):
   all-MiniLM-L6-v2 encoder with a fresh QA head on general QA data, SQuAD 2.0 dev (half of it
   unanswerable: the lesson in *whether* to answer) and SQuADShifts Amazon reviews less a fixed
   held-out slice, at 256-token windows, for a budget of optimiser steps that fits 2 CPU cores,
-  then a second pass at half the rate on a wider mix (SQuADShifts Reddit and the SQuAD 2.0 train
-  articles added: new text, in a new order); stage 2 continues on the SubjQA train splits of the
+  then two more passes at half the rate on a wider mix (SQuADShifts Reddit and the SQuAD 2.0 train
+  articles added: new text, in a new order each time); stage 2 continues on the SubjQA train splits of the
   three domains at 384-token windows, rehearsing a fixed 3% of the Amazon review groups of stage 1
   (``--rehearse``: without it stage 2 forgets much of what stage 1 learnt about reviews outside
   SubjQA), selects the epoch on the three SubjQA dev splits pooled and tunes the no-answer
@@ -53,8 +53,9 @@ def main() -> None:
     parser.add_argument("--general-learning-rate", type=float, default=1e-4)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--general-max-steps", type=int, default=600, help="optimiser steps on the general data (a budget for 2 CPU cores; 0 = one full epoch)")
-    parser.add_argument("--general-more-steps", type=int, default=700,
-                        help="two-stage: then continue stage 1 for this many steps on a wider mix (SQuADShifts Reddit and SQuAD 2.0 train added; 0 = skip)")
+    parser.add_argument("--general-more-steps", type=int, nargs="+", default=[700, 700], metavar="STEPS",
+                        help="two-stage: then continue stage 1 with one pass per number, of that many steps, on a wider mix "
+                             "(SQuADShifts Reddit and SQuAD 2.0 train added; 0 = skip)")
     parser.add_argument("--rehearse", type=int, default=3, metavar="PERCENT",
                         help="two-stage: stage 2 also trains on this percent of the SQuADShifts Amazon review groups it may train on, "
                              "its threshold still tuned for SubjQA's share of unanswerable questions (0 = SubjQA only)")
@@ -84,15 +85,16 @@ def main() -> None:
         if args.stage1 is None:
             train_reader(general, [amazon_heldout], default_embedding_model(), stage1,
                          TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short))
-            if args.general_more_steps:
-                # 2 cores afford part of an epoch per pass: a second pass from the first one's
-                # weights reads new text, in a new order, at half the rate.
-                wider = [amazon_train, args.data / "squadshifts" / "reddit_v1.0.json",
-                         args.data / "squad" / "train-v2.0-first10articles.json", args.data / "squad" / "dev-v2.0.json"]
-                more = dict(short, max_steps=args.max_steps or args.general_more_steps)
-                train_reader(wider, [amazon_heldout], str(stage1), args.work_dir / "stage1-wider",
-                             TrainingConfig(epochs=1, learning_rate=args.general_learning_rate / 2, seed=43, **more))
-                stage1 = args.work_dir / "stage1-wider"
+            # 2 cores afford part of an epoch per pass: each further pass starts from the last one's
+            # weights and reads new text, in a new order (its own seed), at half the rate.
+            wider = [amazon_train, args.data / "squadshifts" / "reddit_v1.0.json",
+                     args.data / "squad" / "train-v2.0-first10articles.json", args.data / "squad" / "dev-v2.0.json"]
+            for number, steps in enumerate((steps for steps in args.general_more_steps if steps), start=1):
+                more = dict(short, max_steps=args.max_steps or steps)
+                wider_dir = args.work_dir / f"stage1-wider{number}"
+                train_reader(wider, [amazon_heldout], str(stage1), wider_dir,
+                             TrainingConfig(epochs=1, learning_rate=args.general_learning_rate / 2, seed=42 + number, **more))
+                stage1 = wider_dir
         stage2 = args.stage2 or (args.work_dir / "stage2-subjqa" if args.interpolate else args.output)
         if args.stage2 is None:
             rehearsal, prior = [], None
