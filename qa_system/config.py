@@ -172,6 +172,11 @@ class Settings:
         return self.home / "indexes"
 
     @property
+    def bm25_cache(self) -> Path:
+        """Where built BM25 indexes of the embedded stores are kept, so that reopening a collection skips tokenising it."""
+        return self.home / "cache" / "bm25"
+
+    @property
     def reader_onnx_cache(self) -> Path:
         """Where the reader's int8 ONNX exports are built on first use, one directory per model version."""
         return self.home / "models" / "reader-onnx"

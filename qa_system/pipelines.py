@@ -99,7 +99,10 @@ def _merge(definition: dict, stage: dict) -> None:
 def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage: str | None = None, rerank: bool = False) -> Pipeline:
     """The retrieval pipeline, with the re-ranking and answer stages' components and connections merged in."""
     definition = yaml.safe_load(render_pipeline_yaml(retriever, index, settings))
-    for role, parameters in _BACKEND_PARAMETERS.get(index.backend, {}).items():
+    backend_parameters = dict(_BACKEND_PARAMETERS.get(index.backend, {}))
+    if _COMPONENTS[index.backend]["sparse_retriever"].endswith(".BM25sRetriever"):  # embedded stores: keep the built index between processes
+        backend_parameters["sparse_retriever"] = {"cache_dir": str(settings.bm25_cache)}
+    for role, parameters in backend_parameters.items():
         if role in definition["components"]:
             definition["components"][role]["init_parameters"].update(parameters)
     output = RETRIEVAL_OUTPUT[retriever]

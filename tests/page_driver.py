@@ -13,11 +13,11 @@ TIMEOUT = 180
 
 def wait(driver, condition, timeout: float = TIMEOUT):
     """``condition(driver)``'s first truthy value; the test fails with what the page shows when it never comes."""
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    try:
-        return WebDriverWait(driver, timeout).until(lambda d: condition(d))
+    try:  # an element a Streamlit rerun replaced while the condition read it: look again
+        return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(lambda d: condition(d))
     except TimeoutException:
         pytest.fail(f"the page did not get there in {timeout:.0f} s; it shows:\n{page_text(driver)}")
 
@@ -36,13 +36,13 @@ def selected(driver, label: str) -> str | None:
 def upload(driver, url: str, path: Path, **fields: str) -> None:
     """Open the page, fill the upload form (``fields``: label -> text) with ``path`` and submit it."""
     driver.get(url)
-    usable(driver, "xpath", "//summary[.//p[normalize-space()='Add your own documents']]").click()
+    click(driver, "xpath", "//summary[.//p[normalize-space()='Add your own documents']]")
     wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileUploader'] input[type='file']"))[0].send_keys(str(path))
     # The file's chip is shown once the upload reached the server.
     wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileChipName']") and not d.find_elements("css selector", "[data-testid='stFileChipIconSpinner']"))
     for label, text in fields.items():
         usable(driver, "css selector", f"input[aria-label='{label}']").send_keys(text)
-    usable(driver, "xpath", "//button[.//p[normalize-space()='Index the file']]").click()
+    click(driver, "xpath", "//button[.//p[normalize-space()='Index the file']]")
 
 
 def usable(driver, by: str, selector: str):
@@ -50,7 +50,25 @@ def usable(driver, by: str, selector: str):
     return wait(driver, lambda d: next((e for e in d.find_elements(by, selector) if e.is_displayed() and e.is_enabled()), None))
 
 
+def click(driver, by: str, selector: str) -> None:
+    """Click the first usable match of ``selector``; again while a Streamlit rerun replaces or covers it
+    (found usable, then redrawn before the click lands: "element not interactable")."""
+    from selenium.common.exceptions import ElementClickInterceptedException, ElementNotInteractableException
+
+    def clicked(d) -> bool:
+        try:
+            usable_now = next((e for e in d.find_elements(by, selector) if e.is_displayed() and e.is_enabled()), None)
+            if usable_now is None:
+                return False
+            usable_now.click()
+            return True
+        except (ElementClickInterceptedException, ElementNotInteractableException):
+            return False
+
+    wait(driver, clicked)
+
+
 def ask_on_page(driver, question: str) -> None:
     """Type ``question`` in the page's form and press Ask, once both are drawn (a rerun may still be drawing them)."""
     usable(driver, "css selector", "input[aria-label='Question']").send_keys(question)
-    usable(driver, "xpath", "//button[.//p[normalize-space()='Ask']]").click()
+    click(driver, "xpath", "//button[.//p[normalize-space()='Ask']]")

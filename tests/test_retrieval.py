@@ -1,6 +1,7 @@
 """Retrievers, fusion, filters and pipelines on a tiny corpus the tests write (real MiniLM encoder)."""
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -331,3 +332,70 @@ def test_bm25s_retriever_rebuilds_when_the_store_changes():
     store.write_documents([Document(content="green pears", meta={"item_id": "X"})])
     assert [d.content for d in retriever.run("pears")["documents"]] == ["green pears"]
     assert retriever.run("pears", filters=make_filters(item_id="Y"))["documents"] == []
+
+
+def _store(*texts):
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    store = InMemoryDocumentStore()
+    store.write_documents([Document(id=f"d{i}", content=text, meta={"item_id": "X"}) for i, text in enumerate(texts)])
+    return store
+
+
+REVIEWS = ("The screen is sharp and great for reading.", "Battery lasts two days.", "The case feels cheap but the screen is fine.")
+
+
+def _ranked(retriever, query="screen reading"):
+    return [(d.id, round(d.score, 6)) for d in retriever.run(query)["documents"]]
+
+
+def test_a_cached_bm25_index_is_loaded_instead_of_built_and_ranks_the_same(tmp_path, monkeypatch):
+    import bm25s
+
+    built = BM25sRetriever(_store(*REVIEWS), cache_dir=tmp_path)
+    expected = _ranked(built)
+    assert expected == _ranked(BM25sRetriever(_store(*REVIEWS)))  # the cache changes nothing about the ranking
+    [entry] = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+
+    def no_indexing(*args, **kwargs):
+        raise AssertionError("indexed again although the same documents are cached")
+
+    monkeypatch.setattr(bm25s.BM25, "index", no_indexing)
+    reopened = BM25sRetriever(_store(*REVIEWS), cache_dir=tmp_path)  # a new process: new store, same documents
+    assert _ranked(reopened) == expected
+    # Other settings or other text are another index: built, never served from the stale one.
+    with pytest.raises(AssertionError, match="indexed again"):
+        BM25sRetriever(_store(*REVIEWS), cache_dir=tmp_path, k1=2.0).warm_up()
+    with pytest.raises(AssertionError, match="indexed again"):
+        BM25sRetriever(_store(REVIEWS[0], REVIEWS[1], "The case is sturdy."), cache_dir=tmp_path).warm_up()
+    assert [p for p in tmp_path.iterdir() if not p.name.startswith(".")] == [entry]
+
+
+def test_a_damaged_cached_index_is_rebuilt_and_old_ones_are_pruned(tmp_path, monkeypatch, caplog):
+    from qa_system.retrieval import bm25
+
+    expected = _ranked(BM25sRetriever(_store(*REVIEWS), cache_dir=tmp_path))
+    [entry] = list(tmp_path.iterdir())
+    (entry / "params.index.json").write_text("{not json")
+    assert _ranked(BM25sRetriever(_store(*REVIEWS), cache_dir=tmp_path)) == expected
+    assert "Ignoring the cached BM25 index" in caplog.text
+    assert (entry / "params.index.json").read_text().startswith("{") and json.loads((entry / "params.index.json").read_text())
+
+    monkeypatch.setattr(bm25, "CACHED_INDEXES", 2)
+    os.utime(entry, (entry.stat().st_atime, entry.stat().st_mtime - 3600))  # used an hour ago: the oldest, whatever the clock's grain
+    for extra in ("one", "two", "three"):
+        BM25sRetriever(_store(*REVIEWS, extra), cache_dir=tmp_path).warm_up()
+    assert len(list(tmp_path.iterdir())) == 2 and not entry.exists()  # the two most recent are kept
+
+
+def test_an_unwritable_cache_still_answers(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    assert _ranked(BM25sRetriever(_store(*REVIEWS), cache_dir=blocked / "bm25")) == _ranked(BM25sRetriever(_store(*REVIEWS)))
+
+
+def test_pipelines_of_the_embedded_stores_cache_their_bm25_index_in_the_settings_home(indexed):
+    settings = indexed["memory"]
+    pipeline = build_retrieval_pipeline("bm25", settings, index=open_index(settings, "electronics"))
+    assert review_ids(pipeline.run("bass", item_id="HEADPHONES", top_k=1)) == ["r-phones-1"]
+    assert [p for p in settings.bm25_cache.iterdir() if not p.name.startswith(".")]  # saved for the next process

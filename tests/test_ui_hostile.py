@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import COLUMNS, SPLIT_ROWS, write_subjqa
-from page_driver import ask_on_page, page_text, upload, usable, wait
+from page_driver import ask_on_page, click, page_text, upload, wait
 
 from qa_system.evaluation.report import write_report
 from qa_system.safe_text import WORD_JOINER
@@ -231,7 +231,7 @@ def test_a_hostile_upload_is_shown_as_text(site, browser, recorder, tmp_path):
     assert path.name in page_text(browser)  # the file's name in the report, as text
     ask_on_page(browser, "Is it good for reading?")
     wait(browser, lambda d: d.find_elements("css selector", ANSWER_CARD))
-    usable(browser, "xpath", "//summary[.//p[contains(., 'Retrieved reviews')]]").click()
+    click(browser, "xpath", "//summary[.//p[contains(., 'Retrieved reviews')]]")
     idle(browser)
     text = page_text(browser)
     assert "# HEADING" in text and f'<img src="{recorder.origin}/img.png">' in text and item in text

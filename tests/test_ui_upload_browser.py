@@ -48,8 +48,9 @@ def test_a_file_that_is_not_a_table_is_refused_in_one_line(site, browser):
     broken = root / "broken.csv"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8)
     upload(browser, url, broken)
-    alert = wait(browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "broken.csv" in a.text])
-    message = alert[0].find_element("css selector", "[data-testid='stMarkdownContainer']").text
+    # Read in the same look as found: a rerun may redraw the alert between two reads (its text then reads empty).
+    message = wait(browser, lambda d: next((m.text for m in d.find_elements("css selector", "[data-testid='stAlert'] [data-testid='stMarkdownContainer']")
+                                            if "broken.csv" in m.text), None))
     assert len(message.strip().splitlines()) == 1 and "Fix:" in message  # one line naming the problem and the fix
     assert "broken" not in [info.name for info in list_collections(settings)]  # nothing was created
 

@@ -8,10 +8,19 @@ as in Elasticsearch; metadata filters restrict which documents may be returned.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import logging
+import os
 import re
+import shutil
+import tempfile
+import time
 import unicodedata
 from dataclasses import replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +29,11 @@ from haystack.core.serialization import import_class_by_name
 
 from qa_system.retrieval.filters import MetaPostings
 
+logger = logging.getLogger(__name__)
+
 WORD_PATTERN = r"\w+"
+# Built indexes kept in a cache directory: the newest few, as a collection changes or several are served.
+CACHED_INDEXES = 8
 
 
 @lru_cache(maxsize=4)
@@ -67,7 +80,10 @@ class BM25sRetriever:
     """BM25 over any Haystack document store's documents, with fast per-product filters.
 
     The index is built at ``warm_up`` (or first use) from ``document_store.filter_documents()`` and
-    rebuilt when the store's document count changes.
+    rebuilt when the store's document count changes. With ``cache_dir`` a built index is saved there
+    under a digest of the settings and of every document's id and text, and loaded instead of built
+    the next time the same documents are opened (a new process, a restarted page): tokenising and
+    indexing a large collection takes most of the time to its first answer.
 
     With filters, ``return_unmatched`` also returns the filtered documents that share no term with
     the query, ranked after the matching ones (score 0). A product has a handful of reviews and
@@ -95,6 +111,7 @@ class BM25sRetriever:
         stopwords: str | None = None,
         return_unmatched: bool = True,
         token_pattern: str = WORD_PATTERN,
+        cache_dir: str | None = None,
     ):
         self.document_store = document_store
         self.return_unmatched = return_unmatched
@@ -102,6 +119,7 @@ class BM25sRetriever:
         self.k1, self.b, self.method = k1, b, method
         self.stemmer_language, self.stopwords, self.token_pattern = stemmer_language, stopwords, token_pattern
         self.analyzer = Analyzer(stemmer_language, stopwords, token_pattern)
+        self.cache_dir = None if cache_dir is None else str(cache_dir)
         self._bm25 = None
         self._documents: list[Document] = []
         self._postings = MetaPostings([])
@@ -114,12 +132,29 @@ class BM25sRetriever:
         import bm25s
 
         documents = [d for d in self.document_store.filter_documents() if d.content]
-        bm25 = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
-        if documents:
-            # An empty token list would make bm25s drop the document; "" keeps rows aligned.
-            bm25.index([self.analyzer(d.content) or [""] for d in documents], show_progress=False)
+        cached = Path(self.cache_dir) / self._digest(documents) if self.cache_dir and documents else None
+        bm25 = _load_index(cached, len(documents)) if cached else None
+        if bm25 is None:
+            bm25 = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
+            if documents:
+                # An empty token list would make bm25s drop the document; "" keeps rows aligned.
+                bm25.index([self.analyzer(d.content) or [""] for d in documents], show_progress=False)
+                if cached:
+                    _save_index(bm25, cached)
         self._bm25, self._documents = bm25, documents
         self._postings = MetaPostings(enumerate(documents))
+
+    def _digest(self, documents: list[Document]) -> str:
+        """Names the index of these documents (their order is the index's row order) under these settings."""
+        import bm25s
+
+        settings = [self.k1, self.b, self.method, self.stemmer_language, self.stopwords, self.token_pattern, bm25s.__version__]
+        digest = hashlib.sha256(json.dumps(settings).encode())
+        for document in documents:
+            for text in (document.id, document.content):
+                data = text.encode("utf-8", "surrogatepass")
+                digest.update(len(data).to_bytes(8, "little") + data)  # length-prefixed: no two lists hash alike
+        return digest.hexdigest()[:32]
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, filters: dict | None = None, top_k: int | None = None) -> dict[str, list[Document]]:
@@ -156,6 +191,7 @@ class BM25sRetriever:
             stopwords=self.stopwords,
             return_unmatched=self.return_unmatched,
             token_pattern=self.token_pattern,
+            cache_dir=self.cache_dir,
         )
 
     @classmethod
@@ -163,3 +199,53 @@ class BM25sRetriever:
         store = data["init_parameters"]["document_store"]
         data["init_parameters"]["document_store"] = import_class_by_name(store["type"]).from_dict(store)
         return default_from_dict(cls, data)
+
+
+def _load_index(path: Path, documents: int):
+    """The index saved at ``path``, or None when there is none or it is unreadable (then it is rebuilt)."""
+    import bm25s
+
+    if not path.is_dir():
+        return None
+    try:
+        bm25 = bm25s.BM25.load(str(path), show_progress=False)
+        if bm25.scores["num_docs"] != documents:
+            raise ValueError(f"{bm25.scores['num_docs']} documents where {documents} were expected")
+    except Exception as error:  # a damaged cache entry costs a rebuild, never a failed query
+        logger.warning("Ignoring the cached BM25 index %s (%s); it is rebuilt.", path, error)
+        shutil.rmtree(path, ignore_errors=True)
+        return None
+    with contextlib.suppress(OSError):  # a read-only cache still serves
+        os.utime(path)  # recently used: kept by _prune
+    return bm25
+
+
+def _save_index(bm25, path: Path) -> None:
+    """Save atomically (written aside, then renamed: a reader never sees half an index), then keep the newest few."""
+    partial = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=path.parent))
+        bm25.save(str(partial), show_progress=False)
+        os.replace(partial, path)
+    except OSError as error:  # another process saved it first, a read-only or full disk: the index in memory serves
+        logger.info("BM25 index not cached at %s (%s).", path, error)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        return
+    _prune(path.parent)
+
+
+def _prune(directory: Path) -> None:
+    """Keep the CACHED_INDEXES most recently used indexes; drop what a killed process left half-written."""
+
+    def age(entry: Path) -> float:
+        try:
+            return time.time() - entry.stat().st_mtime
+        except FileNotFoundError:  # pruned by another process meanwhile
+            return float("inf")
+
+    indexes = sorted((p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")), key=age)
+    stale = [p for p in directory.glob(".partial-*") if age(p) > 3600]
+    for entry in indexes[CACHED_INDEXES:] + stale:
+        shutil.rmtree(entry, ignore_errors=True)
