@@ -19,7 +19,6 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
-from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, Unavailable
@@ -147,7 +146,7 @@ def _load_memory(settings: Settings, name: str) -> Index | None:
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
         raise QAError(f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path}).") from error
     store = new_memory_store(name)
-    store.write_documents(documents, policy=DuplicatePolicy.OVERWRITE)
+    store.load_documents(documents)
     return Index("memory", name, store, manifest)
 
 

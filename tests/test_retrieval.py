@@ -399,3 +399,26 @@ def test_pipelines_of_the_embedded_stores_cache_their_bm25_index_in_the_settings
     pipeline = build_retrieval_pipeline("bm25", settings, index=open_index(settings, "electronics"))
     assert review_ids(pipeline.run("bass", item_id="HEADPHONES", top_k=1)) == ["r-phones-1"]
     assert [p for p in settings.bm25_cache.iterdir() if not p.name.startswith(".")]  # saved for the next process
+
+
+def test_a_loaded_store_counts_terms_for_haystacks_bm25_only_when_it_is_used_and_scores_alike(indexed):
+    from qa_system.meta_filters import MultiValueInMemoryDocumentStore
+
+    documents = [Document(id=f"d{i}", content=text, meta={"item_id": "X"}) for i, text in enumerate(REVIEWS)]
+    written, loaded = MultiValueInMemoryDocumentStore(shared=False), MultiValueInMemoryDocumentStore(shared=False)
+    written.write_documents(documents)
+    loaded.load_documents(documents)
+    assert loaded.count_documents() == 3 and not loaded._bm25_attr  # nothing counted on load
+    for store in (written, loaded):  # changes after the load are counted too
+        store.write_documents([Document(id="d9", content="Great screen for reading at night.")])
+        store.delete_documents(["d1"])
+
+    def ranked(store):
+        return [(d.id, d.score) for d in store.bm25_retrieval("screen reading", top_k=5)]
+
+    assert ranked(loaded) == ranked(written) and [i for i, _ in ranked(written)] == ["d9", "d0", "d2"]
+    with pytest.raises(ValueError, match="empty store"):
+        loaded.load_documents(documents)
+    opened = open_index(indexed["memory"], "electronics").store  # a saved index opens without counting
+    assert opened.count_documents() > 0 and not opened._bm25_attr
+    assert opened.bm25_retrieval("bass", filters=make_filters(item_id="HEADPHONES"), top_k=1)[0].meta["review_id"] == "r-phones-1"
