@@ -45,9 +45,13 @@ def upload(driver, url: str, path: Path, **fields: str) -> None:
     click(driver, "xpath", "//button[.//p[normalize-space()='Index the file']]")
 
 
+def _first_usable(driver, by: str, selector: str):
+    return next((e for e in driver.find_elements(by, selector) if e.is_displayed() and e.is_enabled()), None)
+
+
 def usable(driver, by: str, selector: str):
     """The first element matching ``selector`` once it is shown and enabled (an expander may still be opening)."""
-    return wait(driver, lambda d: next((e for e in d.find_elements(by, selector) if e.is_displayed() and e.is_enabled()), None))
+    return wait(driver, lambda d: _first_usable(d, by, selector))
 
 
 def click(driver, by: str, selector: str) -> None:
@@ -57,7 +61,7 @@ def click(driver, by: str, selector: str) -> None:
 
     def clicked(d) -> bool:
         try:
-            usable_now = next((e for e in d.find_elements(by, selector) if e.is_displayed() and e.is_enabled()), None)
+            usable_now = _first_usable(d, by, selector)
             if usable_now is None:
                 return False
             usable_now.click()
