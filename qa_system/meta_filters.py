@@ -84,6 +84,8 @@ class MultiValueInMemoryDocumentStore(InMemoryDocumentStore):
         self._terms_counted = False
 
     def _count_terms(self) -> None:
+        if self._terms_counted:  # the usual case, without taking the lock
+            return
         with self._counting:
             if self._terms_counted:
                 return

@@ -58,15 +58,23 @@ _COMPONENTS = {
         "dense_retriever": "haystack_integrations.components.retrievers.opensearch.embedding_retriever.OpenSearchEmbeddingRetriever",
     },
 }
-# Init parameters a backend's component needs beside those of the YAML files: OpenSearch's k-NN
-# search must filter inside the search (else the k nearest of all products are filtered afterwards).
-_BACKEND_PARAMETERS = {"opensearch": {"dense_retriever": {"efficient_filtering": True}}}
 # With fusion, each retriever hands over more candidates than the final top_k.
 FUSION_CANDIDATES = 20
 # With re-ranking, the retrieval stage hands over more candidates than the final top_k.
 RERANK_CANDIDATES = 10
 RETRIEVAL_OUTPUT = {"bm25": "sparse_retriever", "dense": "dense_retriever", "hybrid": "fusion"}
 ANSWER_STAGES = ("extractive", "rag")
+
+
+def _backend_parameters(backend: str, settings: Settings) -> dict[str, dict[str, Any]]:
+    """Init parameters a backend's components need beside those of the YAML files: OpenSearch's k-NN
+    search must filter inside the search (else the k nearest of all products are filtered afterwards);
+    the embedded stores' BM25 keeps its built index between processes."""
+    if backend == "opensearch":
+        return {"dense_retriever": {"efficient_filtering": True}}
+    if backend in ("memory", "faiss"):
+        return {"sparse_retriever": {"cache_dir": str(settings.bm25_cache)}}
+    return {}
 
 
 def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dict | None = None, directory: Path = PIPELINES_DIR) -> str:
@@ -99,10 +107,7 @@ def _merge(definition: dict, stage: dict) -> None:
 def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage: str | None = None, rerank: bool = False) -> Pipeline:
     """The retrieval pipeline, with the re-ranking and answer stages' components and connections merged in."""
     definition = yaml.safe_load(render_pipeline_yaml(retriever, index, settings))
-    backend_parameters = dict(_BACKEND_PARAMETERS.get(index.backend, {}))
-    if _COMPONENTS[index.backend]["sparse_retriever"].endswith(".BM25sRetriever"):  # embedded stores: keep the built index between processes
-        backend_parameters["sparse_retriever"] = {"cache_dir": str(settings.bm25_cache)}
-    for role, parameters in backend_parameters.items():
+    for role, parameters in _backend_parameters(index.backend, settings).items():
         if role in definition["components"]:
             definition["components"][role]["init_parameters"].update(parameters)
     output = RETRIEVAL_OUTPUT[retriever]

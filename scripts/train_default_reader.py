@@ -89,7 +89,7 @@ def main() -> None:
             # weights and reads new text, in a new order (its own seed), at half the rate.
             wider = [amazon_train, args.data / "squadshifts" / "reddit_v1.0.json",
                      args.data / "squad" / "train-v2.0-first10articles.json", args.data / "squad" / "dev-v2.0.json"]
-            for number, steps in enumerate((steps for steps in args.general_more_steps if steps), start=1):
+            for number, steps in enumerate(filter(None, args.general_more_steps), start=1):  # 0 = skip
                 more = dict(short, max_steps=args.max_steps or steps)
                 wider_dir = args.work_dir / f"stage1-wider{number}"
                 train_reader(wider, [amazon_heldout], str(stage1), wider_dir,
