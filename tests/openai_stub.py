@@ -27,13 +27,15 @@ def _chunk(body: dict[str, Any], delta: dict[str, Any], finish_reason: str | Non
 
 class OpenAIStub:
     """Answers ``POST /v1/chat/completions`` with ``reply(request_body)``, streamed word by word when
-    asked; an unknown model gets the 404 a real server sends. ``requests`` holds the bodies received."""
+    asked (``drip_s`` apart, as a model writes); an unknown model gets the 404 a real server sends.
+    ``requests`` holds the bodies received."""
 
     def __init__(self, reply: Callable[[dict[str, Any]], str], max_requests: int = 20, deadline_s: float = 120.0):
         self.reply = reply
         self.max_requests = max_requests
         self.deadline_s = deadline_s
         self.requests: list[dict[str, Any]] = []
+        self.drip_s = 0.0
         self._stopped = threading.Event()
         stub = self
 
@@ -42,10 +44,13 @@ class OpenAIStub:
                 pass
 
             def _send(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
+                self._start(status, content_type)
+                self.wfile.write(payload)
+
+            def _start(self, status: int, content_type: str) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.end_headers()
-                self.wfile.write(payload)
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -60,8 +65,15 @@ class OpenAIStub:
                     return
                 pieces = [piece + " " for piece in text.split(" ")]
                 pieces[-1] = pieces[-1].rstrip()
-                stream = b"".join(_chunk(body, {"role": "assistant", "content": piece}) for piece in pieces)
-                self._send(200, stream + _chunk(body, {}, "stop") + b"data: [DONE]\n\n", "text/event-stream")
+                self._start(200, "text/event-stream")
+                try:
+                    for piece in pieces:
+                        self.wfile.write(_chunk(body, {"role": "assistant", "content": piece}))
+                        self.wfile.flush()
+                        time.sleep(stub.drip_s)
+                    self.wfile.write(_chunk(body, {}, "stop") + b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+                    pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.timeout = 0.2

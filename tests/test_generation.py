@@ -196,6 +196,15 @@ def test_local_generator_replies_streams_and_counts_tokens(request, model_fixtur
     again = generator.run(messages)["replies"][0]
     assert again.text == first.text  # temperature 0 is greedy and repeatable
 
+    class Left(Exception):
+        pass
+
+    def leave(chunk) -> None:  # how the API stops an answer whose client has gone
+        raise Left()
+
+    with pytest.raises(Left):
+        generator.run(messages, streaming_callback=leave)
+
 
 def test_local_generator_sampling_and_beams_are_generation_settings(causal_dir):
     generator = LocalGenerator(str(causal_dir), {"max_new_tokens": 4, "temperature": 0.7, "num_beams": 1})

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -72,6 +74,13 @@ def one_line(error: RequestValidationError) -> str:
     if first["type"] == "extra_forbidden":
         return f"Unknown field '{field}' in the request. Fix: see the request schema at /docs."
     return f"Invalid '{field}': {first['msg']}. Fix: see the request schema at /docs."
+
+
+logger = logging.getLogger(__name__)
+
+
+class ClientGone(Exception):
+    """Raised in the generator's thread at its next piece of text once the streaming client has left."""
 
 
 def sse(event: str, data: Any) -> str:
@@ -175,18 +184,36 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
         )  # fmt: skip
 
     async def stream_answer(question: Question) -> AsyncIterator[str]:
-        """``token`` events while the generator writes (RAG), then the whole response as ``result``."""
+        """``token`` events while the generator writes (RAG), then the whole response as ``result``.
+
+        A client that leaves stops the generator at its next piece of text: the worker thread is free
+        for other questions instead of writing an answer nobody reads.
+        """
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str] = asyncio.Queue()
-        run = asyncio.ensure_future(blocking(service.ask, question, lambda chunk: loop.call_soon_threadsafe(pieces.put_nowait, chunk.content)))
-        while not run.done() or not pieces.empty():
-            waiting = asyncio.ensure_future(pieces.get())
-            await asyncio.wait({run, waiting}, return_when=asyncio.FIRST_COMPLETED)
-            if waiting.done():
-                if waiting.result():
-                    yield sse("token", {"text": waiting.result()})
-            else:
-                waiting.cancel()
+        client_gone = threading.Event()
+
+        def forward(chunk) -> None:  # in the worker thread
+            if client_gone.is_set():
+                raise ClientGone()
+            loop.call_soon_threadsafe(pieces.put_nowait, chunk.content)
+
+        run = asyncio.ensure_future(blocking(service.ask, question, forward))
+        try:
+            while not run.done() or not pieces.empty():
+                waiting = asyncio.ensure_future(pieces.get())
+                await asyncio.wait({run, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                if waiting.done():
+                    if waiting.result():
+                        yield sse("token", {"text": waiting.result()})
+                else:
+                    waiting.cancel()
+        finally:  # also when the server cancels the stream because its client disconnected
+            if not run.done():
+                client_gone.set()
+                metrics.generations_stopped.inc()
+                logger.info("A streaming client left: its answer is stopped at the generator's next piece of text.")
+                run.add_done_callback(lambda done: done.cancelled() or done.exception())  # the ClientGone is expected: not "never retrieved"
         try:
             result, queued = run.result()
         except QAError as error:

@@ -42,6 +42,9 @@ class Metrics:
             "qa_api_stage_duration_seconds", "Seconds per stage of the answered questions (queue: waiting for a worker thread)", ["stage"],
             buckets=LATENCY_BUCKETS, registry=self.registry,
         )  # fmt: skip
+        self.generations_stopped = Counter(
+            "qa_api_generations_stopped", "Streamed answers stopped because their client left before the end", registry=self.registry,
+        )  # fmt: skip
         self.ready = Gauge("qa_api_ready", "1 once the models and indexes are loaded", registry=self.registry)
 
     def render(self) -> bytes:
