@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -158,6 +159,50 @@ class Server:
                     self.process.wait(10)
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class LateServer:
+    """A port that refuses connections until ``open()``, then forwards them to the server at
+    ``target_url``: a search server that comes up after the program that needs it."""
+
+    def __init__(self, target_url: str):
+        host, port = target_url.split("://", 1)[-1].rstrip("/").rsplit(":", 1)
+        self.target = (host, int(port))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._listener: socket.socket | None = None
+
+    def open(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(self.target)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:  # one side done: the connection is over both ways
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -28,6 +28,7 @@ from qa_system.serving.api import create_app, serve_api
 from qa_system.serving.feedback import FeedbackStore
 from qa_system.serving.service import QAService, ServedCollection
 from qa_system.serving.webapp import free_port
+from qa_system.stores import delete_opensearch_index
 
 SLOW_S = 1.5  # how long the generator takes to answer a question that says "slowly"
 
@@ -125,6 +126,36 @@ def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path):
         assert health.status_code == 503 and health.json()["status"] == "failed" and "no-such-data" in health.json()["error"]
         refused = ask(url)
         assert refused.status_code == 503 and refused.json()["detail"].startswith("The server failed to load: ")
+
+
+@pytest.mark.opensearch
+def test_a_search_server_that_comes_up_late_is_waited_for(opensearch_url, tiny_reader, tmp_path):
+    """The API starts before its search server (as containers do): /health says it is waiting and
+    why, and once the server answers the load goes on without a restart."""
+    from search_server import LateServer
+
+    late = LateServer(opensearch_url)
+    settings = Settings.from_env(
+        data_dir=write_subjqa(tmp_path / "subjqa"), home=tmp_path / "home", store="opensearch", opensearch_url=late.url,
+        reader_model=str(tiny_reader), reader_backend="torch",
+    )  # fmt: skip
+    service = QAService(settings, retry_first_s=0.2, retry_max_s=0.5)
+    try:
+        with running(create_app(settings, service=service)) as url:
+            deadline = time.monotonic() + 30
+            while "waiting" not in (health := httpx.get(f"{url}/health").json()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert health["status"] == "loading" and health["waiting"]["error"].startswith(f"OpenSearch at {late.url} is unreachable. Fix: ")
+            assert 0 <= health["waiting"]["retry_in_s"] <= 0.5
+            refused = ask(url)
+            assert refused.status_code == 503 and refused.json()["detail"].startswith("The server is waiting for its search server: OpenSearch at ")
+            late.open()
+            assert wait_ready(url, timeout=120).status_code == 200
+            answered = ask(url, query="How is the sound?")
+            assert answered.status_code == 200 and answered.json()["documents"][0]["meta"]["item_id"] == "KINDLE"
+    finally:
+        late.close()
+        delete_opensearch_index(replace(settings, opensearch_url=opensearch_url), "subjqa-electronics")
 
 
 def test_a_port_in_use_is_a_one_line_error(capsys):

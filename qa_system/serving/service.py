@@ -3,7 +3,9 @@ built once, answer feedback.
 
 ``QAService.start()`` opens the collections' indexes (building one on first start, as the page does)
 and loads the default pipeline's models in a background task, reporting progress; ``status()`` says
-whether it is loading, ready or failed. Every other method is thread-safe and blocking, meant to be
+whether it is loading, ready or failed. A search server that cannot be reached yet (a container still
+starting, a restart) is waited for: the load is tried again after a pause that doubles up to a
+minute, and ``status()`` says why it waits; any other error fails the load. Every other method is thread-safe and blocking, meant to be
 called from worker threads: a pipeline is built once per (collection, retriever, answer stage) by
 whichever request needs it first, and then shared (Haystack pipelines keep no state between runs;
 ``timing.component_timings`` records per run).
@@ -14,6 +16,7 @@ A collection is a named index: a SubjQA domain's, or one of your own (``qa-syste
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ from typing import Any, Sequence
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.errors import NotFound, QAError, check_count, check_number
+from qa_system.errors import NotFound, QAError, Unavailable, check_count, check_number
 from qa_system.indexing import open_or_build_index
 from qa_system.ingestion import collection_info
 from qa_system.ingestion import open_collection as open_saved_collection
@@ -31,6 +34,8 @@ from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.serving.background import BackgroundTask, Report
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
 from qa_system.stores import Index
+
+logger = logging.getLogger(__name__)
 
 # Longest question read, in characters: questions are a sentence, and a reader window must keep room for the review.
 MAX_QUESTION_CHARS = 1000
@@ -76,7 +81,12 @@ class Question:
 
 
 class QAService:
-    def __init__(self, settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS):
+    """:param retry_first_s, retry_max_s: the first pause before loading again while the search server
+        is unreachable, and the longest one (each pause doubles the last)."""
+
+    def __init__(
+        self, settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, retry_first_s: float = 2.0, retry_max_s: float = 60.0,
+    ):  # fmt: skip
         if not collections:
             raise QAError("No collection to serve.", "name one, e.g. --domain electronics or --collection my-reviews.")
         self.settings = settings
@@ -92,6 +102,9 @@ class QAService:
         self._lock = threading.Lock()
         self._loading: BackgroundTask[None] | None = None
         self._loaded_s: float | None = None
+        self.retry_first_s, self.retry_max_s = retry_first_s, retry_max_s
+        self._waiting: tuple[str, float] | None = None  # while the load waits: why, and when it tries again (monotonic)
+        self._stopping = threading.Event()
 
     # ------------------------------------------------------------------ loading
 
@@ -100,11 +113,28 @@ class QAService:
         self._loading = BackgroundTask(self.load, name="qa-service-load")
         return self
 
+    def stop(self) -> None:
+        """Ends a load that waits for its search server (the server process is shutting down)."""
+        self._stopping.set()
+
     def load(self, report: Report | None = None) -> None:
-        """Open every collection, then load the models of the default pipeline (configured retriever, extractive)."""
+        """Open every collection, then load the models of the default pipeline (configured retriever,
+        extractive); tried again while the search server is unreachable, until ``stop()``."""
         began = time.perf_counter()
-        for name, collection in self.served.items():
-            self._indexes[name] = collection.open(self.settings, report)
+        pause = self.retry_first_s
+        while True:
+            try:
+                for name, collection in self.served.items():
+                    if name not in self._indexes:
+                        self._indexes[name] = collection.open(self.settings, report)
+                break
+            except Unavailable as error:
+                self._waiting = (str(error), time.monotonic() + pause)
+                logger.warning("%s Loading again in %.0f s.", error, pause)
+                if self._stopping.wait(pause):
+                    raise
+                pause = min(2 * pause, self.retry_max_s)
+        self._waiting = None
         for name in self.names:
             self.pipeline(name, self.settings.retriever, "extractive")
         self._loaded_s = time.perf_counter() - began
@@ -114,7 +144,10 @@ class QAService:
         task = self._loading
         if task is None or not task.wait(0):
             done, total = task.progress if task else (0, 0)
-            return {"status": "loading", "progress": {"done": done, "total": total}}
+            loading: dict[str, Any] = {"status": "loading", "progress": {"done": done, "total": total}}
+            if waiting := self._waiting:
+                loading["waiting"] = {"error": waiting[0], "retry_in_s": round(max(0.0, waiting[1] - time.monotonic()), 1)}
+            return loading
         if task.failed:
             try:
                 task.result()

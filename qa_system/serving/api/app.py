@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
         app.state.workers = ThreadPoolExecutor(settings.api_workers, thread_name_prefix="qa-api-worker")
         service.start()
         yield
+        service.stop()
         app.state.workers.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=lifespan, responses=ERRORS)
@@ -132,7 +133,12 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
         status = service.status()
         metrics.ready.set(status["status"] == "ready")
         if status["status"] != "ready":
-            detail = f"The server failed to load: {status['error']}" if status["status"] == "failed" else "The server is still loading its models and indexes. Fix: retry when GET /health answers 200."
+            if status["status"] == "failed":
+                detail = f"The server failed to load: {status['error']}"
+            elif waiting := status.get("waiting"):
+                detail = f"The server is waiting for its search server: {waiting['error']}"
+            else:
+                detail = "The server is still loading its models and indexes. Fix: retry when GET /health answers 200."
             raise HTTPException(503, detail)
         return service
 

@@ -163,6 +163,9 @@ class HealthOut(BaseModel):
     collections: list[str]
     reader_backend: str
     progress: dict[str, int] | None = Field(None, description="loading: reviews embedded so far (done, total) on a first start")
+    waiting: dict[str, str | float] | None = Field(
+        None, description="loading: the search server is unreachable; `error` says which and how to fix it, `retry_in_s` when the load tries again",
+    )  # fmt: skip
     error: str | None = Field(None, description="failed: why")
     load_s: float | None = None
 
