@@ -102,6 +102,8 @@ def test_a_changed_model_gets_a_new_export_and_a_stale_one_is_never_used(tiny, t
         built[bool(flags)] = onnx_cache.cached_export(model, cache)
     assert built[True] != built[False]
     assert [json.loads((built[vnni] / "export.json").read_text())["reduce_range"] for vnni in (False, True)] == [True, False]
+    # Four exports of one model were built; the two most recently used are kept, the older ones removed.
+    assert sorted(p.name for p in cache.iterdir() if p.is_dir()) == sorted([built[True].name, built[False].name]) and not first.exists()
 
 
 def test_the_torch_backend_builds_nothing(tiny, tmp_path, builds, monkeypatch):

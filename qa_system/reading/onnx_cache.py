@@ -10,6 +10,8 @@ Building is atomic and one process at a time: a file lock per key, the export wr
 temporary directory beside the target and renamed into place, so a reader never sees half an
 export. Under the lock, the leftovers of a build that died (``kill -9``) are removed first. An
 export that is incomplete (a file missing or of the wrong size) or does not load is rebuilt.
+A new export of a model leaves its previous one (a server still running it, a way back) and removes
+the older ones: each is about 100 MB that nothing uses any more.
 
 When building fails (no disk space, an architecture the exporter does not know), the reader falls
 back to PyTorch with a warning rather than failing to answer; a process does not retry a failed
@@ -29,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from qa_system.disk_cache import keep_most_recent, mark_used
 from qa_system.errors import QAError
 from qa_system.reading.model import ModelLoadError
 from qa_system.reading.onnx import EXPORT_INFO, INT8_FILE, Report, default_reduce_range, open_export, write_export
@@ -37,6 +40,7 @@ from qa_system.reading.onnx import EXPORT_INFO, INT8_FILE, Report, default_reduc
 RECIPE = 1
 OPSET = 17
 LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime")
+EXPORTS_PER_MODEL = 2  # the newest export of a model name and the one before it
 LOCK_WAIT_NOTICE_S = 0.5  # a build lock held longer than this: say that this process waits
 logger = logging.getLogger(__name__)
 _failed: dict[tuple[Path, str], str] = {}  # (cache, model) -> why its export failed in this process
@@ -110,6 +114,7 @@ def cached_export(model: str | Path, cache: str | Path, report: Report | None = 
         return _build(model, cache, None, reduce_range, report)
     target = export_dir(model, cache, fingerprint, reduce_range)
     if not rebuild and is_complete(target):
+        mark_used(target)
         return target
     from filelock import FileLock, Timeout
 
@@ -122,6 +127,7 @@ def cached_export(model: str | Path, cache: str | Path, report: Report | None = 
         lock.acquire()
     try:
         if not rebuild and is_complete(target):
+            mark_used(target)
             return target  # built by another process while this one waited
         # Holding the lock, this process is the only one building this export: what is left of
         # earlier builds of it was left by a process that died.
@@ -156,6 +162,7 @@ def _build(model: str | Path, cache: Path, target: Path | None, reduce_range: bo
         (staging / EXPORT_INFO).write_text(json.dumps({**info, "model_fingerprint": fingerprint}, indent=2), encoding="utf-8")
         _install(staging, target)
         logger.info("ONNX reader %s built in %.0f s.", target, time.perf_counter() - started)
+        _remove_older_exports(target)
         return target
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -177,6 +184,15 @@ def _install(staging: Path, target: Path) -> None:
     finally:
         if old is not None:
             shutil.rmtree(old.parent, ignore_errors=True)
+
+
+def _remove_older_exports(target: Path) -> None:
+    """Keep the EXPORTS_PER_MODEL most recently used exports of ``target``'s model name (``target`` first)."""
+    mark_used(target)
+    name = re.escape(target.name[: -len("-0123456789abcdef")])
+    same_model = (p for p in target.parent.iterdir() if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{16}}", p.name))
+    for removed in keep_most_recent(same_model, EXPORTS_PER_MODEL):
+        logger.info("Removed the older ONNX export %s.", removed)
 
 
 def _or_torch(model: str | Path, cache: Path, work: Callable[[], Any]) -> Any:

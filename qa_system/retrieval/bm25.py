@@ -8,7 +8,6 @@ as in Elasticsearch; metadata filters restrict which documents may be returned.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -16,7 +15,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 import unicodedata
 from dataclasses import replace
 from functools import lru_cache
@@ -27,6 +25,7 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import import_class_by_name
 
+from qa_system.disk_cache import keep_most_recent, mark_used, unused_for
 from qa_system.retrieval.filters import MetaPostings
 
 logger = logging.getLogger(__name__)
@@ -215,8 +214,7 @@ def _load_index(path: Path, documents: int):
         logger.warning("Ignoring the cached BM25 index %s (%s); it is rebuilt.", path, error)
         shutil.rmtree(path, ignore_errors=True)
         return None
-    with contextlib.suppress(OSError):  # a read-only cache still serves
-        os.utime(path)  # recently used: kept by _prune
+    mark_used(path)  # kept by _prune
     return bm25
 
 
@@ -238,14 +236,5 @@ def _save_index(bm25, path: Path) -> None:
 
 def _prune(directory: Path) -> None:
     """Keep the CACHED_INDEXES most recently used indexes; drop what a killed process left half-written."""
-
-    def age(entry: Path) -> float:
-        try:
-            return time.time() - entry.stat().st_mtime
-        except FileNotFoundError:  # pruned by another process meanwhile
-            return float("inf")
-
-    indexes = sorted((p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")), key=age)
-    stale = [p for p in directory.glob(".partial-*") if age(p) > 3600]
-    for entry in indexes[CACHED_INDEXES:] + stale:
-        shutil.rmtree(entry, ignore_errors=True)
+    keep_most_recent((p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")), CACHED_INDEXES)
+    keep_most_recent((p for p in directory.glob(".partial-*") if unused_for(p) > 3600), 0)
