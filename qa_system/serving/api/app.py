@@ -79,8 +79,26 @@ def one_line(error: RequestValidationError) -> str:
 logger = logging.getLogger(__name__)
 
 
+# How often a question in progress checks whether its (non-streaming) client is still connected.
+DISCONNECT_POLL_S = 0.25
+# The status logged for an answer whose client left first (nginx's "client closed request"); nobody reads it.
+CLIENT_CLOSED_REQUEST = 499
+
+
 class ClientGone(Exception):
-    """Raised in the generator's thread at its next piece of text once the streaming client has left."""
+    """Raised in the generator's thread at its next piece of text once the client has left."""
+
+
+def stopping_when(client_gone: threading.Event, forward: Callable[[Any], None] | None = None) -> Callable[[Any], None]:
+    """A streaming callback that passes each piece of text on, and stops the generator once ``client_gone`` is set."""
+
+    def callback(chunk: Any) -> None:  # in the worker thread
+        if client_gone.is_set():
+            raise ClientGone()
+        if forward is not None:
+            forward(chunk)
+
+    return callback
 
 
 def sse(event: str, data: Any) -> str:
@@ -174,8 +192,31 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
         question = loaded().check(Question(**body.model_dump(exclude={"stream"})))
         if body.stream or EVENT_STREAM in request.headers.get("accept", ""):
             return StreamingResponse(stream_answer(question), media_type=EVENT_STREAM, headers={"Cache-Control": "no-store"})
-        result, queued = await blocking(service.ask, question)
+        client_gone = threading.Event()
+        run = asyncio.ensure_future(blocking(service.ask, question, stopping_when(client_gone)))
+        watching = asyncio.ensure_future(stop_when_disconnected(request, run, client_gone))
+        try:
+            result, queued = await run
+        except Exception:
+            if client_gone.is_set():  # the generator stopped on purpose (ClientGone, wrapped by the pipeline)
+                return Response(status_code=CLIENT_CLOSED_REQUEST)
+            raise
+        finally:
+            watching.cancel()
         return respond(question, result, queued)
+
+    async def stop_when_disconnected(request: Request, run: asyncio.Future, client_gone: threading.Event) -> None:
+        """Sets ``client_gone`` if the client disconnects before ``run`` is done (a RAG answer then stops)."""
+        while not run.done():
+            if await request.is_disconnected():
+                stop_generating(client_gone)
+                return
+            await asyncio.sleep(DISCONNECT_POLL_S)
+
+    def stop_generating(client_gone: threading.Event) -> None:
+        client_gone.set()
+        metrics.generations_stopped.inc()
+        logger.info("A client left before its answer: it is stopped at the generator's next piece of text.")
 
     def respond(question: Question, result: dict[str, Any], queued: float) -> QueryResponse:
         timings = {**result["timings"], "queue_s": queued}
@@ -198,12 +239,7 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str] = asyncio.Queue()
         client_gone = threading.Event()
-
-        def forward(chunk) -> None:  # in the worker thread
-            if client_gone.is_set():
-                raise ClientGone()
-            loop.call_soon_threadsafe(pieces.put_nowait, chunk.content)
-
+        forward = stopping_when(client_gone, lambda chunk: loop.call_soon_threadsafe(pieces.put_nowait, chunk.content))
         run = asyncio.ensure_future(blocking(service.ask, question, forward))
         try:
             while not run.done() or not pieces.empty():
@@ -216,9 +252,7 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
                     waiting.cancel()
         finally:  # also when the server cancels the stream because its client disconnected
             if not run.done():
-                client_gone.set()
-                metrics.generations_stopped.inc()
-                logger.info("A streaming client left: its answer is stopped at the generator's next piece of text.")
+                stop_generating(client_gone)
                 run.add_done_callback(lambda done: done.cancelled() or done.exception())  # the ClientGone is expected: not "never retrieved"
         try:
             result, queued = run.result()

@@ -43,7 +43,7 @@ class Metrics:
             buckets=LATENCY_BUCKETS, registry=self.registry,
         )  # fmt: skip
         self.generations_stopped = Counter(
-            "qa_api_generations_stopped", "Streamed answers stopped because their client left before the end", registry=self.registry,
+            "qa_api_generations_stopped", "Answers stopped because their client left before the end (a RAG answer stops at its next piece of text)", registry=self.registry,
         )  # fmt: skip
         self.ready = Gauge("qa_api_ready", "1 once the models and indexes are loaded", registry=self.registry)
 
