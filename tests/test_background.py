@@ -48,6 +48,25 @@ def test_a_failed_task_raises_for_its_waiters_and_is_retried_by_the_next_caller(
     assert registry.get_or_start("k", work).result() == "index" and len(attempts) == 2
 
 
+def test_new_work_for_a_key_waits_for_its_running_task_then_starts_afresh():
+    release = threading.Event()
+    runs = []
+
+    def work(report):
+        runs.append(1)
+        release.wait(5)
+        return len(runs)
+
+    registry = TaskRegistry()
+    first = registry.start_unless_running("upload-shop", work)
+    assert first is not None and registry.start_unless_running("upload-shop", work) is None  # two uploads into one collection
+    assert registry.start_unless_running("upload-other", lambda report: "other").result() == "other"  # other keys are free
+    release.set()
+    assert first.result() == 1
+    second = registry.start_unless_running("upload-shop", work)  # a finished upload does not stand for the next one
+    assert second is not None and second is not first and second.result() == 2
+
+
 def test_a_task_is_not_stopped_by_the_thread_that_started_it_ending():
     started = []
     box = {}

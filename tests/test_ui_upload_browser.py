@@ -7,6 +7,7 @@ so that the answer to a plain question is a real span, highlighted inside the up
 from __future__ import annotations
 
 import csv
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from page_driver import ask_on_page, page_text, selected, upload, wait
 
 from qa_system.config import Settings
 from qa_system.ingestion import list_collections
-from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, serve
+from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, headless_chromium, serve
 
 pytestmark = [
     pytest.mark.browser,
@@ -76,3 +77,26 @@ def test_an_uploaded_csv_is_indexed_and_answers_with_a_highlighted_span(site, br
     assert first.find_element("css selector", "mark").text in ROWS[0][1]
     assert "LAMP-1" in first.find_element("css selector", ".qa-source").text
     assert "q=Is+it+good+for+reading" in browser.current_url and "item=LAMP-1" in browser.current_url
+
+
+def test_leaving_the_page_during_an_upload_does_not_lose_it(site, tmp_path):
+    """The upload is indexed by the server, not by the visitor's script: closing the browser while
+    its 3,000 documents are embedded (several seconds on 2 cores) leaves a complete collection."""
+    url, root, settings = site
+    path = root / "big shop.csv"
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["text", "item"])
+        writer.writerows((f"Review {n}: the {n % 13}th lamp is bright, number {n}.", f"LAMP-{n % 40}") for n in range(3000))
+    driver = headless_chromium(tmp_path / "profile", 1000, 800)
+    try:
+        upload(driver, url, path, **{"Product column": "item"})
+        wait(driver, lambda d: "documents read" in d.find_element("css selector", "[data-testid='stSidebar']").text, timeout=60)
+    finally:
+        driver.quit()  # the visitor leaves while the documents are being embedded
+    assert "big-shop" not in {info.name for info in list_collections(settings)}
+    deadline = time.monotonic() + 180
+    while (info := {i.name: i for i in list_collections(settings)}.get("big-shop")) is None:
+        assert time.monotonic() < deadline, "the upload stopped when its visitor left"
+        time.sleep(0.5)
+    assert info.documents == 3000 and info.encoder is not None

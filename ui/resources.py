@@ -3,6 +3,8 @@ pipelines (models), the labelled questions; and what it writes: uploads into col
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import streamlit as st
 
 from qa_system.config import Settings
@@ -10,7 +12,7 @@ from qa_system.indexing import open_or_build_index
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport, collection_manifest, ingest, list_collections, open_collection
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
 from qa_system.reading.onnx_cache import prepare_reader
-from qa_system.serving.background import TaskRegistry
+from qa_system.serving.background import BackgroundTask, TaskRegistry
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index, index_name
 
@@ -63,20 +65,47 @@ def _open_saved_collection(settings: Settings, collection: str, version: str | N
     return open_collection(settings, collection, progress=False)
 
 
-def upload(settings: Settings, file, collection: str, options: IngestOptions, embed: bool) -> IngestReport:
-    """An uploaded CSV / JSON lines file into ``collection`` (new, or updated incrementally), with a
-    progress bar; the collection is left as it was when it fails (``ingest`` swaps it in at the end)."""
-    bar = st.progress(0.0, text=f"Reading {file.name}…")
+@dataclass
+class Upload:
+    """A file being indexed into ``collection`` in the background: the work goes on when its visitor
+    leaves or the page reruns, and the visitor's next run follows it again."""
 
-    def report(progress: IngestProgress) -> None:
-        embedded = f", {progress.embedded:,} passages embedded" if embed else ""
-        bar.progress(min(progress.fraction or 0.0, 1.0), text=f"{progress.documents:,} documents read{embedded}…")
+    collection: str
+    file_name: str
+    embed: bool
+    task: BackgroundTask[IngestReport] | None = None
+    latest: IngestProgress | None = None
 
-    try:
-        return ingest(settings, file, collection, options, name=file.name, embed=embed, progress=False, on_progress=report)
-    finally:
+
+def start_upload(settings: Settings, file, collection: str, options: IngestOptions, embed: bool) -> Upload | None:
+    """An uploaded CSV / JSON lines file into ``collection`` (new, or updated incrementally), indexed
+    outside the visitor's script; None while another upload into that collection runs. The collection
+    is left as it was when it fails (``ingest`` swaps it in at the end)."""
+    upload = Upload(collection, file.name, embed)
+
+    def work(report) -> IngestReport:
+        def progressed(progress: IngestProgress) -> None:
+            upload.latest = progress
+
+        return ingest(settings, file, collection, options, name=file.name, embed=embed, progress=False, on_progress=progressed)
+
+    key = ("upload", settings.store, settings.es_url, settings.opensearch_url, str(settings.home), collection)
+    upload.task = _tasks().start_unless_running(key, work, name=f"upload-{collection}")
+    return upload if upload.task is not None else None
+
+
+def follow_upload(upload: Upload) -> IngestReport:
+    """A progress bar while ``upload`` runs; its report when done, or its error raised again."""
+    assert upload.task is not None
+    if not upload.task.wait(0.2):
+        bar = st.progress(0.0, text=f"Reading {upload.file_name}…")
+        while not upload.task.wait(0.5):
+            if progress := upload.latest:
+                embedded = f", {progress.embedded:,} passages embedded" if upload.embed else ""
+                bar.progress(min(progress.fraction or 0.0, 1.0), text=f"{progress.documents:,} documents read{embedded}… (it goes on if you leave the page)")
         bar.empty()
-        collections.clear()
+    collections.clear()
+    return upload.task.result()
 
 
 def _open_default_index(settings: Settings) -> Index:

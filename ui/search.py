@@ -169,19 +169,28 @@ def upload_form(settings: Settings) -> None:
             encoding = st.selectbox("Encoding", ["utf-8", "latin-1", "cp1252"], help="How the file's text is encoded (UTF-8 with or without BOM is read as UTF-8).")
             embed = st.checkbox("Embed for dense and hybrid search", value=True, help="Slower: the encoder reads every document (tens per second on a laptop's CPU).")
             submitted = st.form_submit_button("Index the file", icon=":material/upload:")
-        if not submitted:
+        if submitted:
+            if file is None:
+                st.warning("Choose a file first.", icon=WARNING)
+                return
+            collection = name.strip() or collection_name_from(file.name)
+            options = IngestOptions(text_column=text_column.strip() or None, item_column=item_column.strip() or None, id_column=id_column.strip() or None, encoding=encoding)
+            started = resources.start_upload(settings, file, collection, options, embed)
+            if started is None:
+                st.warning(markdown_literal(f"Another upload into '{collection}' is being indexed. Fix: wait until it is done, then upload again."), icon=WARNING)
+                return
+            st.session_state["upload_in_progress"] = started
+        if (upload := st.session_state.get("upload_in_progress")) is None:
             return
-        if file is None:
-            st.warning("Choose a file first.", icon=WARNING)
-            return
-        collection = name.strip() or collection_name_from(file.name)
-        options = IngestOptions(text_column=text_column.strip() or None, item_column=item_column.strip() or None, id_column=id_column.strip() or None, encoding=encoding)
         try:
-            report = resources.upload(settings, file, collection, options, embed)
+            report = resources.follow_upload(upload)  # a rerun or leaving stops following, not the work
         except QAError as error:
             st.error(markdown_literal(error), icon=WARNING)  # quotes the file's name and columns
             return
-    st.session_state.update(pending_collection=collection, uploaded=report.summary())
+        finally:
+            if upload.task.wait(0):
+                del st.session_state["upload_in_progress"]
+    st.session_state.update(pending_collection=upload.collection, uploaded=report.summary())
     st.rerun()
 
 

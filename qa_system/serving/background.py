@@ -1,4 +1,4 @@
-"""Work that outlives the page visit that started it: the search page's first-start indexing.
+"""Work that outlives the page visit that started it: the search page's first-start indexing and uploads.
 
 Streamlit stops a visitor's script when the browser closes; work done inside it (an index being
 embedded) would be lost and the next visitor would start again from zero. A ``BackgroundTask``
@@ -66,4 +66,14 @@ class TaskRegistry:
             task = self._tasks.get(key)
             if task is None or task.failed:
                 task = self._tasks[key] = BackgroundTask(work, name)
+            return task
+
+    def start_unless_running(self, key: Hashable, work: Callable[[Report], T], name: str = "background-task") -> BackgroundTask[T] | None:
+        """A new task for ``key`` (each call is new work, e.g. an upload), or None while the last one
+        started for ``key`` still runs: two uploads into one collection would race."""
+        with self._lock:
+            running = self._tasks.get(key)
+            if running is not None and not running.wait(0):
+                return None
+            task = self._tasks[key] = BackgroundTask(work, name)
             return task
