@@ -5,10 +5,11 @@ built once, answer feedback.
 and loads the default pipeline's models in a background task, reporting progress; ``status()`` says
 whether it is loading, ready or failed. A search server that cannot be reached yet (a container still
 starting, a restart) is waited for: the load is tried again after a pause that doubles up to a
-minute, and ``status()`` says why it waits; any other error fails the load. Every other method is thread-safe and blocking, meant to be
-called from worker threads: a pipeline is built once per (collection, retriever, answer stage) by
-whichever request needs it first, and then shared (Haystack pipelines keep no state between runs;
-``timing.component_timings`` records per run).
+minute, and ``status()`` says why it waits; any other error fails the load.
+
+Every other method is thread-safe and blocking, meant to be called from worker threads: a pipeline
+is built once per (collection, retriever, answer stage) by whichever request needs it first, and then
+shared (Haystack pipelines keep no state between runs; ``timing.component_timings`` records per run).
 
 A collection is a named index: a SubjQA domain's, or one of your own (``qa-system index --input``);
 ``ServedCollection.open`` decides how each is opened.

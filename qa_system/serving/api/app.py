@@ -49,7 +49,13 @@ from qa_system.serving.api.schemas import (
 )
 from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question, ServedCollection
 
+logger = logging.getLogger(__name__)
+
 EVENT_STREAM = "text/event-stream"
+# How often a question in progress checks whether its (non-streaming) client is still connected.
+DISCONNECT_POLL_S = 0.25
+# The status logged for an answer whose client left first (nginx's "client closed request"); nobody reads it.
+CLIENT_CLOSED_REQUEST = 499
 ERRORS = {status: {"model": ErrorOut} for status in (401, 404, 413, 422, 429, 503)}
 DESCRIPTION = """Answers questions about a product from its reviews: the retrieved reviews, the answer spans at
 their character offsets (or a generated answer citing the reviews), and the time each stage took.
@@ -74,15 +80,6 @@ def one_line(error: RequestValidationError) -> str:
     if first["type"] == "extra_forbidden":
         return f"Unknown field '{field}' in the request. Fix: see the request schema at /docs."
     return f"Invalid '{field}': {first['msg']}. Fix: see the request schema at /docs."
-
-
-logger = logging.getLogger(__name__)
-
-
-# How often a question in progress checks whether its (non-streaming) client is still connected.
-DISCONNECT_POLL_S = 0.25
-# The status logged for an answer whose client left first (nginx's "client closed request"); nobody reads it.
-CLIENT_CLOSED_REQUEST = 499
 
 
 class ClientGone(Exception):
