@@ -8,6 +8,7 @@ reads the environment.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -175,6 +176,10 @@ class Settings:
     def bm25_cache(self) -> Path:
         """Where built BM25 indexes of the embedded stores are kept, so that reopening a collection skips tokenising it."""
         return self.home / "cache" / "bm25"
+
+    def bm25_cache_of(self, collection: str) -> Path:
+        """The BM25 cache folder of one collection: re-indexing one collection never pushes another's index out."""
+        return self.bm25_cache / re.sub(r"[^A-Za-z0-9_@-]", "_", collection)
 
     @property
     def reader_onnx_cache(self) -> Path:

@@ -66,14 +66,14 @@ RETRIEVAL_OUTPUT = {"bm25": "sparse_retriever", "dense": "dense_retriever", "hyb
 ANSWER_STAGES = ("extractive", "rag")
 
 
-def _backend_parameters(backend: str, settings: Settings) -> dict[str, dict[str, Any]]:
+def _backend_parameters(index: Index, settings: Settings) -> dict[str, dict[str, Any]]:
     """Init parameters a backend's components need beside those of the YAML files: OpenSearch's k-NN
     search must filter inside the search (else the k nearest of all products are filtered afterwards);
-    the embedded stores' BM25 keeps its built index between processes."""
-    if backend == "opensearch":
+    the embedded stores' BM25 keeps its built index between processes, in the collection's own folder."""
+    if index.backend == "opensearch":
         return {"dense_retriever": {"efficient_filtering": True}}
-    if backend in ("memory", "faiss"):
-        return {"sparse_retriever": {"cache_dir": str(settings.bm25_cache)}}
+    if index.backend in ("memory", "faiss"):
+        return {"sparse_retriever": {"cache_dir": str(settings.bm25_cache_of(index.name))}}
     return {}
 
 
@@ -107,7 +107,7 @@ def _merge(definition: dict, stage: dict) -> None:
 def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage: str | None = None, rerank: bool = False) -> Pipeline:
     """The retrieval pipeline, with the re-ranking and answer stages' components and connections merged in."""
     definition = yaml.safe_load(render_pipeline_yaml(retriever, index, settings))
-    for role, parameters in _backend_parameters(index.backend, settings).items():
+    for role, parameters in _backend_parameters(index, settings).items():
         if role in definition["components"]:
             definition["components"][role]["init_parameters"].update(parameters)
     output = RETRIEVAL_OUTPUT[retriever]

@@ -329,8 +329,9 @@ def test_collections_list_and_delete(cli_home, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == ["P1\t2 reviews", "P2\t2 reviews"]
     assert main(["search", "cable", "--collection", "shop", "--item", "P2", "--top-k", "1"]) == 0
     assert "document r4" in capsys.readouterr().out
+    assert list(cli_home.bm25_cache_of("shop").iterdir())  # the search left its BM25 index for the next one
     assert main(["collections", "--delete", "shop"]) == 0
-    assert list_collections(cli_home) == []
+    assert list_collections(cli_home) == [] and not cli_home.bm25_cache_of("shop").exists()  # its cache goes with it
     assert main(["collections", "--delete", "shop"]) == 2
     assert "No memory collection named 'shop'" in capsys.readouterr().err
 

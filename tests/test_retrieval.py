@@ -14,7 +14,7 @@ from qa_system.indexing import build_index
 from qa_system.pipelines import build_qa_pipeline, build_retrieval_pipeline, render_pipeline_yaml
 from qa_system.retrieval import BM25sRetriever, make_filters, reciprocal_rank_fusion
 from qa_system.retrieval.fusion import RankFusion, minmax_fusion
-from qa_system.stores import open_index
+from qa_system.stores import Index, new_memory_store, open_index
 from tests.conftest import write_subjqa
 
 
@@ -394,11 +394,19 @@ def test_an_unwritable_cache_still_answers(tmp_path):
     assert _ranked(BM25sRetriever(_store(*REVIEWS), cache_dir=blocked / "bm25")) == _ranked(BM25sRetriever(_store(*REVIEWS)))
 
 
-def test_pipelines_of_the_embedded_stores_cache_their_bm25_index_in_the_settings_home(indexed):
+def test_pipelines_of_the_embedded_stores_cache_their_bm25_index_per_collection(indexed):
     settings = indexed["memory"]
     pipeline = build_retrieval_pipeline("bm25", settings, index=open_index(settings, "electronics"))
     assert review_ids(pipeline.run("bass", item_id="HEADPHONES", top_k=1)) == ["r-phones-1"]
-    assert [p for p in settings.bm25_cache.iterdir() if not p.name.startswith(".")]  # saved for the next process
+    [electronics] = [p for p in settings.bm25_cache_of("subjqa-electronics").iterdir() if not p.name.startswith(".")]  # for the next process
+    # Another collection re-indexed again and again keeps its own two newest and never pushes this one out.
+    shop_cache = settings.bm25_cache_of("shop")
+    for version in range(4):
+        store = new_memory_store("shop")
+        store.write_documents([Document(id=f"r{n}", content=f"Review {n} of version {version}.", meta={"item_id": "P1"}) for n in range(3)])
+        build_retrieval_pipeline("bm25", settings, index=Index("memory", "shop", store, {})).run("review", top_k=1)
+    assert electronics.exists() and len([p for p in shop_cache.iterdir() if not p.name.startswith(".")]) == 2
+    assert settings.bm25_cache_of("../../x") == settings.bm25_cache / "______x"  # a name never leaves the cache folder
 
 
 def test_a_loaded_store_counts_terms_for_haystacks_bm25_only_when_it_is_used_and_scores_alike(indexed):

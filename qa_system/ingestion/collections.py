@@ -157,6 +157,7 @@ def delete_collection(settings: Settings, name: str) -> CollectionInfo:
         delete_opensearch_index(settings, name)
     else:
         elasticsearch_client(settings).indices.delete(index=name)
+    shutil.rmtree(settings.bm25_cache_of(name), ignore_errors=True)  # its BM25 indexes (embedded stores)
     return info
 
 

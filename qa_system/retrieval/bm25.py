@@ -31,8 +31,9 @@ from qa_system.retrieval.filters import MetaPostings
 logger = logging.getLogger(__name__)
 
 WORD_PATTERN = r"\w+"
-# Built indexes kept in a cache directory: the newest few, as a collection changes or several are served.
-CACHED_INDEXES = 8
+# Built indexes kept in a cache directory (the pipelines give each collection its own): the newest and
+# the one before it, which another process may still serve while this one has the new version.
+CACHED_INDEXES = 2
 
 
 @lru_cache(maxsize=4)
