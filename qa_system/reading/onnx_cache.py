@@ -40,6 +40,7 @@ from qa_system.reading.onnx import EXPORT_INFO, INT8_FILE, Report, default_reduc
 RECIPE = 1
 OPSET = 17
 LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime")
+KEY_LENGTH = 16  # hex digits of the key in an export's folder name, <model name>-<key>
 EXPORTS_PER_MODEL = 2  # the newest export of a model name and the one before it
 LOCK_WAIT_NOTICE_S = 0.5  # a build lock held longer than this: say that this process waits
 logger = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def export_dir(model: str | Path, cache: Path, fingerprint: str, reduce_range: b
     """``<cache>/<model name>-<key>``: the key hashes the model's fingerprint and the export settings."""
     key = hashlib.sha256(json.dumps({"model": fingerprint, **export_settings(reduce_range)}, sort_keys=True).encode()).hexdigest()
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(model).rstrip("/\\")).name)[:60] or "reader"
-    return cache / f"{name}-{key[:16]}"
+    return cache / f"{name}-{key[:KEY_LENGTH]}"
 
 
 def is_complete(directory: Path) -> bool:
@@ -189,8 +190,8 @@ def _install(staging: Path, target: Path) -> None:
 def _remove_older_exports(target: Path) -> None:
     """Keep the EXPORTS_PER_MODEL most recently used exports of ``target``'s model name (``target`` first)."""
     mark_used(target)
-    name = re.escape(target.name[: -len("-0123456789abcdef")])
-    same_model = (p for p in target.parent.iterdir() if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{16}}", p.name))
+    name = re.escape(target.name[: -(KEY_LENGTH + 1)])
+    same_model = (p for p in target.parent.iterdir() if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name))
     for removed in keep_most_recent(same_model, EXPORTS_PER_MODEL):
         logger.info("Removed the older ONNX export %s.", removed)
 
