@@ -20,6 +20,7 @@ from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import (
     IngestOptions,
+    collection_manifest,
     delete_collection,
     document_text,
     ingest,
@@ -584,3 +585,22 @@ def test_mrqa_labels_are_matched_to_a_collection_too(home, tmp_path):
     assert [(q.id, q.document_id, q.item_id) for q in labels.questions] == [("m1", "c1", "KINDLE"), ("m2", "c1", "KINDLE")]
     assert labels.questions[0].answers[0].text == "battery lasts" and labels.questions[1].answers[0].text == "Battery"  # the span, as read_qa_file gives it
     assert any("1 questions whose context is no document of collection 'mrqa'" in note for note in labels.notes)
+
+
+def test_two_ingestions_into_one_collection_at_once_lose_nothing(home, tmp_path):
+    """Two processes index different files into one collection at the same moment (a page upload and
+    `qa-system index`, say): the second waits for the first and adds to what it wrote, rather than
+    both starting from the same old collection and the last one's swap dropping the other's documents."""
+    sources = []
+    for part in ("a", "b"):
+        rows = [(f"{part}{n}", f"P{n % 7}", f"Review {n} of part {part}: the lamp number {n} is bright.", "4") for n in range(400)]
+        sources.append(write_csv(tmp_path / f"{part}.csv", rows))
+    env = {**os.environ, "QA_HOME": str(home.home), "QA_STORE": "memory"}
+    command = [sys.executable, "-m", "qa_system.cli.main", "index", "--collection", "shop", "--text-column", "body", "--id-column", "review_id", "--item-column", "product"]
+    processes = [subprocess.Popen([*command, "--input", str(source)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]
+    outputs = [process.communicate(timeout=600)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    ids = set(documents(home, "shop"))
+    assert len(ids) == 800 and {"a0", "a399", "b0", "b399"} <= ids
+    manifest = collection_manifest(home, "shop")  # what `collections` and `products` report
+    assert manifest["source_documents"] == 800 and sum(manifest["item_counts"].values()) == 800

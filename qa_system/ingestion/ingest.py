@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import platform
 import tempfile
@@ -41,6 +42,8 @@ from qa_system.ingestion.splitting import PassageSplitter
 from qa_system.ingestion.squad import read_squad_documents
 from qa_system.ingestion.tables import read_json_lines, read_table
 from qa_system.stores import Index, opensearch_client, opensearch_has_knn, remove_leftovers, saved_manifest, temporary_prefix
+
+logger = logging.getLogger(__name__)
 
 BATCH = 256  # source documents per split / embed / stage step
 
@@ -239,18 +242,45 @@ def ingest(
     .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
     hears an ``IngestProgress`` after every batch (the search page's progress bar).
     """
-    run = _Run(settings, collection, options, embed, on_progress)
-    staging_dir = settings.index_dir / "staging"
-    staging_dir.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(staging_dir, collection)
-    fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(collection), suffix=".jsonl", dir=staging_dir)
-    staging = Path(staging_name)
+    with _one_ingestion_at_a_time(settings, check_collection_name(collection)):
+        run = _Run(settings, collection, options, embed, on_progress)
+        staging_dir = settings.index_dir / "staging"
+        staging_dir.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(staging_dir, collection)
+        fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(collection), suffix=".jsonl", dir=staging_dir)
+        staging = Path(staging_name)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name) as opened:
+                run.read(opened, staged, progress)
+            return run.commit(staging, opened, sync, force)
+        finally:
+            staging.unlink(missing_ok=True)
+
+
+# A lock held this long by another ingestion: say that this one waits.
+LOCK_WAIT_NOTICE_S = 0.5
+
+
+@contextmanager
+def _one_ingestion_at_a_time(settings: Settings, collection: str) -> Iterator[None]:
+    """Ingestions into one collection take turns: each reads what the collection holds when it starts
+    (changes, counts, the manifest), so two at once would each commit from the same old state and the
+    last would undo part of the first. A file lock in QA_HOME: it covers the processes of one machine
+    that share that home (for Elasticsearch / OpenSearch, not other machines writing to the server)."""
+    from filelock import FileLock, Timeout
+
+    directory = settings.home / "locks"
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(directory / f"ingest-{settings.store}-{collection}.lock")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name) as opened:
-            run.read(opened, staged, progress)
-        return run.commit(staging, opened, sync, force)
+        lock.acquire(timeout=LOCK_WAIT_NOTICE_S)
+    except Timeout:
+        logger.warning("Waiting for another ingestion into '%s' to finish.", collection)
+        lock.acquire()
+    try:
+        yield
     finally:
-        staging.unlink(missing_ok=True)
+        lock.release()
 
 
 class _Run:
