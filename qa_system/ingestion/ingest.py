@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import platform
 import tempfile
@@ -32,6 +31,7 @@ from typing import IO, Callable, Iterator
 from haystack import Document
 
 from qa_system.config import INPUT_FORMATS, Settings
+from qa_system.disk_cache import taking_turns
 from qa_system.errors import QAError, check_count
 from qa_system.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint
 from qa_system.ingestion.backends import commit, saved_passages
@@ -42,8 +42,6 @@ from qa_system.ingestion.splitting import PassageSplitter
 from qa_system.ingestion.squad import read_squad_documents
 from qa_system.ingestion.tables import read_json_lines, read_table
 from qa_system.stores import Index, opensearch_client, opensearch_has_knn, remove_leftovers, saved_manifest, temporary_prefix
-
-logger = logging.getLogger(__name__)
 
 BATCH = 256  # source documents per split / embed / stage step
 
@@ -257,30 +255,14 @@ def ingest(
             staging.unlink(missing_ok=True)
 
 
-# A lock held this long by another ingestion: say that this one waits.
-LOCK_WAIT_NOTICE_S = 0.5
-
-
-@contextmanager
-def _one_ingestion_at_a_time(settings: Settings, collection: str) -> Iterator[None]:
+def _one_ingestion_at_a_time(settings: Settings, collection: str):
     """Ingestions into one collection take turns: each reads what the collection holds when it starts
     (changes, counts, the manifest), so two at once would each commit from the same old state and the
     last would undo part of the first. A file lock in QA_HOME: it covers the processes of one machine
     that share that home (for Elasticsearch / OpenSearch, not other machines writing to the server)."""
-    from filelock import FileLock, Timeout
-
     directory = settings.home / "locks"
     directory.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(directory / f"ingest-{settings.store}-{collection}.lock")
-    try:
-        lock.acquire(timeout=LOCK_WAIT_NOTICE_S)
-    except Timeout:
-        logger.warning("Waiting for another ingestion into '%s' to finish.", collection)
-        lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
+    return taking_turns(directory / f"ingest-{settings.store}-{collection}.lock", f"Waiting for another ingestion into '{collection}' to finish.")
 
 
 class _Run:

@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from qa_system.disk_cache import keep_most_recent, mark_used
+from qa_system.disk_cache import keep_most_recent, mark_used, taking_turns
 from qa_system.errors import QAError
 from qa_system.reading.model import ModelLoadError
 from qa_system.reading.onnx import EXPORT_INFO, INT8_FILE, Report, default_reduce_range, open_export, write_export
@@ -42,7 +42,6 @@ OPSET = 17
 LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime")
 KEY_LENGTH = 16  # hex digits of the key in an export's folder name, <model name>-<key>
 EXPORTS_PER_MODEL = 2  # the newest export of a model name and the one before it
-LOCK_WAIT_NOTICE_S = 0.5  # a build lock held longer than this: say that this process waits
 logger = logging.getLogger(__name__)
 _failed: dict[tuple[Path, str], str] = {}  # (cache, model) -> why its export failed in this process
 
@@ -117,16 +116,8 @@ def cached_export(model: str | Path, cache: str | Path, report: Report | None = 
     if not rebuild and is_complete(target):
         mark_used(target)
         return target
-    from filelock import FileLock, Timeout
-
     cache.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(f"{target}.lock")
-    try:
-        lock.acquire(timeout=LOCK_WAIT_NOTICE_S)
-    except Timeout:
-        logger.warning("Waiting for another process building the ONNX reader %s.", target)
-        lock.acquire()
-    try:
+    with taking_turns(f"{target}.lock", f"Waiting for another process building the ONNX reader {target}."):
         if not rebuild and is_complete(target):
             mark_used(target)
             return target  # built by another process while this one waited
@@ -135,8 +126,6 @@ def cached_export(model: str | Path, cache: str | Path, report: Report | None = 
         for leftover in cache.glob(f".{target.name}.*"):
             shutil.rmtree(leftover, ignore_errors=True)
         return _build(model, cache, target, reduce_range, report)
-    finally:
-        lock.release()
 
 
 def _build(model: str | Path, cache: Path, target: Path | None, reduce_range: bool, report: Report | None) -> Path:
