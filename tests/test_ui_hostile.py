@@ -236,3 +236,21 @@ def test_a_hostile_upload_is_shown_as_text(site, browser, recorder, tmp_path):
     text = page_text(browser)
     assert "# HEADING" in text and f'<img src="{recorder.origin}/img.png">' in text and item in text
     assert_nothing_interpreted(browser, recorder)
+
+
+def test_a_hostile_file_name_in_the_upload_progress_is_text(site, browser, recorder, tmp_path):
+    """The progress bar names the file while the server indexes it (long enough to be read here: 3,000
+    documents to embed): a name holding Markdown and HTML is shown as it is, nothing interpreted."""
+    url, _ = site
+    path = tmp_path / "slow [link](javascript:alert(1)) **bold** <b>B # HEADING.csv"
+    pd.DataFrame([{"text": f"Review {n}: the lamp number {n} is bright."} for n in range(3000)]).to_csv(path, index=False)
+    upload(browser, url, path)
+
+    def sidebar(driver) -> str:
+        return driver.find_element("css selector", "[data-testid='stSidebar']").text.replace(WORD_JOINER, "")
+
+    wait(browser, lambda d: f"Reading {path.name}" in sidebar(d), timeout=60)
+    assert_nothing_interpreted(browser, recorder)
+    assert browser.find_elements("css selector", "[data-testid='stSidebar'] a[href^='javascript']") == []
+    assert not [b.text for b in browser.find_elements("css selector", "[data-testid='stSidebar'] strong, [data-testid='stSidebar'] b") if b.text.startswith(("bold", "B"))]
+    wait(browser, lambda d: "3,000 added" in page_text(d) or "3000 added" in page_text(d), timeout=240)  # done before the next test

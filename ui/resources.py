@@ -12,6 +12,7 @@ from qa_system.indexing import open_or_build_index
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport, collection_manifest, ingest, list_collections, open_collection
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
 from qa_system.reading.onnx_cache import prepare_reader
+from qa_system.safe_text import markdown_literal
 from qa_system.serving.background import BackgroundTask, TaskRegistry
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index, index_name
@@ -98,7 +99,7 @@ def follow_upload(upload: Upload) -> IngestReport:
     """A progress bar while ``upload`` runs; its report when done, or its error raised again."""
     assert upload.task is not None
     if not upload.task.wait(0.2):
-        bar = st.progress(0.0, text=f"Reading {upload.file_name}…")
+        bar = st.progress(0.0, text=f"Reading {markdown_literal(upload.file_name)}…")
         while not upload.task.wait(0.5):
             if progress := upload.latest:
                 embedded = f", {progress.embedded:,} passages embedded" if upload.embed else ""
