@@ -4,6 +4,7 @@ pipelines (models), the labelled questions; and what it writes: uploads into col
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import streamlit as st
 
@@ -33,15 +34,24 @@ def _in_background(key: tuple, work, opening: str, describe) -> object:
     drew, which would show a finished progress bar on every later run.
     """
     task = _tasks().get_or_start(key, work, name=key[0])
+
+    def now() -> tuple[float, str] | None:
+        done, total = task.progress
+        return (done / total, describe(done, total)) if total else None
+
     if not task.wait(0.2):
         with st.spinner(opening):
-            bar = st.progress(0.0, text=opening)
-            while not task.wait(0.5):
-                done, total = task.progress
-                if total:
-                    bar.progress(done / total, text=describe(done, total))
-            bar.empty()
+            _progress_bar_until_done(task, opening, now)
     return task.result()
+
+
+def _progress_bar_until_done(task: BackgroundTask, opening: str, now: Callable[[], tuple[float, str] | None]) -> None:
+    """A progress bar while ``task`` runs, showing ``now()``'s (share done, text) whenever it has one."""
+    bar = st.progress(0.0, text=opening)
+    while not task.wait(0.5):
+        if (progress := now()) is not None:
+            bar.progress(*progress)
+    bar.empty()
 
 
 @st.cache_data(ttl=10, show_spinner=False)
@@ -98,13 +108,15 @@ def start_upload(settings: Settings, file, collection: str, options: IngestOptio
 def follow_upload(upload: Upload) -> IngestReport:
     """A progress bar while ``upload`` runs; its report when done, or its error raised again."""
     assert upload.task is not None
+
+    def now() -> tuple[float, str] | None:
+        if (progress := upload.latest) is None:
+            return None
+        embedded = f", {progress.embedded:,} passages embedded" if upload.embed else ""
+        return min(progress.fraction or 0.0, 1.0), f"{progress.documents:,} documents read{embedded}… (it goes on if you leave the page)"
+
     if not upload.task.wait(0.2):
-        bar = st.progress(0.0, text=f"Reading {markdown_literal(upload.file_name)}…")
-        while not upload.task.wait(0.5):
-            if progress := upload.latest:
-                embedded = f", {progress.embedded:,} passages embedded" if upload.embed else ""
-                bar.progress(min(progress.fraction or 0.0, 1.0), text=f"{progress.documents:,} documents read{embedded}… (it goes on if you leave the page)")
-        bar.empty()
+        _progress_bar_until_done(upload.task, f"Reading {markdown_literal(upload.file_name)}…", now)
     collections.clear()
     return upload.task.result()
 

@@ -189,6 +189,9 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
         question = loaded().check(Question(**body.model_dump(exclude={"stream"})))
         if body.stream or EVENT_STREAM in request.headers.get("accept", ""):
             return StreamingResponse(stream_answer(question), media_type=EVENT_STREAM, headers={"Cache-Control": "no-store"})
+        if question.mode != "rag":  # only a generator can be stopped part-way: nothing to watch for
+            result, queued = await blocking(service.ask, question)
+            return respond(question, result, queued)
         client_gone = threading.Event()
         run = asyncio.ensure_future(blocking(service.ask, question, stopping_when(client_gone)))
         watching = asyncio.ensure_future(stop_when_disconnected(request, run, client_gone))
