@@ -2,12 +2,14 @@
 
 import json
 import os
+import struct
+import zlib
 
 import pandas as pd
 import pytest
 
 from qa_system.errors import QAError
-from qa_system.evaluation.report import find_reports, markdown_table, read_report, reports_folder, write_report
+from qa_system.evaluation.report import MAX_FIGURE_PIXELS, figure_bytes, find_reports, markdown_table, read_report, reports_folder, write_report
 from qa_system.safe_text import WORD_JOINER
 
 
@@ -22,6 +24,18 @@ def write(directory, title="Retriever evaluation"):
         directory, title, metrics, summary={"split": "test", "questions": 4, "index": {"name": "x"}},
         figures={"recall_at_k.png": figure}, sections={"latency": latency}, notes=["strict: the question's own review."],
     )  # fmt: skip
+
+
+def png(width: int, height: int) -> bytes:
+    """A black 1-bit PNG of ``width`` x ``height``: tens of KB whatever its size, so a decompression bomb when large."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row, compressor = b"\0" * (1 + (width + 7) // 8), zlib.compressobj(9)
+    pixels = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
 
 
 def test_a_written_report_reads_back(tmp_path):
@@ -50,6 +64,34 @@ def test_unreadable_reports_are_clear_errors(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps({"title": "t"}))
     with pytest.raises(QAError, match="has no 'metrics' table"):
         read_report(tmp_path)
+
+
+def test_a_folder_name_the_system_refuses_is_a_clear_error(tmp_path):
+    for name, reason in (("a" * 300, "File name too long"), ("a\x00b", "embedded null byte"), ("x/" + "a" * 5000, "File name too long")):
+        with pytest.raises(QAError, match=f"is not a folder name this system accepts \\({reason}\\)") as raised:
+            reports_folder(tmp_path, name)
+        assert "\n" not in str(raised.value) and len(str(raised.value)) < 400 + len(str(tmp_path))  # one line, the name shortened
+
+
+def test_report_file_names_the_system_refuses_are_not_its_files(tmp_path):
+    report = write(tmp_path / "r")
+    with (report / "report.md").open("a", encoding="utf-8") as markdown:
+        markdown.write(f"![long]({'a' * 300}.png)\n![nul](a\x00b.png)\n")
+    assert [p.name for p in read_report(report).figures] == ["recall_at_k.png"]
+
+
+def test_figures_are_checked_before_they_are_shown(tmp_path):
+    report = write(tmp_path / "r")
+    plot = report / "recall_at_k.png"
+    assert figure_bytes(plot) == plot.read_bytes()
+    (report / "fake.png").write_text("not an image at all")
+    (report / "cut.png").write_bytes(plot.read_bytes()[:200])
+    (report / "bomb.png").write_bytes(png(20_000, 20_000))  # 400 million pixels: Pillow itself refuses to open it
+    (report / "big.png").write_bytes(png(6_000, 6_000))  # 36 million: Pillow opens it, the page does not
+    assert 6_000 * 6_000 > MAX_FIGURE_PIXELS
+    for name, problem in (("fake.png", "not an image"), ("cut.png", "not an image"), ("report.csv", "not an image"), ("bomb.png", "too large"), ("big.png", "too large")):
+        with pytest.raises(QAError, match=f"The figure {name} is {problem}"):
+            figure_bytes(report / name)
 
 
 def test_report_folders_are_confined_to_the_reports_root(tmp_path):
@@ -90,3 +132,10 @@ def test_literal_tables_show_cells_as_text():
     assert header == f"| \\!\\[c\\]\\(http{WORD_JOINER}\\:\\/\\/x\\/c\\.png\\) | n |"
     assert row == "| \\*\\*b\\*\\* \\| x y | 0.500 |"  # one row, its pipe escaped
     assert markdown_table(frame).startswith("| ![c](http://x/c.png) | n |")  # report.md keeps what was written
+
+
+def test_literal_tables_keep_one_line_per_row_whatever_line_breaks_cells_hold():
+    breaks = ["\r", "\r\n", "\n", "\u2028", "\x0b", "\x85"]  # CommonMark ends a line at \r too
+    frame = pd.DataFrame([{f"a{b}b": f"x{b}y" for b in breaks}] * 2)
+    lines = markdown_table(frame, literal=True).splitlines()
+    assert lines[0] == "| a b | a b | a b | a b | a b | a b |" and lines[2:] == ["| x y | x y | x y | x y | x y | x y |"] * 2

@@ -21,7 +21,7 @@ from kept import keep_widgets, restore_widgets
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.evaluation.report import Report, find_reports, markdown_table, read_report, reports_folder
+from qa_system.evaluation.report import Report, figure_bytes, find_reports, markdown_table, read_report, reports_folder
 from qa_system.safe_text import markdown_literal
 
 HEADLINE_GROUPS = ("all",)
@@ -60,7 +60,10 @@ def show_report(report: Report) -> None:
             table(headline)
     plots = st.columns(2)  # side by side, and a single plot at half width rather than page-filling
     for i, figure in enumerate(report.figures):
-        plots[i % len(plots)].image(str(figure), caption=markdown_literal(figure.name), width="stretch")
+        try:  # checked bytes, not the path: what is shown is what was checked
+            plots[i % len(plots)].image(figure_bytes(figure), caption=markdown_literal(figure.name), width="stretch")
+        except QAError as error:
+            plots[i % len(plots)].warning(markdown_literal(error), icon=WARNING)
     with st.expander(f"All metrics ({len(metrics)} rows)", expanded="group" not in metrics):
         table(metrics)
     for name, frame in report.sections.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ def markdown_table(table: pd.DataFrame, digits: int = 3, literal: bool = False) 
     showing a report someone else wrote), never as Markdown."""
 
     def text(value: Any) -> str:
-        return markdown_literal(value).replace("\n", " ") if literal else str(value)
+        # Any line break (\r too: CommonMark ends a line there) would cut the row in two.
+        return " ".join(markdown_literal(value).splitlines()) if literal else str(value)
 
     def cell(value: Any) -> str:
         if isinstance(value, float):
@@ -80,6 +82,12 @@ def write_report(
 
 
 REPORT_FILE = "report.json"
+# report.json / report.csv larger than this are not read: evaluations write kilobytes (per-question rows go to records.csv).
+MAX_REPORT_BYTES = 10_000_000
+# Figures a page shows: the raster formats plots are saved in, at sizes no plot reaches (a decompression bomb does).
+FIGURE_FORMATS = ("PNG", "JPEG")
+MAX_FIGURE_BYTES = 20_000_000
+MAX_FIGURE_PIXELS = 25_000_000
 
 
 @dataclass
@@ -94,7 +102,7 @@ class Report:
     figures: list[Path]  # PNG plots, in the order report.md shows them
     notes: list[str]
     modified: float  # report.json's mtime, to list the newest first
-    csv: Path | None = None  # report.csv, when the directory holds one
+    csv: Path | None = None  # report.csv, when the directory holds one of at most MAX_REPORT_BYTES
 
 
 def inside(root: str | Path, path: str | Path) -> bool:
@@ -108,10 +116,21 @@ def reports_folder(root: str | Path, requested: str | Path = "") -> Path:
     A page lists and serves the reports under ``root`` only: a folder outside it (``/``, ``..``, a
     symlink leading out) is a QAError.
     """
-    folder = (Path(root) / requested).resolve()  # an absolute ``requested`` replaces the root here
+    try:
+        folder = (Path(root) / requested).resolve()  # an absolute ``requested`` replaces the root here
+        folder.is_dir()  # the system's own check of the name
+    except (OSError, ValueError) as error:  # too long, a NUL byte
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise QAError(f"{_quoted(requested)} is not a folder name this system accepts ({reason}).", f"pick a folder under {Path(root).resolve()} (set by QA_REPORTS_DIR).") from error
     if not inside(root, folder):
-        raise QAError(f"'{requested}' is outside the reports folder.", f"pick a folder under {Path(root).resolve()} (set by QA_REPORTS_DIR).")
+        raise QAError(f"{_quoted(requested)} is outside the reports folder.", f"pick a folder under {Path(root).resolve()} (set by QA_REPORTS_DIR).")
     return folder
+
+
+def _quoted(name: object, limit: int = 200) -> str:
+    """``name`` quoted for a one-line message: control characters escaped, at most ``limit`` characters of it."""
+    text = repr(str(name))
+    return text if len(text) <= limit else text[: limit - 2] + "…" + text[0]
 
 
 def find_reports(root: str | Path) -> list[Path]:
@@ -133,26 +152,32 @@ def read_report(directory: str | Path) -> Report:
     directory = Path(directory)
 
     def own(name: str) -> Path | None:
-        path = directory / name
-        return path if path.is_file() and inside(directory, path) else None
+        try:
+            path = directory / name
+            return path if path.is_file() and inside(directory, path) else None
+        except (OSError, ValueError):  # a name the system refuses (too long, a NUL byte): none of its files
+            return None
 
     path = directory / REPORT_FILE
     if path.exists() and not inside(directory, path):
         raise QAError(f"{path} links outside its report directory.", "copy the report into the directory instead of linking it.")
     try:
+        if path.stat().st_size > MAX_REPORT_BYTES:
+            raise QAError(f"{path} is larger than {MAX_REPORT_BYTES // 1_000_000} MB: not a report `qa-system eval` writes.", "re-run the evaluation that wrote it.")
         payload = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as error:
         raise QAError(f"{directory} holds no {REPORT_FILE}.", "pick a directory written by `qa-system eval ... --out DIR`.") from error
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise QAError(f"{path} is not valid JSON ({error}).", "re-run the evaluation that wrote it.") from error
-    if not isinstance(payload, dict) or not isinstance(payload.get("metrics"), list):
+    if not isinstance(payload, dict) or not isinstance(payload.get("metrics"), list) or not all(isinstance(row, dict) for row in payload["metrics"]):
         raise QAError(f"{path} has no 'metrics' table.", "re-run the evaluation with the current `qa-system eval`.")
     sections = {
         k: pd.DataFrame(v) for k, v in payload.items() if k != "metrics" and isinstance(v, list) and v and all(isinstance(row, dict) for row in v)
     }
     summary = {k: v for k, v in payload.items() if k not in ("title", "metrics", *sections)}
     markdown = own("report.md")
-    lines = markdown.read_text(encoding="utf-8").splitlines() if markdown else []
+    # report.md gives the figures' order and the notes: undecodable bytes cost a character, never the report.
+    lines = markdown.read_text(encoding="utf-8", errors="replace").splitlines() if markdown and markdown.stat().st_size <= MAX_REPORT_BYTES else []
     shown = [line[line.index("(") + 1 : -1] for line in lines if line.startswith("![") and line.endswith(")")]
     figures = list(dict.fromkeys(filter(None, map(own, shown))))
     figures += sorted(p for p in directory.glob("*.png") if p not in figures and own(p.name))
@@ -166,5 +191,30 @@ def read_report(directory: str | Path) -> Report:
         figures=figures,
         notes=[line[2:] for line in lines[:notes_end] if line.startswith("- ")],
         modified=path.stat().st_mtime,
-        csv=own("report.csv"),
+        csv=csv if (csv := own("report.csv")) and csv.stat().st_size <= MAX_REPORT_BYTES else None,
     )
+
+
+def figure_bytes(path: str | Path) -> bytes:
+    """The image file ``path``, once Pillow has decoded it whole: a QAError naming the file when it is
+    not a PNG or JPEG image, is damaged, or is too large to show (a decompression bomb)."""
+    from PIL import Image
+
+    name, fix = Path(path).name, "re-run the evaluation that wrote the report, or remove the file from its folder."
+    too_large = QAError(f"The figure {name} is too large to show (at most {MAX_FIGURE_BYTES // 1_000_000} MB and {MAX_FIGURE_PIXELS:,} pixels).", fix)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FIGURE_BYTES + 1)
+        if len(data) > MAX_FIGURE_BYTES:
+            raise too_large
+        with Image.open(io.BytesIO(data), formats=FIGURE_FORMATS) as image:  # reads the header only
+            if image.width * image.height > MAX_FIGURE_PIXELS:
+                raise too_large
+            image.load()  # a damaged or cut file fails here, not in the page
+    except Image.DecompressionBombError as error:
+        raise too_large from error
+    except QAError:
+        raise
+    except Exception as error:  # Pillow's decoders raise many kinds of error on a file that is not what it claims
+        raise QAError(f"The figure {name} is not an image this page can show ({type(error).__name__}).", fix) from error
+    return data
