@@ -70,10 +70,16 @@ def source_change(index: Index, settings: Settings) -> str | None:
         return None
     wanted = source_files(index.manifest.get("domains", []), index.manifest.get("splits", []), settings.data_dir)
     missing = [path for path in wanted if not path.is_file()]
-    if missing:
+    if missing and str(missing[0].resolve()) in recorded:
         raise QAError(
-            f"The index '{index.name}' was built from {missing[0]}, which does not exist.",
-            "pass --data-dir (or QA_DATA_DIR) pointing at the data it was built from, or rebuild with `qa-system index --data-dir DIR`.",
+            f"The index '{index.name}' was built from {missing[0].resolve()}, which no longer exists.",
+            "put the file back, or rebuild the index from the data you have with `qa-system index --data-dir DIR`.",
+        )
+    if missing:  # another data directory, without the files: say where the index was built from
+        built_from = Path(next(iter(recorded))).parents[2]  # <data dir>/<domain>/splits/<split>.csv
+        raise QAError(
+            f"{missing[0]} does not exist: the index '{index.name}' was built from the data in {built_from}, not {settings.data_dir}.",
+            f"pass --data-dir {built_from} (or set QA_DATA_DIR), or build the index from other data with `qa-system index --data-dir DIR`.",
         )
     if index.manifest.get("format", 1) < INDEX_FORMAT:
         return "it was built by an older qa-system, with one document per review and split"

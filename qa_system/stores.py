@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -58,38 +59,65 @@ def _memory_path(settings: Settings, name: str) -> Path:
     return settings.index_dir / "memory" / f"{name}.json"
 
 
-def temporary_prefix(name: str) -> str:
-    """Hidden, and carrying the writer's PID, so that a later run can tell a dead writer's leftovers from a live one's."""
-    return f".{name}.{os.getpid()}."
+# A temporary file or directory is ".<name>~<pid>~<random><suffix>". No collection or index file name
+# holds '~', so a name ends at the first '~': a cleanup of 'cc' can never take a file of 'cc.v2' or of
+# 'cc.json' for its own (the dotted form before, ".<name>.<pid>.<random>", could: 'v2' read as a pid).
+_OWNER_END = "~"
+# That dotted form, read from the right (its random part is 8 characters without a dot), so that the
+# leftovers of runs killed before the change are still recognised.
+_DOTTED = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.(?:[a-z0-9_]{8}(?:\.tmp|\.jsonl|\.old)?|deleted)")
 
 
-def _writer_alive(leftover: Path, name: str) -> bool:
-    pid = leftover.name[len(name) + 2 :].split(".", 1)[0]
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
+class TemporaryOwner(NamedTuple):
+    name: str
+    pid: int
+    dotted: bool  # named in the dotted form of older releases
+
+    def alive(self) -> bool:
+        """Whether the writer's process runs (in this machine's, or container's, process ids)."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's live process
+            return True
         return True
-    return True
+
+
+def temporary_prefix(name: str) -> str:
+    """Hidden, and carrying ``name`` and the writer's PID, so that a later run can tell whose leftovers a file is."""
+    if _OWNER_END in name:
+        raise ValueError(f"a name with '{_OWNER_END}' cannot name temporary files: {name!r}")
+    return f".{name}{_OWNER_END}{os.getpid()}{_OWNER_END}"
+
+
+def temporary_owner(file_name: str) -> TemporaryOwner | None:
+    """Who wrote a file that ``temporary_prefix`` named (or the dotted form before it); None for any other file."""
+    if file_name.startswith(".") and _OWNER_END in file_name:
+        name, _, rest = file_name[1:].partition(_OWNER_END)
+        pid = rest.partition(_OWNER_END)[0]
+        return TemporaryOwner(name, int(pid), False) if name and pid.isdigit() else None
+    dotted = _DOTTED.fullmatch(file_name)
+    return TemporaryOwner(dotted["name"], int(dotted["pid"]), True) if dotted else None
+
+
+def _dead_leftovers(directory: Path, name: str) -> list[Path]:
+    """The temporary files and directories of ``name`` in ``directory`` whose writer process is gone."""
+    if not directory.is_dir():
+        return []
+    owners = ((path, temporary_owner(path.name)) for path in directory.glob(".*"))
+    return sorted(path for path, owner in owners if owner is not None and owner.name == name and not owner.alive())
 
 
 def remove_leftovers(directory: Path, name: str) -> list[Path]:
     """Delete what writers of ``name`` killed mid-save left in ``directory`` (temporary files, staging and
     retired directories); a live writer's files stay. Returns what was removed."""
-    removed = []
-    if not directory.is_dir():
-        return removed
-    for leftover in directory.glob(f".{name}.*"):
-        if _writer_alive(leftover, name):
-            continue
+    removed = _dead_leftovers(directory, name)
+    for leftover in removed:
         if leftover.is_dir():
             shutil.rmtree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)
-        removed.append(leftover)
     return removed
 
 
@@ -267,7 +295,7 @@ def _restore_interrupted_swap(directory: Path) -> None:
     """A writer killed between the swap's two renames left the old index retired and none in place: put it back."""
     if directory.exists() or not directory.parent.is_dir():
         return
-    retired = [p for p in directory.parent.glob(f".{directory.name}.*.old") if (p / "manifest.json").is_file() and not _writer_alive(p, directory.name)]
+    retired = [p for p in _dead_leftovers(directory.parent, directory.name) if p.name.endswith(".old") and (p / "manifest.json").is_file()]
     if retired:
         max(retired, key=lambda p: p.stat().st_mtime).rename(directory)
 

@@ -14,7 +14,7 @@ import pytest
 
 from qa_system.cli import main
 from qa_system.errors import QAError
-from qa_system.stores import open_index, remove_leftovers
+from qa_system.stores import open_index, remove_leftovers, temporary_prefix
 from tests.conftest import COLUMNS, SPLIT_ROWS, write_subjqa
 
 
@@ -94,6 +94,21 @@ def test_a_missing_source_is_an_error_not_old_answers(indexed, capsys, tmp_path)
     assert "does not exist" in err and "--data-dir" in err and err.count("\n") == 1
 
 
+def test_a_wrong_data_dir_names_where_the_index_was_built_from(indexed, capsys):
+    """Issue 30, item 5: `--data-dir /nonexistent` said the index "was built from /nonexistent/...": not where it was built from."""
+    built_from = indexed.data_dir.resolve()
+    assert main(["search", "Is it good?", "--item", "KINDLE", "--data-dir", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "was built from /nonexistent" not in err and err.count("\n") == 1
+    assert f"/nonexistent/electronics/splits/train.csv does not exist: the index 'subjqa-electronics' was built from the data in {built_from}, not /nonexistent." in err
+    assert f"Fix: pass --data-dir {built_from} (or set QA_DATA_DIR)" in err
+    gone = indexed.data_dir / "electronics" / "splits" / "dev.csv"
+    gone.unlink()  # the same directory, one of its files deleted: that file is where it was built from
+    assert main(["search", "Is it good?", "--item", "KINDLE"]) == 2
+    err = capsys.readouterr().err
+    assert f"The index 'subjqa-electronics' was built from {gone.resolve()}, which no longer exists." in err and err.count("\n") == 1
+
+
 def test_another_data_directory_rebuilds_the_index(indexed, capsys, tmp_path):
     rows = {split: [dict(r, review=r["review"].replace("sharp", "dim")) for r in SPLIT_ROWS[split]] for split in SPLIT_ROWS}
     other = write_subjqa(tmp_path / "other", rows)
@@ -119,16 +134,19 @@ def test_a_foreign_index_file_is_refused(indexed, capsys, saved):
 
 
 def test_leftovers_of_dead_writers_go_and_live_ones_stay(tmp_path):
-    dead = tmp_path / ".subjqa-electronics.json.999999999.x1.tmp"
-    live = tmp_path / f".subjqa-electronics.json.{os.getpid()}.x2.tmp"
-    staging = tmp_path / ".subjqa-electronics.json.999999998.dir"
-    other = tmp_path / ".another-index.json.999999999.x3.tmp"
-    for path in (dead, live, other):
+    name = "subjqa-electronics.json"
+    dead = tmp_path / f".{name}~999999999~abcdefgh.tmp"
+    live = tmp_path / f"{temporary_prefix(name)}abcdefgh.tmp"
+    staging = tmp_path / f".{name}~999999998~abcdefgh"
+    dotted = tmp_path / f".{name}.999999997.abcdefgh.tmp"  # as releases before named them
+    # Files of other names, whose writers are dead too: the collection 'subjqa-electronics.json' (issue 30, item 1), another index.
+    others = [tmp_path / f".{name}.json~999999999~abcdefgh.tmp", tmp_path / f".{name}.json.999999999.abcdefgh.tmp", tmp_path / ".another-index.json~999999999~abcdefgh.tmp"]
+    for path in (dead, live, dotted, *others):
         path.write_text("{}")
     staging.mkdir()
-    removed = remove_leftovers(tmp_path, "subjqa-electronics.json")
-    assert sorted(removed) == sorted([dead, staging])
-    assert live.exists() and other.exists()
+    removed = remove_leftovers(tmp_path, name)
+    assert sorted(removed) == sorted([dead, staging, dotted])
+    assert live.exists() and all(path.exists() for path in others)
 
 
 def run_killed(settings, patch: str, argv: list[str]) -> subprocess.CompletedProcess:
@@ -180,7 +198,7 @@ def test_an_interrupted_faiss_swap_restores_the_retired_index(settings):
     from qa_system.stores import _faiss_dir, _restore_interrupted_swap
 
     directory = _faiss_dir(settings, "subjqa-electronics")
-    retired = directory.with_name(".subjqa-electronics.999999999.abc.old")
+    retired = directory.with_name(".subjqa-electronics~999999999~abcdefgh.old")
     retired.mkdir(parents=True)
     (retired / "manifest.json").write_text("{}")
     _restore_interrupted_swap(directory)

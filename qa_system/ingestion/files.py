@@ -4,12 +4,15 @@ Each file is a document whose id is its path inside the folder, so that an edite
 *changed* document on the next run. The file is the item, unless a sidecar ``<file>.meta.json``
 (a JSON object of metadata) names one: its ``item_id`` key, or the key ``--item-column`` gives.
 Haystack's converters log and skip a file they cannot read; here that is an error naming the file,
-as is a PDF without a text layer (a scan). Files of other kinds are skipped and counted.
+as is a PDF without a text layer (a scan), for a file given alone; in a folder such a file is left
+out, named with its reason, and the rest is read. Files of other kinds are skipped and counted, and
+links that lead outside the folder are not followed (a link to /etc/passwd must not become searchable).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Iterator
 
@@ -21,6 +24,9 @@ from qa_system.ingestion.records import IngestOptions, ReadCounts, Record, check
 
 SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
 SIDECAR = ".meta.json"
+# The converters' and pypdf's warnings about a file only repeat what the error or the report says about it.
+for _library in ("haystack.components.converters", "pypdf"):
+    logging.getLogger(_library).setLevel(logging.ERROR)
 
 
 def _converter(suffix: str):
@@ -86,20 +92,24 @@ def _sidecar(path: Path) -> dict:
 
 
 def document_files(root: Path, counts: ReadCounts) -> list[Path]:
-    """The readable files under ``root`` (or ``root`` itself), in a stable order; others are counted as skipped."""
+    """The readable files under ``root`` (or ``root`` itself), in a stable order; others are counted as skipped,
+    and links that lead outside ``root`` are named and not followed."""
     if root.is_file():
         if root.suffix.lower() not in SUFFIXES:
             raise QAError(f"{root} is not a file kind qa-system reads.", f"pass a .csv, .tsv, .jsonl or SQuAD .json file, or documents ({', '.join(SUFFIXES)}).")
         return [root]
+    inside = root.resolve()
     files = []
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
-        if not path.is_file() or any(part.startswith(".") for part in relative.parts) or path.name.endswith(SIDECAR):
+        if any(part.startswith(".") for part in relative.parts) or path.name.endswith(SIDECAR):
             continue
-        if path.suffix.lower() in SUFFIXES:
+        if not path.resolve().is_relative_to(inside):
+            counts.links_skipped.append(relative.as_posix())
+        elif path.is_file() and path.suffix.lower() in SUFFIXES:
             files.append(path)
-        else:
-            counts.files_skipped.append(str(relative))
+        elif not path.is_dir():
+            counts.files_skipped.append(relative.as_posix())
     return files
 
 
@@ -108,11 +118,17 @@ def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterat
     for path in document_files(root, counts):
         relative = path.name if root.is_file() else path.relative_to(root).as_posix()
         counts.rows += 1
-        text = convert(path, encoding)
+        try:
+            text = convert(path, encoding)
+            sidecar = _sidecar(path)
+        except QAError as error:
+            if root.is_file():
+                raise
+            counts.files_unreadable.append(f"{relative}: {error.problem.removeprefix(f'{path} ').rstrip('.')}")  # one file does not sink the folder
+            continue
         if not text.strip():
             counts.empty_texts += 1
             continue
-        sidecar = _sidecar(path)
         item_key = options.item_column or "item_id"
         item = meta_value(sidecar[item_key]) if sidecar.get(item_key) not in (None, "") else relative
         meta = {"file": relative, **{meta_key(k): meta_value(v) for k, v in sidecar.items() if k != item_key and v not in (None, "")}}

@@ -31,7 +31,7 @@ from typing import IO, Callable, Iterator
 from haystack import Document
 
 from qa_system.config import INPUT_FORMATS, Settings
-from qa_system.disk_cache import taking_turns
+from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count
 from qa_system.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint
 from qa_system.ingestion.backends import commit, saved_passages
@@ -41,7 +41,7 @@ from qa_system.ingestion.records import IngestOptions, ReadCounts, Record, Sourc
 from qa_system.ingestion.splitting import PassageSplitter
 from qa_system.ingestion.squad import read_squad_documents
 from qa_system.ingestion.tables import read_json_lines, read_table
-from qa_system.stores import Index, opensearch_client, opensearch_has_knn, remove_leftovers, saved_manifest, temporary_prefix
+from qa_system.stores import Index, opensearch_client, opensearch_has_knn, saved_manifest, TemporaryOwner, temporary_owner, temporary_prefix
 
 BATCH = 256  # source documents per split / embed / stage step
 
@@ -78,6 +78,8 @@ class IngestReport:
     empty_texts: int = 0
     duplicates: int = 0
     files_skipped: list[str] = field(default_factory=list)
+    files_unreadable: list[str] = field(default_factory=list)  # "name: why", each left out of a folder
+    links_skipped: list[str] = field(default_factory=list)  # links that lead outside the folder, not followed
     seconds: float = 0.0
     embedding_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -102,8 +104,20 @@ class IngestReport:
             lines.append(f"  skipped: {', '.join(skipped)}.")
         if self.files_skipped:
             lines.append(f"  {len(self.files_skipped)} files of other kinds left out (e.g. {self.files_skipped[0]}).")
+        if self.links_skipped:
+            lines.append(f"  {len(self.links_skipped)} links to outside the folder not followed: {_first(self.links_skipped)}.")
+        if self.files_unreadable:
+            lines.append(f"  {len(self.files_unreadable)} files could not be read and were left out:")
+            lines += [f"    {entry}" for entry in self.files_unreadable[:LISTED]] + [f"    ... and {len(self.files_unreadable) - LISTED} more."] * (len(self.files_unreadable) > LISTED)
         lines += [f"  note: {note}" for note in self.notes]
         return lines
+
+
+LISTED = 20  # files named one by one in a report; the rest are counted
+
+
+def _first(names: list[str], shown: int = LISTED) -> str:
+    return ", ".join(names[:shown]) + (f", ... ({len(names) - shown} more)" if len(names) > shown else "")
 
 
 def detect_format(name: str, binary: IO[bytes] | None, given: str | None) -> str:
@@ -240,12 +254,18 @@ def ingest(
     .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
     hears an ``IngestProgress`` after every batch (the search page's progress bar).
     """
-    with _one_ingestion_at_a_time(settings, check_collection_name(collection)):
-        run = _Run(settings, collection, options, embed, on_progress)
+    lock = _lock_file(settings, check_collection_name(collection))
+    # Ingestions into one collection take turns: each reads what the collection holds when it starts
+    # (changes, counts, the manifest), so two at once would each commit from the same old state and the
+    # last would undo part of the first. The lock covers the processes of one machine sharing QA_HOME
+    # (for Elasticsearch / OpenSearch, not other machines writing to the server).
+    with taking_turns(lock, f"Waiting for another ingestion into '{collection}' to finish."):
         staging_dir = settings.index_dir / "staging"
         staging_dir.mkdir(parents=True, exist_ok=True)
-        remove_leftovers(staging_dir, collection)
-        fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(collection), suffix=".jsonl", dir=staging_dir)
+        cleaned = _remove_what_killed_runs_left(staging_dir, lock)
+        run = _Run(settings, collection, options, embed, on_progress, notes=cleaned)
+        # Named after the lock that guards it: the file is a live run's exactly while that lock is held.
+        fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(lock.stem), suffix=".jsonl", dir=staging_dir)
         staging = Path(staging_name)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name) as opened:
@@ -255,21 +275,52 @@ def ingest(
             staging.unlink(missing_ok=True)
 
 
-def _one_ingestion_at_a_time(settings: Settings, collection: str):
-    """Ingestions into one collection take turns: each reads what the collection holds when it starts
-    (changes, counts, the manifest), so two at once would each commit from the same old state and the
-    last would undo part of the first. A file lock in QA_HOME: it covers the processes of one machine
-    that share that home (for Elasticsearch / OpenSearch, not other machines writing to the server)."""
+def _lock_file(settings: Settings, collection: str) -> Path:
     directory = settings.home / "locks"
     directory.mkdir(parents=True, exist_ok=True)
-    return taking_turns(directory / f"ingest-{settings.store}-{collection}.lock", f"Waiting for another ingestion into '{collection}' to finish.")
+    return directory / f"ingest-{settings.store}-{collection}.lock"
+
+
+def _remove_what_killed_runs_left(staging_dir: Path, own_lock: Path) -> list[str]:
+    """Remove the lock files no run holds and the staging files of killed ingestions (into any collection):
+    a line for each staging file (they can be large) and one for the lock files."""
+    lines = []
+    locks = remove_unheld_locks(own_lock.parent)
+    if locks:
+        lines.append(f"removed {len(locks)} lock file{'s' * (len(locks) > 1)} that no process held ({', '.join(p.name for p in locks)}).")
+    for path in sorted(staging_dir.glob(".*")):
+        owner = temporary_owner(path.name)
+        if owner is None or not _staging_file_dead(owner, own_lock):
+            continue
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:  # its run ended meanwhile
+            continue
+        lines.append(f"removed the staging file of a killed ingestion: {path.name} ({size / 1e6:.1f} MB).")
+    return lines
+
+
+def _staging_file_dead(owner: TemporaryOwner, own_lock: Path) -> bool:
+    """A staging file is written only while the lock it is named after is held, and the kernel drops a lock
+    when its process dies: one whose lock is free is dead, whatever process ids it carries (another
+    container sharing QA_HOME has other ones). The dotted form of older releases goes by its process id."""
+    if owner.dotted:
+        return not owner.alive()
+    lock = own_lock.with_name(f"{owner.name}.lock")
+    if lock == own_lock:
+        return True  # held by this run, which has made no staging file yet
+    with held_if_free(lock) as free:
+        if free:
+            lock.unlink(missing_ok=True)  # (re)made by this look, held: see remove_unheld_locks
+        return free
 
 
 class _Run:
     """One ingestion: the source read batch by batch into a staging file, then the commit."""
 
-    def __init__(self, settings: Settings, collection: str, options: IngestOptions, embed: bool, on_progress: ProgressCallback | None):
-        self.started = time.perf_counter()
+    def __init__(self, settings: Settings, collection: str, options: IngestOptions, embed: bool, on_progress: ProgressCallback | None, notes: list[str]):
+        self.started, self.notes = time.perf_counter(), notes
         self.settings, self.collection, self.options, self.on_progress = settings, check_collection_name(collection), options, on_progress
         words = check_count(options.passage_words, "passage_words", 10)
         self.splitter_state = {"words": words, "overlap": check_count(options.passage_overlap, "passage_overlap", 0, words - 1)}
@@ -294,7 +345,7 @@ class _Run:
     def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
         from tqdm.auto import tqdm
 
-        self.report = report = IngestReport(self.collection, self.settings.store, opened.name, notes=list(self.reasons))
+        self.report = report = IngestReport(self.collection, self.settings.store, opened.name, notes=[*self.notes, *self.reasons])
         if self.vector_search is False:
             report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
         # disable=None: no bar when stderr is not a terminal (logs, tests), where the summary says it all.
@@ -309,12 +360,14 @@ class _Run:
                 self._flush(staged, opened)
         counts = opened.counts
         report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
+        report.files_unreadable, report.links_skipped = counts.files_unreadable, counts.links_skipped
         if not self.seen:
             skipped = f" ({counts.empty_rows} empty rows and {counts.empty_texts} empty texts skipped)" if counts.rows else ""
-            raise QAError(
-                f"{opened.name} holds no documents{skipped}; collection '{self.collection}' was left as it was.",
-                "check the file (and --text-column / --format), or pass a folder that holds .txt, .md, .html or .pdf files.",
-            )
+            fix = "check the file (and --text-column / --format), or pass a folder that holds .txt, .md, .html or .pdf files."
+            if counts.files_unreadable:
+                skipped = f": {len(counts.files_unreadable)} files could not be read ({_first(counts.files_unreadable, 1)})"
+                fix = "repair, decrypt or convert those files (a scanned PDF needs OCR, e.g. ocrmypdf), or pass --encoding for text in another encoding."
+            raise QAError(f"{opened.name} holds no documents{skipped}; collection '{self.collection}' was left as it was.", fix)
 
     def _add(self, record: Record) -> bool:
         """Count the record, and queue it when it is new or changed; False for a duplicate."""
@@ -373,19 +426,18 @@ class _Run:
         """After the whole source was read: the shrink guard, the manifest, and the commit (skipped when nothing changed)."""
         report, saved = self.report, self.saved
         vanished = [d for d in saved.documents if d not in self.seen]
-        drop = sync or self.rebuild
-        if drop:
-            report.deleted = len(vanished)
-        else:
-            report.kept_missing = len(vanished)
-            self.items.update(saved.documents[d][1] for d in vanished if saved.documents[d][1] is not None)
-        report.documents = len(self.seen) + (0 if drop else len(vanished))
+        # A file read through a link that now leads outside the folder (indexed before links were checked) goes even without sync.
+        dropped = set(vanished) if sync or self.rebuild else set(vanished) & set(report.links_skipped)
+        kept = [d for d in vanished if d not in dropped]
+        report.deleted, report.kept_missing = len(dropped), len(kept)
+        self.items.update(saved.documents[d][1] for d in kept if saved.documents[d][1] is not None)
+        report.documents = len(self.seen) + len(kept)
         if saved.documents and report.documents < MIN_KEPT_SHARE * len(saved.documents) and not force:
             raise QAError(
                 f"The new data would leave {report.documents} documents where collection '{self.collection}' holds {len(saved.documents)}; it was left as it was.",
                 "check the source (a truncated file?), or pass --force to apply it anyway.",
             )
-        replaced = (self.staged_documents & saved.documents.keys()) | (set(vanished) if drop else set())
+        replaced = (self.staged_documents & saved.documents.keys()) | dropped
         if saved.manifest is not None and not replaced and not report.staged:
             report.passages = int(saved.manifest.get("documents", 0))
             report.notes.append("nothing changed: the collection was left as it was")

@@ -62,6 +62,8 @@ class ReadCounts:
     empty_rows: int = 0
     empty_texts: int = 0
     files_skipped: list[str] = field(default_factory=list)  # files of kinds no converter reads
+    files_unreadable: list[str] = field(default_factory=list)  # "name: why" of a folder's files that could not be read
+    links_skipped: list[str] = field(default_factory=list)  # links that lead outside the folder
 
 
 def meta_key(name: str) -> str:
