@@ -286,6 +286,23 @@ def test_bench_ingest_times_index_input_on_a_csv_of_reviews(tiny_subjqa, tmp_pat
     assert (home / "indexes" / "memory").is_dir() and not list((home / "indexes" / "memory").glob("bench-ingest-*"))  # its collection is deleted at the end
 
 
+def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny_subjqa, tmp_path, capsys):
+    """Issue 30, item 6: a data folder holding a domain of dev and test only made the benches fail ("No 'train' split for domain 'books'")."""
+    from qa_system.bench.corpus import bench_questions, real_reviews
+    from qa_system.config import Settings
+    from tests.conftest import SPLIT_ROWS, write_subjqa
+
+    write_subjqa(tiny_subjqa, {split: [dict(r, domain="books") for r in SPLIT_ROWS[split]] for split in ("dev", "test")}, domain="books")
+    settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home")
+    reviews, left_out = real_reviews(settings, bench_questions(settings))
+    assert sorted({d.meta["domain"] for d in reviews}) == ["books", "electronics"] and left_out == ["books: no train split"]
+    out = tmp_path / "bench-ingest"
+    assert main(["bench", "ingest", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--rows", "20", "--embed-rows", "0", "--out", str(out)]) == 0
+    assert "left out of the corpus: books: no train split" in capsys.readouterr().err
+    assert "left out of the corpus: books: no train split" in (out / "report.md").read_text()
+    assert json.loads((out / "report.json").read_text())["metrics"][0]["added"] == 20
+
+
 @pytest.mark.parametrize("gone", ["bench-api", "bench-ingest"])
 def test_the_benchmarks_are_one_family(gone, capsys):
     from qa_system.cli import build_parser

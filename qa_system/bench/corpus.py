@@ -21,7 +21,8 @@ import numpy as np
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.sources import LabelledQuestion, available_domains, in_split, load_subjqa
+from qa_system.errors import QAError
+from qa_system.sources import SPLITS, LabelledQuestion, available_domains, available_splits, in_split, load_subjqa
 
 SYNTHETIC_PRODUCT_SIZE = 32
 SYNTHETIC_DOMAIN = "synthetic"
@@ -30,16 +31,26 @@ VECTOR_NOISE = 0.02
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def real_reviews(settings: Settings, questions: Sequence[LabelledQuestion], question_domain: str = "electronics") -> list[Document]:
+def real_reviews(settings: Settings, questions: Sequence[LabelledQuestion], question_domain: str = "electronics") -> tuple[list[Document], list[str]]:
     """Every provided SubjQA review: first those of the questions' products (test split first), then
     the rest of their domain, then the other domains, so that a small corpus still holds the reviews
-    the questions are about."""
-    domains = available_domains(settings.data_dir)
-    ordered = [question_domain, *sorted(d for d in domains if d != question_domain)]
-    documents = load_subjqa(ordered, source=settings.data_dir).documents
+    the questions are about; and what was left out ("books: no train split"), to be named in the report.
+    A domain's missing splits (books and movies have dev and test only) and an unreadable domain are
+    left out; the questions' own domain must load."""
+    ordered = [question_domain, *sorted(d for d in available_domains(settings.data_dir) if d != question_domain)]
+    documents, left_out = [], []
+    for domain in ordered:
+        splits = available_splits(settings.data_dir, domain)
+        left_out += [f"{domain}: no {split} split" for split in SPLITS if split not in splits]
+        try:
+            documents += load_subjqa(domain, splits, source=settings.data_dir).documents if splits else []
+        except QAError as error:
+            if domain == question_domain:
+                raise
+            left_out.append(f"{domain}: {error.problem}")
     rank = {domain: i for i, domain in enumerate(ordered)}
     products = {q.item_id for q in questions}
-    return sorted(documents, key=lambda d: (rank[d.meta["domain"]], d.meta["item_id"] not in products, not in_split(d, "test")))
+    return sorted(documents, key=lambda d: (rank[d.meta["domain"]], d.meta["item_id"] not in products, not in_split(d, "test"))), left_out
 
 
 def bench_questions(settings: Settings, domain: str = "electronics", split: str = "test", limit: int | None = None) -> list[LabelledQuestion]:

@@ -29,8 +29,7 @@ COLUMNS = ("opinion_id", "asin", "opinion_text", "stars")
 CHUNK = 50_000  # synthetic reviews made at a time (memory bounded while writing a million rows)
 
 
-def _rows(settings: Settings, rows: int, seed: int) -> Iterator[tuple[str, str, str, int]]:
-    real = real_reviews(settings, bench_questions(settings))
+def _rows(real: list, rows: int, seed: int) -> Iterator[tuple[str, str, str, int]]:
     for number, review in enumerate(real[:rows]):
         yield f"op-{number}", review.meta["item_id"], review.content, 1 + number % 5
     made = min(rows, len(real))
@@ -40,15 +39,17 @@ def _rows(settings: Settings, rows: int, seed: int) -> Iterator[tuple[str, str, 
             made += 1
 
 
-def write_reviews_csv(settings: Settings, path: str | Path, rows: int, seed: int = 0) -> Path:
-    """A CSV of ``rows`` reviews (real ones first, then synthetic), deterministic for ``seed``."""
+def write_reviews_csv(settings: Settings, path: str | Path, rows: int, seed: int = 0) -> list[str]:
+    """A CSV of ``rows`` reviews (real ones first, then synthetic), deterministic for ``seed``; returns what
+    SubjQA parts were left out (``corpus.real_reviews``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    real, left_out = real_reviews(settings, bench_questions(settings))
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
-        writer.writerows(_rows(settings, check_count(rows, "rows"), seed))
-    return path
+        writer.writerows(_rows(real, check_count(rows, "rows"), seed))
+    return left_out
 
 
 # The worker: `qa-system index --input` as a program of its own, which prints its report and its peak
@@ -98,14 +99,19 @@ def run_ingest_bench(
     embed_rows = rows if embed_rows is None else check_count(embed_rows, "embed_rows", 0)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = out / f"reviews-{rows}.csv"
-    if not data.exists():
+    data, about = out / f"reviews-{rows}.csv", out / f"reviews-{rows}.json"
+    # The CSV of an earlier run is reused only when it was made from the same data and seed.
+    made_from = {"data_dir": str(settings.data_dir.resolve()), "seed": seed}
+    if not data.exists() or not about.exists() or json.loads(about.read_text(encoding="utf-8")).get("made_from") != made_from:
         progress(f"writing {data} ({rows} reviews)")
-        write_reviews_csv(settings, data, rows, seed)
+        about.write_text(json.dumps({"made_from": made_from, "left_out": write_reviews_csv(settings, data, rows, seed)}), encoding="utf-8")
+    left_out = json.loads(about.read_text(encoding="utf-8"))["left_out"]
+    if left_out:
+        progress(f"left out of the corpus: {'; '.join(left_out)}")
     runs = [("BM25 only", data, f"bench-ingest-{rows}-bm25", False)]
     if embed_rows:
         embedded = data if embed_rows == rows else out / f"reviews-{embed_rows}.csv"
-        if not embedded.exists():
+        if embedded != data:  # cut anew: the CSV may have been rewritten
             with data.open(encoding="utf-8") as source, embedded.open("w", encoding="utf-8") as target:
                 target.writelines(itertools.islice(source, embed_rows + 1))  # one review per line: no review holds a line break
         changed = out / f"reviews-{embed_rows}-changed.csv"
@@ -132,6 +138,7 @@ def run_ingest_bench(
             "`qa-system index --input` reads it with --text-column opinion_text --id-column opinion_id --item-column asin.",
             "Each run is a fresh Python process importing only the ingestion: peak_rss_mb is its peak resident memory (VmHWM); seconds include loading the encoder.",
             "The re-runs update the embedded collection: unchanged (nothing embedded or written), then with one row edited.",
+            *([f"SubjQA left out of the corpus: {'; '.join(left_out)}."] if left_out else []),
         ],
     )
     return table

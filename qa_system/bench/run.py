@@ -68,7 +68,9 @@ def run_bench(
     out_dir = Path(out_dir)
     started = time.time()
     at_start = machine()
-    real = corpus.real_reviews(settings, corpus.bench_questions(settings))
+    real, left_out = corpus.real_reviews(settings, corpus.bench_questions(settings))
+    if left_out:
+        progress(f"left out of the corpus: {'; '.join(left_out)}")
     questions = corpus.bench_questions(settings, limit=queries)
     domain_reviews = [d for d in real if d.meta["domain"] == "electronics"]
     needed = sum(1 for d in domain_reviews if in_split(d, "test"))
@@ -165,6 +167,7 @@ def run_bench(
         f"Threads: ONNX Runtime {physical_cores()} intra-op threads without spinning; PyTorch {torch.get_num_threads()} threads, "
         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'not set')} (the CLI sets PASSIVE, so that PyTorch does not spin either).",
         "Memory: resident set after each stage and the process's peak so far (ru_maxrss).",
+        *([f"SubjQA left out of the corpus: {'; '.join(left_out)}."] if left_out else []),
         *notes,
     ]
     return report.write(out_dir, tables, summary, notes)
