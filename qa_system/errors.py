@@ -1,8 +1,8 @@
 """One error type for everything a user can get wrong.
 
 Each error names the problem and the fix in one line, so that the CLI and the UI can show it
-as-is instead of a traceback. ``check_count`` / ``check_number`` are the one place
-where counts and thresholds from any door are checked.
+as-is instead of a traceback. ``check_count`` / ``check_number`` / ``check_text`` are the one
+place where counts, thresholds and text from any door are checked.
 """
 
 import math
@@ -82,3 +82,20 @@ def check_number(
         fix = f"pass a finite number{bound}, e.g. {name}{' ' if name.startswith('-') else '='}{example:g}."
         raise QAError(f"{name} must be a finite number{bound}, not {value!r}.", fix)
     return number
+
+
+def check_text(value: object, name: str) -> object:
+    """``value`` when it is not a str, or a str that can be written as UTF-8; else a QAError naming ``name``.
+
+    JSON's "\\ud800" escape and a command-line byte that is not UTF-8 (Python keeps b"\\xff" as "\\udcff")
+    both make a lone surrogate: a str that no tokenizer, database or response body can take.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            code = ord(value[error.start])
+            byte = f": the byte 0x{code - 0xDC00:02x} of another encoding" if 0xDC80 <= code <= 0xDCFF else ""
+            problem = f"{name} is not UTF-8 text: character {error.start + 1} is a lone surrogate (\\u{code:04x}{byte})."
+            raise QAError(problem[:1].upper() + problem[1:], f"send {name} as UTF-8 text.") from None
+    return value

@@ -31,7 +31,7 @@ from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import StreamingCallbackT
 
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
-from qa_system.errors import NotFound, QAError, check_count, check_number
+from qa_system.errors import NotFound, QAError, check_count, check_number, check_text
 from qa_system.indexing import embeddings_match
 from qa_system.retrieval.filters import make_filters
 from qa_system.retrieval.fitted import fusion_values, rerank_weight
@@ -139,6 +139,8 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
 
 def validate_question(index: Index, query: object, item_id: str | None) -> None:
     """The checks every door makes before answering: a question with words in it, about a product the index holds."""
+    check_text(query, "the question")
+    check_text(item_id, "the item id")
     if not isinstance(query, str) or not query.strip():
         raise QAError("The question is empty.", "type a question, e.g. \"Is it good for reading?\".")
     counts = index.item_counts()

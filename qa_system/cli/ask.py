@@ -8,6 +8,12 @@ import textwrap
 
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS
+from qa_system.errors import check_text
+
+
+def text(name: str):
+    """argparse type of a question or id: a byte that is not UTF-8 (kept as a lone surrogate) is one line, exit 2, before any work."""
+    return lambda value: check_text(value, name)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -111,10 +117,10 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
 
 def register(commands, options: Options) -> None:
     p = commands.add_parser("search", parents=[options.common], help="print the reviews a retriever ranks for a question")
-    p.add_argument("question")
+    p.add_argument("question", type=text("the question"))
     options.domain(p)
     options.collection(p)
-    p.add_argument("--item", help=f"product (item_id) to search, e.g. {DEFAULT_ITEM}")
+    p.add_argument("--item", type=text("the item id"), help=f"product (item_id) to search, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
@@ -123,10 +129,10 @@ def register(commands, options: Options) -> None:
     p.set_defaults(func=cmd_search)
 
     p = commands.add_parser("ask", parents=[options.common, options.generation], help="answer a question about a product from its reviews")
-    p.add_argument("question")
+    p.add_argument("question", type=text("the question"))
     options.domain(p)
     options.collection(p)
-    p.add_argument("--item", help=f"product (item_id) to ask about, e.g. {DEFAULT_ITEM}")
+    p.add_argument("--item", type=text("the item id"), help=f"product (item_id) to ask about, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
