@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from down_server import DownServer
 from haystack import Document, Pipeline
 
 from qa_system.errors import QAError
@@ -196,38 +197,45 @@ def test_missing_or_corrupt_model_directory_is_a_clear_error(tmp_path):
         ExtractiveReader(model=str(tmp_path)).warm_up()
 
 
-def closed_port_url() -> str:
-    """An endpoint on this machine that refuses connections: the hub, unreachable, without needing to be offline."""
-    from qa_system.serving.webapp import free_port
-
-    return f"http://127.0.0.1:{free_port()}"
-
-
-def load_in_fresh_process(model_id: str, env: dict[str, str]):
-    """load_qa_model in a new interpreter (huggingface_hub reads HF_* variables at import); (returncode, output, seconds)."""
+def load_in_fresh_process(model_id: str, hub: str, cache: Path, probe: bool = True) -> tuple[int, str]:
+    """load_qa_model in a new interpreter (huggingface_hub reads HF_* variables at import) with the hub
+    at ``hub``; (returncode, output). ``probe=False`` loads as before the hub probe, for comparison."""
     import os
     import subprocess
     import sys
-    import time
 
     code = (
-        "import sys\nfrom qa_system.errors import QAError\nfrom qa_system.reading.model import load_qa_model\n"
-        f"try:\n    load_qa_model({model_id!r})\nexcept QAError as error:\n    print(error)\n    sys.exit(2)\nprint('loaded')\n"
+        "import sys\nimport qa_system.reading.model as model\nfrom qa_system.errors import QAError\n"
+        f"{'' if probe else 'model.load_options = lambda name: {}'}\n"
+        f"try:\n    model.load_qa_model({model_id!r})\nexcept QAError as error:\n    print(error)\n    sys.exit(2)\nprint('loaded')\n"
     )
-    began = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
-    return done.returncode, done.stdout.strip(), time.monotonic() - began
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}  # the hub is asked, and is down
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "HF_ENDPOINT": hub, "HF_HUB_CACHE": str(cache)}, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout.strip()
+
+
+def model_requests(hub: DownServer) -> list[str]:
+    """The requests for a model's files (not the probe, nor huggingface_hub's daily fetch of its agent registry)."""
+    return [r for r in hub.requests if "/someone/" in r or "someone--" in r]
 
 
 def test_a_hub_id_fails_fast_when_the_hub_is_unreachable(tmp_path):
-    # huggingface_hub retried each file with backoff: about 50 s before the same error.
-    env = {"HF_ENDPOINT": closed_port_url(), "HF_HUB_CACHE": str(tmp_path / "hub-cache")}
-    code, output, seconds = load_in_fresh_process("someone/no-such-model", env)
-    assert code == 2 and seconds < 15, (code, output, seconds)
+    # huggingface_hub retried each file with backoff (about 50 s) before the same error: now one
+    # probe of the hub, then the local cache only.
+    with DownServer() as hub:
+        code, output = load_in_fresh_process("someone/no-such-model", hub.url, tmp_path / "hub-cache")
+    assert code == 2 and hub.requests.count("HEAD /") == 1 and model_requests(hub) == [], hub.requests  # one probe, no file asked for
     assert output == (
-        f"Could not load the reader model 'someone/no-such-model': the model hub ({env['HF_ENDPOINT']}) cannot be reached and the model "
+        f"Could not load the reader model 'someone/no-such-model': the model hub ({hub.url}) cannot be reached and the model "
         "is not in the local cache. Fix: pass a local model directory, or download the model once with a network (HF_ENDPOINT may name a mirror)."
     )
+
+
+def test_without_the_probe_a_hub_id_is_retried_and_that_is_what_the_probe_saves(tmp_path):
+    """The comparison that makes the test above meaningful: loading without the probe tries the hub again and again."""
+    with DownServer() as hub:
+        code, _ = load_in_fresh_process("someone/no-such-model", hub.url, tmp_path / "hub-cache", probe=False)
+    assert code == 2 and len(model_requests(hub)) > 1, hub.requests
 
 
 def test_a_cached_hub_model_still_loads_when_the_hub_is_unreachable(tmp_path, model_dir):
@@ -239,9 +247,9 @@ def test_a_cached_hub_model_still_loads_when_the_hub_is_unreachable(tmp_path, mo
     shutil.copytree(model_dir, repo / "snapshots" / commit)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
-    env = {"HF_ENDPOINT": closed_port_url(), "HF_HUB_CACHE": str(tmp_path / "hub-cache")}
-    code, output, seconds = load_in_fresh_process("someone/tiny-reader", env)
-    assert (code, output) == (0, "loaded") and seconds < 15, (code, output, seconds)
+    with DownServer() as hub:
+        code, output = load_in_fresh_process("someone/tiny-reader", hub.url, tmp_path / "hub-cache")
+    assert (code, output) == (0, "loaded") and hub.requests.count("HEAD /") == 1 and model_requests(hub) == [], hub.requests  # one probe, then the cache
 
 
 def test_tuned_threshold_is_the_default_and_an_explicit_one_wins(model_dir, tmp_path):

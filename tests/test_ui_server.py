@@ -72,11 +72,10 @@ def test_a_stop_signal_stops_the_page_server_and_frees_its_port(tmp_path, signum
             os.killpg(cli.pid, signum)
         else:
             cli.send_signal(signum)
-        began = time.monotonic()
-        assert cli.wait(timeout=15) == 0, log_path.read_text()
-        _, alive = psutil.wait_procs(servers, timeout=15 - (time.monotonic() - began))
+        # Limits for a busy machine, not a speed check: the CLI kills Streamlit itself 10 s after the signal.
+        assert cli.wait(timeout=120) == 0, log_path.read_text()
+        _, alive = psutil.wait_procs(servers, timeout=5)
         assert not alive, f"still running after the CLI exited: {alive}"
-        assert time.monotonic() - began < 15
         assert port_is_free(port)
         assert "Search page stopped." in log_path.read_text()
     finally:  # never leave a server behind, whatever failed
