@@ -194,7 +194,7 @@ class Settings:
 
     @property
     def feedback_export(self) -> Path:
-        """Where the page's export button and the API write the feedback as SQuAD v2 (`qa-system export-feedback --out` chooses)."""
+        """Where the page's export button writes the feedback as SQuAD v2 (the API answers with it from memory; `qa-system export-feedback --out` chooses)."""
         return self.home / "feedback" / "feedback-squad.json"
 
     def as_dict(self) -> dict:

@@ -28,13 +28,15 @@ def _chunk(body: dict[str, Any], delta: dict[str, Any], finish_reason: str | Non
 class OpenAIStub:
     """Answers ``POST /v1/chat/completions`` with ``reply(request_body)``, streamed word by word when
     asked (``drip_s`` apart, as a model writes); an unknown model gets the 404 a real server sends.
-    ``requests`` holds the bodies received."""
+    ``requests`` holds the bodies received; ``streamed`` each streamed reply's (pieces written, pieces it had)
+    once it ended, cut short when its client closed the connection."""
 
     def __init__(self, reply: Callable[[dict[str, Any]], str], max_requests: int = 20, deadline_s: float = 120.0):
         self.reply = reply
         self.max_requests = max_requests
         self.deadline_s = deadline_s
         self.requests: list[dict[str, Any]] = []
+        self.streamed: list[tuple[int, int]] = []
         self.drip_s = 0.0
         self._stopped = threading.Event()
         stub = self
@@ -66,14 +68,17 @@ class OpenAIStub:
                 pieces = [piece + " " for piece in text.split(" ")]
                 pieces[-1] = pieces[-1].rstrip()
                 self._start(200, "text/event-stream")
+                written = 0
                 try:
                     for piece in pieces:
                         self.wfile.write(_chunk(body, {"role": "assistant", "content": piece}))
                         self.wfile.flush()
+                        written += 1
                         time.sleep(stub.drip_s)
                     self.wfile.write(_chunk(body, {}, "stop") + b"data: [DONE]\n\n")
                 except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
                     pass
+                stub.streamed.append((written, len(pieces)))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.timeout = 0.2

@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator
@@ -25,18 +26,48 @@ from qa_system.config import REPO_ROOT, Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, ingest
 from qa_system.serving.api import create_app, serve_api
-from qa_system.serving.feedback import FeedbackStore
+from qa_system.serving.feedback import Feedback, FeedbackStore
 from qa_system.serving.service import QAService, ServedCollection
 from qa_system.serving.webapp import free_port
 from qa_system.stores import delete_opensearch_index
 
-SLOW_S = 1.5  # how long the generator takes to answer a question that says "slowly"
+
+
+class Gate:
+    """Holds the generator's replies to questions that say "slowly" until the test opens it, counting those held."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.held, self.opened = 0, False
+
+    def hold(self) -> None:  # in the generator's request thread
+        with self._changed:
+            self.held += 1
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: self.opened, timeout=120)
+
+    def until_held(self, count: int) -> int:
+        """How many replies are held once ``count`` are (or after a minute, when fewer ever arrive)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.held >= count, timeout=60)
+            return self.held
+
+    def open(self) -> None:
+        with self._changed:
+            self.opened = True
+            self._changed.notify_all()
+
+
+SLOW_REPLIES = Gate()
+ENDLESS_SENTENCES = 2000  # an answer to "endlessly": 12,000 streamed words, minutes of writing at the test's drip
 
 
 def stub_reply(body: dict) -> str:
     question = body["messages"][-1]["content"].rsplit("Question: ", 1)[1]
     if "slowly" in question:
-        time.sleep(SLOW_S)
+        SLOW_REPLIES.hold()
+    if "endlessly" in question:
+        return " ".join(["The sound is tinny and quiet [1]."] * ENDLESS_SENTENCES)
     if "everything" in question:
         return " ".join(["The sound is tinny and quiet [1]."] * 8)
     if "sound" in question:
@@ -433,6 +464,129 @@ def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(api, api_sett
     assert "content-length" not in chunked.request.headers and chunked.status_code == 413
 
 
+# ------------------------------------------------------------------------------ hostile input (issue 30)
+
+
+def post_raw(url: str, path: str, body: bytes, content_type: str = "application/json") -> httpx.Response:
+    return httpx.post(f"{url}{path}", content=body, headers={"Content-Type": content_type}, timeout=60)
+
+
+def refused(response: httpx.Response, status: int, start: str) -> str:
+    """The one-line detail of a refusal, checked: its status, how it starts, and that it names a fix."""
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith(start) and "Fix:" in detail and "\n" not in detail, detail
+    return detail
+
+
+@pytest.fixture(scope="module")
+def span_click(api) -> tuple[dict, str]:
+    """A valid feedback body on a span answer of the module's server, and the text of its review."""
+    body = ask(api).json()
+    span = next(a for a in body["answers"] if a["kind"] == "span")
+    content = next(d["content"] for d in body["documents"] if d["id"] == span["document_id"])
+    click = {"verdict": "correct", "question": body["query"], "answer": span["text"], "start": span["start"], "end": span["end"], "document_id": span["document_id"]}
+    return click, content
+
+
+@pytest.mark.parametrize(
+    "path, field",
+    [("/query", field) for field in ("query", "item_id", "collection")]
+    + [("/feedback", field) for field in ("question", "answer", "document_id", "collection", "pipeline", "click_id")],
+)
+def test_text_that_is_not_utf8_is_a_one_line_422_naming_the_field(api, span_click, path, field):
+    """A lone surrogate (JSON's "\\ud800") was a 500 from the tokenizer, SQLite or the error's own JSON."""
+    body = {"query": "Is it good for reading?", "item_id": "KINDLE"} if path == "/query" else dict(span_click[0])
+    body[field] = "is it \ud800 good"
+    detail = refused(post_raw(api, path, json.dumps(body).encode()), 422, f"'{field}' is not UTF-8 text: character 7 is a lone surrogate (\\ud800).")
+    assert detail.endswith(f"Fix: send '{field}' as UTF-8 text.")
+
+
+@pytest.mark.parametrize("path", ["/query", "/feedback"])
+def test_a_body_that_is_not_utf8_is_one_line_naming_the_fix(api, path):
+    detail = refused(post_raw(api, path, b'{"query": "is it \xff good", "item_id": "KINDLE"}'), 422, "The request body is not valid JSON (")
+    assert "0xff" in detail and "not UTF-8" in detail
+
+
+def test_a_keep_alive_connection_survives_a_500(api_settings, tmp_path):
+    """An unexpected error is one line, and the client's connection stays open for its next request
+    (the error used to be raised again after its 500 was sent, and uvicorn then closed the connection)."""
+    connections: list[tuple] = []
+    hooks = {"response": [lambda response: connections.append(response.extensions["network_stream"].get_extra_info("client_addr"))]}
+    with running(create_app(replace(api_settings, feedback_file=tmp_path))) as url:  # a folder: SQLite cannot open it
+        assert wait_ready(url).status_code == 200
+        with httpx.Client(event_hooks=hooks, timeout=60) as client:
+            failed = client.post(f"{url}/feedback", json={"verdict": "wrong", "question": "Is it good?", "answer": "Yes."})
+            after = client.get(f"{url}/health")
+    assert failed.status_code == 500 and failed.json() == {"detail": "Internal error (OperationalError). Fix: see the server's log."}
+    assert after.status_code == 200 and connections[0] == connections[1], "the second request needed a new connection"
+
+
+@pytest.mark.parametrize(
+    "change, start",
+    [
+        ({"answer": None, "start": 2**63, "end": 2**63}, "start must be a whole number from 0 to "),  # was a 500 (OverflowError in SQLite)
+        ({"verdict": "wrong", "answer": "Yes.", "start": None, "end": 2**63}, "end must be a whole number from 0 to "),
+        ({"start": -10, "end": -1}, "start must be a whole number from 0 to "),  # was stored, and exported at answer_start -10
+        ({"answer": "", "start": 50, "end": 5}, "The answer '' is not at offsets 50-5 of its review."),
+        ({"answer": "", "start": 5, "end": 5}, "The answer '' is not at offsets 5-5 of its review."),
+        ({"question": "why? " * 400}, "The question is 2000 characters long."),  # as /query; 60,000 were stored
+    ],
+)
+def test_feedback_offsets_and_question_are_bounded(api, api_settings, span_click, change, start):
+    click, content = span_click
+    if change.get("start") == -10:
+        change = {**change, "answer": content[-10:-1]}  # the text Python's negative slice finds there
+    before = len(FeedbackStore(api_settings.feedback_db).all())
+    refused(httpx.post(f"{api}/feedback", json={**click, **change}), 422, start)
+    assert len(FeedbackStore(api_settings.feedback_db).all()) == before
+
+
+def test_concurrent_exports_each_get_the_whole_export(api, api_settings):
+    """20 clients export at once, five times over, from 600 clicks: each gets the whole export, and no
+    file is written (each request rewrote one shared file and read it back: 29 of 100 got a 500)."""
+    store = FeedbackStore(api_settings.feedback_db)
+    review = "The screen is sharp and great for reading books at night."
+    for n in range(600):
+        store.record(Feedback("correct", f"Is it sharp, take {n}?", "sharp", 14, 19, f"electronics/race/{n}", context=review))
+    export_file = api_settings.feedback_export
+    export_file.unlink(missing_ok=True)
+    with ThreadPoolExecutor(20) as clients:
+        responses = [r for _ in range(5) for r in clients.map(lambda _: httpx.get(f"{api}/feedback/export", timeout=120), range(20))]
+    assert [r.status_code for r in responses] == [200] * 100
+    first = responses[0].json()
+    assert all(r.json() == first for r in responses)
+    questions = [qa["question"] for article in first["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    assert sum(q.startswith("Is it sharp, take ") for q in questions) == 600
+    assert not export_file.exists()
+
+
+@pytest.mark.parametrize(
+    "path, body, content_type, status, start",
+    [
+        ("/query", b'{"query": "Is it good?", "item_id": "KINDLE", "no_answer_threshold": NaN}', "application/json", 422, "The request body is not valid JSON (NaN is not a JSON number"),
+        ("/feedback", b'{"verdict": "wrong", "question": "Is it good?", "answer": "Yes.", "score": Infinity}', "application/json", 422, "The request body is not valid JSON (Infinity is not a JSON number"),
+        ("/feedback", b'{"verdict": "wrong", "question": "Is it good?", "answer": "Yes.", "score": 1e400}', "application/json", 422, "score must be a finite number, not inf."),
+        ("/query", b'{"query": "Is it good?", "query": "   ", "item_id": "KINDLE"}', "application/json", 422, "The request body is not valid JSON (the key 'query' appears twice"),
+        ("/query", b'{"query": ' + b"[" * 10000 + b"]" * 10000 + b"}", "application/json", 422, "The request body is not valid JSON (arrays or objects nested more deeply than the parser allows)."),
+        ("/query", b'{"query": "Is it good?", "item_id": "KINDLE", "top_k": ' + b"9" * 5000 + b"}", "application/json", 422, "The request body is not valid JSON (a number of more than"),
+        ("/query", b'{"query": "Is it good?", "item_id": "KINDLE", "\\ud800": 1}', "application/json", 422, "Invalid 'body'"),
+        ("/query", b'{"query": "Is it good?", "item_id": "KINDLE"}', "text/plain", 422, "The request body is not a JSON object."),
+        ("/query", b'["Is it good?"]', "application/json", 422, "The request body is not a JSON object."),
+    ],
+    ids=["nan", "infinity", "overflowing-float", "repeated-key", "deep-nesting", "5000-digit-int", "surrogate-key", "text-plain", "array"],
+)
+def test_hostile_bodies_are_one_line_422_naming_the_fix(api, path, body, content_type, status, start):
+    refused(post_raw(api, path, body, content_type), status, start)
+
+
+def test_unknown_routes_and_methods_name_the_fix(api):
+    refused(httpx.get(f"{api}/no/such/path"), 404, "Not Found: GET /no/such/path.")
+    refused(httpx.get(f"{api}/query"), 405, "Method Not Allowed: GET /query.")
+    # Query strings are decoded with replacement characters: a surrogate or a stray byte cannot reach the code.
+    refused(httpx.get(f"{api}/products?collection=%ED%A0%80%FF"), 404, "Unknown collection '\ufffd\ufffd\ufffd\ufffd'.")
+
+
 def test_a_token_is_required_when_one_is_set(api, api_settings):
     with running(create_app(replace(api_settings, api_token="s3cret"))) as url:
         assert wait_ready(url).status_code == 200  # probes need no token
@@ -462,7 +616,8 @@ def test_a_client_over_the_rate_limit_gets_429_and_probes_still_answer(api, api_
 
 
 def test_two_slow_questions_are_answered_at_the_same_time(api):
-    """Each waits SLOW_S for the generator: served one after the other they would take 2 x SLOW_S."""
+    """Both questions are inside the generator at once (each held there until the test lets them go),
+    and a health check is answered meanwhile: neither question waits for the other, nor does the probe."""
     assert ask(api, query="How is the sound?", mode="rag").status_code == 200  # the RAG pipeline is built on first use
     results: list[httpx.Response] = []
 
@@ -470,44 +625,38 @@ def test_two_slow_questions_are_answered_at_the_same_time(api):
         results.append(ask(api, query="How is the sound, slowly?", mode="rag"))
 
     threads = [threading.Thread(target=slow) for _ in range(2)]
-    began = time.perf_counter()
     for thread in threads:
         thread.start()
-    time.sleep(0.3)
-    probe_began = time.perf_counter()
-    assert httpx.get(f"{api}/health").status_code == 200
-    probe_s = time.perf_counter() - probe_began
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - began
+    try:
+        assert SLOW_REPLIES.until_held(2) == 2, "only one question reached the generator: the other waited for it"
+        health = httpx.get(f"{api}/health", timeout=60)
+        assert health.status_code == 200 and not SLOW_REPLIES.opened  # answered while both answers were being written
+    finally:
+        SLOW_REPLIES.open()
+        for thread in threads:
+            thread.join()
     assert [r.status_code for r in results] == [200, 200]
-    for response in results:
-        timings = response.json()["timings"]
-        assert timings["generator"] >= SLOW_S and timings["queue_s"] < 0.5 * SLOW_S
-    assert wall < 1.7 * SLOW_S, f"two {SLOW_S} s answers took {wall:.2f} s together: they did not overlap"
-    assert probe_s < 0.5 * SLOW_S, f"a health check waited {probe_s:.2f} s behind the questions"
+    assert all(r.json()["answers"][0]["text"] == "The sound is tinny and quiet [1]." for r in results)
 
 
 def test_a_client_that_leaves_stops_the_generator_and_frees_its_worker(api_settings, generator):
-    """With one worker thread, a generator writing 48 words 0.1 s apart holds it for about 5 s: a
-    client that leaves early (after the first streamed word, or at its own timeout) must hand it back
-    at once, not when the answer ends."""
-    generator.drip_s = 0.1
-    body = {"query": "Tell me everything about the sound", "item_id": "KINDLE", "mode": "rag"}
+    """With one worker thread, an endless answer (minutes of writing) holds it until the generator ends:
+    a client that leaves (after the first streamed word, or at its own timeout) must stop the generator,
+    so that the next question gets the worker while the abandoned answer is still being written."""
+    generator.drip_s = 0.05
+    body = {"query": "Tell me everything about the sound, endlessly", "item_id": "KINDLE", "mode": "rag"}
     try:
         with running(create_app(replace(api_settings, api_workers=1))) as url:
             assert wait_ready(url).status_code == 200
+            ended = len(generator.streamed)  # replies the generator finished (or saw cut) so far
             with httpx.stream("POST", f"{url}/query", json={**body, "stream": True}, timeout=30) as streamed:
                 first = next(line for line in streamed.iter_lines() if line.startswith("event: "))
             assert first == "event: token"
-            answered = ask(url, query="How is the sound?")  # extractive: it needs the one worker
-            assert answered.status_code == 200
-            assert answered.json()["timings"]["queue_s"] < 1.0, "the question waited for the abandoned streamed answer"
+            assert ask(url, query="How is the sound?").status_code == 200  # extractive: it needs the one worker
             with pytest.raises(httpx.ReadTimeout):
                 httpx.post(f"{url}/query", json=body, timeout=0.5)
-            answered = ask(url, query="How is the sound?")
-            assert answered.status_code == 200
-            assert answered.json()["timings"]["queue_s"] < 1.0, "the question waited for the answer whose client timed out"
+            assert ask(url, query="How is the sound?").status_code == 200
+            assert len(generator.streamed) == ended, "a question waited for the end of an abandoned answer"
             samples = {s.name: s for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text) for s in family.samples}
             assert samples["qa_api_generations_stopped_total"].value == 2
     finally:

@@ -1,6 +1,8 @@
 """Answer feedback: one durable SQLite row per click, exported as SQuAD v2 that train-reader accepts."""
 
+import json
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -122,3 +124,48 @@ def test_the_export_trains_a_reader(store, tmp_path, settings, tiny_reader, caps
     ]  # fmt: skip
     assert main(argv) == 0
     assert (tmp_path / "reader" / "config.json").is_file()
+
+
+def test_impossible_spans_are_refused_and_those_stored_before_are_not_exported(store, tmp_path):
+    """Python slicing found text at offsets no reader gives (-10:-1, 50:5), so such clicks were stored and
+    exported as answers at answer_start -10; now they are refused, and rows an older version stored are skipped."""
+    tail = REVIEW[-10:-1]
+    for start, end, answer in ((-10, -1, tail), (50, 5, ""), (5, 5, ""), (0, len(REVIEW) + 5, REVIEW)):
+        with pytest.raises(QAError, match=rf"is not at offsets {start}-{end} of its review\. Fix: "):
+            store.record(Feedback("correct", "Is it good?", answer, start, end, "electronics/test/r1", context=REVIEW))
+    store.record(click("correct", "bass is deep"))
+    with sqlite3.connect(store.path) as connection:  # as an older version stored them
+        for n, (start, end, answer) in enumerate(((-10, -1, tail), (50, 5, ""), (5, 5, ""))):
+            connection.execute(
+                'INSERT INTO feedback (created, verdict, question, answer, start, "end", document_id, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+                ("t", "correct", f"Stored before {n}?", answer, start, end, "electronics/test/r1", REVIEW),
+            )
+    export = store.export()
+    answers = [a for article in export.squad["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"] for a in qa["answers"]]
+    assert answers == [{"text": "bass is deep", "answer_start": 4}]
+    assert (export.report.questions, export.report.answerable, export.clicks, export.used_clicks) == (1, 1, 4, 1)
+
+
+def test_the_export_is_built_in_memory(store):
+    """What the API answers with: no file, so concurrent requests share nothing."""
+    store.record(click("correct", "bass is deep"))
+    export = store.export()
+    assert export.path is None and export.squad["data"][0]["paragraphs"][0]["qas"][0]["answers"] == [{"text": "bass is deep", "answer_start": 4}]
+
+
+def test_exports_written_to_one_file_at_once_are_each_read_whole(store, tmp_path):
+    """The page's button and the CLI write a file: aside, then renamed, so that an export read while
+    another one writes the same path is never half a file (it was truncated and rewritten in place)."""
+    for n in range(300):
+        store.record(click("correct", "bass is deep", question=f"How is the bass, take {n}?"))
+    path = tmp_path / "feedback" / "feedback-squad.json"
+    read: list[int] = []
+
+    def export_and_read(_: int) -> None:
+        written = store.export_squad(path)
+        read.append(len(json.loads(written.path.read_text(encoding="utf-8"))["data"][0]["paragraphs"][0]["qas"]))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(export_and_read, range(40)))
+    assert read == [300] * 40
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing left aside

@@ -14,21 +14,24 @@ overwritten, so disagreements and changes of mind stay visible to whoever analys
   them stay in the database for error analysis.
 
 When clicks on the same question and review contradict each other, the latest click on each
-prediction counts, and a confirmed span beats a confirmed "no answer" (the user found one).
+prediction counts, and a confirmed span beats a confirmed "no answer" (the user found one). A span
+that is not at its offsets in its review (which an older version could store) is never exported.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
+import tempfile
 from contextlib import closing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Collection
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_text
 from qa_system.sources.squad import SquadReport, to_squad
 from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
 
@@ -91,12 +94,17 @@ class Feedback:
         return cls(**{"document_id": None, **values})
 
     def validated(self) -> "Feedback":
+        for field in fields(self):
+            check_text(getattr(self, field.name), f"the feedback's {field.name}")
         if self.verdict not in VERDICTS:
             raise QAError(f"Unknown feedback verdict '{self.verdict}'.", f"use one of: {', '.join(VERDICTS)}.")
         if not self.question.strip():
             raise QAError("Feedback needs the question it is about.", "ask a question before judging its answers.")
-        if self.is_span and (self.context is None or self.context[self.start : self.end] != self.answer):
-            raise QAError(f"The answer '{self.answer[:40]}' is not at offsets {self.start}-{self.end} of its review.", "record the reader's own offsets.")
+        if self.is_span and not self.located:
+            raise QAError(
+                f"The answer '{self.answer[:40]}' is not at offsets {self.start}-{self.end} of its review.",
+                "record the reader's own offsets (0 <= start < end <= the review's length).",
+            )
         return self
 
     @property
@@ -104,13 +112,19 @@ class Feedback:
         """An extracted answer (with offsets); generated answers have none and cannot become SQuAD labels."""
         return self.answer is not None and self.start is not None and self.end is not None
 
+    @property
+    def located(self) -> bool:
+        """A span that is its review's text at its offsets (plain slicing would also take -10:-1, or an empty 50:5)."""
+        return self.is_span and self.context is not None and 0 <= self.start < self.end <= len(self.context) and self.context[self.start : self.end] == self.answer
+
 
 @dataclass(frozen=True)
 class FeedbackExport:
-    path: Path
-    report: SquadReport  # what the SQuAD file holds
+    squad: dict[str, Any]  # the SQuAD v2 data
+    report: SquadReport  # what it holds
     clicks: int  # all clicks in the database
     used_clicks: int  # clicks that became a label
+    path: Path | None = None  # the file ``export_squad`` wrote
 
     def summary(self) -> str:
         return f"{self.report.questions} labelled questions ({self.report.answerable} answerable, {self.report.impossible} impossible) from {self.used_clicks} of {self.clicks} clicks"
@@ -160,17 +174,35 @@ class FeedbackStore:
             rows = connection.execute("SELECT verdict, COUNT(*) FROM feedback GROUP BY verdict").fetchall()
         return {verdict: count for verdict, count in rows}
 
-    def export_squad(self, path: str | Path) -> FeedbackExport:
-        """Write the exportable clicks as a SQuAD v2 file (rules in the module doc)."""
+    def export(self) -> FeedbackExport:
+        """The exportable clicks as SQuAD v2, in memory (rules in the module doc)."""
         clicks = self.all()
         questions, used = feedback_to_questions(clicks)
         if not questions:
             raise QAError("No feedback can become training data yet.", "mark answers (or a 'no answer') as right on the search page first.")
         squad, report = to_squad(questions)
+        return FeedbackExport(squad, report, len(clicks), used)
+
+    def export_squad(self, path: str | Path) -> FeedbackExport:
+        """``export()`` written to a SQuAD v2 file."""
+        export = self.export()
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(squad, ensure_ascii=False, indent=1), encoding="utf-8")
-        return FeedbackExport(path, report, len(clicks), used)
+        write_whole(path, json.dumps(export.squad, ensure_ascii=False, indent=1))
+        return replace(export, path=path)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """``text`` written beside ``path``, then renamed to it: whoever reads ``path`` meanwhile (another export
+    of the page, say) reads the old file or the new one, never one being rewritten."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
 # Clicks one page run may record for one answer: a page sends its whole click log, so this bounds what
@@ -196,7 +228,7 @@ def feedback_to_questions(clicks: list[Feedback]) -> tuple[list[LabelledQuestion
     """Labelled questions (one per question and review) from the clicks, and how many clicks were used."""
     latest: dict[tuple, Feedback] = {}
     for click in clicks:  # oldest first, so later clicks on the same prediction win
-        if click.document_id is not None and click.context is not None and (click.is_span or click.answer is None):
+        if click.document_id is not None and click.context is not None and (click.located or click.answer is None):
             latest[(" ".join(click.question.split()), click.document_id, click.start, click.end, click.answer is None)] = click
     grouped: dict[tuple[str, str], list[Feedback]] = {}
     for (question, document_id, *_), click in latest.items():

@@ -42,6 +42,12 @@ logger = logging.getLogger(__name__)
 MAX_QUESTION_CHARS = 1000
 
 
+def check_length(question: object) -> None:
+    """A question a door serves is at most ``MAX_QUESTION_CHARS`` long (asked, or judged in feedback)."""
+    if isinstance(question, str) and len(question) > MAX_QUESTION_CHARS:
+        raise QAError(f"The question is {len(question)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")
+
+
 @dataclass(frozen=True)
 class ServedCollection:
     """A collection served under ``name``: the SubjQA domain ``name`` (``subjqa_domain``, as ``--domain``), or a
@@ -215,8 +221,7 @@ class QAService:
     def check(self, question: Question) -> Question:
         """The question with the library's rules applied (counts, an empty question, an unknown
         collection or product): one QAError (NotFound for names) naming the problem, before any work."""
-        if isinstance(question.query, str) and len(question.query) > MAX_QUESTION_CHARS:
-            raise QAError(f"The question is {len(question.query)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")
+        check_length(question.query)
         index = self.index(question.collection)
         validate_question(index, question.query, question.item_id)
         products = index.item_counts()
@@ -246,9 +251,10 @@ class QAService:
     def record_feedback(self, collection: str | None, document_id: str | None, **values: Any) -> Feedback:
         """One click on an answer of ``document_id`` (the review it came from, or the closest one for a
         "no answer"): the review's text is read from the collection, never taken from the client."""
+        check_length(values.get("question"))
         document = None if document_id is None else self.document(collection, document_id)
         return self.feedback.record(Feedback.about(document, item_id=document.meta.get("item_id") if document else None, **values))
 
     def export_feedback(self) -> FeedbackExport:
-        """The feedback as SQuAD v2, where the page's export button writes it."""
-        return self.feedback.export_squad(self.settings.feedback_export)
+        """The feedback as SQuAD v2, in memory: requests at once share no file."""
+        return self.feedback.export()

@@ -7,9 +7,9 @@ and other questions while one is being read; each answer reports how long it wai
 503 until they are loaded, and so do the endpoints that need them.
 
 Errors are one line, ``{"detail": "..."}``: 422 for a request the library's rules refuse (the same
-checks and messages as the CLI and the page), 404 for an unknown collection, product or document,
-503 while loading or when a server the system relies on does not answer, and 401 / 413 / 429 from
-the guards (``guards.py``).
+checks and messages as the CLI and the page) or a body that is not strict JSON, 404 for an unknown
+collection, product, document or route, 503 while loading or when a server the system relies on does
+not answer, and 401 / 413 / 429 / 500 from the guards (``guards.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,13 +27,15 @@ from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 from fastapi import FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qa_system import __version__
 from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, Unavailable
 from qa_system.serving.answer_views import answer_views, rank_answers
-from qa_system.serving.api.guards import Guarded, Metered, Metrics
+from qa_system.serving.api.guards import Contained, Guarded, Metered, Metrics, error_response
 from qa_system.serving.api.schemas import (
     AnswerOut,
     CollectionOut,
@@ -74,12 +77,68 @@ def one_line(error: RequestValidationError) -> str:
     if first["type"] == "value_error":  # our validators: the library's QAError text, which names field and fix
         return str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "json_invalid":
-        return f"The request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])}). Fix: send a JSON object, see /docs."
+        return f"The request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])}). Fix: send a JSON object in UTF-8, see /docs."
+    if field == "body" and first["type"] == "model_attributes_type":  # an array, or a body sent as another content type
+        return "The request body is not a JSON object. Fix: send a JSON object with the header 'Content-Type: application/json', see /docs."
     if first["type"] == "missing":
         return f"The request has no '{field}'. Fix: see the request schema at /docs."
     if first["type"] == "extra_forbidden":
         return f"Unknown field '{field}' in the request. Fix: see the request schema at /docs."
     return f"Invalid '{field}': {first['msg']}. Fix: see the request schema at /docs."
+
+
+class Refused(ValueError):
+    """What ``read_json`` refuses in a body that Python's parser would take."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) < len(pairs):  # which value a repeated key means depends on the parser: a proxy may have read the other
+        keys = [key for key, _ in pairs]
+        raise Refused(f"the key {next(k for k in keys if keys.count(k) > 1)!r} appears twice")
+    return found
+
+
+def _no_constant(name: str) -> None:
+    raise Refused(f"{name} is not a JSON number")
+
+
+def read_json(body: bytes) -> Any:
+    """A request body as strict JSON (RFC 8259): UTF-8 (a byte order mark ignored), no NaN / Infinity, no repeated
+    key; else a JSONDecodeError naming the problem, which FastAPI turns into the API's one-line 422 (it answered
+    other parse errors, such as a byte that is not UTF-8, with a bare 400)."""
+    try:
+        return json.loads(body.decode("utf-8-sig"), parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError:
+        raise
+    except UnicodeDecodeError as error:
+        problem = f"byte 0x{body[error.start]:02x} at position {error.start} is not UTF-8"
+    except RecursionError:
+        problem = "arrays or objects nested more deeply than the parser allows"
+    except Refused as error:
+        problem = str(error)
+    except ValueError:  # the one other: an integer longer than Python converts
+        problem = f"a number of more than {sys.get_int_max_str_digits()} digits"
+    raise json.JSONDecodeError(problem, "", 0) from None
+
+
+class StrictJSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = read_json(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """A route whose JSON body is read by ``read_json``."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict
 
 
 class ClientGone(Exception):
@@ -117,20 +176,24 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
         app.state.workers.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=lifespan, responses=ERRORS)
+    app.router.route_class = StrictJSONRoute
     # Documents the token on the routes that need it (the docs' Authorize button); Guarded checks it.
     protected = [Security(HTTPBearer(auto_error=False))]
 
     @app.exception_handler(QAError)
     async def _library_error(request: Request, error: QAError) -> JSONResponse:
-        return JSONResponse({"detail": str(error)}, status_code=status_of(error))
+        return error_response(str(error), status_of(error))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": one_line(error)}, status_code=422)
+        return error_response(one_line(error), 422)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, error: Exception) -> JSONResponse:  # logged by the server; the client gets one line
-        return JSONResponse({"detail": f"Internal error ({type(error).__name__}). Fix: see the server's log."}, status_code=500)
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        detail = str(error.detail)
+        if "Fix:" not in detail:  # Starlette's own: an unknown route, or a method the route does not take
+            detail = f"{detail}: {request.method} {request.url.path}. Fix: see the routes and their request bodies at /docs."
+        return error_response(detail, error.status_code, error.headers)
 
     async def blocking(function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
         """``function`` run in a worker thread, and the seconds it waited for one."""
@@ -273,7 +336,7 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
             export, _ = await blocking(loaded().export_feedback)
         except QAError as error:  # nothing exportable yet
             raise NotFound(error.problem, error.fix) from None
-        return JSONResponse(json.loads(export.path.read_text(encoding="utf-8")), headers={"X-Feedback-Summary": export.summary()})
+        return JSONResponse(export.squad, headers={"X-Feedback-Summary": export.summary()})
 
     @app.get("/metrics", dependencies=protected, tags=["service"], summary="Prometheus metrics: requests, latency, stage times")
     async def metrics_() -> Response:
@@ -282,6 +345,7 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
 
     paths = frozenset(route.path for route in app.routes)
     app.add_middleware(Guarded, token=settings.api_token, rate_limit=settings.api_rate_limit, max_body_bytes=settings.api_max_body_bytes)
+    app.add_middleware(Contained)
     app.add_middleware(Metered, metrics=metrics, paths=paths)  # added last: outermost, so refusals are counted too
     app.state.service, app.state.metrics = service, metrics
     return app

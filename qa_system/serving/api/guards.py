@@ -1,5 +1,5 @@
-"""What stands in front of the endpoints: request metrics, the bearer token, the per-client rate limit
-and the request size limit.
+"""What stands in front of the endpoints: request metrics, unexpected errors, the bearer token, the
+per-client rate limit and the request size limit.
 
 They are plain ASGI middleware rather than FastAPI dependencies, so that they run before a body is
 parsed (an unauthenticated or oversized request is refused without reading it) and cover every path,
@@ -9,13 +9,16 @@ unknown ones included. Refusals are JSON ``{"detail": "..."}`` like every other 
 from __future__ import annotations
 
 import hmac
+import logging
 import math
 import time
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.responses import JSONResponse
+
+logger = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
@@ -81,6 +84,36 @@ class Metered:
             route = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in self.paths else "other")
             self.metrics.requests.labels(scope["method"], route, str(status)).inc()
             self.metrics.latency.labels(scope["method"], route).observe(time.perf_counter() - began)
+
+
+class Contained:
+    """An unexpected error is a 500 of one line (its traceback logged here), and the connection stays open.
+
+    Starlette's own last-resort handler sends its 500 and raises the error again for the server to log,
+    and uvicorn then closes the connection: a client's next request on it was reset.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as error:
+            if started:  # half a response cannot become a 500: the server ends the connection
+                raise
+            logger.exception("Internal error answering %s %s", scope["method"], scope["path"])
+            await refuse(500, f"Internal error ({type(error).__name__}). Fix: see the server's log.", scope, receive, send)
 
 
 class RateLimiter:
@@ -174,5 +207,10 @@ def client_of(scope: Scope) -> str:
     return client[0] if client else "unknown"
 
 
+def error_response(detail: str, status: int, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """The API's error body, ``{"detail": "..."}``; text a client sent that is not UTF-8 (quoted back) is escaped, never a 500."""
+    return JSONResponse({"detail": detail.encode("utf-8", "backslashreplace").decode("utf-8")}, status_code=status, headers=headers)
+
+
 async def refuse(status: int, detail: str, scope: Scope, receive, send, headers: dict[str, str] | None = None) -> None:
-    await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)
+    await error_response(detail, status, headers)(scope, receive, send)

@@ -1,7 +1,7 @@
 """The API's request and response bodies (they are the OpenAPI schema at /docs), made from the library's objects.
 
-Counts and thresholds are checked by the library's own ``check_count`` / ``check_number``, so a bad
-``top_k`` gets the message the CLI and the page give.
+Counts, thresholds and text are checked by the library's own ``check_count`` / ``check_number`` /
+``check_text``, so a bad ``top_k`` gets the message the CLI and the page give.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from haystack import Document
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from qa_system.config import RETRIEVERS
-from qa_system.errors import QAError, check_count, check_number
+from qa_system.errors import QAError, check_count, check_number, check_text
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.serving.answer_views import AnswerView
 from qa_system.serving.feedback import VERDICTS, Feedback
@@ -22,6 +22,8 @@ MAX_TOP_K = 50
 MAX_TOP_K_READER = 20
 # Characters of review around a span answer when the reader gives no context window of its own.
 CONTEXT_CHARS = 100
+# Past any review's length, and well inside the integers SQLite stores (2**63 was a 500 there).
+MAX_OFFSET = 2**31 - 1
 
 Retriever = Literal[RETRIEVERS]  # type: ignore[valid-type]
 
@@ -34,25 +36,34 @@ def _library_check(check, value: Any, *args: Any, **kwargs: Any) -> Any:
         raise ValueError(str(error)) from None
 
 
-def Count(name: str, minimum: int = 1, maximum: int | None = None) -> Any:  # noqa: N802 - used as a type
-    """An int field or query parameter checked by the library's ``check_count``."""
-    return Annotated[int, BeforeValidator(lambda value: _library_check(check_count, value, name, minimum, maximum))]
+def Count(name: str, minimum: int = 1, maximum: int | None = None, optional: bool = False) -> Any:  # noqa: N802 - used as a type
+    """An int field or query parameter checked by the library's ``check_count`` (``optional``: null allowed)."""
+    check = BeforeValidator(lambda value: _library_check(check_count, value, name, minimum, maximum, optional=optional))
+    return Annotated[int | None if optional else int, check]
 
 
-Threshold = Annotated[float | None, BeforeValidator(lambda value: _library_check(check_number, value, "no_answer_threshold", optional=True))]
+def Number(name: str) -> Any:  # noqa: N802 - used as a type
+    """An optional float field checked by the library's ``check_number`` (finite: 1e400 is JSON for infinity)."""
+    return Annotated[float | None, BeforeValidator(lambda value: _library_check(check_number, value, name, optional=True))]
+
+
+# Every text field: one that cannot be written as UTF-8 (JSON's lone "\ud800") is refused naming the field.
+_utf8 = BeforeValidator(lambda value, info: _library_check(check_text, value, f"'{info.field_name}'"))
+Text = Annotated[str, _utf8]
+Label = Annotated[str, StringConstraints(max_length=200), _utf8]  # a client's name for its pipeline or click
 
 
 class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]})
 
-    query: str = Field(description="the question")
-    item_id: str | None = Field(None, description="the product asked about (GET /products lists them); left out only in a collection without products")
-    collection: str | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
+    query: Text = Field(description="the question")
+    item_id: Text | None = Field(None, description="the product asked about (GET /products lists them); left out only in a collection without products")
+    collection: Text | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
     mode: Literal[ANSWER_STAGES] = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")  # type: ignore[valid-type]
     top_k: Count("top_k", 1, MAX_TOP_K) = Field(3, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
     top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
-    no_answer_threshold: Threshold = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
+    no_answer_threshold: Number("no_answer_threshold") = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
     stream: bool = Field(False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)")
 
 
@@ -136,15 +147,15 @@ class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verdict: Literal[tuple(VERDICTS)] = Field(description="; ".join(f"{k}: {v}" for k, v in VERDICTS.items()))  # type: ignore[valid-type]
-    question: str
-    answer: str | None = Field(None, description="the answer's text; null for the 'no answer' prediction")
-    start: int | None = Field(None, description="span: its start offset, as the query returned it")
-    end: int | None = None
-    document_id: str | None = Field(None, description="the answer's document; for 'no answer' or a generated answer, the closest review")
-    collection: str | None = None
-    score: float | None = None
-    pipeline: str | None = Field(None, max_length=200, description="the query response's pipeline")
-    click_id: str | None = Field(None, max_length=200, description="a client id for this click: sending it again stores nothing new")
+    question: Text
+    answer: Text | None = Field(None, description="the answer's text; null for the 'no answer' prediction")
+    start: Count("start", 0, MAX_OFFSET, optional=True) = Field(None, ge=0, le=MAX_OFFSET, description="span: its start offset, as the query returned it")
+    end: Count("end", 0, MAX_OFFSET, optional=True) = Field(None, ge=0, le=MAX_OFFSET, description="span: its end offset (just after the answer)")
+    document_id: Text | None = Field(None, description="the answer's document; for 'no answer' or a generated answer, the closest review")
+    collection: Text | None = None
+    score: Number("score") = None
+    pipeline: Label | None = Field(None, description="the query response's pipeline")
+    click_id: Label | None = Field(None, description="a client id for this click: sending it again stores nothing new")
 
 
 class FeedbackOut(BaseModel):
