@@ -491,8 +491,8 @@ def span_click(api) -> tuple[dict, str]:
 
 @pytest.mark.parametrize(
     "path, field",
-    [("/query", field) for field in ("query", "item_id", "collection")]
-    + [("/feedback", field) for field in ("question", "answer", "document_id", "collection", "pipeline", "click_id")],
+    [("/query", field) for field in ("query", "item_id", "collection", "retriever", "mode")]
+    + [("/feedback", field) for field in ("verdict", "question", "answer", "document_id", "collection", "pipeline", "click_id")],
 )
 def test_text_that_is_not_utf8_is_a_one_line_422_naming_the_field(api, span_click, path, field):
     """A lone surrogate (JSON's "\\ud800") was a 500 from the tokenizer, SQLite or the error's own JSON."""

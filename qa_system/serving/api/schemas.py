@@ -25,7 +25,6 @@ CONTEXT_CHARS = 100
 # Past any review's length, and well inside the integers SQLite stores (2**63 was a 500 there).
 MAX_OFFSET = 2**31 - 1
 
-Retriever = Literal[RETRIEVERS]  # type: ignore[valid-type]
 
 
 def _library_check(check, value: Any, *args: Any, **kwargs: Any) -> Any:
@@ -51,6 +50,9 @@ def Number(name: str) -> Any:  # noqa: N802 - used as a type
 _utf8 = BeforeValidator(lambda value, info: _library_check(check_text, value, f"'{info.field_name}'"))
 Text = Annotated[str, _utf8]
 Label = Annotated[str, StringConstraints(max_length=200), _utf8]  # a client's name for its pipeline or click
+Retriever = Annotated[Literal[RETRIEVERS], _utf8]  # type: ignore[valid-type]
+Mode = Annotated[Literal[ANSWER_STAGES], _utf8]  # type: ignore[valid-type]
+Verdict = Annotated[Literal[tuple(VERDICTS)], _utf8]  # type: ignore[valid-type]
 
 
 class QueryRequest(BaseModel):
@@ -60,7 +62,7 @@ class QueryRequest(BaseModel):
     item_id: Text | None = Field(None, description="the product asked about (GET /products lists them); left out only in a collection without products")
     collection: Text | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
-    mode: Literal[ANSWER_STAGES] = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")  # type: ignore[valid-type]
+    mode: Mode = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")
     top_k: Count("top_k", 1, MAX_TOP_K) = Field(3, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
     top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
     no_answer_threshold: Number("no_answer_threshold") = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
@@ -146,7 +148,7 @@ class ProductsOut(BaseModel):
 class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    verdict: Literal[tuple(VERDICTS)] = Field(description="; ".join(f"{k}: {v}" for k, v in VERDICTS.items()))  # type: ignore[valid-type]
+    verdict: Verdict = Field(description="; ".join(f"{k}: {v}" for k, v in VERDICTS.items()))
     question: Text
     answer: Text | None = Field(None, description="the answer's text; null for the 'no answer' prediction")
     start: Count("start", 0, MAX_OFFSET, optional=True) = Field(None, ge=0, le=MAX_OFFSET, description="span: its start offset, as the query returned it")
