@@ -12,7 +12,6 @@ only ever matched against the reports found there.
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -27,16 +26,6 @@ from qa_system.safe_text import markdown_literal
 HEADLINE_GROUPS = ("all",)
 WARNING = ":material/warning:"
 KEPT_WIDGETS = ("reports_dir", "report")
-
-
-def report_label(directory: Path, root: Path) -> str:
-    # A selectbox shows its options as plain text: no escaping needed.
-    try:
-        report = read_report(directory)
-    except QAError:
-        return f"{directory.relative_to(root)} (unreadable)"
-    when = datetime.fromtimestamp(report.modified).strftime("%Y-%m-%d %H:%M")
-    return f"{report.title}  ·  {directory.relative_to(root)}  ·  {when}"
 
 
 def table(frame: pd.DataFrame) -> None:
@@ -126,7 +115,9 @@ def main() -> None:
         st.code(f"qa-system eval retriever --split test --out {folder}/retriever\nqa-system eval pipeline --split test --out {folder}/pipeline", language="bash")
         return
     pick_report(reports, root)
-    directory = st.selectbox("Report", reports, format_func=lambda d: report_label(d, root), key="report")
+    # Labelled by folder alone: a select box's label must not change while its option stays (see search.py's
+    # collection_label), and a report's title and time change when it is written again.
+    directory = st.selectbox("Report", reports, format_func=lambda d: report_link(d, root), key="report")
     keep_widgets("dashboard", KEPT_WIDGETS)
     st.query_params["report"] = report_link(directory, root)
     try:

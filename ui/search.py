@@ -110,11 +110,20 @@ def sidebar() -> Options:
     return Options(stage, retriever, top_k, top_k_reader, threshold, store)
 
 
-def collection_label(name: str, info: CollectionInfo | None) -> str:
+# Select box labels depend on the option alone. Streamlit names the choice by its label and the browser
+# keeps the label it was shown: a label that changed (a count once the collection was built or updated)
+# came back as a value no option had, and the page said the collection did not exist (issue 30).
+
+
+def collection_label(name: str) -> str:
+    return f"{name} · SubjQA {resources.DOMAIN}" if name == resources.DEFAULT_COLLECTION else name
+
+
+def collection_caption(info: CollectionInfo | None) -> str:
     if info is None:  # the page's own, before its first start built it
-        return f"{name} · SubjQA {resources.DOMAIN}"
+        return "Built from SubjQA on the first start."
     vectors = "" if info.encoder else " · BM25 only"
-    return f"{name} · {info.documents:,} {'reviews' if info.kind == 'subjqa' else 'documents'}{vectors}"
+    return f"{info.documents:,} {'reviews' if info.kind == 'subjqa' else 'documents'}{vectors}"
 
 
 def pick_collection(available: dict[str, CollectionInfo | None]) -> None:
@@ -140,9 +149,10 @@ def collection_panel(settings: Settings, options: Options) -> Options:
     with st.sidebar:
         st.divider()
         collection = st.selectbox(
-            "Collection", list(available), key="collection", format_func=lambda name: collection_label(name, available[name]),
+            "Collection", list(available), key="collection", format_func=collection_label,
             help="A named index of documents: the SubjQA reviews the page starts with, or what `qa-system index --input` or an upload below added.",
         )  # fmt: skip
+        st.caption(collection_caption(available[collection]))
         st.session_state["collection_shown"] = collection
         if collection != resources.DEFAULT_COLLECTION:  # the URL names it, so that a reload or a link keeps it
             st.query_params["collection"] = collection
@@ -236,7 +246,7 @@ def pick_random_question(data_dir: Path, split: str, products: list[str]) -> Non
 def product_label(item: str, counts: dict[str, int]) -> str:
     if item == ALL_DOCUMENTS:
         return "All documents" if counts else "All documents (no products in this collection)"
-    return f"{item} · {counts[item]} reviews" if item in counts else f"{item} · no reviews"
+    return item  # the most reviewed first; no count here (see collection_label)
 
 
 def search_form(counts: dict[str, int]) -> bool:
