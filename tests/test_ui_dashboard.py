@@ -119,3 +119,12 @@ def test_hostile_dashboard_links_are_messages_or_ignored(root, param, value):
     assert not at.exception, (param, value)
     if param == "report":  # only ever matched against the reports found: the newest is shown
         assert at.selectbox(key="report").value == (root / "mine").resolve()
+
+
+def test_a_long_table_is_shown_in_part(root):
+    rows = [{"group": "all" if n == 0 else f"g{n}", "n": n} for n in range(5_000)]
+    (root / "long").mkdir()
+    (root / "long" / "report.json").write_text(json.dumps({"title": "Long", "metrics": rows}), encoding="utf-8")
+    at = dashboard(folder="long")
+    assert not at.exception
+    assert len(tables(at)[-1].splitlines()) == 2 + 1_000 and "The first 1,000 of 5,000 rows." in [c.value for c in at.caption]

@@ -26,11 +26,14 @@ from qa_system.safe_text import markdown_literal
 HEADLINE_GROUPS = ("all",)
 WARNING = ":material/warning:"
 KEPT_WIDGETS = ("reports_dir", "report")
+MAX_TABLE_ROWS = 1_000
 
 
 def table(frame: pd.DataFrame) -> None:
     # Markdown, not st.dataframe: that needs pyarrow, whose current release wants NumPy 2 (the project pins 1.x).
-    st.markdown(markdown_table(frame, literal=True))
+    st.markdown(markdown_table(frame.head(MAX_TABLE_ROWS), literal=True))
+    if len(frame) > MAX_TABLE_ROWS:  # a page of tens of thousands of rows stalls the browser
+        st.caption(f"The first {MAX_TABLE_ROWS:,} of {len(frame):,} rows.")
 
 
 def show_report(report: Report) -> None:
