@@ -8,6 +8,7 @@ and a recorder: a loopback HTTP server standing in for the attacker, which must 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import urllib.parse
@@ -19,6 +20,7 @@ import pytest
 from conftest import COLUMNS, SPLIT_ROWS, write_subjqa
 from page_driver import ask_on_page, click, page_text, upload, wait
 
+from qa_system.config import REPO_ROOT
 from qa_system.evaluation.report import write_report
 from qa_system.safe_text import WORD_JOINER
 from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, serve
@@ -99,6 +101,18 @@ def write_hostile_report(directory: Path, origin: str, outside_png: Path) -> Non
     markdown.write_text(markdown.read_text(encoding="utf-8") + "\n" + "\n".join(references) + "\n", encoding="utf-8")
 
 
+def write_broken_report(directory: Path) -> None:
+    """A report whose figures are not images: a text file named .png, a decompression bomb, its CSV."""
+    from test_reports import png, write
+
+    write(directory, "Broken figures")
+    (directory / "fake.png").write_text("not an image at all")
+    (directory / "bomb.png").write_bytes(png(20_000, 20_000))
+    with (directory / "report.md").open("a", encoding="utf-8") as markdown:
+        markdown.write("![x](report.csv)\n")
+    os.utime(directory / "report.json", (1, 1))  # the oldest: the dashboard shows the hostile report first
+
+
 @pytest.fixture(scope="module")
 def recorder():
     server = Recorder()
@@ -128,6 +142,7 @@ def site(tmp_path_factory, long_reader, recorder):
     secret.write_bytes(PNG)
     write_report(outside / "other-user", "Other user's report", pd.DataFrame([{"group": "all", "x": 1}]), summary={})
     write_hostile_report(root / "reports" / "hostile", recorder.origin, secret)
+    write_broken_report(root / "reports" / "broken")
     env = {"QA_DATA_DIR": str(data), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(long_reader), "QA_REPORTS_DIR": str(root / "reports")}
     with serve(env, log=root / "streamlit.log") as url:
         yield url, root
@@ -254,3 +269,41 @@ def test_a_hostile_file_name_in_the_upload_progress_is_text(site, browser, recor
     assert browser.find_elements("css selector", "[data-testid='stSidebar'] a[href^='javascript']") == []
     assert not [b.text for b in browser.find_elements("css selector", "[data-testid='stSidebar'] strong, [data-testid='stSidebar'] b") if b.text.startswith(("bold", "B"))]
     wait(browser, lambda d: "3,000 added" in page_text(d) or "3000 added" in page_text(d), timeout=240)  # done before the next test
+
+
+def assert_no_traceback(driver) -> None:
+    """No exception element, and no trace of one (a stack, the server's code paths) in the page's text."""
+    text = driver.find_element("css selector", "body").text
+    assert not driver.find_elements("css selector", "[data-testid='stException']")
+    assert not [clue for clue in ("Traceback", "site-packages", str(REPO_ROOT), 'File "') if clue in text], text
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("folder=" + "a" * 300, "is not a folder name this system accepts (File name too long)"),
+        ("folder=a%00b", "is not a folder name this system accepts (embedded null byte)"),
+        ("folder=" + "x/" * 2 + "y" * 10_000, "is not a folder name this system accepts (File name too long)"),
+        ("folder=%ED%A0%80&report=%ED%A0%80", "No reports under"),  # a lone surrogate arrives as U+FFFD: a folder that does not exist
+    ],
+    ids=["300-characters", "NUL", "10000-characters", "surrogate"],
+)
+def test_a_dashboard_link_the_system_refuses_is_a_message_not_a_traceback(site, browser, query, message):
+    url, _ = site
+    browser.get(f"{url}/dashboard?{query}")
+    wait(browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if message in a.text])
+    idle(browser)
+    assert_no_traceback(browser)
+
+
+def test_figures_that_are_not_images_are_messages_and_the_rest_of_the_report_is_shown(site, browser):
+    url, _ = site
+    browser.get(f"{url}/dashboard?folder=broken")
+    wait(browser, lambda d: "All metrics" in page_text(d))
+    idle(browser)
+    assert_no_traceback(browser)
+    alerts = [a.text for a in browser.find_elements("css selector", "[data-testid='stAlert']")]
+    for name, problem in (("report.csv", "not an image"), ("fake.png", "not an image"), ("bomb.png", "too large")):
+        assert [a for a in alerts if f"The figure {name} is {problem}" in a], (name, alerts)
+    assert len(browser.find_elements("css selector", "[data-testid='stMain'] img")) == 1  # the real plot
+    assert "Latency" in page_text(browser)  # the last section, after the figures
