@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -55,6 +55,8 @@ class ReaderOutput:
 
     spans: list[SpanCandidate]
     null_logit: float
+    # Each read document's own no-answer logit (the minimum over its windows), by position in ``documents``.
+    document_nulls: dict[int, float] = field(default_factory=dict)
 
     @property
     def best_gap(self) -> float:
@@ -254,7 +256,7 @@ class ExtractiveReader:
             null, window_spans = self._window_candidates(encoding, window, start_logits[window], end_logits[window], content)
             doc_null[doc_index] = min(doc_null.get(doc_index, math.inf), null)
             spans.extend(SpanCandidate(doc_index, s, e, logit, window) for s, e, logit in window_spans)
-        return ReaderOutput(deduplicate(spans, [source_position(d) for d in documents]), min(doc_null.values()))
+        return ReaderOutput(deduplicate(spans, [source_position(d) for d in documents]), min(doc_null.values()), doc_null)
 
     def encode(self, query: str, documents: Sequence[Document]) -> tuple[list[tuple[int, str]], Any]:
         """(index, text) of the documents with text, and their windows tokenised with the question (None without text)."""

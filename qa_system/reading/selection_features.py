@@ -1,0 +1,160 @@
+"""What the answer selector sees of one question: every candidate span of every review read, and each review's "no answer".
+
+The reader's own decision compares two logits of one small model, the best span's and the
+lowest no-answer's, which does not separate "this review answers it" from "it does not" off the
+reader's training domains (``../shared/notes/answer-decision-diagnostic.md``). The selector
+decides from more: how each review's spans compare with that review's own no-answer, the
+retriever's rank and score of the review, whether other reviews say the same thing, the span's
+length, position and sentence boundaries, and what kind of question it is. These are the
+features, computed the same way at training time (from recorded reader outputs) and at serving
+time (from a ``ReaderOutput``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from qa_system.evaluation.answers import f1 as token_f1, normalize_answer
+
+# Candidate spans the selector weighs: the best few of each review, and of the question.
+SPANS_PER_DOCUMENT = 4
+SPANS_PER_QUESTION = 12
+# Two spans "say the same thing" above this token F1 (SQuAD's word overlap).
+AGREEMENT_F1 = 0.5
+
+_YES_NO = frozenset("is are was were does do did can could will would should has have had am may might must".split())
+_STOPWORDS = frozenset(
+    "a an the of to in on for with at by from and or but is are was were be been it its this that these those i you he she "
+    "we they what how which who whom whose why when where does do did can could will would should has have had there "
+    "about any as so if not no yes your my our their me us them than then too very just also".split()
+)
+_WORD = re.compile(r"\w+")
+_SENTENCE_END = ".!?\n"
+
+
+@dataclass(frozen=True)
+class ReadDocument:
+    """One review as the reader read it: its text, its own no-answer logit, its spans (start, end, logit; best first)."""
+
+    content: str
+    null_logit: float
+    spans: Sequence[tuple[int, int, float]]
+    rank: int = 0
+    retrieval_score: float | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A span the selector may answer with (``document`` indexes the question's documents)."""
+
+    document: int
+    start: int
+    end: int
+    logit: float
+    text: str
+
+
+def candidates(documents: Sequence[ReadDocument]) -> list[Candidate]:
+    """The best ``SPANS_PER_DOCUMENT`` spans of each review, the best ``SPANS_PER_QUESTION`` of them all, best first."""
+    spans = [
+        Candidate(position, start, end, logit, document.content[start:end])
+        for position, document in enumerate(documents)
+        for start, end, logit in list(document.spans)[:SPANS_PER_DOCUMENT]
+    ]
+    return sorted(spans, key=lambda c: c.logit, reverse=True)[:SPANS_PER_QUESTION]
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS}
+
+
+def question_kind(query: str) -> dict[str, float]:
+    """Yes/no, how, what or another kind of question (SubjQA's are mostly the first three)."""
+    words = query.lower().split()
+    first = words[0] if words else ""
+    return {
+        "q_yes_no": float(first in _YES_NO),
+        "q_how": float(first == "how"),
+        "q_what": float(first in ("what", "which")),
+        "q_words": float(len(words)),
+    }
+
+
+def _sentence_bounds(content: str, start: int, end: int) -> tuple[float, float]:
+    """Does the span start a sentence (or the text), and does it end one."""
+    before = content[:start].rstrip()
+    after = content[end:].lstrip()
+    return float(not before or before[-1] in _SENTENCE_END), float(not after or after[0] in _SENTENCE_END or content[end - 1 : end] in tuple(_SENTENCE_END))
+
+
+def _sentence(content: str, start: int, end: int) -> str:
+    left = max(content.rfind(mark, 0, start) for mark in _SENTENCE_END) + 1
+    rights = [i for i in (content.find(mark, end) for mark in _SENTENCE_END) if i >= 0]
+    return content[left : min(rights) + 1 if rights else len(content)]
+
+
+def _softmax(logits: Sequence[float]) -> list[float]:
+    top = max(logits)
+    weights = [math.exp(x - top) for x in logits]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def features(query: str, documents: Sequence[ReadDocument]) -> tuple[dict[str, float], list[Candidate], list[dict[str, float]]]:
+    """(question features, candidate spans, one feature row per candidate: the question's features included)."""
+    spans = candidates(documents)
+    nulls = [d.null_logit for d in documents if math.isfinite(d.null_logit)] or [0.0]
+    null_min, null_max = min(nulls), max(nulls)
+    scores = [d.retrieval_score for d in documents if d.retrieval_score is not None]
+    top_score = max(scores) if scores else None
+    best = spans[0].logit if spans else null_min
+    probabilities = _softmax([c.logit for c in spans] + [null_min])
+    answering = sum(1 for position, d in enumerate(documents) if any(c.document == position and c.logit > d.null_logit for c in spans))
+    question_words = content_words(query)
+    normalized = [normalize_answer(c.text) for c in spans]
+    question = {
+        **question_kind(query),
+        "documents": float(len(documents)),
+        "null_min": null_min,
+        "null_max": null_max,
+        "null_spread": null_max - null_min,
+        "best_logit": best,
+        "best_gap": best - null_min if spans else -10.0,
+        "documents_answering": float(answering),
+        "null_probability": probabilities[-1],
+        "entropy": -sum(p * math.log(p) for p in probabilities if p > 0),
+        "top_retrieval_score": top_score if top_score is not None else math.nan,
+    }
+    rows = []
+    for rank, (candidate, text, probability) in enumerate(zip(spans, normalized, probabilities)):
+        document = documents[candidate.document]
+        others = [p for c, t, p in zip(spans, normalized, probabilities) if c.document != candidate.document and token_f1(t, text) >= AGREEMENT_F1]
+        starts, ends = _sentence_bounds(document.content, candidate.start, candidate.end)
+        words = content_words(candidate.text)
+        sentence_words = content_words(_sentence(document.content, candidate.start, candidate.end))
+        rows.append({
+            **question,
+            "logit": candidate.logit,
+            "gap": candidate.logit - null_min,
+            "own_gap": candidate.logit - document.null_logit,
+            "below_best": candidate.logit - best,
+            "probability": probability,
+            "rank": float(rank),
+            "rank_in_document": float(sum(1 for c in spans[:rank] if c.document == candidate.document)),
+            "document_rank": float(document.rank),
+            "document_null_above_min": document.null_logit - null_min,
+            "relative_retrieval_score": document.retrieval_score / top_score if top_score else math.nan,
+            "span_words": float(len(candidate.text.split())),
+            "span_chars": float(len(candidate.text)),
+            "relative_position": candidate.start / max(len(document.content), 1),
+            "starts_sentence": starts,
+            "ends_sentence": ends,
+            "agreeing_documents": float(len({c.document for c, t in zip(spans, normalized) if c.document != candidate.document and token_f1(t, text) >= AGREEMENT_F1})),
+            "agreeing_probability": sum(others),
+            "question_overlap": len(words & question_words) / max(len(question_words), 1),
+            "sentence_question_overlap": len(sentence_words & question_words) / max(len(question_words), 1),
+        })
+    return question, spans, rows
