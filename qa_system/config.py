@@ -7,6 +7,7 @@ reads the environment.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -178,8 +179,15 @@ class Settings:
         return self.home / "cache" / "bm25"
 
     def bm25_cache_of(self, collection: str) -> Path:
-        """The BM25 cache folder of one collection: re-indexing one collection never pushes another's index out."""
-        return self.bm25_cache / re.sub(r"[^A-Za-z0-9_@-]", "_", collection)
+        """The BM25 cache folder of one collection: re-indexing one collection never pushes another's index out.
+
+        Named as the collection (its name is a safe folder name); any other name by a digest under '~',
+        which no collection name holds. Replacing characters made 'cc.v2' and 'cc_v2' share one folder,
+        and deleting one deleted the other's index.
+        """
+        if re.fullmatch(r"[a-z0-9][a-z0-9_.@-]*", collection) and ".." not in collection:
+            return self.bm25_cache / collection
+        return self.bm25_cache / f"~{hashlib.sha256(collection.encode('utf-8', 'surrogatepass')).hexdigest()[:32]}"
 
     @property
     def reader_onnx_cache(self) -> Path:

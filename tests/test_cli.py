@@ -77,12 +77,12 @@ def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, me
     [
         # Each was accepted: --top-k 0 answered "no answer, score 1.00" (exit 0), --top-k -1 --retriever hybrid
         # returned 30 reviews, --answers -1 printed 18 answers; a NaN threshold printed "score nan".
-        (["ask", "Is it good?", "--top-k", "0"], "--top-k must be a whole number of at least 1, not 0."),
-        (["ask", "Is it good?", "--top-k", "-1", "--retriever", "hybrid"], "--top-k must be a whole number of at least 1, not -1."),
+        (["ask", "Is it good?", "--top-k", "0"], "--top-k must be a whole number from 1 to 1000, not 0."),
+        (["ask", "Is it good?", "--top-k", "-1", "--retriever", "hybrid"], "--top-k must be a whole number from 1 to 1000, not -1."),
         (["ask", "Is it good?", "--answers", "-1"], "--answers must be a whole number of at least 1, not -1."),
         (["ask", "Is it good?", "--no-answer-threshold", "nan"], "--no-answer-threshold must be a finite number, not 'nan'."),
         (["ask", "Is it good?", "--no-answer-threshold", "inf"], "--no-answer-threshold must be a finite number"),
-        (["ask", "Is it good?", "--top-k", "three"], "--top-k must be a whole number of at least 1, not 'three'."),
+        (["ask", "Is it good?", "--top-k", "three"], "--top-k must be a whole number from 1 to 1000, not 'three'."),
         (["ask", "Is it good?", "--mode", "rag", "--max-new-tokens", "0"], "--max-new-tokens must be a whole number"),
         (["ask", "Is it good?", "--mode", "rag", "--temperature", "-0.5"], "--temperature must be a finite number of at least 0"),
         (["search", "Is it good?", "--top-k", "0"], "--top-k must be a whole number"),

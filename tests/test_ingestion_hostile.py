@@ -14,7 +14,7 @@ import pytest
 
 from qa_system.cli import main
 from qa_system.config import Settings
-from qa_system.ingestion import ingest, open_collection
+from qa_system.ingestion import IngestOptions, ingest
 from tests.test_ingestion import COLUMNS, REVIEWS, documents, pdf, write_csv
 
 
@@ -173,3 +173,123 @@ def test_a_broken_pdf_is_skipped_and_the_rest_of_the_folder_indexed(cli_home, tm
     assert main(["index", "--input", str(folder), "--collection", "fresh", "--no-embed"]) == 2  # nothing readable: an error that says why
     err = capsys.readouterr().err
     assert "holds no documents" in err and "2 files could not be read (broken.pdf: could not be read as a PDF" in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ item 8: a fresh probe of other inputs, fields and commands
+
+
+def deeply_nested(depth: int = 100_000) -> str:
+    return "[" * depth + "]" * depth
+
+
+HOSTILE = {
+    # name: (file name, bytes, extra flags, message); each was a traceback (exit 1) or worse before
+    "a codec that is not a text encoding": ("r.csv", b"review_id,body\nr1,text\n", ["--encoding", "rot13"], "'rot13' is not a text encoding"),
+    "JSON lines nested 100,000 deep": ("r.jsonl", ('{"body": "x", "m": ' + deeply_nested() + "}\n").encode(), [], "r.jsonl line 1 nests JSON arrays or objects too deeply to read"),
+    "SQuAD JSON nested 100,000 deep": ("r.json", ('{"data": ' + deeply_nested() + "}").encode(), ["--format", "squad"], "r.json nests JSON arrays or objects too deeply to read"),
+    "a JSON escape of half a character": ("r.jsonl", b'{"review_id": "r1", "body": "lone \\udcff surrogate"}\n', [], "The text of {tmp}/r.jsonl line 1 is not UTF-8 text: character 6 is a lone surrogate"),
+    "a lone surrogate in a metadata key": ("r.jsonl", b'{"review_id": "r1", "body": "fine", "\\ud800": "x"}\n', [], "The metadata of {tmp}/r.jsonl line 1 is not UTF-8 text"),
+    # a clearer message, not a traceback: the fix is the encoding to pass
+    "UTF-16 without a byte-order mark": ("r.csv", "review_id,body\nr1,text\n".encode("utf-16-le"), [], "looks like UTF-16 text without a byte-order mark"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_files_are_one_line_and_keep_the_collection(cli_home, tmp_path, capsys, case):
+    file_name, data, extra, message = HOSTILE[case]
+    columns = ["--text-column", "body", "--id-column", "review_id"]
+    assert main(["index", "--input", str(write_csv(tmp_path / "good.csv")), "--collection", "kept", *columns, "--no-embed"]) == 0
+    saved = cli_home.index_dir / "memory" / "kept.json"
+    before = saved.read_bytes()
+    capsys.readouterr()
+    (tmp_path / file_name).write_bytes(data)
+    assert main(["index", "--input", str(tmp_path / file_name), "--collection", "kept", *columns, "--no-embed", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in err and "Fix:" in err and err.count("\n") == 1, err
+    assert saved.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["index", "--input", "{folder}", "--collection", "x", "--format", "csv"], "is a folder, and --format csv reads one file"),
+        (["index", "--input", "{csv}", "--collection", "x", "--format", "files"], "--format files reads documents (.txt"),
+        (["index", "--input", "{csv}", "--collection", "x", "--passage-overlap", "300"], "--passage-overlap must be a whole number from 0 to 199, not 300."),
+        # FAISS sets aside room for k results per question: 2**31 took 16 GB before the kernel killed the process.
+        (["search", "battery", "--collection", "shop", "--top-k", str(2**31)], "--top-k must be a whole number from 1 to 1000"),
+        (["search", "battery", "--collection", "shop", "--top-k", "1001"], "--top-k must be a whole number from 1 to 1000"),
+        (["eval", "retriever", "--collection", "shop", "--labels", "{csv}", "--k", "1", "5000"], "--k must be a whole number from 1 to 1000"),
+    ],
+)
+def test_flags_out_of_bounds_are_one_line(cli_home, tmp_path, capsys, argv, message):
+    csv_path = write_csv(tmp_path / "r.csv")
+    assert main(["index", "--input", str(csv_path), "--collection", "shop", "--text-column", "body", "--no-embed"]) == 0
+    capsys.readouterr()
+    (tmp_path / "folder").mkdir()
+    assert main([a.format(folder=tmp_path / "folder", csv=csv_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Fix:" in err and err.count("\n") == 1, err
+
+
+def test_a_named_pipe_as_input_is_refused_rather_than_waited_on(cli_home, tmp_path):
+    """Opening a named pipe waits for a writer: `index --input pipe.csv` hung for ever."""
+    pipe = tmp_path / "pipe.csv"
+    os.mkfifo(pipe)
+    command = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())", "index", "--input", str(pipe), "--collection", "p", "--no-embed"]
+    done = subprocess.run(command, env={**os.environ, "QA_HOME": str(cli_home.home)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "is not a regular file (a named pipe, socket or device?)" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_file_that_vanishes_while_its_folder_is_read_is_left_out_and_named(home, tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for n in range(300):  # more than a batch: the first batch is staged while the rest are still to be read
+        (folder / f"f{n:03d}.txt").write_text(f"Document number {n} about lamps.", encoding="utf-8")
+    (folder / "pipe.txt").symlink_to("/dev/null")  # a device: outside the folder, not read
+    os.mkfifo(folder / "fifo.txt")  # not a regular file: counted, never opened
+
+    def remove_a_later_file(progress):
+        (folder / "f290.txt").unlink(missing_ok=True)
+
+    report = ingest(home, folder, "docs", embed=False, progress=False, on_progress=remove_a_later_file)
+    assert report.documents == 299 and report.files_unreadable == ["f290.txt: could not be read (No such file or directory)"]
+    assert report.links_skipped == ["pipe.txt"] and report.files_skipped == ["fifo.txt"]
+
+
+def test_a_column_without_a_name_is_named_by_its_position(home, tmp_path):
+    """A header with a trailing delimiter ("id,text,") kept the third column's values under the key ''."""
+    (tmp_path / "r.csv").write_text("review_id,body,\nr1,fine,extra\n", encoding="utf-8")
+    ingest(home, tmp_path / "r.csv", "named", IngestOptions(text_column="body", id_column="review_id"), embed=False, progress=False)
+    assert documents(home, "named")["r1"].meta["column_3"] == "extra" and "" not in documents(home, "named")["r1"].meta
+
+
+def test_collections_cc_v2_and_cc_underscore_v2_keep_their_own_bm25_caches(cli_home, tmp_path, capsys):
+    """Their cache folders were both 'cc_v2' (characters replaced): deleting one deleted the other's cached index."""
+    for name in ("cc.v2", "cc_v2"):
+        assert main(["index", "--input", str(write_csv(tmp_path / "r.csv")), "--collection", name, "--text-column", "body", "--no-embed"]) == 0
+        assert main(["search", "battery", "--collection", name, "--top-k", "1"]) == 0
+    assert cli_home.bm25_cache_of("cc.v2") != cli_home.bm25_cache_of("cc_v2")
+    assert main(["collections", "--delete", "cc_v2"]) == 0
+    assert list(cli_home.bm25_cache_of("cc.v2").iterdir()) and not cli_home.bm25_cache_of("cc_v2").exists()
+
+
+HOSTILE_LABELS = {
+    "a SQuAD question with half a character": (
+        json.dumps({"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Apples are red.", "qas": [
+            {"id": "q1", "question": "What \udcff colour?", "answers": [{"text": "red", "answer_start": 11}]}]}]}]}),
+        "The question at data[0].paragraphs[0].qas[0] of {path} is not UTF-8 text: character 6 is a lone surrogate",
+    ),
+    "SQuAD labels nested 100,000 deep": ('{"version": "v2.0", "data": ' + deeply_nested() + "}", "is neither SQuAD JSON nor MRQA JSON lines (maximum recursion depth"),
+    "MRQA labels nested 100,000 deep": ('{"header": {"dataset": "x"}}\n{"context": "c", "qas": ' + deeply_nested() + "}\n", "line 2 is not valid JSON (maximum recursion depth"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_LABELS))
+def test_hostile_label_files_are_one_line(cli_home, tmp_path, capsys, tiny_reader, case):
+    """They were tracebacks: a TypeError deep in the tokenizer, or json's RecursionError."""
+    text, message = HOSTILE_LABELS[case]
+    path = tmp_path / "labels.json"
+    path.write_text(text, encoding="utf-8")
+    assert main(["eval", "reader", "--labels", str(path), "--reader", str(tiny_reader), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert message.format(path=path) in err and "Fix:" in err and err.count("\n") == 1, err

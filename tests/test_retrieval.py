@@ -406,7 +406,7 @@ def test_pipelines_of_the_embedded_stores_cache_their_bm25_index_per_collection(
         store.write_documents([Document(id=f"r{n}", content=f"Review {n} of version {version}.", meta={"item_id": "P1"}) for n in range(3)])
         build_retrieval_pipeline("bm25", settings, index=Index("memory", "shop", store, {})).run("review", top_k=1)
     assert electronics.exists() and len([p for p in shop_cache.iterdir() if not p.name.startswith(".")]) == 2
-    assert settings.bm25_cache_of("../../x") == settings.bm25_cache / "______x"  # a name never leaves the cache folder
+    assert settings.bm25_cache_of("../../x").parent == settings.bm25_cache  # a name never leaves the cache folder
 
 
 def test_a_loaded_store_counts_terms_for_haystacks_bm25_only_when_it_is_used_and_scores_alike(indexed):

@@ -303,6 +303,18 @@ def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny
     assert json.loads((out / "report.json").read_text())["metrics"][0]["added"] == 20
 
 
+def test_bench_ingest_reuses_its_csv_only_when_made_from_the_same_data_and_seed(tiny_subjqa, tmp_path, capsys):
+    """Issue 30, item 8: `bench ingest --seed 1` after `--seed 0` (or another --data-dir) timed the old CSV again."""
+    out = tmp_path / "bench-ingest"
+    argv = ["bench", "ingest", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--rows", "20", "--embed-rows", "0", "--out", str(out)]
+    written = {}
+    for seed in ("0", "0", "1"):
+        assert main([*argv, "--seed", seed]) == 0
+        written.setdefault(seed, []).append(((out / "reviews-20.csv").read_text(), "writing" in capsys.readouterr().err))
+    assert [wrote for _, wrote in written["0"]] == [True, False]  # the same data and seed: reused
+    assert written["1"][0][1] and written["1"][0][0] != written["0"][0][0]  # another seed: written anew
+
+
 @pytest.mark.parametrize("gone", ["bench-api", "bench-ingest"])
 def test_the_benchmarks_are_one_family(gone, capsys):
     from qa_system.cli import build_parser

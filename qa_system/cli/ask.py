@@ -6,7 +6,7 @@ import argparse
 import sys
 import textwrap
 
-from qa_system.cli.options import DEFAULT_ITEM, Options, count, number, open_index_for, settings_from_args
+from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS
 from qa_system.errors import check_text
 
@@ -124,7 +124,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
-    p.add_argument("--top-k", type=count("--top-k"), default=3)
+    p.add_argument("--top-k", type=depth("--top-k"), default=3)
     p.add_argument("--width", type=count("--width", 3), default=400, help="characters of each review to print")
     p.set_defaults(func=cmd_search)
 
@@ -137,7 +137,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability before answering")
-    p.add_argument("--top-k", type=count("--top-k"), default=3, help="reviews to retrieve")
+    p.add_argument("--top-k", type=depth("--top-k"), default=3, help="reviews to retrieve")
     p.add_argument("--answers", type=count("--answers"), default=3, help="answers to show (extractive)")
     p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"), help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
     p.add_argument("--context", type=count("--context", 0), default=150, help="characters of review shown around each answer (rag: half the snippet of each review)")

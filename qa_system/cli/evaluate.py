@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qa_system.cli.options import Options, count, number, settings_from_args
+from qa_system.cli.options import Options, count, depth, number, settings_from_args
 from qa_system.config import CANDIDATE_PROTOCOLS, RETRIEVERS
 from qa_system.errors import QAError
 
@@ -148,7 +148,7 @@ def register(commands, options: Options) -> None:
         help="bm25, dense, hybrid, dense-ft, hybrid-ft (-ft: the fine-tuned encoder), each optionally +rerank, e.g. hybrid-ft+rerank",
     )
     p.add_argument("--tuned-model", type=Path, help="fine-tuned encoder of the -ft variants (default models/retriever-minilm-subjqa)")
-    p.add_argument("--k", nargs="+", type=count("--k"), default=[1, 3, 5, 10, 20])
+    p.add_argument("--k", nargs="+", type=depth("--k"), default=[1, 3, 5, 10, 20])
     p.add_argument("--out", type=Path, default=Path("reports/retriever"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     candidates_option(p)
@@ -170,7 +170,7 @@ def register(commands, options: Options) -> None:
     p = stages.add_parser("pipeline", parents=[options.common], help="EM / F1 of retriever + reader with per-product filters")
     answer_eval_options(p, "reports/pipeline")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--top-k-retriever", type=count("--top-k-retriever"), default=3)
+    p.add_argument("--top-k-retriever", type=depth("--top-k-retriever"), default=3)
     candidates_option(p)
     p.add_argument(
         "--tune-threshold", action="store_true",
@@ -183,7 +183,7 @@ def register(commands, options: Options) -> None:
     own_labels(p)
     p.add_argument("--split", default="test")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--top-k-retriever", type=count("--top-k-retriever"), default=3, help="reviews in the prompt")
+    p.add_argument("--top-k-retriever", type=depth("--top-k-retriever"), default=3, help="reviews in the prompt")
     p.add_argument("--compare-extractive", action="store_true", help="also run the extractive pipeline (--reader-model) on the same questions")
     p.add_argument("--out", type=Path, default=Path("reports/rag"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")

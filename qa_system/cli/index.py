@@ -8,7 +8,7 @@ from pathlib import Path
 
 from qa_system.cli.options import Options, count, settings_from_args
 from qa_system.config import INPUT_FORMATS
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count
 
 
 def cmd_index(args: argparse.Namespace) -> None:
@@ -40,6 +40,7 @@ def _ingest(args: argparse.Namespace, settings) -> None:
         raise QAError("--input needs a --collection name to index into.", "add --collection NAME, e.g. --collection my-reviews.")
     if args.domain:
         raise QAError("--input and --domain both name what to index.", "pass --input FILE --collection NAME for your data, or --domain for SubjQA.")
+    check_count(args.passage_overlap, "--passage-overlap", 0, args.passage_words - 1)  # named as the flag, not the library's argument
     options = IngestOptions(
         format=args.format, text_column=args.text_column, id_column=args.id_column, item_column=args.item_column,
         encoding=args.encoding, passage_words=args.passage_words, passage_overlap=args.passage_overlap,

@@ -10,6 +10,9 @@ from qa_system.config import GENERATORS, READER_BACKENDS, STORE_BACKENDS, Settin
 from qa_system.errors import QAError, check_count, check_number
 
 DEFAULT_ITEM = "B0074BW614"
+# Most reviews a command retrieves per question: FAISS sets aside room for k results per question up
+# front, and --top-k 2147483648 took 16 GB before the kernel killed the process (the page and API allow 50).
+MAX_RETRIEVED = 1000
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,11 @@ def count(flag: str, minimum: int = 1, maximum: int | None = None) -> Callable[[
     A QAError is not one of the errors argparse turns into its own usage message, so it reaches ``main``.
     """
     return lambda text: check_count(text, flag, minimum, maximum)
+
+
+def depth(flag: str) -> Callable[[str], int]:
+    """argparse type of a retrieval depth (reviews per question): a count up to ``MAX_RETRIEVED``."""
+    return count(flag, 1, MAX_RETRIEVED)
 
 
 def number(flag: str, minimum: float | None = None, above: bool = False, maximum: float | None = None) -> Callable[[str], float]:

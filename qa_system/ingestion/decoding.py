@@ -30,10 +30,16 @@ _SIGNATURES = {
 
 
 def check_encoding(encoding: str) -> str:
+    fix = "pass a text encoding such as utf-8, latin-1, cp1252 or utf-16 to --encoding."
     try:
-        return codecs.lookup(encoding).name
+        name = codecs.lookup(encoding).name
     except LookupError:
-        raise QAError(f"Unknown encoding '{encoding}'.", "pass a codec name such as utf-8, latin-1, cp1252 or utf-16 to --encoding.") from None
+        raise QAError(f"Unknown encoding '{encoding}'.", fix) from None
+    try:
+        io.TextIOWrapper(io.BytesIO(), encoding=name)
+    except LookupError:  # codecs also holds base64, zlib, rot13: bytes to bytes, or text to text
+        raise QAError(f"'{encoding}' is not a text encoding.", fix) from None
+    return name
 
 
 def _head(binary: IO[bytes]) -> bytes:
@@ -51,10 +57,21 @@ def text_encoding(binary: IO[bytes], name: str, encoding: str, fix: str) -> str:
         return "utf-16"
     kind = next((what for signature, what in _SIGNATURES.items() if head.startswith(signature)), None)
     if kind is None and b"\x00" in head and not encoding.startswith("utf-16"):
+        order = _utf16_without_mark(head)
+        if order is not None:
+            raise QAError(f"{name} looks like UTF-16 text without a byte-order mark (every other byte is NUL).", f"pass --encoding utf-16-{order}.")
         kind = "binary data (it holds NUL bytes)"
     if kind is not None:
         raise QAError(f"{name} is not a text file: it looks like {kind}.", fix)
     return "utf-8-sig" if encoding == "utf-8" else encoding
+
+
+def _utf16_without_mark(head: bytes) -> str | None:
+    """'le' or 'be' when (nearly) every other byte is NUL, as in UTF-16 text of Latin script saved without a mark."""
+    for order, zeros, others in (("le", head[1::2], head[0::2]), ("be", head[0::2], head[1::2])):
+        if len(zeros) > 1 and zeros.count(0) >= 0.9 * len(zeros) and others.count(0) <= 0.1 * len(others):
+            return order
+    return None
 
 
 def _where_undecodable(binary: IO[bytes], encoding: str) -> tuple[int | None, int | None]:

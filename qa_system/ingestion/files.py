@@ -53,10 +53,17 @@ def _decode(data: bytes, path: Path, encoding: str) -> str:
         ) from None
 
 
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:  # gone since the folder was listed, or not readable
+        raise QAError(f"{path} could not be read ({error.strerror or error}).", "check that it exists and can be read, or leave it out.") from None
+
+
 def convert(path: Path, encoding: str = "utf-8") -> str:
     """The text of one file; a QAError when it has none that can be read."""
     suffix = path.suffix.lower()
-    data = path.read_bytes()
+    data = _read(path)
     if suffix == ".pdf":
         if not data.startswith(b"%PDF"):
             raise QAError(f"{path} is not a PDF file.", "give it its real suffix, or leave it out.")
@@ -83,8 +90,8 @@ def _sidecar(path: Path) -> dict:
     if not sidecar.is_file():
         return {}
     try:
-        meta = json.loads(sidecar.read_text(encoding="utf-8-sig"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        meta = json.loads(_read(sidecar).decode("utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise QAError(f"{sidecar} is not valid JSON ({error}).", 'write a JSON object of metadata, e.g. {"item_id": "B0074BW614"}.') from None
     if not isinstance(meta, dict):
         raise QAError(f"{sidecar} is not a JSON object.", 'write a JSON object of metadata, e.g. {"item_id": "B0074BW614"}.')
@@ -95,8 +102,8 @@ def document_files(root: Path, counts: ReadCounts) -> list[Path]:
     """The readable files under ``root`` (or ``root`` itself), in a stable order; others are counted as skipped,
     and links that lead outside ``root`` are named and not followed."""
     if root.is_file():
-        if root.suffix.lower() not in SUFFIXES:
-            raise QAError(f"{root} is not a file kind qa-system reads.", f"pass a .csv, .tsv, .jsonl or SQuAD .json file, or documents ({', '.join(SUFFIXES)}).")
+        if root.suffix.lower() not in SUFFIXES:  # only with --format files
+            raise QAError(f"--format files reads documents ({', '.join(SUFFIXES)}), and {root} is none.", "leave out --format (the file's name tells it), or pass csv, tsv, jsonl or squad.")
         return [root]
     inside = root.resolve()
     files = []
@@ -121,15 +128,20 @@ def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterat
         try:
             text = convert(path, encoding)
             sidecar = _sidecar(path)
+            record = _record(text, sidecar, relative, options).checked() if text.strip() else None
         except QAError as error:
             if root.is_file():
                 raise
             counts.files_unreadable.append(f"{relative}: {error.problem.removeprefix(f'{path} ').rstrip('.')}")  # one file does not sink the folder
             continue
-        if not text.strip():
+        if record is None:
             counts.empty_texts += 1
             continue
-        item_key = options.item_column or "item_id"
-        item = meta_value(sidecar[item_key]) if sidecar.get(item_key) not in (None, "") else relative
-        meta = {"file": relative, **{meta_key(k): meta_value(v) for k, v in sidecar.items() if k != item_key and v not in (None, "")}}
-        yield Record(check_text_length(text, relative), item, meta, relative, relative)
+        yield record
+
+
+def _record(text: str, sidecar: dict, relative: str, options: IngestOptions) -> Record:
+    item_key = options.item_column or "item_id"
+    item = meta_value(sidecar[item_key]) if sidecar.get(item_key) not in (None, "") else relative
+    meta = {"file": relative, **{meta_key(k): meta_value(v) for k, v in sidecar.items() if k != item_key and v not in (None, "")}}
+    return Record(check_text_length(text, relative), item, meta, relative, relative)

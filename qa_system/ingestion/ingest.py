@@ -167,6 +167,10 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
         path = Path(source).expanduser()
         if not path.exists():
             raise QAError(f"{path} does not exist.", "pass an existing file or folder to --input.")
+        if not path.is_file() and not path.is_dir():  # opening a named pipe waits for a writer: forever
+            raise QAError(f"{path} is not a regular file (a named pipe, socket or device?).", "save the data to a file and pass that file to --input.")
+        if path.is_dir() and options.format not in (None, "files"):
+            raise QAError(f"{path} is a folder, and --format {options.format} reads one file.", "pass the file itself, or leave out --format to read the folder's documents.")
         if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
             yield _Opened(read_files(path, options, counts), counts, str(path), "files", lambda: None, {"source": str(path), "path": str(path.resolve())})
             return
@@ -372,7 +376,7 @@ class _Run:
     def _add(self, record: Record) -> bool:
         """Count the record, and queue it when it is new or changed; False for a duplicate."""
         report = self.report
-        content_hash = record.content_hash()
+        content_hash = record.checked().content_hash()
         document_id = record.id or content_hash
         if document_id in self.seen:
             if record.id is not None:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Union
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_text
 
 # A source: a path (file or folder), or an open binary file (an upload) with a name to tell its kind.
 Source = Union[str, Path, IO[bytes]]
@@ -48,6 +48,16 @@ class Record:
     meta: dict[str, str]
     where: str  # "reviews.csv line 12": for messages
     id: str | None = None  # None: the content hash's id
+
+    def checked(self) -> Record:
+        """The record, once all its text is known to be UTF-8: JSON can escape half a character ("\\ud800"),
+        which no tokenizer, store or file takes (it was a traceback at the content hash)."""
+        try:
+            for what, value in (("text", self.text), ("id", self.id), ("item", self.item_id), *(("metadata", f"{k}{v}") for k, v in self.meta.items())):
+                check_text(value, f"the {what} of {self.where}")  # "the ...": its capital never alters a file name
+        except QAError as error:
+            raise QAError(error.problem, "write the file as UTF-8 text, without \\ud800-\\udfff escapes (half a character), or leave that document out.") from None
+        return self
 
     def content_hash(self) -> str:
         payload = json.dumps([self.text, self.item_id, sorted(self.meta.items())], ensure_ascii=False)

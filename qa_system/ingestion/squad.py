@@ -23,6 +23,8 @@ def load_squad_json(binary: IO[bytes], name: str, encoding: str = "utf-8") -> di
         raise QAError(f"{name} is not {encoding} text ({error.reason}).", "pass --encoding with the file's encoding, or re-save it as UTF-8.") from None
     except json.JSONDecodeError as error:
         raise QAError(f"{name} is not valid JSON (line {error.lineno}: {error.msg}).", SQUAD_FIX) from None
+    except RecursionError:  # arrays in arrays thousands deep: no SQuAD file, and json's parser recurses
+        raise QAError(f"{name} nests JSON arrays or objects too deeply to read.", SQUAD_FIX) from None
     if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
         raise QAError(f"{name} has no top-level 'data' list.", SQUAD_FIX)
     return squad

@@ -70,7 +70,8 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
             return
         reader = csv.reader(itertools.chain([header_line], lines), delimiter=_delimiter(header_line, tsv))
         try:
-            header = [column.strip() for column in next(reader)]
+            # A column without a name (a trailing delimiter in the header) is named by its position.
+            header = [column.strip() or f"column_{n}" for n, column in enumerate(next(reader), 1)]
             repeated = sorted({c for c in header if header.count(c) > 1})
             if repeated:
                 raise QAError(f"{name} repeats the column name(s) {', '.join(repeated)}.", "give every column a unique name in the header row.")
@@ -110,6 +111,8 @@ def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts
                 values = json.loads(line)
             except json.JSONDecodeError as error:
                 raise QAError(f"{name} line {number} is not JSON ({error.msg}).", "write one JSON object per line (JSON lines), or pass --format squad for a SQuAD file.") from None
+            except RecursionError:  # json's parser recurses: arrays in arrays thousands deep
+                raise QAError(f"{name} line {number} nests JSON arrays or objects too deeply to read.", "write one flat JSON object per line, e.g. {\"text\": \"...\"}.") from None
             if not isinstance(values, dict):
                 raise QAError(f"{name} line {number} is a JSON {type(values).__name__}, not an object.", "write one JSON object per line, e.g. {\"text\": \"...\"}.")
             if columns is None:  # the first object's keys are the file's columns

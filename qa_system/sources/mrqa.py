@@ -34,7 +34,7 @@ def parse_mrqa(lines: Iterable[str], path: Path) -> tuple[list[SquadExample], Sq
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, RecursionError) as error:  # RecursionError: nested thousands deep
             raise QAError(f"{path}: line {number} is not valid JSON ({error}).", "pass an MRQA JSON lines file: one JSON object per line.") from error
         if isinstance(record, dict) and isinstance(record.get("header"), dict):
             dataset = str(record["header"].get("dataset", dataset))

@@ -72,7 +72,7 @@ def read_qa_file(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
         raise QAError(f"{path} is not UTF-8 text ({type(error).__name__}: {error}).", FIX) from error
     try:
         whole = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, RecursionError) as error:  # RecursionError: arrays in arrays thousands deep
         first = text.lstrip().split("\n", 1)[0]
         if _is_mrqa_line(first):
             return parse_mrqa(text.splitlines(), path)
@@ -87,7 +87,7 @@ def read_qa_file(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
 def _is_mrqa_line(line: str) -> bool:
     try:
         return _is_mrqa_record(json.loads(line))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
 
 

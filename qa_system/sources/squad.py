@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_text
 from qa_system.sources.subjqa import LabelledQuestion
 
 VERSION = "v2.0"
@@ -146,7 +146,7 @@ def read_squad(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
         squad = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as error:
         raise QAError(f"SQuAD file {path} does not exist.", "check the path (export one with `qa-system export-squad`).") from error
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: nested thousands deep
         raise QAError(f"{path} is not valid JSON ({error}).", "pass a SQuAD v2 JSON file.") from error
     return parse_squad(squad, path)
 
@@ -216,7 +216,10 @@ def _field(record: Any, name: str, kind, where: str, path: Path, form: str = "SQ
     value = record[name]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
         raise QAError(f"{path}: {where}.{name} has the wrong type ({type(value).__name__}).", f"fix that record ({form} format).")
-    return value
+    try:  # JSON can escape half a character ("\\ud800"), which no tokenizer takes
+        return check_text(value, f"the {name} at {where} of {path}")
+    except QAError as error:
+        raise QAError(error.problem, "write the file as UTF-8 text, without \\ud800-\\udfff escapes (half a character).") from None
 
 
 def _list(record: Any, name: str, where: str, path: Path, form: str = "SQuAD v2") -> list:
