@@ -82,7 +82,7 @@ def held_if_free(lock_file: Path) -> Iterator[bool]:
 def remove_unheld_locks(directory: Path) -> list[Path]:
     """Remove the ``*.lock`` files of ``directory`` that no process holds (each removed while held: see ``_locked``)."""
     removed = []
-    for lock_file in sorted(directory.glob("*.lock")):
+    for lock_file in sorted(p for p in directory.glob("*.lock") if p.is_file()):
         with held_if_free(lock_file) as free:
             if free:
                 lock_file.unlink(missing_ok=True)
