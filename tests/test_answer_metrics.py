@@ -2,7 +2,7 @@
 
 import pytest
 
-from qa_system.evaluation.answers import best_scores, exact_match, f1, gold_answers, normalize_answer
+from qa_system.metrics.squad import best_scores, exact_match, f1, gold_answers, normalize_answer
 
 
 @pytest.mark.parametrize(

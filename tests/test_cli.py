@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from qa_system.cli import main
-from qa_system.evaluation.retrieval import CHANCE, average_precision, retrieval_metrics
+from qa_system.evaluation.retrieval import CHANCE
+from qa_system.metrics.ranking import average_precision, retrieval_metrics
 
 
 @pytest.fixture

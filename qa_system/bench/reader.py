@@ -21,7 +21,7 @@ from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from qa_system.bench.measure import Timing, compare
-from qa_system.evaluation.answers import best_scores
+from qa_system.metrics.squad import best_scores
 from qa_system.reading.onnx import FP32_FILE, INT8_FILE, OnnxQAModel
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.retrieval import BM25sRetriever, make_filters

@@ -4,6 +4,6 @@ Only the answer metrics (pure functions, the SQuAD v2.0 definitions) are re-expo
 runners (``reader``, ``answering``, ``retrieval``, ``rag``) load models and are imported by path.
 """
 
-from qa_system.evaluation.answers import best_scores, exact_match, f1, normalize_answer
+from qa_system.metrics.squad import best_scores, exact_match, f1, normalize_answer
 
 __all__ = ["best_scores", "exact_match", "f1", "normalize_answer"]

@@ -26,7 +26,7 @@ import pandas as pd
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
-from qa_system.evaluation.answers import best_scores
+from qa_system.metrics.squad import best_scores
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
 from qa_system.ingestion.labels import Labels, evaluation_index, evaluation_questions

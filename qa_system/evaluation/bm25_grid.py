@@ -29,8 +29,9 @@ from tqdm.auto import tqdm
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
 from qa_system.evaluation.report import write_report
-from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
+from qa_system.evaluation.retrieval import run_retriever
 from qa_system.ingestion.labels import Labels, evaluation_questions, labels_index
+from qa_system.metrics.ranking import retrieval_metrics
 from qa_system.retrieval.bm25 import BM25sRetriever
 from qa_system.retrieval.filters import make_filters
 from qa_system.sources import SPLITS, load_subjqa

@@ -28,7 +28,7 @@ from haystack import Document
 from qa_system.config import Settings
 from qa_system.errors import check_count
 from qa_system.evaluation.answering import reader_label
-from qa_system.evaluation.answers import best_scores, gold_answers, normalize_answer
+from qa_system.metrics.squad import best_scores, gold_answers, normalize_answer
 from qa_system.evaluation.reader import squad_predictions
 from qa_system.evaluation.report import write_report
 from qa_system.generation import strip_citations

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import pandas as pd
 from haystack import Document
 
-from qa_system.evaluation.answers import best_scores, gold_answers
+from qa_system.metrics.squad import best_scores, gold_answers
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.sources.subjqa import LabelledQuestion
 

@@ -13,7 +13,7 @@ from typing import Collection, NamedTuple, Sequence
 from haystack import Document
 
 from qa_system.errors import QAError
-from qa_system.evaluation.answers import best_scores
+from qa_system.metrics.squad import best_scores
 from qa_system.sources import LabelledQuestion
 
 

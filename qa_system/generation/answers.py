@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from haystack import Document, GeneratedAnswer, component, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from qa_system.evaluation.answers import normalize_answer
+from qa_system.metrics.squad import normalize_answer
 from qa_system.generation.prompt import NO_ANSWER_REPLY
 
 CITATION = re.compile(r"\[\s*(?:reviews?\s*)?(\d+(?:\s*(?:,|-|and)\s*\d+)*)\s*\]", re.IGNORECASE)

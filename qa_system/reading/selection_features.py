@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from qa_system.evaluation.answers import f1 as token_f1, normalize_answer
+from qa_system.metrics.squad import f1 as token_f1, normalize_answer
 
 # Candidate spans the selector weighs: the best few of each review, and of the question.
 SPANS_PER_DOCUMENT = 4

@@ -47,7 +47,8 @@ from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
-from qa_system.evaluation.retrieval import retrieval_metrics, run_retriever
+from qa_system.evaluation.retrieval import run_retriever
+from qa_system.metrics.ranking import retrieval_metrics
 from qa_system.reading.model import MODEL_INFO_FILE, read_model_info
 from qa_system.reproducibility import machine, seed_everything
 from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from qa_system.errors import QAError
-from qa_system.evaluation.answers import normalize_answer
+from qa_system.metrics.squad import normalize_answer
 from qa_system.sources.squad import SquadExample, SquadReport, _field, _list
 
 FORMAT = "MRQA"
