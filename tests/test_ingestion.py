@@ -431,7 +431,7 @@ def test_empty_rows_and_texts_are_skipped_and_counted(home, tmp_path):
 
 
 def test_a_document_over_the_limit_is_refused_with_the_limit(home, tmp_path, monkeypatch):
-    import qa_system.ingestion.records as records
+    import qa_system.sources.records as records
 
     monkeypatch.setattr(records, "MAX_DOCUMENT_CHARS", 1000)
     (tmp_path / "huge.txt").write_text("word " * 300, encoding="utf-8")

@@ -16,7 +16,7 @@ from qa_system.ingestion.collections import (
     open_collection,
 )
 from qa_system.ingestion.ingest import IngestProgress, IngestReport, ingest
-from qa_system.ingestion.records import IngestOptions
+from qa_system.sources.records import IngestOptions
 from qa_system.ingestion.splitting import PassageSplitter, source_span, source_text
 
 __all__ = [

@@ -36,11 +36,11 @@ from qa_system.errors import QAError, check_count
 from qa_system.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name
-from qa_system.ingestion.files import SUFFIXES, read_files
-from qa_system.ingestion.records import IngestOptions, ReadCounts, Record, Source
+from qa_system.sources.files import SUFFIXES, read_files
+from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
 from qa_system.ingestion.splitting import PassageSplitter
-from qa_system.ingestion.squad import read_squad_documents
-from qa_system.ingestion.tables import read_json_lines, read_table
+from qa_system.sources.squad_documents import read_squad_documents
+from qa_system.sources.tables import read_json_lines, read_table
 from qa_system.stores import Index, opensearch_client, opensearch_has_knn, saved_manifest, TemporaryOwner, temporary_owner, temporary_prefix
 
 BATCH = 256  # source documents per split / embed / stage step

@@ -1,4 +1,4 @@
-"""Sources: readers of documents and labelled questions (SubjQA CSVs, SQuAD v2 JSON) -> Haystack Documents + LabelledQuestion."""
+"""Sources: files in -> Documents, Records and LabelledQuestions: SubjQA CSVs, SQuAD / MRQA JSON, your CSV / TSV / JSON lines and .txt / .md / .html / .pdf files."""
 
 from qa_system.sources.subjqa import (
     SPLITS,

@@ -19,8 +19,8 @@ from typing import Iterator
 from haystack.dataclasses import ByteStream
 
 from qa_system.errors import QAError
-from qa_system.ingestion.decoding import check_encoding
-from qa_system.ingestion.records import IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
+from qa_system.sources.decoding import check_encoding
+from qa_system.sources.records import IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
 
 SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
 SIDECAR = ".meta.json"

@@ -10,8 +10,8 @@ import json
 from typing import IO, Iterator
 
 from qa_system.errors import QAError
-from qa_system.ingestion.decoding import check_encoding
-from qa_system.ingestion.records import IngestOptions, ReadCounts, Record, check_text_length
+from qa_system.sources.decoding import check_encoding
+from qa_system.sources.records import IngestOptions, ReadCounts, Record, check_text_length
 
 SQUAD_FIX = 'pass a SQuAD file: {"data": [{"title": ..., "paragraphs": [{"context": ..., "qas": [...]}]}]}.'
 

@@ -14,8 +14,8 @@ import json
 from typing import IO, Iterator
 
 from qa_system.errors import QAError
-from qa_system.ingestion.decoding import decoded, text_encoding
-from qa_system.ingestion.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
+from qa_system.sources.decoding import decoded, text_encoding
+from qa_system.sources.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
 
 DEFAULT_TEXT_COLUMNS = ("text", "review")
 TABLE_FIX = "pass a CSV / TSV file (or JSON lines), saved as text; export spreadsheets as CSV (UTF-8)."
