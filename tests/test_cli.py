@@ -199,14 +199,14 @@ def test_malformed_csv_keeps_the_index(indexed_cli, capsys, append, message):
 
 
 def test_a_crash_while_saving_keeps_the_old_index(indexed_cli, monkeypatch):
-    from qa_system import stores
+    from qa_system.stores import memory
 
     before = index_digest(indexed_cli)
 
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(stores.json, "dumps", crash)  # the index is written a document at a time
+    monkeypatch.setattr(memory.json, "dumps", crash)  # the index is written a document at a time
     with pytest.raises(OSError):
         main(["index", "--no-embed"])
     assert index_digest(indexed_cli) == before

@@ -195,7 +195,7 @@ def test_kill_9_keeps_the_previous_index_and_the_next_run_cleans_up(indexed, whe
 
 
 def test_an_interrupted_faiss_swap_restores_the_retired_index(settings):
-    from qa_system.stores import _faiss_dir, _restore_interrupted_swap
+    from qa_system.stores.faiss import _faiss_dir, _restore_interrupted_swap
 
     directory = _faiss_dir(settings, "subjqa-electronics")
     retired = directory.with_name(".subjqa-electronics~999999999~abcdefgh.old")

@@ -263,7 +263,7 @@ def test_dense_without_knn_is_one_clear_line(os_settings, os_index, knn, monkeyp
 def test_dense_pipeline_on_a_knn_server_filters_inside_the_vector_search(tmp_path):
     """Wiring for servers with k-NN (the test server has none): cosine HNSW vectors, product filters inside the k-NN query."""
     from qa_system.pipelines import load_pipeline
-    from qa_system.stores import _opensearch_document_store
+    from qa_system.stores.opensearch import _opensearch_document_store
 
     body = opensearch_index_body(384)
     assert body["settings"]["index"]["knn"] is True

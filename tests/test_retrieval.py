@@ -167,7 +167,7 @@ def test_list_valued_meta_matches_by_element_where_haystack_compares_whole_lists
     from haystack.document_stores.in_memory import InMemoryDocumentStore
     from haystack.utils.filters import document_matches_filter
 
-    from qa_system.meta_filters import MultiValueInMemoryDocumentStore, document_matches
+    from qa_system.stores.meta_filters import MultiValueInMemoryDocumentStore, document_matches
 
     review = Document(id="r", content="sound", meta={"split": ["dev", "test"], "item_id": "K"}, embedding=[1.0, 0.0])
     other = Document(id="o", content="sound", meta={"split": ["train"], "item_id": "K"}, embedding=[0.0, 1.0])
@@ -410,7 +410,7 @@ def test_pipelines_of_the_embedded_stores_cache_their_bm25_index_per_collection(
 
 
 def test_a_loaded_store_counts_terms_for_haystacks_bm25_only_when_it_is_used_and_scores_alike(indexed):
-    from qa_system.meta_filters import MultiValueInMemoryDocumentStore
+    from qa_system.stores.meta_filters import MultiValueInMemoryDocumentStore
 
     documents = [Document(id=f"d{i}", content=text, meta={"item_id": "X"}) for i, text in enumerate(REVIEWS)]
     written, loaded = MultiValueInMemoryDocumentStore(shared=False), MultiValueInMemoryDocumentStore(shared=False)

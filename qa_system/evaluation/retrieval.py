@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from qa_system.config import CANDIDATE_PROTOCOLS
 from qa_system.errors import QAError, check_count
-from qa_system.meta_filters import document_matches
+from qa_system.stores.meta_filters import document_matches
 from qa_system.metrics.ranking import DEFAULT_KS, retrieval_metrics
 from qa_system.retrieval.filters import make_filters
 from qa_system.sources import LabelledQuestion

@@ -2,7 +2,7 @@
 
 A run first writes the passages it made (embedded) to a staging file; the commit then builds the
 collection's next version from the saved passages it keeps plus the staged ones, and swaps it in
-the way ``stores.py`` does for every index:
+the way ``stores`` does for every index:
 
 * memory: the kept lines of the saved file and the staged lines stream into a temporary file that is
   renamed over the old one (memory bounded by a document, not the collection);

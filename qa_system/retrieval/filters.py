@@ -1,7 +1,7 @@
 """Metadata filters in Haystack's filter syntax, and a fast path for the common per-product case.
 
 A list-valued field (a review's ``split``, when it sits in several) matches ``==`` when one of its
-elements does, in the postings as in ``document_matches`` (``qa_system.meta_filters``), and as in
+elements does, in the postings as in ``document_matches`` (``qa_system.stores.meta_filters``), and as in
 Elasticsearch and OpenSearch.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Iterable
 import numpy as np
 from haystack import Document
 
-from qa_system.meta_filters import document_matches
+from qa_system.stores.meta_filters import document_matches
 
 FILTERABLE_FIELDS = ("item_id", "split", "domain", "review_id")
 

@@ -5,7 +5,7 @@ SubjQA's CSVs hold one row per *annotation*. We turn them into
 * one Haystack ``Document`` per review, with the trailing `` ANSWERNOTFOUND`` token removed; a
   review can occur in several splits (electronics: 258 of 1,615 reviews), so its ``split`` meta
   lists them all (``["dev", "test"]``, in ``SPLITS`` order), and a split filter finds it under each
-  (``qa_system.meta_filters``);
+  (``qa_system.stores.meta_filters``);
 * one ``LabelledQuestion`` per ``q_review_id`` with all of its annotated answers.
 
 Answer offsets are verified against the cleaned review. The annotated span texts are

@@ -1,0 +1,45 @@
+"""The Elasticsearch store: documents in a server's index, the manifest in the index mapping's ``_meta``."""
+
+from __future__ import annotations
+
+from qa_system.config import Settings
+from qa_system.errors import Unavailable
+from qa_system.stores.index import MANIFEST_KEY, Index
+
+def elasticsearch_client(settings: Settings):
+    """An Elasticsearch client on ``settings.es_url``, after checking the server answers."""
+    from elasticsearch import Elasticsearch
+
+    fix = "start it with `docker compose up -d elasticsearch` or set QA_ES_URL to a running server."
+    try:
+        client = Elasticsearch(settings.es_url, request_timeout=5)
+        reachable = client.ping()
+    except Exception:  # the client raises many types for bad URLs and refused connections
+        reachable = False
+    if not reachable:
+        raise Unavailable(f"Elasticsearch at {settings.es_url} is unreachable.", fix)
+    return Elasticsearch(settings.es_url, request_timeout=60)
+
+
+def elasticsearch_store(settings: Settings, name: str):
+    """An ElasticsearchDocumentStore on ``settings.es_url``, after checking the server answers."""
+    from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
+
+    elasticsearch_client(settings)
+    return ElasticsearchDocumentStore(hosts=settings.es_url, index=name, embedding_similarity_function="cosine")
+
+
+def _load_elasticsearch(settings: Settings, name: str) -> Index | None:
+    store = elasticsearch_store(settings, name)
+    if store.count_documents() == 0:
+        return None
+    mapping = store.client.indices.get_mapping(index=name)
+    manifest = mapping[name]["mappings"].get("_meta", {}).get(MANIFEST_KEY, {})
+    return Index("elasticsearch", name, store, manifest)
+
+
+def _save_elasticsearch(index: Index, settings: Settings) -> None:
+    # Documents are already written (with deterministic ids, so a re-index overwrites in place);
+    # the manifest lives in the index mapping's _meta so that every client sees the same one.
+    index.store.client.indices.put_mapping(index=index.name, meta={MANIFEST_KEY: index.manifest})
+    index.store.client.indices.refresh(index=index.name)

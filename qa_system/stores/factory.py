@@ -1,0 +1,64 @@
+"""One factory over the backends: open, save and read the manifest of a named index in the configured store."""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from qa_system.config import Settings
+from qa_system.errors import QAError
+from qa_system.stores.elasticsearch import _load_elasticsearch, _save_elasticsearch
+from qa_system.stores.faiss import _load_faiss, _save_faiss
+from qa_system.stores.index import Index, index_name
+from qa_system.stores.memory import _load_memory, _memory_manifest, _memory_path, _save_memory
+from qa_system.stores.opensearch import _load_opensearch, _save_opensearch
+
+_LOADERS = {"memory": _load_memory, "faiss": _load_faiss, "elasticsearch": _load_elasticsearch, "opensearch": _load_opensearch}
+_SAVERS = {"memory": _save_memory, "faiss": _save_faiss, "elasticsearch": _save_elasticsearch, "opensearch": _save_opensearch}
+
+
+def open_index(settings: Settings, domains: str | Sequence[str] = "electronics", name: str | None = None) -> Index:
+    """Open a saved index; a clear error naming the `qa-system index` command when there is none."""
+    name = name or index_name(domains)
+    index = _LOADERS[settings.store](settings, name)
+    if index is None:
+        domain_args = " ".join(f"--domain {d}" for d in ([domains] if isinstance(domains, str) else domains))
+        raise QAError(
+            f"No {settings.store} index named '{name}' exists yet.",
+            f"build it with `qa-system index {domain_args} --store {settings.store}`.",
+        )
+    return index
+
+
+def try_open_index(settings: Settings, name: str) -> Index | None:
+    return _LOADERS[settings.store](settings, name)
+
+
+def saved_manifest(settings: Settings, name: str) -> dict | None:
+    """The manifest of the saved index ``name`` (None when there is none); a memory index's is read
+    from its last line, without loading its documents."""
+    if settings.store != "memory":
+        index = try_open_index(settings, name)
+        return None if index is None else index.manifest
+    path = _memory_path(settings, name)
+    if not path.exists():
+        return None
+    try:
+        return _memory_manifest(path)
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
+        raise QAError(f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path}).") from error
+
+
+def saved_document_count(settings: Settings, name: str) -> int | None:
+    """How many documents the saved index ``name`` holds (None when there is none), from its manifest."""
+    try:
+        manifest = saved_manifest(settings, name)
+    except QAError:
+        if settings.store == "memory":
+            return None  # an unreadable index is no good index to protect
+        raise
+    return None if manifest is None else int(manifest.get("documents", 0))
+
+
+def save_index(index: Index, settings: Settings) -> None:
+    _SAVERS[index.backend](index, settings)

@@ -1,0 +1,177 @@
+"""The OpenSearch store: an alias over one concrete index, moved to a complete new one in one atomic step."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from qa_system.config import Settings
+from qa_system.errors import QAError, Unavailable
+from qa_system.stores.index import MANIFEST_KEY, Index
+
+logger = logging.getLogger(__name__)
+
+# The index name is an alias over one concrete index, ``<name>--<utc time>-<random>``. Building an
+# index writes a new concrete index beside the one in service and then moves the alias in one
+# atomic ``_aliases`` call: searches see the old reviews until the new ones are complete, a failed
+# run leaves the old index serving (its half-written successor is deleted), and reviews missing
+# from the new corpus are gone after the swap. Servers without the k-NN plugin (e.g. Elasticsearch 7
+# OSS, which the tests run) get an index without vectors: BM25 works, dense retrieval says why not.
+
+OPENSEARCH_FIX = "start an OpenSearch server there, or set QA_OPENSEARCH_URL (--opensearch-url) to a running one."
+# BM25 as the memory store's bm25s defaults (see retrieval/bm25.py): English (Snowball) stemming,
+# stopwords kept, k1 1.2, b 1.0; one shard, so that term statistics are corpus-wide as there.
+OPENSEARCH_ANALYZER = {"tokenizer": "standard", "filter": ["lowercase", "porter2_english"]}
+OPENSEARCH_SETTINGS = {
+    "index": {
+        "number_of_shards": 1,
+        "similarity": {"default": {"type": "BM25", "k1": 1.2, "b": 1.0}},
+        "analysis": {
+            "filter": {"porter2_english": {"type": "stemmer", "language": "porter2"}},
+            "analyzer": {"default": OPENSEARCH_ANALYZER},
+        },
+    }
+}
+# Unit-length vectors (embed_documents normalises), compared by cosine; the Lucene engine filters
+# inside the k-NN search (efficient filtering), so a product's reviews are found however few.
+OPENSEARCH_KNN_METHOD = {"name": "hnsw", "space_type": "cosinesimil", "engine": "lucene"}
+
+
+def _opensearch_auth() -> list[str] | None:
+    """The credentials the OpenSearch integration reads (OPENSEARCH_USERNAME / OPENSEARCH_PASSWORD), if set."""
+    from haystack.utils.auth import Secret
+
+    username = Secret.from_env_var("OPENSEARCH_USERNAME", strict=False).resolve_value()
+    password = Secret.from_env_var("OPENSEARCH_PASSWORD", strict=False).resolve_value()
+    return [username, password] if username and password else None
+
+
+def opensearch_client(settings: Settings):
+    """An OpenSearch client on ``settings.opensearch_url``, after checking that the server answers."""
+    from opensearchpy import OpenSearch
+    from opensearchpy.exceptions import AuthenticationException, AuthorizationException
+
+    url = settings.opensearch_url
+    try:
+        OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=5, max_retries=0).info()
+    except (AuthenticationException, AuthorizationException) as error:
+        raise QAError(f"OpenSearch at {url} refused the request ({error.status_code}).", "set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD.") from None
+    except Exception:  # the client raises many types for bad URLs and refused connections
+        raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
+    return OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=60)
+
+
+def opensearch_has_knn(client) -> bool:
+    """Whether the server has the k-NN plugin (vector fields and search); Elasticsearch OSS has not."""
+    try:
+        plugins = client.cat.plugins(format="json")
+    except Exception:  # managed services may forbid _cat/plugins; they ship k-NN
+        return True
+    return any("knn" in str(plugin.get("component", "")) for plugin in plugins)
+
+
+def opensearch_index_body(embedding_dim: int | None) -> dict:
+    """Settings and mappings of a new concrete index; a k-NN vector field when ``embedding_dim`` is given."""
+    mappings: dict[str, Any] = {
+        "properties": {"content": {"type": "text"}},
+        # Metadata strings (item_id, split, ...) are exact-match keywords, as the integration maps them.
+        "dynamic_templates": [{"strings": {"match_mapping_type": "string", "mapping": {"type": "keyword"}}}],
+    }
+    settings = json.loads(json.dumps(OPENSEARCH_SETTINGS))
+    if embedding_dim is not None:
+        mappings["properties"]["embedding"] = {"type": "knn_vector", "dimension": embedding_dim, "method": OPENSEARCH_KNN_METHOD}
+        settings["index"]["knn"] = True
+    return {"settings": settings, "mappings": mappings}
+
+
+def _opensearch_document_store(settings: Settings, index: str, body: dict | None = None):
+    from haystack_integrations.document_stores.opensearch import OpenSearchDocumentStore
+
+    body = body or {}
+    dim = body.get("mappings", {}).get("properties", {}).get("embedding", {}).get("dimension", 768)
+    # create_index=False: opening a name must never create an index (it would take the alias's name).
+    return OpenSearchDocumentStore(
+        hosts=settings.opensearch_url, index=index, create_index=False, embedding_dim=dim,
+        mappings=body.get("mappings"), settings=body.get("settings"), timeout=60,
+    )
+
+
+def _store_index(store) -> str:
+    return store.to_dict()["init_parameters"]["index"]
+
+
+def new_opensearch_index(settings: Settings, name: str, embedding_dim: int | None):
+    """A store on a new, empty concrete index beside the alias ``name`` (which it does not touch yet)."""
+    from datetime import datetime, timezone
+    from uuid import uuid4
+
+    client = opensearch_client(settings)
+    if embedding_dim is not None and not opensearch_has_knn(client):
+        raise QAError(f"OpenSearch at {settings.opensearch_url} has no k-NN plugin, so it cannot store review vectors.", "index without vectors (--no-embed) or use a server with the k-NN plugin.")
+    concrete = f"{name}--{datetime.now(timezone.utc):%Y%m%d%H%M%S}-{uuid4().hex[:6]}"
+    body = opensearch_index_body(embedding_dim)
+    client.indices.create(index=concrete, body=body)
+    return _opensearch_document_store(settings, concrete, body)
+
+
+def discard_opensearch_index(settings: Settings, store) -> None:
+    """Delete a concrete index that never went into service (a failed build); best effort, the build's error matters more."""
+    from opensearchpy import OpenSearch
+
+    concrete = _store_index(store)
+    try:
+        OpenSearch(hosts=settings.opensearch_url, http_auth=_opensearch_auth(), timeout=60).indices.delete(index=concrete, ignore_unavailable=True)
+    except Exception as error:  # noqa: BLE001
+        logger.warning("Could not delete the unfinished OpenSearch index %s (%s); delete it by hand.", concrete, error)
+
+
+def _aliased_indices(client, name: str) -> list[str]:
+    """The concrete indices behind alias ``name`` (none when it does not exist or is a plain index)."""
+    from opensearchpy.exceptions import NotFoundError
+
+    try:
+        return sorted(client.indices.get_alias(name=name))
+    except NotFoundError:
+        return []
+
+
+def delete_opensearch_index(settings: Settings, name: str) -> None:
+    """Remove the alias ``name`` and the concrete indices behind it (or a plain index of that name)."""
+    client = opensearch_client(settings)
+    for concrete in _aliased_indices(client, name) or [name]:
+        client.indices.delete(index=concrete, ignore_unavailable=True)
+
+
+def _load_opensearch(settings: Settings, name: str) -> Index | None:
+    client = opensearch_client(settings)
+    if not client.indices.exists(index=name):
+        return None
+    mapping = client.indices.get_mapping(index=name)
+    concrete = next(iter(mapping))  # keyed by the concrete index behind the alias
+    manifest = mapping[concrete]["mappings"].get("_meta", {}).get(MANIFEST_KEY)
+    if manifest is None and client.count(index=name)["count"] == 0:
+        return None
+    dim = mapping[concrete]["mappings"].get("properties", {}).get("embedding", {}).get("dimension")
+    return Index("opensearch", name, _opensearch_document_store(settings, name, opensearch_index_body(dim)), manifest or {})
+
+
+def _save_opensearch(index: Index, settings: Settings) -> None:
+    client = opensearch_client(settings)
+    target = _store_index(index.store)
+    client.indices.put_mapping(index=target, body={"_meta": {MANIFEST_KEY: index.manifest}})
+    client.indices.refresh(index=target)
+    if target == index.name:  # the index in service (e.g. a manifest update): nothing to swap
+        return
+    retired = _aliased_indices(client, index.name)
+    actions = [{"remove": {"index": old, "alias": index.name}} for old in retired]
+    actions.append({"add": {"index": target, "alias": index.name}})
+    if not retired and client.indices.exists(index=index.name):
+        actions.append({"remove_index": {"index": index.name}})  # a plain index of that name: replaced in the same step
+    client.indices.update_aliases(body={"actions": actions})
+    index.store = _opensearch_document_store(settings, index.name, opensearch_index_body(index.manifest.get("embedding_dim")))
+    for old in retired:  # out of service now; a failure here must not undo the swap
+        try:
+            client.indices.delete(index=old, ignore_unavailable=True)
+        except Exception as error:  # noqa: BLE001
+            logger.warning("Could not delete the retired OpenSearch index %s (%s); delete it by hand.", old, error)
