@@ -22,7 +22,7 @@ _EXPORTS = {
     "Settings": "qa_system.config",
     "QAError": "qa_system.errors",
     "load_subjqa": "qa_system.sources",
-    "build_index": "qa_system.indexing",
+    "build_index": "qa_system.ingestion.indexing",
     "open_index": "qa_system.stores",
     "build_retrieval_pipeline": "qa_system.pipelines",
     "build_qa_pipeline": "qa_system.pipelines",

@@ -32,7 +32,7 @@ from haystack.dataclasses import StreamingCallbackT
 
 from qa_system.config import REPO_ROOT, RETRIEVERS, Settings
 from qa_system.errors import NotFound, QAError, check_count, check_number, check_text
-from qa_system.indexing import embeddings_match
+from qa_system.ingestion.indexing import embeddings_match
 from qa_system.retrieval.filters import make_filters
 from qa_system.retrieval.fitted import fusion_values, rerank_weight
 from qa_system.stores import Index, open_index

@@ -22,7 +22,7 @@ LAYERS = {
     "qa_system.errors": 0, "qa_system.config": 0, "qa_system.timing": 0, "qa_system.reproducibility": 0, "qa_system.hub": 0,
     "qa_system.metrics": 0, "qa_system.safe_text": 0, "qa_system.disk_cache": 0,
     "qa_system.sources": 1,
-    "qa_system.stores": 2, "qa_system.stores.meta_filters": 2, "qa_system.indexing": 2, "qa_system.ingestion": 2,
+    "qa_system.stores": 2, "qa_system.stores.meta_filters": 2, "qa_system.ingestion.indexing": 2, "qa_system.ingestion": 2,
     "qa_system.retrieval": 3, "qa_system.reading": 3, "qa_system.generation": 3,
     "qa_system.pipelines": 4,
     # Above the pipelines: what runs them (evaluation, fitting, training, bench).

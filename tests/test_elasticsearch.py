@@ -12,7 +12,7 @@ import pytest
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.indexing import build_index
+from qa_system.ingestion.indexing import build_index
 from qa_system.pipelines import build_retrieval_pipeline
 from qa_system.stores import open_index
 

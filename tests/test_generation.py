@@ -23,7 +23,7 @@ from qa_system.generation import (
 )
 from qa_system.generation.models import SMOLLM2_PACKAGE, default_generator_dir
 from qa_system.generation.prompt import TRUNCATION_MARK, share_budget
-from qa_system.indexing import build_index
+from qa_system.ingestion.indexing import build_index
 from qa_system.pipelines import build_qa_pipeline
 from tests.down_server import DownServer
 from tests.openai_stub import MODEL, OpenAIStub

@@ -206,7 +206,7 @@ def test_an_interrupted_faiss_swap_restores_the_retired_index(settings):
 
 
 def test_build_index_refuses_in_the_python_api_too(indexed):
-    from qa_system.indexing import build_index
+    from qa_system.ingestion.indexing import build_index
 
     keep_only(indexed, {"q2", "q5", "q9"})
     with pytest.raises(QAError, match="--force"):

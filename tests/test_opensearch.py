@@ -18,7 +18,7 @@ import qa_system
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.indexing import build_index, open_or_build_index
+from qa_system.ingestion.indexing import build_index, open_or_build_index
 from qa_system.pipelines import build_retrieval_pipeline
 from qa_system.stores import (
     Index,

@@ -10,7 +10,7 @@ from haystack import Document, Pipeline
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.bm25_grid import RANK_BY, BM25Setting, recommended, tune_bm25
-from qa_system.indexing import build_index
+from qa_system.ingestion.indexing import build_index
 from qa_system.pipelines import build_qa_pipeline, build_retrieval_pipeline, render_pipeline_yaml
 from qa_system.retrieval import BM25sRetriever, make_filters, reciprocal_rank_fusion
 from qa_system.retrieval.fusion import RankFusion, minmax_fusion

@@ -11,7 +11,7 @@ from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.indexing import build_index, encoder_fingerprint, open_or_build_index
+from qa_system.ingestion.indexing import build_index, encoder_fingerprint, open_or_build_index
 from qa_system.pipelines import check_embeddings
 from qa_system.retrieval.encoders import tuned_encoders
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, fusion_grid, ranking_scores

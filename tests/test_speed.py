@@ -212,7 +212,7 @@ def test_a_manual_export_that_is_missing_or_stale_is_an_error(exported, tmp_path
 
 
 def test_extractive_pipeline_runs_the_onnx_reader_from_the_settings(exported, settings):
-    from qa_system.indexing import build_index
+    from qa_system.ingestion.indexing import build_index
     from qa_system.pipelines import build_qa_pipeline
 
     model, _ = exported

@@ -10,7 +10,7 @@ import pytest
 from conftest import write_subjqa
 
 from qa_system.errors import QAError, check_text
-from qa_system.indexing import open_or_build_index
+from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import validate_question
 
 CLI = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())"]

@@ -81,7 +81,7 @@ def run_bench(
     def remember(stage: str) -> None:
         memory.append({"stage": stage, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()})
 
-    from qa_system.indexing import embed_documents
+    from qa_system.ingestion.indexing import embed_documents
 
     sample = real[: min(embed_sample, len(real))]
     progress(f"embedding {len(sample)} reviews for real ({settings.embedding_model})")

@@ -12,7 +12,7 @@ from qa_system.errors import QAError, check_count
 
 
 def cmd_index(args: argparse.Namespace) -> None:
-    from qa_system.indexing import build_index
+    from qa_system.ingestion.indexing import build_index
 
     settings = settings_from_args(args)
     if args.input is not None:

@@ -39,7 +39,7 @@ def open_index_for(args: argparse.Namespace, settings: Settings, embeddings: boo
         if args.domain:
             raise QAError("--domain and --collection both name what to work on.", "pass one of them.")
         return open_collection(settings, args.collection, embeddings=embeddings)
-    from qa_system.indexing import open_or_build_index
+    from qa_system.ingestion.indexing import open_or_build_index
 
     return open_or_build_index(settings, args.domain, embeddings=embeddings)
 

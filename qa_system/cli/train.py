@@ -69,7 +69,7 @@ def cmd_train_retriever(args: argparse.Namespace) -> None:
 
 
 def cmd_fit_fusion(args: argparse.Namespace) -> None:
-    from qa_system.indexing import open_or_build_index
+    from qa_system.ingestion.indexing import open_or_build_index
     from qa_system.retrieval.fitting import fit_fusion_on_dev, fit_rerank_on_dev
 
     settings = settings_from_args(args)

@@ -234,7 +234,7 @@ def evaluate_retrievers(
     """
     from qa_system.errors import QAError
     from qa_system.evaluation.report import write_report
-    from qa_system.indexing import open_or_build_index
+    from qa_system.ingestion.indexing import open_or_build_index
     from qa_system.ingestion.labels import evaluation_index, evaluation_questions
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL

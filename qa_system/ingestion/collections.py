@@ -17,7 +17,7 @@ from pathlib import Path
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.indexing import ProgressCallback, open_or_build_index
+from qa_system.ingestion.indexing import ProgressCallback, open_or_build_index
 from qa_system.ingestion.splitting import source_text
 from qa_system.stores import (
     MANIFEST_KEY,

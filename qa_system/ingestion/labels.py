@@ -170,7 +170,7 @@ def labels_index(settings: Settings, labels: Labels, embeddings: bool = False) -
 def evaluation_index(settings: Settings, domain: str, labels: Labels | None, embeddings: bool, progress: bool = True) -> Index:
     """What an evaluation retrieves from: the collection of ``labels``, else the SubjQA domain's index
     (built on first use); the index beside ``evaluation_questions``."""
-    from qa_system.indexing import open_or_build_index
+    from qa_system.ingestion.indexing import open_or_build_index
 
     if labels is not None:
         return labels_index(settings, labels, embeddings)

@@ -21,7 +21,7 @@ def tuned_encoders(model_dir: str | Path) -> tuple[str, str | None]:
     so the existing index serves it; the other kinds need the reviews embedded by their passage encoder.
     """
     from qa_system.config import default_embedding_model
-    from qa_system.indexing import encoder_fingerprint
+    from qa_system.ingestion.indexing import encoder_fingerprint
 
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file() and not (model_dir / "passage").is_dir():

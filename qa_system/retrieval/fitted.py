@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from qa_system.config import Settings
-from qa_system.indexing import encoder_fingerprint
+from qa_system.ingestion.indexing import encoder_fingerprint
 from qa_system.retrieval.fusion import FusionParameters
 from qa_system.stores import Index
 

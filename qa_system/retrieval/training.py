@@ -246,7 +246,7 @@ def load_encoder(name_or_path: str, max_seq_length: int | None = None, what: str
 
 def indexed_vectors(settings: Settings, domains: Sequence[str], encoder: str) -> dict[str, np.ndarray]:
     """Review vectors already in the domains' saved indexes when ``encoder`` made them (saves encoding them again)."""
-    from qa_system.indexing import embeddings_match
+    from qa_system.ingestion.indexing import embeddings_match
     from qa_system.stores import index_name, try_open_index
 
     wanted = settings.with_(embedding_model=encoder)
@@ -298,7 +298,7 @@ def train_retriever(
     from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
 
-    from qa_system.indexing import encoder_fingerprint
+    from qa_system.ingestion.indexing import encoder_fingerprint
 
     if config.encoders not in ENCODER_KINDS:
         raise QAError(f"Unknown encoder kind '{config.encoders}'.", f"use one of: {', '.join(ENCODER_KINDS)}.")

@@ -272,7 +272,7 @@ def run_page_load(
     """Runs the load test (module doc) and writes its report to ``out_dir``."""
     from qa_system.bench.measure import machine
     from qa_system.evaluation.report import write_report
-    from qa_system.indexing import open_or_build_index
+    from qa_system.ingestion.indexing import open_or_build_index
 
     check_count(sessions, "sessions", 1, MAX_SESSIONS)
     check_number(seconds, "seconds", 0, above=True)
