@@ -6,7 +6,7 @@ opened index's store object is then handed to every component that has a ``docum
 all pipelines of a process share one loaded index.
 
 A retrieval pipeline may end with answerability re-ranking (``rerank.yml``); hybrid fusion and
-re-ranking read the parameters fitted on dev from the index manifest (``retrieval.fitted``, written by ``retrieval.fitting``).
+re-ranking read the parameters fitted on dev from the index manifest (``retrieval.fitted``, written by ``tuning.fusion``).
 
 An answering pipeline is a retrieval pipeline (``bm25.yml``, ``dense.yml``, ``hybrid.yml``) with an
 answer stage appended (``extractive.yml``, or ``rag.yml`` for generated answers), merged into one

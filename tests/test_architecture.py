@@ -26,8 +26,8 @@ LAYERS = {
     "qa_system.retrieval": 3, "qa_system.reading": 3, "qa_system.generation": 3,
     "qa_system.pipelines": 4,
     # Above the pipelines: what runs them (evaluation, fitting, training, bench).
-    "qa_system.evaluation": 5, "qa_system.retrieval.fitting": 5, "qa_system.retrieval.training": 5,
-    "qa_system.reading.training": 5, "qa_system.bench": 5,
+    "qa_system.evaluation": 5, "qa_system.tuning": 5, "qa_system.training": 5,
+    "qa_system.bench": 5,
     "qa_system.serving": 6,
     "qa_system.bench.api": 6,  # the API's load test starts the API
     "qa_system.cli": 7,
@@ -210,6 +210,6 @@ def test_checker_passes_an_acyclic_package(tmp_path):
     assert graph["pkg.top"] == {"pkg.mid", "pkg.mid.extra"}
 
 
-@pytest.mark.parametrize("module, expected", [("qa_system.retrieval.bm25", 3), ("qa_system.retrieval.fitting", 5), ("qa_system.cli.main", 7)])
+@pytest.mark.parametrize("module, expected", [("qa_system.retrieval.bm25", 3), ("qa_system.tuning.fusion", 5), ("qa_system.cli.main", 7)])
 def test_layers_take_the_longest_prefix(module, expected):
     assert layer(module) == expected

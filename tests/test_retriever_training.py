@@ -16,7 +16,7 @@ from qa_system.pipelines import check_embeddings
 from qa_system.retrieval.encoders import tuned_encoders
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, fusion_grid, ranking_scores
 from qa_system.retrieval.rerank import mix
-from qa_system.retrieval.training import (
+from qa_system.training.retriever import (
     RetrieverTrainingConfig,
     TrainingData,
     TrainingPair,
@@ -230,7 +230,7 @@ def tuned_setup(tmp_path, tiny_subjqa, tiny_reader, encoder):
 def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pipeline(tuned_setup):
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.fitted import fusion_parameters
-    from qa_system.retrieval.fitting import fit_fusion_on_dev
+    from qa_system.tuning.fusion import fit_fusion_on_dev
     from qa_system.stores import open_index
 
     settings, model = tuned_setup
@@ -248,7 +248,7 @@ def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pip
 
 def test_a_fusion_fitted_on_other_bm25_settings_is_refitted(tuned_setup):
     from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key
-    from qa_system.retrieval.fitting import ensure_fitted, fit_fusion_on_dev
+    from qa_system.tuning.fusion import ensure_fitted, fit_fusion_on_dev
     from qa_system.stores import open_index
 
     settings, _ = tuned_setup

@@ -103,7 +103,7 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
 
 
 def cmd_tune_bm25(args: argparse.Namespace) -> None:
-    from qa_system.evaluation.bm25_grid import RULE, describe, tune_bm25
+    from qa_system.tuning.bm25 import RULE, describe, tune_bm25
 
     settings = settings_from_args(args)
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=False)

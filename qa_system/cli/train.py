@@ -10,8 +10,8 @@ from qa_system.errors import QAError
 
 
 def cmd_train_reader(args: argparse.Namespace) -> None:
-    from qa_system.reading.distillation import DistillationConfig
-    from qa_system.reading.training import TrainingConfig, interpolate_readers, subjqa_to_squad_files, train_reader
+    from qa_system.training.distillation import DistillationConfig
+    from qa_system.training.reader import TrainingConfig, interpolate_readers, subjqa_to_squad_files, train_reader
 
     settings = settings_from_args(args)
     if args.interpolate and not args.base_model:
@@ -47,7 +47,7 @@ def cmd_train_retriever(args: argparse.Namespace) -> None:
     import torch
 
     from qa_system.retrieval.encoders import tuned_encoders
-    from qa_system.retrieval.training import RetrieverTrainingConfig, train_retriever
+    from qa_system.training.retriever import RetrieverTrainingConfig, train_retriever
 
     settings = settings_from_args(args)
     if args.threads:
@@ -70,7 +70,7 @@ def cmd_train_retriever(args: argparse.Namespace) -> None:
 
 def cmd_fit_fusion(args: argparse.Namespace) -> None:
     from qa_system.ingestion.indexing import open_or_build_index
-    from qa_system.retrieval.fitting import fit_fusion_on_dev, fit_rerank_on_dev
+    from qa_system.tuning.fusion import fit_fusion_on_dev, fit_rerank_on_dev
 
     settings = settings_from_args(args)
     for domain in args.domain:

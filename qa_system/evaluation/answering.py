@@ -31,7 +31,7 @@ from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squa
 from qa_system.evaluation.report import write_report
 from qa_system.ingestion.labels import Labels, evaluation_index, evaluation_questions
 from qa_system.reading.reader import ExtractiveReader
-from qa_system.reading.training import DevPrediction, tune_no_answer_threshold
+from qa_system.training.reader import DevPrediction, tune_no_answer_threshold
 from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.sources.squad import write_squad
 from qa_system.stores import Index
@@ -145,7 +145,7 @@ def no_answer_share(questions: Sequence[LabelledQuestion]) -> float:
 def fit_no_answer_threshold(records: pd.DataFrame, no_answer_prior: float | None) -> dict:
     """The threshold (logit margin of the best span over "no answer") that maximises these records' F1.
 
-    As the reader's own tuning (``reading.training.tune_no_answer_threshold``): unanswerable questions
+    As the reader's own tuning (``training.reader.tune_no_answer_threshold``): unanswerable questions
     are weighted to make up ``no_answer_prior`` (label shift: SubjQA's dev splits are far more often
     unanswerable than its train and test splits).
     """
@@ -196,7 +196,7 @@ def evaluate_pipelines(
     from qa_system.evaluation.retrieval import CANDIDATES, candidate_filters, check_candidates
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.fitted import no_answer_fit, no_answer_setting
-    from qa_system.retrieval.fitting import store_no_answer_fit
+    from qa_system.tuning.fusion import store_no_answer_fit
 
     top_k_retriever, top_k = check_count(top_k_retriever, "top_k_retriever"), check_count(top_k, "top_k")
     limit = check_count(limit, "limit", optional=True)

@@ -21,7 +21,7 @@ A hit is, by definition:
 Variants side by side: ``bm25``, ``dense`` and ``hybrid`` use the configured encoder; ``dense-ft``
 and ``hybrid-ft`` the fine-tuned one (``qa-system train-retriever``); ``+rerank`` appends
 answerability re-ranking (e.g. ``hybrid-ft+rerank``). Fusion weights and the re-ranking mix are
-those fitted on the domain's dev split (fitted first when missing; see ``retrieval.fitting``).
+those fitted on the domain's dev split (fitted first when missing; see ``tuning.fusion``).
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def evaluate_retrievers(
     from qa_system.ingestion.labels import evaluation_index, evaluation_questions
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
-    from qa_system.retrieval.fitting import ensure_fitted
+    from qa_system.tuning.fusion import ensure_fitted
     from qa_system.stores import index_name
 
     ks = sorted({check_count(k, "k") for k in ks})

@@ -3,7 +3,7 @@
 ``reader.py`` is the Haystack component (ONNX or PyTorch backend), ``model.py`` loads weights and
 their stored settings, ``onnx.py`` is the int8 ONNX Runtime backend and its export, ``onnx_cache.py``
 builds that export into the cache on first use. Reader
-training and no-answer threshold tuning (``training.py``) sit above the pipelines and evaluation,
+training and no-answer threshold tuning (``training/reader.py``) sit above the pipelines and evaluation,
 so they are imported from their module, not re-exported here.
 """
 

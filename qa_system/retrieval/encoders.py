@@ -1,6 +1,6 @@
 """Trained retriever encoders as data: where ``train_retriever`` saves them and which settings they need.
 
-Read by evaluation and the CLI's ``-ft`` variants; the training loop itself is ``training.py``.
+Read by evaluation and the CLI's ``-ft`` variants; the training loop itself is ``training/retriever.py``.
 """
 
 from __future__ import annotations

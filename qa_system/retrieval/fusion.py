@@ -4,7 +4,7 @@ min-max normalised scores.
 On SubjQA electronics (about 3 reviews per product) plain RRF of BM25 and MiniLM is *worse* than
 either alone: with two lists that disagree on the top two reviews, RRF scores them equally and
 the tie decides. Normalised score fusion keeps how sure each retriever is, and is the default.
-``fit_fusion`` picks the mode, weights and k on labelled rankings (``retrieval.fitting`` runs
+``fit_fusion`` picks the mode, weights and k on labelled rankings (``tuning.fusion`` runs
 it on a dev split).
 """
 

@@ -7,7 +7,7 @@ domain's dev split, strict recall@1 first and MRR to break ties, for the configu
 encoder, and ``fit_rerank_on_dev`` does the same for the answerability re-ranker's mix of
 retriever and reader scores. Both are stored in the index's manifest under the question encoder
 (name and file fingerprint) that was fitted, where the ``hybrid`` and ``rerank`` pipeline stages
-read them (``fitted.py``); re-indexing drops them with the vectors they were fitted on. Each fit also records the
+read them (``retrieval/fitted.py``); re-indexing drops them with the vectors they were fitted on. Each fit also records the
 BM25 settings it saw (``sparse_setting``), and ``ensure_fitted`` refits when those have changed.
 
 The grids include each part alone (sparse or dense weight 0, retriever weight 0 or 1), so on the
