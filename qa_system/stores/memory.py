@@ -21,7 +21,7 @@ def _memory_path(settings: Settings, name: str) -> Path:
 
 
 def new_memory_store(name: str) -> InMemoryDocumentStore:
-    # Not shared: pipelines get this very object injected (see pipelines.py), and a process-global
+    # Not shared: pipelines get this very object injected (see pipelines/loading.py), and a process-global
     # store would keep every index ever opened alive. Multi-valued: a review's ``split`` lists every
     # split it is in, and a split filter must find it under each, as Elasticsearch does.
     return MultiValueInMemoryDocumentStore(index=name, shared=False, embedding_similarity_function="cosine")

@@ -1,0 +1,120 @@
+"""Pipeline YAML in -> a Haystack pipeline out: ``pipelines/*.yml`` rendered for the store backend and the settings, stages merged.
+
+A YAML file names components by role; ``${...}`` placeholders pick the component classes that fit
+the store backend and the models from the settings (``render_pipeline_yaml``). ``load_pipeline``
+merges the re-ranking and answer stages into the retrieval pipeline and hands the opened index's
+store object to every component that has a ``document_store``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import yaml
+from haystack import Pipeline
+
+from qa_system.config import REPO_ROOT, Settings
+from qa_system.errors import QAError
+from qa_system.retrieval.fitted import fusion_values, rerank_weight
+from qa_system.stores import Index
+
+PIPELINES_DIR = REPO_ROOT / "pipelines"
+
+_COMPONENTS = {
+    "memory": {
+        "sparse_retriever": "qa_system.retrieval.bm25.BM25sRetriever",
+        "dense_retriever": "haystack.components.retrievers.in_memory.embedding_retriever.InMemoryEmbeddingRetriever",
+    },
+    "faiss": {
+        "sparse_retriever": "qa_system.retrieval.bm25.BM25sRetriever",
+        "dense_retriever": "qa_system.retrieval.faiss_filtered.FAISSFilteredEmbeddingRetriever",
+    },
+    "elasticsearch": {
+        "sparse_retriever": "haystack_integrations.components.retrievers.elasticsearch.bm25_retriever.ElasticsearchBM25Retriever",
+        "dense_retriever": "haystack_integrations.components.retrievers.elasticsearch.embedding_retriever.ElasticsearchEmbeddingRetriever",
+    },
+    "opensearch": {
+        "sparse_retriever": "haystack_integrations.components.retrievers.opensearch.bm25_retriever.OpenSearchBM25Retriever",
+        "dense_retriever": "haystack_integrations.components.retrievers.opensearch.embedding_retriever.OpenSearchEmbeddingRetriever",
+    },
+}
+# With fusion, each retriever hands over more candidates than the final top_k.
+FUSION_CANDIDATES = 20
+# With re-ranking, the retrieval stage hands over more candidates than the final top_k.
+RERANK_CANDIDATES = 10
+RETRIEVAL_OUTPUT = {"bm25": "sparse_retriever", "dense": "dense_retriever", "hybrid": "fusion"}
+ANSWER_STAGES = ("extractive", "rag")
+
+
+def _backend_parameters(index: Index, settings: Settings) -> dict[str, dict[str, Any]]:
+    """Init parameters a backend's components need beside those of the YAML files: OpenSearch's k-NN
+    search must filter inside the search (else the k nearest of all products are filtered afterwards);
+    the embedded stores' BM25 keeps its built index between processes, in the collection's own folder."""
+    if index.backend == "opensearch":
+        return {"dense_retriever": {"efficient_filtering": True}}
+    if index.backend in ("memory", "faiss"):
+        return {"sparse_retriever": {"cache_dir": str(settings.bm25_cache_of(index.name))}}
+    return {}
+
+
+def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dict | None = None, directory: Path = PIPELINES_DIR) -> str:
+    path = directory / f"{name}.yml"
+    if not path.exists():
+        known = sorted(p.stem for p in directory.glob("*.yml"))
+        raise QAError(f"No pipeline named '{name}' in {directory}.", f"use one of: {', '.join(known)}.")
+    store_dict = index.store.to_dict()
+    if index.backend == "faiss":
+        store_dict["init_parameters"]["index_path"] = None  # the loaded store is injected instead
+    values = {
+        **_COMPONENTS[index.backend],
+        "document_store": json.dumps(store_dict),
+        "query_embedding_model": json.dumps(settings.query_embedding_model or settings.embedding_model),
+        "reader_model": json.dumps(settings.reader_model),
+        "reader_backend": json.dumps(settings.reader_backend),
+        "reader_onnx_model": json.dumps(settings.reader_onnx_model),
+        "reader_onnx_cache": json.dumps(str(settings.reader_onnx_cache)),
+        **fusion_values(index, settings),
+        **(extra or {}),
+    }
+    return Template(path.read_text(encoding="utf-8")).substitute(values)
+
+
+def _merge(definition: dict, stage: dict) -> None:
+    definition["components"].update(stage["components"])
+    definition["connections"] = [*definition.get("connections", []), *stage.get("connections", [])]
+
+
+def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage: str | None = None, rerank: bool = False) -> Pipeline:
+    """The retrieval pipeline, with the re-ranking and answer stages' components and connections merged in."""
+    definition = yaml.safe_load(render_pipeline_yaml(retriever, index, settings))
+    for role, parameters in _backend_parameters(index, settings).items():
+        if role in definition["components"]:
+            definition["components"][role]["init_parameters"].update(parameters)
+    output = RETRIEVAL_OUTPUT[retriever]
+    if rerank:
+        extra = {"retrieval_output": f"{output}.documents", "retriever_weight": json.dumps(rerank_weight(index, settings, retriever))}
+        stage = yaml.safe_load(render_pipeline_yaml("rerank", index, settings, extra=extra))
+        _merge(definition, stage)
+        definition["metadata"]["description"] += f", {stage['metadata']['description']}"
+        output = "ranker"
+    if answer_stage is not None:
+        extra = {"retrieval_output": f"{output}.documents"}
+        if answer_stage == "rag":
+            from qa_system.generation import rag_pipeline_values
+
+            extra.update(rag_pipeline_values(settings))
+        stage = yaml.safe_load(render_pipeline_yaml(answer_stage, index, settings, extra=extra))
+        _merge(definition, stage)
+        definition["metadata"] = {
+            "description": f"{definition['metadata']['description']} + {stage['metadata']['description']}",
+            "answer_components": list(stage["components"]),
+        }
+    pipeline = Pipeline.from_dict(definition, allowed_modules=["qa_system"])
+    for component_name in pipeline.graph.nodes:
+        component = pipeline.get_component(component_name)
+        if hasattr(component, "document_store"):
+            component.document_store = index.store
+    return pipeline
