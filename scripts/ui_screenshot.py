@@ -12,7 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from qa_system.serving.webapp import ask_in_browser, headless_chromium, serve
+from qa_system.bench.browser import ask_in_browser, headless_chromium
+from qa_system.serving.webapp import serve
 
 
 def main() -> None:

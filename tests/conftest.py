@@ -129,7 +129,7 @@ def tiny_reader(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """One headless Chromium for a module of page tests."""
-    from qa_system.serving.webapp import headless_chromium
+    from qa_system.bench.browser import headless_chromium
 
     driver = headless_chromium(tmp_path_factory.mktemp("chromium-profile"), 1400, 1400)
     yield driver

@@ -1,4 +1,4 @@
-"""The package's shape: no import cycles, and lower layers never import higher ones.
+"""The package's shape: each top-level folder is one layer, there are no import cycles, and lower layers never import higher ones.
 
 Every import counts: module-level and lazy ones inside functions, and the package ``__init__``
 files that importing ``a.b.c`` runs (``a.b`` first), since a cycle through an ``__init__`` breaks
@@ -15,24 +15,24 @@ import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
 
-# Data flows up this list; a module may import its own layer and those below it. Longest prefix
-# wins. The SQuAD answer metrics are pure functions that the generator's no-answer check uses too;
-# safe_text (untrusted text shown as text) is used by reports and every door.
-LAYERS = {
-    "qa_system.errors": 0, "qa_system.config": 0, "qa_system.timing": 0, "qa_system.reproducibility": 0, "qa_system.hub": 0,
-    "qa_system.metrics": 0, "qa_system.safe_text": 0, "qa_system.disk_cache": 0,
-    "qa_system.sources": 1,
-    "qa_system.stores": 2, "qa_system.stores.meta_filters": 2, "qa_system.ingestion.indexing": 2, "qa_system.ingestion": 2,
-    "qa_system.retrieval": 3, "qa_system.reading": 3, "qa_system.generation": 3,
-    "qa_system.pipelines": 4,
-    # Above the pipelines: what runs them (evaluation, fitting, training, bench).
-    "qa_system.evaluation": 5, "qa_system.tuning": 5, "qa_system.training": 5,
-    "qa_system.bench": 5,
-    "qa_system.serving": 6,
-    "qa_system.bench.api": 6,  # the API's load test starts the API
-    "qa_system.cli": 7,
-    "qa_system": 8,  # the lazy public API
+# Each top-level folder of the package is one layer of the data flow, which goes up this table: a
+# module may import its own layer and those below it. Files at the package root are the base
+# (layer 0); the package's own __init__ (the lazy public API) is the top layer. No file has a layer
+# of its own: a module's folder alone says where it stands.
+FOLDER_LAYERS = {
+    "metrics": 1,  # pure functions (SQuAD EM / F1, ranking, calibration), imported by anyone
+    "sources": 2,  # readers of documents and labels
+    "stores": 3,  # document stores, saved indexes and their manifests
+    "ingestion": 4,  # documents -> passages -> embedded -> a named collection
+    "retrieval": 5, "reading": 5, "generation": 5,  # pipeline components
+    "pipelines": 6,  # Haystack pipelines of those components
+    "evaluation": 7, "training": 7, "tuning": 7,  # what runs the pipelines and components over labelled data
+    "serving": 8,  # what the doors share: the service, the REST API, the page's server
+    "bench": 9,  # every benchmark (the API's and the page's start them)
+    "cli": 10,  # the command line
 }
+ROOT_LAYER = 0  # a file at the package root
+TOP_LAYER = max(FOLDER_LAYERS.values()) + 1  # the package's own __init__
 
 
 def module_files(root: Path) -> dict[str, Path]:
@@ -122,26 +122,54 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-def layer(module: str) -> int:
-    prefix = module
-    while prefix not in LAYERS:
-        prefix = prefix.rpartition(".")[0]
-        assert prefix, f"{module} is in no layer: add it to LAYERS"
-    return LAYERS[prefix]
+def layer(module: str, root: Path = PACKAGE_ROOT) -> int:
+    """The layer of ``module`` (a dotted name in the package at ``root``), from its top-level folder alone."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return TOP_LAYER
+    if not (root / parts[1]).is_dir():
+        return ROOT_LAYER
+    if parts[1] not in FOLDER_LAYERS:
+        raise LookupError(f"{module} is in the folder {parts[1]}/, which has no layer: add it to FOLDER_LAYERS")
+    return FOLDER_LAYERS[parts[1]]
+
+
+def unplaced_modules(root: Path) -> list[str]:
+    """The modules whose folder has no layer."""
+    unplaced = []
+    for module in sorted(module_files(root)):
+        try:
+            layer(module, root)
+        except LookupError as error:
+            unplaced.append(str(error))
+    return unplaced
+
+
+def upward_imports(root: Path) -> list[str]:
+    """Every import of a module by one of a lower layer."""
+    return sorted(
+        f"{module} (layer {layer(module, root)}) imports {target} (layer {layer(target, root)})"
+        for module, targets in import_graph(root, implicit_parents=False).items()
+        for target in targets
+        if layer(target, root) > layer(module, root)
+    )
 
 
 def test_qa_system_has_no_import_cycles():
     assert find_cycles(import_graph(PACKAGE_ROOT)) == []
 
 
+def test_every_module_is_in_a_layered_folder():
+    assert unplaced_modules(PACKAGE_ROOT) == []
+
+
+def test_every_layered_folder_exists():
+    folders = {path.parent.name for path in PACKAGE_ROOT.glob("*/__init__.py")}
+    assert sorted(set(FOLDER_LAYERS) - folders) == []
+
+
 def test_lower_layers_never_import_higher_ones():
-    upward = [
-        f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
-        for module, targets in import_graph(PACKAGE_ROOT, implicit_parents=False).items()
-        for target in targets
-        if layer(target) > layer(module)
-    ]
-    assert upward == []
+    assert upward_imports(PACKAGE_ROOT) == []
 
 
 def test_package_inits_hold_no_logic():
@@ -210,6 +238,30 @@ def test_checker_passes_an_acyclic_package(tmp_path):
     assert graph["pkg.top"] == {"pkg.mid", "pkg.mid.extra"}
 
 
-@pytest.mark.parametrize("module, expected", [("qa_system.retrieval.bm25", 3), ("qa_system.tuning.fusion", 5), ("qa_system.cli.main", 7)])
-def test_layers_take_the_longest_prefix(module, expected):
+def test_checker_finds_upward_imports_and_unplaced_modules(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "from pkg.cli import main\n",
+        "pkg/base.py": "VALUE = 1\n",
+        "pkg/metrics/__init__.py": "",
+        "pkg/metrics/score.py": "from pkg.base import VALUE\n\ndef score():\n    from pkg.cli import main  # lazy, still upward\n    return VALUE, main\n",
+        "pkg/cli/__init__.py": "from pkg.metrics.score import score\n\ndef main():\n    return score\n",
+        "pkg/elsewhere/__init__.py": "",
+        "pkg/elsewhere/thing.py": "import os\n",
+    })
+    assert upward_imports(package) == ["pkg.metrics.score (layer 1) imports pkg.cli (layer 10)"]
+    assert unplaced_modules(package) == [
+        "pkg.elsewhere is in the folder elsewhere/, which has no layer: add it to FOLDER_LAYERS",
+        "pkg.elsewhere.thing is in the folder elsewhere/, which has no layer: add it to FOLDER_LAYERS",
+    ]
+
+
+@pytest.mark.parametrize("module, expected", [
+    ("qa_system.config", ROOT_LAYER),
+    ("qa_system.metrics.squad", 1),
+    ("qa_system.retrieval.bm25", 5),
+    ("qa_system.serving.api.app", 8),  # a sub-package takes its top-level folder's layer
+    ("qa_system.cli.main", 10),
+    ("qa_system", TOP_LAYER),
+])
+def test_layers_come_from_the_top_level_folder(module, expected):
     assert layer(module) == expected

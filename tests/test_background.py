@@ -8,8 +8,9 @@ import time
 import pytest
 from conftest import COLUMNS, row, write_subjqa
 
+from qa_system.bench.browser import chromium_paths, headless_chromium
 from qa_system.serving.background import BackgroundTask, TaskRegistry
-from qa_system.serving.webapp import chromium_paths, headless_chromium, serve
+from qa_system.serving.webapp import serve
 
 
 def test_a_task_runs_once_and_every_caller_gets_its_result_and_progress():

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from qa_system.bench.browser import chromium_paths
+from qa_system.bench.page_load import acknowledged_clicks, run_page_load
 from qa_system.cli import main as cli
-from qa_system.serving.page_load import acknowledged_clicks, run_page_load
-from qa_system.serving.webapp import chromium_paths
 
 
 def test_the_page_acknowledgement_is_read_as_a_count():

@@ -6,7 +6,8 @@ import time
 import pytest
 from conftest import write_subjqa
 
-from qa_system.serving.webapp import ANSWER_CARD, ask_in_browser, chromium_paths, headless_chromium, serve
+from qa_system.bench.browser import ANSWER_CARD, ask_in_browser, chromium_paths, headless_chromium
+from qa_system.serving.webapp import serve
 
 pytestmark = pytest.mark.browser
 

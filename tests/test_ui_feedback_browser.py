@@ -14,7 +14,8 @@ import urllib.parse
 import pytest
 from conftest import write_subjqa
 
-from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, headless_chromium, serve
+from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
+from qa_system.serving.webapp import serve
 
 pytestmark = [
     pytest.mark.browser,

@@ -20,10 +20,11 @@ import pytest
 from conftest import COLUMNS, SPLIT_ROWS, write_subjqa
 from page_driver import ask_on_page, click, page_text, upload, wait
 
+from qa_system.bench.browser import ANSWER_CARD, chromium_paths
 from qa_system.config import REPO_ROOT
 from qa_system.evaluation.report import write_report
 from qa_system.safe_text import WORD_JOINER
-from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, serve
+from qa_system.serving.webapp import serve
 
 pytestmark = [
     pytest.mark.browser,

@@ -14,9 +14,10 @@ import pytest
 from conftest import write_subjqa
 from page_driver import ask_on_page, page_text, selected, upload, wait
 
+from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
 from qa_system.config import Settings
 from qa_system.ingestion import list_collections
-from qa_system.serving.webapp import ANSWER_CARD, chromium_paths, headless_chromium, serve
+from qa_system.serving.webapp import serve
 
 pytestmark = [
     pytest.mark.browser,

@@ -30,7 +30,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 
 def cmd_bench_page(args: argparse.Namespace) -> None:
-    from qa_system.serving.page_load import run_page_load
+    from qa_system.bench.page_load import run_page_load
 
     result = run_page_load(
         settings_from_args(args), args.sessions, args.seconds, args.clicks, args.split, args.out, args.timeout, args.seed,

@@ -1,17 +1,14 @@
-"""Serving the Streamlit search page (``ui/app.py``), and driving it from a headless browser.
+"""Serving the Streamlit search page (``ui/app.py``): ``qa-system ui``, and the page or any server on a free loopback port.
 
 ``qa-system ui`` runs ``streamlit_command``. ``serve`` starts the page on a free loopback port and
-stops it again (``serve_process`` does that for any server with a health URL, the API too), and
-``headless_chromium`` / ``ask_in_browser`` drive it the way a user does: the browser test and the
-README screenshot (``scripts/ui_screenshot.py``) both use them, so that what is tested is what is
-shown. Selenium and Chromium are needed only for the browser helpers (``pip install -e .[test]``;
-Debian: ``apt-get install chromium chromium-driver``).
+stops it again (``serve_process`` does that for any server with a health URL, the API too).
+Driving the page from a headless browser (the browser tests, ``qa-system bench page`` and the
+README screenshot) is ``qa_system.bench.browser``.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +16,6 @@ import sys
 import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,12 +25,6 @@ from qa_system.config import REPO_ROOT, Settings
 from qa_system.errors import QAError
 
 APP = REPO_ROOT / "ui" / "app.py"
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-)  # fmt: skip
-# What the page shows once an answer (or "no answer") has been rendered.
-ANSWER_CARD = ".qa-answer"
 
 
 def streamlit_command(port: int = 8501, address: str = "localhost", headless: bool = True, watch: bool = False) -> list[str]:
@@ -153,42 +143,3 @@ def healthy(url: str) -> bool:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
-
-
-def chromium_paths() -> tuple[str, str] | None:
-    """(browser, driver) of the system Chromium, or None when either is missing."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
-
-
-def headless_chromium(user_data_dir: Path, width: int = 1400, height: int = 1400):
-    """A Selenium driver on the system's headless Chromium (never a downloaded browser)."""
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError as error:
-        raise QAError("Driving the page in a browser needs selenium.", "pip install -e '.[test]'.") from error
-    paths = chromium_paths()
-    if paths is None:
-        raise QAError("Chromium or its driver is not installed.", "apt-get install chromium chromium-driver.")
-    options = webdriver.ChromeOptions()
-    options.binary_location = paths[0]
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={user_data_dir}", f"--window-size={width},{height}"):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(executable_path=paths[1]), options=options)
-
-
-def ask_in_browser(driver, url: str, question: str, item: str | None = None, timeout: float = 180):
-    """Open the page (on ``item``), type the question, press Ask; returns the first answer card."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as conditions
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.get(url + ("?" + urllib.parse.urlencode({"item": item}) if item else ""))
-    wait = WebDriverWait(driver, timeout)
-    box = wait.until(conditions.element_to_be_clickable((By.CSS_SELECTOR, "input[aria-label='Question']")))
-    box.clear()
-    box.send_keys(question)
-    driver.find_element(By.XPATH, "//button[.//p[normalize-space()='Ask']]").click()
-    return wait.until(conditions.visibility_of_element_located((By.CSS_SELECTOR, ANSWER_CARD)))

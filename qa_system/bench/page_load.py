@@ -1,7 +1,7 @@
 """Many users on one search page at once (``qa-system bench page``): answer times, and no lost click.
 
-``sessions`` real browsers (headless Chromium, ``webapp.headless_chromium``) open one page served on
-a free loopback port (``webapp.serve``), each on its own product, and for ``seconds`` all of them at
+``sessions`` real browsers (headless Chromium, ``browser.headless_chromium``) open one page served on
+a free loopback port (``serving.webapp.serve``), each on its own product, and for ``seconds`` all of them at
 once ask that product's labelled questions one after another and click feedback on each answer.
 Measured per question: what the user waits (Ask pressed until the first answer card is on screen,
 timed inside the browser) beside what the pipeline took (the page's own "Answered in"). Checked: every
@@ -29,10 +29,11 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from qa_system.bench.browser import chromium_paths, headless_chromium
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.serving.feedback import MAX_NEW_CLICKS, FeedbackStore
-from qa_system.serving.webapp import chromium_paths, headless_chromium, serve, settings_environment
+from qa_system.serving.webapp import serve, settings_environment
 from qa_system.sources import load_subjqa
 
 DOMAIN = "electronics"  # the page's domain (ui/resources.py)
