@@ -10,9 +10,9 @@ from test_training import REVIEW, squad_files  # noqa: F401 - the fixture
 
 from qa_system.errors import QAError
 from qa_system.reading import MODEL_INFO_FILE
+from qa_system.sources.squad import read_squad
 from qa_system.training.distillation import DistillationConfig, distillation_loss
 from qa_system.training.reader import TrainingConfig, _batches, train_reader, training_features
-from qa_system.sources.squad import read_squad
 
 
 def softmax(values):

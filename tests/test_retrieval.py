@@ -9,12 +9,12 @@ from haystack import Document, Pipeline
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.tuning.bm25 import RANK_BY, BM25Setting, recommended, tune_bm25
 from qa_system.ingestion.indexing import build_index
 from qa_system.pipelines import build_qa_pipeline, build_retrieval_pipeline, render_pipeline_yaml
 from qa_system.retrieval import BM25sRetriever, make_filters, reciprocal_rank_fusion
 from qa_system.retrieval.fusion import RankFusion, minmax_fusion
 from qa_system.stores import Index, new_memory_store, open_index
+from qa_system.tuning.bm25 import RANK_BY, BM25Setting, recommended, tune_bm25
 from tests.conftest import write_subjqa
 
 
@@ -231,10 +231,10 @@ def _library_calls():
     from qa_system.evaluation.rag import evaluate_rag
     from qa_system.evaluation.retrieval import evaluate_retrievers
     from qa_system.reading.reader import ExtractiveReader
-    from qa_system.training.reader import TrainingConfig
-    from qa_system.tuning.fusion import dev_questions
     from qa_system.retrieval.rerank import AnswerabilityRanker
+    from qa_system.training.reader import TrainingConfig
     from qa_system.training.retriever import RetrieverTrainingConfig
+    from qa_system.tuning.fusion import dev_questions
 
     return {
         # limit=-1 sliced off the last question ([:-1]) and evaluated the rest as if nothing were wrong.

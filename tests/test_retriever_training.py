@@ -230,8 +230,8 @@ def tuned_setup(tmp_path, tiny_subjqa, tiny_reader, encoder):
 def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pipeline(tuned_setup):
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.fitted import fusion_parameters
-    from qa_system.tuning.fusion import fit_fusion_on_dev
     from qa_system.stores import open_index
+    from qa_system.tuning.fusion import fit_fusion_on_dev
 
     settings, model = tuned_setup
     index = open_index(settings, "electronics")
@@ -248,8 +248,8 @@ def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pip
 
 def test_a_fusion_fitted_on_other_bm25_settings_is_refitted(tuned_setup):
     from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key
-    from qa_system.tuning.fusion import ensure_fitted, fit_fusion_on_dev
     from qa_system.stores import open_index
+    from qa_system.tuning.fusion import ensure_fitted, fit_fusion_on_dev
 
     settings, _ = tuned_setup
     index = open_index(settings, "electronics")

@@ -7,9 +7,9 @@ from haystack import Document
 from test_reading import tiny_model_dir, tiny_tokenizer
 
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
-from qa_system.training.reader import DevPrediction, TrainingConfig, scores_at, train_reader, training_features, tune_no_answer_threshold
 from qa_system.sources.squad import read_squad, write_squad
 from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
+from qa_system.training.reader import DevPrediction, TrainingConfig, scores_at, train_reader, training_features, tune_no_answer_threshold
 
 REVIEW = "it is a cheap screen and the sound is bad. " * 6 + "the battery lasts 6000 hours."
 
@@ -116,8 +116,8 @@ def test_unloadable_base_model_is_a_clear_error(tmp_path, squad_files):
 def test_a_given_no_answer_prior_replaces_the_training_share(tmp_path, squad_files):
     """Rehearsal data (all answerable) must not move the threshold: it is tuned for the prior given."""
     from qa_system.errors import QAError
-    from qa_system.training.reader import dev_predictions
     from qa_system.sources.qa_files import read_qa_file
+    from qa_system.training.reader import dev_predictions
 
     base = tiny_model_dir(tmp_path / "base", question_answering=False)
     config = TrainingConfig(epochs=1, batch_size=2, max_steps=1, max_seq_length=48, doc_stride=16)
@@ -214,8 +214,8 @@ def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every
     assert [trial["weight"] for trial in result.trials] == [0.0, 0.5, 1.0]
     assert result.weight == (0.0, 0.5, 1.0)[f1s.index(max(f1s))]  # the first of the best
     # Weight 1, after two other mixes, is the specialised reader as saved: the same threshold and dev scores.
-    from qa_system.training.reader import dev_predictions
     from qa_system.sources.qa_files import read_qa_file
+    from qa_system.training.reader import dev_predictions
 
     saved = ExtractiveReader(model=str(specialised), backend="torch", max_seq_length=48, doc_stride=16)
     predictions = dev_predictions(saved, read_qa_file(squad_files[1])[0])

@@ -9,8 +9,8 @@ from typing import Callable
 import streamlit as st
 
 from qa_system.config import Settings
-from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport, collection_manifest, ingest, list_collections, open_collection
+from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
 from qa_system.reading.onnx_cache import prepare_reader
 from qa_system.safe_text import markdown_literal

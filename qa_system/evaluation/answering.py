@@ -26,15 +26,15 @@ import pandas as pd
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
-from qa_system.metrics.squad import best_scores
 from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, squad_predictions, summarize_answers
 from qa_system.evaluation.report import write_report
 from qa_system.ingestion.labels import Labels, evaluation_index, evaluation_questions
+from qa_system.metrics.squad import best_scores
 from qa_system.reading.reader import ExtractiveReader
-from qa_system.training.reader import DevPrediction, tune_no_answer_threshold
 from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.sources.squad import write_squad
 from qa_system.stores import Index
+from qa_system.training.reader import DevPrediction, tune_no_answer_threshold
 
 
 def reader_label(model: str) -> str:

@@ -28,11 +28,11 @@ from haystack import Document
 from qa_system.config import Settings
 from qa_system.errors import check_count
 from qa_system.evaluation.answering import reader_label
-from qa_system.metrics.squad import best_scores, gold_answers, normalize_answer
 from qa_system.evaluation.reader import squad_predictions
 from qa_system.evaluation.report import write_report
 from qa_system.generation import strip_citations
 from qa_system.ingestion.labels import Labels, evaluation_index, evaluation_questions
+from qa_system.metrics.squad import best_scores, gold_answers, normalize_answer
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
 from qa_system.sources import LabelledQuestion
 from qa_system.sources.squad import write_squad

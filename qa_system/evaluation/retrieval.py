@@ -40,10 +40,10 @@ from tqdm.auto import tqdm
 
 from qa_system.config import CANDIDATE_PROTOCOLS
 from qa_system.errors import QAError, check_count
-from qa_system.stores.meta_filters import document_matches
 from qa_system.metrics.ranking import DEFAULT_KS, retrieval_metrics
 from qa_system.retrieval.filters import make_filters
 from qa_system.sources import LabelledQuestion
+from qa_system.stores.meta_filters import document_matches
 
 _BASES = {"bm25": ("bm25", False), "dense": ("dense", False), "hybrid": ("hybrid", False), "dense-ft": ("dense", True), "hybrid-ft": ("hybrid", True)}
 CHANCE = "chance (random order)"  # the report's reference row: what ranking the candidates at random reaches
@@ -238,8 +238,8 @@ def evaluate_retrievers(
     from qa_system.ingestion.labels import evaluation_index, evaluation_questions
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
-    from qa_system.tuning.fusion import ensure_fitted
     from qa_system.stores import index_name
+    from qa_system.tuning.fusion import ensure_fitted
 
     ks = sorted({check_count(k, "k") for k in ks})
     limit = check_count(limit, "limit", optional=True)

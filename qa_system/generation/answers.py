@@ -16,8 +16,8 @@ from typing import Any, Sequence
 from haystack import Document, GeneratedAnswer, component, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from qa_system.metrics.squad import normalize_answer
 from qa_system.generation.prompt import NO_ANSWER_REPLY
+from qa_system.metrics.squad import normalize_answer
 
 CITATION = re.compile(r"\[\s*(?:reviews?\s*)?(\d+(?:\s*(?:,|-|and)\s*\d+)*)\s*\]", re.IGNORECASE)
 # The instructed reply, and how small models tend to paraphrase it.

@@ -16,8 +16,8 @@ from qa_system.ingestion.collections import (
     open_collection,
 )
 from qa_system.ingestion.ingest import IngestProgress, IngestReport, ingest
-from qa_system.sources.records import IngestOptions
 from qa_system.ingestion.splitting import PassageSplitter, source_span, source_text
+from qa_system.sources.records import IngestOptions
 
 __all__ = [
     "CollectionInfo", "IngestOptions", "IngestProgress", "IngestReport", "PassageSplitter", "check_collection_name", "collection_info", "collection_manifest", "collection_name_from",

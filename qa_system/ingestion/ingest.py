@@ -33,12 +33,12 @@ from haystack import Document
 from qa_system.config import INPUT_FORMATS, Settings
 from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count
-from qa_system.ingestion.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name
+from qa_system.ingestion.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint
+from qa_system.ingestion.splitting import PassageSplitter
 from qa_system.sources.files import SUFFIXES, read_files
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
-from qa_system.ingestion.splitting import PassageSplitter
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_lines, read_table
 from qa_system.stores import Index, opensearch_client, opensearch_has_knn, saved_manifest, TemporaryOwner, temporary_owner, temporary_prefix

@@ -28,9 +28,9 @@ from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, Unavailable, check_count, check_number
-from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.ingestion import collection_info
 from qa_system.ingestion import open_collection as open_saved_collection
+from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.serving.background import BackgroundTask, Report
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore

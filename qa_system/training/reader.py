@@ -33,12 +33,12 @@ from haystack import Document
 
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.metrics.squad import best_scores
-from qa_system.training.distillation import DistillationConfig, DistillationLoss, check_same_tokenizer, distillation_loss
 from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model, read_model_info
 from qa_system.reading.reader import ExtractiveReader, context_sequence_id, encode_windows
 from qa_system.reproducibility import machine, seed_everything
 from qa_system.sources.qa_files import read_qa_file, read_qa_files
 from qa_system.sources.squad import SquadExample, SquadReport, write_squad
+from qa_system.training.distillation import DistillationConfig, DistillationLoss, check_same_tokenizer, distillation_loss
 
 PathLike = str | Path
 POOLED = "pooled"  # select_on value: select the epoch on the pooled dev questions
