@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 
-from fastapi import FastAPI, HTTPException, Query, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
@@ -67,6 +67,7 @@ has a token (`QA_API_TOKEN`)."""
 
 
 def status_of(error: QAError) -> int:
+    """The HTTP status of a library error: 404 for something not found, 503 for a server that does not answer, else 422."""
     return 404 if isinstance(error, NotFound) else 503 if isinstance(error, Unavailable) else 422
 
 
@@ -123,7 +124,10 @@ def read_json(body: bytes) -> Any:
 
 
 class StrictJSONRequest(Request):
+    """A request whose JSON body is read by ``read_json`` (strict JSON, one-line errors)."""
+
     async def json(self) -> Any:
+        """The body parsed by ``read_json``, once per request."""
         if not hasattr(self, "_json"):
             self._json = read_json(await self.body())
         return self._json
@@ -133,6 +137,7 @@ class StrictJSONRoute(APIRoute):
     """A route whose JSON body is read by ``read_json``."""
 
     def get_route_handler(self) -> Callable[[Request], Any]:
+        """FastAPI's handler, given a ``StrictJSONRequest`` in place of the request."""
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Response:
@@ -158,58 +163,39 @@ def stopping_when(client_gone: threading.Event, forward: Callable[[Any], None] |
 
 
 def sse(event: str, data: Any) -> str:
+    """One server-sent event: its name and ``data`` as JSON."""
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def create_app(settings: Settings | None = None, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
-    """The app; it starts loading ``service`` (default: a QAService of ``collections``) when the server starts."""
-    settings = settings or Settings.from_env()
-    service = service or QAService(settings, collections)
-    metrics = Metrics()
+class ServedAPI:
+    """What the endpoints share: the service, its settings, the metrics and the pool of worker threads.
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.workers = ThreadPoolExecutor(settings.api_workers, thread_name_prefix="qa-api-worker")
-        service.start()
-        yield
-        service.stop()
-        app.state.workers.shutdown(wait=False, cancel_futures=True)
+    One per app, kept in ``app.state.api``; the routes get it through ``Depends(served_api)``.
+    """
 
-    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=lifespan, responses=ERRORS)
-    app.router.route_class = StrictJSONRoute
-    # Documents the token on the routes that need it (the docs' Authorize button); Guarded checks it.
-    protected = [Security(HTTPBearer(auto_error=False))]
+    def __init__(self, settings: Settings, service: QAService, metrics: Metrics):
+        self.settings, self.service, self.metrics = settings, service, metrics
+        self.workers: ThreadPoolExecutor | None = None  # from the server's start to its stop
 
-    @app.exception_handler(QAError)
-    async def _library_error(request: Request, error: QAError) -> JSONResponse:
-        return error_response(str(error), status_of(error))
+    def start(self) -> None:
+        """Open the pool of ``api_workers`` threads and start loading the service (in the background)."""
+        self.workers = ThreadPoolExecutor(self.settings.api_workers, thread_name_prefix="qa-api-worker")
+        self.service.start()
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        return error_response(one_line(error), 422)
+    def stop(self) -> None:
+        """Stop the service, and the worker threads without waiting for the questions they are reading."""
+        self.service.stop()
+        self.workers.shutdown(wait=False, cancel_futures=True)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        detail = str(error.detail)
-        if "Fix:" not in detail:  # Starlette's own: an unknown route, or a method the route does not take
-            detail = f"{detail}: {request.method} {request.url.path}. Fix: see the routes and their request bodies at /docs."
-        return error_response(detail, error.status_code, error.headers)
+    def status(self) -> dict[str, Any]:
+        """The service's status (``QAService.status``), with the readiness gauge brought up to date."""
+        status = self.service.status()
+        self.metrics.ready.set(status["status"] == "ready")
+        return status
 
-    async def blocking(function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
-        """``function`` run in a worker thread, and the seconds it waited for one."""
-        submitted = time.perf_counter()
-        started: list[float] = []
-
-        def run() -> Any:
-            started.append(time.perf_counter())
-            return function(*args, **kwargs)
-
-        result = await asyncio.get_running_loop().run_in_executor(app.state.workers, run)
-        return result, started[0] - submitted
-
-    def loaded() -> QAService:
-        status = service.status()
-        metrics.ready.set(status["status"] == "ready")
+    def loaded(self) -> QAService:
+        """The service once its models and indexes are loaded; a 503 naming what it waits for before that."""
+        status = self.status()
         if status["status"] != "ready":
             if status["status"] == "failed":
                 detail = f"The server failed to load: {status['error']}"
@@ -218,46 +204,41 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
             else:
                 detail = "The server is still loading its models and indexes. Fix: retry when GET /health answers 200."
             raise HTTPException(503, detail)
-        return service
+        return self.service
 
-    # ------------------------------------------------------------------------------ endpoints
+    async def blocking(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+        """``function`` run in a worker thread, and the seconds it waited for one."""
+        submitted = time.perf_counter()
+        started: list[float] = []
 
-    @app.get("/health", response_model=HealthOut, tags=["service"], summary="ready (200) once the models and indexes are loaded, else 503")
-    async def health() -> JSONResponse:
-        status = service.status()
-        metrics.ready.set(status["status"] == "ready")
-        body = HealthOut(**status, collections=service.names, reader_backend=settings.reader_backend)
-        return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)
+        def run() -> Any:
+            started.append(time.perf_counter())
+            return function(*args, **kwargs)
 
-    @app.get("/collections", response_model=list[CollectionOut], dependencies=protected, tags=["data"], summary="the collections served, with their sizes")
-    async def collections_() -> list[CollectionOut]:
-        return [CollectionOut(**info) for info in loaded().collections()]
+        result = await asyncio.get_running_loop().run_in_executor(self.workers, run)
+        return result, started[0] - submitted
 
-    @app.get("/products", response_model=ProductsOut, dependencies=protected, tags=["data"], summary="a collection's products with their review counts")
-    async def products(
-        collection: str | None = Query(None, description="default: the first collection served"),
-        limit: Annotated[Count("limit", 1, 1000), Query(description="products to return")] = 100,
-        offset: Annotated[Count("offset", 0), Query(description="products to skip")] = 0,
-    ) -> ProductsOut:
-        counts = loaded().products(collection)
-        page = list(counts.items())[offset : offset + limit]
-        name = collection or service.names[0]
-        return ProductsOut(collection=name, total=len(counts), products=[ProductOut(item_id=i, reviews=n) for i, n in page])
+    def respond(self, question: Question, result: dict[str, Any], queued: float) -> QueryResponse:
+        """The response body of an answered question; its stage times go to the metrics."""
+        timings = {**result["timings"], "queue_s": queued}
+        for stage in ("retrieval_s", "answer_s", "queue_s"):
+            self.metrics.stages.labels(stage.removesuffix("_s")).observe(timings[stage])
+        views = answer_views(result.get("answers", []))
+        return QueryResponse(
+            query=question.query, collection=question.collection or self.service.names[0], item_id=question.item_id,
+            retriever=question.retriever or self.settings.retriever, mode=question.mode, pipeline=result["pipeline"],
+            no_answer=rank_answers(views).abstains, answers=[AnswerOut.of(v) for v in views],
+            documents=[ReviewOut.of(d) for d in result["documents"]], timings=timings,
+        )  # fmt: skip
 
-    @app.post(
-        "/query", response_model=QueryResponse, dependencies=protected, tags=["answers"], summary="answer a question about a product",
-        responses={200: {"content": {EVENT_STREAM: {"description": "rag with stream: `token` events, then `result` (or `error`)"}}}},
-    )  # fmt: skip
-    async def query(body: QueryRequest, request: Request) -> Any:
-        question = loaded().check(Question(**body.model_dump(exclude={"stream"})))
-        if body.stream or EVENT_STREAM in request.headers.get("accept", ""):
-            return StreamingResponse(stream_answer(question), media_type=EVENT_STREAM, headers={"Cache-Control": "no-store"})
+    async def answer(self, question: Question, request: Request) -> QueryResponse | Response:
+        """The answer to ``question``; a generated (RAG) one stops when the client leaves before its end."""
         if question.mode != "rag":  # only a generator can be stopped part-way: nothing to watch for
-            result, queued = await blocking(service.ask, question)
-            return respond(question, result, queued)
+            result, queued = await self.blocking(self.service.ask, question)
+            return self.respond(question, result, queued)
         client_gone = threading.Event()
-        run = asyncio.ensure_future(blocking(service.ask, question, stopping_when(client_gone)))
-        watching = asyncio.ensure_future(stop_when_disconnected(request, run, client_gone))
+        run = asyncio.ensure_future(self.blocking(self.service.ask, question, stopping_when(client_gone)))
+        watching = asyncio.ensure_future(self.stop_when_disconnected(request, run, client_gone))
         try:
             result, queued = await run
         except Exception:
@@ -266,34 +247,23 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
             raise
         finally:
             watching.cancel()
-        return respond(question, result, queued)
+        return self.respond(question, result, queued)
 
-    async def stop_when_disconnected(request: Request, run: asyncio.Future, client_gone: threading.Event) -> None:
+    async def stop_when_disconnected(self, request: Request, run: asyncio.Future, client_gone: threading.Event) -> None:
         """Sets ``client_gone`` if the client disconnects before ``run`` is done (a RAG answer then stops)."""
         while not run.done():
             if await request.is_disconnected():
-                stop_generating(client_gone)
+                self.stop_generating(client_gone)
                 return
             await asyncio.sleep(DISCONNECT_POLL_S)
 
-    def stop_generating(client_gone: threading.Event) -> None:
+    def stop_generating(self, client_gone: threading.Event) -> None:
+        """Tell the generator of an answer whose client left to stop at its next piece of text."""
         client_gone.set()
-        metrics.generations_stopped.inc()
+        self.metrics.generations_stopped.inc()
         logger.info("A client left before its answer: it is stopped at the generator's next piece of text.")
 
-    def respond(question: Question, result: dict[str, Any], queued: float) -> QueryResponse:
-        timings = {**result["timings"], "queue_s": queued}
-        for stage in ("retrieval_s", "answer_s", "queue_s"):
-            metrics.stages.labels(stage.removesuffix("_s")).observe(timings[stage])
-        views = answer_views(result.get("answers", []))
-        return QueryResponse(
-            query=question.query, collection=question.collection or service.names[0], item_id=question.item_id,
-            retriever=question.retriever or settings.retriever, mode=question.mode, pipeline=result["pipeline"],
-            no_answer=rank_answers(views).abstains, answers=[AnswerOut.of(v) for v in views],
-            documents=[ReviewOut.of(d) for d in result["documents"]], timings=timings,
-        )  # fmt: skip
-
-    async def stream_answer(question: Question) -> AsyncIterator[str]:
+    async def stream_answer(self, question: Question) -> AsyncIterator[str]:
         """``token`` events while the generator writes (RAG), then the whole response as ``result``.
 
         A client that leaves stops the generator at its next piece of text: the worker thread is free
@@ -303,7 +273,7 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
         pieces: asyncio.Queue[str] = asyncio.Queue()
         client_gone = threading.Event()
         forward = stopping_when(client_gone, lambda chunk: loop.call_soon_threadsafe(pieces.put_nowait, chunk.content))
-        run = asyncio.ensure_future(blocking(service.ask, question, forward))
+        run = asyncio.ensure_future(self.blocking(self.service.ask, question, forward))
         try:
             while not run.done() or not pieces.empty():
                 waiting = asyncio.ensure_future(pieces.get())
@@ -315,37 +285,138 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
                     waiting.cancel()
         finally:  # also when the server cancels the stream because its client disconnected
             if not run.done():
-                stop_generating(client_gone)
+                self.stop_generating(client_gone)
                 run.add_done_callback(lambda done: done.cancelled() or done.exception())  # the ClientGone is expected: not "never retrieved"
         try:
             result, queued = run.result()
         except QAError as error:
             yield sse("error", {"detail": str(error), "status": status_of(error)})
             return
-        yield sse("result", respond(question, result, queued).model_dump(mode="json"))
+        yield sse("result", self.respond(question, result, queued).model_dump(mode="json"))
 
-    @app.post("/feedback", response_model=FeedbackOut, status_code=201, dependencies=protected, tags=["feedback"], summary="record a verdict on an answer")
-    async def feedback(body: FeedbackRequest) -> FeedbackOut:
-        values = body.model_dump(exclude={"collection", "document_id"})
-        saved, _ = await blocking(loaded().record_feedback, body.collection, body.document_id, **values)
-        return FeedbackOut.of(saved)
 
-    @app.get("/feedback/export", dependencies=protected, tags=["feedback"], summary="the confirmed answers as SQuAD v2 (train-reader's --train-file)")
-    async def export_feedback() -> JSONResponse:
-        try:
-            export, _ = await blocking(loaded().export_feedback)
-        except QAError as error:  # nothing exportable yet
-            raise NotFound(error.problem, error.fix) from None
-        return JSONResponse(export.squad, headers={"X-Feedback-Summary": export.summary()})
+def served_api(request: Request) -> ServedAPI:
+    """The ``ServedAPI`` of the app that received ``request`` (a route dependency)."""
+    return request.app.state.api
 
-    @app.get("/metrics", dependencies=protected, tags=["service"], summary="Prometheus metrics: requests, latency, stage times")
-    async def metrics_() -> Response:
-        metrics.ready.set(service.ready)
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    paths = frozenset(route.path for route in app.routes)
+Served = Annotated[ServedAPI, Depends(served_api)]
+# Documents the token on the routes that need it (the docs' Authorize button); Guarded checks it.
+PROTECTED = [Security(HTTPBearer(auto_error=False))]
+
+router = APIRouter(route_class=StrictJSONRoute)
+
+# ------------------------------------------------------------------------------------- endpoints
+# Each docstring is the endpoint's description in the OpenAPI schema (/docs), in Markdown.
+
+
+@router.get("/health", response_model=HealthOut, tags=["service"], summary="ready (200) once the models and indexes are loaded, else 503")
+async def health(api: Served) -> JSONResponse:
+    """The server's status: loading, ready or failed, the collections it serves and the reader's backend."""
+    status = api.status()
+    body = HealthOut(**status, collections=api.service.names, reader_backend=api.settings.reader_backend)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)
+
+
+@router.get("/collections", response_model=list[CollectionOut], dependencies=PROTECTED, tags=["data"], summary="the collections served, with their sizes")
+async def collections_(api: Served) -> list[CollectionOut]:
+    """Every collection served, the default one first."""
+    return [CollectionOut(**info) for info in api.loaded().collections()]
+
+
+@router.get("/products", response_model=ProductsOut, dependencies=PROTECTED, tags=["data"], summary="a collection's products with their review counts")
+async def products(
+    api: Served,
+    collection: str | None = Query(None, description="default: the first collection served"),
+    limit: Annotated[Count("limit", 1, 1000), Query(description="products to return")] = 100,
+    offset: Annotated[Count("offset", 0), Query(description="products to skip")] = 0,
+) -> ProductsOut:
+    """One page of a collection's products, each with its number of reviews."""
+    counts = api.loaded().products(collection)
+    page = list(counts.items())[offset : offset + limit]
+    name = collection or api.service.names[0]
+    return ProductsOut(collection=name, total=len(counts), products=[ProductOut(item_id=i, reviews=n) for i, n in page])
+
+
+@router.post(
+    "/query", response_model=QueryResponse, dependencies=PROTECTED, tags=["answers"], summary="answer a question about a product",
+    responses={200: {"content": {EVENT_STREAM: {"description": "rag with stream: `token` events, then `result` (or `error`)"}}}},
+)  # fmt: skip
+async def query(body: QueryRequest, request: Request, api: Served) -> Any:
+    """The retrieved reviews and the answers read from them (or generated, citing them), with each stage's time.
+
+    With `stream` (or `Accept: text/event-stream`) the answer comes as server-sent events.
+    """
+    question = api.loaded().check(Question(**body.model_dump(exclude={"stream"})))
+    if body.stream or EVENT_STREAM in request.headers.get("accept", ""):
+        return StreamingResponse(api.stream_answer(question), media_type=EVENT_STREAM, headers={"Cache-Control": "no-store"})
+    return await api.answer(question, request)
+
+
+@router.post("/feedback", response_model=FeedbackOut, status_code=201, dependencies=PROTECTED, tags=["feedback"], summary="record a verdict on an answer")
+async def feedback(body: FeedbackRequest, api: Served) -> FeedbackOut:
+    """Store a user's verdict on one answer (the verdicts: see `verdict`)."""
+    values = body.model_dump(exclude={"collection", "document_id"})
+    saved, _ = await api.blocking(api.loaded().record_feedback, body.collection, body.document_id, **values)
+    return FeedbackOut.of(saved)
+
+
+@router.get("/feedback/export", dependencies=PROTECTED, tags=["feedback"], summary="the confirmed answers as SQuAD v2 (train-reader's --train-file)")
+async def export_feedback(api: Served) -> JSONResponse:
+    """The answers users confirmed, as a SQuAD v2 file; its summary in the `X-Feedback-Summary` header."""
+    try:
+        export, _ = await api.blocking(api.loaded().export_feedback)
+    except QAError as error:  # nothing exportable yet
+        raise NotFound(error.problem, error.fix) from None
+    return JSONResponse(export.squad, headers={"X-Feedback-Summary": export.summary()})
+
+
+@router.get("/metrics", dependencies=PROTECTED, tags=["service"], summary="Prometheus metrics: requests, latency, stage times")
+async def metrics_(api: Served) -> Response:
+    """The API's metrics in Prometheus' text format."""
+    api.metrics.ready.set(api.service.ready)
+    return Response(api.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+# ------------------------------------------------------------------------------------- the app
+
+
+async def _library_error(request: Request, error: QAError) -> JSONResponse:
+    return error_response(str(error), status_of(error))
+
+
+async def _invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+    return error_response(one_line(error), 422)
+
+
+async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    detail = str(error.detail)
+    if "Fix:" not in detail:  # Starlette's own: an unknown route, or a method the route does not take
+        detail = f"{detail}: {request.method} {request.url.path}. Fix: see the routes and their request bodies at /docs."
+    return error_response(detail, error.status_code, error.headers)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    app.state.api.start()
+    yield
+    app.state.api.stop()
+
+
+def create_app(settings: Settings | None = None, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
+    """The app; it starts loading ``service`` (default: a QAService of ``collections``) when the server starts."""
+    settings = settings or Settings.from_env()
+    service = service or QAService(settings, collections)
+    metrics = Metrics()
+    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan, responses=ERRORS)
+    app.include_router(router)
+    app.add_exception_handler(QAError, _library_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    paths = frozenset(route.path for route in [*app.routes, *router.routes] if hasattr(route, "path"))  # the docs' and ours
     app.add_middleware(Guarded, token=settings.api_token, rate_limit=settings.api_rate_limit, max_body_bytes=settings.api_max_body_bytes)
     app.add_middleware(Contained)
     app.add_middleware(Metered, metrics=metrics, paths=paths)  # added last: outermost, so refusals are counted too
+    app.state.api = ServedAPI(settings, service, metrics)
     app.state.service, app.state.metrics = service, metrics
     return app
