@@ -233,13 +233,9 @@ def evaluate_retrievers(
     ``out_dir`` when given.
     """
     from qa_system.errors import QAError
-    from qa_system.evaluation.report import write_report
-    from qa_system.ingestion.indexing import open_or_build_index
     from qa_system.ingestion.labels import evaluation_index, evaluation_questions
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
-    from qa_system.stores import index_name
-    from qa_system.tuning.fusion import ensure_fitted
 
     ks = sorted({check_count(k, "k") for k in ks})
     limit = check_count(limit, "limit", optional=True)
@@ -253,86 +249,128 @@ def evaluate_retrievers(
     tables, all_records, timings, fitted, encoders = [], {}, [], [], []
     for variant in variants:
         run_settings = variant_settings(settings, variant, tuned_model or DEFAULT_RETRIEVER_MODEL)
-        run_index = index
-        if run_settings.embedding_model != settings.embedding_model:
-            run_index = open_or_build_index(run_settings, domain, name=f"{index_name(domain)}@{Path(run_settings.embedding_model).name}")
+        run_index = _variant_index(settings, run_settings, domain, index)
         # Fusion and re-ranking are fitted on a SubjQA dev split; a collection uses what its manifest holds, else the defaults.
-        notes = ensure_fitted(run_settings, domain, run_index, variant.retriever, variant.rerank) if labels is None else []
-        fitted += [f"{variant.name}: {note}" for note in notes]
+        fitted += _fitted_notes(run_settings, domain, run_index, variant) if labels is None else []
         encoders.append({"variant": variant.name, "passage_encoder": run_settings.embedding_model, "question_encoder": run_settings.query_embedding_model or run_settings.embedding_model, "index": run_index.name})
         pipeline = build_retrieval_pipeline(variant.retriever, run_settings, index=run_index, rerank=variant.rerank)
         by_protocol = []
         for protocol in protocols:
-
-            def retrieve(question: LabelledQuestion, depth: int) -> list[Document]:
-                return pipeline.run(question.question, filters=candidate_filters(question, protocol), top_k=depth)["documents"]
-
             label = variant.name if len(protocols) == 1 else f"{variant.name}, {protocol} candidates"
-            records = run_retriever(questions, retrieve, max(ks), label=label, candidates=lambda q: find_candidates(q, protocol))
-            records.insert(0, "candidates", protocol)
-            table = retrieval_metrics(records, ks)
-            table.insert(0, "candidates", protocol)
-            table.insert(0, "retriever", variant.name)
+            records, table = _run_protocol(variant.name, pipeline, protocol, questions, ks, label, find_candidates)
             tables.append(table)
             by_protocol.append(records)
-            latency = records["latency_s"]
-            timings.append(
-                {
-                    "retriever": variant.name,
-                    "candidates": protocol,
-                    "queries_per_s": len(records) / latency.sum(),
-                    "p50_ms": 1000 * latency.quantile(0.5),
-                    "p95_ms": 1000 * latency.quantile(0.95),
-                }
-            )
+            timings.append(_latency_row(variant.name, protocol, records["latency_s"]))
         all_records[variant.name] = pd.concat(by_protocol, ignore_index=True)
-    reference = next(iter(all_records.values()), None)
-    pools = []
-    if reference is not None:
-        # Chance ranks the same candidates at random: exact, since the records count them.
-        for protocol, records in reference.groupby("candidates", sort=False):
-            chance = retrieval_metrics(records, ks, chance=True)
-            chance.insert(0, "candidates", protocol)
-            chance.insert(0, "retriever", CHANCE)
-            tables.append(chance)
-            counts = records["n_candidates"]
-            pools.append(f"{protocol}: {CANDIDATES[protocol]}; {counts.mean():.1f} candidate reviews per question (median {counts.median():g}, max {counts.max()}).")
-    metrics = pd.concat(tables, ignore_index=True)
-    build = index.manifest.get("build_timings", {})
+    chance_tables, pools = _chance(next(iter(all_records.values()), None), ks)
+    metrics = pd.concat([*tables, *chance_tables], ignore_index=True)
     timing_table = pd.DataFrame(timings)
     result = {"metrics": metrics, "records": all_records, "timings": timing_table, "notes": fitted}
     if out_dir is not None:
-        records = pd.concat([r.assign(retriever=name) for name, r in all_records.items()], ignore_index=True)
         sections = {"latency": timing_table, "encoders": pd.DataFrame(encoders)}
         if len(protocols) > 1:
             sections = {"candidates side by side": side_by_side(metrics, ks), **sections}
-        write_report(
-            out_dir,
-            f"Retriever evaluation: {what}",
-            metrics,
-            summary={
-                **source,
-                "questions": len(questions),
-                "candidates": protocols,
-                "store": settings.store,
-                "embedding_model": settings.embedding_model,
-                "fitted": fitted,
-                "index": {"name": index.name, "documents": index.manifest.get("documents"), "build_timings": build},
-            },
-            figures={"recall_at_k.png": recall_plot(metrics, ks, "strict"), "recall_at_k_chapter.png": recall_plot(metrics, ks, "chapter")},
-            sections=sections,
-            records=records,
-            notes=[
-                *(labels.notes if labels else []),
-                f"{len(questions)} questions, over the index '{index.name}' of all splits ({index.manifest.get('documents')} reviews, "
-                f"one document per review, store {settings.store}); each asked with the filters of its candidate protocol:",
-                *pools,
-                "strict: the question's own review (its document) is in the top k (primary metric). chapter: a retrieved review "
-                "contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
-                f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
-                f"'{CHANCE}': the figures expected from ranking each question's candidates at random (the floor to compare with); "
-                "'2+ candidates': questions with more than one candidate review (the others are a hit for any retriever).",
-                *fitted,
-            ],
-        )
+        summary = {
+            **source, "questions": len(questions), "candidates": protocols, "store": settings.store, "embedding_model": settings.embedding_model,
+            "fitted": fitted, "index": {"name": index.name, "documents": index.manifest.get("documents"), "build_timings": index.manifest.get("build_timings", {})},
+        }  # fmt: skip
+        notes = [*(labels.notes if labels else []), *_protocol_notes(len(questions), index, settings.store, pools), *fitted]
+        _write_retrieval_report(out_dir, f"Retriever evaluation: {what}", metrics, ks, all_records, sections, summary, notes)
     return result
+
+
+def _variant_index(settings, run_settings, domain: str, index):
+    """The index a variant reads: ``index``, or the domain's index under the variant's own passage encoder."""
+    from qa_system.ingestion.indexing import open_or_build_index
+    from qa_system.stores import index_name
+
+    if run_settings.embedding_model == settings.embedding_model:
+        return index
+    return open_or_build_index(run_settings, domain, name=f"{index_name(domain)}@{Path(run_settings.embedding_model).name}")
+
+
+def _fitted_notes(run_settings, domain: str, index, variant: Variant) -> list[str]:
+    """The fusion and re-ranking values a variant runs with (fitted on the domain's dev split when missing), one note each."""
+    from qa_system.tuning.fusion import ensure_fitted
+
+    return [f"{variant.name}: {note}" for note in ensure_fitted(run_settings, domain, index, variant.retriever, variant.rerank)]
+
+
+def _run_protocol(
+    variant: str, pipeline, protocol: str, questions: Sequence[LabelledQuestion], ks: Sequence[int], label: str,
+    find_candidates: Callable[[LabelledQuestion, str], list[Document]],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A variant's retrieval ``pipeline`` under one candidate protocol: its per-question records and its metrics table."""
+
+    def retrieve(question: LabelledQuestion, depth: int) -> list[Document]:
+        return pipeline.run(question.question, filters=candidate_filters(question, protocol), top_k=depth)["documents"]
+
+    records = run_retriever(questions, retrieve, max(ks), label=label, candidates=lambda q: find_candidates(q, protocol))
+    records.insert(0, "candidates", protocol)
+    table = retrieval_metrics(records, ks)
+    table.insert(0, "candidates", protocol)
+    table.insert(0, "retriever", variant)
+    return records, table
+
+
+def _latency_row(retriever: str, protocol: str, latency: pd.Series) -> dict:
+    """The latency table's row of one variant under one protocol: queries per second, median and 95th percentile."""
+    return {
+        "retriever": retriever,
+        "candidates": protocol,
+        "queries_per_s": len(latency) / latency.sum(),
+        "p50_ms": 1000 * latency.quantile(0.5),
+        "p95_ms": 1000 * latency.quantile(0.95),
+    }
+
+
+def _chance(reference: pd.DataFrame | None, ks: Sequence[int]) -> tuple[list[pd.DataFrame], list[str]]:
+    """The chance rows per protocol (ranking the same candidates at random), and a note on each protocol's candidate pool.
+
+    Exact, since the records of any variant (``reference``) count every question's candidates.
+    """
+    tables, pools = [], []
+    if reference is None:
+        return tables, pools
+    for protocol, records in reference.groupby("candidates", sort=False):
+        chance = retrieval_metrics(records, ks, chance=True)
+        chance.insert(0, "candidates", protocol)
+        chance.insert(0, "retriever", CHANCE)
+        tables.append(chance)
+        counts = records["n_candidates"]
+        pools.append(f"{protocol}: {CANDIDATES[protocol]}; {counts.mean():.1f} candidate reviews per question (median {counts.median():g}, max {counts.max()}).")
+    return tables, pools
+
+
+def _protocol_notes(questions: int, index, store: str, pools: Sequence[str]) -> list[str]:
+    """The report's notes on what was asked: the index, the candidate protocols, the two definitions of a hit, chance."""
+    build = index.manifest.get("build_timings", {})
+    return [
+        f"{questions} questions, over the index '{index.name}' of all splits ({index.manifest.get('documents')} reviews, "
+        f"one document per review, store {store}); each asked with the filters of its candidate protocol:",
+        *pools,
+        "strict: the question's own review (its document) is in the top k (primary metric). chapter: a retrieved review "
+        "contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
+        f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
+        f"'{CHANCE}': the figures expected from ranking each question's candidates at random (the floor to compare with); "
+        "'2+ candidates': questions with more than one candidate review (the others are a hit for any retriever).",
+    ]
+
+
+def _write_retrieval_report(
+    out_dir, title: str, metrics: pd.DataFrame, ks: Sequence[int], all_records: dict[str, pd.DataFrame],
+    sections: dict[str, pd.DataFrame], summary: dict, notes: list[str],
+) -> None:
+    """Write the report: the metrics, recall@k plots under both definitions, every variant's records, ``sections`` and ``notes``."""
+    from qa_system.evaluation.report import write_report
+
+    write_report(
+        out_dir,
+        title,
+        metrics,
+        summary=summary,
+        figures={"recall_at_k.png": recall_plot(metrics, ks, "strict"), "recall_at_k_chapter.png": recall_plot(metrics, ks, "chapter")},
+        sections=sections,
+        records=pd.concat([r.assign(retriever=name) for name, r in all_records.items()], ignore_index=True),
+        notes=notes,
+    )
