@@ -1,17 +1,20 @@
 """One settings object for the whole system.
 
 Every field has a sensible offline default and can be overridden by an environment variable
-(``QA_*``), by the CLI's flags or by keyword arguments in Python. Nothing else in the library
-reads the environment.
+(``QA_*``), by the CLI's flags or by keyword arguments in Python: a pydantic-settings
+``BaseSettings``, frozen. Only the doors (the CLI, the page, the API, the Python API's
+``Settings.from_env()``) read the environment; components are handed their settings.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from qa_system.errors import QAError, check_count, check_number
 
@@ -30,6 +33,8 @@ INPUT_FORMATS = ("csv", "tsv", "jsonl", "squad", "files")
 DEFAULT_ES_URL = "http://localhost:9200"
 DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# Where indexes, caches and exports live unless QA_HOME (or --home) says otherwise.
+DEFAULT_HOME = Path("~/.cache/qa_system").expanduser()
 
 
 def default_embedding_model() -> str:
@@ -54,22 +59,41 @@ def default_data_dir() -> Path:
     return candidates[0]
 
 
+def reader_onnx_cache(home: Path) -> Path:
+    """The folder of the reader's automatic ONNX exports under ``home``."""
+    return Path(home) / "models" / "reader-onnx"
+
+
 def default_reader_model() -> str:
     """The reader this project trains and ships under models/."""
     return str(REPO_ROOT / "models" / "reader-minilm-subjqa")
 
 
-@dataclass(frozen=True)
-class Settings:
-    data_dir: Path = field(default_factory=default_data_dir)
-    home: Path = field(default_factory=lambda: Path("~/.cache/qa_system").expanduser())
+# Settings whose environment variable is not QA_ + the field's name in capitals.
+_ENV_ALIASES = {"feedback_file": "QA_FEEDBACK_DB"}
+
+
+class Settings(BaseSettings):
+    """Defaults, then ``QA_*`` environment variables (``QA_`` + the field's name; ``QA_FEEDBACK_DB`` for
+    ``feedback_file``), then keyword arguments. Immutable: ``settings.with_(store="faiss")`` or
+    ``settings.model_copy(update=...)`` make a changed copy.
+
+    A bad value, from any of the three, is a ``QAError`` of one line naming the setting and the fix.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="QA_", frozen=True, extra="forbid", env_ignore_empty=True, validate_by_name=True, validate_by_alias=True,
+    )  # fmt: skip
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    home: Path = DEFAULT_HOME
     store: str = "memory"
     es_url: str = DEFAULT_ES_URL
     opensearch_url: str = DEFAULT_OPENSEARCH_URL
-    embedding_model: str = field(default_factory=default_embedding_model)
+    embedding_model: str = Field(default_factory=default_embedding_model)
     # DPR-style models encode questions with a separate model; None means "same as passages".
     query_embedding_model: str | None = None
-    reader_model: str = field(default_factory=default_reader_model)
+    reader_model: str = Field(default_factory=default_reader_model)
     reader_backend: str = "onnx"
     # A manual export (.onnx file or export directory) to use; None = the one built into the cache on first use.
     reader_onnx_model: str | None = None
@@ -91,83 +115,62 @@ class Settings:
     # REST API (`qa-system api`): a bearer token every request but /health and the docs must carry
     # (None: open, for loopback use), the largest request body, requests per minute per client
     # (0: no limit), and how many questions are answered at once (the others wait in a queue).
-    api_token: str | None = field(default=None, repr=False)
+    api_token: str | None = Field(default=None, repr=False)
     api_max_body_bytes: int = 64 * 1024
     api_rate_limit: int = 600
     api_workers: int = 4
     # The search page's feedback clicks (SQLite); None: feedback.sqlite under home.
-    feedback_file: Path | None = None
+    feedback_file: Path | None = Field(default=None, validation_alias=_ENV_ALIASES["feedback_file"])
 
-    _ENV = {
-        "data_dir": "QA_DATA_DIR",
-        "home": "QA_HOME",
-        "store": "QA_STORE",
-        "es_url": "QA_ES_URL",
-        "opensearch_url": "QA_OPENSEARCH_URL",
-        "embedding_model": "QA_EMBEDDING_MODEL",
-        "query_embedding_model": "QA_QUERY_EMBEDDING_MODEL",
-        "reader_model": "QA_READER_MODEL",
-        "reader_backend": "QA_READER_BACKEND",
-        "reader_onnx_model": "QA_READER_ONNX_MODEL",
-        "retriever": "QA_RETRIEVER",
-        "generator": "QA_GENERATOR",
-        "generator_model": "QA_GENERATOR_MODEL",
-        "generator_base_url": "QA_GENERATOR_BASE_URL",
-        "generator_context": "QA_GENERATOR_CONTEXT",
-        "max_new_tokens": "QA_MAX_NEW_TOKENS",
-        "temperature": "QA_TEMPERATURE",
-        "num_beams": "QA_NUM_BEAMS",
-        "reports_dir": "QA_REPORTS_DIR",
-        "api_token": "QA_API_TOKEN",
-        "api_max_body_bytes": "QA_API_MAX_BODY_BYTES",
-        "api_rate_limit": "QA_API_RATE_LIMIT",
-        "api_workers": "QA_API_WORKERS",
-        "feedback_file": "QA_FEEDBACK_DB",
-    }
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise _one_line(error) from None
 
     @classmethod
-    def from_env(cls, **overrides) -> "Settings":
+    def from_env(cls, **overrides: Any) -> "Settings":
         """Defaults, then ``QA_*`` environment variables, then explicit overrides (None = not given)."""
-        values = {}
-        for name, env in cls._ENV.items():
-            if os.environ.get(env):
-                values[name] = os.environ[env]
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        settings = cls(**values)
-        return settings.validated()
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
 
-    def with_(self, **overrides) -> "Settings":
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None}).validated()
+    @classmethod
+    def environment_variables(cls) -> dict[str, str]:
+        """Field name -> the environment variable that sets it."""
+        return {name: _ENV_ALIASES.get(name, f"QA_{name.upper()}") for name in cls.model_fields}
 
-    def validated(self) -> "Settings":
-        try:  # numbers may arrive as strings from the environment
-            numbers = dict(
-                generator_context=int(self.generator_context), max_new_tokens=int(self.max_new_tokens),
-                temperature=float(self.temperature), num_beams=int(self.num_beams),
-            )
-        except ValueError as error:
-            raise QAError(f"A generation setting is not a number ({error}).", "check QA_GENERATOR_CONTEXT, QA_MAX_NEW_TOKENS, QA_TEMPERATURE, QA_NUM_BEAMS.") from error
-        paths = dict(data_dir=Path(self.data_dir).expanduser(), home=Path(self.home).expanduser(), reports_dir=Path(self.reports_dir).expanduser())
-        if self.feedback_file is not None:
-            paths["feedback_file"] = Path(self.feedback_file).expanduser()
-        settings = replace(self, **paths, **numbers)
-        for name in ("generator_context", "max_new_tokens", "num_beams"):
-            check_count(getattr(settings, name), name)
-        # Counts from the environment arrive as text; check_count parses them (QA_API_RATE_LIMIT=0 turns the limit off).
-        settings = replace(
-            settings, api_max_body_bytes=check_count(settings.api_max_body_bytes, "QA_API_MAX_BODY_BYTES", 256),
-            api_rate_limit=check_count(settings.api_rate_limit, "QA_API_RATE_LIMIT", 0), api_workers=check_count(settings.api_workers, "QA_API_WORKERS"),
-        )  # fmt: skip
-        check_number(settings.temperature, "temperature", 0)
-        if settings.store not in STORE_BACKENDS:
-            raise QAError(f"Unknown store '{settings.store}'.", f"use one of: {', '.join(STORE_BACKENDS)}.")
-        if settings.retriever not in RETRIEVERS:
-            raise QAError(f"Unknown retriever '{settings.retriever}'.", f"use one of: {', '.join(RETRIEVERS)}.")
-        if settings.reader_backend not in READER_BACKENDS:
-            raise QAError(f"Unknown reader backend '{settings.reader_backend}'.", f"use one of: {', '.join(READER_BACKENDS)}.")
-        if settings.generator not in GENERATORS:
-            raise QAError(f"Unknown generator '{settings.generator}'.", f"use one of: {', '.join(GENERATORS)}.")
-        return settings
+    def with_(self, **overrides: Any) -> "Settings":
+        """A copy with ``overrides`` (None = keep), validated like the original."""
+        return type(self)(**{**self.model_dump(), **{k: v for k, v in overrides.items() if v is not None}})
+
+    @field_validator("data_dir", "home", "reports_dir", "feedback_file")
+    @classmethod
+    def _expand_user(cls, path: Path | None) -> Path | None:
+        return None if path is None else path.expanduser()
+
+    @field_validator("top_k_retriever", "top_k_reader", "batch_size", "generator_context", "max_new_tokens", "num_beams", mode="before")
+    @classmethod
+    def _count(cls, value: Any, info: ValidationInfo) -> int:
+        return check_count(value, info.field_name)
+
+    @field_validator("temperature", mode="before")
+    @classmethod
+    def _temperature(cls, value: Any) -> float:
+        return check_number(value, "temperature", 0)
+
+    # Counts from the environment arrive as text; check_count parses them (QA_API_RATE_LIMIT=0 turns the limit off).
+    @field_validator("api_max_body_bytes", "api_rate_limit", "api_workers", mode="before")
+    @classmethod
+    def _api_count(cls, value: Any, info: ValidationInfo) -> int:
+        minimum = {"api_max_body_bytes": 256, "api_rate_limit": 0}.get(info.field_name, 1)
+        return check_count(value, f"QA_{info.field_name.upper()}", minimum)
+
+    @field_validator("store", "retriever", "reader_backend", "generator")
+    @classmethod
+    def _choice(cls, value: str, info: ValidationInfo) -> str:
+        what, choices = _CHOICES[info.field_name]
+        if value not in choices:
+            raise QAError(f"Unknown {what} '{value}'.", f"use one of: {', '.join(choices)}.")
+        return value
 
     @property
     def index_dir(self) -> Path:
@@ -192,7 +195,7 @@ class Settings:
     @property
     def reader_onnx_cache(self) -> Path:
         """Where the reader's int8 ONNX exports are built on first use, one directory per model version."""
-        return self.home / "models" / "reader-onnx"
+        return reader_onnx_cache(self.home)
 
     @property
     def feedback_db(self) -> Path:
@@ -206,4 +209,27 @@ class Settings:
         return self.home / "feedback" / "feedback-squad.json"
 
     def as_dict(self) -> dict:
-        return {f.name: str(getattr(self, f.name)) for f in fields(self) if not f.name.startswith("_") and f.repr}  # never the API token
+        """Every setting as text, for reports; never the API token."""
+        return {name: str(getattr(self, name)) for name, info in type(self).model_fields.items() if info.repr}
+
+
+_CHOICES = {
+    "store": ("store", STORE_BACKENDS),
+    "retriever": ("retriever", RETRIEVERS),
+    "reader_backend": ("reader backend", READER_BACKENDS),
+    "generator": ("generator", GENERATORS),
+}
+
+
+def _one_line(error: ValidationError) -> QAError:
+    """A QAError naming the first bad setting, its environment variable and what it must be (pydantic says it in several lines)."""
+    first = error.errors(include_url=False)[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    if first["type"] == "extra_forbidden":
+        return QAError(f"Unknown setting '{name}'.", f"use one of: {', '.join(Settings.model_fields)}.")
+    env = Settings.environment_variables().get(name, "")
+    message = first["msg"].rstrip(".")
+    return QAError(
+        f"The setting {name} ({env}) is not valid: {message[:1].lower() + message[1:]}, not {first.get('input')!r}.",
+        f"pass a valid {name}, or unset {env}.",
+    )

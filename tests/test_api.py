@@ -10,7 +10,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Iterator
 
 import httpx
@@ -149,7 +148,7 @@ def test_health_is_503_until_the_models_and_index_are_loaded(api, api_settings):
 
 
 def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path):
-    broken = replace(api_settings, data_dir=tmp_path / "no-such-data", home=tmp_path / "home")
+    broken = api_settings.model_copy(update={"data_dir": tmp_path / "no-such-data", "home": tmp_path / "home"})
     with running(create_app(broken)) as url:
         deadline = time.monotonic() + 60
         while (health := httpx.get(f"{url}/health")).json()["status"] == "loading" and time.monotonic() < deadline:
@@ -186,7 +185,7 @@ def test_a_search_server_that_comes_up_late_is_waited_for(opensearch_url, tiny_r
             assert answered.status_code == 200 and answered.json()["documents"][0]["meta"]["item_id"] == "KINDLE"
     finally:
         late.close()
-        delete_opensearch_index(replace(settings, opensearch_url=opensearch_url), "subjqa-electronics")
+        delete_opensearch_index(settings.model_copy(update={"opensearch_url": opensearch_url}), "subjqa-electronics")
 
 
 def test_a_port_in_use_is_a_one_line_error(capsys):
@@ -513,7 +512,7 @@ def test_a_keep_alive_connection_survives_a_500(api_settings, tmp_path):
     (the error used to be raised again after its 500 was sent, and uvicorn then closed the connection)."""
     connections: list[tuple] = []
     hooks = {"response": [lambda response: connections.append(response.extensions["network_stream"].get_extra_info("client_addr"))]}
-    with running(create_app(replace(api_settings, feedback_file=tmp_path))) as url:  # a folder: SQLite cannot open it
+    with running(create_app(api_settings.model_copy(update={"feedback_file": tmp_path}))) as url:  # a folder: SQLite cannot open it
         assert wait_ready(url).status_code == 200
         with httpx.Client(event_hooks=hooks, timeout=60) as client:
             failed = client.post(f"{url}/feedback", json={"verdict": "wrong", "question": "Is it good?", "answer": "Yes."})
@@ -588,7 +587,7 @@ def test_unknown_routes_and_methods_name_the_fix(api):
 
 
 def test_a_token_is_required_when_one_is_set(api, api_settings):
-    with running(create_app(replace(api_settings, api_token="s3cret"))) as url:
+    with running(create_app(api_settings.model_copy(update={"api_token": "s3cret"}))) as url:
         assert wait_ready(url).status_code == 200  # probes need no token
         assert httpx.get(f"{url}/docs").status_code == 200
         assert "HTTPBearer" in httpx.get(f"{url}/openapi.json").json()["components"]["securitySchemes"]
@@ -602,7 +601,7 @@ def test_a_token_is_required_when_one_is_set(api, api_settings):
 
 
 def test_a_client_over_the_rate_limit_gets_429_and_probes_still_answer(api, api_settings):
-    with running(create_app(replace(api_settings, api_rate_limit=3))) as url:
+    with running(create_app(api_settings.model_copy(update={"api_rate_limit": 3}))) as url:
         assert wait_ready(url).status_code == 200
         statuses = [httpx.get(f"{url}/collections").status_code for _ in range(4)]
         assert statuses == [200, 200, 200, 429]
@@ -646,7 +645,7 @@ def test_a_client_that_leaves_stops_the_generator_and_frees_its_worker(api_setti
     generator.drip_s = 0.05
     body = {"query": "Tell me everything about the sound, endlessly", "item_id": "KINDLE", "mode": "rag"}
     try:
-        with running(create_app(replace(api_settings, api_workers=1))) as url:
+        with running(create_app(api_settings.model_copy(update={"api_workers": 1}))) as url:
             assert wait_ready(url).status_code == 200
             ended = len(generator.streamed)  # replies the generator finished (or saw cut) so far
             with httpx.stream("POST", f"{url}/query", json={**body, "stream": True}, timeout=30) as streamed:

@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -148,7 +148,7 @@ def run_api_bench(
         progress(f"{clients} clients for {seconds:.0f} s against {url}")
         results.append(load_test(url, bodies, clients, seconds, url, settings.api_token))
     for backend in [] if url else backends:
-        env = settings_environment({**asdict(settings), "reader_backend": backend, "api_rate_limit": 0})
+        env = settings_environment({**settings.model_dump(), "reader_backend": backend, "api_rate_limit": 0})
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         progress(f"starting qa-system api with the {backend} reader (log: {out / f'server-{backend}.log'})")

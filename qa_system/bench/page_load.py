@@ -288,7 +288,7 @@ def run_page_load(
     feedback_db.unlink(missing_ok=True)  # this run's clicks only
     progress(f"opening the {DOMAIN} index the page serves (built on first use)")
     open_or_build_index(settings, DOMAIN, embeddings=True)  # as the page opens it, so that it only loads
-    env = {**settings_environment({name: getattr(settings, name) for name in Settings._ENV}), "QA_FEEDBACK_DB": str(feedback_db)}
+    env = {**settings_environment(settings.model_dump()), "QA_FEEDBACK_DB": str(feedback_db)}
     rounds: list[Round] = []
     with tempfile.TemporaryDirectory(prefix="qa-page-load-") as profiles, serve(env, log=out / "streamlit.log") as url:
         progress(f"page served on {url}; starting {sessions} Chromium sessions")

@@ -26,7 +26,6 @@ those fitted on the domain's dev split (fitted first when missing; see ``tuning.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from dataclasses import dataclass
@@ -194,7 +193,7 @@ def variant_settings(settings, variant: Variant, tuned_model: str | Path):
     if not variant.tuned:
         return settings
     passage, query = tuned_encoders(tuned_model)
-    return dataclasses.replace(settings, embedding_model=passage, query_embedding_model=query)
+    return settings.model_copy(update={"embedding_model": passage, "query_embedding_model": query})
 
 
 def side_by_side(metrics: pd.DataFrame, ks: Sequence[int]) -> pd.DataFrame:

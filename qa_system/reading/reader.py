@@ -82,11 +82,12 @@ class ExtractiveReader:
     :param n_best: candidate spans kept per window before deduplication.
     :param context_chars: characters of review kept on each side of an answer in ``context``.
     :param batch_size: windows per forward pass (all windows of a query, in chunks of this size).
-    :param backend: "onnx": ONNX Runtime, int8, length-bucketed windows (``qa_system.reading.onnx``),
-        or "torch" (the reference); None = the settings' (``QA_READER_BACKEND``, default onnx).
+    :param backend: "onnx" (the default): ONNX Runtime, int8, length-bucketed windows
+        (``qa_system.reading.onnx``), or "torch" (the reference). The reader never reads the
+        environment: ``from_settings`` passes the settings' backend, manual export and cache.
     :param onnx_model: a manual export (.onnx file or export directory) to use; None = the int8
         export built into ``onnx_cache`` on first use, or PyTorch with a warning when it cannot be built.
-    :param onnx_cache: where automatic exports live; None = the settings' (``<QA_HOME>/models/reader-onnx``).
+    :param onnx_cache: where automatic exports live; None = the default home's (``~/.cache/qa_system/models/reader-onnx``).
     """
 
     def __init__(
@@ -100,13 +101,12 @@ class ExtractiveReader:
         n_best: int = 20,
         context_chars: int = 100,
         batch_size: int = 32,
-        backend: str | None = None,
+        backend: str = "onnx",
         onnx_model: str | Path | None = None,
         onnx_cache: str | Path | None = None,
     ):
-        from qa_system.config import READER_BACKENDS, Settings
+        from qa_system.config import READER_BACKENDS
 
-        backend = Settings.from_env().reader_backend if backend is None else backend
         if backend not in READER_BACKENDS:
             raise QAError(f"Unknown reader backend '{backend}'.", f"use one of: {', '.join(READER_BACKENDS)}.")
         if doc_stride >= max_seq_length:
@@ -177,10 +177,10 @@ class ExtractiveReader:
             from qa_system.reading.onnx import load_onnx_reader
 
             return load_onnx_reader(name, self.onnx_model)
-        from qa_system.config import Settings
+        from qa_system.config import DEFAULT_HOME, reader_onnx_cache
         from qa_system.reading.onnx_cache import load_cached_reader
 
-        return load_cached_reader(name, self.onnx_cache or Settings.from_env().reader_onnx_cache)
+        return load_cached_reader(name, self.onnx_cache or reader_onnx_cache(DEFAULT_HOME))
 
     @property
     def active_backend(self) -> str | None:

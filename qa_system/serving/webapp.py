@@ -44,7 +44,7 @@ def streamlit_command(port: int = 8501, address: str = "localhost", headless: bo
 
 def settings_environment(overrides: Mapping[str, Any]) -> dict[str, str]:
     """The ``QA_*`` variables that hand settings (e.g. the CLI's flags) to the page's process."""
-    return {env: str(overrides[name]) for name, env in Settings._ENV.items() if overrides.get(name) is not None}
+    return {env: str(overrides[name]) for name, env in Settings.environment_variables().items() if overrides.get(name) is not None}
 
 
 # Signals that mean "stop serving": kill's default, Ctrl-C, a closed terminal.
