@@ -38,7 +38,9 @@ import torch
 from qa_system.config import REPO_ROOT, default_embedding_model
 from qa_system.sources.qa_files import read_qa_files
 from qa_system.sources.squad import sample_articles, split_held_out
-from qa_system.training.reader import POOLED, TrainingConfig, interpolate_readers, no_answer_share, subjqa_to_squad_files, train_reader
+from qa_system.training.interpolation import interpolate_readers
+from qa_system.training.reader import TrainingConfig, train_reader
+from qa_system.training.reader_data import POOLED, no_answer_share, subjqa_to_squad_files
 
 DOMAINS = ("electronics", "restaurants", "tripadvisor")
 DATA = REPO_ROOT.parent / "shared" / "data"

@@ -12,7 +12,8 @@ from qa_system.errors import QAError
 from qa_system.reading import MODEL_INFO_FILE
 from qa_system.sources.squad import read_squad
 from qa_system.training.distillation import DistillationConfig, distillation_loss
-from qa_system.training.reader import TrainingConfig, _batches, train_reader, training_features
+from qa_system.training.reader import TrainingConfig, train_reader
+from qa_system.training.reader_data import pad_batch, training_features
 
 
 def softmax(values):
@@ -63,7 +64,7 @@ def student_and_batch(tmp_path, squad_files):  # noqa: F811
     tokenizer = AutoTokenizer.from_pretrained(student_dir)
     examples, _ = read_squad(squad_files[0])
     features = training_features(tokenizer, examples, max_seq_length=48, doc_stride=16)
-    batch = next(_batches(features, batch_size=4, seed=0, tokenizer=tokenizer))
+    batch = pad_batch(features[:4], tokenizer)
     return AutoModelForQuestionAnswering.from_pretrained(student_dir), batch
 
 

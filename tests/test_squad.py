@@ -107,7 +107,7 @@ def test_unreadable_files(tmp_path):
 
 @pytest.mark.slow
 def test_subjqa_export_is_valid_squad(tmp_path):
-    from qa_system.training.reader import subjqa_to_squad_files
+    from qa_system.training.reader_data import subjqa_to_squad_files
 
     written = subjqa_to_squad_files(["electronics"], ["train", "test"], tmp_path)
     for path, exported in written.items():

@@ -9,7 +9,9 @@ from test_reading import tiny_model_dir, tiny_tokenizer
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
 from qa_system.sources.squad import read_squad, write_squad
 from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
-from qa_system.training.reader import DevPrediction, TrainingConfig, scores_at, train_reader, training_features, tune_no_answer_threshold
+from qa_system.metrics.no_answer import DevPrediction, scores_at, tune_no_answer_threshold
+from qa_system.training.reader import TrainingConfig, train_reader
+from qa_system.training.reader_data import training_features
 
 REVIEW = "it is a cheap screen and the sound is bad. " * 6 + "the battery lasts 6000 hours."
 
@@ -117,7 +119,7 @@ def test_a_given_no_answer_prior_replaces_the_training_share(tmp_path, squad_fil
     """Rehearsal data (all answerable) must not move the threshold: it is tuned for the prior given."""
     from qa_system.errors import QAError
     from qa_system.sources.qa_files import read_qa_file
-    from qa_system.training.reader import dev_predictions
+    from qa_system.training.reader_data import dev_predictions
 
     base = tiny_model_dir(tmp_path / "base", question_answering=False)
     config = TrainingConfig(epochs=1, batch_size=2, max_steps=1, max_seq_length=48, doc_stride=16)
@@ -200,7 +202,7 @@ def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every
     """WiSE-FT: the saved reader is (1 - w) * general + w * specialised for the w with the best pooled dev F1."""
     from safetensors.torch import load_file
 
-    from qa_system.training.reader import interpolate_readers
+    from qa_system.training.interpolation import interpolate_readers
 
     base = tiny_model_dir(tmp_path / "base", question_answering=False)
     config = TrainingConfig(epochs=1, batch_size=2, max_steps=2, max_seq_length=48, doc_stride=16, learning_rate=1e-2)
@@ -215,7 +217,7 @@ def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every
     assert result.weight == (0.0, 0.5, 1.0)[f1s.index(max(f1s))]  # the first of the best
     # Weight 1, after two other mixes, is the specialised reader as saved: the same threshold and dev scores.
     from qa_system.sources.qa_files import read_qa_file
-    from qa_system.training.reader import dev_predictions
+    from qa_system.training.reader_data import dev_predictions
 
     saved = ExtractiveReader(model=str(specialised), backend="torch", max_seq_length=48, doc_stride=16)
     predictions = dev_predictions(saved, read_qa_file(squad_files[1])[0])
@@ -242,7 +244,7 @@ def test_interpolation_refuses_bad_weights_and_unrelated_readers(tmp_path, squad
     from transformers import BertConfig, BertForQuestionAnswering
 
     from qa_system.errors import QAError
-    from qa_system.training.reader import interpolate_readers
+    from qa_system.training.interpolation import interpolate_readers
 
     first = tiny_model_dir(tmp_path / "first")
     with pytest.raises(QAError, match="interpolation weight must be a finite number from 0 to 1"):
@@ -272,3 +274,49 @@ def test_train_reader_interpolate_mixes_with_the_base_model(tmp_path, squad_file
     assert info["interpolation"]["specialised"] == str(tmp_path / "reader-finetuned")
     finetuned = json.loads((tmp_path / "reader-finetuned" / MODEL_INFO_FILE).read_text())
     assert finetuned["train_questions"] == 4 and finetuned["no_answer_prior"] == 0.4  # the training share would be 0.25
+
+
+class Crash(Exception):
+    """What the test's callback raises to stop a run the way a killed session does: mid-epoch, without cleaning up."""
+
+
+def crash_at(step):
+    from transformers import TrainerCallback
+
+    class CrashAt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == step:
+                raise Crash(step)
+
+    return CrashAt()
+
+
+def test_an_interrupted_run_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(tmp_path, squad_files):
+    import torch
+    from safetensors.torch import load_file
+
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)
+    config = TrainingConfig(epochs=2, batch_size=1, max_seq_length=48, doc_stride=16, checkpoint_steps=2)
+    whole = train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "whole", config, progress=False)
+    with pytest.raises(Crash):
+        train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "resumed", config, progress=False, callbacks=[crash_at(15)])
+    checkpoints = {p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir()}
+    assert checkpoints == {"checkpoint-12", "checkpoint-14"}  # the last two kept; epoch 1 (12 windows, one a step) was read and selected on
+    resumed = train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "resumed", config, progress=False, resume_from="last")
+    assert [r["steps"] for r in resumed.history] == [r["steps"] for r in whole.history] == [12, 24]
+    assert [r["no_answer_threshold"] for r in resumed.history] == pytest.approx([r["no_answer_threshold"] for r in whole.history])
+    assert resumed.best_epoch == whole.best_epoch
+    weights = [load_file(str(tmp_path / name / "model.safetensors")) for name in ("whole", "resumed")]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert not (tmp_path / "resumed" / "checkpoints").exists()  # a finished run leaves only its model
+
+
+def test_resuming_names_what_is_wrong(tmp_path, squad_files):
+    from qa_system.errors import QAError
+
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)
+    config = TrainingConfig(epochs=1, batch_size=2, max_seq_length=48, doc_stride=16)
+    with pytest.raises(QAError, match="No checkpoint to resume from"):
+        train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "fresh", config, progress=False, resume_from="last")
+    with pytest.raises(QAError, match="is not a training checkpoint"):
+        train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "fresh", config, progress=False, resume_from=tmp_path)

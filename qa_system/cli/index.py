@@ -100,7 +100,7 @@ def cmd_products(args: argparse.Namespace) -> None:
 
 
 def cmd_export_squad(args: argparse.Namespace) -> None:
-    from qa_system.training.reader import subjqa_to_squad_files
+    from qa_system.training.reader_data import subjqa_to_squad_files
 
     settings = settings_from_args(args)
     for path, report in subjqa_to_squad_files(args.domain, args.split, args.out, settings.data_dir).items():

@@ -11,9 +11,13 @@ from qa_system.errors import QAError
 
 def cmd_train_reader(args: argparse.Namespace) -> None:
     from qa_system.training.distillation import DistillationConfig
-    from qa_system.training.reader import TrainingConfig, interpolate_readers, subjqa_to_squad_files, train_reader
+    from qa_system.training.interpolation import interpolate_readers
+    from qa_system.training.reader import TrainingConfig, resume_point, train_reader
+    from qa_system.training.reader_data import subjqa_to_squad_files
 
     settings = settings_from_args(args)
+    finetuned = args.output.with_name(args.output.name + "-finetuned") if args.interpolate else args.output
+    resume_point(args.resume_from, finetuned)  # a wrong checkpoint is refused before any work
     if args.interpolate and not args.base_model:
         raise QAError("--interpolate mixes the new reader with the reader it was fine-tuned from.", "pass that reader as --base-model.")
     distillation = None if args.teacher is None else DistillationConfig(args.teacher, args.distill_temperature, args.distill_alpha)
@@ -28,12 +32,13 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
     config = TrainingConfig(
         epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
         max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, patience=args.patience, max_steps=args.max_steps,
+        checkpoint_steps=args.checkpoint_steps,
     )
     select_on = args.select_on or (squad_dir / "electronics-dev.json" if "electronics" in args.domain and not args.no_subjqa else None)
-    finetuned = args.output.with_name(args.output.name + "-finetuned") if args.interpolate else args.output
     result = train_reader(
         train_files, dev_files, args.base_model or settings.embedding_model, finetuned, config,
         select_on=select_on, distillation=distillation, drop_dev_questions=args.drop_dev_questions, no_answer_prior=args.no_answer_prior,
+        resume_from=args.resume_from,
     )
     print(f"Saved the best model (epoch {result.best_epoch}, no-answer threshold {result.no_answer_threshold:.3f}) to {result.output_dir}")
     if args.interpolate:
@@ -133,6 +138,10 @@ def register(commands, options: Options) -> None:
     p.add_argument("--doc-stride", type=count("--doc-stride"), default=128)
     p.add_argument("--patience", type=count("--patience"), default=1, help="epochs without dev F1 gain before stopping")
     p.add_argument("--max-steps", type=count("--max-steps"), help="stop after N optimiser steps (a smoke run)")
+    p.add_argument("--checkpoint-steps", type=count("--checkpoint-steps"), default=100,
+                   help="save a checkpoint every N optimiser steps in OUTPUT/checkpoints (the last two are kept; removed when the run ends)")
+    p.add_argument("--resume-from", metavar="CHECKPOINT",
+                   help="continue an interrupted run of the same command: a checkpoint folder (OUTPUT/checkpoints/checkpoint-N) or 'last'")
     p.add_argument("--teacher", help="distil from this QA model's start/end distributions (it must use the base model's tokenizer)")
     p.add_argument("--distill-temperature", type=number("--distill-temperature", 0, above=True), default=2.0, help="softmax temperature of the distillation")
     p.add_argument("--distill-alpha", type=number("--distill-alpha", 0, maximum=1), default=0.5, help="weight of the gold-span loss; 1 - alpha goes to the teacher's")

@@ -9,9 +9,9 @@ evaluation script gives the same numbers.
 
 The pipeline's no-answer threshold can be fitted on dev for a retrieval set-up (retriever, depth,
 candidate protocol: what the reader is given), which is what the reader's own threshold, tuned on
-single gold reviews, is not: ``evaluate_pipelines(split="dev", tune_threshold=True)`` stores it in
-the index manifest, and evaluations of other splits report it beside the reader's own threshold.
-It is never fitted on any other split than dev.
+single gold reviews, is not: ``qa-system fit-threshold`` (``tuning.threshold``) stores it in the
+index manifest, and evaluations of other splits report it beside the reader's own threshold; an
+evaluation never stores one. It is never fitted on any other split than dev.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from qa_system.reading.reader import ExtractiveReader
 from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.sources.squad import write_squad
 from qa_system.stores import Index
-from qa_system.training.reader import DevPrediction, tune_no_answer_threshold
+from qa_system.metrics.no_answer import DevPrediction, tune_no_answer_threshold
 
 
 def reader_label(model: str) -> str:
@@ -145,7 +145,7 @@ def no_answer_share(questions: Sequence[LabelledQuestion]) -> float:
 def fit_no_answer_threshold(records: pd.DataFrame, no_answer_prior: float | None) -> dict:
     """The threshold (logit margin of the best span over "no answer") that maximises these records' F1.
 
-    As the reader's own tuning (``training.reader.tune_no_answer_threshold``): unanswerable questions
+    As the reader's own tuning (``metrics.no_answer.tune_no_answer_threshold``): unanswerable questions
     are weighted to make up ``no_answer_prior`` (label shift: SubjQA's dev splits are far more often
     unanswerable than its train and test splits).
     """
@@ -187,16 +187,16 @@ def evaluate_pipelines(
     ``labels``: your own labelled questions), under each candidate protocol.
 
     ``tune_threshold`` (dev only): fit the no-answer threshold for each reader and protocol
-    (``fit_no_answer_threshold``, unanswerable questions weighted to the domain's train share), store
-    it in the index manifest and report the figures at it. Any split then reports a stored dev fit
-    for its set-up as one more system, ``<system>, dev-tuned threshold``.
+    (``fit_no_answer_threshold``, unanswerable questions weighted to the domain's train share) for
+    this run only, never saved, and report the figures at it (``tuning.threshold`` stores fits). Any
+    split reports a stored dev fit for its set-up as one more system, ``<system>, dev-tuned threshold``.
 
     Returns {"metrics": DataFrame, "records": {(system, candidates): DataFrame}, "thresholds": DataFrame}.
     """
     from qa_system.evaluation.retrieval import CANDIDATES, candidate_filters, check_candidates
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.fitted import no_answer_fit, no_answer_setting
-    from qa_system.tuning.fusion import store_no_answer_fit
+    from qa_system.tuning.fusion import fits_in_force
 
     top_k_retriever, top_k = check_count(top_k_retriever, "top_k_retriever"), check_count(top_k, "top_k")
     limit = check_count(limit, "limit", optional=True)
@@ -205,7 +205,7 @@ def evaluate_pipelines(
     if tune_threshold and split != "dev":
         raise QAError(
             f"The no-answer threshold is tuned on dev only, never on {split}.",
-            "tune it with `qa-system eval pipeline --split dev --tune-threshold`; evaluating other splits then reports it beside the reader's own.",
+            "fit it with `qa-system fit-threshold --split dev`; evaluating other splits then reports it beside the reader's own.",
         )
     if tune_threshold and labels is not None:
         raise QAError("--tune-threshold fits a SubjQA domain's dev split.", "drop --tune-threshold with --labels.")
@@ -228,9 +228,8 @@ def evaluate_pipelines(
             runs.append(({"system": system, "candidates": protocol}, run))
             backends[system] = reader.active_backend  # known once the reader has run
             setting = no_answer_setting(retriever, top_k_retriever, protocol)
-            if tune_threshold:
-                store_no_answer_fit(index, settings, setting, model, {**fit_no_answer_threshold(run, prior), "fitted_on": f"{domain} {split}"})
-            fit = no_answer_fit(index, settings, setting, model)
+            # A fit made now is for this run only: `qa-system fit-threshold` stores fits (tuning/threshold.py).
+            fit = {**fit_no_answer_threshold(run, prior), "fitted_on": f"{domain} {split}"} if tune_threshold else no_answer_fit(index, settings, setting, model)
             if fit is None:
                 continue
             tuned = at_threshold(run, fit["threshold"])
@@ -245,6 +244,7 @@ def evaluate_pipelines(
     notes = [
         *(labels.notes if labels else []),
         f"Each question retrieves the top {top_k_retriever} reviews with {retriever} under each candidate protocol; the reader reads them all.",
+        *fits_in_force(settings, index, retriever, rerank=False),  # the stored fusion or the defaults: evaluating never fits
         *(f"{protocol} candidates: {CANDIDATES[protocol]}." for protocol in protocols),
         f"Gold review among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}.",
         "EM and F1 as the official SQuAD v2.0 script (top-1, and best of top-k with the no-answer as a candidate).",
