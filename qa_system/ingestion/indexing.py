@@ -190,19 +190,8 @@ def build_index(
         splits = [s for s in SPLITS if all(s in available_splits(settings.data_dir, d) for d in domains)] or SPLITS
     manifest: dict = {"domains": domains, "splits": list(splits), "format": INDEX_FORMAT, "created": datetime.now(timezone.utc).isoformat()}
     if documents is None:
-        files = source_files(domains, splits, settings.data_dir)
-        data = load_subjqa(domains, splits, settings.data_dir)
-        documents = data.documents
-        manifest["load_report"] = data.report.summary()
-        manifest["source"] = source_state(files)
-    if not documents:
-        raise QAError("There are no documents to index.", "check the domain, splits and data directory.")
-    saved = saved_document_count(settings, name)
-    if saved and len(documents) < MIN_KEPT_SHARE * saved and not force:
-        raise QAError(
-            f"The new data holds {len(documents)} documents where the saved index '{name}' holds {saved}; the index was left as it was.",
-            "check the data files (a truncated or header-only file?), or pass --force to replace the index anyway.",
-        )
+        documents = _subjqa_documents(settings, domains, splits, manifest)
+    _check_replaceable(settings, name, documents, force)
     timings = {}
     start = time.perf_counter()
     if settings.store == "opensearch":
@@ -215,17 +204,7 @@ def build_index(
         manifest["embedding_fingerprint"] = encoder_fingerprint(settings.embedding_model)
         manifest["embedding_dim"] = len(documents[0].embedding)
         timings["embedding_s"] = time.perf_counter() - start
-    if settings.store == "faiss":
-        if not embed:
-            raise QAError("A FAISS index holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory.")
-        store = new_faiss_store(manifest["embedding_dim"])
-    elif settings.store == "elasticsearch":
-        store = elasticsearch_store(settings, name)
-    elif settings.store == "opensearch":
-        # A new index beside the one in service; save_index swaps it in.
-        store = new_opensearch_index(settings, name, manifest.get("embedding_dim"))
-    else:
-        store = new_memory_store(name)
+    store = _new_store(settings, name, embed, manifest.get("embedding_dim"))
     try:
         write_start = time.perf_counter()
         # A new OpenSearch index is refreshed once, when it is swapped in, not after every bulk request.
@@ -248,6 +227,41 @@ def build_index(
             discard_opensearch_index(settings, store)
         raise
     return index
+
+
+def _subjqa_documents(settings: Settings, domains: list[str], splits: Sequence[str], manifest: dict) -> list[Document]:
+    """The reviews of ``domains`` in ``splits``; the load report and the source files' state go into ``manifest``."""
+    files = source_files(domains, splits, settings.data_dir)
+    data = load_subjqa(domains, splits, settings.data_dir)
+    manifest["load_report"] = data.report.summary()
+    manifest["source"] = source_state(files)
+    return data.documents
+
+
+def _check_replaceable(settings: Settings, name: str, documents: list[Document], force: bool) -> None:
+    """Refuse an empty corpus, and one under ``MIN_KEPT_SHARE`` of the saved index's documents unless ``force``."""
+    if not documents:
+        raise QAError("There are no documents to index.", "check the domain, splits and data directory.")
+    saved = saved_document_count(settings, name)
+    if saved and len(documents) < MIN_KEPT_SHARE * saved and not force:
+        raise QAError(
+            f"The new data holds {len(documents)} documents where the saved index '{name}' holds {saved}; the index was left as it was.",
+            "check the data files (a truncated or header-only file?), or pass --force to replace the index anyway.",
+        )
+
+
+def _new_store(settings: Settings, name: str, embedded: bool, embedding_dim: int | None):
+    """An empty document store of the configured backend for the index ``name`` (Elasticsearch's is the live one, written in place)."""
+    if settings.store == "faiss":
+        if not embedded:
+            raise QAError("A FAISS index holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory.")
+        return new_faiss_store(embedding_dim)
+    if settings.store == "elasticsearch":
+        return elasticsearch_store(settings, name)
+    if settings.store == "opensearch":
+        # A new index beside the one in service; save_index swaps it in.
+        return new_opensearch_index(settings, name, embedding_dim)
+    return new_memory_store(name)
 
 
 def _delete_others(store, documents: list[Document]) -> None:
