@@ -12,6 +12,8 @@ from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.evaluation.answering import at_threshold, evaluate_pipelines, fit_no_answer_threshold, reader_label
 from qa_system.evaluation.retrieval import CHANCE, evaluate_retrievers
+from qa_system.ingestion.indexing import open_or_build_index
+from qa_system.stores import saved_manifest
 from tests.conftest import SPLIT_ROWS, row, write_subjqa
 
 # One more test question, about r-phones-1, in the words of the product's other review ("The cord
@@ -110,7 +112,9 @@ def test_a_threshold_fit_answers_exactly_where_it_gains():
 
 def test_pipeline_under_both_protocols_with_a_threshold_tuned_on_dev(toy, tiny_reader, tmp_path, capsys):
     reader = str(tiny_reader)
+    manifest = open_or_build_index(toy, "electronics").manifest
     dev = evaluate_pipelines(toy, [reader], "bm25", split="dev", top_k_retriever=3, candidates=["split", "product"], tune_threshold=True, out_dir=tmp_path / "dev")
+    assert saved_manifest(toy, "subjqa-electronics") == manifest  # fitted for that run only: nothing stored
     system = f"bm25+{reader_label(reader)}"
     assert set(dev["records"]) == {(system, "split"), (system, "product")}
     # q4 asks about r-kindle-3: alone in its product's dev reviews, one of three in its product.
@@ -127,6 +131,14 @@ def test_pipeline_under_both_protocols_with_a_threshold_tuned_on_dev(toy, tiny_r
     for protocol in ("split", "product"):
         assert thresholds.loc[protocol, "f1_dev_tuned"] >= thresholds.loc[protocol, "f1_reader_threshold"] - 1e-9
 
+    # Until `fit-threshold` stores a fit, test reports the reader's own threshold alone.
+    assert main(["eval", "pipeline", "--split", "test", "--reader", reader, "--candidates", "product", "--out", str(tmp_path / "before")]) == 0
+    assert "dev-tuned threshold" not in capsys.readouterr().out
+    assert main(["fit-threshold", "--reader", reader, "--candidates", "split", "product"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("stored in the index") == 2 and "product candidates: no-answer threshold" in printed
+    stored_fits = saved_manifest(toy, "subjqa-electronics")["calibration"]
+    assert {f"bm25 top-3, {c} candidates" for c in ("split", "product")} == set(next(iter(stored_fits.values()))["no_answer"])
     # Test reports the dev fit beside the reader's own threshold; tuning on test is refused.
     assert main(["eval", "pipeline", "--split", "test", "--reader", reader, "--candidates", "split", "product", "--out", str(tmp_path / "test")]) == 0
     printed = capsys.readouterr().out
@@ -145,9 +157,10 @@ def test_pipeline_under_both_protocols_with_a_threshold_tuned_on_dev(toy, tiny_r
     tuned = report_rows(report, f"{system}, dev-tuned threshold", "product")
     assert tuned["em"] == pytest.approx(direct["em"].mean()) and tuned["f1"] == pytest.approx(direct["f1"].mean())
     capsys.readouterr()
-    assert main(["eval", "pipeline", "--split", "test", "--reader", reader, "--candidates", "product", "--tune-threshold"]) == 2
+    assert main(["fit-threshold", "--split", "test", "--reader", reader, "--candidates", "product"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: The no-answer threshold is tuned on dev only, never on test.") and err.count("\n") == 1
+    assert "qa-system fit-threshold --split dev" in err
 
 
 def report_rows(report: dict, system: str, candidates: str) -> dict:

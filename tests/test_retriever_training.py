@@ -246,23 +246,69 @@ def test_fitted_fusion_is_stored_per_question_encoder_and_read_by_the_hybrid_pip
     assert fusion_parameters(reopened, settings.with_(query_embedding_model=str(model))) == FusionParameters()
 
 
-def test_a_fusion_fitted_on_other_bm25_settings_is_refitted(tuned_setup):
+def test_an_evaluation_names_the_fits_in_force_and_never_fits(tuned_setup):
     from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key
-    from qa_system.stores import open_index
-    from qa_system.tuning.fusion import ensure_fitted, fit_fusion_on_dev
+    from qa_system.stores import open_index, saved_manifest
+    from qa_system.tuning.fusion import fit_fusion_on_dev, fits_in_force
 
     settings, _ = tuned_setup
     index = open_index(settings, "electronics")
+    [note] = fits_in_force(settings, index, "hybrid", rerank=False)
+    assert note.startswith("fusion minmax (sparse weight 0.50, dense weight 0.50): the defaults, no fit stored; run `qa-system fit-fusion`")
+    assert MANIFEST_KEY not in saved_manifest(settings, "subjqa-electronics")  # nothing fitted, nothing written
     fit = fit_fusion_on_dev(settings, "electronics", index)
     assert fit["sparse"]["k1"] == 1.2 and fit["sparse"]["stopwords"] is None  # the BM25 defaults it saw
+    [note] = fits_in_force(settings, open_index(settings, "electronics"), "hybrid", rerank=False)
+    assert "stored by fit-fusion, fitted on electronics dev" in note and "other BM25 settings" not in note
     stale = {**fit, "sparse": {**fit["sparse"], "k1": 2.0}, "fitted_on": "stale"}
     index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"] = stale
-    ensure_fitted(settings, "electronics", index, "hybrid", rerank=False)
-    refitted = open_index(settings, "electronics").manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"]
-    assert refitted["fitted_on"] == "electronics dev" and refitted["sparse"] == fit["sparse"]
-    index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"]["kept"] = True
-    ensure_fitted(settings, "electronics", index, "hybrid", rerank=False)  # up to date: not refitted
-    assert index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"].get("kept")
+    [note] = fits_in_force(settings, index, "hybrid", rerank=False)
+    assert "fitted on stale" in note and "it was fitted for other BM25 settings" in note  # said, not refitted
+    assert index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"] is stale
+    [fusion, rerank] = fits_in_force(settings, index, "hybrid", rerank=True)
+    assert rerank.startswith("re-ranking of hybrid: retriever weight 0.50, the default; run `qa-system fit-fusion --rerank`")
+
+
+def manifest_bytes(settings: Settings) -> dict[str, bytes]:
+    """Every file of the saved indexes (a memory index keeps its manifest in its one file), by path."""
+    return {str(p.relative_to(settings.index_dir)): p.read_bytes() for p in sorted(settings.index_dir.rglob("*")) if p.is_file()}
+
+
+def test_evaluating_hybrid_never_writes_to_the_index(tuned_setup, tmp_path, monkeypatch, capsys):
+    from qa_system.cli import main
+
+    settings, _ = tuned_setup
+    for name, value in {"QA_HOME": settings.home, "QA_DATA_DIR": settings.data_dir, "QA_EMBEDDING_MODEL": settings.embedding_model,
+                        "QA_READER_MODEL": settings.reader_model, "QA_READER_BACKEND": "torch"}.items():
+        monkeypatch.setenv(name, str(value))
+    evaluations = [
+        ["eval", "pipeline", "--retriever", "hybrid", "--split", "test", "--out", str(tmp_path / "pipeline")],
+        ["eval", "pipeline", "--retriever", "hybrid", "--split", "dev", "--out", str(tmp_path / "pipeline-dev")],
+        ["eval", "retriever", "--retriever", "hybrid", "hybrid+rerank", "--split", "test", "--k", "1", "--out", str(tmp_path / "retriever")],
+    ]
+    before = manifest_bytes(settings)
+    assert before
+    for command in evaluations:
+        assert main(command) == 0, command
+        assert manifest_bytes(settings) == before, command  # byte for byte: no fit, no threshold written
+    notes = json.loads((tmp_path / "retriever" / "report.json").read_text())["fitted"]
+    assert "the defaults, no fit stored" in notes[0] and "retriever weight 0.50, the default" in notes[-1]
+    assert "the defaults, no fit stored" in (tmp_path / "pipeline" / "report.md").read_text()
+    # The fitting commands write; evaluations then read their fits, and still write nothing.
+    assert main(["fit-fusion", "--rerank"]) == 0
+    assert main(["fit-threshold", "--retriever", "hybrid"]) == 0
+    fitted = manifest_bytes(settings)
+    assert fitted != before
+    capsys.readouterr()
+    for command in evaluations:
+        assert main(command) == 0, command
+        assert manifest_bytes(settings) == fitted, command
+    assert "dev-tuned threshold" in capsys.readouterr().out
+    pipeline_notes = (tmp_path / "pipeline" / "report.md").read_text()
+    assert "fusion minmax" in pipeline_notes or "fusion rrf" in pipeline_notes
+    assert "stored by fit-fusion, fitted on electronics dev" in pipeline_notes
+    notes = json.loads((tmp_path / "retriever" / "report.json").read_text())["fitted"]
+    assert "stored by fit-fusion, fitted on electronics dev" in notes[0] and "stored by fit-fusion --rerank" in notes[-1]
 
 
 def test_retriever_evaluation_puts_stock_fine_tuned_fused_and_reranked_side_by_side(tuned_setup, tmp_path):
@@ -274,7 +320,7 @@ def test_retriever_evaluation_puts_stock_fine_tuned_fused_and_reranked_side_by_s
     metrics = result["metrics"]
     assert list(metrics["retriever"].unique()) == [*variants, CHANCE]  # chance: the reference row, last
     assert set(metrics["definition"]) == {"strict", "chapter"}
-    assert any(n.startswith("hybrid-ft: fusion") and "fitted on electronics dev" in n for n in result["notes"])
+    assert any(n.startswith("hybrid-ft: fusion") and "the defaults, no fit stored" in n for n in result["notes"])  # fit-fusion was not run
     assert any(n.startswith("hybrid-ft+rerank: re-ranking of hybrid") for n in result["notes"])
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     encoders = {row["variant"]: row for row in report["encoders"]}

@@ -64,7 +64,7 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=args.retriever != "bm25")
     result = evaluate_pipelines(
         settings, readers, args.retriever, domain, args.split, args.top_k_retriever, args.top_k,
-        args.out, args.limit, args.no_answer_threshold, args.candidates, args.tune_threshold, labels=labels, index=index,
+        args.out, args.limit, args.no_answer_threshold, args.candidates, labels=labels, index=index,
     )
     _print_answer_metrics(result, args.out)
 
@@ -139,7 +139,10 @@ def register(commands, options: Options) -> None:
         p.add_argument("--labels", type=Path, help="your labels: CSV (question,answer,document_id[,item_id]; empty answer = none), SQuAD v1.1 / v2.0 JSON "
                                                    "or MRQA JSON lines, their documents in --collection (the reader alone: without it, each question's own context)")
 
-    p = stages.add_parser("retriever", parents=[options.common], help="recall@k, MRR, MAP (strict and chapter definitions)")
+    p = stages.add_parser(
+        "retriever", parents=[options.common],
+        help="recall@k, MRR, MAP (strict and chapter definitions); hybrid and +rerank use what `qa-system fit-fusion` stored, else the defaults",
+    )
     options.domain(p)
     own_labels(p)
     p.add_argument("--split", default="test")
@@ -167,16 +170,14 @@ def register(commands, options: Options) -> None:
     p = stages.add_parser("reader", parents=[options.common], help="EM / F1 of readers given the gold review")
     answer_eval_options(p, "reports/reader")
     p.set_defaults(func=cmd_eval_reader)
-    p = stages.add_parser("pipeline", parents=[options.common], help="EM / F1 of retriever + reader with per-product filters")
+    p = stages.add_parser(
+        "pipeline", parents=[options.common],
+        help="EM / F1 of retriever + reader with per-product filters (and at the no-answer threshold `qa-system fit-threshold` stored, if any)",
+    )
     answer_eval_options(p, "reports/pipeline")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--top-k-retriever", type=depth("--top-k-retriever"), default=3)
     candidates_option(p)
-    p.add_argument(
-        "--tune-threshold", action="store_true",
-        help="with --split dev: fit the no-answer threshold for this retriever, depth and candidate protocol, keep it in the index "
-        "(other splits then report it beside the reader's own threshold)",
-    )
     p.set_defaults(func=cmd_eval_pipeline)
     p = stages.add_parser("rag", parents=[options.common, options.generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
     options.domain(p)

@@ -1,7 +1,7 @@
 """`qa-system` command line: a thin door onto the library.
 
 Every command parses its flags into ``Settings`` and calls one library function; each command
-group lives in its own module (``index``, ``ask``, ``evaluate``, ``train``, ``serve``, ``bench``).
+group lives in its own module (``index``, ``ask``, ``evaluate``, ``train``, ``tune``, ``serve``, ``bench``).
 A ``QAError`` (bad input the user can fix) is printed as one line on stderr with exit code 2,
 never a traceback.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qa_system.cli import ask, bench, evaluate, index, serve, train
+from qa_system.cli import ask, bench, evaluate, index, serve, train, tune
 from qa_system.cli.options import Options, common_options, generator_options
 from qa_system.errors import QAError
 
-COMMAND_GROUPS = (index, ask, evaluate, train, serve, bench)
+COMMAND_GROUPS = (index, ask, evaluate, train, tune, serve, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,7 +21,8 @@ A hit is, by definition:
 Variants side by side: ``bm25``, ``dense`` and ``hybrid`` use the configured encoder; ``dense-ft``
 and ``hybrid-ft`` the fine-tuned one (``qa-system train-retriever``); ``+rerank`` appends
 answerability re-ranking (e.g. ``hybrid-ft+rerank``). Fusion weights and the re-ranking mix are
-those fitted on the domain's dev split (fitted first when missing; see ``tuning.fusion``).
+those ``qa-system fit-fusion [--rerank]`` stored in the index, else the defaults; the report says
+which. Evaluating never fits nor writes a fit (see ``tuning.fusion``).
 """
 
 from __future__ import annotations
@@ -249,8 +250,8 @@ def evaluate_retrievers(
     for variant in variants:
         run_settings = variant_settings(settings, variant, tuned_model or DEFAULT_RETRIEVER_MODEL)
         run_index = _variant_index(settings, run_settings, domain, index)
-        # Fusion and re-ranking are fitted on a SubjQA dev split; a collection uses what its manifest holds, else the defaults.
-        fitted += _fitted_notes(run_settings, domain, run_index, variant) if labels is None else []
+        # The fusion and re-ranking that `qa-system fit-fusion` stored, else the defaults: an evaluation never writes to an index.
+        fitted += _fitted_notes(run_settings, run_index, variant)
         encoders.append({"variant": variant.name, "passage_encoder": run_settings.embedding_model, "question_encoder": run_settings.query_embedding_model or run_settings.embedding_model, "index": run_index.name})
         pipeline = build_retrieval_pipeline(variant.retriever, run_settings, index=run_index, rerank=variant.rerank)
         by_protocol = []
@@ -288,11 +289,11 @@ def _variant_index(settings, run_settings, domain: str, index):
     return open_or_build_index(run_settings, domain, name=f"{index_name(domain)}@{Path(run_settings.embedding_model).name}")
 
 
-def _fitted_notes(run_settings, domain: str, index, variant: Variant) -> list[str]:
-    """The fusion and re-ranking values a variant runs with (fitted on the domain's dev split when missing), one note each."""
-    from qa_system.tuning.fusion import ensure_fitted
+def _fitted_notes(run_settings, index, variant: Variant) -> list[str]:
+    """The fusion and re-ranking values a variant runs with (stored by ``qa-system fit-fusion``, else the defaults), one note each."""
+    from qa_system.tuning.fusion import fits_in_force
 
-    return [f"{variant.name}: {note}" for note in ensure_fitted(run_settings, domain, index, variant.retriever, variant.rerank)]
+    return [f"{variant.name}: {note}" for note in fits_in_force(run_settings, index, variant.retriever, variant.rerank)]
 
 
 def _run_protocol(

@@ -1,7 +1,7 @@
 """Fitted values as data, read from the index manifest: the hybrid's fusion, the re-ranker's mix, and the
-pipeline's no-answer threshold for a retrieval set-up (``qa-system eval pipeline --split dev --tune-threshold``).
+pipeline's no-answer threshold for a retrieval set-up (``qa-system fit-fusion``, ``qa-system fit-threshold``).
 
-``tuning/fusion.py`` (above the pipelines: it runs them on a dev split) writes them; ``pipelines``
+``tuning/`` (above the pipelines: it runs them on a dev split) writes them, and nothing else does; ``pipelines``
 reads them here when it builds a pipeline. Fits are keyed by the question encoder (name and file
 fingerprint) and, for re-ranking, the reader, so a fit never applies to models it was not made for.
 """

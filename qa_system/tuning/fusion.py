@@ -1,4 +1,4 @@
-"""Fusion weights and the re-ranking mix, fitted on a dev split and kept in the index manifest.
+"""Fusion weights and the re-ranking mix, fitted on a dev split and kept in the index manifest by ``qa-system fit-fusion``.
 
 Weights that suit one question encoder do not suit another: BM25 and the stock MiniLM are about
 equally good on SubjQA electronics, a fine-tuned question encoder is much better than BM25. So
@@ -8,7 +8,9 @@ encoder, and ``fit_rerank_on_dev`` does the same for the answerability re-ranker
 retriever and reader scores. Both are stored in the index's manifest under the question encoder
 (name and file fingerprint) that was fitted, where the ``hybrid`` and ``rerank`` pipeline stages
 read them (``retrieval/fitted.py``); re-indexing drops them with the vectors they were fitted on. Each fit also records the
-BM25 settings it saw (``sparse_setting``), and ``ensure_fitted`` refits when those have changed.
+BM25 settings it saw (``sparse_setting``). Only the fitting commands write fits: an evaluation reads
+what is stored, else the defaults, and says which (``fits_in_force``), so that ``ask`` answers the
+same whether or not someone evaluated first.
 
 The grids include each part alone (sparse or dense weight 0, retriever weight 0 or 1), so on the
 dev split a fitted combination is never worse than its best part.
@@ -23,26 +25,33 @@ from tqdm.auto import tqdm
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
-from qa_system.retrieval.fitted import MANIFEST_KEY, encoder_key, fits, model_key, reader_key
-from qa_system.retrieval.fusion import RankedCandidates, fit_fusion, ranking_scores
+from qa_system.retrieval.fitted import DEFAULT_RETRIEVER_WEIGHT, MANIFEST_KEY, encoder_key, fits, model_key, reader_key
+from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, ranking_scores
 from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.stores import Index, save_index
 
 RERANK_WEIGHTS = tuple(w / 20 for w in range(21))
 
 
-def _store(index: Index, settings: Settings, value: dict[str, Any], *keys: str) -> None:
-    """Write one fit at ``keys`` under the question encoder's entry and save the index (atomically, like every save)."""
+def _put(index: Index, settings: Settings, value: dict[str, Any], *keys: str) -> None:
+    """Put one fit at ``keys`` under the question encoder's entry of the manifest (in memory)."""
     node = index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(encoder_key(settings), {})
     for key in keys[:-1]:
         node = node.setdefault(key, {})
     node[keys[-1]] = value
+
+
+def _store(index: Index, settings: Settings, value: dict[str, Any], *keys: str) -> None:
+    """Write one fit at ``keys`` and save the index (atomically, like every save)."""
+    _put(index, settings, value, *keys)
     save_index(index, settings)
 
 
-def store_no_answer_fit(index: Index, settings: Settings, setting: str, reader_model: str, fit: dict[str, Any]) -> None:
-    """Keep a pipeline no-answer threshold fitted on dev for a retrieval set-up and reader (read by ``fitted.no_answer_fit``)."""
-    _store(index, settings, fit, "no_answer", setting, model_key(reader_model))
+def store_no_answer_fits(index: Index, settings: Settings, fits: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Keep pipeline no-answer thresholds fitted on dev, keyed (retrieval set-up, reader), in one save (read by ``fitted.no_answer_fit``)."""
+    for (setting, reader_model), fit in fits.items():
+        _put(index, settings, fit, "no_answer", setting, model_key(reader_model))
+    save_index(index, settings)
 
 
 def sparse_setting(pipeline: Pipeline) -> dict[str, Any]:
@@ -126,32 +135,43 @@ def fit_rerank_on_dev(
     return fit
 
 
-def ensure_fitted(settings: Settings, domain: str, index: Index, retriever: str, rerank: bool, split: str = "dev") -> list[str]:
-    """Fit on ``split`` whatever this pipeline reads and has no fit yet for its encoders and reader.
+def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool) -> list[str]:
+    """One line per fitted value this pipeline reads, saying where it comes from: a stored fit or the defaults.
 
-    Returns one line per fitted parameter set in force, for reports.
+    Reads the manifest only: evaluating never fits, so that ``ask`` answers the same before and
+    after an evaluation. A stored fit made for other BM25 settings (or, for re-ranking, another
+    reader) is named as such, with the command that refits it.
     """
     from qa_system.pipelines import load_pipeline
 
-    notes = []
+    notes: list[str] = []
+    if retriever != "hybrid" and not rerank:
+        return notes  # nothing fitted is read
     # What the fits must have seen, read from the pipeline's definition (not warmed up: no model loads).
     sparse = sparse_setting(load_pipeline(retriever, index, settings))
+    refit = f"run `qa-system fit-fusion{' --rerank' if rerank else ''}` with the same encoders to fit it"
     if retriever == "hybrid":
         fit = fits(index, settings).get("fusion")
-        if not fit or fit.get("sparse") != sparse:
-            fit = fit_fusion_on_dev(settings, domain, index, split)
-        dev = fit["dev"]
-        notes.append(
-            f"fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}) "
-            f"fitted on {fit['fitted_on']}: strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})"
-        )
+        if not fit:
+            default = FusionParameters()
+            notes.append(f"fusion {default.mode} (sparse weight {default.sparse_weight:.2f}, dense weight {default.dense_weight:.2f}): the defaults, no fit stored; {refit}.")
+        else:
+            dev = fit["dev"]
+            stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings ({fit.get('sparse')}): {refit} again"
+            notes.append(
+                f"fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}) "
+                f"stored by fit-fusion, fitted on {fit['fitted_on']}: strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f}){stale}"
+            )
     if rerank:
         fit = fits(index, settings).get("rerank", {}).get(retriever)
-        if not fit or fit["reader"] != reader_key(settings) or fit.get("sparse") != sparse:
-            fit = fit_rerank_on_dev(settings, domain, index, retriever, split)
-        dev = fit["dev"]
-        notes.append(
-            f"re-ranking of {retriever}: retriever weight {fit['retriever_weight']:.2f} fitted on {fit['fitted_on']}: "
-            f"strict recall@1 {dev['reranked']['recall@1']:.3f} ({retriever} alone {dev['retriever']['recall@1']:.3f})"
-        )
+        if not fit or fit["reader"] != reader_key(settings):
+            other = " (the stored one is for another reader)" if fit else ""
+            notes.append(f"re-ranking of {retriever}: retriever weight {DEFAULT_RETRIEVER_WEIGHT:.2f}, the default{other}; {refit}.")
+        else:
+            dev = fit["dev"]
+            stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings: {refit} again"
+            notes.append(
+                f"re-ranking of {retriever}: retriever weight {fit['retriever_weight']:.2f} stored by fit-fusion --rerank, fitted on {fit['fitted_on']}: "
+                f"strict recall@1 {dev['reranked']['recall@1']:.3f} ({retriever} alone {dev['retriever']['recall@1']:.3f}){stale}"
+            )
     return notes
