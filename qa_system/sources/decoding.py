@@ -30,6 +30,7 @@ _SIGNATURES = {
 
 
 def check_encoding(encoding: str) -> str:
+    """The canonical name of a text encoding (``utf8`` -> ``utf-8``); a QAError for an unknown name or a codec that is not text."""
     fix = "pass a text encoding such as utf-8, latin-1, cp1252 or utf-16 to --encoding."
     try:
         name = codecs.lookup(encoding).name

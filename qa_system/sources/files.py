@@ -121,6 +121,11 @@ def document_files(root: Path, counts: ReadCounts) -> list[Path]:
 
 
 def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    """Records from a folder of .txt, .md, .html and .pdf files (or one file), one per file, its path the item by default.
+
+    A sidecar ``<name>.meta.json`` beside a document gives its metadata. A file that cannot be read is listed in
+    ``counts.files_unreadable`` and skipped (a single file given alone raises instead).
+    """
     encoding = check_encoding(options.encoding)
     for path in document_files(root, counts):
         relative = path.name if root.is_file() else path.relative_to(root).as_posix()

@@ -40,9 +40,11 @@ class FileReport:
 
     @property
     def unanswerable(self) -> int:
+        """The used questions that have no answer."""
         return sum(e.is_impossible for e in self.examples)
 
     def summary(self) -> str:
+        """One line for people: what the file gave, and what was dropped or skipped and why."""
         dev = f"; {self.dev_questions} dev question(s) {'dropped' if self.dev_dropped else 'kept (also in a dev file)'}" if self.dev_questions else ""
         return (
             f"{self.path} ({self.read.format}): used {len(self.examples)} questions ({len(self.examples) - self.unanswerable} answerable, "
@@ -51,6 +53,7 @@ class FileReport:
         )
 
     def as_dict(self) -> dict:
+        """The report as JSON-ready data (a training run records it)."""
         return {
             "file": self.path.name, "format": self.read.format, "used": len(self.examples), "unanswerable": self.unanswerable,
             "duplicates": self.duplicates, "skipped_questions": self.read.skipped_questions, "unlocated_answers": self.read.unlocated_answers,

@@ -38,11 +38,17 @@ class IngestOptions:
     passage_overlap: int = 40
 
     def as_dict(self) -> dict:
+        """The options as JSON-ready data (an index manifest keeps them)."""
         return asdict(self)
 
 
 @dataclass
 class Record:
+    """One source document as a reader yields it: its text, item, metadata and where it came from.
+
+    ``where`` ("reviews.csv line 12") names it in messages; ``id`` None means the content hash's id.
+    """
+
     text: str
     item_id: str | None
     meta: dict[str, str]
@@ -60,6 +66,7 @@ class Record:
         return self
 
     def content_hash(self) -> str:
+        """A digest of everything the index keeps of the record (text, item, metadata): a change means re-embedding."""
         payload = json.dumps([self.text, self.item_id, sorted(self.meta.items())], ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
 
@@ -77,6 +84,7 @@ class ReadCounts:
 
 
 def meta_key(name: str) -> str:
+    """The metadata key of a source column: its name, or ``<name>_column`` when the index itself uses that name."""
     return f"{name}_column" if name in RESERVED_META else name
 
 
@@ -86,6 +94,7 @@ def meta_value(value) -> str:
 
 
 def check_text_length(text: str, where: str) -> str:
+    """``text``, once known to be at most ``MAX_DOCUMENT_CHARS`` long; else a QAError naming ``where``."""
     if len(text) > MAX_DOCUMENT_CHARS:
         raise QAError(
             f"{where}: the text is {len(text):,} characters long, more than the {MAX_DOCUMENT_CHARS:,} a document may have.",

@@ -38,6 +38,7 @@ class SquadReport:
     format: str = "SQuAD v2.0"  # what a read file was: SQuAD v1.1, SQuAD v2.0, MRQA
 
     def summary(self) -> str:
+        """One line for people: questions (answerable, impossible), answers, and what was not located or skipped."""
         return (
             f"{self.questions} questions ({self.answerable} answerable, {self.impossible} impossible), "
             f"{self.answers} answers; {self.unlocated_answers} answer(s) without a matching offset, "
@@ -58,6 +59,7 @@ class SquadExample:
 
     @property
     def answer_texts(self) -> list[str]:
+        """The gold texts as the SQuAD v2 script sees them: the answers, or [""] for an impossible question."""
         return [text for text, _ in self.answers] or [""]
 
 

@@ -17,6 +17,7 @@ SQUAD_FIX = 'pass a SQuAD file: {"data": [{"title": ..., "paragraphs": [{"contex
 
 
 def load_squad_json(binary: IO[bytes], name: str, encoding: str = "utf-8") -> dict:
+    """A SQuAD file's JSON, checked to hold a top-level ``data`` list; a QAError (encoding, JSON, shape) names the file."""
     try:
         squad = json.loads(binary.read().decode("utf-8-sig" if check_encoding(encoding) == "utf-8" else encoding))
     except UnicodeDecodeError as error:
@@ -49,6 +50,7 @@ def squad_record(title: str, context: str, where: str) -> Record:
 
 
 def read_squad_documents(binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    """Records from a SQuAD file: one per paragraph, its context the text and its article's title the item."""
     for title, context, _, where in paragraphs(load_squad_json(binary, name, options.encoding), name):
         counts.rows += 1
         if not context.strip():

@@ -48,17 +48,25 @@ HUB_DATASET = "subjqa"
 
 @dataclass(frozen=True)
 class GoldAnswer:
+    """One annotated answer span: its text, and where it starts in the cleaned review (None when it could not be located)."""
+
     text: str
     # Character offset in the cleaned review; None when the annotation could not be located.
     start: int | None
 
     @property
     def end(self) -> int | None:
+        """The character offset just past the answer in the review; None when it was not located."""
         return None if self.start is None else self.start + len(self.text)
 
 
 @dataclass
 class LabelledQuestion:
+    """A SubjQA question about one review, with every answer its annotators marked (none: unanswerable).
+
+    ``document_id`` is the id of the review's ``Document`` in the index; ``context`` the cleaned review.
+    """
+
     id: str
     question: str
     item_id: str
@@ -91,17 +99,21 @@ class LabelledQuestion:
 
     @property
     def located_answers(self) -> list[GoldAnswer]:
+        """The answers whose offsets were found in the review (what training learns from)."""
         return [a for a in self.answers if a.start is not None]
 
 
 @dataclass
 class LoadReport:
+    """What loading SubjQA found: the rows read, how each answer's offset was located, and each split's size."""
+
     rows: int = 0
     answers: Counter = field(default_factory=Counter)  # exact / repaired / unlocated
     unlocated: list[tuple[str, str]] = field(default_factory=list)  # (question id, span text)
     splits: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def summary(self) -> str:
+        """One line for people: questions and reviews per split, and how many answer offsets were exact, repaired or not found."""
         per_split = ", ".join(f"{s}: {c['questions']} questions / {c['documents']} reviews" for s, c in self.splits.items())
         a = self.answers
         return (
@@ -110,16 +122,20 @@ class LoadReport:
         )
 
     def as_dict(self) -> dict:
+        """The report as JSON-ready data (for index manifests and reports)."""
         return {"rows": self.rows, "answers": dict(self.answers), "unlocated": self.unlocated, "splits": self.splits}
 
 
 @dataclass
 class SubjQA:
+    """The documents (one per review) and labelled questions of one or more domains, with the load report."""
+
     documents: list[Document]
     questions: list[LabelledQuestion]
     report: LoadReport
 
     def questions_for(self, split: str) -> list[LabelledQuestion]:
+        """The questions of one split (``train``, ``dev`` or ``test``)."""
         return [q for q in self.questions if q.split == split]
 
 
@@ -143,6 +159,7 @@ def split_names(document: Document) -> list[str]:
 
 
 def in_split(document: Document, split: str) -> bool:
+    """Whether ``document`` (a review, possibly in several splits) is in ``split``."""
     return split in split_names(document)
 
 
@@ -288,6 +305,7 @@ def _first_undecodable_line(path: Path) -> int | str:
 
 
 def available_domains(data_dir: Path) -> list[str]:
+    """The SubjQA domains found in ``data_dir`` (folders with a ``splits/`` folder), sorted; none when it does not exist."""
     return sorted(p.name for p in Path(data_dir).iterdir() if (p / "splits").is_dir()) if Path(data_dir).is_dir() else []
 
 

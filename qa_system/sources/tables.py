@@ -59,6 +59,11 @@ def _delimiter(header_line: str, tsv: bool) -> str:
 
 
 def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts, tsv: bool = False) -> Iterator[Record]:
+    """Records from a CSV (or with ``tsv``, TSV) file, one row at a time; blank rows are counted in ``counts`` and skipped.
+
+    The header row names the columns (``options`` says which hold the text, id and item). A row with
+    more or fewer fields than the header, or a header that repeats a name, is a QAError naming the line.
+    """
     encoding = text_encoding(binary, name, options.encoding, TABLE_FIX)
     csv.field_size_limit(MAX_DOCUMENT_CHARS + 1)  # csv's default (128 kB) would refuse long documents
     with decoded(binary, name, encoding) as text:
@@ -99,6 +104,10 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
 
 
 def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    """Records from a JSON lines file, one object per line; the first object's keys are the file's columns.
+
+    A line that is not a JSON object is a QAError naming the line; blank lines are counted in ``counts``.
+    """
     encoding = text_encoding(binary, name, options.encoding, "pass a JSON lines file (one JSON object per line), saved as text.")
     columns = None
     with decoded(binary, name, encoding) as text:
