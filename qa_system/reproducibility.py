@@ -11,6 +11,7 @@ import numpy as np
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's, PyTorch's and transformers' random generators with ``seed``."""
     import torch
     from transformers import set_seed
 
@@ -21,6 +22,7 @@ def seed_everything(seed: int) -> None:
 
 
 def machine() -> dict[str, Any]:
+    """The machine a model was trained on: platform, processor, CPU and PyTorch thread counts, PyTorch version, device."""
     import torch
 
     return {

@@ -41,6 +41,7 @@ class _ComponentTimer(Tracer):
 
 @contextlib.contextmanager
 def component_timings() -> Iterator[dict[str, float]]:
+    """Seconds per component name of the pipeline runs inside the block, filled in as they finish."""
     if not isinstance(tracing.tracer.actual_tracer, _ComponentTimer):
         tracing.tracer.actual_tracer = _ComponentTimer(tracing.tracer.actual_tracer)
     timings: dict[str, float] = {}

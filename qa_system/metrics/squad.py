@@ -27,10 +27,12 @@ def _tokens(text: str) -> list[str]:
 
 
 def exact_match(prediction: str, gold: str) -> float:
+    """1.0 when the prediction equals the gold answer once both are normalised (``normalize_answer``), else 0.0."""
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
 def f1(prediction: str, gold: str) -> float:
+    """The token-overlap F1 of the prediction against one gold answer, on normalised tokens; an empty answer scores 1.0 only against an empty one."""
     gold_tokens, predicted_tokens = _tokens(gold), _tokens(prediction)
     if not gold_tokens or not predicted_tokens:
         # If either is no-answer, F1 is 1 if they agree, 0 otherwise.

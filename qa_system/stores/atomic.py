@@ -24,6 +24,8 @@ _DOTTED = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.(?:[a-z0-9_]{8}(?:\.tmp|\.j
 
 
 class TemporaryOwner(NamedTuple):
+    """Who wrote a temporary file or directory, read from its name: the name it stands in for and the writer's process id."""
+
     name: str
     pid: int
     dotted: bool  # named in the dotted form of older releases

@@ -31,6 +31,7 @@ def open_index(settings: Settings, domains: str | Sequence[str] = "electronics",
 
 
 def try_open_index(settings: Settings, name: str) -> Index | None:
+    """The saved index ``name`` in the configured store, or None when there is none."""
     return _LOADERS[settings.store](settings, name)
 
 
@@ -61,4 +62,5 @@ def saved_document_count(settings: Settings, name: str) -> int | None:
 
 
 def save_index(index: Index, settings: Settings) -> None:
+    """Save ``index`` in its backend, replacing the saved one of that name in one atomic step."""
     _SAVERS[index.backend](index, settings)

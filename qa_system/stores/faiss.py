@@ -16,6 +16,7 @@ def _faiss_dir(settings: Settings, name: str) -> Path:
 
 
 def new_faiss_store(embedding_dim: int, index_string: str = "Flat"):
+    """An empty FAISS store for vectors of ``embedding_dim`` dimensions (``index_string``: the FAISS index type)."""
     from haystack_integrations.document_stores.faiss import FAISSDocumentStore
 
     return FAISSDocumentStore(index_path=None, index_string=index_string, embedding_dim=embedding_dim)

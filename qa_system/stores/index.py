@@ -9,6 +9,7 @@ MANIFEST_KEY = "qa_system"
 
 
 def index_name(domains: str | Sequence[str]) -> str:
+    """The name of the index of one or more SubjQA domains: ``subjqa-<domain>[-<domain>...]``, the domains sorted."""
     domains = [domains] if isinstance(domains, str) else sorted(domains)
     return "subjqa-" + "-".join(domains)
 
@@ -24,6 +25,7 @@ class Index:
 
     @property
     def embedding_model(self) -> str | None:
+        """The passage encoder the index's vectors were made with; None for an index without vectors."""
         return self.manifest.get("embedding_model")
 
     def item_counts(self) -> dict[str, int]:

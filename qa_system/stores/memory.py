@@ -21,6 +21,7 @@ def _memory_path(settings: Settings, name: str) -> Path:
 
 
 def new_memory_store(name: str) -> InMemoryDocumentStore:
+    """An empty in-memory store of its own (not Haystack's process-wide one), that matches multi-valued metadata."""
     # Not shared: pipelines get this very object injected (see pipelines/loading.py), and a process-global
     # store would keep every index ever opened alive. Multi-valued: a review's ``split`` lists every
     # split it is in, and a split filter must find it under each, as Elasticsearch does.

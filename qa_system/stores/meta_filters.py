@@ -97,6 +97,7 @@ class MultiValueInMemoryDocumentStore(InMemoryDocumentStore):
             self._terms_counted = True
 
     def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
+        """The documents ``filters`` allows, a field that holds several values matching when any of them does."""
         if not filters:
             return super().filter_documents()
         self._validate_filters(filters)
@@ -113,12 +114,14 @@ class MultiValueInMemoryDocumentStore(InMemoryDocumentStore):
     def embedding_retrieval(
         self, query_embedding: list[float], filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False, return_embedding: bool | None = False
     ) -> list[Document]:
+        """Haystack's vector search, over the documents ``filters`` allows (matched as ``filter_documents`` does)."""
         by_id = self._by_id(filters)
         if by_id is not None and not by_id["value"]:
             return []
         return super().embedding_retrieval(query_embedding, filters=by_id, top_k=top_k, scale_score=scale_score, return_embedding=return_embedding)
 
     def bm25_retrieval(self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False) -> list[Document]:
+        """Haystack's BM25 search, over the documents ``filters`` allows (matched as ``filter_documents`` does)."""
         self._count_terms()
         by_id = self._by_id(filters)
         if by_id is not None and not by_id["value"]:
