@@ -72,6 +72,7 @@ def saved_passages(settings: Settings, name: str) -> Iterator[tuple[str, dict]]:
 
 
 def staged_batches(staging: Path) -> Iterator[list[Document]]:
+    """The passages a run staged in the JSON lines file ``staging``, as Documents in batches of ``WRITE_BATCH``."""
     batch = []
     with staging.open(encoding="utf-8") as handle:
         for line in handle:

@@ -37,6 +37,7 @@ NAME_FIX = "use lowercase letters, digits, '-', '_' and '.', starting with a let
 
 
 def check_collection_name(name: object) -> str:
+    """``name``, once known to be a valid collection name (``NAME_PATTERN``, nothing pointing outside the index directory); else a QAError."""
     if not isinstance(name, str) or not name:
         raise QAError("The collection name is empty.", NAME_FIX)
     if "/" in name or "\\" in name or ".." in name:
@@ -56,6 +57,8 @@ def collection_name_from(file_name: str) -> str:
 
 @dataclass(frozen=True)
 class CollectionInfo:
+    """What `qa-system collections` lists of one collection: its size, encoder, kind, source and last update."""
+
     name: str
     store: str
     documents: int  # source documents (reviews, rows, files)
@@ -67,6 +70,7 @@ class CollectionInfo:
     updated: str | None
 
     def as_dict(self) -> dict:
+        """The information as JSON-ready data (``qa-system collections --json``)."""
         return asdict(self)
 
 

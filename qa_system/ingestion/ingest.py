@@ -50,6 +50,8 @@ _SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl
 
 @dataclass(frozen=True)
 class IngestProgress:
+    """How far an ingestion run is, as handed to its progress callback."""
+
     documents: int  # source documents read so far
     embedded: int  # passages embedded so far
     fraction: float | None  # share of the source read, when known
@@ -60,6 +62,8 @@ ProgressCallback = Callable[[IngestProgress], None]
 
 @dataclass
 class IngestReport:
+    """What an ingestion run did: documents read, added, changed, unchanged and deleted, passages embedded, what it skipped, and its time."""
+
     collection: str
     store: str
     source: str
@@ -86,12 +90,15 @@ class IngestReport:
 
     @property
     def documents_per_s(self) -> float:
+        """Source documents read per second of the run."""
         return self.read / self.seconds if self.seconds else 0.0
 
     def as_dict(self) -> dict:
+        """The report as JSON-ready data, the reading speed included."""
         return {**asdict(self), "documents_per_s": self.documents_per_s}
 
     def summary(self) -> list[str]:
+        """The report for people, a line each: the collection, what changed, the speed, and what was skipped or left out."""
         lines = [
             f"Collection '{self.collection}' ({self.store}): {self.documents} documents in {self.passages} passages.",
             f"  {self.read} read from {self.source}: {self.added} added, {self.changed} changed, {self.unchanged} unchanged; "

@@ -32,6 +32,8 @@ CSV_COLUMNS = ("question", "answer", "document_id")
 
 @dataclass
 class Labels:
+    """Your labelled questions read from a file, and the collection they are asked over (None: each question's own context)."""
+
     questions: list[LabelledQuestion]
     path: Path
     collection: str | None  # None: each question's own context is its document
@@ -40,6 +42,7 @@ class Labels:
 
     @property
     def title(self) -> str:
+        """The labels as a report names them: the file, its format and the collection."""
         return f"{self.path.name} ({self.format})" + (f" on collection '{self.collection}'" if self.collection else "")
 
 

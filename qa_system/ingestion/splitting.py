@@ -24,6 +24,17 @@ CHARS_PER_WORD = 25
 
 @component
 class PassageSplitter:
+    """Splits documents into passages of ``words`` words, each sharing ``overlap`` words with the next.
+
+    Passages are the ones Haystack's ``DocumentSplitter(split_by="word")`` makes, each with
+    ``source_offset`` and ``document_id`` in its metadata. Usage::
+
+        passages = PassageSplitter(words=200, overlap=40).run(documents=[Document(content=text)])["documents"]
+
+    :param words: words per passage (a longer text without spaces is also cut at ``words * CHARS_PER_WORD`` characters).
+    :param overlap: words a passage shares with the next, at least 0 and below ``words``.
+    """
+
     def __init__(self, words: int = 200, overlap: int = 40):
         if not 0 <= overlap < words:
             raise ValueError(f"overlap ({overlap}) must be at least 0 and below words ({words})")
@@ -32,6 +43,7 @@ class PassageSplitter:
 
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document]) -> dict[str, list[Document]]:
+        """The passages of every document, in order (a short document is one passage with its own id)."""
         return {"documents": [passage for document in documents for passage in self.split(document)]}
 
     def spans(self, text: str) -> list[tuple[int, str]]:
@@ -73,6 +85,7 @@ class PassageSplitter:
         ]
 
     def split(self, document: Document) -> list[Document]:
+        """The passages of one document, each with ``source_offset`` and ``document_id`` in its metadata."""
         return [Document.from_dict(passage) for passage in self.passages(document.id, document.content or "", document.meta)]
 
 
