@@ -125,6 +125,7 @@ class BM25sRetriever:
         self._postings = MetaPostings([])
 
     def warm_up(self) -> None:
+        """Build the index (or load it from ``cache_dir``), unless the one built already covers the store's documents."""
         if self._bm25 is None or len(self._documents) != self.document_store.count_documents():
             self._build()
 
@@ -158,6 +159,13 @@ class BM25sRetriever:
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, filters: dict | None = None, top_k: int | None = None) -> dict[str, list[Document]]:
+        """The ``top_k`` documents that best match ``query`` by BM25, best first; ties in corpus order.
+
+        :param query: the question.
+        :param filters: Haystack metadata filters; the documents they allow are the only candidates.
+        :param top_k: documents returned (default: the component's ``top_k``); 0 returns none.
+        :returns: ``{"documents": [...]}``, each with its BM25 score.
+        """
         self.warm_up()
         top_k = self.top_k if top_k is None else top_k
         if not self._documents or top_k <= 0:
@@ -180,6 +188,7 @@ class BM25sRetriever:
         return {"documents": [replace(self._documents[rows[i]], score=float(candidate_scores[i])) for i in order]}
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's settings and its document store, serialised for a pipeline YAML."""
         return default_to_dict(
             self,
             document_store=self.document_store.to_dict(),
@@ -196,6 +205,7 @@ class BM25sRetriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BM25sRetriever":
+        """The component from ``to_dict``'s data, its document store rebuilt from its own serialisation."""
         store = data["init_parameters"]["document_store"]
         data["init_parameters"]["document_store"] = import_class_by_name(store["type"]).from_dict(store)
         return default_from_dict(cls, data)

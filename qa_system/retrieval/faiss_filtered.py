@@ -24,6 +24,17 @@ EXACT_SEARCH_LIMIT = 4096
 
 @component
 class FAISSFilteredEmbeddingRetriever:
+    """Embedding retrieval from a ``FAISSDocumentStore`` that applies metadata filters before the vector search.
+
+    Scores are cosine similarities (the store's embeddings are unit length). Usage::
+
+        retriever = FAISSFilteredEmbeddingRetriever(document_store=store, top_k=5)
+        retriever.run(query_embedding=vector, filters={"field": "meta.item_id", "operator": "==", "value": "B0074BW614"})
+
+    :param document_store: the FAISS store to search.
+    :param top_k: documents returned when ``run`` is not given its own.
+    """
+
     def __init__(self, document_store: Any, top_k: int = 10):
         self.document_store = document_store
         self.top_k = top_k
@@ -55,6 +66,13 @@ class FAISSFilteredEmbeddingRetriever:
 
     @component.output_types(documents=list[Document])
     def run(self, query_embedding: list[float], filters: dict | None = None, top_k: int | None = None) -> dict[str, list[Document]]:
+        """The ``top_k`` documents nearest to ``query_embedding`` among those ``filters`` allows, nearest first.
+
+        :param query_embedding: the question's vector (unit length, as the documents').
+        :param filters: Haystack metadata filters, applied before the search.
+        :param top_k: documents returned (default: the component's ``top_k``); 0 returns none.
+        :returns: ``{"documents": [...]}``, each scored with its cosine similarity.
+        """
         import faiss
 
         store = self.document_store
@@ -87,10 +105,12 @@ class FAISSFilteredEmbeddingRetriever:
         return distances[best], allowed[best]
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's settings and its document store, serialised for a pipeline YAML."""
         return default_to_dict(self, document_store=self.document_store.to_dict(), top_k=self.top_k)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FAISSFilteredEmbeddingRetriever":
+        """The component from ``to_dict``'s data, its FAISS store rebuilt from its own serialisation."""
         from haystack_integrations.document_stores.faiss import FAISSDocumentStore
 
         data["init_parameters"]["document_store"] = FAISSDocumentStore.from_dict(data["init_parameters"]["document_store"])

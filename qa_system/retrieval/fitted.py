@@ -27,6 +27,7 @@ def encoder_key(settings: Settings) -> str:
 
 
 def fits(index: Index, settings: Settings) -> dict[str, Any]:
+    """Everything fitted for this index under the settings' question encoder (fusion, re-ranking, thresholds); empty when nothing is."""
     return index.manifest.get(MANIFEST_KEY, {}).get(encoder_key(settings), {})
 
 
@@ -56,6 +57,7 @@ def rerank_weight(index: Index, settings: Settings, retriever: str) -> float:
 
 
 def reader_key(settings: Settings) -> str:
+    """The settings' reader as fits of the re-ranking mix name it (``model_key``)."""
     return model_key(settings.reader_model)
 
 

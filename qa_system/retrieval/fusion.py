@@ -83,6 +83,13 @@ class RankFusion:
 
     @component.output_types(documents=list[Document])
     def run(self, sparse: list[Document], dense: list[Document], top_k: int | None = None) -> dict[str, list[Document]]:
+        """One ranking from the sparse and dense ones, each weighted, best first.
+
+        :param sparse: the BM25 retriever's documents, best first.
+        :param dense: the embedding retriever's documents, best first.
+        :param top_k: documents returned (default: the component's ``top_k``).
+        :returns: ``{"documents": [...]}``, scored by the fusion.
+        """
         weights = [self.sparse_weight, self.dense_weight]
         if self.mode == "rrf":
             fused = reciprocal_rank_fusion([sparse, dense], k=self.k, weights=weights)
@@ -91,10 +98,12 @@ class RankFusion:
         return {"documents": fused[: self.top_k if top_k is None else top_k]}
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's settings, serialised for a pipeline YAML."""
         return default_to_dict(self, mode=self.mode, k=self.k, sparse_weight=self.sparse_weight, dense_weight=self.dense_weight, top_k=self.top_k)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RankFusion":
+        """The component from ``to_dict``'s data."""
         return default_from_dict(cls, data)
 
 
@@ -108,6 +117,7 @@ class FusionParameters:
     dense_weight: float = 0.5
 
     def as_dict(self) -> dict[str, Any]:
+        """The parameters as JSON-ready data (as the index manifest keeps them)."""
         return asdict(self)
 
 

@@ -62,6 +62,7 @@ class AnswerabilityRanker:
         self.reader = ExtractiveReader(model=self.model, max_seq_length=max_seq_length, doc_stride=doc_stride, backend="torch")
 
     def warm_up(self) -> None:
+        """Load the reader's model."""
         self.reader.warm_up()
 
     def answerability(self, query: str, documents: list[Document]) -> list[float]:
@@ -70,12 +71,20 @@ class AnswerabilityRanker:
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, documents: list[Document], top_k: int | None = None) -> dict[str, list[Document]]:
+        """The documents re-ordered by the mix of retriever score and answerability, best first.
+
+        :param query: the question the reader reads each document for.
+        :param documents: the retrieved documents, scored by their retriever.
+        :param top_k: documents returned (default: the component's ``top_k``).
+        :returns: ``{"documents": [...]}``, each with ``retrieval_score`` and ``answerability`` in its metadata.
+        """
         top_k = self.top_k if top_k is None else top_k
         if not documents:
             return {"documents": []}
         return {"documents": mix(documents, self.answerability(query, documents), self.retriever_weight)[:top_k]}
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's settings, serialised for a pipeline YAML."""
         return default_to_dict(
             self, model=self.model, retriever_weight=self.retriever_weight, top_k=self.top_k,
             max_seq_length=self.max_seq_length, doc_stride=self.doc_stride,
@@ -83,4 +92,5 @@ class AnswerabilityRanker:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "AnswerabilityRanker":
+        """The component from ``to_dict``'s data."""
         return default_from_dict(cls, data)
