@@ -41,6 +41,7 @@ def strip_citations(text: str) -> str:
 
 
 def says_no_answer(text: str, phrases: Sequence[str] = NO_ANSWER_PHRASES) -> bool:
+    """Whether a reply (its citations ignored) starts with one of ``phrases``, compared as SQuAD normalises answers."""
     normalized = normalize_answer(strip_citations(text))
     return any(normalized.startswith(normalize_answer(phrase)) for phrase in phrases)
 
@@ -58,10 +59,20 @@ class CitedAnswerBuilder:
         self.no_answer_phrases = list(no_answer_phrases or NO_ANSWER_PHRASES)
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's settings, serialised for a pipeline YAML."""
         return default_to_dict(self, no_answer_phrases=self.no_answer_phrases)
 
     @component.output_types(answers=list[GeneratedAnswer])
     def run(self, query: str, replies: list[ChatMessage], documents: list[Document], prompt: dict[str, Any] | None = None) -> dict[str, list[GeneratedAnswer]]:
+        """The generator's first reply as one ``GeneratedAnswer`` citing the documents it names.
+
+        :param query: the question.
+        :param replies: the generator's replies (the first is read).
+        :param documents: the documents the prompt numbered, in its order.
+        :param prompt: the prompt builder's meta (truncation), kept in the answer's meta.
+        :returns: ``{"answers": [answer]}``; its ``data`` is None and ``meta["no_answer_reason"]`` says why
+            when nothing was retrieved, the reply is empty or it says the reviews hold no answer.
+        """
         reply = replies[0] if replies else None
         text = (reply.text or "").strip() if reply is not None else ""
         reason = None

@@ -55,16 +55,19 @@ class LocalGenerator:
         self._model = None
 
     def warm_up(self) -> None:
+        """Load the model and its tokenizer (once)."""
         if self._model is None:
             self._format = load_prompt_format(self.model)
             self._model = load_generation_model(self.model)
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's settings (a streaming callback by its import path), serialised for a pipeline YAML."""
         callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
         return default_to_dict(self, model=self.model, generation_kwargs=self.generation_kwargs, streaming_callback=callback)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LocalGenerator":
+        """The component from ``to_dict``'s data, the streaming callback imported back."""
         parameters = data.get("init_parameters", {})
         if parameters.get("streaming_callback"):
             parameters["streaming_callback"] = deserialize_callable(parameters["streaming_callback"])
@@ -86,6 +89,13 @@ class LocalGenerator:
         streaming_callback: StreamingCallbackT | None = None,
         generation_kwargs: dict[str, Any] | None = None,
     ) -> dict[str, list[ChatMessage]]:
+        """The model's reply to ``messages``.
+
+        :param messages: the prompt (system and user messages).
+        :param streaming_callback: called with each new piece of text; overrides the component's own.
+        :param generation_kwargs: ``generate()`` arguments for this call, over the component's.
+        :returns: ``{"replies": [ChatMessage]}``, with the token usage and finish reason in its meta.
+        """
         import torch
 
         self.warm_up()
@@ -142,6 +152,7 @@ class OpenAICompatibleGenerator:
         self._client: OpenAIChatGenerator | None = None
 
     def warm_up(self) -> None:
+        """Create the client of the endpoint (once)."""
         if self._client is None:
             key = self.api_key.resolve_value() or "not-needed"  # the client insists on a key; local servers ignore it
             self._client = OpenAIChatGenerator(
@@ -151,6 +162,7 @@ class OpenAICompatibleGenerator:
             self._client.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's settings (the API key as a secret reference, never its value), serialised for a pipeline YAML."""
         return default_to_dict(
             self, model=self.model, api_base_url=self.api_base_url, generation_kwargs=self.generation_kwargs,
             api_key=self.api_key, timeout=self.timeout, max_retries=self.max_retries,
@@ -163,6 +175,13 @@ class OpenAICompatibleGenerator:
         streaming_callback: StreamingCallbackT | None = None,
         generation_kwargs: dict[str, Any] | None = None,
     ) -> dict[str, list[ChatMessage]]:
+        """The endpoint's reply to ``messages``; a connection or HTTP error is one QAError naming the endpoint.
+
+        :param messages: the prompt (system and user messages).
+        :param streaming_callback: called with each new piece of text.
+        :param generation_kwargs: request fields for this call, over the component's.
+        :returns: ``{"replies": [ChatMessage]}``.
+        """
         import openai
 
         self.warm_up()

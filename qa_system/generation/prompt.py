@@ -29,6 +29,7 @@ TRUNCATION_MARK = " ..."
 
 
 def format_reviews(texts: Sequence[str]) -> str:
+    """The reviews as the prompt lists them, one per line, numbered from 1 as ``[n] text`` (the numbers citations refer to)."""
     return "\n".join(f"[{number}] {text}" for number, text in enumerate(texts, 1))
 
 
@@ -71,10 +72,12 @@ class ReviewPromptBuilder:
         self._format: PromptFormat | None = None
 
     def warm_up(self) -> None:
+        """Load the tokenizer that counts the prompt's tokens (or, without one, the character estimate)."""
         if self._format is None:
             self._format = load_prompt_format(self.tokenizer) if self.tokenizer else EstimatedFormat()
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's settings, serialised for a pipeline YAML."""
         return default_to_dict(
             self, tokenizer=self.tokenizer, context_length=self.context_length, max_new_tokens=self.max_new_tokens,
             min_review_tokens=self.min_review_tokens, system_prompt=self.system_prompt,
@@ -88,6 +91,7 @@ class ReviewPromptBuilder:
         return min(self.context_length, model_context) - self.max_new_tokens
 
     def messages(self, question: str, texts: Sequence[str]) -> list[ChatMessage]:
+        """The system and user messages asking ``question`` about the numbered ``texts``, not truncated."""
         user = USER_TEMPLATE.format(reviews=format_reviews(texts), question=question)
         return [ChatMessage.from_system(self.system_prompt), ChatMessage.from_user(user)]
 
