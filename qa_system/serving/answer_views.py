@@ -20,6 +20,8 @@ ELLIPSIS = "…"
 
 @dataclass(frozen=True)
 class Segment:
+    """A piece of a review as a card shows it: plain text, or highlighted (an answer span)."""
+
     text: str
     highlighted: bool = False
 
@@ -124,6 +126,7 @@ class AnswerView:
 
     @property
     def level(self) -> str:
+        """high, medium, low or unknown: the score's band, for colouring it (``score_level``)."""
         return score_level(self.score)
 
     def segments(self, window: int | None = None) -> list[Segment]:

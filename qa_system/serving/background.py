@@ -44,6 +44,7 @@ class BackgroundTask(Generic[T]):
 
     @property
     def failed(self) -> bool:
+        """Whether the work has finished by raising."""
         return self._finished.is_set() and self._error is not None
 
     def result(self) -> T:
@@ -62,6 +63,7 @@ class TaskRegistry:
         self._tasks: dict[Hashable, BackgroundTask] = {}
 
     def get_or_start(self, key: Hashable, work: Callable[[Report], T], name: str = "background-task") -> BackgroundTask[T]:
+        """The task of ``key``: the running or finished one, or ``work`` started afresh when there is none or it failed."""
         with self._lock:
             task = self._tasks.get(key)
             if task is None or task.failed:

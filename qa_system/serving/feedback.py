@@ -94,6 +94,7 @@ class Feedback:
         return cls(**{"document_id": None, **values})
 
     def validated(self) -> "Feedback":
+        """The feedback, once its text is UTF-8, its verdict known, its question given and a span's offsets inside its review; else a QAError."""
         for field in fields(self):
             check_text(getattr(self, field.name), f"the feedback's {field.name}")
         if self.verdict not in VERDICTS:
@@ -120,6 +121,8 @@ class Feedback:
 
 @dataclass(frozen=True)
 class FeedbackExport:
+    """The confirmed answers as SQuAD v2 data, what they hold, and how many of the clicks became labels."""
+
     squad: dict[str, Any]  # the SQuAD v2 data
     report: SquadReport  # what it holds
     clicks: int  # all clicks in the database
@@ -127,6 +130,7 @@ class FeedbackExport:
     path: Path | None = None  # the file ``export_squad`` wrote
 
     def summary(self) -> str:
+        """One line for people: the labelled questions (answerable, impossible) and the clicks they came from."""
         return f"{self.report.questions} labelled questions ({self.report.answerable} answerable, {self.report.impossible} impossible) from {self.used_clicks} of {self.clicks} clicks"
 
 

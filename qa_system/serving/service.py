@@ -166,6 +166,7 @@ class QAService:
 
     @property
     def ready(self) -> bool:
+        """Whether the collections and pipelines are loaded (``status`` says ``ready``)."""
         return self.status()["status"] == "ready"
 
     # ------------------------------------------------------------------ collections
@@ -197,6 +198,7 @@ class QAService:
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def document(self, collection: str | None, document_id: str) -> Document:
+        """The document ``document_id`` of a collection (None: the default one); NotFound when it holds no such document."""
         index = self.index(collection)
         found = index.store.filter_documents({"field": "id", "operator": "==", "value": document_id})
         if not found:

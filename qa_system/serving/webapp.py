@@ -97,6 +97,7 @@ def run_app(port: int, address: str, overrides: Mapping[str, Any], watch: bool =
 
 
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 at the time of asking."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

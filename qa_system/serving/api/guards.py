@@ -51,6 +51,7 @@ class Metrics:
         self.ready = Gauge("qa_api_ready", "1 once the models and indexes are loaded", registry=self.registry)
 
     def render(self) -> bytes:
+        """Every metric in Prometheus' text format."""
         return generate_latest(self.registry)
 
 
@@ -213,4 +214,5 @@ def error_response(detail: str, status: int, headers: Mapping[str, str] | None =
 
 
 async def refuse(status: int, detail: str, scope: Scope, receive, send, headers: dict[str, str] | None = None) -> None:
+    """Answer the request with the API's one-line error body and ``status``, without calling the app."""
     await error_response(detail, status, headers)(scope, receive, send)

@@ -56,6 +56,8 @@ Verdict = Annotated[Literal[tuple(VERDICTS)], _utf8]  # type: ignore[valid-type]
 
 
 class QueryRequest(BaseModel):
+    """A question about a product, and how to answer it."""
+
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]})
 
     query: Text = Field(description="the question")
@@ -70,6 +72,8 @@ class QueryRequest(BaseModel):
 
 
 class AnswerOut(BaseModel):
+    """One answer: a span copied from a review (with its offsets and context), the 'no answer' prediction, or a generated answer citing reviews."""
+
     kind: Literal["span", "no_answer", "generated"] = Field(description="span: copied from a review; no_answer: the reviews hold none; generated: RAG")
     text: str | None = Field(description="the answer; null for no_answer")
     score: float | None = Field(description="the reader's score (0-1); null for generated answers")
@@ -84,6 +88,7 @@ class AnswerOut(BaseModel):
 
     @classmethod
     def of(cls, view: AnswerView) -> "AnswerOut":
+        """The answer body of a library ``AnswerView``: a span's document, offsets and context, or a generated answer's citations."""
         out = cls(kind=view.kind, text=view.text, score=view.score, no_answer_reason=view.meta.get("no_answer_reason"))
         if view.kind == "span":
             content = view.document.content or ""
@@ -99,6 +104,8 @@ class AnswerOut(BaseModel):
 
 
 class ReviewOut(BaseModel):
+    """A retrieved review: its document id, the retriever's score, its text and metadata."""
+
     id: str
     score: float | None = Field(description="the retriever's score (hybrid: fused; meta.retriever_scores holds BM25's and dense's)")
     content: str | None
@@ -106,10 +113,13 @@ class ReviewOut(BaseModel):
 
     @classmethod
     def of(cls, document: Document) -> "ReviewOut":
+        """The review body of a retrieved Haystack ``Document``."""
         return cls(id=document.id, score=document.score, content=document.content, meta=document.meta)
 
 
 class QueryResponse(BaseModel):
+    """The answers to a question, the reviews they were read from, and how long each stage took."""
+
     query: str
     collection: str
     item_id: str | None
@@ -123,6 +133,8 @@ class QueryResponse(BaseModel):
 
 
 class CollectionOut(BaseModel):
+    """A collection the server serves: its index, store, size, products and encoder."""
+
     name: str
     index: str
     store: str
@@ -135,17 +147,23 @@ class CollectionOut(BaseModel):
 
 
 class ProductOut(BaseModel):
+    """A product and the number of its reviews."""
+
     item_id: str
     reviews: int
 
 
 class ProductsOut(BaseModel):
+    """One page of a collection's products, most reviewed first."""
+
     collection: str
     total: int = Field(description="products in the collection")
     products: list[ProductOut] = Field(description="most reviewed first, from offset")
 
 
 class FeedbackRequest(BaseModel):
+    """A user's verdict on one answer of a query: the answer as the query returned it, and the verdict."""
+
     model_config = ConfigDict(extra="forbid")
 
     verdict: Verdict = Field(description="; ".join(f"{k}: {v}" for k, v in VERDICTS.items()))
@@ -161,6 +179,8 @@ class FeedbackRequest(BaseModel):
 
 
 class FeedbackOut(BaseModel):
+    """The stored feedback: its id and time (a repeated `click_id` returns the first one)."""
+
     id: int
     created: str
     verdict: str
@@ -168,10 +188,13 @@ class FeedbackOut(BaseModel):
 
     @classmethod
     def of(cls, feedback: Feedback) -> "FeedbackOut":
+        """The response body of stored ``Feedback``."""
         return cls(id=feedback.id, created=feedback.created, verdict=feedback.verdict, click_id=feedback.click_id)
 
 
 class HealthOut(BaseModel):
+    """Whether the server is ready to answer: loading (with progress), ready, or failed (with the reason)."""
+
     status: Literal["loading", "ready", "failed"]
     collections: list[str]
     reader_backend: str
@@ -184,4 +207,6 @@ class HealthOut(BaseModel):
 
 
 class ErrorOut(BaseModel):
+    """Every error of the API: one line naming the problem and the fix."""
+
     detail: str = Field(description="one line naming the problem and the fix")
