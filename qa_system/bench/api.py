@@ -36,6 +36,8 @@ HEALTH_EVERY_S = 0.5
 
 @dataclass
 class LoadResult:
+    """What one load test of the API measured: answered requests' latencies, errors by kind, health-check latencies and the machine's load."""
+
     label: str
     clients: int
     seconds: float
@@ -46,6 +48,7 @@ class LoadResult:
     load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and the end (a shared machine)
 
     def row(self) -> dict[str, Any]:
+        """The result as one row of the report's table: throughput, latency percentiles in ms, errors and load averages."""
         def ms(values: list[float], q: float) -> float:
             return round(1000 * float(np.percentile(values, q)), 1) if values else float("nan")
 
@@ -116,6 +119,7 @@ def load_test(url: str, questions: Sequence[dict], clients: int, seconds: float,
 
 
 def load_questions(settings: Settings, domain: str, split: str, limit: int, seed: int, retriever: str | None, top_k: int) -> list[dict]:
+    """Up to ``limit`` distinct /query bodies (question and product) of a labelled split, shuffled with ``seed``."""
     questions = load_subjqa(domain, [split], settings.data_dir).questions
     if not questions:
         raise QAError(f"No labelled questions in {domain}/{split}.", "pick another --split.")

@@ -54,6 +54,7 @@ def real_reviews(settings: Settings, questions: Sequence[LabelledQuestion], ques
 
 
 def bench_questions(settings: Settings, domain: str = "electronics", split: str = "test", limit: int | None = None) -> list[LabelledQuestion]:
+    """The first ``limit`` labelled questions of a domain's split (all with None): the questions the benchmark asks."""
     return load_subjqa(domain, split, settings.data_dir).questions[:limit]
 
 

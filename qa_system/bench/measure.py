@@ -27,17 +27,21 @@ class Timing:
 
     @property
     def calls(self) -> int:
+        """The number of calls timed."""
         return len(self.seconds)
 
     def percentile_ms(self, q: float) -> float:
+        """The ``q``-th percentile of the calls' times, in milliseconds (NaN with no calls)."""
         return 1000 * float(np.percentile(self.seconds, q)) if self.seconds else float("nan")
 
     @property
     def p50_ms(self) -> float:
+        """The median call time in milliseconds."""
         return self.percentile_ms(50)
 
     @property
     def p95_ms(self) -> float:
+        """The 95th percentile call time in milliseconds."""
         return self.percentile_ms(95)
 
     @property
@@ -82,6 +86,7 @@ def peak_rss_mb() -> float:
 
 
 def rss_mb() -> float:
+    """This process's resident memory now, in MiB."""
     import psutil
 
     return psutil.Process().memory_info().rss / 2**20
@@ -107,6 +112,7 @@ def machine() -> dict[str, Any]:
 
 
 def library_versions() -> dict[str, str]:
+    """The installed versions of the libraries the benchmark compares ("not installed" for a missing one)."""
     from importlib.metadata import PackageNotFoundError, version
 
     versions = {}

@@ -115,6 +115,8 @@ class Round:
 
 @dataclass(frozen=True)
 class PageLoadResult:
+    """What a page load run measured: every round of every session, the feedback rows stored, and the times."""
+
     rounds: list[Round]
     stored: dict[str, int]  # feedback rows per product
     sessions: int
@@ -122,10 +124,12 @@ class PageLoadResult:
     cold_answer_s: float  # the server's first answer (models loading), not in the percentiles
 
     def total(self, field: str) -> int:
+        """The sum of one counter (``clicks``, ``acknowledged``) over every round."""
         return sum(getattr(r, field) for r in self.rounds)
 
     @property
     def answered(self) -> list[Round]:
+        """The rounds whose question got an answer in time."""
         return [r for r in self.rounds if r.answer_s is not None]
 
     @property
@@ -142,6 +146,7 @@ class PageLoadResult:
         return round(1000 * float(np.percentile(values, q))) if values else "n/a"
 
     def table(self) -> pd.DataFrame:
+        """The run as the report's table: one measurement a row, with its value and a note."""
         stored = sum(self.stored.values())
         rows = [
             ("sessions (browsers asking and clicking at once)", self.sessions, ""),
@@ -176,6 +181,7 @@ def pick_questions(settings: Settings, split: str, sessions: int) -> list[tuple[
 
 
 def acknowledged_clicks(caption: str) -> int:
+    """How many clicks the page's caption says it saved ("Saved: ..." is one, "Saved N clicks" is N, anything else none)."""
     if caption.startswith("Saved:"):
         return 1
     match = re.match(r"Saved (\d+) clicks", caption)
@@ -244,6 +250,7 @@ class Session:
         return made, acknowledged
 
     def run(self, deadline: float, clicks: int, rng: random.Random, rounds: list[Round]) -> None:
+        """Ask questions and click their answers' buttons until ``deadline``, appending one ``Round`` per question to ``rounds``."""
         while time.monotonic() < deadline:
             question = self.questions[self.asked % len(self.questions)]
             try:
@@ -256,6 +263,7 @@ class Session:
             rounds.append(Round(self.number, self.item_id, question, answer_s, pipeline_s, made, acknowledged, error))
 
     def close(self) -> None:
+        """Quit the session's browser."""
         self.driver.quit()
 
 

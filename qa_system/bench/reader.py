@@ -53,6 +53,7 @@ def haystack_reader(model: str, top_k: int = 3):
 
 
 def project_readers(model: str, export_dir: Path, top_k: int = 3) -> dict[str, ExtractiveReader]:
+    """The project's reader on ``model`` with each backend (PyTorch, ONNX fp32, ONNX int8 from ``export_dir``), warmed up."""
     readers = {
         TORCH: ExtractiveReader(model=model, top_k=top_k, backend="torch"),
         ONNX_FP32: ExtractiveReader(model=model, top_k=top_k, backend="onnx", onnx_model=export_dir / FP32_FILE),
@@ -97,6 +98,7 @@ class StageClock:
         self.reader._logits, self.reader._window_candidates = timed_logits, timed_candidates
 
     def next_question(self) -> None:
+        """Start counting a new question's model time, span search time, windows and tokens."""
         for values in (self.model_s, self.spans_s, self.windows, self.tokens):
             values.append(0)
 

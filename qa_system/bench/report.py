@@ -74,6 +74,7 @@ def reader_plot(reader: pd.DataFrame, profile: pd.DataFrame) -> plt.Figure:
 
 
 def write(out_dir: Path, tables: dict[str, pd.DataFrame], summary: dict[str, Any], notes: list[str]) -> Path:
+    """Write the benchmark report to ``out_dir``: the acceptance checks first, then ``tables``, the plots, ``summary`` and ``notes``."""
     checks = acceptance(tables["reader"], tables["retrieval"], tables["end_to_end"])
     figures = {
         "latency_vs_corpus_size.png": latency_plot(tables["retrieval"], tables["end_to_end"]),

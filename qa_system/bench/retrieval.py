@@ -50,6 +50,8 @@ def same_scoring_bm25(store: Any, top_k: int = TOP_K) -> BM25sRetriever:
 
 @dataclass
 class Query:
+    """A benchmark query: the question's text, its vector, and the filters it is asked with."""
+
     text: str
     vector: list[float]
     filters: dict | None
