@@ -43,6 +43,7 @@ QUALITY = ["em", "f1", "sas", "no_answer_accuracy", "citation_precision"]
 
 
 def generator_label(settings: Settings) -> str:
+    """The generator as the report names it: ``smollm2``, else the last part of its model's path or id."""
     if settings.generator == "smollm2":
         return "smollm2"
     return reader_label(settings.generator_model or settings.generator)
@@ -148,6 +149,7 @@ def summarize_rag(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_system(pipeline: QAPipeline, questions: Sequence[LabelledQuestion], top_k: int, progress: bool, desc: str) -> pd.DataFrame:
+    """One answer record per question (``answer_record``) from running ``pipeline`` on each, with a progress bar titled ``desc``."""
     from tqdm.auto import tqdm
 
     records = []

@@ -98,6 +98,7 @@ class Variant:
 
     @classmethod
     def parse(cls, name: str) -> "Variant":
+        """The variant a name such as ``hybrid-ft+rerank`` stands for; a QAError lists the known ones."""
         from qa_system.errors import QAError
 
         base, _, suffix = name.partition("+")

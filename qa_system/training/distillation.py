@@ -40,6 +40,8 @@ class DistillationConfig:
 
 
 class DistillationLoss(NamedTuple):
+    """The training loss and its two parts: ``hard`` (against the gold span) and ``soft`` (against the teacher)."""
+
     total: torch.Tensor
     hard: torch.Tensor
     soft: torch.Tensor

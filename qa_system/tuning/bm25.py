@@ -43,6 +43,8 @@ RULE = "best recall@3, MRR within one question of the best, fewest changes from 
 
 @dataclass(frozen=True)
 class BM25Setting:
+    """One point of the BM25 grid: the analyzer (stemmer, stopwords) and the parameters k1 and b."""
+
     stemmer_language: str | None
     stopwords: str | None
     k1: float
@@ -67,6 +69,7 @@ def recommended(table: pd.DataFrame, questions: int) -> pd.Series:
 
 
 def describe(row: pd.Series) -> str:
+    """A grid row's setting in one line (stemmer, stopwords, k1, b)."""
     return f"stemmer {row['stemmer_language']}, stopwords {row['stopwords']}, k1 {row['k1']:g}, b {row['b']:g}"
 
 

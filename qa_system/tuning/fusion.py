@@ -63,6 +63,7 @@ def sparse_setting(pipeline: Pipeline) -> dict[str, Any]:
 
 
 def dev_questions(settings: Settings, domain: str, split: str, limit: int | None = None) -> list[LabelledQuestion]:
+    """The first ``limit`` labelled questions of a domain's split to fit on (all with None); a QAError when there are none."""
     questions = load_subjqa(domain, split, settings.data_dir).questions[:check_count(limit, "limit", optional=True)]
     if not questions:
         raise QAError(f"The {domain} {split} split has no questions to fit on.", "pick a domain and split with labelled questions.")
