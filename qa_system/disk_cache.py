@@ -1,5 +1,11 @@
-"""Files that several processes share: cache folders that stay bounded, and the locks that make them
-take turns.
+"""Files that several processes share: written aside then renamed into place, cache folders that stay
+bounded, and the locks that make them take turns.
+
+Whatever is saved (an index, a model export, a BM25 cache entry, a dequantised model) is written
+beside its target under a temporary name that carries its writer's PID, then renamed into place:
+``atomic_file`` for a file, ``built_folder`` for a folder. A reader never sees half of one, a crash
+never loses the previous one, and a later run removes what a killed writer left
+(``remove_leftovers``).
 
 In a cache folder each entry is a directory whose modification time marks its last use, and only the
 most recently used few are kept (indexes and model exports are 100 MB and more each, and would
@@ -12,14 +18,160 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
+import secrets
 import shutil
+import tempfile
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 logger = logging.getLogger(__name__)
 # A lock held longer than this by another process: say that this one waits.
 LOCK_WAIT_NOTICE_S = 0.5
+# What built_folder does with a folder already at its target: put the new one in its place, or keep it.
+EXISTING_RULES = ("replace", "keep")
+
+# A temporary file or directory is ".<name>~<pid>~<random><suffix>". No collection or index file name
+# holds '~', so a name ends at the first '~': a cleanup of 'cc' can never take a file of 'cc.v2' or of
+# 'cc.json' for its own (the dotted form before, ".<name>.<pid>.<random>", could: 'v2' read as a pid).
+_OWNER_END = "~"
+# That dotted form, read from the right (its random part is 8 characters without a dot), so that the
+# leftovers of runs killed before the change are still recognised.
+_DOTTED = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.(?:[a-z0-9_]{8}(?:\.tmp|\.jsonl|\.old)?|deleted)")
+
+
+class TemporaryOwner(NamedTuple):
+    """Who wrote a temporary file or directory, read from its name: the name it stands in for and the writer's process id."""
+
+    name: str
+    pid: int
+    dotted: bool  # named in the dotted form of older releases
+
+    def alive(self) -> bool:
+        """Whether the writer's process runs (in this machine's, or container's, process ids)."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's live process
+            return True
+        return True
+
+
+def temporary_prefix(name: str) -> str:
+    """Hidden, and carrying ``name`` and the writer's PID, so that a later run can tell whose leftovers a file is."""
+    if _OWNER_END in name:
+        raise ValueError(f"a name with '{_OWNER_END}' cannot name temporary files: {name!r}")
+    return f".{name}{_OWNER_END}{os.getpid()}{_OWNER_END}"
+
+
+def temporary_owner(file_name: str) -> TemporaryOwner | None:
+    """Who wrote a file that ``temporary_prefix`` named (or the dotted form before it); None for any other file."""
+    if file_name.startswith(".") and _OWNER_END in file_name:
+        name, _, rest = file_name[1:].partition(_OWNER_END)
+        pid = rest.partition(_OWNER_END)[0]
+        return TemporaryOwner(name, int(pid), False) if name and pid.isdigit() else None
+    dotted = _DOTTED.fullmatch(file_name)
+    return TemporaryOwner(dotted["name"], int(dotted["pid"]), True) if dotted else None
+
+
+def dead_leftovers(directory: Path, name: str | None = None) -> list[Path]:
+    """The temporary files and directories of ``name`` (None: of any name) in ``directory`` whose writer process is gone."""
+    if not directory.is_dir():
+        return []
+    owners = ((path, temporary_owner(path.name)) for path in directory.glob(".*"))
+    return sorted(path for path, owner in owners if owner is not None and name in (None, owner.name) and not owner.alive())
+
+
+def remove_leftovers(directory: Path, name: str | None = None) -> list[Path]:
+    """Delete what writers of ``name`` (None: of any name) killed mid-save left in ``directory`` (temporary
+    files, staging and retired directories); a live writer's files stay. Returns what was removed."""
+    removed = dead_leftovers(directory, name)
+    for leftover in removed:
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path):
+    """A temporary text file beside ``path`` that replaces it (synced, renamed) when the block succeeds; else it goes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; an index is as readable as any other file
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def built_folder(target: Path, existing: str = "replace", complete: Callable[[Path], bool] = Path.exists) -> Iterator[Path]:
+    """An empty folder beside ``target`` to build in; renamed to ``target`` when the block succeeds, removed when it fails.
+
+    The folder is named by ``temporary_prefix(target.name)``, so a later run removes it if this
+    process dies mid-build (and this one first removes what dead writers of ``target`` left). The
+    finished tree is made readable by everyone (0755 / 0644: temporary folders and some writers
+    create owner-only files). A folder already at ``target`` when the build is done:
+
+    * ``existing="replace"``: moved aside (``<prefix><random>.old``), the new folder renamed in, the
+      old one removed; if the rename fails, the old folder goes back.
+    * ``existing="keep"``: kept when ``complete(target)``, and the new folder removed (another process
+      built the same thing first); replaced like above when it is incomplete.
+
+    Either way, a folder that another process renames to ``target`` between this one's two renames
+    (a race lost) is kept when ``complete`` says it is whole; else the OSError is raised.
+    """
+    if existing not in EXISTING_RULES:
+        raise ValueError(f"existing must be one of {EXISTING_RULES}, not {existing!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(target.parent, target.name)
+    staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(target.name), dir=target.parent))
+    try:
+        yield staging
+        _readable_by_all(staging)
+        if not (existing == "keep" and target.exists() and complete(target)):
+            _swap_in(staging, target, complete)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already once renamed
+
+
+def _readable_by_all(tree: Path) -> None:
+    for folder, _, files in os.walk(tree):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+
+
+def _swap_in(staging: Path, target: Path, complete: Callable[[Path], bool]) -> None:
+    """Rename ``staging`` to ``target``, the folder there moved aside first and removed after."""
+    retired = None
+    if target.exists():
+        retired = target.with_name(f"{temporary_prefix(target.name)}{secrets.token_hex(4)}.old")
+        target.rename(retired)
+    try:
+        staging.rename(target)
+    except OSError:
+        if target.exists():  # another process renamed its own in meanwhile
+            if complete(target):
+                return
+            raise
+        if retired is not None:
+            retired.rename(target)
+            retired = None
+        raise
+    finally:
+        if retired is not None:
+            shutil.rmtree(retired, ignore_errors=True)
 
 
 def _locked(lock_file: Path, wait: bool) -> int | None:

@@ -11,7 +11,8 @@ from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.ingestion.indexing import build_index, encoder_fingerprint, open_or_build_index
+from qa_system.ingestion.indexing import build_index, open_or_build_index
+from qa_system.model_files import model_fingerprint
 from qa_system.pipelines import check_embeddings
 from qa_system.retrieval.encoders import tuned_encoders
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, fusion_grid, ranking_scores
@@ -152,7 +153,7 @@ def test_an_index_is_re_embedded_when_the_encoder_changes_even_in_place(tmp_path
     settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", embedding_model=first)
     index = build_index(settings, "electronics", progress=False)
     vectors = {d.id: d.embedding for d in index.store.filter_documents()}
-    assert index.manifest["embedding_fingerprint"] == encoder_fingerprint(first)
+    assert index.manifest["embedding_fingerprint"] == model_fingerprint(first)
 
     # Same model: the saved index is reused as it is.
     assert open_or_build_index(settings, "electronics", progress=False).manifest["created"] == index.manifest["created"]
@@ -169,7 +170,7 @@ def test_an_index_is_re_embedded_when_the_encoder_changes_even_in_place(tmp_path
     with pytest.raises(QAError, match="earlier version"):
         check_embeddings(rebuilt, other)
     again = open_or_build_index(other, "electronics", progress=False)
-    assert again.manifest["embedding_fingerprint"] == encoder_fingerprint(second) != rebuilt.manifest["embedding_fingerprint"]
+    assert again.manifest["embedding_fingerprint"] == model_fingerprint(second) != rebuilt.manifest["embedding_fingerprint"]
     check_embeddings(again, other)
 
 

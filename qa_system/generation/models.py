@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from haystack.dataclasses import ChatMessage
 
+from qa_system.disk_cache import built_folder
 from qa_system.errors import QAError
 from qa_system.hub import load_options, unreachable
 
@@ -66,20 +65,11 @@ def dequantised_model_dir(gguf: Path, cache_root: Path) -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
-    cache_root.mkdir(parents=True, exist_ok=True)
-    # Written beside the target and renamed, so an interrupted run never leaves a half model behind.
-    partial = Path(tempfile.mkdtemp(prefix=f".{gguf.stem}-", dir=cache_root))
-    try:
+    # Written beside the target and renamed, so an interrupted run never leaves a half model behind;
+    # another process that finished the same model first keeps its own.
+    with built_folder(target, existing="keep", complete=lambda folder: (folder / "config.json").is_file()) as partial:
         tokenizer.save_pretrained(partial)
         model.save_pretrained(partial)
-        for path in [partial, *partial.iterdir()]:  # mkdtemp (and the weights writer) create owner-only files
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        partial.rename(target)
-    except OSError:
-        if not (target / "config.json").is_file():  # not merely another process finishing first
-            raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     return target
 
 

@@ -8,7 +8,6 @@ import platform
 import time
 from collections import Counter
 from datetime import datetime, timezone
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -17,6 +16,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
+from qa_system.model_files import model_fingerprint
 from qa_system.sources import SPLITS, available_splits, load_subjqa, source_files
 from qa_system.stores import (
     Index,
@@ -36,8 +36,6 @@ from qa_system.stores import (
 # on_progress(done, total): reviews embedded so far, out of all.
 ProgressCallback = Callable[[int, int], None]
 EMBED_CHUNK = 8  # batches per progress report
-# Files that describe a model without changing its vectors.
-_NOT_WEIGHTS = ("README.md", "qa_system.json")
 # A re-index that would keep less than this share of the saved index's documents needs force=True:
 # a truncated or header-only file must not silently replace a good index.
 MIN_KEPT_SHARE = 0.5
@@ -94,36 +92,13 @@ def source_change(index: Index, settings: Settings) -> str | None:
     return f"{', '.join(changed)} changed" if changed else None
 
 
-def encoder_fingerprint(model: str) -> str | None:
-    """A digest of a local encoder directory's files (None for a hub id).
-
-    The name alone cannot tell that `qa-system train-retriever` rewrote the model at the same path,
-    and vectors of the old weights must never be searched with questions embedded by the new ones.
-    """
-    directory = Path(model).expanduser()
-    if not directory.is_dir():
-        return None
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name not in _NOT_WEIGHTS and not p.name.startswith("."))
-    return _digest(directory, tuple((str(p.relative_to(directory)), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
-
-
-@lru_cache(maxsize=16)
-def _digest(directory: Path, files: tuple[tuple[str, int, int], ...]) -> str:
-    digest = hashlib.sha256()
-    for relative, _, _ in files:
-        digest.update(relative.encode())
-        with (directory / relative).open("rb") as handle:
-            digest.update(hashlib.file_digest(handle, "sha256").digest())
-    return digest.hexdigest()[:16]
-
-
 def embeddings_match(index: Index, settings: Settings) -> bool:
     """Whether the index's vectors come from the configured encoder (same name and, when known, same files)."""
     if index.embedding_model != settings.embedding_model:
         return False
     stored = index.manifest.get("embedding_fingerprint")
     # Indexes built before fingerprints were recorded are trusted by name.
-    return stored is None or stored == encoder_fingerprint(settings.embedding_model)
+    return stored is None or stored == model_fingerprint(settings.embedding_model)
 
 
 def document_embedder(model: str, batch_size: int = 32):
@@ -201,7 +176,7 @@ def build_index(
     if embed:
         documents = embed_documents(documents, settings.embedding_model, settings.batch_size, progress, on_progress)
         manifest["embedding_model"] = settings.embedding_model
-        manifest["embedding_fingerprint"] = encoder_fingerprint(settings.embedding_model)
+        manifest["embedding_fingerprint"] = model_fingerprint(settings.embedding_model)
         manifest["embedding_dim"] = len(documents[0].embedding)
         timings["embedding_s"] = time.perf_counter() - start
     store = _new_store(settings, name, embed, manifest.get("embedding_dim"))

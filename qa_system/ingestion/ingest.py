@@ -35,8 +35,9 @@ from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name
-from qa_system.ingestion.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match, encoder_fingerprint
+from qa_system.ingestion.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match
 from qa_system.ingestion.splitting import PassageSplitter
+from qa_system.model_files import model_fingerprint
 from qa_system.sources.files import SUFFIXES, read_files
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
 from qa_system.sources.squad_documents import read_squad_documents
@@ -475,7 +476,7 @@ class _Run:
         if self.vector_search is not None:
             manifest["vector_search"] = self.vector_search
         if self.embed:
-            manifest.update(embedding_model=self.settings.embedding_model, embedding_fingerprint=encoder_fingerprint(self.settings.embedding_model))
+            manifest.update(embedding_model=self.settings.embedding_model, embedding_fingerprint=model_fingerprint(self.settings.embedding_model))
             manifest["embedding_dim"] = _embedding_dim(staging) or old.get("embedding_dim")
         seconds = time.perf_counter() - self.started
         manifest["last_update"] = {**self.report.as_dict(), "seconds": seconds}

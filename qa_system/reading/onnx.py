@@ -20,7 +20,7 @@ reference book's chapter on efficient transformers, plus what matters for a read
   threads steal the cores that the web server and the tokenizer need on a small machine).
 
 ``export_onnx`` writes ``model.onnx`` (fp32, fused) and ``model-int8.onnx`` beside the tokenizer and
-the tuned no-answer threshold, plus ``export.json`` naming the source model's weights fingerprint,
+the tuned no-answer threshold, plus ``export.json`` naming the source model's fingerprint (``model_files``),
 so that a reader never silently runs an export of an older model. Readers build and reuse their
 export automatically (``onnx_cache.py``); ``export_onnx`` with an output directory is for a copy
 to take elsewhere.
@@ -28,12 +28,10 @@ to take elsewhere.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
-import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,7 +39,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from qa_system.disk_cache import built_folder
 from qa_system.errors import QAError
+from qa_system.model_files import model_fingerprint
 
 ONNX_SUBDIR = "onnx"  # default export location inside a local model directory
 FP32_FILE = "model.onnx"
@@ -52,7 +52,6 @@ OUTPUT_NAMES = ("start_logits", "end_logits")
 # Model types whose graph ONNX Runtime's "bert" optimiser knows how to fuse.
 FUSABLE_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
 BUCKET_TOKENS = 32  # windows whose lengths round up to the same multiple of this share a batch
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
 # CPU flags of int8 dot-product units (x86 VNNI and AMX, Arm dot product and int8 matrix multiply).
 # Without one, int8 matrix products are under 2x fp32 and full-range int8 weights saturate (module doc).
 INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
@@ -92,20 +91,6 @@ def int8_dot_product(cpuinfo: str | None = None) -> list[str]:
 def default_reduce_range() -> bool:
     """7-bit int8 weights unless the CPU has int8 dot-product instructions, where full-range ones do not saturate."""
     return not int8_dot_product()
-
-
-def weights_fingerprint(model_dir: str | Path) -> str | None:
-    """SHA-256 over a local model's weight files (None for a hub id or a directory without weights)."""
-    directory = Path(model_dir)
-    files = sorted(f for pattern in WEIGHT_PATTERNS for f in directory.glob(pattern)) if directory.is_dir() else []
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def default_export_dir(model: str | Path) -> Path:
@@ -207,7 +192,7 @@ def write_export(
     if (Path(model) / MODEL_INFO_FILE).is_file():
         shutil.copyfile(Path(model) / MODEL_INFO_FILE, directory / MODEL_INFO_FILE)
     info = {
-        "source": str(model), "weights_fingerprint": weights_fingerprint(model), "inputs": names, "opset": opset,
+        "source": str(model), "model_fingerprint": model_fingerprint(model), "inputs": names, "opset": opset,
         "fused_operators": fused, "reduce_range": reduce_range, "quantization": f"dynamic int8 (QInt8 weights{', 7-bit' if reduce_range else ''}, per output channel)",
         "onnxruntime": onnxruntime.__version__, "files": {"fp32": FP32_FILE, "int8": INT8_FILE},
         # Sizes of everything written, so that a truncated file is found before it is loaded.
@@ -231,15 +216,8 @@ def export_onnx(model: str | Path, output: str | Path | None = None, opset: int 
     if output is None and not Path(model).expanduser().is_dir():
         raise QAError(f"'{model}' is not a local directory, so there is no default export location.", "pass --output DIR.")
     output = Path(output).expanduser() if output is not None else default_export_dir(model)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
+    with built_folder(output, existing="replace") as staging:  # an earlier export there serves until this one is whole
         write_export(model, staging, opset, reduce_range)
-        shutil.rmtree(output, ignore_errors=True)
-        staging.rename(output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return output
 
 
@@ -258,10 +236,11 @@ def check_export(model: str | Path, path: str | Path) -> Path:
     if not file.is_file():
         raise QAError(f"There is no ONNX export of the reader at {file}.", f"{fix}, or use the torch reader backend.")
     info = read_export_info(file.parent)
-    recorded = info.get("weights_fingerprint")
-    current = weights_fingerprint(model)
+    # Exports written before model_fingerprint (with a weights-only "weights_fingerprint") are trusted.
+    recorded = info.get("model_fingerprint")
+    current = model_fingerprint(model)
     if recorded and current and recorded != current:
-        raise QAError(f"The ONNX export {file} was made from other weights than the reader model {model}.", f"{fix} again.")
+        raise QAError(f"The ONNX export {file} was made from another version of the reader model {model}.", f"{fix} again.")
     if file.name == INT8_FILE and has_full_range_weights(info) and not int8_dot_product():
         logger.warning("The ONNX reader %s has full-range int8 weights, which lose accuracy on a CPU without VNNI: %s again for 7-bit ones.", file, fix)
     return file

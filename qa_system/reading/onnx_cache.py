@@ -31,8 +31,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from qa_system.disk_cache import keep_most_recent, mark_used, taking_turns
+from qa_system.disk_cache import built_folder, keep_most_recent, mark_used, taking_turns, temporary_prefix
 from qa_system.errors import QAError
+from qa_system.model_files import model_fingerprint
 from qa_system.reading.model import ModelLoadError
 from qa_system.reading.onnx import EXPORT_INFO, INT8_FILE, Report, default_reduce_range, open_export, write_export
 
@@ -44,37 +45,6 @@ KEY_LENGTH = 16  # hex digits of the key in an export's folder name, <model name
 EXPORTS_PER_MODEL = 2  # the newest export of a model name and the one before it
 logger = logging.getLogger(__name__)
 _failed: dict[tuple[Path, str], str] = {}  # (cache, model) -> why its export failed in this process
-
-
-def model_files_dir(model: str | Path) -> Path | None:
-    """The directory holding the model's files: itself, or a hub id's snapshot in the local Hugging Face cache."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(str(model), local_files_only=True))
-    except Exception:  # not downloaded yet (or not a hub id): the export's own load will say which
-        return None
-
-
-def model_fingerprint(model: str | Path) -> str | None:
-    """SHA-256 over the names and bytes of the model's files (None when they are not on disk yet).
-
-    Top-level files only (a manual export in ``<model>/onnx`` is not the model), model cards left out.
-    """
-    directory = model_files_dir(model)
-    files = sorted(f for f in directory.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix != ".md") if directory else []
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(f"{file.name}\0{file.stat().st_size}\0".encode())
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def export_settings(reduce_range: bool) -> dict[str, Any]:
@@ -122,7 +92,8 @@ def cached_export(model: str | Path, cache: str | Path, report: Report | None = 
             mark_used(target)
             return target  # built by another process while this one waited
         # Holding the lock, this process is the only one building this export: what is left of
-        # earlier builds of it was left by a process that died.
+        # earlier builds of it was left by a process that died (built_folder removes its own kind;
+        # these are the ".<name>.<random>" folders of releases before it).
         for leftover in cache.glob(f".{target.name}.*"):
             shutil.rmtree(leftover, ignore_errors=True)
         return _build(model, cache, target, reduce_range, report)
@@ -131,8 +102,24 @@ def cached_export(model: str | Path, cache: str | Path, report: Report | None = 
 def _build(model: str | Path, cache: Path, target: Path | None, reduce_range: bool, report: Report | None) -> Path:
     """Write the export beside ``target`` and rename it into place (``target`` None: named once the model is on disk)."""
     cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name if target else 'download'}.", dir=cache))
     started = time.perf_counter()
+    if target is not None:  # under the lock: an export there is incomplete or does not load
+        with built_folder(target, existing="replace", complete=is_complete) as staging:
+            _write(model, cache, staging, reduce_range, report)
+    else:  # a hub id, downloaded by the export itself: built aside, then named; another process's whole export is kept
+        with tempfile.TemporaryDirectory(prefix=temporary_prefix("download"), dir=cache) as aside:
+            fingerprint = _write(model, cache, Path(aside), reduce_range, report)
+            target = export_dir(model, cache, fingerprint, reduce_range)
+            with built_folder(target, existing="keep", complete=is_complete) as staging:
+                for file in Path(aside).iterdir():
+                    file.rename(staging / file.name)
+    logger.info("ONNX reader %s built in %.0f s.", target, time.perf_counter() - started)
+    _remove_older_exports(target)
+    return target
+
+
+def _write(model: str | Path, cache: Path, directory: Path, reduce_range: bool, report: Report | None) -> str:
+    """The export written into ``directory``, its export.json naming the model's fingerprint (returned)."""
 
     def progress(done: int, total: int) -> None:
         if done == 1:  # the model loaded: a model that does not load is its own error, said once
@@ -143,37 +130,10 @@ def _build(model: str | Path, cache: Path, target: Path | None, reduce_range: bo
         if report is not None:
             report(done, total)
 
-    try:
-        info = write_export(model, staging, OPSET, reduce_range, progress, extra_info={"export_settings": export_settings(reduce_range)})
-        fingerprint = model_fingerprint(model)
-        if fingerprint is None:
-            raise QAError(f"The files of the reader '{model}' are not on disk after loading it.", "pass a local model directory.")
-        target = target or export_dir(model, cache, fingerprint, reduce_range)
-        (staging / EXPORT_INFO).write_text(json.dumps({**info, "model_fingerprint": fingerprint}, indent=2), encoding="utf-8")
-        _install(staging, target)
-        logger.info("ONNX reader %s built in %.0f s.", target, time.perf_counter() - started)
-        _remove_older_exports(target)
-        return target
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _install(staging: Path, target: Path) -> None:
-    """Move the finished export into place; an old (incomplete or broken) one is moved aside, then removed."""
-    for path in [staging, *staging.iterdir()]:  # mkdtemp makes owner-only directories
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent)) / target.name
-        target.rename(old)
-    try:
-        staging.rename(target)
-    except OSError:
-        if not is_complete(target):  # not merely another process finishing first (a hub id, built without the lock)
-            raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old.parent, ignore_errors=True)
+    info = write_export(model, directory, OPSET, reduce_range, progress, extra_info={"export_settings": export_settings(reduce_range)})
+    if info["model_fingerprint"] is None:
+        raise QAError(f"The files of the reader '{model}' are not on disk after loading it.", "pass a local model directory.")
+    return info["model_fingerprint"]
 
 
 def _remove_older_exports(target: Path) -> None:

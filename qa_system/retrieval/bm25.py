@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-import tempfile
 import unicodedata
 from dataclasses import replace
 from functools import lru_cache
@@ -25,7 +23,7 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import import_class_by_name
 
-from qa_system.disk_cache import keep_most_recent, mark_used, unused_for
+from qa_system.disk_cache import built_folder, keep_most_recent, mark_used, remove_leftovers, unused_for
 from qa_system.retrieval.filters import MetaPostings
 
 logger = logging.getLogger(__name__)
@@ -231,16 +229,12 @@ def _load_index(path: Path, documents: int):
 
 def _save_index(bm25, path: Path) -> None:
     """Save atomically (written aside, then renamed: a reader never sees half an index), then keep the newest few."""
-    partial = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=path.parent))
-        bm25.save(str(partial), show_progress=False)
-        os.replace(partial, path)
-    except OSError as error:  # another process saved it first, a read-only or full disk: the index in memory serves
+        # The path names its content (a digest): one that another process saved first is the same index.
+        with built_folder(path, existing="keep") as partial:
+            bm25.save(str(partial), show_progress=False)
+    except OSError as error:  # a read-only or full disk: the index in memory serves
         logger.info("BM25 index not cached at %s (%s).", path, error)
-        if partial is not None:
-            shutil.rmtree(partial, ignore_errors=True)
         return
     _prune(path.parent)
 
@@ -248,4 +242,6 @@ def _save_index(bm25, path: Path) -> None:
 def _prune(directory: Path) -> None:
     """Keep the CACHED_INDEXES most recently used indexes; drop what a killed process left half-written."""
     keep_most_recent((p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")), CACHED_INDEXES)
+    remove_leftovers(directory)
+    # ".partial-*": the temporary folders of releases before built_folder, which carry no writer's PID.
     keep_most_recent((p for p in directory.glob(".partial-*") if unused_for(p) > 3600), 0)

@@ -21,7 +21,7 @@ def tuned_encoders(model_dir: str | Path) -> tuple[str, str | None]:
     so the existing index serves it; the other kinds need the reviews embedded by their passage encoder.
     """
     from qa_system.config import default_embedding_model
-    from qa_system.ingestion.indexing import encoder_fingerprint
+    from qa_system.model_files import model_fingerprint
 
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file() and not (model_dir / "passage").is_dir():
@@ -33,6 +33,6 @@ def tuned_encoders(model_dir: str | Path) -> tuple[str, str | None]:
     if kind != "question":
         return str(model_dir), None
     passage = info["passage_encoder"]
-    if not Path(passage).exists() and encoder_fingerprint(default_embedding_model()) == info.get("passage_fingerprint"):
+    if not Path(passage).exists() and model_fingerprint(default_embedding_model()) == info.get("passage_fingerprint"):
         passage = default_embedding_model()  # the stock MiniLM, installed elsewhere on this machine
     return passage, str(model_dir)

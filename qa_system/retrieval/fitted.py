@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from qa_system.config import Settings
-from qa_system.ingestion.indexing import encoder_fingerprint
+from qa_system.model_files import model_fingerprint
 from qa_system.retrieval.fusion import FusionParameters
 from qa_system.stores import Index
 
@@ -23,7 +23,7 @@ DEFAULT_RETRIEVER_WEIGHT = 0.5
 def encoder_key(settings: Settings) -> str:
     """The question encoder a fit belongs to: its name and, for a local directory, its files' digest."""
     model = settings.query_embedding_model or settings.embedding_model
-    return f"{model}#{encoder_fingerprint(model) or ''}"
+    return f"{model}#{model_fingerprint(model) or ''}"
 
 
 def fits(index: Index, settings: Settings) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def reader_key(settings: Settings) -> str:
 
 def model_key(model: str) -> str:
     """A reader a fit belongs to: its name and, for a local directory, its files' digest."""
-    return f"{model}#{encoder_fingerprint(model) or ''}"
+    return f"{model}#{model_fingerprint(model) or ''}"
 
 
 def no_answer_setting(retriever: str, top_k_retriever: int, candidates: str) -> str:

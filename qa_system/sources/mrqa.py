@@ -21,7 +21,7 @@ from typing import Iterable
 
 from qa_system.errors import QAError
 from qa_system.metrics.squad import normalize_answer
-from qa_system.sources.squad import SquadExample, SquadReport, _field, _list
+from qa_system.sources.squad import SquadExample, SquadReport, checked_field, checked_list
 
 FORMAT = "MRQA"
 
@@ -40,13 +40,13 @@ def parse_mrqa(lines: Iterable[str], path: Path) -> tuple[list[SquadExample], Sq
             dataset = str(record["header"].get("dataset", dataset))
             continue
         where = f"line {number}"
-        context = _field(record, "context", str, where, path, FORMAT)
-        for q, qa in enumerate(_list(record, "qas", where, path, FORMAT)):
-            qid = str(_field(qa, "qid", (str, int), f"{where}.qas[{q}]", path, FORMAT))
+        context = checked_field(record, "context", str, where, path, FORMAT)
+        for q, qa in enumerate(checked_list(record, "qas", where, path, FORMAT)):
+            qid = str(checked_field(qa, "qid", (str, int), f"{where}.qas[{q}]", path, FORMAT))
             if qid in seen:
                 raise QAError(f"{path}: {where}.qas[{q}] repeats the question id '{qid}'.", "give every question a unique qid.")
             seen.add(qid)
-            question = _field(qa, "question", str, f"{where}.qas[{q}]", path, FORMAT)
+            question = checked_field(qa, "question", str, f"{where}.qas[{q}]", path, FORMAT)
             answers = _located_answers(qa, qid, f"{where}.qas[{q}]", context, path, report)
             if not answers:
                 report.skipped_questions += 1
@@ -62,9 +62,9 @@ def parse_mrqa(lines: Iterable[str], path: Path) -> tuple[list[SquadExample], Sq
 def _located_answers(qa: dict, qid: str, where: str, context: str, path: Path, report: SquadReport) -> list[tuple[str, int]]:
     """(context text, start) of every detected span that matches its answer text, in the file's order, once each."""
     answers: list[tuple[str, int]] = []
-    for i, detected in enumerate(_list(qa, "detected_answers", where, path, FORMAT)):
-        text = _field(detected, "text", str, f"{where}.detected_answers[{i}]", path, FORMAT)
-        for span in _list(detected, "char_spans", f"{where}.detected_answers[{i}]", path, FORMAT):
+    for i, detected in enumerate(checked_list(qa, "detected_answers", where, path, FORMAT)):
+        text = checked_field(detected, "text", str, f"{where}.detected_answers[{i}]", path, FORMAT)
+        for span in checked_list(detected, "char_spans", f"{where}.detected_answers[{i}]", path, FORMAT):
             if not (isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in span)):
                 raise QAError(f"{path}: {where}.detected_answers[{i}] has a char span that is not [start, end]: {str(span)[:40]}.", "fix that record (MRQA format).")
             start, end = span

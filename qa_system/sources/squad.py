@@ -15,12 +15,14 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from qa_system.errors import QAError, check_text
+from qa_system.sources.decoding import check_encoding
 from qa_system.sources.subjqa import LabelledQuestion
 
 VERSION = "v2.0"
+SQUAD_FIX = 'pass a SQuAD v1.1 / v2.0 file: {"data": [{"title": ..., "paragraphs": [{"context": ..., "qas": [...]}]}]}.'
 
 
 @dataclass
@@ -145,12 +147,47 @@ def read_squad(path: str | Path) -> tuple[list[SquadExample], SquadReport]:
     """Read and validate a SQuAD v1.1 or v2.0 file (see parse_squad)."""
     path = Path(path)
     try:
-        squad = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError as error:
         raise QAError(f"SQuAD file {path} does not exist.", "check the path (export one with `qa-system export-squad`).") from error
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: nested thousands deep
-        raise QAError(f"{path} is not valid JSON ({error}).", "pass a SQuAD v2 JSON file.") from error
-    return parse_squad(squad, path)
+    return parse_squad(load_squad_json(data, path), path)
+
+
+def load_squad_json(data: bytes, name: str | Path, encoding: str = "utf-8") -> dict:
+    """A SQuAD file's JSON, checked to hold a top-level ``data`` list; a QAError (encoding, JSON, shape) names the file.
+
+    A UTF-8 byte-order mark is fine; ``encoding`` reads files in another text encoding.
+    """
+    try:
+        squad = json.loads(data.decode("utf-8-sig" if check_encoding(encoding) == "utf-8" else encoding))
+    except UnicodeDecodeError as error:
+        raise QAError(f"{name} is not {encoding} text ({error.reason}).", "pass --encoding with the file's encoding, or re-save it as UTF-8.") from None
+    except json.JSONDecodeError as error:
+        raise QAError(f"{name} is not valid JSON (line {error.lineno}: {error.msg}).", SQUAD_FIX) from None
+    except RecursionError:  # arrays in arrays thousands deep: no SQuAD file, and json's parser recurses
+        raise QAError(f"{name} nests JSON arrays or objects too deeply to read.", SQUAD_FIX) from None
+    if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
+        raise QAError(f"{name} has no top-level 'data' list.", SQUAD_FIX)
+    return squad
+
+
+class SquadParagraph(NamedTuple):
+    """One paragraph of a SQuAD file, its shape checked: the article's title (as given), the context, the raw record and where it is."""
+
+    title: str
+    context: str
+    record: dict
+    where: str  # "data[a].paragraphs[p]"
+
+
+def squad_paragraphs(squad: dict, name: str | Path) -> Iterator[SquadParagraph]:
+    """Every paragraph of a loaded SQuAD dict (``load_squad_json``), each article and context checked
+    (``checked_list``, ``checked_field``): what both the labels reader and the documents reader walk."""
+    for a, article in enumerate(squad["data"]):
+        title = str(article.get("title") or "") if isinstance(article, dict) else ""
+        for p, paragraph in enumerate(checked_list(article, "paragraphs", f"data[{a}]", name)):
+            where = f"data[{a}].paragraphs[{p}]"
+            yield SquadParagraph(title, checked_field(paragraph, "context", str, where, name), paragraph, where)
 
 
 def parse_squad(squad: Any, path: Path) -> tuple[list[SquadExample], SquadReport]:
@@ -163,33 +200,31 @@ def parse_squad(squad: Any, path: Path) -> tuple[list[SquadExample], SquadReport
     its questions are answerable.
     """
     if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
-        raise QAError(f"{path} has no top-level 'data' list.", 'pass a SQuAD v2 file: {"version": "v2.0", "data": [...]}.')
+        raise QAError(f"{path} has no top-level 'data' list.", SQUAD_FIX)
     examples, report, seen = [], SquadReport(), set()
     versioned = str(squad.get("version", "")).lstrip("v")
-    for a, article in enumerate(squad["data"]):
-        for p, paragraph in enumerate(_list(article, "paragraphs", f"data[{a}]", path)):
-            where = f"data[{a}].paragraphs[{p}]"
-            context = _field(paragraph, "context", str, where, path)
-            for q, qa in enumerate(_list(paragraph, "qas", where, path)):
-                qid = str(_field(qa, "id", (str, int), f"{where}.qas[{q}]", path))
-                if qid in seen:
-                    raise QAError(f"{path}: {where}.qas[{q}] repeats the question id '{qid}'.", "give every question a unique id.")
-                seen.add(qid)
-                versioned = versioned or ("2.0" if "is_impossible" in qa else "")
-                example = _example(qa, qid, f"{where}.qas[{q}]", str(article.get("title", "")), context, path, report)
-                if example is not None:
-                    examples.append(example)
+    for paragraph in squad_paragraphs(squad, path):
+        where = paragraph.where
+        for q, qa in enumerate(checked_list(paragraph.record, "qas", where, path)):
+            qid = str(checked_field(qa, "id", (str, int), f"{where}.qas[{q}]", path))
+            if qid in seen:
+                raise QAError(f"{path}: {where}.qas[{q}] repeats the question id '{qid}'.", "give every question a unique id.")
+            seen.add(qid)
+            versioned = versioned or ("2.0" if "is_impossible" in qa else "")
+            example = _example(qa, qid, f"{where}.qas[{q}]", paragraph.title, paragraph.context, path, report)
+            if example is not None:
+                examples.append(example)
     report.format = f"SQuAD v{versioned or '1.1'}"
     return examples, report
 
 
 def _example(qa: dict, qid: str, where: str, title: str, context: str, path: Path, report: SquadReport) -> SquadExample | None:
     """One validated question; None (counted as skipped) when it is answerable but no answer offset is valid."""
-    question = _field(qa, "question", str, where, path)
-    answers, given = [], _list(qa, "answers", where, path)
+    question = checked_field(qa, "question", str, where, path)
+    answers, given = [], checked_list(qa, "answers", where, path)
     for i, answer in enumerate(given):
-        text = _field(answer, "text", str, f"{where}.answers[{i}]", path)
-        start = _field(answer, "answer_start", int, f"{where}.answers[{i}]", path)
+        text = checked_field(answer, "text", str, f"{where}.answers[{i}]", path)
+        start = checked_field(answer, "answer_start", int, f"{where}.answers[{i}]", path)
         if start >= 0 and context[start : start + len(text)] == text and text.strip():
             answers.append((text, start))
         else:
@@ -211,8 +246,11 @@ def _example(qa: dict, qid: str, where: str, title: str, context: str, path: Pat
     return SquadExample(qid, title, question, context, answers, is_impossible)
 
 
-def _field(record: Any, name: str, kind, where: str, path: Path, form: str = "SQuAD v2"):
-    """record[name] checked to be a ``kind``; else a QAError naming the record (the MRQA reader shares it)."""
+def checked_field(record: Any, name: str, kind, where: str, path: str | Path, form: str = "SQuAD v2"):
+    """record[name] checked to be a ``kind`` (and, text, to be UTF-8); else a QAError naming the record.
+
+    The one check of a SQuAD or MRQA record's fields (``mrqa.py`` reads its lines with it).
+    """
     if not isinstance(record, dict) or name not in record:
         raise QAError(f"{path}: {where} has no '{name}'.", f"fix that record ({form} format).")
     value = record[name]
@@ -224,5 +262,6 @@ def _field(record: Any, name: str, kind, where: str, path: Path, form: str = "SQ
         raise QAError(error.problem, "write the file as UTF-8 text, without \\ud800-\\udfff escapes (half a character).") from None
 
 
-def _list(record: Any, name: str, where: str, path: Path, form: str = "SQuAD v2") -> list:
-    return _field(record, name, list, where, path, form)
+def checked_list(record: Any, name: str, where: str, path: str | Path, form: str = "SQuAD v2") -> list:
+    """record[name] checked to be a list (``checked_field``)."""
+    return checked_field(record, name, list, where, path, form)

@@ -2,13 +2,13 @@
 
 An *index* is a named, persisted store plus a manifest (what was indexed, with which encoder),
 behind one factory (``factory.py``: ``open_index``, ``save_index``). Saving is atomic
-(``atomic.py``): the new index is written beside the old one and swapped in with a rename, so a
+(``qa_system.disk_cache``): the new index is written beside the old one and swapped in with a rename, so a
 crash or a bad run never leaves a half-written index behind or loses the previous one. One module
 per backend; ``meta_filters.py`` holds the filters over list-valued metadata and the memory store
 that uses them.
 """
 
-from qa_system.stores.atomic import TemporaryOwner, atomic_file, remove_leftovers, temporary_owner, temporary_prefix
+from qa_system.disk_cache import TemporaryOwner, atomic_file, remove_leftovers, temporary_owner, temporary_prefix
 from qa_system.stores.elasticsearch import elasticsearch_client, elasticsearch_store
 from qa_system.stores.factory import open_index, save_index, saved_document_count, saved_manifest, try_open_index
 from qa_system.stores.faiss import new_faiss_store

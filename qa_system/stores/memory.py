@@ -11,8 +11,8 @@ from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from qa_system.config import Settings
+from qa_system.disk_cache import atomic_file, remove_leftovers
 from qa_system.errors import QAError
-from qa_system.stores.atomic import atomic_file, remove_leftovers
 from qa_system.stores.index import MANIFEST_KEY, Index
 from qa_system.stores.meta_filters import MultiValueInMemoryDocumentStore
 

@@ -298,7 +298,7 @@ def train_retriever(
     from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
 
-    from qa_system.ingestion.indexing import encoder_fingerprint
+    from qa_system.model_files import model_fingerprint
 
     if config.encoders not in ENCODER_KINDS:
         raise QAError(f"Unknown encoder kind '{config.encoders}'.", f"use one of: {', '.join(ENCODER_KINDS)}.")
@@ -371,7 +371,7 @@ def train_retriever(
         "query_base_model": query_base_model,
         "encoders": config.encoders,
         "passage_encoder": base_model if frozen else None,
-        "passage_fingerprint": encoder_fingerprint(base_model) if frozen else None,
+        "passage_fingerprint": model_fingerprint(base_model) if frozen else None,
         "domains": list(domains),
         "train_questions": len(train.pairs),
         "held_out": "train reviews that are also dev reviews, with their questions (SubjQA dev copies train)",
