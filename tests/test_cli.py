@@ -298,3 +298,21 @@ def test_retrieval_metrics_by_hand():
     records.at[1, "chapter_ranks"], records.at[1, "chapter_unanswerable"] = [], True
     chapter = retrieval_metrics(records, ks=(1, 3)).set_index(["definition", "group"]).loc[("chapter", "all")]
     assert chapter["recall@1"] == pytest.approx(2 / 3) and chapter["mrr"] == pytest.approx((1 / 2 + 1 + 1) / 3)
+
+
+def test_library_log_records_are_the_commands_lines_on_stdout_and_stderr(capsys):
+    """While a command runs: the library's warnings are lines on stderr, the servers' address lines on
+    stdout (where they were printed), other INFO records stay quiet; nothing stays configured after."""
+    import logging
+
+    from qa_system.cli.main import console_logging
+
+    with console_logging():
+        logging.getLogger("qa_system.serving.api.server").info("API: http://%s:%s", "127.0.0.1", 8000)
+        logging.getLogger("qa_system.reading.onnx_cache").info("a diagnostic")
+        logging.getLogger("qa_system.ingestion.indexing").warning("The index is out of date: %s.", "re-indexing")
+        logging.getLogger("haystack").warning("not the library's")
+    captured = capsys.readouterr()
+    assert captured.out == "API: http://127.0.0.1:8000\n"
+    assert captured.err == "The index is out of date: re-indexing.\n"
+    assert not logging.getLogger("qa_system").handlers and logging.getLogger("qa_system.serving.api.server").level == logging.NOTSET

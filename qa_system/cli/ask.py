@@ -17,6 +17,7 @@ def text(name: str):
 
 
 def cmd_search(args: argparse.Namespace) -> None:
+    """`qa-system search`: the reviews a retriever ranks for a question, each with its score and a snippet."""
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.sources import split_names
 
@@ -51,6 +52,7 @@ def highlight(text: str, start: int, end: int, tty: bool) -> str:
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
+    """`qa-system ask`: the answers to a question (spans read from the reviews, or a generated answer with ``--mode rag``), with timings."""
     from qa_system.pipelines import build_qa_pipeline
 
     settings = settings_from_args(args)
@@ -116,6 +118,7 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
+    """Add `search` and `ask` to the command line."""
     p = commands.add_parser("search", parents=[options.common], help="print the reviews a retriever ranks for a question")
     p.add_argument("question", type=text("the question"))
     options.domain(p)

@@ -15,6 +15,7 @@ from qa_system.errors import QAError
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
+    """`qa-system bench`: every speed measurement beside its baseline; prints the acceptance checks and writes the report."""
     # Sleeping rather than spinning OpenMP threads (read when torch loads): on a busy small machine
     # spinning makes the PyTorch baselines several times slower, which would flatter the ONNX reader.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -30,6 +31,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 
 def cmd_bench_page(args: argparse.Namespace) -> None:
+    """`qa-system bench page`: many browser sessions on one search page; prints the measurements and writes the report."""
     from qa_system.bench.page_load import run_page_load
 
     result = run_page_load(
@@ -44,6 +46,7 @@ def cmd_bench_page(args: argparse.Namespace) -> None:
 
 
 def cmd_bench_api(args: argparse.Namespace) -> None:
+    """`qa-system bench api`: a load test of the REST API; prints its table and writes the report."""
     from qa_system.bench.api import run_api_bench
 
     table = run_api_bench(
@@ -55,6 +58,7 @@ def cmd_bench_api(args: argparse.Namespace) -> None:
 
 
 def cmd_bench_ingest(args: argparse.Namespace) -> None:
+    """`qa-system bench ingest`: `index --input` on a large CSV of reviews; prints its speed and memory and writes the report."""
     from qa_system.bench.ingest import run_ingest_bench
 
     table = run_ingest_bench(
@@ -65,6 +69,7 @@ def cmd_bench_ingest(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
+    """Add `bench` and its `page`, `api` and `ingest` variants to the command line."""
     p = commands.add_parser("bench", parents=[options.common], help="measure indexing, retrieval, reader and end-to-end speed beside Haystack's stock components")
     p.add_argument("--sizes", nargs="+", type=count("--sizes"), default=[1000, 10000, 100000], help="corpus sizes in reviews")
     p.add_argument("--queries", type=count("--queries"), default=200, help="questions for retrieval and end-to-end timing")

@@ -47,6 +47,7 @@ def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, need
 
 
 def cmd_eval_reader(args: argparse.Namespace) -> None:
+    """`qa-system eval reader`: readers' EM / F1 given the gold review; prints the table and writes the report."""
     from qa_system.evaluation.answering import evaluate_readers
 
     settings = settings_from_args(args)
@@ -57,6 +58,7 @@ def cmd_eval_reader(args: argparse.Namespace) -> None:
 
 
 def cmd_eval_pipeline(args: argparse.Namespace) -> None:
+    """`qa-system eval pipeline`: retriever + reader EM / F1 on a labelled split; prints the table and writes the report."""
     from qa_system.evaluation.answering import evaluate_pipelines
 
     settings = settings_from_args(args)
@@ -70,6 +72,7 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
 
 
 def cmd_eval_rag(args: argparse.Namespace) -> None:
+    """`qa-system eval rag`: generated answers scored (F1, SAS, no-answer accuracy, citations, latency); prints the table and writes the report."""
     from qa_system.evaluation.rag import evaluate_rag
 
     settings = settings_from_args(args)
@@ -84,6 +87,7 @@ def cmd_eval_rag(args: argparse.Namespace) -> None:
 
 
 def cmd_eval_retriever(args: argparse.Namespace) -> None:
+    """`qa-system eval retriever`: recall@k, MRR and MAP of retriever variants; prints the tables and writes the report."""
     from qa_system.evaluation.retrieval import evaluate_retrievers
 
     settings = settings_from_args(args)
@@ -103,6 +107,7 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
 
 
 def cmd_tune_bm25(args: argparse.Namespace) -> None:
+    """`qa-system tune-bm25`: BM25 analyzers and k1 / b scored on a labelled split; prints the best rows and the recommended setting."""
     from qa_system.tuning.bm25 import RULE, describe, tune_bm25
 
     settings = settings_from_args(args)
@@ -123,6 +128,7 @@ def candidate_protocol(text: str) -> str:
 
 
 def candidates_option(p: argparse.ArgumentParser) -> None:
+    """Add ``--candidates`` (the candidate protocols, ``split`` by default) to a command's parser."""
     p.add_argument(
         "--candidates", nargs="+", type=candidate_protocol, metavar="{" + ",".join(CANDIDATE_PROTOCOLS) + "}", default=["split"],
         help="which reviews a question is asked of: split = its product's reviews in its split (the reference chapter's), "
@@ -131,6 +137,7 @@ def candidates_option(p: argparse.ArgumentParser) -> None:
 
 
 def register(commands, options: Options) -> None:
+    """Add `eval retriever | reader | pipeline | rag` and `tune-bm25` to the command line."""
     evaluation = commands.add_parser("eval", help="evaluate a stage on a labelled split and write a report")
     stages = evaluation.add_subparsers(dest="stage", required=True)
 

@@ -12,6 +12,7 @@ from qa_system.errors import QAError, check_count
 
 
 def cmd_index(args: argparse.Namespace) -> None:
+    """`qa-system index`: a SubjQA domain (``--domain``) or your documents (``--input``) into a collection; prints what was indexed."""
     from qa_system.ingestion.indexing import build_index
 
     settings = settings_from_args(args)
@@ -50,6 +51,7 @@ def _ingest(args: argparse.Namespace, settings) -> None:
 
 
 def cmd_collections(args: argparse.Namespace) -> None:
+    """`qa-system collections`: the collections as a table (or JSON), or ``--delete`` one."""
     from qa_system.ingestion import delete_collection, list_collections
 
     settings = settings_from_args(args)
@@ -84,6 +86,7 @@ def _size(size: int | None) -> str:
 
 
 def cmd_products(args: argparse.Namespace) -> None:
+    """`qa-system products`: the products of an index or collection with their review counts."""
     from qa_system.stores import open_index
 
     settings = settings_from_args(args)
@@ -100,6 +103,7 @@ def cmd_products(args: argparse.Namespace) -> None:
 
 
 def cmd_export_squad(args: argparse.Namespace) -> None:
+    """`qa-system export-squad`: SubjQA splits written as SQuAD v2 JSON files; prints what each holds."""
     from qa_system.training.reader_data import subjqa_to_squad_files
 
     settings = settings_from_args(args)
@@ -109,6 +113,7 @@ def cmd_export_squad(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
+    """Add `index`, `collections`, `products` and `export-squad` to the command line."""
     p = commands.add_parser("index", parents=[options.common], help="index your documents (--input) or a SubjQA domain (--domain) into a collection")
     options.domain(p)
     p.add_argument("--input", type=Path, help="a CSV / TSV / JSON lines / SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf documents")

@@ -3,22 +3,75 @@
 Every command parses its flags into ``Settings`` and calls one library function; each command
 group lives in its own module (``index``, ``ask``, ``evaluate``, ``train``, ``tune``, ``serve``, ``bench``).
 A ``QAError`` (bad input the user can fix) is printed as one line on stderr with exit code 2,
-never a traceback.
+never a traceback. The library logs through ``logging``; while a command runs, its warnings and
+errors are lines on stderr, and the INFO records of ``INFO_LOGGERS`` lines on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 from qa_system.cli import ask, bench, evaluate, index, serve, train, tune
 from qa_system.cli.options import Options, common_options, generator_options
 from qa_system.errors import QAError
 
 COMMAND_GROUPS = (index, ask, evaluate, train, tune, serve, bench)
+# Library loggers whose INFO records are part of a command's output, on stdout: the addresses the
+# search page and the API serve on. The rest of the library shows its warnings and errors only.
+INFO_LOGGERS = ("qa_system.serving.webapp", "qa_system.serving.api.server")
+
+
+class ConsoleHandler(logging.Handler):
+    """Each record as its message alone, one line: below WARNING on stdout, WARNING and above on stderr.
+
+    The streams are looked up for every record, so output redirected or captured after the handler
+    was made still receives it.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's line to stdout or stderr, by its level."""
+        try:
+            stream = sys.stdout if record.levelno < logging.WARNING else sys.stderr
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:  # noqa: BLE001 - logging's own policy: report, never raise
+            self.handleError(record)
+
+
+@contextmanager
+def console_logging(info_loggers: Sequence[str] = INFO_LOGGERS) -> Iterator[None]:
+    """For the length of a command: the package's log records on the console (``ConsoleHandler``).
+
+    Warnings and errors of every ``qa_system`` logger are shown, INFO records only from
+    ``info_loggers`` (and their children). Everything is as it was afterwards.
+    """
+
+    def shown(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or any(record.name == name or record.name.startswith(f"{name}.") for name in info_loggers)
+
+    handler = ConsoleHandler()
+    handler.addFilter(shown)
+    loggers = [logging.getLogger(name) for name in info_loggers]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    package = logging.getLogger("qa_system")
+    package.addHandler(handler)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `qa-system` argument parser, with every command group's commands."""
     parser = argparse.ArgumentParser(prog="qa-system", description="Question answering over product reviews (SubjQA).")
     commands = parser.add_subparsers(dest="command", required=True)
     options = Options(common=common_options(), generation=generator_options())
@@ -28,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one `qa-system` command; returns its exit code.
+
+    0 when it succeeded, 2 for a ``QAError`` (printed as one line on stderr), 130 when interrupted.
+    """
     try:
         # Inside the try: count and threshold flags are checked by the library while parsing (QAError).
         args = build_parser().parse_args(argv)
@@ -35,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "domain", None) is None and all(getattr(args, flag, None) is None for flag in ("collection", "input", "labels")):
             # Training learns from every provided domain; everything else works on electronics by default.
             args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command in ("train-reader", "train-retriever") else ["electronics"]
-        args.func(args)
+        with console_logging():
+            args.func(args)
     except QAError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -24,10 +24,12 @@ class Options:
 
     @staticmethod
     def domain(p: argparse.ArgumentParser) -> None:
+        """Add ``--domain`` (repeatable) to a command's parser."""
         p.add_argument("--domain", action="append", help="SubjQA domain, repeatable (default electronics)")
 
     @staticmethod
     def collection(p: argparse.ArgumentParser) -> None:
+        """Add ``--collection`` to a command's parser."""
         p.add_argument("--collection", help="a collection that `qa-system collections` lists (instead of --domain)")
 
 
@@ -63,6 +65,7 @@ def number(flag: str, minimum: float | None = None, above: bool = False, maximum
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The ``Settings`` of a command: its flags over the ``QA_*`` environment variables over the defaults."""
     return Settings.from_env(
         data_dir=args.data_dir,
         home=args.home,
@@ -85,6 +88,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def common_options() -> argparse.ArgumentParser:
+    """The parent parser of the settings every command takes (data, home, store, encoders, reader)."""
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("settings (also QA_* environment variables)")
     group.add_argument("--data-dir", help="SubjQA root holding <domain>/splits/<split>.csv (default ../shared/data/subjqa)")
@@ -102,6 +106,7 @@ def common_options() -> argparse.ArgumentParser:
 
 
 def generator_options() -> argparse.ArgumentParser:
+    """The parent parser of the generation settings (the commands that generate: ``ask``, ``eval rag``, ``api``)."""
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group("generation (RAG; also QA_* environment variables)")
     group.add_argument("--generator", choices=GENERATORS, help="smollm2 (default, offline), hf (local model), openai (any OpenAI-compatible server)")

@@ -11,6 +11,7 @@ from qa_system.errors import QAError
 
 
 def cmd_ui(args: argparse.Namespace) -> None:
+    """`qa-system ui`: serve the search page until stopped."""
     from qa_system.serving.webapp import run_app
 
     settings_from_args(args)  # bad flags fail here, as one line, rather than inside the page
@@ -22,6 +23,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
 
 def cmd_api(args: argparse.Namespace) -> None:
+    """`qa-system api`: serve the REST API until stopped; a collection name that does not exist is refused first."""
     from qa_system.ingestion import collection_manifest
     from qa_system.serving.api import run_api
     from qa_system.serving.service import DEFAULT_COLLECTIONS
@@ -47,6 +49,7 @@ def served(subjqa_domain: bool):
 
 
 def cmd_export_feedback(args: argparse.Namespace) -> None:
+    """`qa-system export-feedback`: the feedback users gave, written as SQuAD v2 training data."""
     from qa_system.serving.feedback import FeedbackStore
 
     export = FeedbackStore(settings_from_args(args).feedback_db).export_squad(args.out)
@@ -56,6 +59,7 @@ def cmd_export_feedback(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
+    """Add `ui`, `api` and `export-feedback` to the command line."""
     p = commands.add_parser("ui", parents=[options.common], help="serve the search page (Streamlit) on http://ADDRESS:PORT")
     p.add_argument("--port", type=count("--port", 1, 65535), default=8501)
     p.add_argument("--address", default="localhost", help="0.0.0.0 to serve other machines")

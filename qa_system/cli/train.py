@@ -10,6 +10,7 @@ from qa_system.errors import QAError
 
 
 def cmd_train_reader(args: argparse.Namespace) -> None:
+    """`qa-system train-reader`: fine-tune an extractive reader; prints the best epoch's dev figures and where it was saved."""
     from qa_system.training.distillation import DistillationConfig
     from qa_system.training.interpolation import interpolate_readers
     from qa_system.training.reader import TrainingConfig, resume_point, train_reader
@@ -49,6 +50,7 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
 
 
 def cmd_train_retriever(args: argparse.Namespace) -> None:
+    """`qa-system train-retriever`: fine-tune the question (and passage) encoder; prints the dev figures and how to use it."""
     import torch
 
     from qa_system.retrieval.encoders import tuned_encoders
@@ -74,6 +76,7 @@ def cmd_train_retriever(args: argparse.Namespace) -> None:
 
 
 def cmd_fit_fusion(args: argparse.Namespace) -> None:
+    """`qa-system fit-fusion`: fit the hybrid's fusion (and ``--rerank``'s mix) on dev and store it in the index."""
     from qa_system.ingestion.indexing import open_or_build_index
     from qa_system.tuning.fusion import fit_fusion_on_dev, fit_rerank_on_dev
 
@@ -93,6 +96,7 @@ def cmd_fit_fusion(args: argparse.Namespace) -> None:
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
+    """`qa-system export-onnx`: a reader exported to ONNX, fp32 and int8; prints the files and how to use them."""
     from qa_system.reading.onnx import FP32_FILE, INT8_FILE, export_onnx, read_export_info
     from qa_system.reading.onnx_cache import cached_export
 
@@ -116,6 +120,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
+    """Add `train-reader`, `train-retriever`, `fit-fusion` and `export-onnx` to the command line."""
     p = commands.add_parser("train-reader", parents=[options.common], help="fine-tune an extractive reader on SubjQA and/or SQuAD / MRQA files")
     options.domain(p)
     p.add_argument("--no-subjqa", action="store_true", help="train only on --train-file / --dev-file")

@@ -11,6 +11,7 @@ from qa_system.config import RETRIEVERS
 
 
 def cmd_fit_threshold(args: argparse.Namespace) -> None:
+    """`qa-system fit-threshold`: fit the pipeline's no-answer threshold on dev and store it in the index; prints each fit."""
     from qa_system.tuning.threshold import fit_pipeline_thresholds
 
     settings = settings_from_args(args)
@@ -28,6 +29,7 @@ def cmd_fit_threshold(args: argparse.Namespace) -> None:
 
 
 def register(commands, options: Options) -> None:
+    """Add `fit-threshold` to the command line."""
     p = commands.add_parser(
         "fit-threshold", parents=[options.common],
         help="fit the pipeline's no-answer threshold on dev for a retriever, depth and candidate protocol, and keep it in the index",

@@ -8,6 +8,7 @@ README screenshot) is ``qa_system.bench.browser``.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -23,6 +24,8 @@ from typing import Any, Iterator, Mapping
 
 from qa_system.config import REPO_ROOT, Settings
 from qa_system.errors import QAError
+
+logger = logging.getLogger(__name__)
 
 APP = REPO_ROOT / "ui" / "app.py"
 
@@ -60,7 +63,7 @@ def run_app(port: int, address: str, overrides: Mapping[str, Any], watch: bool =
     exit (killing it after ``STOP_GRACE_S``): before, ``kill -TERM`` ended only this process and left
     the page serving on its port, with no parent.
     """
-    print(f"Search page: http://{address}:{port}  (Ctrl-C stops it)", flush=True)
+    logger.info("Search page: http://%s:%s  (Ctrl-C stops it)", address, port)
     env = {**os.environ, **settings_environment(overrides)}
     stops: list[tuple[float, int]] = []  # (when, signal) of each stop signal
     started: list[subprocess.Popen] = []

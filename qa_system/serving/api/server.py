@@ -3,6 +3,7 @@ tests and the load test (``serve_api``, a child process stopped at the end of th
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 from contextlib import contextmanager
@@ -14,6 +15,8 @@ from qa_system.errors import QAError
 from qa_system.serving.api.app import create_app
 from qa_system.serving.service import ServedCollection
 from qa_system.serving.webapp import free_port, serve_process
+
+logger = logging.getLogger(__name__)
 
 CLI = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())"]
 
@@ -27,7 +30,7 @@ def run_api(settings: Settings, collections: Sequence[ServedCollection], host: s
             probe.bind((host, port))
         except OSError as error:
             raise QAError(f"Cannot listen on {host}:{port} ({error.strerror}).", "pass another --port, or stop what uses it.") from None
-    print(f"API: http://{host}:{port}  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)", flush=True)
+    logger.info("API: http://%s:%s  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)", host, port)
     uvicorn.run(create_app(settings, collections), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
 
 
