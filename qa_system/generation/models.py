@@ -88,11 +88,14 @@ class PromptFormat(Protocol):
 
     context_length: int | None
 
-    def count_messages(self, messages: Sequence[ChatMessage]) -> int: ...
+    def count_messages(self, messages: Sequence[ChatMessage]) -> int:
+        """The tokens of the whole prompt ``messages`` make, as the generator will read it."""
 
-    def count(self, text: str) -> int: ...
+    def count(self, text: str) -> int:
+        """The tokens of ``text`` alone."""
 
-    def truncate(self, text: str, tokens: int) -> str: ...
+    def truncate(self, text: str, tokens: int) -> str:
+        """The start of ``text`` that fits in ``tokens`` tokens."""
 
 
 @dataclass
@@ -102,12 +105,15 @@ class EstimatedFormat:
     context_length: int | None = None
 
     def count(self, text: str) -> int:
+        """``text``'s tokens, estimated as one per ``CHARS_PER_TOKEN`` characters."""
         return math.ceil(len(text) / CHARS_PER_TOKEN)
 
     def count_messages(self, messages: Sequence[ChatMessage]) -> int:
+        """The messages' estimated tokens, with ``ESTIMATED_MESSAGE_OVERHEAD`` for each message's framing."""
         return sum(self.count(m.text or "") + ESTIMATED_MESSAGE_OVERHEAD for m in messages)
 
     def truncate(self, text: str, tokens: int) -> str:
+        """The first ``tokens * CHARS_PER_TOKEN`` characters of ``text``."""
         return text[: tokens * CHARS_PER_TOKEN]
 
 
@@ -122,9 +128,11 @@ class HFPromptFormat:
 
     @property
     def uses_chat_template(self) -> bool:
+        """Whether messages are rendered with the tokenizer's chat template (a causal model that has one)."""
         return not self.seq2seq and bool(getattr(self.tokenizer, "chat_template", None))
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt text of ``messages``: the chat template's rendering, else their texts joined by blank lines."""
         if self.uses_chat_template:
             turns = [{"role": m.role.value, "content": m.text or ""} for m in messages]
             return self.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
@@ -137,9 +145,11 @@ class HFPromptFormat:
         )
 
     def count_messages(self, messages: Sequence[ChatMessage]) -> int:
+        """The tokens of the rendered prompt, special tokens included."""
         return int(self.encode(messages)["input_ids"].shape[1])
 
     def count(self, text: str) -> int:
+        """The tokens of ``text`` alone, without special tokens."""
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def truncate(self, text: str, tokens: int) -> str:

@@ -66,6 +66,7 @@ def physical_cores() -> int:
 
 
 def read_cpuinfo() -> str:
+    """The text of /proc/cpuinfo; empty where there is none (not Linux)."""
     try:
         return Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
@@ -222,6 +223,7 @@ def export_onnx(model: str | Path, output: str | Path | None = None, opset: int 
 
 
 def read_export_info(export_dir: Path) -> dict[str, Any]:
+    """The export's ``EXPORT_INFO`` (what it was exported from and how); empty when the directory has none."""
     path = export_dir / EXPORT_INFO
     if not path.is_file():
         return {}
