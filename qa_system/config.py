@@ -174,6 +174,7 @@ class Settings(BaseSettings):
 
     @property
     def index_dir(self) -> Path:
+        """Where the saved indexes and collections live: ``<home>/indexes``."""
         return self.home / "indexes"
 
     @property
