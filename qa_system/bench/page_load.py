@@ -38,7 +38,7 @@ from qa_system.sources import load_subjqa
 
 DOMAIN = "electronics"  # the page's domain (ui/resources.py)
 MAX_SESSIONS = 16  # a bound: each session is a Chromium of its own
-CLICK_GAP_S = 0.3  # between two clicks of one user: the issue's report clicked this fast
+CLICK_GAP_S = 0.3  # between two clicks of one user: quick, so that a click lands while the page still reruns for the last
 
 # Watches, inside the browser, for the first answer card of a run newer than the one shown (the
 # feedback buttons' keys carry the page's run number: st-key-feedback-<run>-<rank>), timed from the

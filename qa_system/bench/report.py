@@ -1,4 +1,4 @@
-"""The benchmark report: the issue's acceptance checks first, every table, and latency-vs-size plots."""
+"""The benchmark report: the speed targets checked first, every table, and latency-vs-size plots."""
 
 from __future__ import annotations
 
@@ -21,7 +21,12 @@ def _check(criterion: str, measured: float, target: str, passed: bool, unit: str
 
 
 def acceptance(reader: pd.DataFrame, retrieval: pd.DataFrame, end_to_end: pd.DataFrame) -> pd.DataFrame:
-    """The issue's "must show" figures, each against its target."""
+    """The speed targets, each measured figure against its bound.
+
+    The int8 reader at a third of Haystack's reader's latency with EM / F1 within a point of PyTorch's;
+    BM25 top-3 + int8 reader answering in 200 ms at every corpus size; BM25 at 100 times the
+    throughput of Haystack's with the same top 10; a filtered BM25 query in 5 ms.
+    """
     checks = []
     fast = reader.set_index("reader").loc[ONNX_INT8]
     checks.append(_check(f"reader p50, {ONNX_INT8} / {HAYSTACK_READER}", fast["p50_ratio"], "<= 0.33", fast["p50_ratio"] <= 0.33))
