@@ -1,0 +1,182 @@
+"""Code that reads at once: no function longer than ``MAX_FUNCTION_LINES``, and a docstring on every public class and function.
+
+A function's length runs from its ``def`` line to its last line (decorators left out, the docstring
+counted); nested functions count too. Public means a name without a leading underscore, at module
+level or as a method (or class) of a public class: nested functions are the enclosing function's
+own business and need no docstring.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+import warnings
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
+MAX_FUNCTION_LINES = 80
+
+# Files being rewritten as this test arrived, and what in them is still too long or undocumented.
+# Temporary: a name leaves the set once it complies (a warning says which), and no other name may join.
+PENDING_MODULES = (
+    "qa_system.training.reader",
+    "qa_system.training.selector",
+    "qa_system.training.retriever",
+    "qa_system.reading.reader",
+    "qa_system.reading.selection",  # and selection_features
+    "qa_system.evaluation.answering",
+    "qa_system.evaluation.reader",
+    "qa_system.pipelines",
+)
+PENDING = {
+    "qa_system.evaluation.answering.evaluate_pipelines",
+    "qa_system.training.retriever.train_retriever",
+    "qa_system.training.retriever.Batch.columns",
+    "qa_system.training.retriever.RetrieverTrainingResult",
+    "qa_system.pipelines.loading.render_pipeline_yaml",
+    "qa_system.pipelines.qa_pipeline.QAPipeline.validate",
+    "qa_system.reading.reader.sigmoid",
+    "qa_system.reading.reader.ExtractiveReader.model_name",
+    "qa_system.reading.reader.ExtractiveReader.to_dict",
+    "qa_system.reading.reader.ExtractiveReader.from_dict",
+    "qa_system.reading.selection_features.content_words",
+    # Not committed yet as this test arrived (in the working tree then).
+    "qa_system.reading.selection.SelectorModel.span_f1",
+    "qa_system.reading.selection.SelectorModel.answerable",
+    "qa_system.reading.selection.AnswerSelector.model_dir",
+    "qa_system.reading.selection.AnswerSelector.warm_up",
+    "qa_system.reading.selection.AnswerSelector.to_dict",
+    "qa_system.reading.selection.AnswerSelector.from_dict",
+    "qa_system.training.selector.FeatureNames.of",
+}
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def modules(root: Path) -> dict[str, ast.Module]:
+    """Dotted module name -> parsed source, for every module of the package at ``root``."""
+    parsed = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        parsed[".".join(parts)] = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return parsed
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """Qualified name -> lines, of every function or method (nested ones too) longer than ``limit`` lines."""
+    found = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = f"{prefix}.{child.name}" if isinstance(child, (*FUNCTIONS, ast.ClassDef)) else prefix
+            if isinstance(child, FUNCTIONS) and child.end_lineno - child.lineno + 1 > limit:
+                found[name] = child.end_lineno - child.lineno + 1
+            visit(child, name)
+
+    for module, tree in modules(root).items():
+        visit(tree, module)
+    return found
+
+
+def undocumented(root: Path) -> list[str]:
+    """Qualified names of the public classes, functions and methods without a docstring."""
+    missing = []
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (*FUNCTIONS, ast.ClassDef)) and not node.name.startswith("_"):
+                if ast.get_docstring(node) is None:
+                    missing.append(f"{prefix}.{node.name}")
+                if isinstance(node, ast.ClassDef):  # its methods and classes; a function's inner ones are its own
+                    visit(node.body, f"{prefix}.{node.name}")
+
+    for module, tree in modules(root).items():
+        visit(tree.body, module)
+    return missing
+
+
+def test_no_function_is_longer_than_80_lines():
+    too_long = {name: lines for name, lines in long_functions(PACKAGE_ROOT).items() if name not in PENDING}
+    assert too_long == {}, f"split these into named helpers of at most {MAX_FUNCTION_LINES} lines: {too_long}"
+
+
+def test_every_public_class_and_function_has_a_docstring():
+    assert [name for name in undocumented(PACKAGE_ROOT) if name not in PENDING] == []
+
+
+def test_pending_is_only_for_the_files_being_rewritten():
+    """A name that complies now is reported as a warning (rewriting a file must not turn the suite red), to be taken out."""
+    outside = sorted(name for name in PENDING if not name.startswith(PENDING_MODULES))
+    assert outside == [], "PENDING is for the files being rewritten (PENDING_MODULES) only"
+    done = sorted(PENDING - set(long_functions(PACKAGE_ROOT)) - set(undocumented(PACKAGE_ROOT)))
+    if done:
+        warnings.warn(f"these comply now (or are gone): remove them from PENDING in tests/test_code_shape.py: {done}", stacklevel=1)
+
+
+# ----------------------------------------------------------------------------- the checker itself
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return root / "pkg"
+
+
+def test_checker_counts_from_the_def_line_with_the_docstring_and_nested_functions(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(77))
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        # def + docstring + 77 statements + return = 80 lines; the decorator is not counted.
+        "pkg/fits.py": f'import functools\n\n@functools.cache\ndef fits():\n    """Doc."""\n{body}\n    return 0\n',
+        # 81 lines, inside a method of a class.
+        "pkg/sub/long.py": f'class A:\n    """Doc."""\n\n    def long(self):\n        """Doc."""\n{textwrap.indent(body, "    ")}\n        x = 1\n        return x\n',
+        # A nested function that is long makes its enclosing one long too: both are named.
+        "pkg/nested.py": f'def outer():\n    """Doc."""\n    def inner():\n{textwrap.indent(body, "    ")}\n        x = 1\n        y = 2\n        return x\n    return inner\n',
+    })
+    assert long_functions(package) == {"pkg.sub.long.A.long": 81, "pkg.nested.outer": 84, "pkg.nested.outer.inner": 81}
+
+
+def test_checker_finds_public_names_without_a_docstring(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "def api():\n    pass\n",
+        "pkg/mod.py": '''
+            from dataclasses import dataclass
+
+            @dataclass
+            class Record:
+                text: str
+
+                @property
+                def size(self):
+                    return len(self.text)
+
+                def _private(self):
+                    pass
+
+            class Documented:
+                """Doc."""
+
+                def method(self):
+                    def helper():  # nested: the method's own business
+                        pass
+                    return helper
+
+                class Inner:
+                    pass
+
+            class _Hidden:
+                def method(self):
+                    pass
+
+            def _helper():
+                pass
+
+            async def fetch():
+                """Doc."""
+        ''',
+    })
+    assert undocumented(package) == ["pkg.api", "pkg.mod.Record", "pkg.mod.Record.size", "pkg.mod.Documented.method", "pkg.mod.Documented.Inner"]
