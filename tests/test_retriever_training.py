@@ -139,6 +139,47 @@ def test_training_is_reproducible(tmp_path, settings, encoder):
     assert np.array_equal(_weights(tmp_path / "a"), _weights(tmp_path / "b"))
 
 
+def stop_after(steps: int):
+    """A trainer callback that stops the run after ``steps`` optimiser steps, as a kill would (with a checkpoint then)."""
+    from transformers import TrainerCallback
+
+    class Stop(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == steps:
+                control.should_save = control.should_training_stop = True
+
+    return Stop()
+
+
+@pytest.mark.parametrize("kind", ["question", "separate"])
+def test_an_interrupted_run_resumes_from_its_checkpoint_where_it_stopped(tmp_path, settings, encoder, kind):
+    config = RetrieverTrainingConfig(encoders=kind, epochs=3, batch_size=2, hard_negatives=0, learning_rate=1e-3, checkpoint_steps=1, patience=3)
+    whole = train_retriever(["electronics"], encoder, tmp_path / "whole", config, settings, progress=False)
+    assert whole.finished and whole.steps == 6 and [h["epoch"] for h in whole.history] == [0, 1, 2, 3]
+    assert not (tmp_path / "whole" / "checkpoints").exists()  # a finished run keeps no checkpoints
+
+    out = tmp_path / "resumed"
+    stopped = train_retriever(["electronics"], encoder, out, config, settings, progress=False, callbacks=[stop_after(3)])
+    assert not stopped.finished and stopped.steps == 3 and [h["epoch"] for h in stopped.history] == [0, 1]
+    assert (out / "checkpoints" / "checkpoint-3" / "trainer_state.json").is_file()
+    resumed = train_retriever(["electronics"], encoder, out, config, settings, progress=False, resume_from="last")
+    assert resumed.finished and resumed.steps == 6  # the step count goes on from the checkpoint's, 4 to 6
+    assert [(h["epoch"], h["steps"]) for h in resumed.history] == [(h["epoch"], h["steps"]) for h in whole.history]
+    info = json.loads((out / "qa_system.json").read_text())
+    assert info["steps"] == 6 and len(info["history"]) == 4
+    # Batches, learning-rate schedule, optimiser state and random generators come back: the weights are the uninterrupted run's.
+    model = "query" if kind == "separate" else "."
+    assert np.allclose(_weights(out / model), _weights(tmp_path / "whole" / model), atol=1e-6)
+    if kind == "separate":
+        assert np.allclose(_weights(out / "passage"), _weights(tmp_path / "whole" / "passage"), atol=1e-6)
+    with pytest.raises(QAError, match="No checkpoint to resume from"):
+        train_retriever(["electronics"], encoder, out, config, settings, progress=False, resume_from="last")
+    with pytest.raises(QAError, match="was saved by a run with other settings"):
+        train_retriever(["electronics"], encoder, tmp_path / "again", config, settings, progress=False, callbacks=[stop_after(2)])
+        train_retriever(["electronics"], encoder, tmp_path / "again", RetrieverTrainingConfig(encoders=kind, epochs=2, batch_size=2, hard_negatives=0),
+                        settings, progress=False, resume_from="last")
+
+
 def test_training_errors_are_one_line(tmp_path, settings, encoder):
     with pytest.raises(QAError, match="Could not load the base model"):
         train_retriever(["electronics"], str(tmp_path / "missing"), tmp_path / "out", RetrieverTrainingConfig(max_steps=1), settings, progress=False)
@@ -353,6 +394,10 @@ def test_cli_trains_fits_and_refuses_unknown_variants(tmp_path, tiny_subjqa, enc
     args = ["--domain", "electronics", "--output", str(out), "--epochs", "1", "--max-steps", "1", "--batch-size", "2", "--hard-negatives", "0", "--threads", "1"]
     assert main(["train-retriever", *common, *args]) == 0
     assert f"Use it with --query-embedding-model {out}" in capsys.readouterr().out
+    assert main(["train-retriever", *common, *args, "--resume-from", "last"]) == 2  # a finished run keeps no checkpoint
+    assert capsys.readouterr().err.startswith(f"error: No checkpoint to resume from in {out / 'checkpoints'}.")
+    assert main(["train-retriever", *common, *args, "--resume-from", str(tmp_path)]) == 2
+    assert "is not a training checkpoint (no trainer_state.json)" in capsys.readouterr().err
     assert main(["fit-fusion", *common, "--query-embedding-model", str(out)]) == 0
     assert "electronics: fusion" in capsys.readouterr().out
     assert main(["eval", "retriever", *common, "--retriever", "bm25", "hybird"]) == 2

@@ -3,11 +3,12 @@
 The browser tests, ``qa-system bench page`` (``page_load.py``) and the README screenshot
 (``scripts/ui_screenshot.py``) all use them, so that what is tested is what is shown; the page
 itself is served by ``qa_system.serving.webapp.serve``. Selenium and Chromium are needed only here
-(``pip install -e .[test]``; Debian: ``apt-get install chromium chromium-driver``).
+(``pip install 'qa_system[browser]'``; Debian: ``apt-get install chromium chromium-driver``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import urllib.parse
 from pathlib import Path
@@ -29,13 +30,22 @@ def chromium_paths() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
+def require_selenium() -> None:
+    """A QAError naming the ``browser`` extra when selenium is not installed."""
+    try:
+        found = importlib.util.find_spec("selenium") is not None
+    except (ImportError, ValueError):  # a finder that refuses it
+        found = False
+    if not found:
+        raise QAError("Driving the page in a browser needs selenium, which is not installed.", "pip install 'qa_system[browser]'.")
+
+
 def headless_chromium(user_data_dir: Path, width: int = 1400, height: int = 1400):
     """A Selenium driver on the system's headless Chromium (never a downloaded browser)."""
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError as error:
-        raise QAError("Driving the page in a browser needs selenium.", "pip install -e '.[test]'.") from error
+    require_selenium()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
     paths = chromium_paths()
     if paths is None:
         raise QAError("Chromium or its driver is not installed.", "apt-get install chromium chromium-driver.")

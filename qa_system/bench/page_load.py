@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from qa_system.bench.browser import chromium_paths, headless_chromium
+from qa_system.bench.browser import chromium_paths, headless_chromium, require_selenium
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.serving.feedback import MAX_NEW_CLICKS, FeedbackStore
@@ -287,6 +287,7 @@ def run_page_load(
     check_number(seconds, "seconds", 0, above=True)
     check_count(clicks, "clicks", 1, MAX_NEW_CLICKS)
     check_number(timeout_s, "timeout", 0, above=True)
+    require_selenium()
     if chromium_paths() is None:
         raise QAError("The page load test drives Chromium, which is not installed.", "apt-get install chromium chromium-driver.")
     plan = pick_questions(settings, split, sessions)

@@ -54,16 +54,23 @@ def cmd_train_retriever(args: argparse.Namespace) -> None:
     import torch
 
     from qa_system.retrieval.encoders import tuned_encoders
+    from qa_system.training.reader import resume_point
     from qa_system.training.retriever import RetrieverTrainingConfig, train_retriever
 
     settings = settings_from_args(args)
+    resume_point(args.resume_from, args.output)  # a wrong checkpoint is refused before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     config = RetrieverTrainingConfig(
         encoders=args.encoders, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
         hard_negatives=args.hard_negatives, max_seq_length=args.max_seq_length, patience=args.patience, max_steps=args.max_steps,
+        checkpoint_steps=args.checkpoint_steps,
     )
-    result = train_retriever(args.domain, args.base_model or settings.embedding_model, args.output, config, settings, args.query_base_model)
+    result = train_retriever(
+        args.domain, args.base_model or settings.embedding_model, args.output, config, settings, args.query_base_model, resume_from=args.resume_from,
+    )  # fmt: skip
+    if not result.finished:
+        print(f"Stopped at step {result.steps}: `qa-system train-retriever ... --resume-from last` goes on from its last checkpoint.")
     print(f"Saved the best encoder (epoch {result.best_epoch}, {result.seconds / 60:.1f} min) to {result.output_dir}")
     for name, metrics in result.dev_metrics.items():
         print(f"  dev {name}: strict recall@1 {metrics['recall@1']:.3f}, recall@3 {metrics['recall@3']:.3f}, MRR {metrics['mrr']:.3f}")
@@ -172,6 +179,10 @@ def register(commands, options: Options) -> None:
     p.add_argument("--patience", type=count("--patience"), default=1, help="epochs without dev recall@1 gain before stopping")
     p.add_argument("--max-steps", type=count("--max-steps"), help="stop after N optimiser steps (a smoke run)")
     p.add_argument("--threads", type=count("--threads"), help="torch CPU threads (1 is fastest on a busy machine: no spinning threads)")
+    p.add_argument("--checkpoint-steps", type=count("--checkpoint-steps"), default=100,
+                   help="save a checkpoint every N optimiser steps and at each epoch's end in OUTPUT/checkpoints (the last two are kept; removed when the run ends)")
+    p.add_argument("--resume-from", metavar="CHECKPOINT",
+                   help="continue an interrupted run with the same flags: a checkpoint folder (OUTPUT/checkpoints/checkpoint-N) or 'last'")
     p.set_defaults(func=cmd_train_retriever)
 
     p = commands.add_parser("fit-fusion", parents=[options.common], help="fit the hybrid fusion (and --rerank's mix) on a dev split for the configured encoders")

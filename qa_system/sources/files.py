@@ -11,10 +11,11 @@ links that lead outside the folder are not followed (a link to /etc/passwd must 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from haystack.dataclasses import ByteStream
 
@@ -27,6 +28,29 @@ SIDECAR = ".meta.json"
 # The converters' and pypdf's warnings about a file only repeat what the error or the report says about it.
 for _library in ("haystack.components.converters", "pypdf"):
     logging.getLogger(_library).setLevel(logging.ERROR)
+
+
+# The optional packages (the `files` extra: pip install 'qa_system[files]') that Haystack's converter of each kind needs.
+FILES_EXTRA = "pip install 'qa_system[files]'"
+_CONVERTER_PACKAGES = {
+    ".pdf": ("pypdf",), ".html": ("trafilatura",), ".htm": ("trafilatura",),
+    ".md": ("markdown_it", "mdit_plain"), ".markdown": ("markdown_it", "mdit_plain"),
+}  # fmt: skip
+
+
+def check_converters(suffixes: Iterable[str]) -> None:
+    """A QAError naming the ``files`` extra when a converter for one of ``suffixes`` lacks its package (checked before any file is read)."""
+    for suffix in sorted({s.lower() for s in suffixes}):
+        missing = [name for name in _CONVERTER_PACKAGES.get(suffix, ()) if not _installed(name)]
+        if missing:
+            raise QAError(f"Reading {suffix} files needs {', '.join(missing)}, which is not installed.", f"{FILES_EXTRA}.")
+
+
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a module without a spec
+        return False
 
 
 def _converter(suffix: str):
@@ -127,7 +151,9 @@ def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterat
     ``counts.files_unreadable`` and skipped (a single file given alone raises instead).
     """
     encoding = check_encoding(options.encoding)
-    for path in document_files(root, counts):
+    files = document_files(root, counts)
+    check_converters(path.suffix for path in files)
+    for path in files:
         relative = path.name if root.is_file() else path.relative_to(root).as_posix()
         counts.rows += 1
         try:

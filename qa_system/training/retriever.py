@@ -1,7 +1,8 @@
 """Fine-tuning the dense retriever's encoders on SubjQA (question, own review) pairs.
 
-Farm-haystack 1.x could train its DPR retriever; Haystack 3 cannot, so this is a plain PyTorch
-loop around sentence-transformers' ``MultipleNegativesRankingLoss``: each question is scored
+Farm-haystack 1.x could train its DPR retriever; Haystack 3 cannot, so this runs sentence-transformers'
+``SentenceTransformerTrainer`` (checkpoints, ``--resume-from``) with its ``MultipleNegativesRankingLoss``
+over batches made here (``product_batches``, fed in order by ``FixedBatches``): each question is scored
 against its own review, the other reviews of its batch (in-batch negatives) and ``hard_negatives``
 more. Batches keep a product's questions together, so the in-batch negatives include the other
 reviews *of the same product in the same split*: exactly the candidates the retriever must tell
@@ -34,8 +35,8 @@ passage encoder, data, hyperparameters, dev figures, time, machine) and a model 
 from __future__ import annotations
 
 import json
-import math
 import random
+import shutil
 import time
 from collections import defaultdict, deque
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,8 @@ from typing import Any, Sequence
 
 import numpy as np
 from haystack import Document
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+from transformers import TrainerCallback
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
@@ -74,9 +77,10 @@ class RetrieverTrainingConfig:
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_steps: int | None = None  # stop after this many optimiser steps (smoke runs)
+    checkpoint_steps: int = 100  # a checkpoint every this many steps (and at each epoch's end) in OUTPUT/checkpoints
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "max_seq_length", "patience"):
+        for name in ("epochs", "batch_size", "max_seq_length", "patience", "checkpoint_steps"):
             check_count(getattr(self, name), name)
         check_count(self.seed, "seed", 0)
         check_count(self.hard_negatives, "hard_negatives", 0)
@@ -115,16 +119,21 @@ class Batch:
     negative_ids: list[list[str]]  # [negative index][example]
 
     def columns(self, texts: dict[str, str]) -> list[list[str]]:
+        """The batch's texts, column by column: questions, their reviews, then each hard negative's."""
         return [self.questions, [texts[i] for i in self.positive_ids], *([texts[i] for i in column] for column in self.negative_ids)]
 
 
 @dataclass
 class RetrieverTrainingResult:
+    """What a run gave: where the best epoch's encoders are, its dev figures, every epoch's, and how far it went."""
+
     output_dir: Path
     best_epoch: int
     dev_metrics: dict[str, dict[str, float]]
     history: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    steps: int = 0  # optimiser steps done, a resumed run's included
+    finished: bool = True  # False: stopped before its last step (resume it); its checkpoints are kept
 
 
 def held_out_reviews(data: SubjQA) -> set[tuple[str, str]]:
@@ -258,10 +267,6 @@ def indexed_vectors(settings: Settings, domains: Sequence[str], encoder: str) ->
     return vectors
 
 
-def _embed(model, texts: list[str]):
-    return model(model.preprocess(texts))["sentence_embedding"]
-
-
 def _selection_key(metrics: dict[str, dict[str, float]]) -> tuple[float, float]:
     return metrics["mean"]["recall@1"], metrics["mean"]["mrr"]
 
@@ -274,8 +279,244 @@ def save_encoders(query_model, passage_model, kind: str, output_dir: Path, info:
         query_model.save(str(output_dir / "query"))
     else:
         query_model.save(str(output_dir))
+    write_model_info(output_dir, info)
+
+
+def write_model_info(output_dir: Path, info: dict[str, Any]) -> None:
+    """``qa_system.json`` and the model card (README.md) of a trained encoder."""
     (output_dir / MODEL_INFO_FILE).write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
     (output_dir / "README.md").write_text(model_card(info), encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------ the trainer's parts
+
+
+@dataclass
+class Encoders:
+    """The encoders of one run. ``vectors``: the frozen passage encoder's review vectors (``question`` kind), else None."""
+
+    kind: str
+    query: Any  # SentenceTransformer: the model the trainer trains
+    passage: Any  # the same model (shared), a second one that learns (separate), or the frozen one (question)
+    vectors: dict[str, Any] | None = None
+
+    @property
+    def learning(self) -> list:
+        """The models whose weights change."""
+        return [self.query] if self.kind != "separate" else [self.query, self.passage]
+
+    def passages(self, documents: Sequence[Document]) -> np.ndarray:
+        """The documents' vectors as the retriever would index them."""
+        if self.vectors is not None:
+            return np.stack([self.vectors[d.id].numpy() for d in documents])
+        return encode(self.passage, [d.content or "" for d in documents])
+
+
+def load_encoders(config: RetrieverTrainingConfig, base_model: str, query_base_model: str | None, settings: Settings,
+                  domains: Sequence[str], reviews: dict[str, str], resume_from: Path | None = None) -> Encoders:
+    """The base encoders (a separate passage encoder resumed from its checkpoint), and the frozen review vectors."""
+    import torch
+
+    frozen = config.encoders == "question"
+    passage_base = str(resume_from / "passage") if resume_from is not None and config.encoders == "separate" else base_model
+    passage = load_encoder(passage_base, None if frozen else config.max_seq_length)
+    if config.encoders == "shared":
+        return Encoders("shared", passage, passage)
+    query = load_encoder(query_base_model or base_model, config.max_seq_length, "question base model")
+    if not frozen:
+        return Encoders("separate", query, passage)
+    # The passage encoder never changes: every review is encoded once (or read from a saved index).
+    passage.eval()
+    known = indexed_vectors(settings, domains, base_model)
+    missing = [i for i in reviews if i not in known]
+    if missing:
+        print(f"encoding {len(missing)} reviews with the frozen passage encoder ({len(reviews) - len(missing)} taken from saved indexes)", flush=True)
+        known.update(zip(missing, encode(passage, [reviews[i] for i in missing])))
+    return Encoders("question", query, passage, {i: torch.from_numpy(np.asarray(known[i], dtype=np.float32)) for i in reviews})
+
+
+def epoch_rows(train: TrainingData, config: RetrieverTrainingConfig) -> tuple[dict[str, list[str]], list[list[int]], list[int]]:
+    """Every epoch's ``product_batches`` as dataset columns (question, positive, negative_1.. review ids), the row
+    indices of each batch in training order, and the step that ends each epoch. Fixed by the seed, so a resumed
+    run sees the very batches the interrupted one would have."""
+    rng = random.Random(config.seed)
+    columns: dict[str, list[str]] = {"question": [], "positive": [], **{f"negative_{n + 1}": [] for n in range(config.hard_negatives)}}
+    batches, epoch_ends = [], []
+    for _ in range(config.epochs):
+        for batch in product_batches(train, config.batch_size, config.hard_negatives, rng):
+            first = len(columns["question"])
+            columns["question"] += batch.questions
+            columns["positive"] += batch.positive_ids
+            for n, column in enumerate(batch.negative_ids):
+                columns[f"negative_{n + 1}"] += column
+            batches.append(list(range(first, len(columns["question"]))))
+        epoch_ends.append(len(batches))
+    return columns, batches, epoch_ends
+
+
+class FixedBatches:
+    """A batch sampler that yields precomputed batches of row indices in order.
+
+    It is also the trainer's ``batch_sampler`` argument (called with the dataset, it returns itself);
+    a class rather than a closure, since the training arguments are pickled into each checkpoint.
+    """
+
+    def __init__(self, batches: list[list[int]]):
+        self.batches = batches
+
+    def __call__(self, dataset, **kwargs) -> "FixedBatches":
+        return self
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@dataclass
+class ReviewCollator:
+    """Tokenizes a batch's questions with the question encoder; its reviews (ids in the rows) become the frozen
+    review vectors (as ``<column>_sentence_embedding``) or tokens of the passage encoder."""
+
+    encoders: Encoders
+    texts: dict[str, str]
+    valid_label_columns: list[str] = field(default_factory=list)
+
+    def __call__(self, rows: list[dict[str, str]]) -> dict[str, Any]:
+        import torch
+
+        batch = {f"question_{k}": v for k, v in self.encoders.query.preprocess([r["question"] for r in rows]).items()}
+        for column in [c for c in rows[0] if c != "question"]:
+            ids = [r[column] for r in rows]
+            if self.encoders.vectors is not None:
+                batch[f"{column}_sentence_embedding"] = torch.stack([self.encoders.vectors[i] for i in ids])
+            else:
+                batch.update({f"{column}_{k}": v for k, v in self.encoders.passage.preprocess([self.texts[i] for i in ids]).items()})
+        return batch
+
+
+class ReviewRankingLoss(MultipleNegativesRankingLoss):
+    """MultipleNegativesRankingLoss whose review columns are embedded by the passage encoder, or are already vectors.
+
+    A separate passage encoder is a sub-module: the trainer's optimiser, over the loss's parameters, updates it too.
+    """
+
+    def __init__(self, encoders: Encoders, scale: float):
+        super().__init__(encoders.query, scale=scale)
+        self.passage_model = encoders.passage if encoders.kind == "separate" else None
+
+    def forward(self, features, labels):
+        """The loss of one batch: ``features`` are the question column's, then each review column's."""
+        reviews = self.passage_model or self.model
+        embeddings = [self.model(features[0])["sentence_embedding"]]
+        embeddings += [f["sentence_embedding"] if "input_ids" not in f else reviews(f)["sentence_embedding"] for f in features[1:]]
+        return self.compute_loss_from_embeddings(embeddings, labels)
+
+
+SELECTION_FILE = "qa_selection.json"  # in each checkpoint: the epochs' dev figures so far, for a resumed run
+
+
+class EpochSelection(TrainerCallback):
+    """At the end of each epoch (``evaluate_at``: step -> epoch), strict recall@1 / MRR on the dev splits; the best
+    epoch's encoders are saved to ``output_dir``; training stops after ``patience`` epochs without gain. Its record
+    goes into every checkpoint (``SELECTION_FILE``) and comes back with ``restore``."""
+
+    def __init__(self, encoders: Encoders, dev_sets: dict, evaluate_at: dict[int, int], output_dir: Path, info: dict[str, Any], patience: int):
+        self.encoders, self.dev_sets, self.evaluate_at, self.output_dir, self.info, self.patience = encoders, dev_sets, evaluate_at, output_dir, info, patience
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = None
+        self.stale = 0
+        self.losses: list[float] = []
+
+    def evaluate(self, label: str) -> dict[str, dict[str, float]]:
+        """Dev figures per domain and their mean, as the retriever ranks each question's candidates."""
+        import torch
+
+        for model in self.encoders.learning:
+            model.eval()
+        with torch.inference_mode():
+            metrics = {domain: dev_recall(self.encoders.query, self.encoders.passages(documents), questions, documents, label=f"{label} {domain} dev")
+                       for domain, (questions, documents) in self.dev_sets.items()}
+        for model in self.encoders.learning:
+            model.train()
+        metrics["mean"] = {k: float(np.mean([m[k] for m in metrics.values()])) for k in ("recall@1", "recall@3", "mrr")}
+        return metrics
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """Keep the training loss of the epoch."""
+        if logs and "loss" in logs:
+            self.losses.append(float(logs["loss"]))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        """At an epoch's end: evaluate, keep the best, stop when stale; a checkpoint then."""
+        epoch = self.evaluate_at.get(state.global_step)
+        if epoch is None:
+            return
+        metrics = self.evaluate(f"epoch {epoch}")
+        self.history.append({"epoch": epoch, "steps": state.global_step, "train_loss": float(np.mean(self.losses)) if self.losses else None, "dev": metrics})
+        self.losses = []
+        print(json.dumps(self.history[-1]), flush=True)
+        if self.best is None or _selection_key(metrics) > _selection_key(self.best["dev"]):
+            self.best, self.stale = self.history[-1], 0
+            info = {**self.info, "best_epoch": epoch, "dev_metrics": metrics, "history": self.history}
+            save_encoders(self.encoders.query, self.encoders.passage, self.encoders.kind, self.output_dir, info)
+        else:
+            self.stale += 1
+        control.should_save = True  # a checkpoint at each epoch's end: a resumed run starts from its record
+        control.should_training_stop = control.should_training_stop or self.stale >= self.patience
+
+    def on_save(self, args, state, control, **kwargs):
+        """Put the record (and a separate passage encoder, which the trainer does not save) into the checkpoint."""
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if self.encoders.kind == "separate":
+            self.encoders.passage.save(str(checkpoint / "passage"))
+        record = {"history": self.history, "best": self.best, "stale": self.stale, "losses": self.losses, "hyperparameters": self.info["hyperparameters"]}
+        (checkpoint / SELECTION_FILE).write_text(json.dumps(record, default=str), encoding="utf-8")
+
+    def restore(self, checkpoint: Path) -> None:
+        """The record of the run that wrote ``checkpoint``; a QAError when that run had other settings."""
+        record = json.loads((checkpoint / SELECTION_FILE).read_text(encoding="utf-8"))
+        if record["hyperparameters"] != json.loads(json.dumps(self.info["hyperparameters"], default=str)):
+            raise QAError(f"{checkpoint} was saved by a run with other settings ({record['hyperparameters']}).", "resume with the same flags, or start afresh.")
+        self.history, self.best, self.stale, self.losses = record["history"], record["best"], record["stale"], record["losses"]
+
+
+def _training_arguments(config: RetrieverTrainingConfig, checkpoints: Path, total_steps: int, batches: list[list[int]], progress: bool):
+    from sentence_transformers.sentence_transformer.training_args import SentenceTransformerTrainingArguments
+
+    return SentenceTransformerTrainingArguments(
+        output_dir=str(checkpoints), learning_rate=config.learning_rate, weight_decay=config.weight_decay, max_steps=total_steps,
+        lr_scheduler_type="linear", warmup_steps=int(config.warmup_ratio * total_steps), max_grad_norm=1.0, seed=config.seed,
+        batch_sampler=FixedBatches(batches), save_strategy="steps", save_steps=config.checkpoint_steps,
+        save_total_limit=2, logging_strategy="steps", logging_steps=1, report_to=[], use_cpu=True, disable_tqdm=not progress,
+        dataloader_num_workers=0, eval_strategy="no", remove_unused_columns=False,
+    )  # fmt: skip
+
+
+def _dev_sets(data: SubjQA, domains: Sequence[str]) -> dict[str, tuple[list[LabelledQuestion], list[Document]]]:
+    dev_sets = {
+        domain: ([q for q in data.questions if q.split == "dev" and q.domain == domain], [d for d in data.documents if in_split(d, "dev") and d.meta["domain"] == domain])
+        for domain in domains
+    }
+    dev_sets = {domain: dev for domain, dev in dev_sets.items() if dev[0]}
+    if not dev_sets:
+        raise QAError(f"No dev questions in {', '.join(domains)}: nothing to select the epoch on.", "train on domains that have a dev split.")
+    return dev_sets
+
+
+def _run_info(config, base_model, query_base_model, domains, train, dev_sets, output_dir) -> dict[str, Any]:
+    from qa_system.model_files import model_fingerprint
+
+    frozen = config.encoders == "question"
+    return {
+        "base_model": base_model, "query_base_model": query_base_model, "encoders": config.encoders,
+        "passage_encoder": base_model if frozen else None, "passage_fingerprint": model_fingerprint(base_model) if frozen else None,
+        "domains": list(domains), "train_questions": len(train.pairs),
+        "held_out": "train reviews that are also dev reviews, with their questions (SubjQA dev copies train)",
+        "dev_questions": {domain: len(dev[0]) for domain, dev in dev_sets.items()}, "hyperparameters": asdict(config),
+        "machine": machine(), "output_dir": str(output_dir), "trainer": "sentence-transformers SentenceTransformerTrainer",
+    }  # fmt: skip
 
 
 def train_retriever(
@@ -286,140 +527,59 @@ def train_retriever(
     settings: Settings | None = None,
     query_base_model: str | None = None,
     progress: bool = True,
+    resume_from: str | Path | None = None,
+    callbacks: Sequence = (),
 ) -> RetrieverTrainingResult:
-    """Fine-tune the retriever's encoder(s) on the SubjQA train splits of ``domains`` (see the module doc).
+    """Fine-tune the retriever's encoder(s) on the SubjQA train splits of ``domains`` with sentence-transformers'
+    ``SentenceTransformerTrainer`` (see the module doc).
 
     :param base_model: the passage encoder (and the question encoder unless ``query_base_model``).
     :param settings: where the data and the saved indexes are (their review vectors are reused).
-    :returns: where the model is, its epoch, dev figures per domain (and their mean) and the history.
+    :param resume_from: a checkpoint (``OUTPUT/checkpoints/checkpoint-N``) or "last": continue an interrupted run.
+    :param callbacks: more ``transformers.TrainerCallback``\ s (tests stop a run with one).
+    :returns: where the model is, its epoch, dev figures per domain (and their mean), the history and the steps run.
     """
-    import torch
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-    from tqdm.auto import tqdm
-    from transformers import get_linear_schedule_with_warmup
+    from datasets import Dataset
+    from sentence_transformers.sentence_transformer.trainer import SentenceTransformerTrainer
 
-    from qa_system.model_files import model_fingerprint
+    from qa_system.training.reader import CHECKPOINTS, resume_point
 
     if config.encoders not in ENCODER_KINDS:
         raise QAError(f"Unknown encoder kind '{config.encoders}'.", f"use one of: {', '.join(ENCODER_KINDS)}.")
-    began = time.time()
-    settings = settings or Settings.from_env()
-    output_dir = Path(output_dir)
+    began, settings, output_dir = time.time(), settings or Settings.from_env(), Path(output_dir)
+    checkpoint = resume_point(resume_from, output_dir)
     data = load_subjqa(list(domains), ["train", "dev"], settings.data_dir)
-    dev_sets = {
-        domain: ([q for q in data.questions if q.split == "dev" and q.domain == domain], [d for d in data.documents if in_split(d, "dev") and d.meta["domain"] == domain])
-        for domain in domains
-    }
-    dev_sets = {domain: dev for domain, dev in dev_sets.items() if dev[0]}
-    if not dev_sets:
-        raise QAError(f"No dev questions in {', '.join(domains)}: nothing to select the epoch on.", "train on domains that have a dev split.")
-    train = training_data(data)
+    dev_sets, train = _dev_sets(data, domains), training_data(data)
     if not train.pairs:
         raise QAError(f"No training questions in the train split of {', '.join(domains)}.", "check the domains and the data directory.")
     seed_everything(config.seed)
-    rng = random.Random(config.seed)
-
-    frozen = config.encoders == "question"
-    passage_model = load_encoder(base_model, None if frozen else config.max_seq_length)
-    if config.encoders == "shared":
-        query_model = passage_model
+    reviews = {**train.texts, **{d.id: d.content or "" for _, documents in dev_sets.values() for d in documents}}
+    encoders = load_encoders(config, base_model, query_base_model, settings, domains, reviews, checkpoint)
+    columns, batches, epoch_ends = epoch_rows(train, config)
+    total_steps = min(len(batches), config.max_steps or len(batches))
+    evaluate_at = {}  # step -> the epoch it ends (a max_steps run ends its last epoch early)
+    for epoch, end in enumerate(epoch_ends, start=1):
+        evaluate_at.setdefault(min(end, total_steps), epoch)
+    info = _run_info(config, base_model, query_base_model, domains, train, dev_sets, output_dir)
+    selection = EpochSelection(encoders, dev_sets, evaluate_at, output_dir, info, config.patience)
+    if checkpoint is not None:
+        selection.restore(checkpoint)
     else:
-        query_model = load_encoder(query_base_model or base_model, config.max_seq_length, "question base model")
-    trained = [query_model] if frozen else list({id(m): m for m in (passage_model, query_model)}.values())
-    cache: dict[str, torch.Tensor] = {}
-    if frozen:
-        # The passage encoder never changes: every review is encoded once (or read from a saved index).
-        passage_model.eval()
-        documents = [*({"id": i, "content": t} for i, t in train.texts.items()), *({"id": d.id, "content": d.content or ""} for _, docs in dev_sets.values() for d in docs)]
-        known = indexed_vectors(settings, domains, base_model)
-        missing = [d for d in documents if d["id"] not in known]
-        if missing:
-            print(f"encoding {len(missing)} reviews with the frozen passage encoder ({len(documents) - len(missing)} taken from saved indexes)", flush=True)
-            known.update(zip((d["id"] for d in missing), encode(passage_model, [d["content"] for d in missing])))
-        cache = {d["id"]: torch.from_numpy(np.asarray(known[d["id"]], dtype=np.float32)) for d in documents}
-
-    parameters = [(n, p) for m in trained for n, p in m.named_parameters()]
-    no_decay = ("bias", "LayerNorm.weight")
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": [p for n, p in parameters if not n.endswith(no_decay)], "weight_decay": config.weight_decay},
-            {"params": [p for n, p in parameters if n.endswith(no_decay)], "weight_decay": 0.0},
-        ],
-        lr=config.learning_rate,
-    )
-    loss_function = MultipleNegativesRankingLoss(query_model, scale=config.scale)
-    epochs = [product_batches(train, config.batch_size, config.hard_negatives, rng) for _ in range(config.epochs)]
-    total_steps = min(sum(len(e) for e in epochs), config.max_steps or math.inf)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
-
-    def reviews(ids: list[str]):
-        return torch.stack([cache[i] for i in ids]) if frozen else _embed(passage_model, [train.texts[i] for i in ids])
-
-    def evaluate(label: str) -> dict[str, dict[str, float]]:
-        for model in trained:
-            model.eval()
-        metrics = {}
-        with torch.inference_mode():
-            for domain, (questions, documents) in dev_sets.items():
-                passages = torch.stack([cache[d.id] for d in documents]).numpy() if frozen else encode(passage_model, [d.content or "" for d in documents])
-                metrics[domain] = dev_recall(query_model, passages, questions, documents, label=f"{label} {domain} dev")
-        metrics["mean"] = {k: float(np.mean([m[k] for m in metrics.values()])) for k in ("recall@1", "recall@3", "mrr")}
-        return metrics
-
-    info_base = {
-        "base_model": base_model,
-        "query_base_model": query_base_model,
-        "encoders": config.encoders,
-        "passage_encoder": base_model if frozen else None,
-        "passage_fingerprint": model_fingerprint(base_model) if frozen else None,
-        "domains": list(domains),
-        "train_questions": len(train.pairs),
-        "held_out": "train reviews that are also dev reviews, with their questions (SubjQA dev copies train)",
-        "dev_questions": {domain: len(dev[0]) for domain, dev in dev_sets.items()},
-        "hyperparameters": asdict(config),
-        "machine": machine(),
-        "output_dir": str(output_dir),
-    }
-    history: list[dict[str, Any]] = [{"epoch": 0, "steps": 0, "dev": evaluate("base model")}]
-    print(json.dumps(history[-1]), flush=True)
-    best: RetrieverTrainingResult | None = None
-    step, stale = 0, 0
-    for epoch, batches in enumerate(epochs, start=1):
-        for model in trained:
-            model.train()
-        bar = tqdm(batches, desc=f"epoch {epoch}", unit="batch", disable=not progress)
-        losses = []
-        for batch in bar:
-            embeddings = [_embed(query_model, batch.questions), reviews(batch.positive_ids), *(reviews(column) for column in batch.negative_ids)]
-            loss = loss_function.compute_loss_from_embeddings(embeddings, None)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_([p for _, p in parameters], 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
-            step += 1
-            if step >= total_steps:
-                break
-        metrics = evaluate(f"epoch {epoch}")
-        history.append({"epoch": epoch, "steps": step, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics})
-        print(json.dumps(history[-1]), flush=True)
-        if best is None or _selection_key(metrics) > _selection_key(best.dev_metrics):
-            best = RetrieverTrainingResult(output_dir, epoch, metrics)
-            stale = 0
-            info = {**info_base, "best_epoch": epoch, "dev_metrics": metrics, "history": history, "training_seconds": time.time() - began}
-            save_encoders(query_model, passage_model, config.encoders, output_dir, info)
-        else:
-            stale += 1
-        if stale >= config.patience or step >= total_steps:
-            break
-    best.history, best.seconds = history, time.time() - began
-    info = read_model_info(output_dir)
-    info.update(history=history, training_seconds=best.seconds)
-    (output_dir / MODEL_INFO_FILE).write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
-    (output_dir / "README.md").write_text(model_card(info), encoding="utf-8")
-    return best
+        selection.history.append({"epoch": 0, "steps": 0, "dev": selection.evaluate("base model")})
+        print(json.dumps(selection.history[-1]), flush=True)
+    trainer = SentenceTransformerTrainer(
+        model=encoders.query, args=_training_arguments(config, output_dir / CHECKPOINTS, total_steps, batches, progress),
+        train_dataset=Dataset.from_dict(columns), loss=ReviewRankingLoss(encoders, config.scale), data_collator=ReviewCollator(encoders, reviews),
+        callbacks=[selection, *callbacks],
+    )  # fmt: skip
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finished = trainer.state.global_step >= total_steps or selection.stale >= config.patience
+    result = RetrieverTrainingResult(output_dir, selection.best["epoch"], selection.best["dev"], selection.history, time.time() - began, trainer.state.global_step, finished)
+    if finished:
+        info = {**read_model_info(output_dir), "history": selection.history, "training_seconds": result.seconds, "steps": trainer.state.global_step}
+        write_model_info(output_dir, info)
+        shutil.rmtree(output_dir / CHECKPOINTS, ignore_errors=True)
+    return result
 
 
 def model_card(info: dict[str, Any]) -> str:
