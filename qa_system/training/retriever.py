@@ -47,6 +47,7 @@ import numpy as np
 from haystack import Document
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
@@ -414,6 +415,13 @@ class ReviewRankingLoss(MultipleNegativesRankingLoss):
         return self.compute_loss_from_embeddings(embeddings, labels)
 
 
+class StepProgress(ProgressCallback):
+    """The trainer's progress bar, without a printed line per logged step."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """Logs go to the epoch record (``EpochSelection``), not to the terminal."""
+
+
 SELECTION_FILE = "qa_selection.json"  # in each checkpoint: the epochs' dev figures so far, for a resumed run
 
 
@@ -572,6 +580,11 @@ def train_retriever(
         train_dataset=Dataset.from_dict(columns), loss=ReviewRankingLoss(encoders, config.scale), data_collator=ReviewCollator(encoders, reviews),
         callbacks=[selection, *callbacks],
     )  # fmt: skip
+    # The trainer's own printers would print every step's log line; the progress bar and one line per epoch say enough.
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    if progress:
+        trainer.add_callback(StepProgress())
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finished = trainer.state.global_step >= total_steps or selection.stale >= config.patience
     result = RetrieverTrainingResult(output_dir, selection.best["epoch"], selection.best["dev"], selection.history, time.time() - began, trainer.state.global_step, finished)
