@@ -69,6 +69,11 @@ def default_reader_model() -> str:
     return str(REPO_ROOT / "models" / "reader-minilm-subjqa")
 
 
+def default_selector_model() -> str:
+    """The answer selector this project trains for its reader and ships under models/."""
+    return str(REPO_ROOT / "models" / "answer-selector")
+
+
 # Settings whose environment variable is not QA_ + the field's name in capitals.
 _ENV_ALIASES = {"feedback_file": "QA_FEEDBACK_DB"}
 
@@ -97,6 +102,9 @@ class Settings(BaseSettings):
     reader_backend: str = "onnx"
     # A manual export (.onnx file or export directory) to use; None = the one built into the cache on first use.
     reader_onnx_model: str | None = None
+    # The answer selector after the reader (reading/selection.py): its folder, used when it was trained for
+    # reader_model; "none" keeps the reader's own decision (its no-answer threshold).
+    selector_model: str = Field(default_factory=default_selector_model)
     retriever: str = "bm25"
     top_k_retriever: int = 3
     top_k_reader: int = 3

@@ -116,7 +116,8 @@ def test_pipeline_under_both_protocols_with_a_threshold_tuned_on_dev(toy, tiny_r
     dev = evaluate_pipelines(toy, [reader], "bm25", split="dev", top_k_retriever=3, candidates=["split", "product"], tune_threshold=True, out_dir=tmp_path / "dev")
     assert saved_manifest(toy, "subjqa-electronics") == manifest  # fitted for that run only: nothing stored
     system = f"bm25+{reader_label(reader)}"
-    assert set(dev["records"]) == {(system, "split"), (system, "product")}
+    tuned = f"{system}, dev-tuned threshold"
+    assert set(dev["records"]) == {(system, "split"), (system, "product"), (tuned, "split"), (tuned, "product")}
     # q4 asks about r-kindle-3: alone in its product's dev reviews, one of three in its product.
     split_docs = dev["records"][(system, "split")].set_index("id")["documents"]
     product_docs = dev["records"][(system, "product")].set_index("id")["documents"]

@@ -13,14 +13,17 @@ from qa_system.errors import QAError
 def _print_answer_metrics(result: dict, out: Path) -> None:
     metrics = result["metrics"]
     shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "always no answer"])]
-    columns = ["system", *(["candidates"] if "candidates" in metrics else []), "group", "questions", "em", "f1", "em_top_k", "f1_top_k", "answered", "latency_ms"]
-    print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    keys = [c for c in ("system", "candidates", "gold") if c in metrics]
+    calibrated = ["ece"] if metrics["ece"].notna().any() else []  # only the answer selector's scores are probabilities
+    columns = [*keys, "group", "questions", "em", "f1", "f1_top_k", "answered", "answered_right", "answered_wrong", "abstained_wrong", *calibrated, "latency_ms"]
+    print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
     print("Read with: " + ", ".join(f"{system} {backend}" for system, backend in result["reader_backends"].items()))
     thresholds = result.get("thresholds")
     if thresholds is not None and not thresholds.empty:
         print("No-answer thresholds (logit margin over 'no answer'):")
         print(thresholds.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"Report written to {out}/ (report.json, report.csv, report.md, em_f1.png, predictions-*.json, gold.json)")
+    plots = "em_f1.png, reliability.png" if calibrated else "em_f1.png"
+    print(f"Report written to {out}/ (report.json, report.csv, report.md, {plots}, predictions-*.json, gold.json)")
 
 
 def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, needs_index: bool = True):
@@ -66,7 +69,7 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=args.retriever != "bm25")
     result = evaluate_pipelines(
         settings, readers, args.retriever, domain, args.split, args.top_k_retriever, args.top_k,
-        args.out, args.limit, args.no_answer_threshold, args.candidates, labels=labels, index=index,
+        args.out, args.limit, args.no_answer_threshold, args.candidates, labels=labels, index=index, golds=args.gold,
     )
     _print_answer_metrics(result, args.out)
 
@@ -94,7 +97,7 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=any(not r.startswith("bm25") for r in args.retriever))
     result = evaluate_retrievers(
         settings, domain, args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit, tuned_model=args.tuned_model,
-        candidates=args.candidates, labels=labels, index=index,
+        candidates=args.candidates, labels=labels, index=index, golds=args.gold,
     )
     for note in result["notes"]:
         print(note)
@@ -125,6 +128,17 @@ def candidate_protocol(text: str) -> str:
     from qa_system.evaluation.retrieval import check_candidates
 
     return check_candidates(text)[0]
+
+
+def gold_option(p: argparse.ArgumentParser) -> None:
+    """Add ``--gold`` (annotated: the question's own review's answers; pooled: those of every review it was asked of)."""
+    from qa_system.evaluation.gold import GOLDS
+
+    p.add_argument(
+        "--gold", nargs="+", choices=GOLDS, default=["annotated"],
+        help="annotated: the question's own review's answers (default); pooled: the answers of every review of the product the "
+             "same question was asked of (unanswerable only if none has one); both: side by side",
+    )
 
 
 def candidates_option(p: argparse.ArgumentParser) -> None:
@@ -162,6 +176,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--out", type=Path, default=Path("reports/retriever"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     candidates_option(p)
+    gold_option(p)
     p.set_defaults(func=cmd_eval_retriever)
 
     def answer_eval_options(p: argparse.ArgumentParser, out: str) -> None:
@@ -185,6 +200,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--top-k-retriever", type=depth("--top-k-retriever"), default=3)
     candidates_option(p)
+    gold_option(p)
     p.set_defaults(func=cmd_eval_pipeline)
     p = stages.add_parser("rag", parents=[options.common, options.generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
     options.domain(p)

@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from qa_system.config import CANDIDATE_PROTOCOLS
 from qa_system.errors import QAError, check_count
+from qa_system.evaluation.gold import check_golds, pooled_documents
 from qa_system.metrics.ranking import DEFAULT_KS, retrieval_metrics
 from qa_system.retrieval.filters import make_filters
 from qa_system.sources import LabelledQuestion
@@ -113,15 +114,19 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def relevant_ranks(question: LabelledQuestion, documents: list[Document]) -> dict[str, list[int]]:
-    """1-based ranks of the relevant documents among ``documents``, per definition (strict: the gold review's document).
+def relevant_ranks(question: LabelledQuestion, documents: list[Document], pooled: set[str] | None = None) -> dict[str, list[int]]:
+    """1-based ranks of the relevant documents among ``documents``, per definition (strict: the gold review's document;
+    pooled, when ``pooled`` names its documents: any review of the product the question was asked of that answers it).
 
     A collection's long document is split into passages that share its ``document_id`` meta: any of them counts.
     """
     strict = [r for r, d in enumerate(documents, 1) if question.document_id in (d.id, d.meta.get("document_id"))]
     answers = [_squash(a.text) for a in question.answers if a.text.strip()]
     chapter = [r for r, d in enumerate(documents, 1) if any(a in _squash(d.content or "") for a in answers)]
-    return {"strict": strict, "chapter": chapter}
+    ranks = {"strict": strict, "chapter": chapter}
+    if pooled is not None:
+        ranks["pooled"] = [r for r, d in enumerate(documents, 1) if {d.id, d.meta.get("document_id")} & pooled]
+    return ranks
 
 
 def run_retriever(
@@ -131,23 +136,26 @@ def run_retriever(
     label: str = "",
     progress: bool = True,
     candidates: Callable[[LabelledQuestion], list[Document]] | None = None,
+    pooled: dict[str, set[str]] | None = None,
 ) -> pd.DataFrame:
-    """One record per question: its relevant ranks under both definitions and the latency.
+    """One record per question: its relevant ranks under each definition and the latency.
 
     ``candidates(question)``: every document the retriever could return for it; the records then
     hold how many there are and how many are relevant, so that chance is exact at any depth.
+    ``pooled`` (``evaluation.gold.pooled_documents``): question id -> its relevant documents under the pooled gold.
     """
     records = []
     for question in tqdm(questions, desc=f"retrieving {label}".strip(), unit="q", disable=not progress):
         start = time.perf_counter()
         documents = retrieve(question, depth)
         latency = time.perf_counter() - start
-        ranks = relevant_ranks(question, documents)
+        relevant_documents = pooled.get(question.id) if pooled is not None else None
+        ranks = relevant_ranks(question, documents, relevant_documents)
         pool = {}
         if candidates is not None:
             allowed = candidates(question)
-            relevant = relevant_ranks(question, allowed)
-            pool = {"n_candidates": len(allowed), "strict_relevant": len(relevant["strict"]), "chapter_relevant": len(relevant["chapter"])}
+            relevant = relevant_ranks(question, allowed, relevant_documents)
+            pool = {"n_candidates": len(allowed), **{f"{name}_relevant": len(found) for name, found in relevant.items()}}
         records.append(
             {
                 "question_id": question.id,
@@ -158,8 +166,7 @@ def run_retriever(
                 "chapter_unanswerable": question.chapter_no_answer,
                 "subjective": question.is_subjective,
                 "retrieved": len(documents),
-                "strict_ranks": ranks["strict"],
-                "chapter_ranks": ranks["chapter"],
+                **{f"{name}_ranks": found for name, found in ranks.items()},
                 "latency_s": latency,
                 **pool,
             }
@@ -220,11 +227,14 @@ def evaluate_retrievers(
     labels=None,
     index=None,
     candidates: str | Sequence[str] = ("split",),
+    golds: str | Sequence[str] = ("annotated",),
 ) -> dict:
     """Evaluate retriever variants (``VARIANTS``) on a labelled split (building the domain's index if there is none),
     or on your own ``labels`` (``ingestion.labels.Labels``) over ``index`` (their collection).
 
     ``candidates``: the candidate protocols (``CANDIDATES``), each variant is run under each.
+    ``golds``: with "pooled" (``evaluation.gold``), a hit is also counted, as the "pooled" definition, when any review
+    of the product the same question was asked of, and that answers it, is retrieved.
     ``tuned_model``: the fine-tuned encoder of the ``-ft`` variants (default models/retriever-minilm-subjqa).
     A variant whose passage encoder differs from the configured one reads its own index
     (``<index>@<encoder directory>``), so the configured index is never re-embedded by an evaluation.
@@ -241,12 +251,14 @@ def evaluate_retrievers(
     ks = sorted({check_count(k, "k") for k in ks})
     limit = check_count(limit, "limit", optional=True)
     protocols = check_candidates(candidates)
+    pool = "pooled" in check_golds(golds)
     variants = [Variant.parse(name) for name in retrievers]
     if labels is not None and any(v.tuned for v in variants):
         raise QAError("The -ft variants compare encoders on a SubjQA domain's index.", "evaluate a collection with bm25, dense, hybrid (+rerank).")
     questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     index = index or evaluation_index(settings, domain, labels, embeddings=any(v.retriever != "bm25" for v in variants))
     find_candidates = candidate_finder(index.store)
+    pooled = pooled_documents(questions) if pool else None
     tables, all_records, timings, fitted, encoders = [], {}, [], [], []
     for variant in variants:
         run_settings = variant_settings(settings, variant, tuned_model or DEFAULT_RETRIEVER_MODEL)
@@ -258,7 +270,7 @@ def evaluate_retrievers(
         by_protocol = []
         for protocol in protocols:
             label = variant.name if len(protocols) == 1 else f"{variant.name}, {protocol} candidates"
-            records, table = _run_protocol(variant.name, pipeline, protocol, questions, ks, label, find_candidates)
+            records, table = _run_protocol(variant.name, pipeline, protocol, questions, ks, label, find_candidates, pooled)
             tables.append(table)
             by_protocol.append(records)
             timings.append(_latency_row(variant.name, protocol, records["latency_s"]))
@@ -299,14 +311,14 @@ def _fitted_notes(run_settings, index, variant: Variant) -> list[str]:
 
 def _run_protocol(
     variant: str, pipeline, protocol: str, questions: Sequence[LabelledQuestion], ks: Sequence[int], label: str,
-    find_candidates: Callable[[LabelledQuestion, str], list[Document]],
+    find_candidates: Callable[[LabelledQuestion, str], list[Document]], pooled: dict[str, set[str]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A variant's retrieval ``pipeline`` under one candidate protocol: its per-question records and its metrics table."""
 
     def retrieve(question: LabelledQuestion, depth: int) -> list[Document]:
         return pipeline.run(question.question, filters=candidate_filters(question, protocol), top_k=depth)["documents"]
 
-    records = run_retriever(questions, retrieve, max(ks), label=label, candidates=lambda q: find_candidates(q, protocol))
+    records = run_retriever(questions, retrieve, max(ks), label=label, candidates=lambda q: find_candidates(q, protocol), pooled=pooled)
     records.insert(0, "candidates", protocol)
     table = retrieval_metrics(records, ks)
     table.insert(0, "candidates", protocol)
@@ -350,8 +362,9 @@ def _protocol_notes(questions: int, index, store: str, pools: Sequence[str]) -> 
         f"{questions} questions, over the index '{index.name}' of all splits ({index.manifest.get('documents')} reviews, "
         f"one document per review, store {store}); each asked with the filters of its candidate protocol:",
         *pools,
-        "strict: the question's own review (its document) is in the top k (primary metric). chapter: a retrieved review "
-        "contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
+        "strict: the question's own review (its document) is in the top k (primary metric). pooled (with --gold pooled): a review "
+        "of the product that the same question was asked of and that answers it (any of them when none does) is in the top k. "
+        "chapter: a retrieved review contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
         f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
         f"'{CHANCE}': the figures expected from ranking each question's candidates at random (the floor to compare with); "
         "'2+ candidates': questions with more than one candidate review (the others are a hit for any retriever).",

@@ -1,8 +1,9 @@
 """Ranking metrics of a retriever over per-question records: recall@k (hit@k), MRR and MAP, and what chance reaches.
 
 Pure functions of the relevant documents' ranks (``evaluation.retrieval`` records them per question
-under two definitions of a hit, ``DEFINITIONS``): a retriever's observed scores, and the scores a
-uniformly random order of the same candidates is expected to reach.
+under each definition of a hit, ``DEFINITIONS``: strict and chapter always, pooled when asked for):
+a retriever's observed scores, and the scores a uniformly random order of the same candidates is
+expected to reach.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Sequence
 import pandas as pd
 
 DEFAULT_KS = (1, 3, 5, 10, 20)
-DEFINITIONS = ("strict", "chapter")
+DEFINITIONS = ("strict", "pooled", "chapter")
 
 
 def average_precision(ranks: list[int]) -> float:
@@ -80,7 +81,7 @@ def retrieval_metrics(records: pd.DataFrame, ks: Sequence[int] = DEFAULT_KS, cha
     if "n_candidates" in records or "retrieved" in records:
         groups["2+ candidates"] = records["n_candidates" if "n_candidates" in records else "retrieved"] >= 2
     rows = []
-    for definition in DEFINITIONS:
+    for definition in (d for d in DEFINITIONS if f"{d}_ranks" in records):
         scores = (_chance_scores if chance else _observed_scores)(records, definition, ks)
         for group, mask in groups.items():
             if not mask.any():

@@ -55,3 +55,13 @@ def best_scores(prediction: str, golds: Sequence[str]) -> tuple[float, float]:
     """(EM, F1) of one prediction: the maximum over the gold answers."""
     golds = gold_answers(golds)
     return max(exact_match(prediction, g) for g in golds), max(f1(prediction, g) for g in golds)
+
+
+# An answer is "right" when its F1 with the annotators' best-matching answer reaches this: the definition behind
+# every probability of being right (the answer selector's) and every calibration figure (ECE).
+RIGHT_F1 = 0.5
+
+
+def is_right(answered: bool, f1: float, answerable: bool) -> bool:
+    """An answer is right when its F1 reaches ``RIGHT_F1``; "no answer" is right when the question has none."""
+    return f1 >= RIGHT_F1 if answered else not answerable

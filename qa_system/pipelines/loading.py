@@ -61,6 +61,7 @@ def _backend_parameters(index: Index, settings: Settings) -> dict[str, dict[str,
 
 
 def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dict | None = None, directory: Path = PIPELINES_DIR) -> str:
+    """``pipelines/<name>.yml`` with its placeholders filled for the index's backend, the settings' models and the fitted values."""
     path = directory / f"{name}.yml"
     if not path.exists():
         known = sorted(p.stem for p in directory.glob("*.yml"))
@@ -76,10 +77,24 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dic
         "reader_backend": json.dumps(settings.reader_backend),
         "reader_onnx_model": json.dumps(settings.reader_onnx_model),
         "reader_onnx_cache": json.dumps(str(settings.reader_onnx_cache)),
+        "selector_model": json.dumps(settings.selector_model),
         **fusion_values(index, settings),
         **(extra or {}),
     }
     return Template(path.read_text(encoding="utf-8")).substitute(values)
+
+
+def selector_fits(settings: Settings) -> bool:
+    """Whether the answer selector of ``settings`` was trained for its reader (else the reader decides alone)."""
+    from qa_system.reading.selection import selector_fits_reader
+
+    return selector_fits_reader(settings.selector_model, settings.reader_model)
+
+
+def _remove(stage: dict, name: str) -> None:
+    """A component taken out of a stage, with its connections."""
+    del stage["components"][name]
+    stage["connections"] = [c for c in stage.get("connections", []) if name not in (c["sender"].split(".")[0], c["receiver"].split(".")[0])]
 
 
 def _merge(definition: dict, stage: dict) -> None:
@@ -107,6 +122,8 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
 
             extra.update(rag_pipeline_values(settings))
         stage = yaml.safe_load(render_pipeline_yaml(answer_stage, index, settings, extra=extra))
+        if "selector" in stage["components"] and not selector_fits(settings):
+            _remove(stage, "selector")
         _merge(definition, stage)
         definition["metadata"] = {
             "description": f"{definition['metadata']['description']} + {stage['metadata']['description']}",

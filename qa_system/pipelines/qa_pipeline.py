@@ -71,7 +71,7 @@ class QAPipeline:
         has_fusion = "fusion" in self.pipeline.graph.nodes
         inputs: dict[str, dict[str, Any]] = {}
         for component_name, sockets in self.pipeline.inputs().items():
-            if component_name == "reader":
+            if component_name in ("reader", "selector"):
                 inputs[component_name] = {"query": query, **{k: v for k, v in reader.items() if k in sockets}}
                 continue
             values = {}
@@ -88,6 +88,7 @@ class QAPipeline:
         return inputs
 
     def validate(self, query: str, item_id: str | None) -> None:
+        """The checks every door makes before answering (``validate_question``)."""
         validate_question(self.index, query, item_id)
 
     def run(
@@ -105,7 +106,9 @@ class QAPipeline:
         """Retrieve the ``top_k`` reviews for ``query`` (optionally of one product and split), then answer.
 
         Returns ``documents`` (retrieved, best first), ``answers`` (when the pipeline has an answer
-        stage: ``ExtractedAnswer``s, or for RAG one ``GeneratedAnswer``), ``timings``: seconds per
+        stage: ``ExtractedAnswer``s, the answer selector's when it has one, each scored by its calibrated
+        probability of being right, unless ``no_answer_threshold`` asks for the reader's own decision;
+        or for RAG one ``GeneratedAnswer``), ``timings``: seconds per
         component, plus ``retrieval_s``, ``answer_s`` (the answer stage's components), ``total_s``,
         and with an extractive reader ``reader_backend`` (see the property).
         ``streaming_callback`` receives the generated text piece by piece (RAG).
@@ -135,7 +138,9 @@ class QAPipeline:
         result = {"documents": outputs[retrieval_output]["documents"], "timings": dict(self.last_timings)}
         if self.reader_backend is not None:
             result["reader_backend"] = self.reader_backend
-        for name in answer_components:
+        # An explicit no-answer threshold is the reader's own decision: the selector's answers give way to it.
+        deciding = [name for name in answer_components if not (name == "selector" and no_answer_threshold is not None)]
+        for name in deciding:
             if "answers" in outputs.get(name, {}):
                 result["answers"] = outputs[name]["answers"]
         return result

@@ -65,6 +65,7 @@ class ReaderOutput:
 
 
 def sigmoid(x: float) -> float:
+    """The logistic function, without overflow for large negative ``x``."""
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
@@ -148,6 +149,7 @@ class ExtractiveReader:
 
     @property
     def model_name(self) -> str:
+        """The model read: the one given, else the reader this project ships."""
         if self.model is not None:
             return self.model
         from qa_system.config import default_reader_model
@@ -198,6 +200,7 @@ class ExtractiveReader:
         return self.no_answer_threshold if self.no_answer_threshold is not None else self._default_threshold
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's init parameters, as Haystack serialises a pipeline."""
         return default_to_dict(
             self,
             model=self.model,
@@ -216,17 +219,19 @@ class ExtractiveReader:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ExtractiveReader":
+        """The component from ``to_dict``'s output."""
         return default_from_dict(cls, data)
 
-    @component.output_types(answers=list[ExtractedAnswer])
+    @component.output_types(answers=list[ExtractedAnswer], reading=ReaderOutput)
     def run(
         self,
         query: str,
         documents: list[Document],
         top_k: int | None = None,
         no_answer_threshold: float | None = None,
-    ) -> dict[str, list[ExtractedAnswer]]:
-        """Answers best first: up to ``top_k`` spans plus the no-answer candidate (``data=None``).
+    ) -> dict[str, Any]:
+        """Answers best first: up to ``top_k`` spans plus the no-answer candidate (``data=None``), and
+        ``reading``: every candidate span and each document's no-answer logit, for an answer selector.
 
         With no documents (or only empty ones) the result is the no-answer alone, with score 1.
         """
@@ -241,7 +246,7 @@ class ExtractiveReader:
         no_answer = ExtractedAnswer(query=query, score=null_score, data=None, meta={"null_logit": null_logit, "threshold": threshold})
         # The no-answer ranks above exactly the answers whose logit does not beat null_logit + threshold.
         rank = sum(1 for span in output.spans[:top_k] if span.logit - output.null_logit >= threshold)
-        return {"answers": answers[:rank] + [no_answer] + answers[rank:]}
+        return {"answers": answers[:rank] + [no_answer] + answers[rank:], "reading": output}
 
     def predict(self, query: str, documents: Sequence[Document]) -> ReaderOutput:
         """Candidate spans of all documents (deduplicated, best first) and the no-answer logit."""

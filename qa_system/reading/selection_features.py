@@ -68,6 +68,7 @@ def candidates(documents: Sequence[ReadDocument]) -> list[Candidate]:
 
 
 def content_words(text: str) -> set[str]:
+    """The words of ``text`` that carry meaning (lower case, stop words left out)."""
     return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS}
 
 
@@ -158,3 +159,15 @@ def features(query: str, documents: Sequence[ReadDocument]) -> tuple[dict[str, f
             "sentence_question_overlap": len(sentence_words & question_words) / max(len(question_words), 1),
         })
     return question, spans, rows
+
+
+# What the answerability model adds to the question's features: the best span's (best by the span model).
+BEST_SPAN_FEATURES = (
+    "gap", "own_gap", "probability", "agreeing_documents", "agreeing_probability", "span_words",
+    "question_overlap", "sentence_question_overlap", "document_rank", "relative_retrieval_score",
+)
+
+
+def answer_row(question: dict[str, float], best: dict[str, float] | None, best_f1: float) -> dict[str, float]:
+    """The answerability model's features: the question's, the best span's predicted F1, and that span's own."""
+    return {**question, "best_span_f1": best_f1, **{f"best_{name}": best[name] if best else math.nan for name in BEST_SPAN_FEATURES}}

@@ -103,6 +103,12 @@ class LabelledQuestion:
         return [a for a in self.answers if a.start is not None]
 
 
+def gold_document(question: LabelledQuestion) -> Document:
+    """The labelled review as the index holds it (same id and content; of its splits, the question's)."""
+    meta = {"item_id": question.item_id, "review_id": question.review_id, "domain": question.domain, "split": [question.split]}
+    return Document(id=question.document_id, content=question.context, meta=meta)
+
+
 @dataclass
 class LoadReport:
     """What loading SubjQA found: the rows read, how each answer's offset was located, and each split's size."""

@@ -1,0 +1,248 @@
+"""Answer selection: one answer or none for the question, from every candidate of every review read, with the
+probability that it is right.
+
+The reader proposes spans in each review and each review's "no answer" (``ReaderOutput``); its own
+decision compares the best span's logit with the lowest no-answer logit, a margin that off its
+training domains does not separate "this review answers it" from "it does not"
+(``../shared/notes/answer-decision-diagnostic.md``). The selector decides from the features of
+``selection_features`` with two small gradient-boosted models (LightGBM, saved as text, never pickled):
+
+* the **span model** predicts the F1 a candidate span scores when the question is answerable;
+* the **answerability model** predicts whether the reviews answer the question at all.
+
+It answers with the span of highest predicted F1 when P(answerable) x its F1 beats P(not
+answerable), the choice that maximises expected F1, and gives the answer and "no answer" the
+probability of being right (an answer is right when its F1 with the annotators' answer is at least
+0.5), each through an isotonic calibration fitted on questions none of the models saw. Candidates
+that say the same thing in several reviews become one answer naming all of them.
+
+The models were trained on the outputs of readers that never saw the questions
+(``training.selector``) and belong to one reader, which ``selector.json`` names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from haystack import Document, ExtractedAnswer, component, default_from_dict, default_to_dict
+
+from qa_system.errors import QAError, check_count
+from qa_system.model_files import model_fingerprint
+from qa_system.metrics.squad import f1 as token_f1, normalize_answer
+from qa_system.reading.reader import ReaderOutput
+from qa_system.reading.selection_features import Candidate, ReadDocument, answer_row, features
+
+SELECTOR_FILE = "selector.json"
+# "No answer" and the best answer this close in probability: the page says it is a close call.
+CLOSE_CALL = 0.15
+# Answers of two reviews are grouped as one when they share this much (token F1), or one holds the other.
+GROUPING_F1 = 0.75
+
+
+NO_SELECTOR = "none"  # the selector_model setting that keeps the reader's own decision
+logger = logging.getLogger(__name__)
+
+
+def selector_fits_reader(selector: str | Path, reader: str | Path) -> bool:
+    """Whether the selector folder (or "none") was trained for this reader's weights; says so in the log when not."""
+    if str(selector) == NO_SELECTOR:
+        return False
+    path = Path(selector) / SELECTOR_FILE
+    if not path.is_file():
+        logger.info("No answer selector in %s: the reader decides alone.", selector)
+        return False
+    trained_for = json.loads(path.read_text(encoding="utf-8")).get("reader_fingerprint")
+    if trained_for is None or trained_for != model_fingerprint(reader):
+        logger.warning("The answer selector in %s was trained for another reader than %s: the reader decides alone.", selector, reader)
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """An isotonic map from a raw score to a probability (piecewise linear between fitted points)."""
+
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+
+    def __call__(self, value: float) -> float:
+        return float(np.interp(value, self.x, self.y)) if self.x else float(value)
+
+
+class SelectorModel:
+    """The two LightGBM models, their feature order and the calibrations, read from a folder."""
+
+    def __init__(self, folder: str | Path):
+        import lightgbm
+
+        folder = Path(folder)
+        path = folder / SELECTOR_FILE
+        if not path.is_file():
+            raise QAError(f"No answer selector in {folder} ({SELECTOR_FILE} is missing).", "train one with `qa-system train-selector`, or pass --no-selector.")
+        self.info = json.loads(path.read_text(encoding="utf-8"))
+        self.span_features = self.info["span_features"]
+        self.answer_features = self.info["answer_features"]
+        self.span_model = lightgbm.Booster(model_file=str(folder / self.info["span_model"]))
+        self.answer_model = lightgbm.Booster(model_file=str(folder / self.info["answer_model"]))
+        self.answer_calibration = Calibration(*map(tuple, self.info["calibration"]["answer"]))
+        self.no_answer_calibration = Calibration(*map(tuple, self.info["calibration"]["no_answer"]))
+
+    @property
+    def reader(self) -> str | None:
+        """The fingerprint (``model_files.model_fingerprint``) of the reader this selector was trained for."""
+        return self.info.get("reader_fingerprint")
+
+    def span_f1(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
+        """The F1 each candidate span is predicted to score if the question is answerable (0 to 1)."""
+        matrix = np.array([[row[name] for name in self.span_features] for row in rows], dtype=float)
+        return np.clip(self.span_model.predict(matrix), 0.0, 1.0) if len(rows) else np.zeros(0)
+
+    def answerable(self, row: dict[str, float]) -> float:
+        """The probability that the reviews read answer the question (``selection_features.answer_row``)."""
+        matrix = np.array([[row[name] for name in self.answer_features]], dtype=float)
+        return float(self.answer_model.predict(matrix)[0])
+
+
+def same_answer(a: str, b: str) -> bool:
+    """Do two answer texts say the same thing: equal once normalised, one inside the other, or nearly all words shared."""
+    a, b = normalize_answer(a), normalize_answer(b)
+    if not a or not b:
+        return False
+    return a == b or f" {a} " in f" {b} " or f" {b} " in f" {a} " or token_f1(a, b) >= GROUPING_F1
+
+
+
+def group_candidates(spans: Sequence[Candidate], order: Sequence[int]) -> list[list[int]]:
+    """Candidates (visited in ``order``, best first) that say the same thing, as groups of indices; the
+    first of each group is its best. Overlapping spans of one review were already merged by the reader."""
+    groups: list[list[int]] = []
+    for index in order:
+        for group in groups:
+            if same_answer(spans[group[0]].text, spans[index].text):
+                group.append(index)
+                break
+        else:
+            groups.append([index])
+    return groups
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The selector's choice: ``answer`` indexes the candidates (None: "no answer"), with both options' values."""
+
+    answer: int | None
+    answer_value: float  # P(answerable) x the best span's predicted F1: the expected F1 of answering
+    no_answer_value: float  # P(not answerable): the expected F1 of abstaining
+
+
+def decide(span_f1: np.ndarray, p_answerable: float) -> Decision:
+    """Answer with the span of highest predicted F1 when that is expected to score more than abstaining."""
+    if len(span_f1) == 0:
+        return Decision(None, 0.0, 1.0)
+    best = int(np.argmax(span_f1))
+    answer_value, no_answer_value = p_answerable * float(span_f1[best]), 1.0 - p_answerable
+    return Decision(best if answer_value > no_answer_value else None, answer_value, no_answer_value)
+
+
+def read_documents(documents: Sequence[Document], reading: ReaderOutput) -> list[ReadDocument]:
+    """The reader's output per document, with the retriever's rank and score (None when a document has no score)."""
+    spans: dict[int, list[tuple[int, int, float]]] = {}
+    for span in reading.spans:
+        spans.setdefault(span.document, []).append((span.start, span.end, span.logit))
+    return [
+        ReadDocument(d.content or "", reading.document_nulls.get(i, math.inf), spans.get(i, []), i, d.score)
+        for i, d in enumerate(documents)
+    ]
+
+
+@component
+class AnswerSelector:
+    """Chooses one answer or none from the reader's candidates in every retrieved review (see the module doc).
+
+    :param model: the selector's folder (``selector.json`` and two LightGBM text models); None = the one
+        this project trains (``models/answer-selector``).
+    :param top_k: answers returned beside "no answer" (groups of candidates that say the same thing).
+    :param context_chars: characters of review kept on each side of an answer in ``context``.
+
+    Each answer's ``score`` is its calibrated probability of being right, and so is the no-answer's;
+    ``meta``: ``probability`` (the same), ``supporting_documents`` (ids of every review saying it),
+    ``spans`` (document id, start, end of each), ``close_call`` (the best answer and "no answer" are
+    within ``CLOSE_CALL`` of each other), ``chosen`` (this is the selector's decision).
+    """
+
+    def __init__(self, model: str | Path | None = None, top_k: int = 3, context_chars: int = 100):
+        self.model = str(model) if model is not None else None
+        self.top_k = check_count(top_k, "top_k")
+        self.context_chars = context_chars
+        self._selector: SelectorModel | None = None
+
+    @property
+    def model_dir(self) -> str:
+        """The selector's folder: the one given, else the one this project ships."""
+        if self.model is not None:
+            return self.model
+        from qa_system.config import default_selector_model
+
+        return default_selector_model()
+
+    def warm_up(self) -> None:
+        """Load the models (once)."""
+        if self._selector is None:
+            self._selector = SelectorModel(self.model_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The component's init parameters, as Haystack serialises a pipeline."""
+        return default_to_dict(self, model=self.model, top_k=self.top_k, context_chars=self.context_chars)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AnswerSelector":
+        """The component from ``to_dict``'s output."""
+        return default_from_dict(cls, data)
+
+    @component.output_types(answers=list[ExtractedAnswer])
+    def run(self, query: str, documents: list[Document], reading: ReaderOutput, top_k: int | None = None) -> dict[str, list[ExtractedAnswer]]:
+        """The decision first, then the other answers and "no answer" by their probability of being right."""
+        self.warm_up()
+        top_k = self.top_k if top_k is None else check_count(top_k, "top_k")
+        read = read_documents(documents, reading)
+        question, spans, rows = features(query, read)
+        selector = self._selector
+        span_f1 = selector.span_f1(rows)
+        best = int(np.argmax(span_f1)) if len(spans) else None
+        p_answerable = selector.answerable(answer_row(question, rows[best] if best is not None else None, span_f1[best] if best is not None else 0.0))
+        decision = decide(span_f1, p_answerable)
+        no_answer_p = selector.no_answer_calibration(decision.no_answer_value)
+        order = list(np.argsort(-span_f1))
+        answers = []
+        for group in group_candidates(spans, order)[:top_k]:
+            probability = selector.answer_calibration(p_answerable * float(span_f1[group[0]]))
+            answers.append(self._answer(query, documents, spans, group, probability, group[0] == decision.answer))
+        best_p = answers[0].score if answers else 0.0
+        close = abs(best_p - no_answer_p) < CLOSE_CALL
+        no_answer = ExtractedAnswer(query=query, score=no_answer_p, data=None, meta={"probability": no_answer_p, "chosen": decision.answer is None, "close_call": close})
+        if answers:
+            answers[0].meta["close_call"] = close
+        ranked = sorted(answers, key=lambda a: a.score, reverse=True)
+        chosen = [a for a in ranked if a.meta["chosen"]] or [no_answer]
+        rest = sorted([a for a in [*ranked, no_answer] if a is not chosen[0]], key=lambda a: a.score, reverse=True)
+        return {"answers": chosen + rest}
+
+    def _answer(self, query, documents, spans, group, probability, chosen) -> ExtractedAnswer:
+        head = spans[group[0]]
+        content = documents[head.document].content
+        begin, end = max(0, head.start - self.context_chars), min(len(content), head.end + self.context_chars)
+        supporting = list(dict.fromkeys(documents[spans[i].document].id for i in group))
+        return ExtractedAnswer(
+            query=query, score=probability, data=head.text, document=documents[head.document], context=content[begin:end],
+            document_offset=ExtractedAnswer.Span(head.start, head.end), context_offset=ExtractedAnswer.Span(head.start - begin, head.end - begin),
+            meta={
+                "probability": probability, "chosen": chosen, "logit": head.logit, "supporting_documents": supporting, "support": len(supporting),
+                "spans": [{"document_id": documents[spans[i].document].id, "start": spans[i].start, "end": spans[i].end} for i in group],
+            },
+        )

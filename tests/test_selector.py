@@ -1,0 +1,171 @@
+"""The answer selector: cross-fitting by product, its two models and calibrations, the component in a YAML pipeline."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import yaml
+from haystack import Document, Pipeline
+
+from qa_system.reading.reader import ReaderOutput, SpanCandidate
+from qa_system.reading.selection import SELECTOR_FILE, AnswerSelector, decide, group_candidates, selector_fits_reader
+from qa_system.reading.selection_features import Candidate
+from qa_system.sources.subjqa import LabelledQuestion
+from qa_system.training.selector import fit_selector, folds_of, selector_frames
+
+WORDS = "battery screen sound price size weight light case cable button".split()
+
+
+def question(qid: str, item: str, domain: str = "electronics") -> LabelledQuestion:
+    return LabelledQuestion(qid, "how is it?", item, f"r-{qid}", f"d-{qid}", domain, "train", [], False, context="text")
+
+
+def test_folds_keep_products_whole_and_never_read_what_they_trained_on():
+    questions = [question(f"q{i}", f"item{i % 17}", ("electronics", "restaurants")[i % 2]) for i in range(200)]
+    folds = folds_of(questions, 5)
+    assert sorted(i for f in folds for i in f.reads) == sorted(q.id for q in questions)  # each question read exactly once
+    for fold in folds:
+        assert not set(fold.reads) & set(fold.trained_on)
+        assert set(fold.reads) | set(fold.trained_on) == {q.id for q in questions}
+        read_products = {(q.domain, q.item_id) for q in questions if q.id in fold.reads}
+        trained_products = {(q.domain, q.item_id) for q in questions if q.id in fold.trained_on}
+        assert not read_products & trained_products  # a product's questions are never on both sides
+    # Decided by product alone: the same folds whatever the order the questions come in.
+    assert [set(f.reads) for f in folds] == [set(f.reads) for f in folds_of(list(reversed(questions)), 5)]
+
+
+def synthetic_records(count: int, seed: int = 0) -> list[dict]:
+    """Questions read in two modes, where a high margin over the review's "no answer" means the span is the answer."""
+    rng = random.Random(seed)
+    records = []
+    for n in range(count):
+        answerable = rng.random() < 0.6
+        modes = {}
+        gold_text = None
+        for mode, documents in (("gold", 1), ("split", 3)):
+            read = []
+            for rank in range(documents):
+                words = rng.sample(WORDS, 6)
+                content = " ".join(words) + "."
+                spans = []
+                for i, word in enumerate(words[:3]):
+                    start = content.index(word)
+                    logit = (4.0 if answerable and rank == 0 and i == 0 else 0.0) + rng.gauss(0, 1)
+                    spans.append([start, start + len(word), logit])
+                spans.sort(key=lambda s: -s[2])
+                if answerable and rank == 0 and mode == "gold":
+                    gold_text = words[0]
+                read.append({"id": f"{n}-{mode}-{rank}", "content": content, "rank": rank, "score": 10.0 - rank, "null": rng.gauss(1.5, 1), "spans": spans})
+            if answerable and mode == "split":  # the same answer in the question's first retrieved review
+                first = read[0]
+                first["content"] = gold_text + " " + first["content"]
+                first["spans"] = [[0, len(gold_text), 4.0 + rng.gauss(0, 1)]] + [[s + len(gold_text) + 1, e + len(gold_text) + 1, l] for s, e, l in first["spans"][1:]]
+            modes[mode] = read
+        records.append({"id": f"q{n}", "question": "how is the battery?", "item_id": f"item{n % 23}", "domain": "electronics",
+                        "split": "train", "gold": [gold_text] if answerable else [""], "no_answer": not answerable, "modes": modes})
+    return records
+
+
+@pytest.fixture(scope="module")
+def trained_selector(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("selector")
+    questions, spans = selector_frames(synthetic_records(240))
+    oof = fit_selector(questions, spans, folder, {"reader_fingerprint": "abc"}, folds=3)
+    return folder, oof
+
+
+def test_the_selector_learns_what_the_threshold_cannot_see_and_its_probabilities_are_calibrated(trained_selector):
+    folder, oof = trained_selector
+    info = json.loads((folder / SELECTOR_FILE).read_text())
+    assert info["reader_fingerprint"] == "abc" and info["span_model"] == "span.txt"
+    assert oof["f1"].mean() > oof["null_f1"].mean() + 0.2  # far better than always abstaining on this easy set
+    answered = oof[oof["answered"]]
+    assert (answered["best_f1_true"] >= 0.5).mean() > 0.8
+    x, y = info["calibration"]["no_answer"]
+    assert all(b >= a for a, b in zip(y, y[1:])) and 0 <= min(y) and max(y) <= 1
+
+
+def reading_of(documents: list[Document], spans: list[tuple[int, int, int, float]], nulls: list[float]) -> ReaderOutput:
+    candidates = sorted((SpanCandidate(d, s, e, logit, 0) for d, s, e, logit in spans), key=lambda c: -c.logit)
+    return ReaderOutput(candidates, min(nulls), dict(enumerate(nulls)))
+
+
+def test_the_component_round_trips_through_a_yaml_pipeline_and_answers_with_probabilities(trained_selector):
+    folder, _ = trained_selector
+    pipeline = Pipeline()
+    pipeline.add_component("selector", AnswerSelector(model=str(folder), top_k=2))
+    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["qa_system"])
+    assert yaml.safe_load(loaded.dumps()) == yaml.safe_load(pipeline.dumps())
+    documents = [Document(id="a", content="battery lasts a week. screen sharp."), Document(id="b", content="the battery lasts a week, really.")]
+    reading = reading_of(documents, [(0, 0, 20, 5.0), (1, 4, 24, 4.5), (0, 22, 34, 1.0)], [0.5, 1.0])
+    answers = loaded.run({"selector": {"query": "how is the battery?", "documents": documents, "reading": reading}})["selector"]["answers"]
+    assert len(answers) == 3 and sum(a.data is None for a in answers) == 1
+    chosen = answers[0]
+    assert chosen.meta["chosen"] and all(0.0 <= a.score <= 1.0 for a in answers)
+    assert all("probability" in a.meta for a in answers)
+    if chosen.data is not None:  # the two reviews' "battery lasts a week" are one answer naming both
+        assert chosen.meta["support"] == 2 and chosen.meta["supporting_documents"] == ["a", "b"]
+
+
+def test_spans_that_say_the_same_thing_are_grouped_best_first():
+    spans = [
+        Candidate(0, 0, 20, 3.0, "great for reading books"),
+        Candidate(1, 5, 16, 2.0, "great for reading"),  # inside the first
+        Candidate(2, 0, 9, 1.5, "It is great for reading books!"),  # the same words, more of them
+        Candidate(1, 30, 40, 1.0, "cheap price"),
+    ]
+    assert group_candidates(spans, [0, 1, 2, 3]) == [[0, 1, 2], [3]]
+    assert group_candidates(spans, [3, 1, 0, 2]) == [[3], [1, 0, 2]]
+
+
+def test_decide_answers_only_when_answering_is_expected_to_score_more():
+    assert decide(np.array([0.9, 0.2]), 0.8).answer == 0
+    assert decide(np.array([0.9, 0.2]), 0.4).answer is None  # 0.36 < 0.6
+    assert decide(np.array([]), 0.9).answer is None
+
+
+def test_a_selector_is_used_only_for_the_reader_it_was_trained_for(tmp_path, trained_selector):
+    from qa_system.model_files import model_fingerprint
+
+    folder, _ = trained_selector
+    reader = tmp_path / "reader"
+    reader.mkdir()
+    (reader / "model.safetensors").write_bytes(b"weights")
+    assert not selector_fits_reader(folder, reader)  # trained for "abc"
+    info = json.loads((folder / SELECTOR_FILE).read_text())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for file in folder.iterdir():
+        (mine / file.name).write_bytes(file.read_bytes())
+    (mine / SELECTOR_FILE).write_text(json.dumps({**info, "reader_fingerprint": model_fingerprint(reader)}))
+    assert selector_fits_reader(mine, reader)
+    assert not selector_fits_reader("none", reader) and not selector_fits_reader(tmp_path / "missing", reader)
+
+
+def test_cross_fitting_reads_each_question_with_a_reader_that_never_trained_on_it(tmp_path, settings, tiny_reader):
+    """Two folds of the tiny SubjQA: KINDLE and MOUSE in one, HEADPHONES in the other (by the hash of the product)."""
+    from qa_system.sources.squad import read_squad
+    from qa_system.training.reader import TrainingConfig
+    from qa_system.training.selector import cross_fit_readers
+
+    settings = settings.with_(reader_backend="torch")
+    config = TrainingConfig(epochs=1, batch_size=2, max_steps=1, max_seq_length=64, doc_stride=16)
+    records = cross_fit_readers(settings, str(tiny_reader), tmp_path / "work", ["electronics"], folds=2, config=config, progress=False)
+    assert sorted(r["id"] for r in records) == ["q1", "q2", "q3"]  # every training question, once
+    for k in range(2):
+        fold = json.loads((tmp_path / "work" / f"fold-{k}" / "fold.json").read_text())
+        trained = {e.id for e in read_squad(tmp_path / "work" / f"fold-{k}" / "train.json")[0]}
+        read = [json.loads(line)["id"] for line in (tmp_path / "work" / f"fold-{k}" / "records.jsonl").read_text().splitlines()]
+        assert trained == set(fold["trained_on"]) and set(read) == set(fold["reads"])
+        assert read and not trained & set(read)  # the fold's reader never trained on a question it read
+    by_id = {r["id"]: r for r in records}
+    assert set(by_id["q1"]["modes"]) == {"gold", "split", "product"}
+    assert [d["id"] for d in by_id["q1"]["modes"]["gold"]] == ["electronics/r-kindle-1"]
+    assert all(d["id"].startswith("electronics/r-kindle") for d in by_id["q1"]["modes"]["product"])  # BM25 over its product's reviews
+    # Done work is kept: a second call trains nothing and reads nothing again.
+    stamp = (tmp_path / "work" / "fold-0" / "reader" / "model.safetensors").stat().st_mtime_ns
+    assert cross_fit_readers(settings, str(tiny_reader), tmp_path / "work", ["electronics"], folds=2, config=config, progress=False) == records
+    assert (tmp_path / "work" / "fold-0" / "reader" / "model.safetensors").stat().st_mtime_ns == stamp
