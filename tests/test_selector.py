@@ -169,3 +169,20 @@ def test_cross_fitting_reads_each_question_with_a_reader_that_never_trained_on_i
     stamp = (tmp_path / "work" / "fold-0" / "reader" / "model.safetensors").stat().st_mtime_ns
     assert cross_fit_readers(settings, str(tiny_reader), tmp_path / "work", ["electronics"], folds=2, config=config, progress=False) == records
     assert (tmp_path / "work" / "fold-0" / "reader" / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_train_selector_command_fits_a_selector_for_the_configured_reader(tmp_path, settings, tiny_reader, monkeypatch, capsys):
+    from qa_system.cli import main
+    from qa_system.model_files import model_fingerprint
+
+    monkeypatch.setenv("QA_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    monkeypatch.setenv("QA_READER_BACKEND", "torch")
+    argv = ["train-selector", "--domain", "electronics", "--general-reader", str(tiny_reader), "--folds", "2",
+            "--reader-model", str(tiny_reader), "--output", str(tmp_path / "selector")]
+    assert main(argv) == 0
+    info = json.loads((tmp_path / "selector" / SELECTOR_FILE).read_text())
+    assert info["reader_fingerprint"] == model_fingerprint(tiny_reader) and info["questions"] == 3
+    assert selector_fits_reader(tmp_path / "selector", tiny_reader)
+    assert "Out-of-fold decisions" in capsys.readouterr().out
+    assert (settings.home / "selector" / "fold-1" / "records.jsonl").is_file()  # the work is kept in QA_HOME for a second run
