@@ -76,3 +76,23 @@ def test_answers_split_at_no_answer_and_an_abstention_names_its_best_span():
     assert answered.best_below is None and answered.no_answer_note() == ""
     assert rank_answers(answer_views([null])).no_answer_note() == ""  # nothing below: the page's own hint
     assert rank_answers(answer_views([span(0.89, 4, 16)])).no_answer is None  # a stage without a no-answer
+
+
+def test_the_selectors_probabilities_are_shown_as_chances_with_every_review_saying_it():
+    document = Document(id="d1", content=REVIEW, meta={"review_id": "r1"})
+    second = REVIEW.index("bass is deep", 10)
+    spans = [{"document_id": "d1", "start": 4, "end": 16}, {"document_id": "d1", "start": second, "end": second + 12}, {"document_id": "d9", "start": 0, "end": 4}]
+    meta = {"probability": 0.55, "chosen": True, "close_call": True, "support": 2, "spans": spans}
+    span = ExtractedAnswer(query="q", score=0.55, data="bass is deep", document=document, document_offset=ExtractedAnswer.Span(4, 16), meta=meta)
+    none = ExtractedAnswer(query="q", score=0.45, data=None, meta={"probability": 0.45, "chosen": False, "close_call": True})
+    views = answer_views([span, none])
+    assert views[0].score_label == "55% chance right" and "calibrated" in views[0].score_help
+    assert views[1].score_label == "45% chance there is no answer here"
+    assert views[0].support == 2 and views[0].supporting_spans == [(4, 16), (second, second + 12)]  # both places in this review are marked
+    assert [s.text for s in views[0].segments() if s.highlighted] == ["bass is deep", "bass is deep"]
+    ranked = rank_answers(views)
+    assert "close call" in ranked.close_call.lower() and "55%" in ranked.close_call and "45%" in ranked.close_call
+    abstained = rank_answers(answer_views([none, span]))
+    assert "55% chance of being right" in abstained.no_answer_note() and "45%" in abstained.no_answer_note()
+    clear = answer_views([span.__class__(**{**span.__dict__, "meta": {**meta, "close_call": False}}), none])
+    assert rank_answers(clear).close_call == ""

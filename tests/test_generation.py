@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 from haystack import Document, GeneratedAnswer, Pipeline
@@ -252,7 +253,7 @@ def indexed(settings):
 
 
 def test_rag_pipeline_with_a_local_model_returns_a_generated_answer_and_stage_timings(indexed, causal_dir):
-    settings = indexed.with_(generator="hf", generator_model=str(causal_dir), max_new_tokens=5)
+    settings = indexed.with_(generator="hf", generator_model=str(causal_dir), max_new_tokens=5, reader_backend="torch")
     pipeline = build_qa_pipeline("bm25", settings, answer_stage="rag")
     assert {"prompt_builder", "generator", "answer_builder"} <= set(pipeline.pipeline.graph.nodes)
     again = Pipeline.loads(pipeline.pipeline.dumps(), allowed_modules=["qa_system"])
@@ -262,7 +263,9 @@ def test_rag_pipeline_with_a_local_model_returns_a_generated_answer_and_stage_ti
     assert isinstance(answer, GeneratedAnswer) and answer.meta["document_ids"] == [d.id for d in result["documents"]]
     assert answer.meta["usage"]["completion_tokens"] <= 5
     timings = result["timings"]
-    stage = timings["prompt_builder"] + timings["generator"] + timings["answer_builder"]
+    # The answer stage: prompt, generation, citations, and the reader whose answers ground (or replace) the generated one.
+    assert {"prompt_builder", "generator", "answer_builder", "reader", "grounding"} <= set(pipeline.pipeline.metadata["answer_components"])
+    stage = sum(timings[name] for name in pipeline.pipeline.metadata["answer_components"] if name in timings)
     assert timings["answer_s"] == pytest.approx(stage) and timings["retrieval_s"] + timings["answer_s"] == pytest.approx(timings["total_s"])
 
 
@@ -277,7 +280,8 @@ def stub_reply(body: dict) -> str:
 
 
 def openai_settings(settings, url: str, **overrides):
-    values = {"generator": "openai", "generator_base_url": url, "generator_model": MODEL, "max_new_tokens": 32, "temperature": 0.2}
+    # The reader that grounds the generated answer reads with PyTorch: no ONNX export to build in each test's home.
+    values = {"generator": "openai", "generator_base_url": url, "generator_model": MODEL, "max_new_tokens": 32, "temperature": 0.2, "reader_backend": "torch"}
     return settings.with_(**{**values, **overrides})
 
 
@@ -355,6 +359,7 @@ def test_eval_rag_scores_generated_answers_beside_the_extractive_pipeline(cli_en
     # q7 (scroll wheel) exact, q6 and q8 wrongly unanswered, q9 rightly unanswered.
     assert rag["em"] == pytest.approx(0.5) and rag["no_answer_accuracy"] == pytest.approx(0.5)
     assert rag["citation_precision"] == 1.0 and rag["sas"] == pytest.approx(0.5, abs=0.01)
+    assert rag["support"] == 1.0 and rag["withheld"] == 0.0  # the one generated answer says what its review says
     assert rows[("bm25+reader", "all")]["questions"] == 4 and rows[("bm25+reader", "all")]["prompt_ms"] == 0
     for name in ("report.md", "report.csv", "records.csv", "rag_metrics.png", "latency.png", "gold.json", "predictions-bm25+stub-model.json"):
         assert (out / name).is_file(), name
@@ -407,3 +412,44 @@ def test_default_smollm2_answers_offline_and_caches_the_dequantised_model(indexe
     (answer,) = result["answers"]
     assert answer.meta["reply"] and 0 < answer.meta["usage"]["completion_tokens"] <= 24
     assert answer.data is None or answer.data == answer.meta["reply"]
+
+
+# ------------------------------------------------------------------------------ grounding
+
+
+def generated(text: str, documents: list[Document], cited: list[int]) -> GeneratedAnswer:
+    given = [replace(d, meta={**d.meta, "referenced": i in cited}) for i, d in enumerate(documents, 1)]
+    return GeneratedAnswer(data=text, query="q", documents=given, meta={"cited_document_ids": [documents[i - 1].id for i in cited]})
+
+
+def test_a_generated_answer_is_shown_only_when_the_reviews_it_cites_say_it():
+    from haystack import ExtractedAnswer
+
+    from qa_system.generation.grounding import GroundingCheck, support
+
+    reviews = docs("The batteries last ten hours and charging takes 2 hours.", "The kettle boils water fast but the lid sticks.")
+    extracted = [ExtractedAnswer(query="q", score=0.7, data="the lid sticks", document=reviews[1]), ExtractedAnswer(query="q", score=0.3, data=None)]
+    check = GroundingCheck(min_support=0.75)
+    kept = check.run([generated("The battery lasts ten hours [1].", reviews, [1])], extracted)["answers"]
+    assert len(kept) == 1 and kept[0].meta["grounded"] and kept[0].meta["support"] == 1.0  # "battery" found as "batteries"
+    invented = generated("The kettle does not have a built-in water heater [2].", reviews, [2])
+    assert support(invented.data, reviews[1:]) == pytest.approx(2 / 4)  # of kettle, built, water, heater: kettle and water
+    withheld = check.run([invented], extracted)["answers"]
+    assert withheld == [replace(a, meta={**a.meta, "withheld": withheld[0].meta["withheld"]}) for a in extracted]
+    assert withheld[0].meta["withheld"]["text"] == invented.data and "50%" in withheld[0].meta["withheld"]["reason"]
+    # The right review must say it: "ten hours" is in review 1, not in the review cited.
+    assert not check.run([generated("It lasts ten hours [2].", reviews, [2])], extracted)["answers"][0].meta.get("grounded")
+    assert check.run([generated("2 hours to charge.", reviews, [])], extracted)["answers"][0].meta["grounded"]  # no citation: all reviews
+    # An extractive answer saying the same grounds it too; "no answer" passes as it is.
+    assert check.run([generated("Its lid sticks, sadly [2].", reviews, [1])], extracted)["answers"][0].meta["grounded"]
+    nothing = GeneratedAnswer(data=None, query="q", documents=reviews, meta={})
+    assert check.run([nothing], extracted)["answers"] == [nothing]
+    assert GroundingCheck.from_dict(check.to_dict()).min_support == 0.75
+
+
+def test_the_rag_pipeline_withholds_an_unsupported_answer_and_returns_the_extractive_one(indexed):
+    with OpenAIStub(lambda body: "It has a built-in water heater and a timer [1].", max_requests=1) as server:
+        pipeline = build_qa_pipeline("bm25", openai_settings(indexed, server.url), answer_stage="rag")
+        answers = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", top_k=3)["answers"]
+    assert all(not isinstance(a, GeneratedAnswer) for a in answers) and any(a.data is None for a in answers)
+    assert {a.meta["withheld"]["text"] for a in answers} == {"It has a built-in water heater and a timer [1]."}

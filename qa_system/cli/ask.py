@@ -68,18 +68,28 @@ def cmd_ask(args: argparse.Namespace) -> None:
     timings = result["timings"]
     print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
           f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})")
+    _print_spans(result["answers"], args)
+
+
+def _print_spans(answers, args: argparse.Namespace) -> None:
+    """Extractive answers best first, each with its score named as what it is and its review, the answer highlighted."""
+    from qa_system.serving.answer_views import answer_views, rank_answers
+
+    views = answer_views(answers)
+    close = rank_answers(views).close_call
+    if close:
+        print(f"\n{close}")
     tty = sys.stdout.isatty()
-    for rank, answer in enumerate(result["answers"], 1):
-        if answer.data is None:
-            print(f"\n{rank}. [no answer in these reviews]  score {answer.score:.2f}")
+    for rank, view in enumerate(views, 1):
+        if view.kind == "no_answer":
+            print(f"\n{rank}. [no answer in these reviews]  {view.score_label}")
             continue
-        document = answer.document
-        span = answer.document_offset
-        begin = max(0, span.start - args.context)
-        end = min(len(document.content), span.end + args.context)
-        context = highlight(document.content[begin:end], span.start - begin, span.end - begin, tty)
-        print(f"\n{rank}. {answer.data}  score {answer.score:.2f}  {document_label(document)}")
-        print(textwrap.indent(("..." if begin else "") + context + ("..." if end < len(document.content) else ""), "   "))
+        document, start, end = view.document, view.start, view.end
+        begin, stop = max(0, start - args.context), min(len(document.content), end + args.context)
+        context = highlight(document.content[begin:stop], start - begin, end - begin, tty)
+        others = f"  (said in {view.support} reviews)" if view.support > 1 else ""
+        print(f"\n{rank}. {view.text}  {view.score_label}  {document_label(document)}{others}")
+        print(textwrap.indent(("..." if begin else "") + context + ("..." if stop < len(document.content) else ""), "   "))
 
 
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:
@@ -93,6 +103,10 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     meta, timings = answer.meta, result["timings"]
     if args.stream:
         print()
+    if "withheld" in meta:  # the grounding check: the reviews cited do not say what was generated
+        print(f"A (generated, withheld): {meta['withheld']['text']}\n   Withheld: {meta['withheld']['reason']}. The extractive answers instead:")
+        _print_spans(result["answers"], args)
+        return
     if answer.data is None:
         print(f"A: [no answer in these reviews: {meta['no_answer_reason']}]")
     elif not args.stream:

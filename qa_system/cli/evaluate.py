@@ -84,8 +84,9 @@ def cmd_eval_rag(args: argparse.Namespace) -> None:
         settings, args.retriever, domain, args.split, args.top_k_retriever, args.out, args.limit, args.compare_extractive, labels=labels, index=index
     )
     metrics = result["metrics"]
-    columns = ["system", "group", "questions", "em", "f1", "sas", "no_answer_accuracy", "citation_precision", "retrieval_ms", "prompt_ms", "generation_ms", "tokens_per_s"]
-    print(metrics[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    columns = ["system", "group", "questions", "em", "f1", "sas", "no_answer_accuracy", "citation_precision", "support", "withheld",
+               "retrieval_ms", "prompt_ms", "generation_ms", "tokens_per_s"]
+    print(metrics[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
     print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, rag_metrics.png, latency.png, predictions-*.json, gold.json)")
 
 

@@ -10,6 +10,9 @@ each system. Per system and group (all, answerable, unanswerable):
 * no-answer accuracy: the system said "no answer" exactly when the annotators found none;
 * citation precision: of the reviews an answer cites, the share that are the gold review or
   contain a gold answer (an extractive answer cites the review it was taken from);
+* support and withheld: the share of a generated answer's content words that the reviews it cites
+  hold (``generation.grounding``), and the share of generated answers withheld for too little of it
+  (the extractive answer is scored in their place, as users are shown);
 * latency: retrieval, prompt building, generation (the answer stage) and tokens per second.
 """
 
@@ -70,6 +73,8 @@ def answer_record(question: LabelledQuestion, result: dict[str, Any]) -> dict[st
         prediction, cited = answer.data, [answer.document.id]
     golds = gold_answers(question.answer_texts)
     em, f1 = best_scores(prediction, golds)
+    withheld = answer.meta.get("withheld")  # a generated answer the reviews it cites did not support (generation/grounding.py)
+    support = withheld["support"] if withheld else answer.meta.get("support", np.nan)
     usage = answer.meta.get("usage", {})
     generation_s = timings.get("generator", timings["answer_s"])
     completion_tokens = usage.get("completion_tokens")
@@ -91,6 +96,9 @@ def answer_record(question: LabelledQuestion, result: dict[str, Any]) -> dict[st
         "f1": f1,
         "no_answer_correct": (prediction == "") == question.no_answer,
         "no_answer_reason": answer.meta.get("no_answer_reason"),
+        "generated": withheld["text"] if withheld else (answer.data or "") if "cited_document_ids" in answer.meta else "",
+        "withheld": withheld is not None,
+        "support": support,
         "truncated": bool(answer.meta.get("prompt", {}).get("truncated", False)),
         "prompt_tokens": usage.get("prompt_tokens"),
         "completion_tokens": completion_tokens,
@@ -136,6 +144,9 @@ def summarize_rag(records: pd.DataFrame) -> pd.DataFrame:
             "no_answer_accuracy": part["no_answer_correct"].mean(),
             "answered": len(answered) / max(len(part), 1),
             "citation_precision": part["citation_precision"].mean(),
+            # Of the generated answers (not "no answer"): shown because the reviews they cite say them, or withheld.
+            "support": part["support"].mean(),
+            "withheld": part.loc[part["generated"] != "", "withheld"].mean() if (part["generated"] != "").any() else np.nan,
             "cites": (answered["cited"].map(len) > 0).mean() if len(answered) else np.nan,
             "gold_retrieved": part["gold_retrieved"].mean(),
             "truncated": part["truncated"].mean(),

@@ -91,10 +91,17 @@ def selector_fits(settings: Settings) -> bool:
     return selector_fits_reader(settings.selector_model, settings.reader_model)
 
 
-def _remove(stage: dict, name: str) -> None:
-    """A component taken out of a stage, with its connections."""
-    del stage["components"][name]
-    stage["connections"] = [c for c in stage.get("connections", []) if name not in (c["sender"].split(".")[0], c["receiver"].split(".")[0])]
+def _remove_selector(stage: dict) -> None:
+    """The answer selector taken out of a stage: what it sent, the reader's answers send instead."""
+    del stage["components"]["selector"]
+    connections = []
+    for connection in stage.get("connections", []):
+        if connection["receiver"].startswith("selector."):
+            continue
+        if connection["sender"] == "selector.answers":
+            connection = {**connection, "sender": "reader.answers"}
+        connections.append(connection)
+    stage["connections"] = connections
 
 
 def _merge(definition: dict, stage: dict) -> None:
@@ -123,7 +130,7 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
             extra.update(rag_pipeline_values(settings))
         stage = yaml.safe_load(render_pipeline_yaml(answer_stage, index, settings, extra=extra))
         if "selector" in stage["components"] and not selector_fits(settings):
-            _remove(stage, "selector")
+            _remove_selector(stage)
         _merge(definition, stage)
         definition["metadata"] = {
             "description": f"{definition['metadata']['description']} + {stage['metadata']['description']}",

@@ -85,6 +85,20 @@ SCORE_HELP = {
 }
 
 
+# The answer selector's scores are probabilities of being right, calibrated on held-out questions
+# (reading/selection.py): they are shown as chances, and only they are.
+PROBABILITY_LABELS = {"span": "{:.0%} chance right", "no_answer": "{:.0%} chance there is no answer here"}
+PROBABILITY_HELP = {
+    "span": (
+        "The answer selector's probability that this answer is right (its words match an annotator's answer at F1 0.5 or more), "
+        "calibrated on questions it never saw: of the answers shown with 80%, about 8 in 10 were right."
+    ),
+    "no_answer": (
+        "The answer selector's probability that these reviews do not answer the question, calibrated on questions it never saw."
+    ),
+}
+
+
 def score_level(score: float | None) -> str:
     """high / medium / low, for colouring a score (a ranking signal, not a probability of being right)."""
     if score is None:
@@ -110,18 +124,45 @@ class AnswerView:
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def probability(self) -> float | None:
+        """The probability that this answer is right, when the stage that chose it gives one (the answer selector's)."""
+        return self.meta.get("probability")
+
+    @property
+    def support(self) -> int:
+        """How many reviews say this answer (1 for a span the selector did not group with others)."""
+        return int(self.meta.get("support", 1))
+
+    @property
+    def supporting_spans(self) -> list[tuple[int, int]]:
+        """The answer's offsets in its own review, and those of every span of the same review saying the same thing."""
+        document_id = self.document.id if self.document is not None else None
+        spans = [(s["start"], s["end"]) for s in self.meta.get("spans", []) if s["document_id"] == document_id]
+        return spans or ([(self.start, self.end)] if self.start is not None and self.end is not None else [])
+
+    @property
+    def withheld(self) -> dict | None:
+        """A generated answer withheld in favour of this one (the reviews it cited did not say it): its text and why."""
+        return self.meta.get("withheld")
+
+    @property
     def score_text(self) -> str:
         """The score with two decimals ("0.87"; not a percentage, which reads as a chance of being right), or "" when the stage gives none."""
         return "" if self.score is None else f"{self.score:.2f}"
 
     @property
     def score_label(self) -> str:
-        """The score named as what it is ("reader score 0.87", "no-answer score 0.96"), or ""."""
+        """The score named as what it is: a chance where it is a probability ("72% chance right"), else
+        the reader's score ("reader score 0.87", "no-answer score 0.96"); "" when there is none."""
+        if self.probability is not None and self.kind in PROBABILITY_LABELS:
+            return PROBABILITY_LABELS[self.kind].format(self.probability)
         return f"{SCORE_LABELS.get(self.kind, 'score')} {self.score_text}" if self.score_text else ""
 
     @property
     def score_help(self) -> str:
         """What the score means, for a tooltip."""
+        if self.probability is not None and self.kind in PROBABILITY_HELP:
+            return PROBABILITY_HELP[self.kind]
         return SCORE_HELP.get(self.kind, "The answering stage's score for this answer; not a calibrated chance that it is right.")
 
     @property
@@ -133,8 +174,7 @@ class AnswerView:
         """The answer's review with the answer highlighted (empty for answers without a review)."""
         if self.document is None or self.document.content is None:
             return []
-        spans = [(self.start, self.end)] if self.start is not None and self.end is not None else []
-        return highlight_segments(self.document.content, spans, window)
+        return highlight_segments(self.document.content, self.supporting_spans, window)
 
 
 def answer_view(answer: Any) -> AnswerView:
@@ -190,6 +230,20 @@ class RankedAnswers:
         as SQuAD 2.0 systems report the best span with their no-answer probability."""
         return self.below[0] if self.abstains and self.below else None
 
+    @property
+    def close_call(self) -> str:
+        """When the best answer and "no answer" are about as likely to be right (the selector says so), a sentence saying so; else ""."""
+        first = (self.above or [self.no_answer])[0] if (self.above or self.no_answer) else None
+        if first is None or not first.meta.get("close_call"):
+            return ""
+        answer = self.above[0] if self.above else self.best_below
+        if answer is None or answer.probability is None or self.no_answer is None or self.no_answer.probability is None:
+            return ""
+        return (
+            f"A close call: this answer has a {answer.probability:.0%} chance of being right, and \u201cno answer\u201d "
+            f"a {self.no_answer.probability:.0%} chance. Read the review before you rely on it."
+        )
+
     def no_answer_note(self) -> str:
         """What a "no answer" means here, in words that do not oversell it.
 
@@ -201,6 +255,11 @@ class RankedAnswers:
         best = self.best_below
         if best is None:
             return ""
+        if best.probability is not None and self.no_answer.probability is not None:
+            return (
+                f"The best answer found has a {best.probability:.0%} chance of being right, \u201cno answer\u201d "
+                f"a {self.no_answer.probability:.0%} chance, so the answer is \u201cno answer\u201d. The span is shown below."
+            )
         return (
             f"The reader's best span scores {best.score_text or 'less'}, below its no-answer score"
             f"{f' ({self.no_answer.score_text})' if self.no_answer.score_text else ''}, so it answers "
