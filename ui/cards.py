@@ -70,10 +70,12 @@ def score_chips(view: AnswerView, kind: str) -> list[str]:
 
 
 def answer_card(view: AnswerView, rank: int | str, window: int = 220, extra_chips: Sequence[str] = (), note: str = "") -> str:
-    """One answer: its text, the reader's score, and the review it came from with the answer highlighted.
+    """One answer: its text, its score (a chance where the answer selector gives one), the reviews saying it,
+    and the review it came from with the answer highlighted.
 
     ``rank``: a number, or a label for a span rated below "no answer" (its score is then not coloured
-    as a good one); ``note``: what a "no answer" means here (``RankedAnswers.no_answer_note``).
+    as a good one); ``note``: a sentence on the card, e.g. what a "no answer" means here
+    (``RankedAnswers.no_answer_note``) or that the answer is a close call (``RankedAnswers.close_call``).
     """
     if view.kind == "no_answer":
         chips = score_chips(view, "unknown")
@@ -82,15 +84,26 @@ def answer_card(view: AnswerView, rank: int | str, window: int = 220, extra_chip
         body = f'<div class="qa-hint">{html_text(hint)}</div>'
         return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join([*chips, *extra_chips])}</div>{body}</div>'
     below = not isinstance(rank, int)
-    chips = [*score_chips(view, "unknown" if below else view.level), *extra_chips]
+    support = [chip(f"said in {view.support} reviews", "unknown", "Reviews that give this answer, in words close enough to count as one.")] if view.support > 1 else []
+    chips = [*score_chips(view, "unknown" if below else view.level), *support, *extra_chips]
     label = rank if below else f"{rank}."
     head = f'<span class="qa-rank">{html_text(label)}</span><span class="qa-answer-text">{html_text(view.text or "")}</span>'
+    hint = f'<div class="qa-hint">{html_text(note)}</div>' if note else ""
     if view.kind == "span" and view.document is not None:
-        body = f'<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document)}</div>'
+        body = f'{hint}<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document)}</div>'
     else:
         sources = "".join(f"<li>[{html_text(d.meta.get('source_index', i))}] {review_source(d)}</li>" for i, d in enumerate(view.sources, 1))
-        body = f'<div class="qa-source">Generated from the retrieved reviews{f"; cites:<ul>{sources}</ul>" if sources else "."}</div>'
+        body = f'{hint}<div class="qa-source">Generated from the retrieved reviews{f"; cites:<ul>{sources}</ul>" if sources else "."}</div>'
     return f'<div class="qa-answer qa-{view.kind}"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
+
+
+def withheld_card(withheld: dict) -> str:
+    """A generated answer the reviews it cites do not support: its text, struck through, and why it is not the answer."""
+    return (
+        '<div class="qa-answer qa-noanswer"><div class="qa-answer-head"><span class="qa-answer-text"><s>'
+        f'{html_text(withheld["text"])}</s></span>{chip("generated, withheld", "low")}</div>'
+        f'<div class="qa-hint">Not shown as the answer: {html_text(withheld["reason"])}. The reader\'s answers below come from the reviews themselves.</div></div>'
+    )
 
 
 def review_card(document: Document, spans: Sequence[tuple[int, int]] = (), chips: Sequence[str] = ()) -> str:

@@ -363,11 +363,14 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
             st.html(cards.review_card(document))
         return
     ranked = rank_answers(views)
+    withheld = next((v.withheld for v in views if v.withheld), None)
+    if withheld:  # the generated answer was not grounded in the reviews it cited: say so above the extractive answers
+        st.html(cards.withheld_card(withheld))
     for rank, view in enumerate(ranked.above, 1):  # ranks number the spans; 0 is the no-answer card
-        answer_card(store, asked, view, rank)
+        answer_card(store, asked, view, rank, note=ranked.close_call if rank == 1 else "")
     folded = list(enumerate(ranked.below, len(ranked.above) + 1))
     if ranked.abstains:
-        answer_card(store, asked, ranked.no_answer, 0, note=ranked.no_answer_note())
+        answer_card(store, asked, ranked.no_answer, 0, note=ranked.close_call or ranked.no_answer_note())
         if ranked.best_below:  # beside the verdict, not folded away: it may answer the question
             rank, best = folded.pop(0)
             answer_card(store, asked, best, rank, label="Best span, rated below “no answer”:")
