@@ -186,3 +186,32 @@ def test_train_selector_command_fits_a_selector_for_the_configured_reader(tmp_pa
     assert selector_fits_reader(tmp_path / "selector", tiny_reader)
     assert "Out-of-fold decisions" in capsys.readouterr().out
     assert (settings.home / "selector" / "fold-1" / "records.jsonl").is_file()  # the work is kept in QA_HOME for a second run
+
+
+def test_the_default_pipeline_answers_through_the_selector_trained_for_its_reader(tmp_path, settings, tiny_reader, trained_selector):
+    """Every door answers through QAPipeline: the selector joins it when it was trained for the reader, and steps aside for an explicit threshold."""
+    from qa_system.ingestion.indexing import build_index
+    from qa_system.model_files import model_fingerprint
+    from qa_system.pipelines import build_qa_pipeline
+    from qa_system.serving.answer_views import answer_views
+    from qa_system.serving.api.schemas import AnswerOut
+
+    folder, _ = trained_selector
+    mine = tmp_path / "selector"
+    mine.mkdir()
+    for file in folder.iterdir():
+        (mine / file.name).write_bytes(file.read_bytes())
+    info = json.loads((mine / SELECTOR_FILE).read_text())
+    (mine / SELECTOR_FILE).write_text(json.dumps({**info, "reader_fingerprint": model_fingerprint(tiny_reader)}))
+    settings = settings.with_(reader_model=str(tiny_reader), reader_backend="torch", selector_model=str(mine))
+    build_index(settings, "electronics", embed=False, progress=False)
+    pipeline = build_qa_pipeline("bm25", settings)
+    assert "selector" in pipeline.pipeline.graph.nodes
+    answers = pipeline.run("How is the sound?", item_id="KINDLE", top_k=3)["answers"]
+    assert sum(a.data is None for a in answers) == 1 and all(0 <= a.meta["probability"] <= 1 for a in answers)
+    assert [a.meta["chosen"] for a in answers][0] and not any(a.meta["chosen"] for a in answers[1:])
+    body = AnswerOut.of(answer_views(answers)[0])
+    assert body.probability == answers[0].meta["probability"] and body.score == body.probability
+    reader_decides = pipeline.run("How is the sound?", item_id="KINDLE", top_k=3, no_answer_threshold=0.0)["answers"]
+    assert all("probability" not in a.meta for a in reader_decides)  # an explicit threshold is the reader's own decision
+    assert "selector" not in build_qa_pipeline("bm25", settings.with_(selector_model="none")).pipeline.graph.nodes

@@ -76,7 +76,10 @@ class AnswerOut(BaseModel):
 
     kind: Literal["span", "no_answer", "generated"] = Field(description="span: copied from a review; no_answer: the reviews hold none; generated: RAG")
     text: str | None = Field(description="the answer; null for no_answer")
-    score: float | None = Field(description="the reader's score (0-1); null for generated answers")
+    score: float | None = Field(description="the answer's score (0-1): its probability when `probability` is set, else the reader's ranking score; null for generated answers")
+    probability: float | None = Field(None, description="the answer selector's calibrated probability that this answer (or 'no answer') is right; null where the score is no probability")
+    close_call: bool = Field(False, description="the best answer and 'no answer' are about as likely to be right")
+    supporting_document_ids: list[str] = Field(default_factory=list, description="span: every document that gives this answer (the answer selector groups them)")
     document_id: str | None = Field(None, description="span: the document the answer is in")
     review_id: str | None = None
     start: int | None = Field(None, description="span: character offset of the answer in the document's content")
@@ -85,11 +88,15 @@ class AnswerOut(BaseModel):
     context_start: int | None = Field(None, description="span: character offset of the context in the document's content")
     cited_document_ids: list[str] = Field(default_factory=list, description="generated: the documents the answer cites")
     no_answer_reason: str | None = None
+    withheld: dict | None = Field(None, description="a generated answer shown in place of this one was withheld: its text, support and why")
 
     @classmethod
     def of(cls, view: AnswerView) -> "AnswerOut":
         """The answer body of a library ``AnswerView``: a span's document, offsets and context, or a generated answer's citations."""
-        out = cls(kind=view.kind, text=view.text, score=view.score, no_answer_reason=view.meta.get("no_answer_reason"))
+        out = cls(
+            kind=view.kind, text=view.text, score=view.score, probability=view.probability, close_call=bool(view.meta.get("close_call")),
+            supporting_document_ids=view.meta.get("supporting_documents", []), no_answer_reason=view.meta.get("no_answer_reason"), withheld=view.withheld,
+        )
         if view.kind == "span":
             content = view.document.content or ""
             begin = view.meta.get("context_start", max(0, view.start - CONTEXT_CHARS))
