@@ -108,6 +108,14 @@ class SelectorModel:
         matrix = np.array([[row[name] for name in self.answer_features]], dtype=float)
         return float(self.answer_model.predict(matrix)[0])
 
+    def choose(self, query: str, documents: Sequence[ReadDocument]) -> tuple[list[Candidate], np.ndarray, float, "Decision"]:
+        """The candidate spans of the reviews read, their predicted F1, P(answerable) and the decision (``decide``)."""
+        question, spans, rows = features(query, documents)
+        span_f1 = self.span_f1(rows)
+        best = int(np.argmax(span_f1)) if spans else None
+        p_answerable = self.answerable(answer_row(question, rows[best] if best is not None else None, float(span_f1[best]) if best is not None else 0.0))
+        return spans, span_f1, p_answerable, decide(span_f1, p_answerable)
+
 
 def same_answer(a: str, b: str) -> bool:
     """Do two answer texts say the same thing: equal once normalised, one inside the other, or nearly all words shared."""
@@ -210,13 +218,8 @@ class AnswerSelector:
         """The decision first, then the other answers and "no answer" by their probability of being right."""
         self.warm_up()
         top_k = self.top_k if top_k is None else check_count(top_k, "top_k")
-        read = read_documents(documents, reading)
-        question, spans, rows = features(query, read)
         selector = self._selector
-        span_f1 = selector.span_f1(rows)
-        best = int(np.argmax(span_f1)) if len(spans) else None
-        p_answerable = selector.answerable(answer_row(question, rows[best] if best is not None else None, span_f1[best] if best is not None else 0.0))
-        decision = decide(span_f1, p_answerable)
+        spans, span_f1, p_answerable, decision = selector.choose(query, read_documents(documents, reading))
         no_answer_p = selector.no_answer_calibration(decision.no_answer_value)
         order = list(np.argsort(-span_f1))
         answers = []
