@@ -37,6 +37,7 @@ from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reproducibility import machine, seed_everything
 from qa_system.sources.qa_files import read_qa_file, read_qa_files
+from qa_system.training.progress import quiet_progress
 from qa_system.training.distillation import DistillationConfig, DistillationLoss, check_same_tokenizer, distillation_loss
 from qa_system.training.reader_data import (
     LABELS, POOLED, dev_predictions, length_grouped_order, no_answer_share, pad_batch, provenance, save_reader, training_features,
@@ -343,6 +344,7 @@ def train_reader(
         data_collator=lambda batch: pad_batch(batch, tokenizer), teacher=_teacher(distillation, tokenizer), distillation=distillation,
         callbacks=[_selection_callback(evaluate, save_best, selected, config.patience, selection, began), *callbacks],
     )
+    quiet_progress(trainer, progress)  # a progress bar, not a printed line per step
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     return _finish(output_dir, selection, began)
 

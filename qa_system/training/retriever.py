@@ -47,7 +47,6 @@ import numpy as np
 from haystack import Document
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from transformers import TrainerCallback
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
@@ -57,6 +56,7 @@ from qa_system.reading.model import MODEL_INFO_FILE, read_model_info
 from qa_system.reproducibility import machine, seed_everything
 from qa_system.retrieval.encoders import DEFAULT_RETRIEVER_MODEL
 from qa_system.sources import LabelledQuestion, SubjQA, in_split, load_subjqa, split_names
+from qa_system.training.progress import quiet_progress
 
 DEV_KS = (1, 3)
 ENCODER_KINDS = ("question", "shared", "separate")
@@ -415,13 +415,6 @@ class ReviewRankingLoss(MultipleNegativesRankingLoss):
         return self.compute_loss_from_embeddings(embeddings, labels)
 
 
-class StepProgress(ProgressCallback):
-    """The trainer's progress bar, without a printed line per logged step."""
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        """Logs go to the epoch record (``EpochSelection``), not to the terminal."""
-
-
 SELECTION_FILE = "qa_selection.json"  # in each checkpoint: the epochs' dev figures so far, for a resumed run
 
 
@@ -580,11 +573,7 @@ def train_retriever(
         train_dataset=Dataset.from_dict(columns), loss=ReviewRankingLoss(encoders, config.scale), data_collator=ReviewCollator(encoders, reviews),
         callbacks=[selection, *callbacks],
     )  # fmt: skip
-    # The trainer's own printers would print every step's log line; the progress bar and one line per epoch say enough.
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    if progress:
-        trainer.add_callback(StepProgress())
+    quiet_progress(trainer, progress)  # the progress bar and one line per epoch say enough
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finished = trainer.state.global_step >= total_steps or selection.stale >= config.patience
     result = RetrieverTrainingResult(output_dir, selection.best["epoch"], selection.best["dev"], selection.history, time.time() - began, trainer.state.global_step, finished)
