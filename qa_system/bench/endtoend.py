@@ -1,7 +1,8 @@
 """End-to-end answering latency at one corpus size, with a stage breakdown.
 
 Stock Haystack (InMemoryBM25Retriever + TransformersExtractiveReader) is the baseline; the project's
-extractive pipeline (bm25s + the reader) runs with the PyTorch and the ONNX int8 reader; the RAG
+extractive pipeline (bm25s + the reader) runs with the PyTorch and the ONNX int8 reader, and with the
+answer selector after the ONNX reader when one was trained for the reader; the RAG
 pipeline runs a handful of questions (a generator on CPU takes seconds per answer) and is compared
 with the fast extractive pipeline. Every pipeline reads the top 3 reviews of the question's product.
 """
@@ -23,6 +24,7 @@ from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.pipelines import ANSWER_STAGES, build_qa_pipeline
 from qa_system.reading.onnx import INT8_FILE
+from qa_system.reading.selection import NO_SELECTOR, selector_fits_reader
 from qa_system.retrieval import make_filters
 from qa_system.sources import LabelledQuestion
 from qa_system.stores import Index
@@ -32,7 +34,10 @@ TOP_K = 3
 STOCK = "stock Haystack (InMemoryBM25Retriever + TransformersExtractiveReader)"
 PROJECT_TORCH = "project extractive (bm25s + torch reader)"
 PROJECT_ONNX = "project extractive (bm25s + ONNX int8 reader)"
+PROJECT_SELECTOR = "project extractive (bm25s + ONNX int8 reader + answer selector)"
 PROJECT_RAG = "project RAG (bm25s + generator)"
+# Each row's p50 and p95 are compared with another's: the stock pipeline's, or the one it adds a stage to.
+BASELINES = {PROJECT_RAG: PROJECT_ONNX, PROJECT_SELECTOR: PROJECT_ONNX}
 
 
 def _stock(store: Any, model: str) -> Callable[[LabelledQuestion], dict[str, float]]:
@@ -78,9 +83,11 @@ def bench_tier(
     progress(f"[{tier}] end-to-end: building pipelines")
     systems = {
         STOCK: _stock(store, settings.reader_model),
-        PROJECT_TORCH: _project(settings.with_(reader_backend="torch"), index, "extractive"),
-        PROJECT_ONNX: _project(onnx, index, "extractive"),
+        PROJECT_TORCH: _project(settings.with_(reader_backend="torch", selector_model=NO_SELECTOR), index, "extractive"),
+        PROJECT_ONNX: _project(onnx.with_(selector_model=NO_SELECTOR), index, "extractive"),
     }
+    if selector_fits_reader(settings.selector_model, settings.reader_model):
+        systems[PROJECT_SELECTOR] = _project(onnx, index, "extractive")
     for run in systems.values():  # first calls build indexes and caches: not part of a query's latency
         run(questions[0])
     progress(f"[{tier}] end-to-end: extractive pipelines")
@@ -110,7 +117,7 @@ def _rag(settings: Settings, index: Index, questions: Sequence[LabelledQuestion]
 def _rows(tier: int, timings: dict[str, Timing]) -> list[dict]:
     rows = []
     for name, timing in timings.items():
-        baseline = PROJECT_ONNX if name == PROJECT_RAG else STOCK
+        baseline = BASELINES.get(name, STOCK)
         base = timings[baseline]
         stage = {key: [1000 * t[key] for t in timing.outputs] for key in ("retrieval_s", "answer_s")}
         rows.append({
