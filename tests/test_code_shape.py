@@ -10,29 +10,10 @@ from __future__ import annotations
 
 import ast
 import textwrap
-import warnings
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
 MAX_FUNCTION_LINES = 80
-
-# Files being rewritten as this test arrived, and what in them is still too long or undocumented.
-# Temporary: a name leaves the set once it complies (a warning says which), and no other name may join.
-PENDING_MODULES = (
-    "qa_system.training.reader",
-    "qa_system.training.selector",
-    "qa_system.training.retriever",
-    "qa_system.reading.reader",
-    "qa_system.reading.selection",  # and selection_features
-    "qa_system.evaluation.answering",
-    "qa_system.evaluation.reader",
-    "qa_system.pipelines",
-)
-PENDING = {
-    "qa_system.training.retriever.train_retriever",
-    "qa_system.training.retriever.Batch.columns",
-    "qa_system.training.retriever.RetrieverTrainingResult",
-}
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -82,21 +63,13 @@ def undocumented(root: Path) -> list[str]:
 
 
 def test_no_function_is_longer_than_80_lines():
-    too_long = {name: lines for name, lines in long_functions(PACKAGE_ROOT).items() if name not in PENDING}
+    too_long = {name: lines for name, lines in long_functions(PACKAGE_ROOT).items()}
     assert too_long == {}, f"split these into named helpers of at most {MAX_FUNCTION_LINES} lines: {too_long}"
 
 
 def test_every_public_class_and_function_has_a_docstring():
-    assert [name for name in undocumented(PACKAGE_ROOT) if name not in PENDING] == []
+    assert undocumented(PACKAGE_ROOT) == []
 
-
-def test_pending_is_only_for_the_files_being_rewritten():
-    """A name that complies now is reported as a warning (rewriting a file must not turn the suite red), to be taken out."""
-    outside = sorted(name for name in PENDING if not name.startswith(PENDING_MODULES))
-    assert outside == [], "PENDING is for the files being rewritten (PENDING_MODULES) only"
-    done = sorted(PENDING - set(long_functions(PACKAGE_ROOT)) - set(undocumented(PACKAGE_ROOT)))
-    if done:
-        warnings.warn(f"these comply now (or are gone): remove them from PENDING in tests/test_code_shape.py: {done}", stacklevel=1)
 
 
 # ----------------------------------------------------------------------------- the checker itself

@@ -537,7 +537,7 @@ def train_retriever(
     :param base_model: the passage encoder (and the question encoder unless ``query_base_model``).
     :param settings: where the data and the saved indexes are (their review vectors are reused).
     :param resume_from: a checkpoint (``OUTPUT/checkpoints/checkpoint-N``) or "last": continue an interrupted run.
-    :param callbacks: more ``transformers.TrainerCallback``\ s (tests stop a run with one).
+    :param callbacks: more ``transformers.TrainerCallback`` objects (tests stop a run with one).
     :returns: where the model is, its epoch, dev figures per domain (and their mean), the history and the steps run.
     """
     from datasets import Dataset
