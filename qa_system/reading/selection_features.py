@@ -4,8 +4,9 @@ The reader's own decision compares two logits of one small model, the best span'
 lowest no-answer's, which does not separate "this review answers it" from "it does not" off the
 reader's training domains (``../shared/notes/answer-decision-diagnostic.md``). The selector
 decides from more: how each review's spans compare with that review's own no-answer, the
-retriever's rank and score of the review, whether other reviews say the same thing, the span's
-length, position and sentence boundaries, and what kind of question it is. These are the
+retriever's rank of the review and its score relative to the best one (a raw BM25 score depends on
+the collection), whether other reviews say the same thing, the span's length, position and
+sentence boundaries, and what kind of question it is. These are the
 features, computed the same way at training time (from recorded reader outputs) and at serving
 time (from a ``ReaderOutput``).
 """
@@ -127,7 +128,6 @@ def features(query: str, documents: Sequence[ReadDocument]) -> tuple[dict[str, f
         "documents_answering": float(answering),
         "null_probability": probabilities[-1],
         "entropy": -sum(p * math.log(p) for p in probabilities if p > 0),
-        "top_retrieval_score": top_score if top_score is not None else math.nan,
     }
     rows = []
     for rank, (candidate, text, probability) in enumerate(zip(spans, normalized, probabilities)):
@@ -147,6 +147,7 @@ def features(query: str, documents: Sequence[ReadDocument]) -> tuple[dict[str, f
             "rank_in_document": float(sum(1 for c in spans[:rank] if c.document == candidate.document)),
             "document_rank": float(document.rank),
             "document_null_above_min": document.null_logit - null_min,
+            # Relative, never raw: a BM25 score depends on the collection's size and words, which differ from training.
             "relative_retrieval_score": document.retrieval_score / top_score if top_score else math.nan,
             "span_words": float(len(candidate.text.split())),
             "span_chars": float(len(candidate.text)),
