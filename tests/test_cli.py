@@ -112,6 +112,9 @@ def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, me
         (["bench", "--sizes", "1000", "-5"], "--sizes must be a whole number"),
         (["bench", "--budget", "0"], "--budget must be a finite number above 0"),
         (["ui", "--port", "70000"], "--port must be a whole number from 1 to 65535"),
+        # The second domain was silently left out: a report said nothing of restaurants.
+        (["eval", "reader", "--domain", "electronics", "--domain", "restaurants"], "An evaluation reads one domain; got 2"),
+        (["eval", "pipeline", "--domain", "electronics", "--domain", "restaurants"], "An evaluation reads one domain; got 2"),
     ],
 )
 def test_bad_counts_and_thresholds_are_one_line_exit_2(cli_env, capsys, argv, message):

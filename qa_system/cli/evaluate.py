@@ -35,6 +35,8 @@ def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, need
     from qa_system.ingestion.labels import load_labels
 
     if args.collection is None and args.labels is None:
+        if len(args.domain) > 1:  # one report per domain: a second --domain was silently left out before
+            raise QAError(f"An evaluation reads one domain; got {len(args.domain)} (--domain {' '.join(args.domain)}).", "run the command once per domain, each with its own --out.")
         return None, None, args.domain[0]
     if args.domain:
         raise QAError("--domain names SubjQA's labels, --collection / --labels your own.", "pass one of them.")
