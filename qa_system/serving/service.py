@@ -277,8 +277,8 @@ class QAService:
 
     def available(self, max_age_s: float = 10.0) -> dict[str, CollectionInfo | None]:
         """The collections this service can open, by name: the served ones first (None before a SubjQA one is
-        built), then, with ``any_collection``, every other readable one of the store (not the encoder-comparison
-        copies ``eval retriever`` makes). Listed again after ``max_age_s``; an open one that changed is closed."""
+        built), then, with ``any_collection``, the page's SubjQA one (when its files are there) and every other
+        readable one of the store (not the encoder-comparison copies ``eval retriever`` makes). Listed again after ``max_age_s``; an open one that changed is closed."""
         now, folder = time.monotonic(), self.settings.index_dir / self.settings.store
         # A local store's folder changes when a collection is added, replaced or deleted: listed again at once.
         changed = folder.stat().st_mtime_ns if folder.is_dir() else None
@@ -288,7 +288,11 @@ class QAService:
             self._close_changed(found)
         found = dict(self._listed[1])
         served = {name: found.pop(index_name(name) if c.subjqa_domain else name, None) for name, c in self.served.items()}
-        return {**served, **(found if self.any_collection else {})}
+        if not self.any_collection:
+            return served
+        if (self.settings.data_dir / PAGE_DOMAIN).is_dir():  # offered before it is built: it is built when picked
+            served.setdefault(PAGE_COLLECTION, found.pop(PAGE_COLLECTION, None))
+        return {**served, **found}
 
     def _close_changed(self, listed: dict[str, CollectionInfo]) -> None:
         with self._lock:
