@@ -674,6 +674,22 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
     assert "API:" in (tmp_path / "api.log").read_text()
 
 
+def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
+    assert main(["ask", "Is it good for reading?", "--item", "KINDLE", "--url", api, "--top-k", "2"]) == 0
+    out = capsys.readouterr().out
+    body = ask(api, top_k=2).json()  # what the server answers the same question
+    assert out.startswith("Q: Is it good for reading?  (KINDLE in electronics;") and f"{body['pipeline']} at {api})" in out.splitlines()[0]
+    spans = [a for a in body["answers"] if a["kind"] == "span"]
+    assert spans and all(f". {a['text']}  " in out for a in spans) and ("[no answer in these reviews]" in out) == any(a["kind"] == "no_answer" for a in body["answers"])
+    assert main(["ask", "Is it good?", "--item", "NOPE", "--url", api]) == 2  # the server's 404, as one line
+    err = capsys.readouterr().err
+    assert "Product 'NOPE' has no reviews" in err and len(err.strip().splitlines()) == 1
+    port = free_port()
+    assert main(["ask", "Is it good?", "--item", "KINDLE", "--url", f"http://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert f"Cannot reach the API at http://127.0.0.1:{port}" in err and "`qa-system api`" in err and len(err.strip().splitlines()) == 1
+
+
 def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("QA_DATA_DIR", str(api_settings.data_dir))
     out = tmp_path / "bench-api"
