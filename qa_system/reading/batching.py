@@ -42,6 +42,7 @@ class Job:
     batch_size: int
     done: Future = field(default_factory=Future)
     queued: float = field(default_factory=time.perf_counter)
+    started: float = 0.0  # when its inference began
 
     @property
     def windows(self) -> int:
@@ -76,17 +77,28 @@ class ReaderScheduler:
         self._thread = threading.Thread(target=self._serve, name=f"reader-{Path(model.path).parent.name}", daemon=True)
         self._thread.start()
         self.calls = 0  # session calls made, for tests and the benchmark
+        self._waited = threading.local()  # per calling thread: how long its last question waited for the lane
 
     def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
         """As ``OnnxQAModel.logits`` (-inf on padding), computed in the scheduler's thread; blocks until done."""
         names = [*self.model.input_names, "attention_mask"]
         job = Job({name: np.asarray(encoding[name]) for name in dict.fromkeys(names)}, batch_size)
         self._jobs.put(job)
-        return job.done.result()
+        result = job.done.result()
+        self._waited.seconds = job.started - job.queued
+        return result
+
+    @property
+    def waited_s(self) -> float:
+        """How long the calling thread's last question waited for the lane (other questions' inference before it), in seconds."""
+        return getattr(self._waited, "seconds", 0.0)
 
     def _serve(self) -> None:
         while True:
             jobs = self._gather(self._jobs.get())
+            began = time.perf_counter()
+            for job in jobs:
+                job.started = began
             try:
                 if self.mix and len(jobs) > 1:
                     results = self._run_together(jobs)

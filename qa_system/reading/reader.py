@@ -205,6 +205,11 @@ class ExtractiveReader:
         return "torch" if self._model is not None else None
 
     @property
+    def queue_s(self) -> float:
+        """How long the calling thread's last question waited for the shared inference lane (0 without one)."""
+        return getattr(self._onnx, "waited_s", 0.0)
+
+    @property
     def threshold(self) -> float:
         """The no-answer threshold in force (explicit, else tuned, else 0)."""
         return self.no_answer_threshold if self.no_answer_threshold is not None else self._default_threshold

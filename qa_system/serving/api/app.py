@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 
+import psutil
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -319,9 +320,14 @@ router = APIRouter(route_class=StrictJSONRoute)
 
 @router.get("/health", response_model=HealthOut, tags=["service"], summary="ready (200) once the models and indexes are loaded, else 503")
 async def health(api: Served) -> JSONResponse:
-    """The server's status: loading, ready or failed, the collections it serves and the reader's backend."""
+    """The server's status: loading, ready or failed, the collections it serves and the reader's backend,
+    its memory (RSS) and the collections open now."""
     status = api.status()
-    body = HealthOut(**status, collections=api.service.names, reader_backend=api.settings.reader_backend)
+    memory_mb = round(psutil.Process().memory_info().rss / 2**20, 1)
+    body = HealthOut(
+        **status, collections=api.service.names, reader_backend=api.settings.reader_backend, memory_mb=memory_mb,
+        open_collections=list(api.service.open_collections()),
+    )  # fmt: skip
     return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)
 
 
