@@ -698,6 +698,12 @@ def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, 
     assert row["clients"] == 3 and row["answered"] >= 3 and row["errors"] == 0
     assert row["throughput_qps"] == pytest.approx(row["answered"] / row["seconds"], rel=0.01) and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
     assert row["health_p50_ms"] > 0 and "throughput_qps" in capsys.readouterr().out
+    # The pipeline's own times, the waits and the server's memory, as a table and over the run (a table and a plot).
+    assert 0 < row["pipeline_p50_ms"] <= row["pipeline_p95_ms"] and row["retrieval_p50_ms"] > 0 and row["queue_p50_ms"] >= 0
+    assert row["reader_queue_p50_ms"] >= 0 and 0 < row["memory_start_mb"] <= row["memory_max_mb"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["Over time"] and {"from_s", "throughput_qps", "p95_ms", "memory_mb"} <= set(report["Over time"][0])
+    assert (out / "over_time.png").stat().st_size > 0
 
 
 # ------------------------------------------------------------------------------ deployment
