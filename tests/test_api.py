@@ -58,6 +58,7 @@ class Gate:
 
 
 SLOW_REPLIES = Gate()
+HELD_REPLIES = Gate()  # a gate of its own: a Gate opens once
 ENDLESS_SENTENCES = 2000  # an answer to "endlessly": 12,000 streamed words, minutes of writing at the test's drip
 
 
@@ -65,6 +66,8 @@ def stub_reply(body: dict) -> str:
     question = body["messages"][-1]["content"].rsplit("Question: ", 1)[1]
     if "slowly" in question:
         SLOW_REPLIES.hold()
+    if "held up" in question:
+        HELD_REPLIES.hold()
     if "endlessly" in question:
         return " ".join(["The sound is tinny and quiet [1]."] * ENDLESS_SENTENCES)
     if "everything" in question:
@@ -636,6 +639,25 @@ def test_two_slow_questions_are_answered_at_the_same_time(api):
             thread.join()
     assert [r.status_code for r in results] == [200, 200]
     assert all(r.json()["answers"][0]["text"] == "The sound is tinny and quiet [1]." for r in results)
+
+
+def test_a_slow_rag_answer_never_holds_up_an_extractive_one(api_settings):
+    """One worker thread: a RAG answer held inside the generator runs in a thread of its own, so an extractive
+    question (and the health check) is answered while it is still being written."""
+    with running(create_app(api_settings.model_copy(update={"api_workers": 1}))) as url:
+        assert wait_ready(url).status_code == 200
+        assert ask(url, query="How is the sound?", mode="rag").status_code == 200  # the RAG pipeline is built on first use
+        results: list[httpx.Response] = []
+        slow = threading.Thread(target=lambda: results.append(ask(url, query="How is the sound, held up?", mode="rag")))
+        slow.start()
+        try:
+            assert HELD_REPLIES.until_held(1) == 1
+            extractive = ask(url, query="How is the sound?")
+            assert extractive.status_code == 200 and not HELD_REPLIES.opened  # answered while the RAG answer is held
+        finally:
+            HELD_REPLIES.open()
+            slow.join()
+        assert results[0].status_code == 200
 
 
 def test_a_client_that_leaves_stops_the_generator_and_frees_its_worker(api_settings, generator):
