@@ -120,3 +120,19 @@ def test_the_page_and_the_api_share_one_service(page_env, monkeypatch):
     assert "mine" in service.open_collections()  # opened by the page, ready for the API
     assert ("mine", "bm25", "extractive") in service._pipelines  # the page's pipeline, models loaded once for both
     assert service.feedback is not None and service.any_collection  # the page may open any collection of the store
+
+
+def test_the_shell_answers_line_after_line_and_a_bad_question_is_one_line(tmp_path, tiny_reader, monkeypatch, capsys):
+    import io
+
+    data = write_subjqa(tmp_path / "subjqa")
+    lines = "Is it good for reading?\n:item NOPE\nIs it good?\n:item HEADPHONES\nHow is the bass?\n:quit\nnever read\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+    flags = ["--home", str(tmp_path / "home"), "--data-dir", str(data), "--reader-model", str(tiny_reader), "--reader-backend", "torch"]
+    assert cli(["shell", "--item", "KINDLE", *flags]) == 0
+    captured = capsys.readouterr()
+    asked = [line for line in captured.out.splitlines() if line.startswith("Q: ")]
+    assert [line.split("  (")[0] for line in asked] == ["Q: Is it good for reading?", "Q: How is the bass?"]
+    assert asked[0].split("  (")[1].startswith("KINDLE;") and asked[1].split("  (")[1].startswith("HEADPHONES;")
+    errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Product 'NOPE' has no reviews" in errors[0]  # the shell went on after it
