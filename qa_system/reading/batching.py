@@ -100,7 +100,8 @@ class ReaderScheduler:
             for job in jobs:
                 job.started = began
             try:
-                if self.mix and len(jobs) > 1:
+                # A left-padding model's positions depend on its call's width: its questions run alone.
+                if self.mix and len(jobs) > 1 and all(job.encoding["attention_mask"][:, 0].all() for job in jobs):
                     results = self._run_together(jobs)
                 else:
                     results = [self._run_alone(job) for job in jobs]
