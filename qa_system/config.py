@@ -127,6 +127,15 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = 64 * 1024
     api_rate_limit: int = 600
     api_workers: int = 4
+    # Every door's service (serving/service.py): the memory its open collections may take, in MB; past
+    # it the least recently used one is closed (and opened again when asked). The collection the
+    # search page opens first (None: SubjQA electronics, indexed on first use).
+    collection_memory_mb: int = 2048
+    page_collection: str | None = None
+    # The reader's scheduler (reading/batching.py): how long a question's windows wait for other
+    # questions' to share one inference call, in ms (0: none), and the most windows in one call.
+    reader_batch_wait_ms: float = 3.0
+    reader_batch_windows: int = 64
     # The search page's feedback clicks (SQLite); None: feedback.sqlite under home.
     feedback_file: Path | None = Field(default=None, validation_alias=_ENV_ALIASES["feedback_file"])
 
@@ -165,8 +174,13 @@ class Settings(BaseSettings):
     def _temperature(cls, value: Any) -> float:
         return check_number(value, "temperature", 0)
 
+    @field_validator("reader_batch_wait_ms", mode="before")
+    @classmethod
+    def _wait(cls, value: Any) -> float:
+        return check_number(value, "QA_READER_BATCH_WAIT_MS", 0)
+
     # Counts from the environment arrive as text; check_count parses them (QA_API_RATE_LIMIT=0 turns the limit off).
-    @field_validator("api_max_body_bytes", "api_rate_limit", "api_workers", mode="before")
+    @field_validator("api_max_body_bytes", "api_rate_limit", "api_workers", "collection_memory_mb", "reader_batch_windows", mode="before")
     @classmethod
     def _api_count(cls, value: Any, info: ValidationInfo) -> int:
         minimum = {"api_max_body_bytes": 256, "api_rate_limit": 0}.get(info.field_name, 1)

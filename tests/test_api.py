@@ -58,6 +58,7 @@ class Gate:
 
 
 SLOW_REPLIES = Gate()
+HELD_REPLIES = Gate()  # a gate of its own: a Gate opens once
 ENDLESS_SENTENCES = 2000  # an answer to "endlessly": 12,000 streamed words, minutes of writing at the test's drip
 
 
@@ -65,6 +66,8 @@ def stub_reply(body: dict) -> str:
     question = body["messages"][-1]["content"].rsplit("Question: ", 1)[1]
     if "slowly" in question:
         SLOW_REPLIES.hold()
+    if "held up" in question:
+        HELD_REPLIES.hold()
     if "endlessly" in question:
         return " ".join(["The sound is tinny and quiet [1]."] * ENDLESS_SENTENCES)
     if "everything" in question:
@@ -638,6 +641,25 @@ def test_two_slow_questions_are_answered_at_the_same_time(api):
     assert all(r.json()["answers"][0]["text"] == "The sound is tinny and quiet [1]." for r in results)
 
 
+def test_a_slow_rag_answer_never_holds_up_an_extractive_one(api_settings):
+    """One worker thread: a RAG answer held inside the generator runs in a thread of its own, so an extractive
+    question (and the health check) is answered while it is still being written."""
+    with running(create_app(api_settings.model_copy(update={"api_workers": 1}))) as url:
+        assert wait_ready(url).status_code == 200
+        assert ask(url, query="How is the sound?", mode="rag").status_code == 200  # the RAG pipeline is built on first use
+        results: list[httpx.Response] = []
+        slow = threading.Thread(target=lambda: results.append(ask(url, query="How is the sound, held up?", mode="rag")))
+        slow.start()
+        try:
+            assert HELD_REPLIES.until_held(1) == 1
+            extractive = ask(url, query="How is the sound?")
+            assert extractive.status_code == 200 and not HELD_REPLIES.opened  # answered while the RAG answer is held
+        finally:
+            HELD_REPLIES.open()
+            slow.join()
+        assert results[0].status_code == 200
+
+
 def test_a_client_that_leaves_stops_the_generator_and_frees_its_worker(api_settings, generator):
     """With one worker thread, an endless answer (minutes of writing) holds it until the generator ends:
     a client that leaves (after the first streamed word, or at its own timeout) must stop the generator,
@@ -674,6 +696,22 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
     assert "API:" in (tmp_path / "api.log").read_text()
 
 
+def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
+    assert main(["ask", "Is it good for reading?", "--item", "KINDLE", "--url", api, "--top-k", "2"]) == 0
+    out = capsys.readouterr().out
+    body = ask(api, top_k=2).json()  # what the server answers the same question
+    assert out.startswith("Q: Is it good for reading?  (KINDLE in electronics;") and f"{body['pipeline']} at {api})" in out.splitlines()[0]
+    spans = [a for a in body["answers"] if a["kind"] == "span"]
+    assert spans and all(f". {a['text']}  " in out for a in spans) and ("[no answer in these reviews]" in out) == any(a["kind"] == "no_answer" for a in body["answers"])
+    assert main(["ask", "Is it good?", "--item", "NOPE", "--url", api]) == 2  # the server's 404, as one line
+    err = capsys.readouterr().err
+    assert "Product 'NOPE' has no reviews" in err and len(err.strip().splitlines()) == 1
+    port = free_port()
+    assert main(["ask", "Is it good?", "--item", "KINDLE", "--url", f"http://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert f"Cannot reach the API at http://127.0.0.1:{port}" in err and "`qa-system api`" in err and len(err.strip().splitlines()) == 1
+
+
 def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("QA_DATA_DIR", str(api_settings.data_dir))
     out = tmp_path / "bench-api"
@@ -682,6 +720,12 @@ def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, 
     assert row["clients"] == 3 and row["answered"] >= 3 and row["errors"] == 0
     assert row["throughput_qps"] == pytest.approx(row["answered"] / row["seconds"], rel=0.01) and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
     assert row["health_p50_ms"] > 0 and "throughput_qps" in capsys.readouterr().out
+    # The pipeline's own times, the waits and the server's memory, as a table and over the run (a table and a plot).
+    assert 0 < row["pipeline_p50_ms"] <= row["pipeline_p95_ms"] and row["retrieval_p50_ms"] > 0 and row["queue_p50_ms"] >= 0
+    assert row["reader_queue_p50_ms"] >= 0 and 0 < row["memory_start_mb"] <= row["memory_max_mb"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["Over time"] and {"from_s", "throughput_qps", "p95_ms", "memory_mb"} <= set(report["Over time"][0])
+    assert (out / "over_time.png").stat().st_size > 0
 
 
 # ------------------------------------------------------------------------------ deployment

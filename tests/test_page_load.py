@@ -35,3 +35,7 @@ def test_sessions_asking_and_clicking_at_once_lose_no_acknowledged_click(tmp_pat
     rows = {row["measurement"]: row["value"] for row in report["metrics"]}
     assert rows["acknowledged clicks not stored"] == 0 and rows["feedback rows stored"] == result.total("clicks")
     assert not (settings.home / "feedback.sqlite").exists()  # the user's own feedback is left alone
+    # The page server's memory over the run, and answer times over time: tables and a plot.
+    assert 0 < rows["page server memory at start (MB)"] <= rows["page server memory max (MB)"]
+    assert report["over time"] and {"from_s", "answered", "answer_p50_ms", "memory_mb"} <= set(report["over time"][0])
+    assert (tmp_path / "out" / "over_time.png").stat().st_size > 0

@@ -6,7 +6,6 @@ and exports, and that bad input is a message on a page that keeps working.
 """
 
 import sqlite3
-import sys
 from dataclasses import replace
 from html import escape, unescape
 from pathlib import Path
@@ -16,14 +15,12 @@ from conftest import shown, write_subjqa
 from haystack import GeneratedAnswer
 from streamlit.testing.v1 import AppTest
 
+import qa_system.serving.service as service_module  # the page's pipelines are the service's: a RAG generator stands in there
 from qa_system.cli import main as cli
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.serving.answer_views import rank_answers
 from qa_system.serving.webapp import APP
 from qa_system.sources.squad import read_squad
-
-sys.path.insert(0, str(APP.parent))
-import resources  # noqa: E402  (the page's own module, to stand in for the RAG generator)
 
 TIMEOUT = 120
 
@@ -83,7 +80,6 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
     assert (Path(app_env["QA_HOME"]) / "indexes" / "memory" / "subjqa-electronics.json").is_file()  # built and saved on first start
     products = at.selectbox(key="product").options
     assert products[:2] == ["All documents", "KINDLE"]  # then the most reviewed first (3 reviews: r-kindle-3, in dev and test, once)
-    resources.collections.clear()  # listed again once built (the page does after at most 10 s)
     ask(at, "How is the bass?", "HEADPHONES")
     assert at.sidebar.caption[0].value == "6 reviews"  # the collection's size, beside its picker
     assert not at.exception and not at.error
@@ -124,7 +120,7 @@ def test_switching_retriever_and_pipeline(page, monkeypatch):
     if "rag" not in ANSWER_STAGES:
         assert at.radio(key="stage").options == ["Extractive reader"]
         return
-    real_build = resources.build_qa_pipeline
+    real_build = service_module.build_qa_pipeline
 
     class CitingGenerator:  # stands in for the LLM: a generated answer citing the first review
         def __init__(self, retrieval):
@@ -141,7 +137,7 @@ def test_switching_retriever_and_pipeline(page, monkeypatch):
             return CitingGenerator(real_build(retriever, settings, index=index, answer_stage=None))
         return real_build(retriever, settings, index=index, answer_stage=answer_stage)
 
-    monkeypatch.setattr(resources, "build_qa_pipeline", build)
+    monkeypatch.setattr(service_module, "build_qa_pipeline", build)
     at.radio(key="stage").set_value("rag").run()
     assert not [s for s in at.slider if s.key == "top_k_reader"]  # reader settings leave with the reader
     button(at, "Ask").click().run()
@@ -416,7 +412,6 @@ def shop_collection(app_env, tmp_path_factory) -> str:
     source.write_text("body\nThe kettle boils water in two minutes.\nThe lamp is bright enough for reading.\n", encoding="utf-8")
     settings = Settings.from_env(home=Path(app_env["QA_HOME"]), data_dir=Path(app_env["QA_DATA_DIR"]))
     ingest(settings, source, "shop-notes", IngestOptions(text_column="body"), embed=False, progress=False)
-    resources.collections.clear()  # the page lists collections again after at most 10 s; these tests need it now
     return "shop-notes"
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import cards
 import resources
@@ -29,7 +28,7 @@ from qa_system.pipelines import ANSWER_STAGES
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerView, answer_views, rank_answers
 from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore, unrecorded_clicks
-from qa_system.serving.service import pipeline_label
+from qa_system.serving.service import PAGE_COLLECTION, pipeline_label
 from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"
@@ -64,7 +63,7 @@ class Options:
     top_k_reader: int
     no_answer_threshold: float | None  # None: the reader's tuned threshold
     store: str
-    collection: str = resources.DEFAULT_COLLECTION
+    collection: str = PAGE_COLLECTION
     evaluation: bool = False
     split: str = "test"
 
@@ -116,7 +115,7 @@ def sidebar() -> Options:
 
 
 def collection_label(name: str) -> str:
-    return f"{name} · SubjQA {resources.DOMAIN}" if name == resources.DEFAULT_COLLECTION else name
+    return f"{name} · SubjQA {resources.DOMAIN}" if name == PAGE_COLLECTION else name
 
 
 def collection_caption(info: CollectionInfo | None) -> str:
@@ -128,13 +127,14 @@ def collection_caption(info: CollectionInfo | None) -> str:
 
 def pick_collection(available: dict[str, CollectionInfo | None]) -> None:
     """The collection to show before the picker is drawn: one just uploaded, else the one chosen
-    (or linked with ``?collection=``) while it exists, else the page's own."""
+    (or linked with ``?collection=``) while it exists, else the page's default (the first)."""
+    default = next(iter(available))
     if pending := st.session_state.pop("pending_collection", None):
         st.session_state["collection"] = pending
-    chosen = st.session_state.setdefault("collection", st.query_params.get("collection") or resources.DEFAULT_COLLECTION)
+    chosen = st.session_state.setdefault("collection", st.query_params.get("collection") or default)
     if chosen not in available:
-        st.session_state["notice"] = f"There is no collection '{chosen}' in this document store: showing {resources.DEFAULT_COLLECTION}."
-        st.session_state["collection"] = resources.DEFAULT_COLLECTION
+        st.session_state["notice"] = f"There is no collection '{chosen}' in this document store: showing {default}."
+        st.session_state["collection"] = default
     if st.session_state.get("collection_shown", st.session_state["collection"]) != st.session_state["collection"]:
         for key in ("product", "question", "asked", "gold"):  # they belong to the other collection
             st.session_state.pop(key, None)
@@ -154,13 +154,13 @@ def collection_panel(settings: Settings, options: Options) -> Options:
         )  # fmt: skip
         st.caption(collection_caption(available[collection]))
         st.session_state["collection_shown"] = collection
-        if collection != resources.DEFAULT_COLLECTION:  # the URL names it, so that a reload or a link keeps it
+        if collection != next(iter(available)):  # the URL names it, so that a reload or a link keeps it
             st.query_params["collection"] = collection
         else:
             st.query_params.pop("collection", None)
         upload_form(settings)
         evaluation, split = False, "test"
-        if collection == resources.DEFAULT_COLLECTION:  # the labelled questions are SubjQA's
+        if collection == PAGE_COLLECTION:  # the labelled questions are SubjQA's
             st.divider()
             evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
             split = st.selectbox("Labelled split", SPLITS, key="split") if evaluation else "test"
@@ -234,9 +234,9 @@ def init_from_url(counts: dict[str, int]) -> None:
         st.session_state["ask_now"] = True
 
 
-def pick_random_question(data_dir: Path, split: str, products: list[str]) -> None:
+def pick_random_question(settings: Settings, split: str, products: list[str]) -> None:
     try:
-        question = random_question(resources.labelled_questions(str(data_dir)), split, products)
+        question = random_question(resources.service(settings).labelled_questions(), split, products)
     except QAError as error:
         st.session_state["notice"] = str(error)
         return
@@ -260,21 +260,22 @@ def search_form(counts: dict[str, int]) -> bool:
         return button.form_submit_button("Ask", type="primary", width="stretch")
 
 
-def ask(settings: Settings, index, options: Options) -> None:
+def ask(settings: Settings, options: Options) -> None:
     question, item = st.session_state.get("question", ""), st.session_state["product"] or None
     gold = st.session_state.get("gold")
     if gold is not None and not (options.evaluation and gold.question == question.strip() and gold.item_id == item):
         gold = None  # the labelled question was edited or left: no gold to compare with
     st.session_state["gold"] = gold
     warning = None
+    service = resources.service(settings)
     try:
         try:
             if options.answer_stage == "extractive":
                 resources.prepare_fast_reader(settings)
-            pipeline = resources.qa_pipeline(settings, options.retriever, options.answer_stage, index)
+            pipeline = service.pipeline(options.collection, options.retriever, options.answer_stage)
         except QAError as error:  # e.g. the reader does not load: the reviews can still be shown
             warning = f"{error} Showing the closest reviews without answers."
-            pipeline = resources.qa_pipeline(settings, options.retriever, None, index)
+            pipeline = service.pipeline(options.collection, options.retriever, None)
         with st.spinner("Reading the reviews…"):
             output = pipeline.run(
                 question, item_id=item, split=gold.split if gold else None, top_k=options.top_k,
@@ -286,16 +287,16 @@ def ask(settings: Settings, index, options: Options) -> None:
         return
     if options.answer_stage == "extractive" and settings.reader_backend == "onnx" and output.get("reader_backend") == "torch":
         warning = "The fast int8 ONNX reader could not be built here (the server's log says why): these answers come from the PyTorch reader."
-    link_to(options.collection, item, question.strip())
+    link_to(options.collection, item, question.strip(), resources.default_collection(settings))
     run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
     label = pipeline_label(settings, options.retriever, options.answer_stage, output.get("reader_backend"))
     views = answer_views(output.get("answers", []))
     st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning, options)
 
 
-def link_to(collection: str, item: str | None, question: str) -> None:
+def link_to(collection: str, item: str | None, question: str, default: str) -> None:
     """The page's URL names the answer shown, so that it can be shared."""
-    params = {"collection": collection} if collection != resources.DEFAULT_COLLECTION else {}
+    params = {"collection": collection} if collection != default else {}
     params |= {"item": item} if item else {}
     st.query_params.from_dict({**params, "q": question})
 
@@ -441,7 +442,7 @@ def main() -> None:
         settings = Settings.from_env(store=options.store)
         options = collection_panel(settings, options)
         keep_widgets("search", KEPT_WIDGETS)
-        if options.collection == resources.DEFAULT_COLLECTION:
+        if options.collection == PAGE_COLLECTION:
             st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
         else:
             st.caption(markdown_literal(f"Pick a product (or all documents) and ask a question: the answer comes straight out of the documents of collection {options.collection}."))
@@ -451,23 +452,23 @@ def main() -> None:
     except QAError as error:
         st.error(markdown_literal(error), icon=WARNING)
         return
-    feedback = FeedbackStore(settings.feedback_db)
+    feedback = resources.service(settings).feedback
     feedback_panel(feedback, settings)
     counts = index.item_counts()
     init_from_url(counts)
     if options.evaluation:
-        st.button("Random labelled question", icon=":material/casino:", on_click=pick_random_question, args=(settings.data_dir, options.split, list(counts)))
+        st.button("Random labelled question", icon=":material/casino:", on_click=pick_random_question, args=(settings, options.split, list(counts)))
     if notice := st.session_state.pop("notice", None):
         st.warning(markdown_literal(notice), icon=WARNING)
     asked_now = search_form(counts) | st.session_state.pop("ask_now", False)
     keep_widgets("search", KEPT_WIDGETS)
     if asked_now:
-        ask(settings, index, options)
+        ask(settings, options)
     asked = st.session_state.get("asked")
     if asked is None:
         return
     if st.query_params.get("q") != asked.question:  # the link names the answer shown (a page switch drops it)
-        link_to(options.collection, asked.item_id, asked.question)
+        link_to(options.collection, asked.item_id, asked.question, resources.default_collection(settings))
     if stale := stale_settings(asked, options):
         st.info(markdown_literal(f"The answers below come from other settings ({', '.join(stale)}). Press Ask to update them."), icon=":material/info:")
     if asked.warning:

@@ -3,8 +3,10 @@
 ``clients`` threads, each with its own keep-alive HTTP connection, ask ``POST /query`` back to back
 for ``seconds`` (the labelled questions of a SubjQA split, each about its own product, in a seeded
 order), while a probe asks ``GET /health`` twice a second: throughput, client-side latency
-percentiles, errors by kind, and how long the health check took while the server was busy (it must
-not queue behind the questions). For each reader backend asked for, a server is started for the run
+percentiles, errors by kind, how long the health check took while the server was busy (it must
+not queue behind the questions), the pipeline's own times (retrieval, answering), the waits for a
+worker thread and for the reader's inference lane, and the server's memory (RSS, from /health) over
+the run: each as a table, and over time as a table and a plot (a soak test is a long ``--seconds``). For each reader backend asked for, a server is started for the run
 (``serve_api``, rate limit off) and stopped after it; ``url`` measures a running server instead.
 """
 
@@ -46,19 +48,49 @@ class LoadResult:
     health: list[float] = field(default_factory=list)
     server_total_s: list[float] = field(default_factory=list)  # the pipeline's own total_s
     load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and the end (a shared machine)
+    records: list[dict[str, float]] = field(default_factory=list)  # per answered request: when (s into the run), latency and the server's timings
+    memory: list[tuple[float, float]] = field(default_factory=list)  # (s into the run, server RSS in MB), from /health
+
+    def over_time(self, bin_s: float = 10.0) -> pd.DataFrame:
+        """Per ``bin_s`` seconds of the run: answers, throughput, latency p50 / p95, the waits, and the server's largest RSS."""
+        requests = pd.DataFrame(self.records or [{"t": 0.0, "latency_s": np.nan, "queue_s": np.nan, "reader_queue_s": np.nan}])
+        memory = pd.DataFrame(self.memory or [(0.0, np.nan)], columns=["t", "memory_mb"])
+        rows = []
+        for start in np.arange(0.0, max(self.seconds, bin_s), bin_s):
+            got = requests[(requests.t >= start) & (requests.t < start + bin_s)]
+            rss = memory[(memory.t >= start) & (memory.t < start + bin_s)].memory_mb
+            rows.append({
+                "server": self.label, "from_s": round(float(start)), "answered": int(got.latency_s.notna().sum()), "throughput_qps": round(got.latency_s.notna().sum() / bin_s, 2),
+                "p50_ms": _ms(got.latency_s, 50), "p95_ms": _ms(got.latency_s, 95), "queue_p50_ms": _ms(got.queue_s, 50),
+                "reader_queue_p50_ms": _ms(got.reader_queue_s, 50), "memory_mb": round(float(rss.max()), 1) if rss.notna().any() else float("nan"),
+            })  # fmt: skip
+        return pd.DataFrame(rows)
 
     def row(self) -> dict[str, Any]:
-        """The result as one row of the report's table: throughput, latency percentiles in ms, errors and load averages."""
-        def ms(values: list[float], q: float) -> float:
-            return round(1000 * float(np.percentile(values, q)), 1) if values else float("nan")
-
+        """The result as one row of the report's table: throughput, latency percentiles in ms, the pipeline's own
+        times, the waits, errors, the server's memory and load averages."""
+        timing = pd.DataFrame(self.records or [{}], columns=["retrieval_s", "answer_s", "queue_s", "reader_queue_s"])
+        memory = [mb for _, mb in self.memory]
         return {
             "server": self.label, "clients": self.clients, "seconds": round(self.seconds, 1), "answered": len(self.latencies),
             "errors": sum(self.errors.values()), "throughput_qps": round(len(self.latencies) / self.seconds, 2),
-            "p50_ms": ms(self.latencies, 50), "p95_ms": ms(self.latencies, 95), "p99_ms": ms(self.latencies, 99),
-            "pipeline_p50_ms": ms(self.server_total_s, 50), "health_p50_ms": ms(self.health, 50), "health_max_ms": ms(self.health, 100),
+            "p50_ms": _ms(self.latencies, 50), "p95_ms": _ms(self.latencies, 95), "p99_ms": _ms(self.latencies, 99),
+            "pipeline_p50_ms": _ms(self.server_total_s, 50), "pipeline_p95_ms": _ms(self.server_total_s, 95),
+            "retrieval_p50_ms": _ms(timing.retrieval_s, 50), "answer_p50_ms": _ms(timing.answer_s, 50),
+            "queue_p50_ms": _ms(timing.queue_s, 50), "queue_p95_ms": _ms(timing.queue_s, 95),
+            "reader_queue_p50_ms": _ms(timing.reader_queue_s, 50), "reader_queue_p95_ms": _ms(timing.reader_queue_s, 95),
+            "health_p50_ms": _ms(self.health, 50), "health_max_ms": _ms(self.health, 100),
+            "memory_start_mb": memory[0] if memory else float("nan"), "memory_max_mb": max(memory, default=float("nan")),
+            "memory_end_mb": memory[-1] if memory else float("nan"),
             "load_average_start": round(self.load_average[0], 1), "load_average_end": round(self.load_average[1], 1),
         }  # fmt: skip
+
+
+def _ms(values, q: float) -> float:
+    """The ``q``-th percentile of ``values`` (seconds; NaN ignored) in ms, NaN when there are none."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    return round(1000 * float(np.percentile(values, q)), 1) if len(values) else float("nan")
 
 
 def load_test(url: str, questions: Sequence[dict], clients: int, seconds: float, label: str, token: str | None = None, warmup: int = 1) -> LoadResult:
@@ -69,6 +101,7 @@ def load_test(url: str, questions: Sequence[dict], clients: int, seconds: float,
     turn = itertools.count()  # next() on it is atomic: the clients share it
     started = threading.Barrier(clients + 1, timeout=600)
     stop = threading.Event()
+    run_began = [time.perf_counter()]  # set again when the counted run begins
 
     def client() -> None:
         with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
@@ -91,21 +124,28 @@ def load_test(url: str, questions: Sequence[dict], clients: int, seconds: float,
                         result.errors[error] = result.errors.get(error, 0) + 1
                     elif not stop.is_set():  # a request that ends after the deadline is not counted
                         result.latencies.append(elapsed)
-                        result.server_total_s.append(response.json()["timings"]["total_s"])
+                        timings = response.json()["timings"]
+                        result.server_total_s.append(timings["total_s"])
+                        result.records.append({
+                            "t": began - run_began[0], "latency_s": elapsed, **{k: timings.get(k, np.nan) for k in ("total_s", "retrieval_s", "answer_s", "queue_s", "reader_queue_s")},
+                        })  # fmt: skip
 
     def probe() -> None:
         with httpx.Client(base_url=url, timeout=60) as http:
             while not stop.wait(HEALTH_EVERY_S):
                 began = time.perf_counter()
                 try:
-                    http.get("/health")
+                    response = http.get("/health")
                 except httpx.HTTPError:
                     continue
                 result.health.append(time.perf_counter() - began)
+                if (memory_mb := response.json().get("memory_mb")) is not None:
+                    result.memory.append((began - run_began[0], memory_mb))
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     for thread in threads:
         thread.start()
+    run_began[0] = time.perf_counter()
     started.wait()
     began, load_before = time.perf_counter(), os.getloadavg()[0]
     prober = threading.Thread(target=probe, daemon=True)
@@ -160,6 +200,7 @@ def run_api_bench(
             progress(f"{clients} clients for {seconds:.0f} s against the {backend} reader")
             results.append(load_test(server, bodies, clients, seconds, f"{backend} reader", settings.api_token))
     table = pd.DataFrame([r.row() for r in results])
+    over_time = pd.concat([r.over_time() for r in results], ignore_index=True)
     summary: dict[str, Any] = {"machine": machine(), "questions": len(bodies), "domain": domain, "split": split, "top_k": top_k, "retriever": retriever or settings.retriever}
     if len(results) == 2:
         first, second = table.iloc[0], table.iloc[1]
@@ -174,5 +215,25 @@ def run_api_bench(
         f"each about its own product, top_k {top_k}); latency measured by the client; a GET /health probe every {HEALTH_EVERY_S} s meanwhile.",
         f"{summary['machine']['logical_cpus']} CPUs, shared with other jobs: the load average at each run's start and end is in the table; compare ratios under similar load.",
     ]
-    write_report(out_dir, "API load test", table, summary, notes=notes)
+    notes.append("queue: waiting for an API worker thread; reader_queue: waiting for the reader's inference lane (other questions' windows); "
+                 "pipeline: the server's own time for a question (retrieval + answer); memory: the server's RSS, from GET /health.")
+    write_report(out_dir, "API load test", table, summary, {"over_time.png": over_time_plot(over_time)}, {"Over time": over_time}, notes=notes)
     return table
+
+
+def over_time_plot(over_time: pd.DataFrame):
+    """Latency p50 / p95 and the server's memory (RSS) over each run, one line per server."""
+    import matplotlib.pyplot as plt
+
+    figure, (latency, memory) = plt.subplots(1, 2, figsize=(13, 4.5))
+    for server, rows in over_time.groupby("server", sort=False):
+        line = latency.plot(rows.from_s, rows.p50_ms, marker="o", label=f"{server} p50")[0]
+        latency.plot(rows.from_s, rows.p95_ms, linestyle="--", color=line.get_color(), label=f"{server} p95")
+        memory.plot(rows.from_s, rows.memory_mb, marker="o", color=line.get_color(), label=server)
+    latency.set(title="Latency over the run (client side)", xlabel="seconds into the run", ylabel="ms")
+    memory.set(title="Server memory (RSS) over the run", xlabel="seconds into the run", ylabel="MB")
+    for axes in (latency, memory):
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.tight_layout()
+    return figure

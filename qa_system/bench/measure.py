@@ -122,3 +122,39 @@ def library_versions() -> dict[str, str]:
         except PackageNotFoundError:
             versions[package] = "not installed"
     return versions
+
+
+class MemorySampler:
+    """The resident memory (RSS, MB) of process ``pid`` and its children, sampled every ``every_s`` in a thread
+    while the ``with`` block runs: ``samples`` holds (seconds since the start, MB)."""
+
+    def __init__(self, pid: int, every_s: float = 1.0):
+        import threading
+
+        self.pid, self.every_s = pid, every_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="memory-sampler", daemon=True)
+        self.began = time.monotonic()
+
+    def _sample(self) -> None:
+        import psutil
+
+        try:
+            process = psutil.Process(self.pid)
+            while True:
+                rss = sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+                self.samples.append((time.monotonic() - self.began, round(rss / 2**20, 1)))
+                if self._stop.wait(self.every_s):
+                    return
+        except psutil.Error:  # the process ended: the samples so far stand
+            return
+
+    def __enter__(self) -> "MemorySampler":
+        self.began = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -33,7 +33,7 @@ from qa_system.bench.browser import chromium_paths, headless_chromium, require_s
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.serving.feedback import MAX_NEW_CLICKS, FeedbackStore
-from qa_system.serving.webapp import serve, settings_environment
+from qa_system.serving.webapp import free_port, serve_process, settings_environment, streamlit_command
 from qa_system.sources import load_subjqa
 
 DOMAIN = "electronics"  # the page's domain (ui/resources.py)
@@ -111,6 +111,7 @@ class Round:
     clicks: int  # feedback clicks made on the answer
     acknowledged: int  # clicks the page said it saved
     error: str = ""
+    asked_at: float | None = None  # time.monotonic() when Ask was pressed
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,20 @@ class PageLoadResult:
     sessions: int
     elapsed_s: float  # from the start until every session's last question and clicks were done
     cold_answer_s: float  # the server's first answer (models loading), not in the percentiles
+    memory: list[tuple[float, float]] = field(default_factory=list)  # (s into the run, the page server's RSS in MB)
+    started: float = 0.0  # time.monotonic() at the run's start
+
+    def over_time(self, bin_s: float = 10.0) -> pd.DataFrame:
+        """Per ``bin_s`` seconds of the run: questions answered, answer time p50 / p95 (ms) and the server's largest RSS (MB)."""
+        rows = []
+        for begin in np.arange(0.0, max(self.elapsed_s, bin_s), bin_s):
+            times = [r.answer_s for r in self.answered if r.asked_at is not None and begin <= r.asked_at - self.started < begin + bin_s]
+            rss = [mb for t, mb in self.memory if begin <= t < begin + bin_s]
+            rows.append({
+                "from_s": round(float(begin)), "answered": len(times), "answer_p50_ms": round(1000 * float(np.percentile(times, 50))) if times else None,
+                "answer_p95_ms": round(1000 * float(np.percentile(times, 95))) if times else None, "memory_mb": max(rss) if rss else None,
+            })  # fmt: skip
+        return pd.DataFrame(rows)
 
     def total(self, field: str) -> int:
         """The sum of one counter (``clicks``, ``acknowledged``) over every round."""
@@ -162,6 +177,9 @@ class PageLoadResult:
             ("clicks the page acknowledged", self.total("acknowledged"), "'Saved N clicks' under each answer"),
             ("feedback rows stored", stored, "rows in the page's feedback database"),
             ("acknowledged clicks not stored", self.lost, "must be 0"),
+            ("page server memory at start (MB)", self.memory[0][1] if self.memory else "n/a", "RSS of Streamlit and its children"),
+            ("page server memory max (MB)", max((mb for _, mb in self.memory), default="n/a"), ""),
+            ("page server memory at end (MB)", self.memory[-1][1] if self.memory else "n/a", ""),
         ]
         return pd.DataFrame(rows, columns=["measurement", "value", "note"], dtype=object)
 
@@ -253,6 +271,7 @@ class Session:
         """Ask questions and click their answers' buttons until ``deadline``, appending one ``Round`` per question to ``rounds``."""
         while time.monotonic() < deadline:
             question = self.questions[self.asked % len(self.questions)]
+            asked_at = time.monotonic()
             try:
                 answer_s, key, pipeline_s = self.ask()
                 made, acknowledged = self.click_feedback(key, clicks, rng) if key else (0, 0)
@@ -260,7 +279,7 @@ class Session:
             except Exception as error:  # a browser failure ends this session, recorded, not the run
                 rounds.append(Round(self.number, self.item_id, question, None, None, 0, 0, f"{type(error).__name__}: {error}"[:300]))
                 return
-            rounds.append(Round(self.number, self.item_id, question, answer_s, pipeline_s, made, acknowledged, error))
+            rounds.append(Round(self.number, self.item_id, question, answer_s, pipeline_s, made, acknowledged, error, asked_at))
 
     def close(self) -> None:
         """Quit the session's browser."""
@@ -279,8 +298,7 @@ def run_page_load(
     progress: Callable[[str], None] = lambda message: None,
 ) -> PageLoadResult:
     """Runs the load test (module doc) and writes its report to ``out_dir``."""
-    from qa_system.bench.measure import machine
-    from qa_system.evaluation.report import write_report
+    from qa_system.bench.measure import MemorySampler, machine
     from qa_system.ingestion.indexing import open_or_build_index
 
     check_count(sessions, "sessions", 1, MAX_SESSIONS)
@@ -299,7 +317,12 @@ def run_page_load(
     open_or_build_index(settings, DOMAIN, embeddings=True)  # as the page opens it, so that it only loads
     env = {**settings_environment(settings.model_dump()), "QA_FEEDBACK_DB": str(feedback_db)}
     rounds: list[Round] = []
-    with tempfile.TemporaryDirectory(prefix="qa-page-load-") as profiles, serve(env, log=out / "streamlit.log") as url:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with (
+        tempfile.TemporaryDirectory(prefix="qa-page-load-") as profiles,
+        serve_process(streamlit_command(port, "127.0.0.1"), f"{url}/_stcore/health", "Streamlit", env, out / "streamlit.log") as server,
+    ):
         progress(f"page served on {url}; starting {sessions} Chromium sessions")
         opened: list[Session] = []
         try:
@@ -312,37 +335,64 @@ def run_page_load(
                 raise QAError(f"The page gave no answer within {timeout_s:.0f} s.", f"see {out / 'streamlit.log'}, or raise --timeout on a slow machine.")
             progress(f"first answer (models loaded) in {cold_s:.1f} s; {sessions} sessions ask and click for {seconds:.0f} s")
             load_at_start = [round(x, 2) for x in os.getloadavg()]  # the machine may be shared: the figures depend on it
-            start = time.monotonic()
-            deadline = start + seconds
-            threads = [
-                threading.Thread(target=s.run, args=(deadline, clicks, random.Random(seed + s.number), rounds), name=f"page-load-{s.number}")
-                for s in opened
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed_s = time.monotonic() - start
+            with MemorySampler(server.pid) as memory:
+                start = memory.began
+                threads = [
+                    threading.Thread(target=s.run, args=(start + seconds, clicks, random.Random(seed + s.number), rounds), name=f"page-load-{s.number}")
+                    for s in opened
+                ]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                elapsed_s = time.monotonic() - start
         finally:
             for session in opened:
                 session.close()
     stored = Counter(f.item_id for f in FeedbackStore(feedback_db).all()) if feedback_db.exists() else Counter()
-    result = PageLoadResult(sorted(rounds, key=lambda r: r.session), dict(stored), sessions, elapsed_s, cold_s)
+    result = PageLoadResult(sorted(rounds, key=lambda r: r.session), dict(stored), sessions, elapsed_s, cold_s, memory.samples, start)
     summary = {"settings": {"sessions": sessions, "seconds": seconds, "clicks_per_answer": clicks, "split": split, "store": settings.store,
                             "reader": settings.reader_model, "reader_backend": settings.reader_backend},
                "load_average_at_start": load_at_start, "machine": machine()}  # fmt: skip
+    _write(out, result, summary, seconds, clicks, split)
+    return result
+
+
+def _write(out: Path, result: PageLoadResult, summary: dict, seconds: float, clicks: int, split: str) -> None:
+    """The run's report: the table, per session, over time (a table and a plot), and every round."""
+    from qa_system.evaluation.report import write_report
+
     notes = [
-        f"{sessions} headless Chromium sessions on one page (127.0.0.1), each on its own {DOMAIN} product, asking its {split} questions "
+        f"{result.sessions} headless Chromium sessions on one page (127.0.0.1), each on its own {DOMAIN} product, asking its {split} questions "
         f"one after another for {seconds:.0f} s and clicking feedback {clicks} times ({CLICK_GAP_S} s apart) on each first answer.",
         "Answer time: Ask pressed until the first answer card is on screen, measured in the browser; "
         "pipeline time: the page's 'Answered in' (retrieval and reader only).",
         "Each click the page acknowledges ('Saved N clicks') must be a row of the feedback database (feedback.sqlite here).",
+        "Memory: the RSS of the page's server process (Streamlit and its children), sampled every second.",
     ]
     records = pd.DataFrame([asdict(r) for r in result.rounds], columns=[f.name for f in fields(Round)])
     per_session = records.groupby(["session", "item_id"], as_index=False).agg(
         questions=("question", "size"), clicks=("clicks", "sum"), acknowledged=("acknowledged", "sum")
     )
-    per_session["stored (product)"] = per_session["item_id"].map(lambda item: stored.get(item, 0))
+    per_session["stored (product)"] = per_session["item_id"].map(lambda item: result.stored.get(item, 0))
+    over_time = result.over_time()
     write_report(out, "Page load: concurrent browser sessions asking and clicking feedback", result.table(), summary,
-                 sections={"sessions": per_session}, records=records, notes=notes)  # fmt: skip
-    return result
+                 {"over_time.png": over_time_plot(over_time)}, sections={"sessions": per_session, "over time": over_time},
+                 records=records, notes=notes)  # fmt: skip
+
+
+def over_time_plot(over_time: pd.DataFrame):
+    """Answer time p50 / p95 and the page server's memory (RSS) over the run."""
+    import matplotlib.pyplot as plt
+
+    figure, (latency, memory) = plt.subplots(1, 2, figsize=(13, 4.5))
+    latency.plot(over_time.from_s, over_time.answer_p50_ms.astype(float), marker="o", label="p50")
+    latency.plot(over_time.from_s, over_time.answer_p95_ms.astype(float), linestyle="--", label="p95")
+    memory.plot(over_time.from_s, over_time.memory_mb.astype(float), marker="o")
+    latency.set(title="Answer time over the run (browser)", xlabel="seconds into the run", ylabel="ms")
+    memory.set(title="Page server memory (RSS) over the run", xlabel="seconds into the run", ylabel="MB")
+    latency.legend(fontsize=8)
+    for axes in (latency, memory):
+        axes.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure

@@ -1,4 +1,5 @@
-"""`qa-system search | ask`: the reviews a retriever ranks, and the answers read or generated from them."""
+"""`qa-system search | ask | shell`: the reviews a retriever ranks, and the answers read or generated from them
+(``ask --url`` and ``shell`` from a service whose models are loaded once)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,9 @@ def cmd_ask(args: argparse.Namespace) -> None:
     from qa_system.pipelines import build_qa_pipeline
 
     settings = settings_from_args(args)
+    if args.url:
+        _ask_server(args, settings.api_token)
+        return
     index = open_index_for(args, settings, embeddings=args.retriever != "bm25")
     pipeline = build_qa_pipeline(args.retriever, settings, index=index, answer_stage=args.mode, rerank=args.rerank)
     if args.mode == "rag":
@@ -69,6 +73,94 @@ def cmd_ask(args: argparse.Namespace) -> None:
     print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
           f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})")
     _print_spans(result["answers"], args)
+
+
+def _ask_server(args: argparse.Namespace, token: str | None) -> None:
+    """`qa-system ask --url`: the answers of a running `qa-system api` (its models already loaded), printed as `ask` prints its own."""
+    from qa_system.serving.client import ask_server
+
+    body = ask_server(args.url, _question(args), token)
+    timings = body["timings"]
+    print(f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+          f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})")
+    documents = {d["id"]: d for d in body["documents"]}
+    tty = sys.stdout.isatty()
+    for rank, answer in enumerate(body["answers"], 1):
+        chance = f"{100 * answer['probability']:.0f}% chance right" if answer.get("probability") is not None else f"score {answer['score']:.2f}" if answer.get("score") is not None else ""
+        if answer["kind"] == "no_answer":
+            print(f"\n{rank}. [no answer in these reviews]  {chance}")
+        elif answer["kind"] == "generated":
+            cited = ", ".join(document_label_of(documents.get(i)) for i in answer["cited_document_ids"])
+            print(f"\n{rank}. {answer['text']}  (generated; cites {cited or 'nothing'})")
+        else:
+            start = answer["start"] - answer["context_start"]
+            print(f"\n{rank}. {answer['text']}  {chance}  {document_label_of(documents.get(answer['document_id']))}")
+            print(textwrap.indent(highlight(answer["context"], start, start + len(answer["text"]), tty), "   "))
+
+
+def _question(args: argparse.Namespace):
+    """The ``Question`` that `ask`'s flags describe, for a server or the in-process service."""
+    from qa_system.errors import QAError
+    from qa_system.serving.service import Question
+
+    if args.rerank:
+        raise QAError("The service answers without re-ranking.", "leave out --rerank with --url or in the shell.")
+    # --domain defaults to electronics (cli.main): only a collection named on purpose is sent, else the server's default.
+    collection = args.collection or (args.domain[0] if args.domain and args.domain != ["electronics"] else None)
+    return Question(
+        args.question, args.item, collection, retriever=args.retriever, mode=args.mode, top_k=args.top_k, split=args.split,
+        top_k_reader=args.answers if args.mode == "extractive" else None, no_answer_threshold=args.no_answer_threshold,
+    )  # fmt: skip
+
+
+def cmd_shell(args: argparse.Namespace) -> None:
+    """`qa-system shell`: questions read line by line and answered by one service (or a running API with --url),
+    so that only the first pays for loading the models. ``:item ID`` picks the product, ``:quit`` (or end of input) ends."""
+    from qa_system.errors import QAError
+    from qa_system.serving.service import QAService, ServedCollection
+
+    settings = settings_from_args(args)
+    service = None
+    if not args.url:
+        names = [ServedCollection(args.collection)] if args.collection else [ServedCollection(d, subjqa_domain=True) for d in args.domain]
+        service = QAService(settings, names, any_collection=True)
+        args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
+    print(f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, ':quit' ends.", file=sys.stderr)
+    for line in sys.stdin:
+        line = line.strip()
+        if line in (":quit", ":q"):
+            break
+        if line.startswith(":item"):
+            args.item = line.removeprefix(":item").strip() or None
+            continue
+        if not line:
+            continue
+        try:
+            _answer_line(argparse.Namespace(**{**vars(args), "question": check_text(line, "the question")}), service, settings.api_token)
+        except QAError as error:  # a bad question is one line; the shell goes on
+            print(f"error: {error}", file=sys.stderr)
+
+
+def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
+    """One shell question, answered by the server at ``args.url`` or by ``service`` in this process."""
+    if service is None:
+        _ask_server(args, token)
+        return
+    result = service.ask(_question(args))
+    timings = result["timings"]
+    print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+          f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})")
+    if args.mode == "rag" and result["answers"] and result["answers"][0].data is not None and not result["answers"][0].meta.get("withheld"):
+        print(f"A: {result['answers'][0].data}")
+        return
+    _print_spans(result["answers"], args)
+
+
+def document_label_of(body: dict | None) -> str:
+    """``document_label`` of a document as the API returns it (JSON)."""
+    from haystack import Document
+
+    return "?" if body is None else document_label(Document(id=body["id"], content=body.get("content"), meta=body.get("meta", {})))
 
 
 def _print_spans(answers, args: argparse.Namespace) -> None:
@@ -159,4 +251,18 @@ def register(commands, options: Options) -> None:
     p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"), help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
     p.add_argument("--context", type=count("--context", 0), default=150, help="characters of review shown around each answer (rag: half the snippet of each review)")
     p.add_argument("--stream", action="store_true", help="print the generated answer as it is written (rag)")
+    p.add_argument("--url", help="ask a running `qa-system api` at this URL (e.g. http://127.0.0.1:8000; QA_API_TOKEN is sent) instead of loading the models here")
     p.set_defaults(func=cmd_ask)
+
+    p = commands.add_parser("shell", parents=[options.common, options.generation], help="answer questions typed line by line, the models loaded once")
+    options.domain(p)
+    options.collection(p)
+    p.add_argument("--item", type=text("the item id"), help=f"product (item_id) to ask about first, e.g. {DEFAULT_ITEM} (':item ID' changes it)")
+    p.add_argument("--mode", choices=["extractive", "rag"], default="extractive")
+    p.add_argument("--retriever", choices=RETRIEVERS)
+    p.add_argument("--top-k", type=depth("--top-k"), default=3, help="reviews to retrieve")
+    p.add_argument("--answers", type=count("--answers"), default=3, help="answers to show (extractive)")
+    p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"))
+    p.add_argument("--context", type=count("--context", 0), default=150, help="characters of review shown around each answer")
+    p.add_argument("--url", help="ask a running `qa-system api` at this URL instead of loading the models here")
+    p.set_defaults(func=cmd_shell, split=None, rerank=False)

@@ -11,10 +11,14 @@ from qa_system.errors import QAError
 
 
 def cmd_ui(args: argparse.Namespace) -> None:
-    """`qa-system ui`: serve the search page until stopped."""
+    """`qa-system ui`: serve the search page until stopped; ``--collection`` names the collection it opens
+    (a mistyped one is refused first; SubjQA electronics is then indexed only when a visitor picks it)."""
+    from qa_system.ingestion import collection_manifest
     from qa_system.serving.webapp import run_app
 
-    settings_from_args(args)  # bad flags fail here, as one line, rather than inside the page
+    settings = settings_from_args(args).with_(page_collection=args.page_collection)  # bad flags fail here, as one line, rather than inside the page
+    if args.page_collection is not None:
+        collection_manifest(settings, args.page_collection)
     code = run_app(args.port, args.address, vars(args), watch=args.dev)
     if code is None:
         print("Search page stopped.", file=sys.stderr)
@@ -48,6 +52,13 @@ def served(subjqa_domain: bool):
     return parse
 
 
+def collection_name(name: str) -> str:
+    """argparse type of ``ui --collection``: a valid collection name (a bad one is one line)."""
+    from qa_system.ingestion import check_collection_name
+
+    return check_collection_name(name)
+
+
 def cmd_export_feedback(args: argparse.Namespace) -> None:
     """`qa-system export-feedback`: the feedback users gave, written as SQuAD v2 training data."""
     from qa_system.serving.feedback import FeedbackStore
@@ -64,6 +75,8 @@ def register(commands, options: Options) -> None:
     p.add_argument("--port", type=count("--port", 1, 65535), default=8501)
     p.add_argument("--address", default="localhost", help="0.0.0.0 to serve other machines")
     p.add_argument("--dev", action="store_true", help="reload the page when ui/ files change")
+    p.add_argument("--collection", dest="page_collection", type=collection_name, metavar="NAME",
+                   help="the collection the page opens (QA_PAGE_COLLECTION; default: SubjQA electronics, indexed on first use); the URL's ?collection= opens another")
     p.set_defaults(func=cmd_ui)
 
     p = commands.add_parser("api", parents=[options.common, options.generation], help="serve the REST API (FastAPI; OpenAPI docs at /docs) on http://HOST:PORT")

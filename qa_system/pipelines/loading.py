@@ -78,6 +78,8 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dic
         "reader_onnx_model": json.dumps(settings.reader_onnx_model),
         "reader_onnx_cache": json.dumps(str(settings.reader_onnx_cache)),
         "selector_model": json.dumps(settings.selector_model),
+        "reader_batch_wait_ms": json.dumps(settings.reader_batch_wait_ms),
+        "reader_batch_windows": json.dumps(settings.reader_batch_windows),
         **fusion_values(index, settings),
         **(extra or {}),
     }

@@ -110,6 +110,7 @@ class QAPipeline:
         probability of being right, unless ``no_answer_threshold`` asks for the reader's own decision;
         or for RAG one ``GeneratedAnswer``), ``timings``: seconds per
         component, plus ``retrieval_s``, ``answer_s`` (the answer stage's components), ``total_s``,
+        ``reader_queue_s`` with a reader (the part of ``answer_s`` spent waiting for the shared inference lane),
         and with an extractive reader ``reader_backend`` (see the property).
         ``streaming_callback`` receives the generated text piece by piece (RAG).
         """
@@ -135,6 +136,8 @@ class QAPipeline:
         answer_components = self.pipeline.metadata.get("answer_components", [])
         answer_s = sum(t for name, t in timings.items() if name in answer_components)
         self.last_timings = {**timings, "retrieval_s": total - answer_s, "answer_s": answer_s, "total_s": total}
+        if "reader" in self.pipeline.graph.nodes:  # part of answer_s: waiting for other questions' inference
+            self.last_timings["reader_queue_s"] = getattr(self.pipeline.get_component("reader"), "queue_s", 0.0)
         result = {"documents": outputs[retrieval_output]["documents"], "timings": dict(self.last_timings)}
         if self.reader_backend is not None:
             result["reader_backend"] = self.reader_backend

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -322,4 +323,18 @@ def open_export(file: Path, threads: int | None = None):
         tokenizer = AutoTokenizer.from_pretrained(str(file.parent))
     except (OSError, ValueError) as error:
         raise QAError(f"The ONNX export {file.parent} has no usable tokenizer ({error}).", "re-run `qa-system export-onnx`.") from error
-    return tokenizer, OnnxQAModel(file, threads), file.parent
+    return tokenizer, shared_session(file, threads), file.parent
+
+
+_sessions: dict[tuple[str, int, int], OnnxQAModel] = {}
+_sessions_lock = threading.Lock()
+
+
+def shared_session(file: Path, threads: int | None = None) -> OnnxQAModel:
+    """One session per .onnx file (and thread count) in a process: the pipelines of every collection and
+    retriever share the reader's weights rather than loading them once each. A rewritten file gets a new one."""
+    key = (str(file.resolve()), file.stat().st_mtime_ns, threads or 0)
+    with _sessions_lock:
+        if key not in _sessions:
+            _sessions[key] = OnnxQAModel(file, threads)
+        return _sessions[key]

@@ -89,6 +89,9 @@ class ExtractiveReader:
     :param onnx_model: a manual export (.onnx file or export directory) to use; None = the int8
         export built into ``onnx_cache`` on first use, or PyTorch with a warning when it cannot be built.
     :param onnx_cache: where automatic exports live; None = the default home's (``~/.cache/qa_system/models/reader-onnx``).
+    :param batch_wait_ms, batch_windows: the ONNX reader's scheduler (``reading.batching``), which every
+        reader of one export in a process shares: how long a call waits for other questions' windows
+        (where sharing a call is exact), and the most windows of several questions in one call.
     """
 
     def __init__(
@@ -105,6 +108,8 @@ class ExtractiveReader:
         backend: str = "onnx",
         onnx_model: str | Path | None = None,
         onnx_cache: str | Path | None = None,
+        batch_wait_ms: float = 0.0,
+        batch_windows: int = 64,
     ):
         from qa_system.config import READER_BACKENDS
 
@@ -124,6 +129,8 @@ class ExtractiveReader:
         self.backend = backend
         self.onnx_model = str(onnx_model) if onnx_model is not None else None
         self.onnx_cache = str(onnx_cache) if onnx_cache is not None else None
+        self.batch_wait_ms = check_number(batch_wait_ms, "batch_wait_ms", 0)
+        self.batch_windows = check_count(batch_windows, "batch_windows")
         self._tokenizer = None
         # A tokenizer keeps its padding and truncation settings between calls, and encode_windows calls it
         # with two different ones: concurrent runs (the API's worker threads) would mix them (ragged arrays).
@@ -164,7 +171,10 @@ class ExtractiveReader:
         if self.backend == "onnx":
             loaded = self._load_onnx(name)
             if loaded is not None:
-                self._tokenizer, self._onnx, export_dir = loaded
+                from qa_system.reading.batching import shared_scheduler
+
+                self._tokenizer, session, export_dir = loaded
+                self._onnx = shared_scheduler(session, self.batch_wait_ms / 1000, self.batch_windows)
                 # The export carries a copy of the model's qa_system.json (and is rebuilt when it changes).
                 self._default_threshold = float(read_model_info(export_dir).get("no_answer_threshold", 0.0))
                 return
@@ -195,6 +205,11 @@ class ExtractiveReader:
         return "torch" if self._model is not None else None
 
     @property
+    def queue_s(self) -> float:
+        """How long the calling thread's last question waited for the shared inference lane (0 without one)."""
+        return getattr(self._onnx, "waited_s", 0.0)
+
+    @property
     def threshold(self) -> float:
         """The no-answer threshold in force (explicit, else tuned, else 0)."""
         return self.no_answer_threshold if self.no_answer_threshold is not None else self._default_threshold
@@ -215,6 +230,8 @@ class ExtractiveReader:
             backend=self.backend,
             onnx_model=self.onnx_model,
             onnx_cache=self.onnx_cache,
+            batch_wait_ms=self.batch_wait_ms,
+            batch_windows=self.batch_windows,
         )
 
     @classmethod

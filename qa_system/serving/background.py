@@ -70,6 +70,11 @@ class TaskRegistry:
                 task = self._tasks[key] = BackgroundTask(work, name)
             return task
 
+    def forget(self, key: Hashable) -> None:
+        """The next ``get_or_start`` of ``key`` starts its work afresh (what it made was thrown away)."""
+        with self._lock:
+            self._tasks.pop(key, None)
+
     def start_unless_running(self, key: Hashable, work: Callable[[Report], T], name: str = "background-task") -> BackgroundTask[T] | None:
         """A new task for ``key`` (each call is new work, e.g. an upload), or None while the last one
         started for ``key`` still runs: two uploads into one collection would race."""

@@ -1,5 +1,11 @@
-"""What a long-running door serves from one process: its collections opened once, pipelines (models)
-built once, answer feedback.
+"""What every door serves from one process: collections, pipelines (models), answers, feedback.
+
+The API, the search page and ``qa-system shell`` call one ``QAService`` (``shared_service``: one per
+settings in a process), so that nothing about opening, caching or loading lives in a door. Open
+collections are kept within a memory budget (``collection_memory_mb``, ``QA_COLLECTION_MEMORY_MB``):
+opening one past it closes the least recently used others (and the pipelines over them); a closed
+collection is opened again when next asked for. Readers of one model share one ONNX session and one
+inference lane (``reading.batching``), however many pipelines use them.
 
 ``QAService.start()`` opens the collections' indexes (building one on first start, as the page does)
 and loads the default pipeline's models in a background task, reporting progress; ``status()`` says
@@ -12,7 +18,8 @@ is built once per (collection, retriever, answer stage) by whichever request nee
 shared (Haystack pipelines keep no state between runs; ``timing.component_timings`` records per run).
 
 A collection is a named index: a SubjQA domain's, or one of your own (``qa-system index --input``);
-``ServedCollection.open`` decides how each is opened.
+``ServedCollection.open`` decides how each is opened. The API serves the collections it was started
+with; the page (``any_collection``) any collection of the store, opened on first use.
 """
 
 from __future__ import annotations
@@ -20,21 +27,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, Unavailable, check_count, check_number
-from qa_system.ingestion import collection_info
+from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport, collection_info, ingest, list_collections
 from qa_system.ingestion import open_collection as open_saved_collection
 from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
-from qa_system.serving.background import BackgroundTask, Report
+from qa_system.reading.onnx_cache import prepare_reader
+from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
-from qa_system.stores import Index
+from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
+from qa_system.stores import Index, index_name
+from qa_system.stores.factory import saved_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +68,18 @@ class ServedCollection:
     subjqa_domain: bool = False
 
     def open(self, settings: Settings, on_progress: Report | None = None) -> Index:
-        """A SubjQA domain's index is built on first use (as the page does); any other collection is opened as saved
-        (an unknown name is a QAError that names `qa-system collections`). Both re-index SubjQA when its files changed."""
-        if self.subjqa_domain:
-            return open_or_build_index(settings, self.name, embeddings=True, progress=False, on_progress=on_progress)
+        """A SubjQA domain's index is built on first use, also when named as its collection (``subjqa-electronics``);
+        any other collection is opened as saved (an unknown name is a QAError that names `qa-system collections`).
+        Both re-index SubjQA when its files changed."""
+        domain = self.name if self.subjqa_domain else self.name.removeprefix("subjqa-")
+        if self.subjqa_domain or (domain != self.name and (settings.data_dir / domain).is_dir() and saved_manifest(settings, self.name) is None):
+            return open_or_build_index(settings, domain, embeddings=True, progress=False, on_progress=on_progress)
         return open_saved_collection(settings, self.name, embeddings=True, progress=False, on_progress=on_progress)
+
+
+# The search page's own collection, built from SubjQA when it is first asked for.
+PAGE_DOMAIN = "electronics"
+PAGE_COLLECTION = index_name(PAGE_DOMAIN)
 
 
 DEFAULT_COLLECTIONS = (ServedCollection("electronics", subjqa_domain=True),)
@@ -83,27 +101,33 @@ class Question:
     retriever: str | None = None  # None: the configured one
     mode: str = "extractive"
     top_k: int = 3
+    split: str | None = None  # only reviews of this SubjQA split (the page's evaluation mode)
     top_k_reader: int | None = None
     no_answer_threshold: float | None = None
 
 
 class QAService:
-    """:param retry_first_s, retry_max_s: the first pause before loading again while the search server
+    """:param collections: served first: the API lists and loads them at start, the first is the default.
+    :param any_collection: also serve any other collection of the store, opened when first asked for (the page).
+    :param retry_first_s, retry_max_s: the first pause before loading again while the search server
         is unreachable, and the longest one (each pause doubles the last)."""
 
     def __init__(
         self, settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, retry_first_s: float = 2.0, retry_max_s: float = 60.0,
+        any_collection: bool = False,
     ):  # fmt: skip
         if not collections:
             raise QAError("No collection to serve.", "name one, e.g. --domain electronics or --collection my-reviews.")
         self.settings = settings
         self.served: dict[str, ServedCollection] = {}  # by name, the first one the default
         for collection in collections:
-            if self.served.setdefault(collection.name, collection) != collection:
-                raise QAError(f"'{collection.name}' names both a SubjQA domain and a collection to serve.", "serve one of them.")
+            self.serve(collection)
         self.names = list(self.served)
+        self.any_collection = any_collection
         self.feedback = FeedbackStore(settings.feedback_db)
-        self._indexes: dict[str, Index] = {}
+        self.budget_bytes = settings.collection_memory_mb * 1024 * 1024
+        self._open: OrderedDict[str, tuple[Index, int]] = OrderedDict()  # name -> (index, estimated bytes), least recently used first
+        self._tasks = TaskRegistry()  # opening collections, uploads, the reader's export: one task per key, progress for every waiter
         self._pipelines: dict[tuple[str, str, str], QAPipeline] = {}
         self._building: dict[tuple[str, str, str], threading.Lock] = {}
         self._lock = threading.Lock()
@@ -112,12 +136,24 @@ class QAService:
         self.retry_first_s, self.retry_max_s = retry_first_s, retry_max_s
         self._waiting: tuple[str, float] | None = None  # while the load waits: why, and when it tries again (monotonic)
         self._stopping = threading.Event()
+        self._listed: tuple[float, dict[str, CollectionInfo], int | None] | None = None
+        self._loaded: set[str] = set()  # the served collections the load has opened (the budget may have closed them since)
+
+    def serve(self, collection: ServedCollection) -> None:
+        """Serve ``collection`` too (listed after those served already)."""
+        if self.served.setdefault(collection.name, collection) != collection:
+            raise QAError(f"'{collection.name}' names both a SubjQA domain and a collection to serve.", "serve one of them.")
+        self.names = list(self.served)
 
     # ------------------------------------------------------------------ loading
 
     def start(self) -> "QAService":
-        """Load in the background (``status()`` follows it); returns at once."""
-        self._loading = BackgroundTask(self.load, name="qa-service-load")
+        """Load in the background (``status()`` follows it); returns at once. Started again (a second door
+        of one process), it goes on loading, or loads again when that failed."""
+        with self._lock:
+            if self._loading is None or self._loading.failed:
+                self._stopping.clear()
+                self._loading = BackgroundTask(self.load, name="qa-service-load")
         return self
 
     def stop(self) -> None:
@@ -125,15 +161,15 @@ class QAService:
         self._stopping.set()
 
     def load(self, report: Report | None = None) -> None:
-        """Open every collection, then load the models of the default pipeline (configured retriever,
+        """Open every served collection, then load the models of the default pipeline (configured retriever,
         extractive); tried again while the search server is unreachable, until ``stop()``."""
         began = time.perf_counter()
         pause = self.retry_first_s
         while True:
             try:
-                for name, collection in self.served.items():
-                    if name not in self._indexes:
-                        self._indexes[name] = collection.open(self.settings, report)
+                for name in self.names:
+                    self._open_now(name, report)
+                    self._loaded.add(name)
                 break
             except Unavailable as error:
                 self._waiting = (str(error), time.monotonic() + pause)
@@ -171,14 +207,99 @@ class QAService:
 
     # ------------------------------------------------------------------ collections
 
-    def index(self, collection: str | None) -> Index:
-        """The index of ``collection`` (None: the first one served); NotFound for a name not served here."""
+    def _served(self, collection: str | None) -> ServedCollection:
+        """What ``collection`` (None: the default) names; NotFound for a name not served here."""
         name = self.names[0] if collection is None else collection
-        if name not in self._indexes:
-            if name in self.names:
-                raise QAError(f"Collection '{name}' is still loading.", "wait until GET /health answers ready.")
-            raise NotFound(f"Unknown collection '{name}'.", f"use one of: {', '.join(self.names)}.")
-        return self._indexes[name]
+        if name in self.served:
+            return self.served[name]
+        if self.any_collection:
+            return ServedCollection(name)
+        raise NotFound(f"Unknown collection '{name}'.", f"use one of: {', '.join(self.names)}.")
+
+    def opening(self, collection: str | None) -> BackgroundTask[Index]:
+        """The task opening ``collection`` (finished at once when it is open): every caller shares it and its
+        progress, and leaving (a page visitor closing the browser) does not stop it."""
+        served = self._served(collection)
+        return self._tasks.get_or_start(("open", served.name), lambda report: self._open_now(served.name, report), name=f"open-{served.name}")
+
+    def _open_now(self, name: str, report: Report | None = None) -> Index:
+        with self._lock:
+            if name in self._open:
+                self._open.move_to_end(name)
+                return self._open[name][0]
+        index = self._served(name).open(self.settings, report)
+        self._keep(name, index)
+        return index
+
+    def index(self, collection: str | None) -> Index:
+        """The index of ``collection`` (None: the first one served), opened when it is not (again, after the
+        memory budget closed it); NotFound for a name not served here."""
+        name = self._served(collection).name
+        with self._lock:
+            if name in self._open:
+                self._open.move_to_end(name)
+                return self._open[name][0]
+        loading = self._loading
+        if loading is not None and not loading.wait(0) and name in self.served and name not in self._loaded:
+            raise QAError(f"Collection '{name}' is still loading.", "wait until GET /health answers ready.")
+        return self.opening(name).result()
+
+    def _keep(self, name: str, index: Index) -> None:
+        """``index`` open under ``name``; the least recently used others closed while the open ones exceed the budget."""
+        size = index.memory_bytes()
+        with self._lock:
+            self._open[name] = (index, size)
+            self._open.move_to_end(name)
+            while len(self._open) > 1 and sum(size for _, size in self._open.values()) > self.budget_bytes:
+                self._close(next(iter(self._open)))
+        if size > self.budget_bytes:
+            logger.warning("Collection '%s' alone takes about %d MB, over QA_COLLECTION_MEMORY_MB=%d: it stays open, the others are closed.",
+                           name, size // 2**20, self.settings.collection_memory_mb)  # fmt: skip
+
+    def _close(self, name: str) -> None:
+        """Forget ``name``'s index and the pipelines over it (under ``_lock``); its memory is freed once no question reads it."""
+        index, size = self._open.pop(name)
+        self._tasks.forget(("open", name))
+        for key in [key for key in self._pipelines if key[0] == index.name]:
+            del self._pipelines[key]
+        logger.info("Closed collection '%s' (about %d MB) to stay within QA_COLLECTION_MEMORY_MB=%d.", name, size // 2**20, self.settings.collection_memory_mb)
+
+    def close(self, collection: str) -> None:
+        """Close ``collection`` now (e.g. after an upload changed it): the next question opens it afresh."""
+        with self._lock:
+            if collection in self._open:
+                self._close(collection)
+
+    def open_collections(self) -> dict[str, int]:
+        """The collections open now, least recently used first, with their estimated bytes."""
+        with self._lock:
+            return {name: size for name, (_, size) in self._open.items()}
+
+    def available(self, max_age_s: float = 10.0) -> dict[str, CollectionInfo | None]:
+        """The collections this service can open, by name: the served ones first (None before a SubjQA one is
+        built), then, with ``any_collection``, the page's SubjQA one (when its files are there) and every other
+        readable one of the store (not the encoder-comparison copies ``eval retriever`` makes). Listed again after ``max_age_s``; an open one that changed is closed."""
+        now, folder = time.monotonic(), self.settings.index_dir / self.settings.store
+        # A local store's folder changes when a collection is added, replaced or deleted: listed again at once.
+        changed = folder.stat().st_mtime_ns if folder.is_dir() else None
+        if self._listed is None or now - self._listed[0] > max_age_s or self._listed[2] != changed:
+            found = {info.name: info for info in list_collections(self.settings) if info.kind != "unreadable" and "@" not in info.name}
+            self._listed = (now, found, changed)
+            self._close_changed(found)
+        found = dict(self._listed[1])
+        served = {name: found.pop(index_name(name) if c.subjqa_domain else name, None) for name, c in self.served.items()}
+        if not self.any_collection:
+            return served
+        if (self.settings.data_dir / PAGE_DOMAIN).is_dir():  # offered before it is built: it is built when picked
+            served.setdefault(PAGE_COLLECTION, found.pop(PAGE_COLLECTION, None))
+        return {**served, **found}
+
+    def _close_changed(self, listed: dict[str, CollectionInfo]) -> None:
+        with self._lock:
+            for name, (index, _) in list(self._open.items()):
+                info = listed.get(index.name)
+                if info is not None and info.updated not in (None, index.manifest.get("updated", index.manifest.get("created"))):
+                    self._close(name)
 
     def collections(self) -> list[dict[str, Any]]:
         """Each collection served: name, index, store, kind, documents (and the passages they are split into), products, encoder."""
@@ -204,6 +325,27 @@ class QAService:
         if not found:
             raise NotFound(f"No document '{document_id}' in collection '{collection or self.names[0]}'.", "send the document_id of an answer this collection gave.")
         return found[0]
+
+    def start_upload(self, source, collection: str, options: IngestOptions, embed: bool, on_progress: Callable[[IngestProgress], None]) -> BackgroundTask[IngestReport] | None:
+        """``source`` (an uploaded file) indexed into ``collection`` in the background; None while another upload into
+        it runs. The collection is left as it was when it fails (``ingest`` swaps it in at the end); when done, the
+        open one is closed, so the next question reads the new version."""
+
+        def work(report: Report) -> IngestReport:
+            done = ingest(self.settings, source, collection, options, name=getattr(source, "name", None), embed=embed, progress=False, on_progress=on_progress)
+            self.close(collection)
+            self._listed = None
+            return done
+
+        return self._tasks.start_unless_running(("upload", collection), work, name=f"upload-{collection}")
+
+    def preparing_reader(self) -> BackgroundTask[Path | None]:
+        """The task building the reader's int8 ONNX export into the cache (once per model version; finished when built)."""
+        return self._tasks.get_or_start(("reader-onnx-export",), lambda report: prepare_reader(self.settings, report), name="reader-onnx-export")
+
+    def labelled_questions(self) -> list[LabelledQuestion]:
+        """The labelled SubjQA questions of the page's domain (read once)."""
+        return self._tasks.get_or_start(("labelled",), lambda report: load_subjqa(PAGE_DOMAIN, SPLITS, self.settings.data_dir).questions).result()
 
     # ------------------------------------------------------------------ answering
 
@@ -243,7 +385,7 @@ class QAService:
         retriever = question.retriever or self.settings.retriever
         pipeline = self.pipeline(question.collection, retriever, question.mode)
         result = pipeline.run(
-            question.query, item_id=question.item_id, top_k=question.top_k, top_k_reader=question.top_k_reader,
+            question.query, item_id=question.item_id, split=question.split, top_k=question.top_k, top_k_reader=question.top_k_reader,
             no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback,
         )  # fmt: skip
         return {**result, "pipeline": pipeline_label(self.settings, retriever, question.mode, result.get("reader_backend"))}
@@ -260,3 +402,20 @@ class QAService:
     def export_feedback(self) -> FeedbackExport:
         """The feedback as SQuAD v2, in memory: requests at once share no file."""
         return self.feedback.export()
+
+
+_services: dict[tuple[Settings, tuple[ServedCollection, ...]], QAService] = {}
+_services_lock = threading.Lock()
+
+
+def shared_service(settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, any_collection: bool = False) -> QAService:
+    """The process's one ``QAService`` for ``settings`` and ``collections``: the API and the page started in one
+    process with the same ones (and every visitor of the page) share its collections, pipelines and readers;
+    ``any_collection`` lets it open any collection of the store."""
+    with _services_lock:
+        key = (settings, tuple(collections))
+        service = _services.get(key)
+        if service is None:
+            service = _services[key] = QAService(settings, collections)
+        service.any_collection |= any_collection
+        return service

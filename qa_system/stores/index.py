@@ -28,6 +28,26 @@ class Index:
         """The passage encoder the index's vectors were made with; None for an index without vectors."""
         return self.manifest.get("embedding_model")
 
+    def memory_bytes(self) -> int:
+        """About how much of this process's memory the index holds: its documents' text, metadata, vectors
+        (Python floats in Haystack's in-memory store) and BM25 statistics; 0 for a search server's index,
+        whose documents live in the server."""
+        storage = getattr(self.store, "storage", None)
+        if isinstance(storage, dict):
+            documents = storage.values()
+        elif self.backend == "faiss":
+            documents = self.store.filter_documents()
+        else:
+            return 0
+        total = 0
+        for document in documents:
+            text = len(document.content or "")
+            vector = len(document.embedding) if document.embedding is not None else 0
+            # str + BM25 token counts ~ 3 bytes a character; a float in a list 32 bytes (faiss: 4, in its index);
+            # the Document, its id and metadata ~ 1.5 kB.
+            total += 3 * text + (4 if self.backend == "faiss" else 32) * vector + 1500
+        return total
+
     def item_counts(self) -> dict[str, int]:
         """Reviews per product (item_id), for product pickers and 'unknown product' errors."""
         return dict(self.manifest.get("item_counts", {}))

@@ -1,8 +1,10 @@
 """The REST API: a FastAPI app over ``QAService``, the library object the doors share.
 
 Questions run in a pool of ``api_workers`` threads (a pipeline run is blocking: tokenising, matrix
-products, a search engine's reply), so the event loop keeps answering health checks, product lists
-and other questions while one is being read; each answer reports how long it waited for a worker
+products, a search engine's reply), RAG questions in a pool of their own, so the event loop keeps
+answering health checks, product lists and other questions while one is being read, and a slow
+generation never holds up an extractive answer; the reader's inference runs in one lane per model
+(``reading.batching``), whatever the number of workers; each answer reports how long it waited for a worker
 (``queue_s``). The models and indexes load once per process, in the background: ``/health`` answers
 503 until they are loaded, and so do the endpoints that need them.
 
@@ -24,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 
+import psutil
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -50,7 +53,7 @@ from qa_system.serving.api.schemas import (
     QueryResponse,
     ReviewOut,
 )
-from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question, ServedCollection
+from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question, ServedCollection, shared_service
 
 logger = logging.getLogger(__name__)
 
@@ -176,16 +179,19 @@ class ServedAPI:
     def __init__(self, settings: Settings, service: QAService, metrics: Metrics):
         self.settings, self.service, self.metrics = settings, service, metrics
         self.workers: ThreadPoolExecutor | None = None  # from the server's start to its stop
+        self.generating: ThreadPoolExecutor | None = None  # RAG answers' own threads: a slow generation never holds a worker
 
     def start(self) -> None:
         """Open the pool of ``api_workers`` threads and start loading the service (in the background)."""
         self.workers = ThreadPoolExecutor(self.settings.api_workers, thread_name_prefix="qa-api-worker")
+        self.generating = ThreadPoolExecutor(self.settings.api_workers, thread_name_prefix="qa-api-generator")
         self.service.start()
 
     def stop(self) -> None:
         """Stop the service, and the worker threads without waiting for the questions they are reading."""
         self.service.stop()
         self.workers.shutdown(wait=False, cancel_futures=True)
+        self.generating.shutdown(wait=False, cancel_futures=True)
 
     def status(self) -> dict[str, Any]:
         """The service's status (``QAService.status``), with the readiness gauge brought up to date."""
@@ -207,7 +213,8 @@ class ServedAPI:
         return self.service
 
     async def blocking(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
-        """``function`` run in a worker thread, and the seconds it waited for one."""
+        """``function`` run in a worker thread (a RAG question's in a generator thread: extractive questions
+        never wait behind a generation), and the seconds it waited for one."""
         submitted = time.perf_counter()
         started: list[float] = []
 
@@ -215,7 +222,8 @@ class ServedAPI:
             started.append(time.perf_counter())
             return function(*args, **kwargs)
 
-        result = await asyncio.get_running_loop().run_in_executor(self.workers, run)
+        rag = isinstance(args[0] if args else None, Question) and args[0].mode == "rag"
+        result = await asyncio.get_running_loop().run_in_executor(self.generating if rag else self.workers, run)
         return result, started[0] - submitted
 
     def respond(self, question: Question, result: dict[str, Any], queued: float) -> QueryResponse:
@@ -312,9 +320,14 @@ router = APIRouter(route_class=StrictJSONRoute)
 
 @router.get("/health", response_model=HealthOut, tags=["service"], summary="ready (200) once the models and indexes are loaded, else 503")
 async def health(api: Served) -> JSONResponse:
-    """The server's status: loading, ready or failed, the collections it serves and the reader's backend."""
+    """The server's status: loading, ready or failed, the collections it serves and the reader's backend,
+    its memory (RSS) and the collections open now."""
     status = api.status()
-    body = HealthOut(**status, collections=api.service.names, reader_backend=api.settings.reader_backend)
+    memory_mb = round(psutil.Process().memory_info().rss / 2**20, 1)
+    body = HealthOut(
+        **status, collections=api.service.names, reader_backend=api.settings.reader_backend, memory_mb=memory_mb,
+        open_collections=list(api.service.open_collections()),
+    )  # fmt: skip
     return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)
 
 
@@ -404,9 +417,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(settings: Settings | None = None, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
-    """The app; it starts loading ``service`` (default: a QAService of ``collections``) when the server starts."""
+    """The app; it starts loading ``service`` (default: the process's shared QAService of ``collections``, which a
+    page in this process uses too) when the server starts."""
     settings = settings or Settings.from_env()
-    service = service or QAService(settings, collections)
+    service = service or shared_service(settings, collections)
     metrics = Metrics()
     app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan, responses=ERRORS)
     app.include_router(router)

@@ -211,6 +211,8 @@ class HealthOut(BaseModel):
     )  # fmt: skip
     error: str | None = Field(None, description="failed: why")
     load_s: float | None = None
+    memory_mb: float | None = Field(None, description="the server process's resident memory (RSS), in MB")
+    open_collections: list[str] | None = Field(None, description="the collections open now, least recently used first (QA_COLLECTION_MEMORY_MB bounds them)")
 
 
 class ErrorOut(BaseModel):

@@ -31,7 +31,21 @@ def run_api(settings: Settings, collections: Sequence[ServedCollection], host: s
         except OSError as error:
             raise QAError(f"Cannot listen on {host}:{port} ({error.strerror}).", "pass another --port, or stop what uses it.") from None
     logger.info("API: http://%s:%s  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)", host, port)
+    size_torch_threads(settings)
     uvicorn.run(create_app(settings, collections), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+
+
+def size_torch_threads(settings: Settings) -> int:
+    """PyTorch's threads per operation in a server that answers ``api_workers`` questions at once: the physical cores
+    shared among the workers (each runs its own torch operations: the question encoder, a torch reader), so that
+    workers x threads never exceeds the cores. The ONNX reader has its own lane (``reading.batching``)."""
+    import torch
+
+    from qa_system.reading.onnx import physical_cores
+
+    threads = max(1, physical_cores() // settings.api_workers)
+    torch.set_num_threads(threads)
+    return threads
 
 
 @contextmanager

@@ -1,0 +1,171 @@
+"""The reader's scheduler: one inference lane per ONNX session, shared by every reader, pipeline and thread of a process.
+
+Concurrent questions (the API's worker threads, the page's visitors) used to call ONNX Runtime at
+the same time, each with one intra-op thread per core: four workers on two cores ran eight busy
+threads, and each question's reading took several times longer. Here a question's windows are queued;
+one thread runs the session (its intra-op threads sized to the physical cores), in arrival order.
+
+Windows of several questions share one call where that gives each question exactly what it would
+get alone: a fp32 graph (ONNX Runtime with masked padding gives bit-identical logits whatever a
+window's batch-mates). The call waits up to ``wait_s`` after its first question for others, takes at
+most ``max_windows`` windows, and groups them by length (``length_buckets``) so that each group is
+padded only to its own longest window.
+
+The int8 export is not batch-invariant: its dynamic quantisation picks one activation scale per
+call from the whole batch, so a window's logits depend on the windows beside it (up to 1.1 logits
+on the SubjQA reader, measured). There each question's windows run as their own calls, still in one
+lane and in arrival order: an answer never depends on who else asked at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from qa_system.reading.onnx import OUTPUT_NAMES, OnnxQAModel, length_buckets
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """One question's windows waiting for the session; ``done`` receives their (start, end) logits."""
+
+    encoding: dict[str, np.ndarray]
+    batch_size: int
+    done: Future = field(default_factory=Future)
+    queued: float = field(default_factory=time.perf_counter)
+    started: float = 0.0  # when its inference began
+
+    @property
+    def windows(self) -> int:
+        """How many windows the question has."""
+        return len(self.encoding["attention_mask"])
+
+
+def batch_invariant(model: OnnxQAModel) -> bool:
+    """Whether a window's logits are the same whatever windows share its call: no dynamic (per call) quantisation."""
+    return not any(node.op_type == "DynamicQuantizeLinear" for node in _graph_nodes(model))
+
+
+def _graph_nodes(model: OnnxQAModel) -> list:
+    import onnx
+
+    return list(onnx.load(str(model.path), load_external_data=False).graph.node)
+
+
+class ReaderScheduler:
+    """Runs ``model`` for every caller of ``logits`` from one thread, batching questions where exact (module doc).
+
+    :param wait_s: how long a call waits after its first question for others to join (batch-invariant models).
+    :param max_windows: the most windows of several questions in one call (a question's own are never split up).
+    :param mix: whether windows of different questions may share a call; None: when the model is batch-invariant.
+    """
+
+    def __init__(self, model: OnnxQAModel, wait_s: float = 0.003, max_windows: int = 64, mix: bool | None = None):
+        self.model, self.path = model, model.path
+        self.wait_s, self.max_windows = wait_s, max_windows
+        self.mix = batch_invariant(model) if mix is None else mix
+        self._jobs: queue.Queue[Job] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name=f"reader-{Path(model.path).parent.name}", daemon=True)
+        self._thread.start()
+        self.calls = 0  # session calls made, for tests and the benchmark
+        self._waited = threading.local()  # per calling thread: how long its last question waited for the lane
+
+    def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """As ``OnnxQAModel.logits`` (-inf on padding), computed in the scheduler's thread; blocks until done."""
+        names = [*self.model.input_names, "attention_mask"]
+        job = Job({name: np.asarray(encoding[name]) for name in dict.fromkeys(names)}, batch_size)
+        self._jobs.put(job)
+        result = job.done.result()
+        self._waited.seconds = job.started - job.queued
+        return result
+
+    @property
+    def waited_s(self) -> float:
+        """How long the calling thread's last question waited for the lane (other questions' inference before it), in seconds."""
+        return getattr(self._waited, "seconds", 0.0)
+
+    def _serve(self) -> None:
+        while True:
+            jobs = self._gather(self._jobs.get())
+            began = time.perf_counter()
+            for job in jobs:
+                job.started = began
+            try:
+                # A left-padding model's positions depend on its call's width: its questions run alone.
+                if self.mix and len(jobs) > 1 and all(job.encoding["attention_mask"][:, 0].all() for job in jobs):
+                    results = self._run_together(jobs)
+                else:
+                    results = [self._run_alone(job) for job in jobs]
+                for job, result in zip(jobs, results):
+                    job.done.set_result(result)
+            except BaseException as error:  # every waiting question hears of it; the lane keeps serving
+                logger.exception("The reader's inference call failed.")
+                for job in jobs:
+                    if not job.done.done():
+                        job.done.set_exception(error)
+
+    def _gather(self, first: Job) -> list[Job]:
+        """``first`` and the questions that join it: all queued ones (up to ``max_windows``), and with ``mix`` those arriving within ``wait_s``."""
+        jobs, windows = [first], first.windows
+        deadline = first.queued + (self.wait_s if self.mix else 0.0)
+        while windows < self.max_windows:
+            try:
+                job = self._jobs.get(timeout=max(0.0, deadline - time.perf_counter())) if self.mix else self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            jobs.append(job)
+            windows += job.windows
+        return jobs
+
+    def _run_alone(self, job: Job) -> tuple[np.ndarray, np.ndarray]:
+        self.calls += len(length_buckets(job.encoding["attention_mask"].sum(axis=1), job.batch_size))
+        return self.model.logits(job.encoding, job.batch_size)
+
+    def _run_together(self, jobs: list[Job]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every job's windows in calls grouped by length, each padded to its own longest window; logits scattered back."""
+        rows = [(j, w) for j, job in enumerate(jobs) for w in range(job.windows)]
+        lengths = np.array([int(jobs[j].encoding["attention_mask"][w].sum()) for j, w in rows])
+        shapes = [job.encoding["attention_mask"].shape for job in jobs]
+        results = [(np.full(shape, -np.inf, np.float32), np.full(shape, -np.inf, np.float32)) for shape in shapes]
+        for bucket in length_buckets(lengths, max(job.batch_size for job in jobs)):
+            longest = int(lengths[bucket].max())
+            feeds = {name: np.zeros((len(bucket), longest), np.int64) for name in self.model.input_names}
+            for row, (j, w) in enumerate(rows[i] for i in bucket):
+                tokens = _valid_columns(jobs[j].encoding["attention_mask"], w)
+                for name, array in feeds.items():
+                    array[row, : tokens.stop - tokens.start] = jobs[j].encoding[name][w, tokens]
+            start, end = self.model.session.run(list(OUTPUT_NAMES), feeds)
+            self.calls += 1
+            for row, (j, w) in enumerate(rows[i] for i in bucket):
+                tokens = _valid_columns(jobs[j].encoding["attention_mask"], w)
+                results[j][0][w, tokens], results[j][1][w, tokens] = start[row, : tokens.stop - tokens.start], end[row, : tokens.stop - tokens.start]
+        return results
+
+
+def _valid_columns(mask: np.ndarray, window: int) -> slice:
+    """The columns of ``window`` that hold tokens: the first ones with right padding, the last ones with left padding."""
+    length, width = int(mask[window].sum()), mask.shape[1]
+    return slice(0, length) if mask[:, 0].all() else slice(width - length, width)
+
+
+_schedulers: dict[tuple[int, float, int], ReaderScheduler] = {}
+_lock = threading.Lock()
+
+
+def shared_scheduler(model: OnnxQAModel, wait_s: float = 0.003, max_windows: int = 64) -> ReaderScheduler:
+    """The process's scheduler of ``model`` (a session ``onnx.shared_session`` shares between readers): every
+    reader of one export reads through one lane."""
+    key = (id(model), wait_s, max_windows)
+    with _lock:
+        if key not in _schedulers:
+            _schedulers[key] = ReaderScheduler(model, wait_s, max_windows)
+        return _schedulers[key]

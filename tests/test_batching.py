@@ -1,0 +1,103 @@
+"""The reader's scheduler (reading/batching.py): concurrent questions answered exactly as one alone.
+
+A real (tiny, random) reader exported to ONNX: the fp32 graph lets questions share calls, the int8
+graph runs each question's windows alone; either way every question gets the spans and scores the
+reader gives it when nobody else asks.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from haystack import Document
+
+from qa_system.reading.batching import shared_scheduler
+from qa_system.reading.onnx import FP32_FILE, INT8_FILE, export_onnx
+from qa_system.reading.reader import ExtractiveReader
+
+QUESTIONS = [
+    ("Is the battery good?", ["The battery lasts a week. " * 12, "Battery died after a month, sadly."]),
+    ("How is the screen?", ["The screen is sharp and bright enough for reading outside in the sun."]),
+    ("Does it fit in a pocket?", ["It is small and light. " * 30, "Too big for a pocket.", "Fits any jacket pocket."]),
+    ("Is the sound loud?", ["Loud and clear sound, deep bass."]),
+    ("Would you buy it again?", ["Yes, I would buy it again for my son. " * 5]),
+    ("How long does shipping take?", ["It came in two days.", "Shipping took a week. " * 20]),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_reader(tmp_path_factory) -> Path:
+    """Positions for 384-token windows: long reviews are read in several overlapping windows."""
+    from test_reading import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader-512"), max_positions=512)
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory, tiny_reader) -> Path:
+    return export_onnx(tiny_reader, tmp_path_factory.mktemp("export") / "onnx")
+
+
+def answers(reader: ExtractiveReader, question: str, texts: list[str]) -> list[tuple]:
+    documents = [Document(id=f"d{i}", content=text) for i, text in enumerate(texts)]
+    output = reader.run(question, documents, top_k=5)
+    return [(a.data, a.document_offset and (a.document_offset.start, a.document_offset.end), a.score) for a in output["answers"]]
+
+
+def asked_together(reader: ExtractiveReader, rounds: int = 3) -> list[list[list[tuple]]]:
+    """Every question asked from its own thread, all released at once, ``rounds`` times."""
+    results: list[list] = [[None] * len(QUESTIONS) for _ in range(rounds)]
+    for round_ in range(rounds):
+        barrier = threading.Barrier(len(QUESTIONS))
+
+        def ask(i: int) -> None:
+            barrier.wait()
+            results[round_][i] = answers(reader, *QUESTIONS[i])
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(QUESTIONS))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return results
+
+
+def assert_same(got: list[tuple], expected: list[tuple]) -> None:
+    assert [(text, span) for text, span, _ in got] == [(text, span) for text, span, _ in expected]
+    assert [score for *_, score in got] == pytest.approx([score for *_, score in expected], abs=1e-4)
+
+
+@pytest.mark.parametrize("file", [FP32_FILE, INT8_FILE])
+def test_concurrent_questions_get_exactly_what_the_reader_gives_each_alone(tiny_reader, export, file):
+    reader = ExtractiveReader(tiny_reader, onnx_model=export / file, batch_wait_ms=200, batch_windows=256)
+    reader.warm_up()
+    alone = [answers(reader, question, texts) for question, texts in QUESTIONS]
+    scheduler = reader._onnx
+    calls_alone = scheduler.calls
+    together = asked_together(reader)
+    for round_ in together:
+        for got, expected in zip(round_, alone):
+            assert_same(got, expected)
+    if file == FP32_FILE:  # batch-invariant: the questions shared calls (a 200 ms wait gathers all six)
+        assert scheduler.mix and scheduler.calls - calls_alone < 3 * calls_alone
+    else:  # int8's per-call activation scales: each question's windows run alone, in one lane
+        assert not scheduler.mix and scheduler.calls - calls_alone == 3 * calls_alone
+
+
+def test_every_reader_of_one_export_shares_one_session_and_lane(tiny_reader, export):
+    first = ExtractiveReader(tiny_reader, onnx_model=export / INT8_FILE, top_k=1)
+    second = ExtractiveReader(tiny_reader, onnx_model=export / INT8_FILE, top_k=4)
+    first.warm_up(), second.warm_up()
+    assert first._onnx is second._onnx and first._onnx.model is shared_scheduler(first._onnx.model).model
+
+
+def test_an_inference_error_reaches_every_waiting_question_and_the_lane_keeps_serving(tiny_reader, export):
+    reader = ExtractiveReader(tiny_reader, onnx_model=export / FP32_FILE, batch_wait_ms=1, batch_windows=8)
+    reader.warm_up()
+    good = answers(reader, *QUESTIONS[1])
+    encoding = {"input_ids": [[1, 10**6]], "attention_mask": [[1, 1]], "token_type_ids": [[0, 0]]}  # a token id past the vocabulary
+    with pytest.raises(Exception):
+        reader._onnx.logits(encoding)
+    assert_same(answers(reader, *QUESTIONS[1]), good)
