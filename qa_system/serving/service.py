@@ -32,6 +32,7 @@ from qa_system.ingestion import collection_info
 from qa_system.ingestion import open_collection as open_saved_collection
 from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
+from qa_system.retrieval.filters import check_filters
 from qa_system.serving.background import BackgroundTask, Report
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
 from qa_system.stores import Index
@@ -85,6 +86,7 @@ class Question:
     top_k: int = 3
     top_k_reader: int | None = None
     no_answer_threshold: float | None = None
+    filters: dict | None = None  # more conditions on the documents' metadata (Haystack's syntax), ANDed with item_id
 
 
 class QAService:
@@ -235,6 +237,7 @@ class QAService:
         check_count(question.top_k, "top_k")
         check_count(question.top_k_reader, "top_k_reader", optional=True)
         check_number(question.no_answer_threshold, "no_answer_threshold", optional=True)
+        check_filters(question.filters, index.manifest.get("meta_types"))
         return question
 
     def ask(self, question: Question, streaming_callback=None) -> dict[str, Any]:
@@ -244,7 +247,7 @@ class QAService:
         pipeline = self.pipeline(question.collection, retriever, question.mode)
         result = pipeline.run(
             question.query, item_id=question.item_id, top_k=question.top_k, top_k_reader=question.top_k_reader,
-            no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback,
+            no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback, filters=question.filters,
         )  # fmt: skip
         return {**result, "pipeline": pipeline_label(self.settings, retriever, question.mode, result.get("reader_backend"))}
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from qa_system.config import RETRIEVERS
 from qa_system.errors import QAError, check_count, check_number, check_text
 from qa_system.pipelines import ANSWER_STAGES
+from qa_system.retrieval.filters import check_filters
 from qa_system.serving.answer_views import AnswerView
 from qa_system.serving.feedback import VERDICTS, Feedback
 
@@ -52,6 +53,9 @@ Text = Annotated[str, _utf8]
 Label = Annotated[str, StringConstraints(max_length=200), _utf8]  # a client's name for its pipeline or click
 Retriever = Annotated[Literal[RETRIEVERS], _utf8]  # type: ignore[valid-type]
 Mode = Annotated[Literal[ANSWER_STAGES], _utf8]  # type: ignore[valid-type]
+# A metadata filter in Haystack's syntax, checked by the library's ``check_filters`` (the CLI's --filter, the page's box).
+Filters = Annotated[dict[str, Any] | None, BeforeValidator(lambda value: _library_check(check_filters, value))]
+FILTERS_EXAMPLE = {"operator": "AND", "conditions": [{"field": "meta.rating", "operator": ">=", "value": 4}]}
 Verdict = Annotated[Literal[tuple(VERDICTS)], _utf8]  # type: ignore[valid-type]
 
 
@@ -68,6 +72,11 @@ class QueryRequest(BaseModel):
     top_k: Count("top_k", 1, MAX_TOP_K) = Field(3, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
     top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
     no_answer_threshold: Number("no_answer_threshold") = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
+    filters: Filters = Field(
+        None, description="only documents whose metadata pass this filter, in Haystack's syntax: a condition {field: 'meta.<name>', operator: "
+        "==, !=, >, >=, <, <=, in or not in, value}, or {operator: AND | OR | NOT, conditions: [...]}; ANDed with item_id",
+        examples=[FILTERS_EXAMPLE],
+    )  # fmt: skip
     stream: bool = Field(False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)")
 
 
@@ -81,7 +90,7 @@ class AnswerOut(BaseModel):
     close_call: bool = Field(False, description="the best answer and 'no answer' are about as likely to be right")
     supporting_document_ids: list[str] = Field(default_factory=list, description="span: every document that gives this answer (the answer selector groups them)")
     document_id: str | None = Field(None, description="span: the document the answer is in")
-    review_id: str | None = None
+    review_id: str | None = Field(None, description="span: the id of the review (the source document) the answer is in: SubjQA's review id, or the id an ingested document was given")
     start: int | None = Field(None, description="span: character offset of the answer in the document's content")
     end: int | None = Field(None, description="span: character offset just after the answer")
     context: str | None = Field(None, description="span: the text around the answer")
@@ -102,12 +111,18 @@ class AnswerOut(BaseModel):
             begin = view.meta.get("context_start", max(0, view.start - CONTEXT_CHARS))
             finish = view.meta.get("context_end", min(len(content), view.end + CONTEXT_CHARS))
             out = out.model_copy(update={
-                "document_id": view.document.id, "review_id": view.document.meta.get("review_id"), "start": view.start,
+                "document_id": view.document.id, "review_id": review_id(view.document), "start": view.start,
                 "end": view.end, "context": content[begin:finish], "context_start": begin,
             })  # fmt: skip
         elif view.kind == "generated":
             out = out.model_copy(update={"cited_document_ids": [d.id for d in view.sources]})
         return out
+
+
+def review_id(document: Document) -> str:
+    """The id of the source document a passage belongs to: SubjQA's review id, an ingested document's id (``--id-column``, else its hash)."""
+    meta = document.meta
+    return str(meta.get("review_id") or meta.get("document_id") or document.id)
 
 
 class ReviewOut(BaseModel):
