@@ -305,6 +305,21 @@ def ingest(
             staging.unlink(missing_ok=True)
 
 
+def check_source(source: Source, options: IngestOptions = IngestOptions(), name: str | None = None) -> int:
+    """Read ``source`` through without indexing anything: how many documents it holds, or the QAError that
+    `index --input` would give for it (a missing column, a bad row, a repeated id, no documents at all)."""
+    seen: dict[str, str] = {}
+    with open_source(source, options, name) as opened:
+        for record in opened.records:
+            record.checked()
+            if record.id is not None and record.id in seen:
+                raise QAError(f"{record.where}: the id '{record.id}' was already used by {seen[record.id]}.", "give every document a unique id.")
+            seen[record.id or record.content_hash()] = record.where
+    if not seen:
+        raise QAError(f"{opened.name} holds no documents.", "check the file (and its text column and format).")
+    return len(seen)
+
+
 def _lock_file(settings: Settings, collection: str) -> Path:
     directory = settings.home / "locks"
     directory.mkdir(parents=True, exist_ok=True)

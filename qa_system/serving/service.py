@@ -194,6 +194,29 @@ class QAService:
             })  # fmt: skip
         return out
 
+    def reopen(self, name: str) -> None:
+        """Serve the collection ``name`` as it is saved now (after its documents changed; served from now on if it was not):
+        its index opened again, its pipelines built afresh on their next use."""
+        collection = self.served.get(name, ServedCollection(name))
+        index = collection.open(self.settings)
+        with self._lock:
+            self.served[name] = collection
+            if name not in self.names:
+                self.names.append(name)
+            self._indexes[name] = index
+            self._pipelines = {key: pipeline for key, pipeline in self._pipelines.items() if key[0] != index.name}
+
+    def forget(self, name: str) -> None:
+        """Stop serving the collection ``name`` (it was deleted); the default collection (named first) stays."""
+        if name == self.names[0]:
+            raise QAError(f"'{name}' is the server's default collection.", "delete another collection, or serve another one first (--collection).")
+        with self._lock:
+            index = self._indexes.pop(name, None)
+            self.served.pop(name, None)
+            self.names = [n for n in self.names if n != name]
+            if index is not None:
+                self._pipelines = {key: pipeline for key, pipeline in self._pipelines.items() if key[0] != index.name}
+
     def products(self, collection: str | None) -> dict[str, int]:
         """Reviews per product, most reviewed first."""
         counts = self.index(collection).item_counts()

