@@ -97,7 +97,7 @@ def test_csv_with_its_own_column_names(home, tmp_path):
     assert (report.added, report.read, report.documents, report.embedded) == (4, 4, 4, 0)
     docs = documents(home, "mine")
     assert docs["r1"].content == REVIEWS[0][2]
-    assert docs["r1"].meta["item_id"] == "P1" and docs["r1"].meta["stars"] == "5" and docs["r1"].meta["document_id"] == "r1"
+    assert docs["r1"].meta["item_id"] == "P1" and docs["r1"].meta["stars"] == 5 and docs["r1"].meta["document_id"] == "r1"
     assert "body" not in docs["r1"].meta and "product" not in docs["r1"].meta  # the text and the item are not metadata twice
     assert open_collection(home, "mine").item_counts() == {"P1": 2, "P2": 2}
 

@@ -30,6 +30,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     """`qa-system search`: the reviews a retriever ranks for a question, each with its score and a snippet."""
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.sources import split_names
+    from qa_system.sources.records import user_metadata
 
     settings = settings_from_args(args)
     index = open_index_for(args, settings, embeddings=args.retriever != "bm25")
@@ -42,7 +43,8 @@ def cmd_search(args: argparse.Namespace) -> None:
         meta = document.meta
         snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
         splits = " + ".join(split_names(document))
-        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits})" if splits else ")"))
+        own = ", ".join(f"{key} {value}" for key, value in user_metadata(meta).items())  # the source's columns: rating, date, ...
+        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits}" if splits else "") + (f"; {own})" if own else ")"))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
