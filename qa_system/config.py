@@ -136,6 +136,14 @@ class Settings(BaseSettings):
     # questions' to share one inference call, in ms (0: none), and the most windows in one call.
     reader_batch_wait_ms: float = 3.0
     reader_batch_windows: int = 64
+    # Origins a browser front end may call the API from (CORS), comma-separated, e.g.
+    # "https://app.example.com,http://localhost:3000" ("*": any); None: no cross-origin calls (the default).
+    api_cors_origins: str | None = None
+    # Adding, updating and deleting documents and collections over HTTP (POST /collections, /documents, ...):
+    # off unless asked for (QA_API_DOCUMENTS=1); behind the bearer token like every other route.
+    api_documents: bool = False
+    # The largest file (or JSON list of documents) one request may add to a collection.
+    api_max_upload_bytes: int = 32 * 1024 * 1024
     # The search page's feedback clicks (SQLite); None: feedback.sqlite under home.
     feedback_file: Path | None = Field(default=None, validation_alias=_ENV_ALIASES["feedback_file"])
 
@@ -180,10 +188,10 @@ class Settings(BaseSettings):
         return check_number(value, "QA_READER_BATCH_WAIT_MS", 0)
 
     # Counts from the environment arrive as text; check_count parses them (QA_API_RATE_LIMIT=0 turns the limit off).
-    @field_validator("api_max_body_bytes", "api_rate_limit", "api_workers", "collection_memory_mb", "reader_batch_windows", mode="before")
+    @field_validator("api_max_body_bytes", "api_rate_limit", "api_workers", "api_max_upload_bytes", "collection_memory_mb", "reader_batch_windows", mode="before")
     @classmethod
     def _api_count(cls, value: Any, info: ValidationInfo) -> int:
-        minimum = {"api_max_body_bytes": 256, "api_rate_limit": 0}.get(info.field_name, 1)
+        minimum = {"api_max_body_bytes": 256, "api_max_upload_bytes": 256, "api_rate_limit": 0}.get(info.field_name, 1)
         return check_count(value, f"QA_{info.field_name.upper()}", minimum)
 
     @field_validator("store", "retriever", "reader_backend", "generator")
@@ -193,6 +201,11 @@ class Settings(BaseSettings):
         if value not in choices:
             raise QAError(f"Unknown {what} '{value}'.", f"use one of: {', '.join(choices)}.")
         return value
+
+    @property
+    def cors_origins(self) -> list[str]:
+        """The origins of ``api_cors_origins`` as a list (empty: CORS closed)."""
+        return [origin.strip().rstrip("/") for origin in (self.api_cors_origins or "").split(",") if origin.strip()]
 
     @property
     def index_dir(self) -> Path:

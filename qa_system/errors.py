@@ -22,6 +22,11 @@ class NotFound(QAError):
     """A QAError about a name that does not exist (a product, a collection, a document): an API answers 404."""
 
 
+class Conflict(QAError):
+    """A QAError about a change that clashes with what exists or runs (a collection created twice, two changes to one
+    collection at once): an API answers 409."""
+
+
 class Unavailable(QAError):
     """A QAError about a server the system relies on (a search engine, a generator endpoint) that did
     not answer as it should: the request was fine, so an API answers 503."""

@@ -97,7 +97,7 @@ def test_csv_with_its_own_column_names(home, tmp_path):
     assert (report.added, report.read, report.documents, report.embedded) == (4, 4, 4, 0)
     docs = documents(home, "mine")
     assert docs["r1"].content == REVIEWS[0][2]
-    assert docs["r1"].meta["item_id"] == "P1" and docs["r1"].meta["stars"] == "5" and docs["r1"].meta["document_id"] == "r1"
+    assert docs["r1"].meta["item_id"] == "P1" and docs["r1"].meta["stars"] == 5 and docs["r1"].meta["document_id"] == "r1"
     assert "body" not in docs["r1"].meta and "product" not in docs["r1"].meta  # the text and the item are not metadata twice
     assert open_collection(home, "mine").item_counts() == {"P1": 2, "P2": 2}
 
@@ -110,14 +110,14 @@ def test_tsv_defaults_to_the_review_column_and_content_hash_ids(home, tmp_path):
     assert all(len(i) == 32 and d.meta["content_hash"] == i for i, d in docs.items())  # id = content hash
 
 
-def test_json_lines_keep_other_keys_as_text_metadata(home, tmp_path):
+def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     path = tmp_path / "reviews.jsonl"
     lines = [{"text": t, "sku": item, "rating": int(stars), "tags": ["a", "b"]} for _, item, t, stars in REVIEWS]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n", encoding="utf-8")
     report = ingest(home, path, "jsonl", IngestOptions(item_column="sku"), embed=False, progress=False)
     assert report.read == 4 and report.empty_rows == 1
     meta = next(d.meta for d in documents(home, "jsonl").values() if d.content == REVIEWS[0][2])
-    assert meta["item_id"] == "P1" and meta["rating"] == "5" and meta["tags"] == '["a", "b"]'
+    assert meta["item_id"] == "P1" and meta["rating"] == 5 and meta["tags"] == '["a", "b"]'  # a number stays one, a list is JSON text
 
 
 def test_squad_contexts_are_documents_with_the_title_as_item(home, tmp_path):

@@ -16,6 +16,11 @@ from haystack import Document
 from qa_system.safe_text import html_text
 from qa_system.serving.answer_views import AnswerView, Segment, highlight_segments
 from qa_system.sources import split_names
+from qa_system.sources.records import user_metadata
+
+# The source's own metadata shown on a card: at most this many fields, each value cut to this many characters.
+META_SHOWN = 8
+META_CHARS = 60
 
 CSS = """
 <style>
@@ -52,11 +57,21 @@ def segments_html(segments: Sequence[Segment]) -> str:
 def review_source(document: Document) -> str:
     """'review 4a6aa9c7… · B0074BW614 · train split': long ids shortened, the full one on hover."""
     meta = document.meta
-    review_id = str(meta.get("review_id", document.id))
+    review_id = str(meta.get("review_id") or meta.get("document_id") or document.id)
     shown = review_id if len(review_id) <= 12 else f"{review_id[:8]}…"
     splits = split_names(document)
     parts = [html_text(meta.get("item_id") or ""), html_text(f"{' + '.join(splits)} split{'s' if len(splits) > 1 else ''}") if splits else ""]
-    return " · ".join([f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts)])
+    return " · ".join([f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts), *metadata_parts(document)])
+
+
+def metadata_parts(document: Document) -> list[str]:
+    """The document's own metadata (a review's rating, date, ...) as escaped text: 'rating 5', one part per field."""
+    parts = []
+    for key, value in list(user_metadata(document.meta).items())[:META_SHOWN]:
+        text = str(value) if not isinstance(value, float) else f"{value:g}"
+        text = text if len(text) <= META_CHARS else f"{text[: META_CHARS - 1]}…"
+        parts.append(f'<span class="qa-meta">{html_text(str(key))} <b>{html_text(text)}</b></span>')
+    return parts
 
 
 def chip(text: str, kind: str, tooltip: str = "") -> str:

@@ -25,6 +25,7 @@ from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
 from qa_system.ingestion import CollectionInfo, IngestOptions, collection_name_from
 from qa_system.pipelines import ANSWER_STAGES
+from qa_system.retrieval.filters import parse_filters
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerView, answer_views, rank_answers
 from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore, unrecorded_clicks
@@ -44,12 +45,16 @@ FEEDBACK_BUTTONS = {
 }
 WARNING = ":material/warning:"
 # The widgets whose values survive a visit to the dashboard (``kept``), and their defaults.
-KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "collection", "evaluation", "split", "product", "question")
-WIDGET_DEFAULTS = {"top_k": 3, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "evaluation": False, "split": "test"}
+KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "filter", "collection", "evaluation", "split", "product", "question")
+WIDGET_DEFAULTS = {"top_k": 3, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "filter": "", "evaluation": False, "split": "test"}
+FILTER_HELP = (
+    'Only documents whose metadata pass this filter (JSON, Haystack\'s syntax), e.g. {"field": "meta.rating", "operator": ">=", "value": 4}; '
+    'several: {"operator": "AND", "conditions": [...]}. Numbers and ISO dates of an uploaded file are kept as such. Empty: no filter.'
+)
 # The settings an answer depends on, as the page names them (see stale_settings).
 SETTING_NAMES = {
     "answer_stage": "answers", "retriever": "retriever", "top_k": "reviews to read", "top_k_reader": "answers to show",
-    "no_answer_threshold": "no-answer threshold", "store": "document store",
+    "no_answer_threshold": "no-answer threshold", "store": "document store", "filter_text": "metadata filter",
 }  # fmt: skip
 
 
@@ -63,6 +68,7 @@ class Options:
     top_k_reader: int
     no_answer_threshold: float | None  # None: the reader's tuned threshold
     store: str
+    filter_text: str = ""  # a metadata filter as JSON (empty: none)
     collection: str = PAGE_COLLECTION
     evaluation: bool = False
     split: str = "test"
@@ -106,7 +112,8 @@ def sidebar() -> Options:
         servers = [store for store, env in (("elasticsearch", "QA_ES_URL"), ("opensearch", "QA_OPENSEARCH_URL")) if os.environ.get(env)]
         stores = list(dict.fromkeys([os.environ.get("QA_STORE") or "memory", "memory", *servers]))
         store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set, OpenSearch when QA_OPENSEARCH_URL is.")
-    return Options(stage, retriever, top_k, top_k_reader, threshold, store)
+        filter_text = st.text_area("Metadata filter (JSON)", key="filter", height=80, placeholder='{"field": "meta.rating", "operator": ">=", "value": 4}', help=FILTER_HELP)
+    return Options(stage, retriever, top_k, top_k_reader, threshold, store, filter_text.strip())
 
 
 # Select box labels depend on the option alone. Streamlit names the choice by its label and the browser
@@ -276,10 +283,11 @@ def ask(settings: Settings, options: Options) -> None:
         except QAError as error:  # e.g. the reader does not load: the reviews can still be shown
             warning = f"{error} Showing the closest reviews without answers."
             pipeline = service.pipeline(options.collection, options.retriever, None)
+        filters = parse_filters(options.filter_text)
         with st.spinner("Reading the reviews…"):
             output = pipeline.run(
                 question, item_id=item, split=gold.split if gold else None, top_k=options.top_k,
-                top_k_reader=options.top_k_reader, no_answer_threshold=options.no_answer_threshold,
+                top_k_reader=options.top_k_reader, no_answer_threshold=options.no_answer_threshold, filters=filters,
             )  # fmt: skip
     except QAError as error:
         st.session_state["asked"] = None
@@ -421,7 +429,7 @@ def stale_settings(asked: Asked, options: Options) -> list[str]:
     """The settings that changed since the answer shown was computed, as 'name: the value it used'."""
     if asked.options is None:
         return []
-    labels = {"answer_stage": STAGE_LABELS, "retriever": RETRIEVER_LABELS, "no_answer_threshold": {None: "the reader's tuned one"}}
+    labels = {"answer_stage": STAGE_LABELS, "retriever": RETRIEVER_LABELS, "no_answer_threshold": {None: "the reader's tuned one"}, "filter_text": {"": "none"}}
     used = {name: getattr(asked.options, name) for name in SETTING_NAMES}
     changed = [name for name, value in used.items() if getattr(options, name) != value]
     return [f"{SETTING_NAMES[name]}: {labels.get(name, {}).get(used[name], used[name])}" for name in changed]

@@ -17,15 +17,26 @@ def text(name: str):
     return lambda value: check_text(value, name)
 
 
+def filter_json(value: str) -> dict | None:
+    """argparse type of ``--filter``: a JSON filter in Haystack's syntax, checked by the library (one line, exit 2, before any work)."""
+    from qa_system.retrieval.filters import parse_filters
+
+    return parse_filters(value)
+
+
+FILTER_HELP = 'only documents whose metadata pass this JSON filter (Haystack\'s syntax), e.g. \'{"field": "meta.rating", "operator": ">=", "value": 4}\''
+
+
 def cmd_search(args: argparse.Namespace) -> None:
     """`qa-system search`: the reviews a retriever ranks for a question, each with its score and a snippet."""
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.sources import split_names
+    from qa_system.sources.records import user_metadata
 
     settings = settings_from_args(args)
     index = open_index_for(args, settings, embeddings=args.retriever != "bm25")
     pipeline = build_retrieval_pipeline(args.retriever, settings, index=index, rerank=args.rerank)
-    result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k)
+    result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, filters=args.filter)
     documents = result["documents"]
     name = args.retriever + (" + re-ranking" if args.rerank else "")
     print(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)")
@@ -33,7 +44,8 @@ def cmd_search(args: argparse.Namespace) -> None:
         meta = document.meta
         snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
         splits = " + ".join(split_names(document))
-        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits})" if splits else ")"))
+        own = ", ".join(f"{key} {value}" for key, value in user_metadata(meta).items())  # the source's columns: rating, date, ...
+        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits}" if splits else "") + (f"; {own})" if own else ")"))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
@@ -67,7 +79,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
         return
     result = pipeline.run(
         args.question, item_id=args.item, split=args.split, top_k=args.top_k,
-        top_k_reader=args.answers, no_answer_threshold=args.no_answer_threshold,
+        top_k_reader=args.answers, no_answer_threshold=args.no_answer_threshold, filters=args.filter,
     )
     timings = result["timings"]
     print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
@@ -190,7 +202,7 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     if args.stream:
         print("A: ", end="", flush=True)
     stream = (lambda chunk: print(chunk.content, end="", flush=True)) if args.stream else None
-    result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream)
+    result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream, filters=args.filter)
     answer = result["answers"][0]
     meta, timings = answer.meta, result["timings"]
     if args.stream:
@@ -231,6 +243,7 @@ def register(commands, options: Options) -> None:
     options.collection(p)
     p.add_argument("--item", type=text("the item id"), help=f"product (item_id) to search, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
+    p.add_argument("--filter", type=filter_json, help=FILTER_HELP)
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
     p.add_argument("--top-k", type=depth("--top-k"), default=3)
@@ -243,6 +256,7 @@ def register(commands, options: Options) -> None:
     options.collection(p)
     p.add_argument("--item", type=text("the item id"), help=f"product (item_id) to ask about, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
+    p.add_argument("--filter", type=filter_json, help=FILTER_HELP)
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability before answering")

@@ -38,6 +38,7 @@ from qa_system.ingestion.collections import check_collection_name
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match
 from qa_system.ingestion.splitting import PassageSplitter
 from qa_system.model_files import model_fingerprint
+from qa_system.sources.columns import column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, read_files
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
 from qa_system.sources.squad_documents import read_squad_documents
@@ -165,6 +166,21 @@ class _Opened:
     format: str
     fraction: Callable[[], float | None]
     state: dict  # what the manifest records about the source
+    types: dict = field(default_factory=dict)  # metadata column -> integer | number | date | text (tables and JSON lines)
+
+
+def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions) -> dict[str, str]:
+    """The types of a table's (or JSON lines file's) metadata columns, from a first read of the whole file (see ``sources.columns``).
+
+    Read before any document is staged, so that a column has one type in every document; the
+    file's errors are found here too, before any work."""
+    if fmt not in ("csv", "tsv", "jsonl"):
+        return {}
+    start = binary.tell()
+    try:
+        return column_types(record.meta for record in _records(fmt, binary, name, options, ReadCounts()))
+    finally:
+        binary.seek(start)
 
 
 @contextmanager
@@ -186,7 +202,8 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
             fmt = detect_format(path.name, binary, options.format)
             size = path.stat().st_size
             state = {"source": str(path), "path": str(path.resolve())}
-            yield _Opened(_records(fmt, binary, str(path), options, counts), counts, str(path), fmt, lambda: binary.tell() / size if size else None, state)
+            types = _column_types(fmt, binary, str(path), options)
+            yield _Opened(_records(fmt, binary, str(path), options, counts), counts, str(path), fmt, lambda: binary.tell() / size if size else None, state, types)
         return
     binary = source
     name = name or Path(str(getattr(source, "name", "") or "upload")).name
@@ -197,7 +214,8 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
         raise QAError(f"{name}: documents (.txt, .md, .html, .pdf) are read from a path, not an upload.", "pass the file or its folder as --input, or upload a CSV / JSON lines file.")
     start, size = binary.tell(), binary.seek(0, os.SEEK_END)
     binary.seek(start)
-    yield _Opened(_records(fmt, binary, name, options, counts), counts, name, fmt, lambda: binary.tell() / size if size else None, {"source": name})
+    types = _column_types(fmt, binary, name, options)
+    yield _Opened(_records(fmt, binary, name, options, counts), counts, name, fmt, lambda: binary.tell() / size if size else None, {"source": name}, types)
 
 
 @dataclass
@@ -287,6 +305,21 @@ def ingest(
             staging.unlink(missing_ok=True)
 
 
+def check_source(source: Source, options: IngestOptions = IngestOptions(), name: str | None = None) -> int:
+    """Read ``source`` through without indexing anything: how many documents it holds, or the QAError that
+    `index --input` would give for it (a missing column, a bad row, a repeated id, no documents at all)."""
+    seen: dict[str, str] = {}
+    with open_source(source, options, name) as opened:
+        for record in opened.records:
+            record.checked()
+            if record.id is not None and record.id in seen:
+                raise QAError(f"{record.where}: the id '{record.id}' was already used by {seen[record.id]}.", "give every document a unique id.")
+            seen[record.id or record.content_hash()] = record.where
+    if not seen:
+        raise QAError(f"{opened.name} holds no documents.", "check the file (and its text column and format).")
+    return len(seen)
+
+
 def _lock_file(settings: Settings, collection: str) -> Path:
     directory = settings.home / "locks"
     directory.mkdir(parents=True, exist_ok=True)
@@ -357,6 +390,7 @@ class _Run:
     def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
         from tqdm.auto import tqdm
 
+        self._type_columns(opened.types)
         self.report = report = IngestReport(self.collection, self.settings.store, opened.name, notes=[*self.notes, *self.reasons])
         if self.vector_search is False:
             report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
@@ -380,6 +414,19 @@ class _Run:
                 skipped = f": {len(counts.files_unreadable)} files could not be read ({_first(counts.files_unreadable, 1)})"
                 fix = "repair, decrypt or convert those files (a scanned PDF needs OCR, e.g. ocrmypdf), or pass --encoding for text in another encoding."
             raise QAError(f"{opened.name} holds no documents{skipped}; collection '{self.collection}' was left as it was.", fix)
+
+    def _type_columns(self, found: dict[str, str]) -> None:
+        """The metadata types of the collection after this run; a column whose type changed means processing every document again."""
+        saved = (self.saved.manifest or {}).get("meta_types")
+        if self.saved.manifest is not None and saved is None:  # written before columns were typed: all text
+            saved = {}
+            changed = [f"{column}: text -> {kind}" for column, kind in found.items() if kind != "text"]
+        else:
+            changed = [f"{column}: {saved[column]} -> {kind}" for column, kind in found.items() if column in (saved or {}) and saved[column] != kind]
+        self.types = {**(saved or {}), **found}
+        if changed:
+            self.reasons.append(f"the types of metadata columns changed ({', '.join(changed)}): every document was processed again")
+            self.rebuild = True
 
     def _add(self, record: Record) -> bool:
         """Count the record, and queue it when it is new or changed; False for a duplicate."""
@@ -407,7 +454,7 @@ class _Run:
             report.changed += 1
         else:
             report.added += 1
-        meta = {**record.meta, "content_hash": content_hash}
+        meta = {**typed_meta(record.meta, self.types), "content_hash": content_hash}
         if record.item_id is not None:
             meta["item_id"] = record.item_id
         self.batch.append((document_id, record.text, meta))
@@ -471,6 +518,7 @@ class _Run:
             "updated": now,
             "source_documents": self.report.documents,
             "item_counts": dict(self.items),
+            "meta_types": self.types,
             "machine": {"platform": platform.platform(), "python": platform.python_version()},
         }
         if self.vector_search is not None:

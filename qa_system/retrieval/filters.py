@@ -1,5 +1,9 @@
 """Metadata filters in Haystack's filter syntax, and a fast path for the common per-product case.
 
+Filters from users (``/query``'s ``filters``, ``--filter``, the page's box, ``QAPipeline.run(filters=...)``)
+are checked by ``check_filters`` first (``qa_system.stores.filter_checks``, re-exported here): a malformed one
+is one QAError naming the problem and the fix.
+
 A list-valued field (a review's ``split``, when it sits in several) matches ``==`` when one of its
 elements does, in the postings as in ``document_matches`` (``qa_system.stores.meta_filters``), and as in
 Elasticsearch and OpenSearch.
@@ -12,7 +16,10 @@ from typing import Any, Iterable
 import numpy as np
 from haystack import Document
 
+from qa_system.stores.filter_checks import FILTER_FIX, check_filters, combine_filters, parse_filters
 from qa_system.stores.meta_filters import document_matches
+
+__all__ = ["FILTERABLE_FIELDS", "FILTER_FIX", "MetaPostings", "check_filters", "combine_filters", "equality_conditions", "make_filters", "parse_filters"]
 
 FILTERABLE_FIELDS = ("item_id", "split", "domain", "review_id")
 
@@ -74,3 +81,4 @@ class MetaPostings:
             posting = self._postings.get((key, value), np.empty(0, dtype="int64"))
             positions = posting if positions is None else np.intersect1d(positions, posting, assume_unique=True)
         return positions
+

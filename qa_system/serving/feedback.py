@@ -166,6 +166,11 @@ class FeedbackStore:
                 return Feedback(**dict(connection.execute("SELECT * FROM feedback WHERE click_id = ?", (feedback.click_id,)).fetchone()))
         return Feedback(**{**values, "id": cursor.lastrowid})
 
+    def has_click(self, click_id: str) -> bool:
+        """Whether a click with this ``click_id`` is stored already (sending it again stores nothing new)."""
+        with closing(self._connect()) as connection:
+            return connection.execute("SELECT 1 FROM feedback WHERE click_id = ?", (click_id,)).fetchone() is not None
+
     def all(self) -> list[Feedback]:
         """Every click, oldest first."""
         with closing(self._connect()) as connection:

@@ -41,6 +41,7 @@ from qa_system.ingestion import open_collection as open_saved_collection
 from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.reading.onnx_cache import prepare_reader
+from qa_system.retrieval.filters import check_filters
 from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
@@ -104,6 +105,7 @@ class Question:
     split: str | None = None  # only reviews of this SubjQA split (the page's evaluation mode)
     top_k_reader: int | None = None
     no_answer_threshold: float | None = None
+    filters: dict | None = None  # more conditions on the documents' metadata (Haystack's syntax), ANDed with item_id
 
 
 class QAService:
@@ -313,6 +315,28 @@ class QAService:
             })  # fmt: skip
         return out
 
+    def reopen(self, name: str) -> None:
+        """Serve the collection ``name`` as it is saved now (after its documents changed; served from now on if it was not):
+        closed here, so the next question opens its index and builds its pipelines afresh."""
+        with self._lock:
+            self.served.setdefault(name, ServedCollection(name))
+            if name not in self.names:
+                self.names.append(name)
+            if name in self._open:
+                self._close(name)
+            self._listed = None
+
+    def forget(self, name: str) -> None:
+        """Stop serving the collection ``name`` (it was deleted); the default collection (named first) stays."""
+        if name == self.names[0]:
+            raise QAError(f"'{name}' is the server's default collection.", "delete another collection, or serve another one first (--collection).")
+        with self._lock:
+            if name in self._open:
+                self._close(name)
+            self.served.pop(name, None)
+            self.names = [n for n in self.names if n != name]
+            self._listed = None
+
     def products(self, collection: str | None) -> dict[str, int]:
         """Reviews per product, most reviewed first."""
         counts = self.index(collection).item_counts()
@@ -377,6 +401,7 @@ class QAService:
         check_count(question.top_k, "top_k")
         check_count(question.top_k_reader, "top_k_reader", optional=True)
         check_number(question.no_answer_threshold, "no_answer_threshold", optional=True)
+        check_filters(question.filters, index.manifest.get("meta_types"))
         return question
 
     def ask(self, question: Question, streaming_callback=None) -> dict[str, Any]:
@@ -386,7 +411,7 @@ class QAService:
         pipeline = self.pipeline(question.collection, retriever, question.mode)
         result = pipeline.run(
             question.query, item_id=question.item_id, split=question.split, top_k=question.top_k, top_k_reader=question.top_k_reader,
-            no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback,
+            no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback, filters=question.filters,
         )  # fmt: skip
         return {**result, "pipeline": pipeline_label(self.settings, retriever, question.mode, result.get("reader_backend"))}
 

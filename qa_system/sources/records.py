@@ -23,6 +23,13 @@ Source = Union[str, Path, IO[bytes]]
 MAX_DOCUMENT_CHARS = 32_000_000
 # Metadata keys that the index itself uses: a column of that name is kept as "<name>_column".
 RESERVED_META = ("document_id", "content_hash", "source_offset", "passage", "passages", "item_id", "id", "content", "embedding", "score")
+# What the system itself adds to a document's metadata besides those: not a column of the user's source.
+SYSTEM_META = (*RESERVED_META, "split", "domain", "review_id", "retriever_scores", "retrieval_score", "answerability", "source_index")
+
+
+def user_metadata(meta: dict) -> dict:
+    """A document's metadata from its source's own columns (rating, date, ...), without what the index adds."""
+    return {key: value for key, value in meta.items() if key not in SYSTEM_META}
 
 
 @dataclass(frozen=True)

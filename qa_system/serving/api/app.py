@@ -29,20 +29,25 @@ from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 import psutil
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qa_system import __version__
 from qa_system.config import Settings
-from qa_system.errors import NotFound, QAError, Unavailable
+from qa_system.errors import Conflict, NotFound, QAError, Unavailable
 from qa_system.serving.answer_views import answer_views, rank_answers
+from qa_system.serving.api import documents as document_routes
 from qa_system.serving.api.guards import Contained, Guarded, Metered, Metrics, error_response
 from qa_system.serving.api.schemas import (
     AnswerOut,
     CollectionOut,
     Count,
+    EVENT_SCHEMAS,
+    EVENT_STREAM_SCHEMA,
+    SQUAD_SCHEMA,
     ErrorOut,
     FeedbackOut,
     FeedbackRequest,
@@ -53,6 +58,7 @@ from qa_system.serving.api.schemas import (
     QueryResponse,
     ReviewOut,
 )
+from qa_system.serving.documents import DocumentChanges
 from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question, ServedCollection, shared_service
 
 logger = logging.getLogger(__name__)
@@ -62,7 +68,30 @@ EVENT_STREAM = "text/event-stream"
 DISCONNECT_POLL_S = 0.25
 # The status logged for an answer whose client left first (nginx's "client closed request"); nobody reads it.
 CLIENT_CLOSED_REQUEST = 499
-ERRORS = {status: {"model": ErrorOut} for status in (401, 404, 413, 422, 429, 503)}
+# Comments that keep a quiet event stream open (proxies and clients drop a connection silent for a minute);
+# a RAG answer can take minutes before its first token on a busy CPU.
+KEEPALIVE_S = 15.0
+KEEPALIVE = ": keep-alive\n\n"
+ERROR_MEANINGS = {
+    401: "no bearer token, or a wrong one (when the server has one: QA_API_TOKEN)",
+    403: "document changes are off on this server (QA_API_DOCUMENTS)",
+    404: "an unknown collection, product, document or task",
+    409: "the collection exists already, or another change to it is running",
+    413: "the request body is larger than the server takes (QA_API_MAX_BODY_BYTES)",
+    422: "a request the library's rules refuse, or a body that is not strict JSON",
+    429: "too many requests from this client (QA_API_RATE_LIMIT); Retry-After says when to retry",
+    500: "an unexpected error (the traceback is in the server's log)",
+    503: "the server is loading, or a search server or generator endpoint does not answer",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The error responses a route really gives (each one line, ``ErrorOut``), and 500, which any route can."""
+    return {status: {"model": ErrorOut, "description": ERROR_MEANINGS[status]} for status in sorted({*statuses, 500})}
+
+
+# What the token and the rate limit add to every protected route.
+GUARDED = (401, 429)
 DESCRIPTION = """Answers questions about a product from its reviews: the retrieved reviews, the answer spans at
 their character offsets (or a generated answer citing the reviews), and the time each stage took.
 Every request but `/health` and these docs carries `Authorization: Bearer <token>` when the server
@@ -70,8 +99,11 @@ has a token (`QA_API_TOKEN`)."""
 
 
 def status_of(error: QAError) -> int:
-    """The HTTP status of a library error: 404 for something not found, 503 for a server that does not answer, else 422."""
-    return 404 if isinstance(error, NotFound) else 503 if isinstance(error, Unavailable) else 422
+    """The HTTP status of a library error: 404 for something not found, 409 for a clash, 503 for a server that does not answer, else 422."""
+    for kind, status in ((NotFound, 404), (Conflict, 409), (Unavailable, 503)):
+        if isinstance(error, kind):
+            return status
+    return 422
 
 
 def one_line(error: RequestValidationError) -> str:
@@ -180,6 +212,7 @@ class ServedAPI:
         self.settings, self.service, self.metrics = settings, service, metrics
         self.workers: ThreadPoolExecutor | None = None  # from the server's start to its stop
         self.generating: ThreadPoolExecutor | None = None  # RAG answers' own threads: a slow generation never holds a worker
+        self.keepalive_s = KEEPALIVE_S  # seconds of silence before an event stream sends a keep-alive comment
 
     def start(self) -> None:
         """Open the pool of ``api_workers`` threads and start loading the service (in the background)."""
@@ -282,16 +315,20 @@ class ServedAPI:
         client_gone = threading.Event()
         forward = stopping_when(client_gone, lambda chunk: loop.call_soon_threadsafe(pieces.put_nowait, chunk.content))
         run = asyncio.ensure_future(self.blocking(self.service.ask, question, forward))
+        waiting: asyncio.Future | None = None
         try:
             while not run.done() or not pieces.empty():
-                waiting = asyncio.ensure_future(pieces.get())
-                await asyncio.wait({run, waiting}, return_when=asyncio.FIRST_COMPLETED)
-                if waiting.done():
-                    if waiting.result():
-                        yield sse("token", {"text": waiting.result()})
-                else:
-                    waiting.cancel()
+                waiting = waiting or asyncio.ensure_future(pieces.get())
+                done, _ = await asyncio.wait({run, waiting}, timeout=self.keepalive_s, return_when=asyncio.FIRST_COMPLETED)
+                if not done:  # nothing to send for a while (the first token can take minutes): a comment keeps the connection open
+                    yield KEEPALIVE
+                elif waiting.done():
+                    piece, waiting = waiting.result(), None
+                    if piece:
+                        yield sse("token", {"text": piece})
         finally:  # also when the server cancels the stream because its client disconnected
+            if waiting is not None:
+                waiting.cancel()
             if not run.done():
                 self.stop_generating(client_gone)
                 run.add_done_callback(lambda done: done.cancelled() or done.exception())  # the ClientGone is expected: not "never retrieved"
@@ -318,7 +355,10 @@ router = APIRouter(route_class=StrictJSONRoute)
 # Each docstring is the endpoint's description in the OpenAPI schema (/docs), in Markdown.
 
 
-@router.get("/health", response_model=HealthOut, tags=["service"], summary="ready (200) once the models and indexes are loaded, else 503")
+@router.get(
+    "/health", response_model=HealthOut, tags=["service"], summary="ready (200) once the models and indexes are loaded, else 503",
+    responses={503: {"model": HealthOut, "description": "loading (with progress, or waiting for the search server) or failed (with the reason)"}, **errors()},
+)  # fmt: skip
 async def health(api: Served) -> JSONResponse:
     """The server's status: loading, ready or failed, the collections it serves and the reader's backend,
     its memory (RSS) and the collections open now."""
@@ -331,13 +371,19 @@ async def health(api: Served) -> JSONResponse:
     return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)
 
 
-@router.get("/collections", response_model=list[CollectionOut], dependencies=PROTECTED, tags=["data"], summary="the collections served, with their sizes")
+@router.get(
+    "/collections", response_model=list[CollectionOut], dependencies=PROTECTED, tags=["data"], summary="the collections served, with their sizes",
+    responses=errors(*GUARDED, 503),
+)  # fmt: skip
 async def collections_(api: Served) -> list[CollectionOut]:
     """Every collection served, the default one first."""
-    return [CollectionOut(**info) for info in api.loaded().collections()]
+    return [CollectionOut.of(info) for info in api.loaded().collections()]
 
 
-@router.get("/products", response_model=ProductsOut, dependencies=PROTECTED, tags=["data"], summary="a collection's products with their review counts")
+@router.get(
+    "/products", response_model=ProductsOut, dependencies=PROTECTED, tags=["data"], summary="a collection's products with their review counts",
+    responses=errors(*GUARDED, 404, 422, 503),
+)  # fmt: skip
 async def products(
     api: Served,
     collection: str | None = Query(None, description="default: the first collection served"),
@@ -353,7 +399,7 @@ async def products(
 
 @router.post(
     "/query", response_model=QueryResponse, dependencies=PROTECTED, tags=["answers"], summary="answer a question about a product",
-    responses={200: {"content": {EVENT_STREAM: {"description": "rag with stream: `token` events, then `result` (or `error`)"}}}},
+    responses={200: {"content": {EVENT_STREAM: {"schema": EVENT_STREAM_SCHEMA}}}, **errors(*GUARDED, 404, 413, 422, 503)},
 )  # fmt: skip
 async def query(body: QueryRequest, request: Request, api: Served) -> Any:
     """The retrieved reviews and the answers read from them (or generated, citing them), with each stage's time.
@@ -366,15 +412,23 @@ async def query(body: QueryRequest, request: Request, api: Served) -> Any:
     return await api.answer(question, request)
 
 
-@router.post("/feedback", response_model=FeedbackOut, status_code=201, dependencies=PROTECTED, tags=["feedback"], summary="record a verdict on an answer")
-async def feedback(body: FeedbackRequest, api: Served) -> FeedbackOut:
-    """Store a user's verdict on one answer (the verdicts: see `verdict`)."""
+@router.post(
+    "/feedback", response_model=FeedbackOut, status_code=201, dependencies=PROTECTED, tags=["feedback"], summary="record a verdict on an answer",
+    responses={200: {"model": FeedbackOut, "description": "a repeated `click_id`: nothing new stored, the first click returned"}, **errors(*GUARDED, 404, 413, 422, 503)},
+)  # fmt: skip
+async def feedback(body: FeedbackRequest, api: Served) -> JSONResponse:
+    """Store a user's verdict on one answer (the verdicts: see `verdict`): 201, or 200 for a `click_id` stored before."""
     values = body.model_dump(exclude={"collection", "document_id"})
-    saved, _ = await api.blocking(api.loaded().record_feedback, body.collection, body.document_id, **values)
-    return FeedbackOut.of(saved)
+    service = api.loaded()
+    repeated = body.click_id is not None and service.feedback.has_click(body.click_id)
+    saved, _ = await api.blocking(service.record_feedback, body.collection, body.document_id, **values)
+    return JSONResponse(FeedbackOut.of(saved).model_dump(mode="json"), status_code=200 if repeated else 201)
 
 
-@router.get("/feedback/export", dependencies=PROTECTED, tags=["feedback"], summary="the confirmed answers as SQuAD v2 (train-reader's --train-file)")
+@router.get(
+    "/feedback/export", dependencies=PROTECTED, tags=["feedback"], summary="the confirmed answers as SQuAD v2 (train-reader's --train-file)",
+    responses={200: {"content": {"application/json": {"schema": SQUAD_SCHEMA}}}, **errors(*GUARDED, 404, 503)},
+)  # fmt: skip
 async def export_feedback(api: Served) -> JSONResponse:
     """The answers users confirmed, as a SQuAD v2 file; its summary in the `X-Feedback-Summary` header."""
     try:
@@ -384,11 +438,17 @@ async def export_feedback(api: Served) -> JSONResponse:
     return JSONResponse(export.squad, headers={"X-Feedback-Summary": export.summary()})
 
 
-@router.get("/metrics", dependencies=PROTECTED, tags=["service"], summary="Prometheus metrics: requests, latency, stage times")
+@router.get(
+    "/metrics", dependencies=PROTECTED, tags=["service"], summary="Prometheus metrics: requests, latency, stage times", response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string", "description": "Prometheus' text format (version 0.0.4)"}}}}, **errors(401)},
+)  # fmt: skip
 async def metrics_(api: Served) -> Response:
     """The API's metrics in Prometheus' text format."""
     api.metrics.ready.set(api.service.ready)
-    return Response(api.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return PlainTextResponse(api.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+document_routes.register(router, PROTECTED, errors)
 
 
 # ------------------------------------------------------------------------------------- the app
@@ -422,15 +482,47 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
     settings = settings or Settings.from_env()
     service = service or shared_service(settings, collections)
     metrics = Metrics()
-    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan, responses=ERRORS)
+    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan)
     app.include_router(router)
     app.add_exception_handler(QAError, _library_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     paths = frozenset(route.path for route in [*app.routes, *router.routes] if hasattr(route, "path"))  # the docs' and ours
-    app.add_middleware(Guarded, token=settings.api_token, rate_limit=settings.api_rate_limit, max_body_bytes=settings.api_max_body_bytes)
+    app.add_middleware(
+        Guarded, token=settings.api_token, rate_limit=settings.api_rate_limit, max_body_bytes=settings.api_max_body_bytes,
+        max_upload_bytes=settings.api_max_upload_bytes if settings.api_documents else None,
+    )  # fmt: skip
     app.add_middleware(Contained)
-    app.add_middleware(Metered, metrics=metrics, paths=paths)  # added last: outermost, so refusals are counted too
+    app.add_middleware(Metered, metrics=metrics, paths=paths)  # refusals are counted too
+    if settings.cors_origins:  # outermost: a browser's preflight carries no token, and every answer (errors too) gets its headers
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Accept"], expose_headers=["Retry-After", "X-Feedback-Summary"], max_age=600,
+        )  # fmt: skip
     app.state.api = ServedAPI(settings, service, metrics)
     app.state.service, app.state.metrics = service, metrics
+    app.state.documents = DocumentChanges(settings, service)
+    app.openapi = with_event_schemas(app)
     return app
+
+
+def with_event_schemas(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The app's OpenAPI schema generator, adding the schemas that routes name without FastAPI seeing them: the event
+    stream's data (`x-events` of /query) and the JSON body of adding documents."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()  # made once, then cached by FastAPI
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (*EVENT_SCHEMAS, *document_routes.EXTRA_SCHEMAS):
+            components.setdefault(model.__name__, model.model_json_schema(ref_template="#/components/schemas/{model}"))
+        # FastAPI documents a 422 of its own shape on every route with parameters; this API's 422 is one line, as every error.
+        for operation in (op for item in schema["paths"].values() for op in item.values()):
+            invalid = operation.get("responses", {}).get("422", {})
+            if "HTTPValidationError" in json.dumps(invalid):
+                operation["responses"]["422"] = {"description": ERROR_MEANINGS[422], "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        return schema
+
+    return openapi

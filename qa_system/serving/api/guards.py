@@ -141,11 +141,19 @@ class RateLimiter:
         return wait
 
 
-class Guarded:
-    """The bearer token (when one is set), the rate limit (when on) and the body size limit, in that order."""
+def is_upload(scope: Scope) -> bool:
+    """Whether the request adds documents to a collection (POST /collections/NAME/documents): its body may be a file."""
+    parts = scope["path"].split("/")
+    return scope["method"] == "POST" and len(parts) == 4 and parts[1] == "collections" and parts[3] == "documents"
 
-    def __init__(self, app: ASGIApp, token: str | None, rate_limit: int, max_body_bytes: int):
+
+class Guarded:
+    """The bearer token (when one is set), the rate limit (when on) and the body size limit, in that order
+    (``max_upload_bytes`` for a body that adds documents, ``max_body_bytes`` for every other)."""
+
+    def __init__(self, app: ASGIApp, token: str | None, rate_limit: int, max_body_bytes: int, max_upload_bytes: int | None = None):
         self.app, self.token, self.max_body_bytes = app, token, max_body_bytes
+        self.max_upload_bytes = max_upload_bytes or max_body_bytes
         self.limiter = RateLimiter(rate_limit) if rate_limit else None
 
     async def __call__(self, scope: Scope, receive, send) -> None:
@@ -162,9 +170,12 @@ class Guarded:
                 message = f"Too many requests from this client (limit {self.limiter.capacity:.0f} a minute). Fix: retry in {math.ceil(wait)} s."
                 await refuse(429, message, scope, receive, send, {"Retry-After": str(math.ceil(wait))})
                 return
-        body = await self._body(scope, receive)
+        upload = is_upload(scope)
+        limit = self.max_upload_bytes if upload else self.max_body_bytes
+        body = await self._body(scope, receive, limit)
         if body is None:
-            message = f"The request body is larger than {self.max_body_bytes} bytes. Fix: send a shorter question (QA_API_MAX_BODY_BYTES sets the limit)."
+            fix = "send the documents in several requests (QA_API_MAX_UPLOAD_BYTES" if upload else "send a shorter question (QA_API_MAX_BODY_BYTES"
+            message = f"The request body is larger than {limit} bytes. Fix: {fix} sets the limit)."
             await refuse(413, message, scope, receive, send)
             return
         delivered = False
@@ -183,10 +194,10 @@ class Guarded:
         scheme, _, credentials = header.partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.token.encode())
 
-    async def _body(self, scope: Scope, receive) -> bytes | None:
-        """The whole body (it is small: at most ``max_body_bytes``), or None as soon as it is larger."""
+    async def _body(self, scope: Scope, receive, limit: int) -> bytes | None:
+        """The whole body (at most ``limit`` bytes), or None as soon as it is larger."""
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+        if declared is not None and declared.isdigit() and int(declared) > limit:
             return None
         chunks, size = [], 0
         while True:
@@ -195,7 +206,7 @@ class Guarded:
                 return b"".join(chunks)
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body"):

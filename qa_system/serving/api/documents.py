@@ -1,0 +1,213 @@
+"""The API's document routes: create and delete collections, add or update documents (a JSON list, or a
+file as its body, indexed in the background: poll the task), delete documents by id or by filter.
+
+Off unless the server is started with ``QA_API_DOCUMENTS=1`` (``Settings.api_documents``; 403 naming
+it otherwise), and behind the bearer token like every route. The work is ``serving.documents``'s,
+that is the ingestion library's, with the rules and one-line errors of `qa-system index --input`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from qa_system.ingestion import IngestOptions
+from qa_system.serving.api.schemas import Filters, Text
+from qa_system.serving.documents import DocumentChanges
+
+# A file sent as the body, by its content type; JSON is a list of documents ({"documents": [...]}).
+FILE_FORMATS = {"text/csv": "csv", "text/tab-separated-values": "tsv", "application/x-ndjson": "jsonl", "application/jsonl": "jsonl"}
+FILE_SUFFIXES = {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "squad": ".json"}
+
+
+class DocumentsRequest(BaseModel):
+    """Documents to add or update, each an object as a line of a JSON lines file: its text, id, product and metadata."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"documents": [{"id": "r1", "text": "The battery lasts two days.", "item_id": "P1", "rating": 5}]}]})
+
+    documents: list[dict[str, Any]] = Field(description="the first object's keys are the columns; numbers and ISO dates stay typed (filterable)")
+
+
+class CollectionRequest(BaseModel):
+    """A new, empty collection."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Text = Field(description="lowercase letters, digits, '-', '_' and '.', e.g. my-reviews")
+
+
+class CollectionChanged(BaseModel):
+    """A collection created (empty) or deleted, with the documents it held."""
+
+    name: str
+    documents: int
+
+
+class DeleteRequest(BaseModel):
+    """The documents to delete: by their ids, or every document with a passage that the filter matches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[Text] | None = Field(None, description="document ids (the id column's values)")
+    filters: Filters = Field(None, description="a metadata filter, as /query's")
+
+
+class DeleteOut(BaseModel):
+    """What a deletion did."""
+
+    collection: str
+    deleted: list[str] = Field(description="the ids of the documents deleted")
+    passages_deleted: int
+    not_found: list[str] = Field(description="ids asked for that the collection does not hold")
+    documents: int = Field(description="documents left in the collection")
+    passages: int
+
+
+class TaskOut(BaseModel):
+    """Documents being added in the background: running (with progress), done (with the ingestion report) or failed (with the error)."""
+
+    task_id: str
+    collection: str
+    documents: int = Field(description="documents in the request")
+    status: str = Field(description="running | done | failed")
+    progress: dict[str, int] = Field(description="documents read and passages embedded so far")
+    report: dict[str, Any] | None = Field(description="done: what changed (added, changed, unchanged, deleted, ...), as `qa-system index --input` reports it")
+    error: str | None = Field(description="failed: one line naming the problem and the fix")
+    error_status: int | None = Field(description="failed: the status a request doing this at once would have had")
+
+
+EXTRA_SCHEMAS = (DocumentsRequest,)
+UPLOAD_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/DocumentsRequest"}},
+        **{kind: {"schema": {"type": "string", "format": "binary"}} for kind in FILE_FORMATS},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary", "description": "a file whose format `format` or `filename` names"}},
+    },
+}
+
+
+def changes(request: Request) -> DocumentChanges:
+    """The app's ``DocumentChanges``, once the service is loaded; 403 when the server does not take document changes."""
+    api = request.app.state.api
+    if not api.settings.api_documents:
+        raise HTTPException(403, "Document changes are off on this server. Fix: start it with QA_API_DOCUMENTS=1 (and a QA_API_TOKEN).")
+    api.loaded()
+    return request.app.state.documents
+
+
+Changes = Annotated[DocumentChanges, Depends(changes)]
+
+
+async def _json(request: Request, model: type[BaseModel]) -> Any:
+    """The body as ``model``: read by the router's strict JSON reader (``app.StrictJSONRequest``), checked by pydantic."""
+    try:
+        return model.model_validate(await request.json())
+    except json.JSONDecodeError as error:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": error.msg}}]) from None
+    except ValidationError as error:
+        raise RequestValidationError(error.errors()) from None
+
+
+async def upload(
+    request: Request,
+    collection: str,
+    fmt: str | None,
+    filename: str | None,
+    options: IngestOptions,
+) -> tuple[bytes, IngestOptions, str]:
+    """The request's documents as a file's bytes, how to read them, and the file's name (for messages and the report)."""
+    body = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        from qa_system.ingestion.changes import documents_file
+
+        rows = (await _json(request, DocumentsRequest)).documents
+        first = rows[0] if rows and isinstance(rows[0], dict) else {}
+        id_column = options.id_column or ("id" if "id" in first else None)
+        item_column = options.item_column or ("item_id" if "item_id" in first else None)
+        return documents_file(rows).getvalue(), IngestOptions(**{**options.as_dict(), "format": "jsonl", "id_column": id_column, "item_column": item_column}), "documents.jsonl"
+    fmt = fmt or FILE_FORMATS.get(kind)
+    name = filename or f"{collection}{FILE_SUFFIXES.get(fmt or '', '')}"
+    return body, IngestOptions(**{**options.as_dict(), "format": fmt}), name
+
+
+
+# ------------------------------------------------------------------------------------- endpoints
+
+
+async def create_collection(body: CollectionRequest, documents: Changes) -> JSONResponse:
+    """Create an empty collection, served at once; add documents to it with POST /collections/{name}/documents."""
+    created = CollectionChanged(**documents.create(body.name))
+    return JSONResponse(created.model_dump(), status_code=201, headers={"Location": f"/collections/{body.name}"})
+
+
+async def delete_collection(name: str, documents: Changes) -> CollectionChanged:
+    """Delete a collection of your own with all its documents (not a SubjQA one, nor the server's default)."""
+    return CollectionChanged(**documents.drop(name))
+
+
+async def add_documents(
+    name: str,
+    request: Request,
+    documents: Changes,
+    format: str | None = Query(None, description="a file's format (csv, tsv, jsonl, squad); default: from the content type or filename"),  # noqa: A002
+    filename: str | None = Query(None, description="the file's name, for messages and the report (and its format, by its suffix)"),
+    text_column: str | None = Query(None, description="as --text-column (default: text, else review)"),
+    id_column: str | None = Query(None, description="as --id-column (default for JSON: id, when the documents have one; else a hash of the content)"),
+    item_column: str | None = Query(None, description="as --item-column (default for JSON: item_id, when the documents have one)"),
+    encoding: str = Query("utf-8", description="a file's text encoding"),
+    sync: bool = Query(False, description="also delete the documents that are not in this request (as --sync)"),
+) -> JSONResponse:
+    """Add documents, or update those whose id is there already (upsert), in the background: 202 with a task id to poll
+    (GET /tasks/{task_id}). The body is `{"documents": [...]}` (JSON) or a file (CSV, TSV, JSON lines: its content type, or `format`).
+    It is read through first, so a file that `qa-system index --input` refuses is refused here at once, with its message."""
+    options = IngestOptions(text_column=text_column, id_column=id_column, item_column=item_column, encoding=encoding)
+    source, options, file_name = await upload(request, name, format, filename, options)
+    api = request.app.state.api
+    change, _ = await api.blocking(documents.add, name, source, options, file_name, sync)
+    body = TaskOut(**change.status())
+    return JSONResponse(body.model_dump(), status_code=202, headers={"Location": f"/tasks/{change.id}"})
+
+
+async def delete_documents(name: str, body: DeleteRequest, request: Request, documents: Changes) -> DeleteOut:
+    """Delete documents by their ids, or every document with a passage that `filters` matches (with all its passages)."""
+    report, _ = await request.app.state.api.blocking(documents.delete, name, body.ids, body.filters)
+    return DeleteOut(**report.as_dict())
+
+
+async def delete_document(name: str, document_id: str, request: Request, documents: Changes) -> DeleteOut:
+    """Delete one document (all its passages) by its id; 404 when the collection holds none of that id."""
+    report, _ = await request.app.state.api.blocking(documents.delete, name, [document_id], None)
+    if report.not_found:
+        raise HTTPException(404, f"No document '{document_id}' in collection '{name}'. Fix: send an id the collection holds (GET /query's documents show them).")
+    return DeleteOut(**report.as_dict())
+
+
+async def task(task_id: str, documents: Changes) -> TaskOut:
+    """How far adding documents is: running (with progress), done (with the report) or failed (with the one-line error)."""
+    return TaskOut(**documents.task(task_id))
+
+
+def register(router: APIRouter, dependencies: list, errors) -> None:
+    """Add the document routes to ``router`` (the app's, whose JSON bodies are read strictly); ``errors(*statuses)``: their error responses."""
+    guarded = (401, 403, 429, 503)
+    routes = [
+        ("/collections", create_collection, "POST", 201, CollectionChanged, "create an empty collection", (409, 413, 422)),
+        ("/collections/{name}", delete_collection, "DELETE", 200, CollectionChanged, "delete a collection and its documents", (404, 409, 422)),
+        ("/collections/{name}/documents", add_documents, "POST", 202, TaskOut, "add or update documents (in the background)", (404, 409, 413, 422)),
+        ("/collections/{name}/documents/delete", delete_documents, "POST", 200, DeleteOut, "delete documents by id or by filter", (404, 409, 413, 422)),
+        ("/collections/{name}/documents/{document_id}", delete_document, "DELETE", 200, DeleteOut, "delete one document", (404, 409, 422)),
+        ("/tasks/{task_id}", task, "GET", 200, TaskOut, "the status of documents being added", (404,)),
+    ]
+    for path, endpoint, method, status, model, summary, statuses in routes:
+        extra = {"requestBody": UPLOAD_BODY} if endpoint is add_documents else None
+        router.add_api_route(
+            path, endpoint, methods=[method], status_code=status, response_model=model, summary=summary, tags=["documents"],
+            dependencies=dependencies, responses=errors(*guarded, *statuses), openapi_extra=extra,
+        )  # fmt: skip

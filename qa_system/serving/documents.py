@@ -1,0 +1,148 @@
+"""Documents and collections changed through a door (the REST API's document routes): create and delete
+collections, add or update documents (indexed in the background, followed by a task id), delete
+documents by id or by filter. The work is the ingestion library's (``ingest``, ``check_source``,
+``qa_system.ingestion.changes``), with its rules and one-line errors; afterwards the service serves
+the collection as it is saved now (``QAService.reopen``).
+
+Input is read through once before the background work starts, so that a file the ingestion would
+refuse (a missing column, a bad row) is refused at once, with the message `qa-system index --input`
+gives. One change per collection runs at a time; another one meanwhile is a ``Conflict``.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from qa_system.config import Settings
+from qa_system.errors import Conflict, NotFound, QAError, Unavailable
+from qa_system.ingestion import IngestOptions, IngestProgress, check_collection_name, delete_collection, ingest
+from qa_system.ingestion.changes import DeleteReport, create_collection, delete_documents
+from qa_system.ingestion.ingest import check_source
+from qa_system.serving.background import BackgroundTask
+from qa_system.serving.service import QAService
+from qa_system.stores import saved_manifest
+
+# Finished tasks kept for polling; the oldest are forgotten first.
+KEPT_TASKS = 1000
+
+
+def error_status(error: BaseException) -> int:
+    """The HTTP status a door gives for ``error``: 404 not found, 409 a clash, 503 a server down, 422 other bad input, 500 a bug."""
+    for kind, status in ((NotFound, 404), (Conflict, 409), (Unavailable, 503), (QAError, 422)):
+        if isinstance(error, kind):
+            return status
+    return 500
+
+
+@dataclass
+class Change:
+    """Documents being added to (or updated in) a collection in the background: poll ``status()``."""
+
+    id: str
+    collection: str
+    documents: int  # in the request
+    started: float = field(default_factory=time.time)
+    progress: IngestProgress | None = None
+    task: BackgroundTask | None = None
+
+    def status(self) -> dict[str, Any]:
+        """``running`` (with progress), ``done`` (with the ingestion report) or ``failed`` (with the one-line error and its status)."""
+        out: dict[str, Any] = {"task_id": self.id, "collection": self.collection, "documents": self.documents, "status": "running", "report": None, "error": None, "error_status": None}
+        done = self.progress.documents if self.progress else 0
+        out["progress"] = {"documents": done, "embedded": self.progress.embedded if self.progress else 0}
+        if self.task is None or not self.task.wait(0):
+            return out
+        try:
+            report = self.task.result()
+        except Exception as error:  # noqa: BLE001 - the client polls for it
+            message = str(error) if isinstance(error, QAError) else f"Internal error ({type(error).__name__}). Fix: see the server's log."
+            return {**out, "status": "failed", "error": message, "error_status": error_status(error)}
+        return {**out, "status": "done", "report": report}
+
+
+class DocumentChanges:
+    """The document routes' library object: the changes they make, their background tasks, and the service kept in step."""
+
+    def __init__(self, settings: Settings, service: QAService):
+        self.settings, self.service = settings, service
+        self._tasks: OrderedDict[str, Change] = OrderedDict()
+        self._running: dict[str, Change] = {}  # by collection
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def create(self, name: str) -> dict[str, Any]:
+        """Create the empty collection ``name`` and serve it."""
+        create_collection(self.settings, name)
+        self.service.reopen(name)
+        return {"name": name, "documents": 0}
+
+    def drop(self, name: str) -> dict[str, Any]:
+        """Delete the collection ``name`` (not a SubjQA one, nor the server's default) and stop serving it."""
+        check_collection_name(name)
+        manifest = saved_manifest(self.settings, name)
+        if manifest is None:
+            raise NotFound(f"No collection named '{name}'.", "pick one that GET /collections lists.")
+        if manifest.get("domains"):
+            raise QAError(f"'{name}' is a SubjQA collection.", "delete your own collections only (`qa-system collections --delete` deletes any).")
+        self._refuse_while_running(name)
+        self.service.forget(name)
+        info = delete_collection(self.settings, name)
+        return {"name": name, "documents": info.documents}
+
+    def add(self, name: str, source: bytes, options: IngestOptions, file_name: str, sync: bool = False) -> Change:
+        """Check ``source`` (a file's bytes, read as `index --input` reads it), then add or update its documents in the background."""
+        check_collection_name(name)
+        manifest = saved_manifest(self.settings, name)
+        if manifest is None:
+            raise NotFound(f"No collection named '{name}'.", f"create it first: POST /collections with {{\"name\": \"{name}\"}}.")
+        documents = check_source(io.BytesIO(source), options, file_name)
+        with self._lock:
+            self._refuse_while_running(name)
+            change = self._running[name] = Change(f"{name}-{next(self._ids)}-{int(time.time())}", name, documents)
+            self._keep(change)
+
+        def work(report) -> dict[str, Any]:
+            def progressed(progress: IngestProgress) -> None:
+                change.progress = progress
+
+            try:
+                done = ingest(self.settings, io.BytesIO(source), name, options, name=file_name, sync=sync, progress=False, on_progress=progressed)
+                self.service.reopen(name)
+                return done.as_dict()
+            finally:
+                with self._lock:
+                    self._running.pop(name, None)
+
+        change.task = BackgroundTask(work, name=f"documents-{name}")
+        return change
+
+    def delete(self, name: str, ids: Sequence[str] | None = None, filters: dict | None = None) -> DeleteReport:
+        """Delete documents of ``name`` by id or by filter (with all their passages), then serve what is left."""
+        self._refuse_while_running(name)
+        report = delete_documents(self.settings, name, ids, filters)
+        if report.deleted:
+            self.service.reopen(name)
+        return report
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """The status of a change started by ``add``; NotFound for an id this server does not know."""
+        change = self._tasks.get(task_id)
+        if change is None:
+            raise NotFound(f"No task '{task_id}' on this server.", "poll the task_id that adding documents returned (tasks are kept until the server restarts).")
+        return change.status()
+
+    def _refuse_while_running(self, name: str) -> None:
+        running = self._running.get(name)
+        if running is not None:
+            raise Conflict(f"Documents are being added to '{name}' (task {running.id}).", f"wait until GET /tasks/{running.id} says done, then retry.")
+
+    def _keep(self, change: Change) -> None:
+        self._tasks[change.id] = change
+        while len(self._tasks) > KEPT_TASKS:
+            self._tasks.popitem(last=False)

@@ -1,0 +1,94 @@
+"""The types of metadata columns: numbers and dates stay typed, so that they can be filtered on (``rating >= 4``).
+
+A table's cells are text. A column is typed by everything it holds in the source (so that a field
+has one type in every document, as Elasticsearch's and OpenSearch's mappings need): ``integer``
+when every non-empty value is a whole number (``4``, ``-12``), ``number`` when every one is a
+number and some have a fraction (``4.5``), ``date`` when every one is an ISO 8601 date or date and
+time (``2024-01-31``, kept as that text: stores and Haystack's filters compare such text as dates),
+else ``text``. Values with leading zeros (``007``, postcodes and ids) and numbers too large to be
+exact in a double are text, and so is a column of JSON ``true`` / ``false``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+COLUMN_TYPES = ("integer", "number", "date", "text")
+_INTEGER = re.compile(r"-?(0|[1-9]\d{0,15})")
+_DECIMAL = re.compile(r"-?(0|[1-9]\d*)(\.\d+([eE][+-]?\d+)?|[eE][+-]?\d+)")  # a fraction or an exponent: whole numbers are _INTEGER's
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?")
+MAX_EXACT = 2**53  # integers past this are not exact as a double (nor in a JSON reader that uses one): text
+
+
+def is_iso_date(text: str) -> bool:
+    """Whether ``text`` is an ISO 8601 date, or date and time ("2024-01-31", "2024-01-31T12:00:00Z")."""
+    if not _ISO_DATE.fullmatch(text):
+        return False
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def value_type(value: Any) -> str:
+    """The narrowest column type ``value`` fits (a JSON number, or text as a table holds it)."""
+    if isinstance(value, bool):
+        return "text"
+    if isinstance(value, int):
+        return "integer" if abs(value) <= MAX_EXACT else "text"
+    if isinstance(value, float):
+        return "number" if math.isfinite(value) else "text"
+    if not isinstance(value, str):
+        return "text"
+    text = value.strip()
+    if _INTEGER.fullmatch(text):
+        return "integer" if abs(int(text)) <= MAX_EXACT else "text"
+    if _DECIMAL.fullmatch(text):
+        return "number" if math.isfinite(float(text)) else "text"
+    return "date" if is_iso_date(text) else "text"
+
+
+def widen(known: str | None, found: str) -> str:
+    """The type of a column that held ``known`` so far and now holds a value of type ``found``."""
+    if known is None or known == found:
+        return found
+    return "number" if {known, found} == {"integer", "number"} else "text"
+
+
+class ColumnTypes:
+    """Collects the type of every metadata column over a source's rows (``see``), and types their values (``typed``)."""
+
+    def __init__(self) -> None:
+        self.types: dict[str, str] = {}
+
+    def see(self, meta: Mapping[str, Any]) -> None:
+        """Widen the column types by one row's metadata (empty values are skipped by the readers)."""
+        for key, value in meta.items():
+            self.types[key] = widen(self.types.get(key), value_type(value))
+
+
+def typed_value(value: Any, kind: str | None) -> Any:
+    """``value`` as its column's type: an int, a float, or text (dates stay ISO text)."""
+    if kind == "integer":
+        return int(value.strip()) if isinstance(value, str) else int(value)
+    if kind == "number":
+        return float(value.strip()) if isinstance(value, str) else float(value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def typed_meta(meta: Mapping[str, Any], types: Mapping[str, str]) -> dict[str, Any]:
+    """A record's metadata (text) with each column's value as its type."""
+    return {key: typed_value(value, types.get(key)) for key, value in meta.items()}
+
+
+def column_types(metas: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The type of every column over all the rows' metadata."""
+    collected = ColumnTypes()
+    for meta in metas:
+        collected.see(meta)
+    return dict(sorted(collected.types.items()))

@@ -1,0 +1,137 @@
+"""Filters from users, checked before any store sees them: Haystack's syntax, one QAError naming the problem and the fix.
+
+``/query``'s ``filters``, ``qa-system ask / search --filter``, the page's filter box, ``QAPipeline.run(filters=...)``
+and the API's deletion by filter all go through ``check_filters``. Given a collection's metadata types
+(``meta_types`` of its manifest, see ``qa_system.sources.columns``), it also refuses ordering a text
+field, or comparing a number with text: such filters would compare strings in one store and fail in another.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+from qa_system.errors import QAError, check_text
+from qa_system.sources.columns import is_iso_date
+
+
+COMPARISONS = ("==", "!=", ">", ">=", "<", "<=", "in", "not in")
+LOGICAL = ("AND", "OR", "NOT")
+ORDERING = (">", ">=", "<", "<=")
+# Bounds on what one request may ask the store to evaluate.
+MAX_FILTER_CONDITIONS = 100
+MAX_FILTER_DEPTH = 8
+FILTER_FIX = (
+    'write a condition {"field": "meta.rating", "operator": ">=", "value": 4} (operators ' + ", ".join(COMPARISONS)
+    + '), or {"operator": "AND" | "OR" | "NOT", "conditions": [...]} of them.'
+)
+
+
+def parse_filters(text: str | None) -> dict | None:
+    """A filter given as JSON text (``--filter``, the page's box) -> the checked filter (None for empty text)."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise QAError(f"The filter is not JSON ({error.msg} at character {error.pos}).", FILTER_FIX) from None
+    except RecursionError:
+        raise QAError("The filter nests too deeply.", FILTER_FIX) from None
+    return check_filters(value)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _check_condition(condition: dict, where: str, types: Mapping[str, str]) -> None:
+    extra = set(condition) - {"field", "operator", "value"}
+    if extra:
+        raise QAError(f"The filter's condition {where} has the unknown key(s) {', '.join(sorted(map(str, extra)))}.", FILTER_FIX)
+    field, operator, value = condition.get("field"), condition.get("operator"), condition.get("value", ...)
+    if not isinstance(field, str) or not (field == "id" or (field.startswith("meta.") and len(field) > 5)):
+        raise QAError(f"The filter's condition {where} has the field {field!r}: filters apply to 'meta.<name>' (or 'id').", FILTER_FIX)
+    check_text(field, "the filter's field")
+    if operator not in COMPARISONS:
+        raise QAError(f"The filter's condition {where} has the operator {operator!r}.", f"use one of: {', '.join(COMPARISONS)}.")
+    if value is ...:
+        raise QAError(f"The filter's condition {where} on '{field}' has no 'value'.", FILTER_FIX)
+    if operator in ("in", "not in"):
+        if not isinstance(value, list) or not all(_is_scalar(v) for v in value):
+            raise QAError(f"The filter's '{operator}' on '{field}' needs a list of values, not {value!r}.", 'write e.g. {"field": "meta.rating", "operator": "in", "value": [4, 5]}.')
+        values = value
+    elif not _is_scalar(value):
+        raise QAError(f"The filter's '{operator}' on '{field}' needs a number, text, true/false or null, not {value!r}.", FILTER_FIX)
+    else:
+        values = [value]
+    for element in values:
+        if isinstance(element, str):
+            check_text(element, "the filter's value")
+    if operator in ORDERING:
+        _check_ordering(field, operator, value, types.get(field.removeprefix("meta.")))
+
+
+def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> None:
+    """'>' and friends compare numbers with numbers, and dates (ISO 8601 text) with dates."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number and not isinstance(value, str):
+        raise QAError(f"The filter's '{operator}' on '{field}' needs a number or an ISO date, not {value!r}.", 'write e.g. {"field": "meta.rating", "operator": ">=", "value": 4}.')
+    if kind == "text":
+        raise QAError(
+            f"The filter compares '{field}' with '{operator}', but the collection holds text there.",
+            f"filter '{field}' with == or in, or re-index a column that holds only numbers or ISO dates.",
+        )
+    if kind in ("integer", "number") and not number:
+        raise QAError(f"The filter compares '{field}', a number, with the text {value!r}.", f"compare it with a number, e.g. {{\"field\": \"{field}\", \"operator\": \"{operator}\", \"value\": 4}}.")
+    if kind == "date" and number:
+        raise QAError(f"The filter compares '{field}', a date, with the number {value!r}.", f"compare it with an ISO date, e.g. \"2024-01-31\".")
+    if isinstance(value, str) and not is_iso_date(value):
+        raise QAError(f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.", "compare with a number, or an ISO date such as \"2024-01-31\".")
+
+
+def check_filters(filters: Any, types: Mapping[str, str] | None = None) -> dict | None:
+    """``filters`` once known to be a well-formed filter in Haystack's syntax; else a one-line QAError naming the problem.
+
+    ``types``: the collection's metadata types (``meta_types`` of its manifest: ``integer``, ``number``,
+    ``date`` or ``text``), to refuse ordering a text field, or comparing a number with text.
+    """
+    if filters is None:
+        return None
+    if not isinstance(filters, dict):
+        raise QAError(f"The filter is a {type(filters).__name__}, not an object.", FILTER_FIX)
+    conditions = [0]
+
+    def walk(node: Any, where: str, depth: int) -> None:
+        if not isinstance(node, dict):
+            raise QAError(f"The filter's condition {where} is a {type(node).__name__}, not an object.", FILTER_FIX)
+        conditions[0] += 1
+        if depth > MAX_FILTER_DEPTH or conditions[0] > MAX_FILTER_CONDITIONS:
+            raise QAError(f"The filter has more than {MAX_FILTER_CONDITIONS} conditions or {MAX_FILTER_DEPTH} levels.", "write a shorter filter.")
+        if "field" in node:
+            _check_condition(node, where, types or {})
+            return
+        extra = set(node) - {"operator", "conditions"}
+        if node.get("operator") not in LOGICAL or extra:
+            raise QAError(f"The filter's condition {where} is neither a comparison (field, operator, value) nor AND / OR / NOT of conditions.", FILTER_FIX)
+        children = node.get("conditions")
+        if not isinstance(children, list) or not children:
+            raise QAError(f"The filter's {node['operator']} {where} needs a non-empty list of 'conditions'.", FILTER_FIX)
+        for position, child in enumerate(children):
+            walk(child, f"{where}.conditions[{position}]", depth + 1)
+
+    walk(filters, "at the top", 0)
+    return filters
+
+
+def combine_filters(*filters: dict | None) -> dict | None:
+    """Every given filter must hold (an AND, flattened so that equality filters keep their fast path); None when none is given."""
+    conditions: list[dict] = []
+    for part in filters:
+        if not part:
+            continue
+        conditions += part["conditions"] if part.get("operator") == "AND" and "field" not in part else [part]
+    if not conditions:
+        return None
+    return conditions[0] if len(conditions) == 1 else {"operator": "AND", "conditions": conditions}
+

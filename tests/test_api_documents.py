@@ -1,0 +1,276 @@
+"""The API as a front end of the user's own documents sees it: collections and documents changed over
+HTTP (indexed in the background, polled by task id), metadata filters on /query, CORS, keep-alive
+comments on event streams, and the OpenAPI schema checked against every real response.
+
+A real uvicorn server on a free loopback port and a real HTTP client, as in test_api.py; RAG answers
+come from a real OpenAI-compatible server (tests/openai_stub.py) that takes its time."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+
+import httpx
+import jsonschema
+import pytest
+from conftest import write_subjqa
+from openai_stub import MODEL, OpenAIStub
+from test_api import running, sse_events, wait_ready
+
+from qa_system.config import Settings
+from qa_system.serving.api import create_app
+from qa_system.serving.service import ServedCollection
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+FRONT_END = "http://front.test:3000"
+FIRST_TOKEN_S = 1.5  # how long the generator thinks before its first token
+
+
+def reply(body: dict) -> str:
+    time.sleep(FIRST_TOKEN_S)
+    return "The battery lasts two days [1]."
+
+
+class Recorder:
+    """Every response the tests got, by (method, route template): checked against the OpenAPI schema at the end."""
+
+    def __init__(self, url: str):
+        self.url, self.seen = url, defaultdict(list)
+
+    def __call__(self, method: str, route: str, path: str | None = None, auth: bool = True, **kwargs) -> httpx.Response:
+        headers = {**(AUTH if auth else {}), **kwargs.pop("headers", {})}
+        response = httpx.request(method, self.url + (path or route), headers=headers, timeout=120, **kwargs)
+        self.seen[(method.lower(), route)].append(response)
+        return response
+
+
+@pytest.fixture(scope="module")
+def generator():
+    with OpenAIStub(reply, max_requests=20, deadline_s=900) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory, tiny_reader, generator) -> Settings:
+    root = tmp_path_factory.mktemp("api-documents")
+    return Settings.from_env(
+        data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
+        generator="openai", generator_base_url=generator.url, generator_model=MODEL, api_rate_limit=0, api_token=TOKEN,
+        api_documents=True, api_cors_origins=FRONT_END,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(settings):
+    app = create_app(settings)
+    app.state.api.keepalive_s = 0.3
+    with running(app) as url:
+        assert wait_ready(url).status_code == 200
+        yield url
+
+
+@pytest.fixture(scope="module")
+def call(server) -> Recorder:
+    return Recorder(server)
+
+
+def finished(call: Recorder, task: httpx.Response, timeout: float = 300) -> dict:
+    assert task.status_code == 202, task.text
+    assert task.headers["location"] == f"/tasks/{task.json()['task_id']}"
+    deadline = time.monotonic() + timeout
+    while (status := call("GET", "/tasks/{task_id}", task.headers["location"]).json())["status"] == "running":
+        assert time.monotonic() < deadline, status
+        time.sleep(0.2)
+    assert status["status"] == "done", status
+    return status["report"]
+
+
+def review(n: int, text: str | None = None) -> dict:
+    return {"id": f"r{n:03d}", "text": text or f"Review {n}: the battery lasts {n % 9 + 1} days.", "item_id": f"P{n % 4}", "rating": 1 + n % 5, "date": f"2024-01-{1 + n % 28:02d}"}
+
+
+def everything(call: Recorder, collection: str, **body) -> dict[str, dict]:
+    """Every document /query retrieves for 'battery', over the four products (25 documents each, top_k 50)."""
+    found = {}
+    for item in ("P0", "P1", "P2", "P3"):
+        response = call("POST", "/query", json={"query": "How long does the battery last?", "item_id": item, "collection": collection, "top_k": 50, **body})
+        assert response.status_code == 200, response.text
+        found |= {d["meta"]["document_id"]: d for d in response.json()["documents"]}
+    return found
+
+
+def test_a_collection_created_filled_updated_and_pruned_over_http(call):
+    created = call("POST", "/collections", json={"name": "mine"})
+    assert created.status_code == 201 and created.json() == {"name": "mine", "documents": 0}
+    assert call("POST", "/collections", json={"name": "mine"}).status_code == 409
+
+    report = finished(call, call("POST", "/collections/{name}/documents", "/collections/mine/documents", json={"documents": [review(n) for n in range(100)]}))
+    assert (report["added"], report["documents"], report["source"]) == (100, 100, "documents.jsonl")
+    report = finished(call, call("POST", "/collections/{name}/documents", "/collections/mine/documents", json={"documents": [review(7, "Review 7: the battery died after an hour.")]}))
+    assert (report["changed"], report["added"], report["documents"]) == (1, 0, 100)  # an upsert: the other 99 stay
+    deleted = call("DELETE", "/collections/{name}/documents/{document_id}", "/collections/mine/documents/r003")
+    assert deleted.status_code == 200 and deleted.json()["deleted"] == ["r003"] and deleted.json()["documents"] == 99
+
+    found = everything(call, "mine")
+    assert sorted(found) == sorted(f"r{n:03d}" for n in range(100) if n != 3)
+    assert found["r007"]["content"] == "Review 7: the battery died after an hour." and found["r008"]["meta"]["rating"] == 4
+    (listed,) = [c for c in call("GET", "/collections").json() if c["name"] == "mine"]
+    assert (listed["documents"], listed["products"], listed["kind"]) == (99, 4, "ingested")
+
+    pruned = call("POST", "/collections/{name}/documents/delete", "/collections/mine/documents/delete", json={"filters": {"field": "meta.rating", "operator": "<", "value": 2}})
+    assert pruned.status_code == 200 and len(pruned.json()["deleted"]) == 20 and pruned.json()["documents"] == 79
+    assert sorted(everything(call, "mine")) == sorted(f"r{n:03d}" for n in range(100) if n != 3 and n % 5 != 0)
+    missing = call("POST", "/collections/{name}/documents/delete", "/collections/mine/documents/delete", json={"ids": ["r001", "nope"]})
+    assert missing.json()["deleted"] == ["r001"] and missing.json()["not_found"] == ["nope"]
+
+
+def test_a_rating_filter_on_query_returns_only_matching_documents(call):
+    call("POST", "/collections", json={"name": "rated"})
+    finished(call, call("POST", "/collections/{name}/documents", "/collections/rated/documents", json={"documents": [review(n) for n in range(100)]}))
+    at_least_4 = {"field": "meta.rating", "operator": ">=", "value": 4}
+    found = everything(call, "rated", filters=at_least_4)
+    assert sorted(found) == sorted(f"r{n:03d}" for n in range(100) if 1 + n % 5 >= 4)
+    both = {"operator": "AND", "conditions": [at_least_4, {"field": "meta.date", "operator": "<", "value": "2024-01-05"}]}
+    assert sorted(everything(call, "rated", filters=both)) == sorted(f"r{n:03d}" for n in range(100) if 1 + n % 5 >= 4 and 1 + n % 28 < 5)
+    answer = call("POST", "/query", json={"query": "How long does the battery last?", "item_id": "P1", "collection": "rated", "filters": at_least_4}).json()
+    assert {a["review_id"] for a in answer["answers"] if a["kind"] == "span"} <= {d["meta"]["document_id"] for d in answer["documents"]}  # ids of ingested documents
+    assert all(a["review_id"] for a in answer["answers"] if a["kind"] == "span")
+    for bad, message in (
+        ({"field": "rating", "operator": ">=", "value": 4}, "filters apply to 'meta.<name>'"),
+        ({"field": "meta.rating", "operator": ">=", "value": "four"}, "the text 'four', which is no ISO date"),
+        ({"field": "meta.date", "operator": ">=", "value": 4}, "'meta.date', a date, with the number 4"),
+        ([at_least_4], "The filter is a list, not an object."),
+    ):
+        refused = call("POST", "/query", json={"query": "battery?", "item_id": "P1", "collection": "rated", "filters": bad})
+        assert refused.status_code == 422 and message in refused.json()["detail"] and "\n" not in refused.json()["detail"], refused.text
+
+
+def test_documents_from_a_file_with_the_ingestions_rules(call):
+    call("POST", "/collections", json={"name": "from-csv"})
+    csv_text = "review_id,body,stars\nA1,Great sound and the battery lasts.,5\nA2,The battery is weak.,2\n"
+    upload = "/collections/{name}/documents"
+    report = finished(call, call("POST", upload, "/collections/from-csv/documents?text_column=body&id_column=review_id", content=csv_text, headers={"Content-Type": "text/csv"}))
+    assert report["added"] == 2 and report["source"] == "from-csv.csv"
+    refused = call("POST", upload, "/collections/from-csv/documents?text_column=text", content=csv_text, headers={"Content-Type": "text/csv"})
+    assert refused.status_code == 422 and refused.json()["detail"] == (
+        "from-csv.csv has no column 'text' (--text-column); its columns are: review_id, body, stars. Fix: pass --text-column with one of those columns."
+    )
+    unknown = call("POST", upload, "/collections/nowhere/documents", json={"documents": [review(1)]})
+    assert unknown.status_code == 404 and "POST /collections" in unknown.json()["detail"]
+    assert call("POST", upload, "/collections/from-csv/documents", json={"documents": []}).status_code == 422
+    assert call("GET", "/tasks/{task_id}", "/tasks/no-such-task").status_code == 404
+    assert call("POST", upload, "/collections/from-csv/documents", auth=False, json={"documents": [review(1)]}).status_code == 401
+
+    gone = call("DELETE", "/collections/{name}", "/collections/from-csv")
+    assert gone.status_code == 200 and gone.json() == {"name": "from-csv", "documents": 2}
+    assert call("POST", "/query", json={"query": "battery?", "collection": "from-csv"}).status_code == 404
+    assert call("DELETE", "/collections/{name}", "/collections/electronics").status_code == 404  # served by its SubjQA name; not a collection of the store
+    assert call("DELETE", "/collections/{name}", "/collections/subjqa-electronics").status_code == 422
+
+
+def test_document_changes_are_off_by_default(settings, tmp_path):
+    off = settings.model_copy(update={"api_documents": False, "api_cors_origins": None})
+    with running(create_app(off)) as url:
+        assert wait_ready(url).status_code == 200
+        refused = httpx.post(f"{url}/collections", json={"name": "x"}, headers=AUTH)
+        assert refused.status_code == 403 and "QA_API_DOCUMENTS=1" in refused.json()["detail"]
+        preflight = httpx.options(f"{url}/query", headers={"Origin": FRONT_END, "Access-Control-Request-Method": "POST"})
+        assert preflight.status_code == 401 and "access-control-allow-origin" not in preflight.headers  # CORS closed by default: refused like any request
+
+
+def test_cors_preflight_from_a_configured_origin_only(call):
+    asked = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"}
+    allowed = call("OPTIONS", "/query", auth=False, headers={"Origin": FRONT_END, **asked})
+    assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == FRONT_END
+    assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
+    other = call("OPTIONS", "/query", auth=False, headers={"Origin": "http://elsewhere.test", **asked})
+    assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+    answered = call("GET", "/collections", headers={"Origin": FRONT_END})
+    assert answered.headers["access-control-allow-origin"] == FRONT_END
+    call.seen.pop(("options", "/query"))  # preflights are CORS's, not routes of the schema
+
+
+def test_a_slow_stream_sends_keep_alive_comments_before_its_first_token(call):
+    streamed = call("POST", "/query", json={"query": "How long does the battery last?", "item_id": "KINDLE", "mode": "rag", "stream": True})
+    assert streamed.status_code == 200
+    blocks = streamed.text.strip().split("\n\n")
+    assert blocks[0] == ": keep-alive" and blocks.index(": keep-alive") < next(i for i, b in enumerate(blocks) if b.startswith("event: token"))
+    events = sse_events(streamed.text)
+    assert [e for e, _ in events][-1] == "result" and "".join(d["text"] for e, d in events if e == "token") == "The battery lasts two days [1]."
+
+
+def test_feedback_and_the_other_routes_answer(call):
+    body = call("POST", "/query", json={"query": "Is it good for reading?", "item_id": "KINDLE"}).json()
+    span = next(a for a in body["answers"] if a["kind"] == "span")
+    assert span["review_id"].startswith("r-kindle")
+    assert call("GET", "/feedback/export").status_code == 404  # nothing confirmed yet
+    click = {"verdict": "correct", "question": body["query"], "answer": span["text"], "start": span["start"], "end": span["end"], "document_id": span["document_id"], "click_id": "c/1"}
+    assert [call("POST", "/feedback", json=click).status_code for _ in range(2)] == [201, 200]
+    assert call("POST", "/feedback", json={**click, "document_id": "electronics/nope", "click_id": None}).status_code == 404
+    assert call("POST", "/feedback", json={**click, "verdict": "maybe"}).status_code == 422
+    assert call("GET", "/feedback/export").status_code == 200
+    assert call("GET", "/products", params={"collection": "electronics"}).status_code == 200
+    assert call("GET", "/products", params={"collection": "nope"}).status_code == 404
+    assert call("GET", "/products", params={"limit": 0}).status_code == 422
+    assert call("POST", "/query", json={"query": "?" * 70_000, "item_id": "KINDLE"}).status_code == 413
+    assert call("POST", "/query", json={"query": "", "item_id": "KINDLE"}).status_code == 422
+    assert call("POST", "/query", json={"query": "x?", "item_id": "NOPE"}).status_code == 404
+    assert call("GET", "/collections", auth=False).status_code == 401
+    assert call("GET", "/health").status_code == 200
+    metrics = call("GET", "/metrics")
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+
+
+def test_health_answers_503_with_its_own_body_and_loading_routes_503(settings, tmp_path):
+    broken = settings.model_copy(update={"data_dir": tmp_path / "missing", "home": tmp_path / "home", "api_rate_limit": 3})
+    app = create_app(broken)
+    with running(app) as url:
+        record = Recorder(url)
+        deadline = time.monotonic() + 60
+        while (health := record("GET", "/health")).json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert health.status_code == 503 and health.json()["status"] == "failed"
+        assert [record("GET", "/collections").status_code for _ in range(4)] == [503, 503, 503, 429]
+        check_against_schema(record, app.openapi())  # (the server's /openapi.json is rate limited too)
+
+
+def resolve(schema: dict, openapi: dict) -> jsonschema.protocols.Validator:
+    return jsonschema.Draft202012Validator({**schema, "components": openapi["components"]})
+
+
+def check_response(method: str, route: str, response: httpx.Response, openapi: dict) -> None:
+    operation = openapi["paths"][route][method]
+    declared = operation["responses"]
+    assert str(response.status_code) in declared, f"{method.upper()} {route} answered {response.status_code}, which its schema does not declare ({sorted(declared)})"
+    kind = response.headers["content-type"].split(";")[0]
+    content = declared[str(response.status_code)].get("content", {})
+    assert kind in content, f"{method.upper()} {route} {response.status_code} sent {kind}; the schema declares {sorted(content)}"
+    schema = content[kind].get("schema", {})
+    if kind == "application/json":
+        resolve(schema, openapi).validate(response.json())
+    elif kind == "text/event-stream":
+        for event, data in sse_events(response.text):
+            resolve(schema["x-events"][event], openapi).validate(data)
+    else:
+        assert schema.get("type") == "string"
+
+
+def check_against_schema(record: Recorder, openapi: dict) -> None:
+    for (method, route), responses in record.seen.items():
+        for response in responses:
+            check_response(method, route, response, openapi)
+
+
+def test_the_openapi_schema_matches_every_real_response(call):
+    """Last: every response the tests above got, each checked against its route's declared statuses and bodies."""
+    openapi = call("GET", "/openapi.json", auth=False).json()
+    call.seen.pop(("get", "/openapi.json"))
+    check_against_schema(call, openapi)
+    routes = {(method, path) for path, item in openapi["paths"].items() for method in item}
+    assert routes - set(call.seen) == set(), "routes no test called"
+    statuses = {route: sorted({r.status_code for r in responses}) for route, responses in call.seen.items()}
+    assert statuses[("post", "/query")] == [200, 404, 413, 422] and statuses[("post", "/feedback")] == [200, 201, 404, 422]
+    assert not re.search(r'"/(tmp|home|work|usr)/', json.dumps([r.text for rs in call.seen.values() for r in rs])), "a server path in a response"

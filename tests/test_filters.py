@@ -1,0 +1,151 @@
+"""Metadata filters (Haystack's syntax) from every door, over the typed columns of a user's own CSV:
+numbers and ISO dates stay typed at ingestion, so `meta.rating >= 4` means a number comparison in
+the memory store and in a real search server alike; a malformed filter is one line naming the fix."""
+
+from __future__ import annotations
+
+import csv
+import uuid
+from pathlib import Path
+
+import pytest
+
+from qa_system.cli import main
+from qa_system.config import Settings
+from qa_system.errors import QAError
+from qa_system.ingestion import IngestOptions, ingest, open_collection
+from qa_system.pipelines import build_retrieval_pipeline
+from qa_system.retrieval.filters import check_filters, combine_filters, parse_filters
+from qa_system.sources.columns import column_types, value_type
+
+OPTIONS = IngestOptions(text_column="reviewText", item_column="asin", id_column="reviewerID")
+RATING_AT_LEAST_4 = {"field": "meta.overall", "operator": ">=", "value": 4}
+
+
+def rating(number: int) -> int:
+    return 1 + (number * 7) % 5  # 1..5, every product gets every rating
+
+
+def write_reviews(path: Path, rows: int = 40, helpful: str | None = None) -> Path:
+    """Amazon-style reviews under the user's own column names: the rating is `overall`, the date `reviewTime`."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["reviewerID", "asin", "reviewText", "overall", "reviewTime", "zip", "price"])
+        for n in range(rows):
+            text = f"Review {n}: the battery lasts {n} hours and the screen is sharp."
+            writer.writerow([f"R{n:03d}", f"P{n % 2}", text, rating(n), f"2013-{1 + n % 12:02d}-{1 + n % 28:02d}", f"0{n:04d}", f"{n}.5" if n % 2 else str(n)])
+    return path
+
+
+@pytest.fixture
+def reviews(tmp_path) -> Path:
+    return write_reviews(tmp_path / "reviews.csv")
+
+
+def test_a_column_is_typed_by_all_its_values():
+    assert [value_type(v) for v in ("4", "-12", "4.5", "1e3", "007", "2013-09-01", "2013-09-01T10:00:00Z", "n/a", "NaN", "99999999999999999999")] == [
+        "integer", "integer", "number", "number", "text", "date", "date", "text", "text", "text"
+    ]  # fmt: skip
+    assert column_types([{"a": "1", "b": "1", "c": "2013-01-01"}, {"a": "2", "b": "1.5", "c": "soon"}, {"a": "3"}]) == {"a": "integer", "b": "number", "c": "text"}
+
+
+def test_ingestion_keeps_ratings_and_dates_typed(settings, reviews):
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    index = open_collection(settings, "amz", embeddings=False, progress=False)
+    assert index.manifest["meta_types"] == {"overall": "integer", "price": "number", "reviewTime": "date", "zip": "text"}
+    document = index.store.filter_documents({"field": "meta.document_id", "operator": "==", "value": "R003"})[0]
+    assert document.meta["overall"] == rating(3) and isinstance(document.meta["overall"], int)
+    assert document.meta["price"] == 3.5 and document.meta["zip"] == "00003" and document.meta["reviewTime"] == "2013-04-04"
+
+
+def test_a_rating_filter_returns_only_matching_documents(settings, reviews):
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
+    documents = pipeline.run("battery screen", item_id="P1", filters=RATING_AT_LEAST_4, top_k=50)["documents"]
+    expected = {f"R{n:03d}" for n in range(40) if n % 2 == 1 and rating(n) >= 4}
+    assert {d.meta["document_id"] for d in documents} == expected and len(expected) >= 5
+
+    either = {"operator": "OR", "conditions": [{"field": "meta.overall", "operator": "==", "value": 1}, {"field": "meta.reviewTime", "operator": ">=", "value": "2013-12-01"}]}
+    documents = pipeline.run("battery", filters=either, top_k=50)["documents"]
+    assert documents and all(d.meta["overall"] == 1 or d.meta["reviewTime"] >= "2013-12-01" for d in documents)
+    assert len(documents) == len([n for n in range(40) if rating(n) == 1 or 1 + n % 12 == 12])
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([RATING_AT_LEAST_4], "The filter is a list, not an object."),
+        ({"field": "overall", "operator": ">=", "value": 4}, "has the field 'overall': filters apply to 'meta.<name>'"),
+        ({"field": "meta.overall", "operator": "=>", "value": 4}, "has the operator '=>'. Fix: use one of: ==, !=, >, >=, <, <=, in, not in."),
+        ({"field": "meta.overall", "operator": "in", "value": 4}, "The filter's 'in' on 'meta.overall' needs a list of values"),
+        ({"field": "meta.overall", "operator": ">="}, "has no 'value'"),
+        ({"operator": "AND", "conditions": []}, "needs a non-empty list of 'conditions'"),
+        ({"operator": "XOR", "conditions": [RATING_AT_LEAST_4]}, "is neither a comparison"),
+        ({"field": "meta.zip", "operator": ">=", "value": 4}, "compares 'meta.zip' with '>=', but the collection holds text there"),
+        ({"field": "meta.overall", "operator": ">", "value": "four"}, "compares 'meta.overall', a number, with the text 'four'"),
+    ],
+)  # fmt: skip
+def test_a_bad_filter_is_one_line_naming_the_fix(settings, reviews, bad, message):
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
+    with pytest.raises(QAError) as raised:
+        pipeline.run("battery", filters=bad)
+    assert message in str(raised.value) and "Fix: " in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_filters_combine_flat_and_parse_from_json():
+    item = {"operator": "AND", "conditions": [{"field": "meta.item_id", "operator": "==", "value": "P1"}]}
+    assert combine_filters(item, RATING_AT_LEAST_4) == {"operator": "AND", "conditions": [*item["conditions"], RATING_AT_LEAST_4]}
+    assert combine_filters(None, None) is None and combine_filters(None, RATING_AT_LEAST_4) == RATING_AT_LEAST_4
+    assert parse_filters('{"field": "meta.overall", "operator": ">=", "value": 4}') == RATING_AT_LEAST_4 and parse_filters("  ") is None
+    with pytest.raises(QAError, match=r"^The filter is not JSON \(Expecting value at character 0\)\. Fix: "):
+        parse_filters("rating >= 4")
+    deep = {"operator": "NOT", "conditions": [RATING_AT_LEAST_4]}
+    for _ in range(10):
+        deep = {"operator": "NOT", "conditions": [deep]}
+    with pytest.raises(QAError, match="more than 100 conditions or 8 levels"):
+        check_filters(deep)
+
+
+def test_a_column_that_turns_to_text_is_retyped_everywhere(settings, tmp_path, reviews):
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    changed = tmp_path / "changed.csv"
+    changed.write_text(reviews.read_text(encoding="utf-8").replace(",3,2013", ",n/a,2013"), encoding="utf-8")
+    report = ingest(settings, changed, "amz", OPTIONS, embed=False, progress=False)
+    assert any("overall: integer -> text" in note for note in report.notes)
+    index = open_collection(settings, "amz", embeddings=False, progress=False)
+    assert index.manifest["meta_types"]["overall"] == "text"
+    assert {type(d.meta["overall"]) for d in index.store.filter_documents()} == {str}  # the unchanged documents too
+
+
+def test_cli_ask_and_search_take_a_filter(settings, reviews, capsys, monkeypatch):
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    assert main(["index", "--input", str(reviews), "--collection", "amz", "--text-column", "reviewText", "--item-column", "asin", "--id-column", "reviewerID", "--no-embed"]) == 0
+    capsys.readouterr()
+    assert main(["search", "battery", "--collection", "amz", "--item", "P0", "--top-k", "50", "--filter", '{"field": "meta.overall", "operator": "==", "value": 5}']) == 0
+    out = capsys.readouterr().out
+    expected = [f"R{n:03d}" for n in range(40) if n % 2 == 0 and rating(n) == 5]
+    assert f"{len(expected)} review(s) for P0" in out and all(f"document {i}" in out for i in expected)
+    assert main(["search", "battery", "--collection", "amz", "--filter", "{rating: 4}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: The filter is not JSON") and len(err.strip().splitlines()) == 1
+    assert main(["ask", "battery", "--collection", "amz", "--item", "P0", "--filter", '{"field": "meta.zip", "operator": "<", "value": 3}']) == 2
+    assert "holds text there" in capsys.readouterr().err
+
+
+@pytest.mark.opensearch
+def test_a_rating_filter_on_a_real_search_server(opensearch_url, tmp_path, tiny_subjqa, reviews):
+    from qa_system.stores import delete_opensearch_index
+
+    settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="opensearch", opensearch_url=opensearch_url)
+    name = f"qa-filters-{uuid.uuid4().hex[:8]}"
+    try:
+        ingest(settings, reviews, name, OPTIONS, embed=False, progress=False)
+        pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, name, embeddings=False, progress=False))
+        documents = pipeline.run("battery screen", item_id="P1", filters=RATING_AT_LEAST_4, top_k=50)["documents"]
+        assert {d.meta["document_id"] for d in documents} == {f"R{n:03d}" for n in range(40) if n % 2 == 1 and rating(n) >= 4}
+        cheap = {"operator": "AND", "conditions": [{"field": "meta.price", "operator": "<", "value": 10}, {"field": "meta.reviewTime", "operator": "<", "value": "2013-06-01"}]}
+        documents = pipeline.run("battery", filters=cheap, top_k=50)["documents"]
+        assert sorted(d.meta["document_id"] for d in documents) == [f"R{n:03d}" for n in range(10) if 1 + n % 12 < 6]
+    finally:
+        delete_opensearch_index(settings, name)
