@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from test_filters import OPTIONS, rating, write_reviews
-from test_ui import answer_cards, app_env, ask, cards_html, messages, page, resources  # noqa: F401  (fixtures)
+from test_ui import answer_cards, app_env, ask, cards_html, messages, page  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,6 @@ def rated_collection(app_env, tmp_path_factory) -> str:  # noqa: F811
     source = write_reviews(tmp_path_factory.mktemp("rated") / "reviews.csv")
     settings = Settings.from_env(home=Path(app_env["QA_HOME"]), data_dir=Path(app_env["QA_DATA_DIR"]))
     ingest(settings, source, "rated", OPTIONS, embed=False, progress=False)
-    resources.collections.clear()
     return "rated"
 
 
@@ -44,7 +43,6 @@ def test_metadata_is_shown_as_text_and_a_bad_filter_is_a_message(page, rated_col
     source.write_text('text,note\nThe kettle boils water fast.,"<img src=x onerror=alert(1)> **bold** [x](http://a.test)"\n', encoding="utf-8")
     settings = Settings.from_env(home=Path(app_env["QA_HOME"]), data_dir=Path(app_env["QA_DATA_DIR"]))
     ingest(settings, source, "hostile-meta", IngestOptions(), embed=False, progress=False)
-    resources.collections.clear()
     at = ask(page(collection="hostile-meta"), "Does it boil water?")
     assert not at.exception and not at.error
     shown = " ".join(cards_html(at))
