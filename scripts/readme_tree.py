@@ -31,8 +31,8 @@ OTHERS = {
     "data/": "a small sample of our own making: reviews.csv and labels.csv (see data/README.md)",
     "models/": "the reader this project trains, with its model card",
     "tests/": "pytest (tiny corpora the tests write, plus the real SubjQA files)",
-    "Dockerfile": "one image (scripts/install.sh) for the API and the page",
-    "docker-compose.yml": "the API and the page beside Elasticsearch",
+    "Dockerfile": "one image (scripts/install.sh --no-test) for the API and the page",
+    "docker-compose.yml": "the API and the page over your own documents; Elasticsearch or OpenSearch by profile",
 }
 
 
