@@ -146,3 +146,21 @@ def test_a_hayhooks_server_deploys_the_exported_pipeline_and_answers_on_loopback
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_hybrid_retrieval_pipeline_exports_with_the_saved_embeddings_and_ranks_as_search_does(settings, tmp_path):
+    from qa_system.pipelines import build_retrieval_pipeline
+
+    build_index(settings, "electronics", embed=True, progress=False)
+    output = tmp_path / "hybrid.yml"
+    assert main(["export-pipeline", "retrieval", "--retriever", "hybrid", "--top-k", "3", "--output", str(output),
+                 "--data-dir", str(settings.data_dir), "--home", str(settings.home), "--store", "memory"]) == 0
+    definition = yaml.safe_load(output.read_text(encoding="utf-8"))
+    assert definition["inputs"] == {"query": ["sparse_retriever.query", "query_embedder.text"], "filters": ["sparse_retriever.filters", "dense_retriever.filters"]}
+    assert definition["outputs"] == {"documents": "fusion.documents"}
+    pipeline = Pipeline.loads(output.read_text(encoding="utf-8"), allowed_modules=["qa_system"])
+    question = "How is the bass?"
+    exported = pipeline.run({"sparse_retriever": {"query": question}, "query_embedder": {"text": question}})["fusion"]["documents"]
+    searched = build_retrieval_pipeline("hybrid", settings).run(question, top_k=3)["documents"]
+    assert [d.id for d in exported] == [d.id for d in searched] and exported[0].meta["review_id"] == "r-phones-1"
+    assert [d.score for d in exported] == pytest.approx([d.score for d in searched])
