@@ -17,5 +17,5 @@ ENV PATH=/app/.venv/bin:$PATH QA_DATA_DIR=/data/documents/subjqa QA_HOME=/data/q
 USER qa
 EXPOSE 8000 8501
 # Indexes QA_DOCUMENTS into QA_COLLECTION first when both are set, then runs the command.
-ENTRYPOINT ["scripts/docker_entrypoint.sh"]
+ENTRYPOINT ["sh", "/app/scripts/docker_entrypoint.sh"]
 CMD ["qa-system", "api", "--host", "0.0.0.0", "--port", "8000"]
