@@ -98,7 +98,9 @@ class Progress:
     def set_postfix(self, **values: Any) -> None:
         """Figures shown beside the count (e.g. ``embedded=1200``)."""
         self.postfix = values
-        if self.bar is not None and not (self.total is None and self.fraction is not None):
+        if self.bar is not None and self.total is None and self.fraction is not None:
+            self.bar.set_postfix_str(self._postfix_text(self.clock(), with_share=True), refresh=False)
+        elif self.bar is not None:
             self.bar.set_postfix(values, refresh=False)
 
     def close(self, failed: bool = False) -> None:
