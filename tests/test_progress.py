@@ -126,3 +126,29 @@ def test_index_input_into_a_log_prints_progress_lines_not_silence(tmp_path, caps
     assert all(re.fullmatch(r"indexing mine: [\d,]+ documents \(~\d+% of the source\), [\d,.]+ documents/s(, \S+ left)?(, embedded \d+)?", line) for line in lines[:-1]), lines
     assert [int(re.search(r"(\d+) documents", line)[1]) for line in lines[:-1]] == list(range(1, 41))
     assert re.fullmatch(r"indexing mine: done, 40 documents in \d+s, [\d,.]+ documents/s, embedded 0", lines[-1]), lines[-1]
+
+
+def test_reader_training_into_a_log_prints_its_steps_with_rate_and_loss(tmp_path, capsys, monkeypatch):
+    """A real (tiny) train_reader run with stderr not a terminal: a line per step here, the trainer's own printing gone."""
+    import qa_system.progress
+    from test_reading import tiny_model_dir
+    from test_training import REVIEW, labelled
+
+    from qa_system.sources.squad import write_squad
+    from qa_system.sources.subjqa import GoldAnswer
+    from qa_system.training.reader import TrainingConfig, train_reader
+
+    monkeypatch.setattr(qa_system.progress, "LOG_EVERY_S", 0)
+    start = REVIEW.index("battery lasts")
+    write_squad([labelled(f"t{i}", [GoldAnswer("battery lasts", start)]) for i in range(3)], tmp_path / "train.json")
+    write_squad([labelled("d1", [GoldAnswer("battery lasts", start)]), labelled("d2", [])], tmp_path / "dev.json")
+    base = tiny_model_dir(tmp_path / "base", question_answering=False)
+    config = TrainingConfig(epochs=1, batch_size=2, max_steps=2, max_seq_length=48, doc_stride=16)
+    train_reader([tmp_path / "train.json"], [tmp_path / "dev.json"], str(base), tmp_path / "reader", config=config, progress=True)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("training the reader: ")]
+    assert [re.match(r"training the reader: (\d+)/2 steps", line)[1] for line in lines[:-1]] == ["1", "2"], captured.err
+    assert all(re.search(r", [\d.,]+ steps/s, \S+ left(, loss \d+\.\d{4})?$", line) for line in lines[:-1]), lines
+    assert lines[-2].endswith(tuple("0123456789")) and ", loss " in lines[-2]  # the last loss logged so far (logs follow their step)
+    assert re.fullmatch(r"training the reader: done, 2/2 steps in \d+s, [\d.,]+ steps/s, loss \d+\.\d{4}", lines[-1]), lines
+    assert "{'loss'" not in captured.out + captured.err  # no printed dict per logged step
