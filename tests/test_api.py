@@ -15,13 +15,12 @@ from typing import Iterator
 import httpx
 import pytest
 import uvicorn
-import yaml
 from conftest import write_subjqa
 from openai_stub import MODEL, OpenAIStub
 from prometheus_client.parser import text_string_to_metric_families
 
-from qa_system.cli import build_parser, main
-from qa_system.config import REPO_ROOT, Settings
+from qa_system.cli import main
+from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, ingest
 from qa_system.serving.api import create_app, serve_api
@@ -731,20 +730,3 @@ def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, 
     assert report["Over time"] and {"from_s", "throughput_qps", "p95_ms", "memory_mb"} <= set(report["Over time"][0])
     assert (out / "over_time.png").stat().st_size > 0
 
-
-# ------------------------------------------------------------------------------ deployment
-
-
-def test_compose_runs_the_api_and_the_page_from_one_image_with_commands_the_cli_accepts():
-    services = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text(encoding="utf-8"))["services"]
-    assert "bash scripts/install.sh" in (REPO_ROOT / "Dockerfile").read_text(encoding="utf-8")
-    assert services["api"]["build"] == services["ui"]["build"] == "." and services["api"]["image"] == services["ui"]["image"]
-    for name, port in (("api", 8000), ("ui", 8501)):
-        args = build_parser().parse_args(services[name]["command"][1:])
-        assert services[name]["command"][0] == "qa-system" and args.command == name and args.port == port
-        assert services[name]["environment"]["QA_ES_URL"] == "http://elasticsearch:9200"
-    assert "http://127.0.0.1:8000/health" in " ".join(services["api"]["healthcheck"]["test"])
-    assert services["ui"]["depends_on"]["api"]["condition"] == "service_healthy"  # the API builds the index first
-    assert services["api"]["depends_on"]["elasticsearch"]["condition"] == "service_healthy"
-    assert services["opensearch"]["profiles"] == ["opensearch"]
-    assert all(port.startswith("127.0.0.1:") for service in services.values() for port in service.get("ports", []))

@@ -1,7 +1,7 @@
 """`qa-system` command line: a thin door onto the library.
 
 Every command parses its flags into ``Settings`` and calls one library function; each command
-group lives in its own module (``index``, ``ask``, ``evaluate``, ``train``, ``selector``, ``tune``, ``serve``, ``bench``).
+group lives in its own module (``index``, ``ask``, ``evaluate``, ``train``, ``selector``, ``tune``, ``serve``, ``export``, ``bench``).
 A ``QAError`` (bad input the user can fix) is printed as one line on stderr with exit code 2,
 never a traceback. The library logs through ``logging``; while a command runs, its warnings and
 errors are lines on stderr, and the INFO records of ``INFO_LOGGERS`` lines on stdout.
@@ -15,11 +15,11 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from qa_system.cli import ask, bench, evaluate, index, selector, serve, train, tune
+from qa_system.cli import ask, bench, evaluate, export, index, selector, serve, train, tune
 from qa_system.cli.options import Options, common_options, generator_options
 from qa_system.errors import QAError
 
-COMMAND_GROUPS = (index, ask, evaluate, train, selector, tune, serve, bench)
+COMMAND_GROUPS = (index, ask, evaluate, train, selector, tune, serve, export, bench)
 # Library loggers whose INFO records are part of a command's output, on stdout: the addresses the
 # search page and the API serve on. The rest of the library shows its warnings and errors only.
 INFO_LOGGERS = ("qa_system.serving.webapp", "qa_system.serving.api.server")

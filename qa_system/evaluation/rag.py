@@ -161,10 +161,10 @@ def summarize_rag(records: pd.DataFrame) -> pd.DataFrame:
 
 def run_system(pipeline: QAPipeline, questions: Sequence[LabelledQuestion], top_k: int, progress: bool, desc: str) -> pd.DataFrame:
     """One answer record per question (``answer_record``) from running ``pipeline`` on each, with a progress bar titled ``desc``."""
-    from tqdm.auto import tqdm
+    from qa_system.progress import track
 
     records = []
-    for question in tqdm(questions, desc=desc, disable=not progress):
+    for question in track(questions, desc, "questions", enabled=progress):
         result = pipeline.run(question.question, item_id=question.item_id, split=question.split, top_k=top_k)
         records.append(answer_record(question, result))
     return pd.DataFrame.from_records(records)

@@ -83,9 +83,9 @@ def readers_own_decision(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def _progress(questions: Sequence[LabelledQuestion], progress: bool, desc: str):
-    from tqdm.auto import tqdm
+    from qa_system.progress import track
 
-    return tqdm(questions, desc=desc, disable=not progress)
+    return track(questions, desc, "questions", enabled=progress)
 
 
 def evaluate_reader(

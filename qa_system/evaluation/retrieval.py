@@ -36,12 +36,12 @@ from typing import Callable, Sequence
 import matplotlib.pyplot as plt
 import pandas as pd
 from haystack import Document
-from tqdm.auto import tqdm
 
 from qa_system.config import CANDIDATE_PROTOCOLS
 from qa_system.errors import QAError, check_count
 from qa_system.evaluation.gold import check_golds, pooled_documents
 from qa_system.metrics.ranking import DEFAULT_KS, retrieval_metrics
+from qa_system.progress import track
 from qa_system.retrieval.filters import make_filters
 from qa_system.sources import LabelledQuestion
 from qa_system.stores.meta_filters import document_matches
@@ -145,7 +145,7 @@ def run_retriever(
     ``pooled`` (``evaluation.gold.pooled_documents``): question id -> its relevant documents under the pooled gold.
     """
     records = []
-    for question in tqdm(questions, desc=f"retrieving {label}".strip(), unit="q", disable=not progress):
+    for question in track(questions, f"retrieving {label}".strip(), "questions", enabled=progress):
         start = time.perf_counter()
         documents = retrieve(question, depth)
         latency = time.perf_counter() - start

@@ -127,12 +127,12 @@ def embed_documents(
     Embeds in chunks of ``EMBED_CHUNK`` batches so that a caller (the search page's progress bar)
     hears ``on_progress(done, total)`` while the long first indexing runs.
     """
-    from tqdm.auto import tqdm
+    from qa_system.progress import Progress
 
     embedder = document_embedder(model, batch_size)
     chunk = EMBED_CHUNK * batch_size
     embedded: list[Document] = []
-    with tqdm(total=len(documents), desc="embedding", unit="review", disable=not progress) as bar:
+    with Progress(len(documents), "embedding", "reviews", enabled=progress) as bar:
         for begin in range(0, len(documents), chunk):
             embedded += embedder.run(documents=documents[begin : begin + chunk])["documents"]
             bar.update(len(embedded) - bar.n)

@@ -388,22 +388,23 @@ class _Run:
         self.batch: list[tuple[str, str, dict]] = []  # (document id, text, metadata) of new and changed documents
 
     def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
-        from tqdm.auto import tqdm
+        from qa_system.progress import Progress
 
         self._type_columns(opened.types)
         self.report = report = IngestReport(self.collection, self.settings.store, opened.name, notes=[*self.notes, *self.reasons])
         if self.vector_search is False:
             report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
-        # disable=None: no bar when stderr is not a terminal (logs, tests), where the summary says it all.
-        with tqdm(desc=f"indexing {self.collection}", unit=" documents", disable=None if progress else True) as bar:
+        # The total is unknown (the source is read as a stream): the share of it read so far gives the time left.
+        with Progress(None, f"indexing {self.collection}", "documents", enabled=progress, fraction=opened.fraction) as bar:
             for record in opened.records:
                 if self._add(record):
                     bar.update()
                 if len(self.batch) >= BATCH:
                     self._flush(staged, opened)
-                    bar.set_postfix(embedded=report.embedded, refresh=False)
+                    bar.set_postfix(embedded=report.embedded)
             if self.batch:
                 self._flush(staged, opened)
+                bar.set_postfix(embedded=report.embedded)
         counts = opened.counts
         report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
         report.files_unreadable, report.links_skipped = counts.files_unreadable, counts.links_skipped

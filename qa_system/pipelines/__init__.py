@@ -13,7 +13,8 @@ answer stage appended (``extractive.yml``, or ``rag.yml`` for generated answers)
 Haystack pipeline.
 
 ``QAPipeline.run(query, item_id=..., top_k=...)`` is the one calling convention used by the CLI,
-the UI and the evaluation; ``.pipeline`` is the plain Haystack pipeline.
+the UI and the evaluation; ``.pipeline`` is the plain Haystack pipeline. ``export_pipeline`` writes
+that pipeline as plain Haystack YAML, settings resolved, which ``Pipeline.loads`` and Hayhooks read as it is.
 """
 
 from qa_system.pipelines.loading import (
@@ -25,9 +26,11 @@ from qa_system.pipelines.loading import (
     load_pipeline,
     render_pipeline_yaml,
 )
+from qa_system.pipelines.portable import SavedMemoryStore, export_pipeline
 from qa_system.pipelines.qa_pipeline import QAPipeline, build_qa_pipeline, build_retrieval_pipeline, check_embeddings, validate_question
 
 __all__ = [
-    "ANSWER_STAGES", "FUSION_CANDIDATES", "PIPELINES_DIR", "RERANK_CANDIDATES", "RETRIEVAL_OUTPUT", "QAPipeline", "build_qa_pipeline",
-    "build_retrieval_pipeline", "check_embeddings", "load_pipeline", "render_pipeline_yaml", "validate_question",
+    "ANSWER_STAGES", "FUSION_CANDIDATES", "PIPELINES_DIR", "RERANK_CANDIDATES", "RETRIEVAL_OUTPUT", "QAPipeline", "SavedMemoryStore",
+    "build_qa_pipeline", "build_retrieval_pipeline", "check_embeddings", "export_pipeline", "load_pipeline", "render_pipeline_yaml",
+    "validate_question",
 ]

@@ -1,20 +1,16 @@
-"""The trainers' terminal output: a progress bar, without the line per logged step that transformers prints."""
+"""The trainers' output: the steps as ``qa_system.progress`` shows them (a bar in a terminal, a log line every few
+seconds elsewhere), without the line per logged step that transformers prints."""
 
 from __future__ import annotations
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-
-class StepProgress(ProgressCallback):
-    """The trainer's progress bar, without a printed line per logged step."""
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        """Logs go to the run's own epoch record, not to the terminal."""
+from qa_system.progress import training_progress
 
 
-def quiet_progress(trainer, progress: bool) -> None:
-    """Replace the trainer's printers by one progress bar (or none when ``progress`` is off)."""
+def quiet_progress(trainer, progress: bool, desc: str = "training") -> None:
+    """Replace the trainer's printers by one progress display titled ``desc`` (or none when ``progress`` is off)."""
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     if progress:
-        trainer.add_callback(StepProgress())
+        trainer.add_callback(training_progress(desc))

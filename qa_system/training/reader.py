@@ -344,7 +344,7 @@ def train_reader(
         data_collator=lambda batch: pad_batch(batch, tokenizer), teacher=_teacher(distillation, tokenizer), distillation=distillation,
         callbacks=[_selection_callback(evaluate, save_best, selected, config.patience, selection, began), *callbacks],
     )
-    quiet_progress(trainer, progress)  # a progress bar, not a printed line per step
+    quiet_progress(trainer, progress, "training the reader")  # a progress bar or log lines, not a printed line per step
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     return _finish(output_dir, selection, began)
 

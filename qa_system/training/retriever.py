@@ -573,7 +573,7 @@ def train_retriever(
         train_dataset=Dataset.from_dict(columns), loss=ReviewRankingLoss(encoders, config.scale), data_collator=ReviewCollator(encoders, reviews),
         callbacks=[selection, *callbacks],
     )  # fmt: skip
-    quiet_progress(trainer, progress)  # the progress bar and one line per epoch say enough
+    quiet_progress(trainer, progress, "training the question encoder")  # the progress and one line per epoch say enough
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finished = trainer.state.global_step >= total_steps or selection.stale >= config.patience
     result = RetrieverTrainingResult(output_dir, selection.best["epoch"], selection.best["dev"], selection.history, time.time() - began, trainer.state.global_step, finished)

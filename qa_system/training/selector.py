@@ -60,10 +60,10 @@ def read_documents_record(reader: ExtractiveReader, question: str, documents: Se
 
 def read_questions(reader: ExtractiveReader, questions: Sequence[Any], retrieve: Retrieve, modes: Sequence[str] = MODES, progress: bool = True) -> list[dict]:
     """One record per question: its gold answers and, per mode, the documents read (``retrieve(question, mode)``)."""
-    from tqdm.auto import tqdm
+    from qa_system.progress import track
 
     records = []
-    for question in tqdm(questions, desc="reading for the selector", disable=not progress):
+    for question in track(questions, "reading for the selector", "questions", enabled=progress):
         modes_read = {mode: read_documents_record(reader, question.question, retrieve(question, mode)) for mode in modes}
         records.append({
             "id": question.id, "question": question.question, "item_id": question.item_id, "domain": question.domain,

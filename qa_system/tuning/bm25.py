@@ -24,7 +24,6 @@ from typing import Sequence
 
 import pandas as pd
 from haystack.document_stores.in_memory import InMemoryDocumentStore
-from tqdm.auto import tqdm
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
@@ -32,6 +31,7 @@ from qa_system.evaluation.report import write_report
 from qa_system.evaluation.retrieval import run_retriever
 from qa_system.ingestion.labels import Labels, evaluation_questions, labels_index
 from qa_system.metrics.ranking import retrieval_metrics
+from qa_system.progress import track
 from qa_system.retrieval.bm25 import BM25sRetriever
 from qa_system.retrieval.filters import make_filters
 from qa_system.sources import SPLITS, load_subjqa
@@ -113,7 +113,7 @@ def tune_bm25(
     store.write_documents(documents)
     rows = [
         {**asdict(setting), **score_setting(store, questions, setting)}
-        for setting in tqdm(grid or bm25_grid(), desc=f"BM25 settings ({what})", unit="setting")
+        for setting in track(grid or bm25_grid(), f"BM25 settings ({what})", "settings")
     ]
     table = pd.DataFrame(rows).sort_values(list(RANK_BY), ascending=False, kind="stable").reset_index(drop=True)
     table[["stemmer_language", "stopwords"]] = table[["stemmer_language", "stopwords"]].fillna("none")

@@ -21,10 +21,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from haystack import Pipeline
-from tqdm.auto import tqdm
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
+from qa_system.progress import track
 from qa_system.retrieval.fitted import DEFAULT_RETRIEVER_WEIGHT, MANIFEST_KEY, encoder_key, fits, model_key, reader_key
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, ranking_scores
 from qa_system.sources import LabelledQuestion, load_subjqa
@@ -82,7 +82,7 @@ def fit_fusion_on_dev(settings: Settings, domain: str, index: Index, split: str 
     sparse = build_retrieval_pipeline("bm25", settings, index=index)
     dense = build_retrieval_pipeline("dense", settings, index=index)
     candidates = []
-    for question in tqdm(questions, desc=f"fusion candidates ({domain} {split})", unit="q"):
+    for question in track(questions, f"fusion candidates ({domain} {split})", "questions"):
         ask = dict(item_id=question.item_id, split=question.split, top_k=FUSION_CANDIDATES)
         candidates.append(RankedCandidates(sparse.run(question.question, **ask)["documents"], dense.run(question.question, **ask)["documents"], question.document_id))
     parameters, scores = fit_fusion(candidates)
@@ -116,7 +116,7 @@ def fit_rerank_on_dev(
     ranker = AnswerabilityRanker(settings.reader_model)
     ranker.warm_up()
     read = []
-    for question in tqdm(questions, desc=f"reading candidates ({domain} {split})", unit="q"):
+    for question in track(questions, f"reading candidates ({domain} {split})", "questions"):
         documents = pipeline.run(question.question, item_id=question.item_id, split=question.split, top_k=RERANK_CANDIDATES)["documents"]
         read.append((documents, ranker.answerability(question.question, documents), question.document_id))
     scores = {w: ranking_scores((mix(docs, answerability, w), relevant) for docs, answerability, relevant in read) for w in weights}

@@ -1,0 +1,166 @@
+"""`qa-system export-pipeline`: the YAML it writes loads with plain `Pipeline.loads` and answers, and a real
+Hayhooks server on loopback deploys it and answers over its own API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from haystack import Pipeline
+
+from qa_system.cli import main
+from qa_system.config import REPO_ROOT
+from qa_system.ingestion.indexing import build_index
+from qa_system.model_files import model_fingerprint
+from qa_system.reading.selection import SELECTOR_FILE
+from search_server import free_port
+
+SHIPPED_READER = REPO_ROOT / "models" / "reader-minilm-subjqa"
+QUESTION = "Is it good for reading?"
+KINDLE = {"field": "meta.item_id", "operator": "==", "value": "KINDLE"}
+
+
+@pytest.fixture(scope="module")
+def selector_for_the_shipped_reader(tmp_path_factory) -> Path:
+    """An answer selector (fitted on synthetic readings) that says it was trained for the shipped reader."""
+    from test_selector import synthetic_records
+
+    from qa_system.training.selector import fit_selector, selector_frames
+
+    folder = tmp_path_factory.mktemp("selector")
+    questions, spans = selector_frames(synthetic_records(240))
+    fit_selector(questions, spans, folder, {"reader_fingerprint": model_fingerprint(SHIPPED_READER)}, folds=3)
+    assert json.loads((folder / SELECTOR_FILE).read_text())["reader_fingerprint"]
+    return folder
+
+
+def export(settings, tmp_path: Path, *flags: str) -> Path:
+    """Run `qa-system export-pipeline` on the tiny SubjQA index; the written file's path."""
+    build_index(settings, "electronics", embed=False, progress=False)
+    output = tmp_path / "exported" / "extractive.yml"
+    code = main([
+        "export-pipeline", "extractive", "--output", str(output), "--data-dir", str(settings.data_dir), "--home", str(settings.home),
+        "--store", "memory", "--reader-model", str(SHIPPED_READER), "--reader-backend", "torch", *flags,
+    ])
+    assert code == 0
+    return output
+
+
+@pytest.fixture
+def exported(settings, tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("QA_SELECTOR_MODEL", "none")
+    return export(settings, tmp_path)
+
+
+def test_the_exported_yaml_loads_with_pipeline_loads_and_answers(exported):
+    text = exported.read_text(encoding="utf-8")
+    assert "${" not in text and "$$" not in text  # no placeholder left: every setting resolved
+    pipeline = Pipeline.loads(text, allowed_modules=["qa_system"])  # plain Haystack, nothing of qa_system.pipelines' loader
+    assert set(pipeline.graph.nodes) == {"sparse_retriever", "reader"}  # no selector fits this reader: left out, as ask does
+    result = pipeline.run({"sparse_retriever": {"query": QUESTION, "filters": KINDLE}, "reader": {"query": QUESTION}},
+                          include_outputs_from={"sparse_retriever"})
+    documents = result["sparse_retriever"]["documents"]
+    assert len(documents) == 3 and {d.meta["item_id"] for d in documents} == {"KINDLE"}  # --top-k 3, the filter applied
+    assert documents[0].meta["review_id"] == "r-kindle-1"
+    best = result["reader"]["answers"][0]
+    assert best.document.meta["review_id"] == "r-kindle-1"
+    assert best.document.content[best.document_offset.start : best.document_offset.end] == best.data
+    assert "reading" in best.data or "screen" in best.data
+
+
+def test_hayhooks_sees_inputs_and_outputs_and_the_selector_stays_when_it_fits(settings, tmp_path, monkeypatch, selector_for_the_shipped_reader):
+    monkeypatch.setenv("QA_SELECTOR_MODEL", str(selector_for_the_shipped_reader))
+    definition = yaml.safe_load(export(settings, tmp_path, "--answers", "2").read_text(encoding="utf-8"))
+    assert definition["inputs"] == {"query": ["sparse_retriever.query", "reader.query", "selector.query"], "filters": ["sparse_retriever.filters"]}
+    assert definition["outputs"] == {"documents": "sparse_retriever.documents", "answers": "selector.answers"}
+    assert definition["components"]["selector"]["init_parameters"]["top_k"] == 2
+    pipeline = Pipeline.from_dict(definition, allowed_modules=["qa_system"])
+    answers = pipeline.run({"sparse_retriever": {"query": QUESTION, "filters": KINDLE}, "reader": {"query": QUESTION},
+                            "selector": {"query": QUESTION}})["selector"]["answers"]
+    assert answers and all(0 <= a.meta["probability"] <= 1 for a in answers)
+
+
+def test_export_refuses_a_directory_as_output_in_one_line(settings, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("QA_SELECTOR_MODEL", "none")
+    build_index(settings, "electronics", embed=False, progress=False)
+    code = main(["export-pipeline", "extractive", "--output", str(tmp_path), "--data-dir", str(settings.data_dir), "--home", str(settings.home)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is a directory" in err and "Fix: name a file" in err and err.count("\n") == 1
+
+
+def _request(url: str, body: dict | None = None, timeout: float = 10) -> tuple[int, dict]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def _wait_until_up(server: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert server.poll() is None, f"hayhooks exited: {log.read_text()[-2000:]}"
+        try:
+            if _request(f"{url}/status", timeout=2)[0] == 200:
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"hayhooks did not start: {log.read_text()[-2000:]}")
+
+
+def test_a_hayhooks_server_deploys_the_exported_pipeline_and_answers_on_loopback(exported, tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "hayhooks.log"
+    env = {**os.environ, "HAYSTACK_DESERIALIZATION_ALLOWLIST": "qa_system", "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, "-c", "from hayhooks.cli import hayhooks_cli; hayhooks_cli()", "run", "--host", "127.0.0.1", "--port", str(port),
+               "--pipelines-dir", str(tmp_path / "served"), "--without-monitoring", "--without-tracing"]
+    (tmp_path / "served").mkdir()
+    with log.open("w") as output:
+        server = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        _wait_until_up(server, url, log)
+        status, body = _request(f"{url}/deploy-yaml", {"name": "reviews", "source_code": exported.read_text(encoding="utf-8"), "save_file": False}, 120)
+        assert status == 200, body
+        status, body = _request(f"{url}/reviews/run", {"query": QUESTION, "filters": KINDLE}, 180)
+        assert status == 200, body
+        documents = body["result"]["sparse_retriever"]["documents"]
+        assert [d["meta"]["item_id"] for d in documents] == ["KINDLE"] * 3 and documents[0]["meta"]["review_id"] == "r-kindle-1"
+        best = body["result"]["reader"]["answers"][0]
+        assert best["document"]["meta"]["review_id"] == "r-kindle-1"
+        offset = best["document_offset"]
+        assert best["document"]["content"][offset["start"] : offset["end"]] == best["data"]
+        assert _request(f"{url}/status")[1]["pipelines"] == ["reviews"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_hybrid_retrieval_pipeline_exports_with_the_saved_embeddings_and_ranks_as_search_does(settings, tmp_path):
+    from qa_system.pipelines import build_retrieval_pipeline
+
+    build_index(settings, "electronics", embed=True, progress=False)
+    output = tmp_path / "hybrid.yml"
+    assert main(["export-pipeline", "retrieval", "--retriever", "hybrid", "--top-k", "3", "--output", str(output),
+                 "--data-dir", str(settings.data_dir), "--home", str(settings.home), "--store", "memory"]) == 0
+    definition = yaml.safe_load(output.read_text(encoding="utf-8"))
+    assert definition["inputs"] == {"query": ["sparse_retriever.query", "query_embedder.text"], "filters": ["sparse_retriever.filters", "dense_retriever.filters"]}
+    assert definition["outputs"] == {"documents": "fusion.documents"}
+    pipeline = Pipeline.loads(output.read_text(encoding="utf-8"), allowed_modules=["qa_system"])
+    question = "How is the bass?"
+    exported = pipeline.run({"sparse_retriever": {"query": question}, "query_embedder": {"text": question}})["fusion"]["documents"]
+    searched = build_retrieval_pipeline("hybrid", settings).run(question, top_k=3)["documents"]
+    assert [d.id for d in exported] == [d.id for d in searched] and exported[0].meta["review_id"] == "r-phones-1"
+    assert [d.score for d in exported] == pytest.approx([d.score for d in searched])
