@@ -72,7 +72,7 @@ class LoadResult:
         timing = pd.DataFrame(self.records or [{}], columns=["retrieval_s", "answer_s", "queue_s", "reader_queue_s"])
         memory = [mb for _, mb in self.memory]
         return {
-            "server": self.label, "clients": self.clients, "seconds": round(self.seconds, 1), "answered": len(self.latencies),
+            "server": self.label, "clients": self.clients, "seconds": round(self.seconds, 3), "answered": len(self.latencies),
             "errors": sum(self.errors.values()), "throughput_qps": round(len(self.latencies) / self.seconds, 2),
             "p50_ms": _ms(self.latencies, 50), "p95_ms": _ms(self.latencies, 95), "p99_ms": _ms(self.latencies, 99),
             "pipeline_p50_ms": _ms(self.server_total_s, 50), "pipeline_p95_ms": _ms(self.server_total_s, 95),

@@ -59,7 +59,8 @@ def selector_fits_reader(selector: str | Path, reader: str | Path) -> bool:
         return False
     trained_for = json.loads(path.read_text(encoding="utf-8")).get("reader_fingerprint")
     if trained_for is None or trained_for != model_fingerprint(reader):
-        logger.warning("The answer selector in %s was trained for another reader than %s: the reader decides alone.", selector, reader)
+        # Info, not a warning: with another reader (a hub model, say) the default selector simply does not apply.
+        logger.info("The answer selector in %s was trained for another reader than %s: the reader decides alone.", selector, reader)
         return False
     return True
 
