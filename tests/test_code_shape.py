@@ -12,6 +12,8 @@ import ast
 import textwrap
 from pathlib import Path
 
+from test_architecture import write_package
+
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
 MAX_FUNCTION_LINES = 80
 
@@ -71,16 +73,7 @@ def test_every_public_class_and_function_has_a_docstring():
     assert undocumented(PACKAGE_ROOT) == []
 
 
-
 # ----------------------------------------------------------------------------- the checker itself
-
-
-def write_package(root: Path, files: dict[str, str]) -> Path:
-    for relative, text in files.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root / "pkg"
 
 
 def test_checker_counts_from_the_def_line_with_the_docstring_and_nested_functions(tmp_path):

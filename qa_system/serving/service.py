@@ -253,18 +253,21 @@ class QAService:
             self._open[name] = (index, size)
             self._open.move_to_end(name)
             while len(self._open) > 1 and sum(size for _, size in self._open.values()) > self.budget_bytes:
-                self._close(next(iter(self._open)))
+                oldest = next(iter(self._open))
+                freed = self._close(oldest)
+                logger.info("Closed collection '%s' (about %d MB) to stay within QA_COLLECTION_MEMORY_MB=%d.", oldest, freed // 2**20, self.settings.collection_memory_mb)
         if size > self.budget_bytes:
             logger.warning("Collection '%s' alone takes about %d MB, over QA_COLLECTION_MEMORY_MB=%d: it stays open, the others are closed.",
                            name, size // 2**20, self.settings.collection_memory_mb)  # fmt: skip
 
-    def _close(self, name: str) -> None:
-        """Forget ``name``'s index and the pipelines over it (under ``_lock``); its memory is freed once no question reads it."""
+    def _close(self, name: str) -> int:
+        """Forget ``name``'s index and the pipelines over it (under ``_lock``); its memory, about the bytes returned,
+        is freed once no question reads it."""
         index, size = self._open.pop(name)
         self._tasks.forget(("open", name))
         for key in [key for key in self._pipelines if key[0] == index.name]:
             del self._pipelines[key]
-        logger.info("Closed collection '%s' (about %d MB) to stay within QA_COLLECTION_MEMORY_MB=%d.", name, size // 2**20, self.settings.collection_memory_mb)
+        return size
 
     def close(self, collection: str) -> None:
         """Close ``collection`` now (e.g. after an upload changed it): the next question opens it afresh."""
