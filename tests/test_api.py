@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -713,6 +715,19 @@ def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
     assert main(["ask", "Is it good?", "--item", "KINDLE", "--url", f"http://127.0.0.1:{port}"]) == 2
     err = capsys.readouterr().err
     assert f"Cannot reach the API at http://127.0.0.1:{port}" in err and "`qa-system api`" in err and len(err.strip().splitlines()) == 1
+
+
+def test_ask_url_starts_without_loading_haystack_or_the_models(api):
+    # A client of a running server pays for Python and the CLI alone: 0.5 s a question against 2.7 s when
+    # `ask --url` imported Haystack (README, "One engine"). Checked by what the process imported, not by a clock.
+    code = (
+        "import sys; from qa_system.cli import main; "
+        f"code = main(['ask', 'Is it good for reading?', '--item', 'KINDLE', '--url', {api!r}]); "
+        "heavy = sorted(m for m in ('haystack', 'torch', 'transformers', 'onnxruntime', 'numpy') if m in sys.modules); "
+        "print('exit', code, 'heavy', heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "1. " in out and out.strip().endswith("exit 0 heavy []"), out
 
 
 def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):

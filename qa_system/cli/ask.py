@@ -51,11 +51,14 @@ def cmd_search(args: argparse.Namespace) -> None:
 
 def document_label(document) -> str:
     """``review R`` for SubjQA, ``document D`` for a collection's (with the passage's offset in it when split)."""
-    meta = document.meta
+    return _label(document.id, document.meta)
+
+
+def _label(document_id: str, meta: dict) -> str:
     if meta.get("review_id"):
         return f"review {meta['review_id']}"
     where = f" (from character {meta['source_offset']})" if meta.get("passages", 1) > 1 else ""
-    return f"document {meta.get('document_id', document.id)}{where}"
+    return f"document {meta.get('document_id', document_id)}{where}"
 
 
 def highlight(text: str, start: int, end: int, tty: bool) -> str:
@@ -66,12 +69,12 @@ def highlight(text: str, start: int, end: int, tty: bool) -> str:
 
 def cmd_ask(args: argparse.Namespace) -> None:
     """`qa-system ask`: the answers to a question (spans read from the reviews, or a generated answer with ``--mode rag``), with timings."""
-    from qa_system.pipelines import build_qa_pipeline
-
     settings = settings_from_args(args)
-    if args.url:
+    if args.url:  # a client of a running server: Haystack and the models are not even imported
         _ask_server(args, settings.api_token)
         return
+    from qa_system.pipelines import build_qa_pipeline
+
     index = open_index_for(args, settings, embeddings=args.retriever != "bm25")
     pipeline = build_qa_pipeline(args.retriever, settings, index=index, answer_stage=args.mode, rerank=args.rerank)
     if args.mode == "rag":
@@ -113,7 +116,7 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
 def _question(args: argparse.Namespace):
     """The ``Question`` that `ask`'s flags describe, for a server or the in-process service."""
     from qa_system.errors import QAError
-    from qa_system.serving.service import Question
+    from qa_system.serving.question import Question
 
     if args.rerank:
         raise QAError("The service answers without re-ranking.", "leave out --rerank with --url or in the shell.")
@@ -129,11 +132,12 @@ def cmd_shell(args: argparse.Namespace) -> None:
     """`qa-system shell`: questions read line by line and answered by one service (or a running API with --url),
     so that only the first pays for loading the models. ``:item ID`` picks the product, ``:quit`` (or end of input) ends."""
     from qa_system.errors import QAError
-    from qa_system.serving.service import QAService, ServedCollection
 
     settings = settings_from_args(args)
     service = None
-    if not args.url:
+    if not args.url:  # with --url, a client of the running server: the models are not even imported
+        from qa_system.serving.service import QAService, ServedCollection
+
         names = [ServedCollection(args.collection)] if args.collection else [ServedCollection(d, subjqa_domain=True) for d in args.domain]
         service = QAService(settings, names, any_collection=True)
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
@@ -170,9 +174,7 @@ def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
 
 def document_label_of(body: dict | None) -> str:
     """``document_label`` of a document as the API returns it (JSON)."""
-    from haystack import Document
-
-    return "?" if body is None else document_label(Document(id=body["id"], content=body.get("content"), meta=body.get("meta", {})))
+    return "?" if body is None else _label(body["id"], body.get("meta", {}))
 
 
 def _print_spans(answers, args: argparse.Namespace) -> None:

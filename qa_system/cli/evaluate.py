@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, depth, number, settings_from_args
-from qa_system.config import CANDIDATE_PROTOCOLS, RETRIEVERS
+from qa_system.config import CANDIDATE_PROTOCOLS, GOLD_PROTOCOLS, RETRIEVERS
 from qa_system.errors import QAError
 
 
@@ -135,10 +135,8 @@ def candidate_protocol(text: str) -> str:
 
 def gold_option(p: argparse.ArgumentParser) -> None:
     """Add ``--gold`` (annotated: the question's own review's answers; pooled: those of every review it was asked of)."""
-    from qa_system.evaluation.gold import GOLDS
-
     p.add_argument(
-        "--gold", nargs="+", choices=GOLDS, default=["annotated"],
+        "--gold", nargs="+", choices=GOLD_PROTOCOLS, default=["annotated"],
         help="annotated: the question's own review's answers (default); pooled: the answers of every review of the product the "
              "same question was asked of (unanswerable only if none has one); both: side by side",
     )

@@ -15,11 +15,12 @@ from typing import Sequence
 
 import pandas as pd
 
+from qa_system.config import GOLD_PROTOCOLS
 from qa_system.errors import QAError
 from qa_system.metrics.squad import best_scores, gold_answers, normalize_answer
 from qa_system.sources.subjqa import LabelledQuestion
 
-GOLDS = ("annotated", "pooled")
+GOLDS = GOLD_PROTOCOLS
 
 
 def check_golds(golds: str | Sequence[str]) -> list[str]:

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from qa_system.errors import NotFound, QAError, Unavailable
-from qa_system.serving.service import Question
+from qa_system.serving.question import Question
 
 
 def _error(status: int, detail: str) -> QAError:

@@ -44,6 +44,7 @@ from qa_system.reading.onnx_cache import prepare_reader
 from qa_system.retrieval.filters import check_filters
 from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
+from qa_system.serving.question import Question
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index, index_name
 from qa_system.stores.factory import saved_manifest
@@ -90,22 +91,6 @@ def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None,
     """Which pipeline produced an answer, as feedback records it: "bm25 + extractive (reader-minilm-subjqa, onnx int8)"."""
     reader = ", ".join(filter(None, [Path(settings.reader_model).name, reader_backend]))
     return f"{retriever} + {answer_stage}" + (f" ({reader})" if answer_stage == "extractive" else "")
-
-
-@dataclass(frozen=True)
-class Question:
-    """One question as a door received it; ``QAService.check`` applies the rules every door shares."""
-
-    query: str
-    item_id: str | None  # None: any document (only where the collection has no products)
-    collection: str | None = None
-    retriever: str | None = None  # None: the configured one
-    mode: str = "extractive"
-    top_k: int = 3
-    split: str | None = None  # only reviews of this SubjQA split (the page's evaluation mode)
-    top_k_reader: int | None = None
-    no_answer_threshold: float | None = None
-    filters: dict | None = None  # more conditions on the documents' metadata (Haystack's syntax), ANDed with item_id
 
 
 class QAService:

@@ -1,0 +1,25 @@
+"""One question as a door (the page, the API, `ask --url`, the shell) received it.
+
+Its own module, light on imports, so that a client of a running server (`qa-system ask --url`)
+starts without loading Haystack and the models' libraries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question as a door received it; ``QAService.check`` applies the rules every door shares."""
+
+    query: str
+    item_id: str | None  # None: any document (only where the collection has no products)
+    collection: str | None = None
+    retriever: str | None = None  # None: the configured one
+    mode: str = "extractive"
+    top_k: int = 3
+    split: str | None = None  # only reviews of this SubjQA split (the page's evaluation mode)
+    top_k_reader: int | None = None
+    no_answer_threshold: float | None = None
+    filters: dict | None = None  # more conditions on the documents' metadata (Haystack's syntax), ANDed with item_id
