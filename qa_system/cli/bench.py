@@ -36,7 +36,7 @@ def cmd_bench_page(args: argparse.Namespace) -> None:
 
     result = run_page_load(
         settings_from_args(args), args.sessions, args.seconds, args.clicks, args.split, args.out, args.timeout, args.seed,
-        progress=lambda message: print(message, file=sys.stderr, flush=True),
+        progress=lambda message: print(message, file=sys.stderr, flush=True), browser_nice=args.browser_nice,
     )  # fmt: skip
     for row in result.table().itertuples(index=False):
         print(f"{row.measurement}: {row.value}")
@@ -90,6 +90,8 @@ def register(commands, options: Options) -> None:
     p.add_argument("--split", default="test", help="the labelled electronics questions the sessions ask")
     p.add_argument("--timeout", type=number("--timeout", 0, above=True), default=120.0, help="seconds one answer (or one click's acknowledgement) may take")
     p.add_argument("--seed", type=count("--seed", 0), default=0, help="seed of the buttons clicked")
+    p.add_argument("--browser-nice", type=count("--browser-nice", 0, 19),
+                   help="how far below the page server the browsers run (default 10: they stand in for users' own machines; 0: level)")
     p.add_argument("--out", type=Path, default=Path("reports/page-load"))
     p.set_defaults(func=cmd_bench_page)
 
