@@ -256,6 +256,12 @@ def test_bench_command_writes_its_report(exported, tiny_subjqa, tmp_path, capsys
     assert {row["reader"] for row in report["reader"]} >= {"ONNX int8", "torch fp32", "Haystack TransformersExtractiveReader"}
     assert {row["stage"] for row in report["reader_profile"]} == {"tokenisation", "model", "post-processing (span search)"}
     assert {row["reader"] for row in report["reader_operators"]} == {"ONNX fp32", "ONNX int8"}
+    # Ways of sharing the cores among questions, on the same windows: batching changes nothing in fp32, moves int8 logits.
+    scheduling = {(row["reader"], row["schedule"].split(",")[0]): row for row in report["reader_scheduling"]}
+    assert {"one call per question", "4 questions per call", "8 questions per call"} <= {schedule for _, schedule in scheduling}
+    assert scheduling["ONNX fp32", "8 questions per call"]["max_logit_change"] < 1e-4
+    assert all(row["questions_per_s"] > 0 and row["ratio_to_one_call_per_question"] > 0 for row in scheduling.values())
+    assert all(row["ratio_to_one_call_per_question"] == 1 and row["max_logit_change"] == 0 for (_, s), row in scheduling.items() if s == "one call per question")
     assert report["machine"]["physical_cores"] >= 1 and "target" in capsys.readouterr().out
     assert isinstance(report["machine"]["int8_dot_product"], list)
     assert "- int8 dot-product instructions: " in (out / "report.md").read_text()

@@ -20,7 +20,7 @@ import numpy as np
 from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from qa_system.bench.measure import Timing, compare
+from qa_system.bench.measure import Timing, compare, timed
 from qa_system.metrics.squad import best_scores
 from qa_system.reading.onnx import FP32_FILE, INT8_FILE, OnnxQAModel
 from qa_system.reading.reader import ExtractiveReader
@@ -190,4 +190,58 @@ def operator_profile(readers: dict[str, Any], questions: Sequence[LabelledQuesti
             {"reader": name, "operator": op, "share": us / total, "ms_per_question": us / 1000 / len(asked)}
             for op, us in kernel_us.most_common() if us / total >= 0.001
         ]
+    return rows
+
+
+def scheduling(readers: dict[str, Any], questions: Sequence[LabelledQuestion], contexts: Sequence[list[Document]], limit: int = 100,
+               batches: Sequence[int] = (4, 8)) -> list[dict]:
+    """What the ways of sharing the cores among concurrent questions buy, per ONNX reader, on the same windows.
+
+    - one call per question with one intra-op thread per physical core (how the served lane reads);
+    - as many single-thread sessions as cores, each reading its share of the questions at once;
+    - ``batches``: that many questions' windows in one call (grouped by length, ``ReaderScheduler``'s batching),
+      with the logits' largest change from the one-call-per-question run: 0 for fp32, not for int8 (one
+      activation scale per call).
+
+    Questions per second over the first ``limit`` questions (the best of two passes), and the ratio to the first way.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from qa_system.reading.batching import run_together
+    from qa_system.reading.onnx import physical_cores
+
+    cores = physical_cores()
+    rows = []
+    for name, reader in readers.items():
+        if not isinstance(reader, ExtractiveReader) or reader._onnx is None:
+            continue
+        encodings = [reader.encode(q.question, docs)[1] for q, docs in list(zip(questions, contexts))[:limit]]
+        encodings = [{k: np.asarray(v) for k, v in e.items() if k in ("input_ids", "attention_mask", "token_type_ids")} for e in encodings if e is not None]
+        if not encodings:
+            continue
+        whole = OnnxQAModel(reader._onnx.path, threads=cores)
+        singles = [OnnxQAModel(reader._onnx.path, threads=1) for _ in range(cores)]
+        reference = [whole.logits(e) for e in encodings]
+
+        def one_call_each():
+            return [whole.logits(e) for e in encodings]
+
+        def lanes():
+            with ThreadPoolExecutor(cores) as pool:
+                parts = list(pool.map(lambda lane: [singles[lane].logits(e) for e in encodings[lane::cores]], range(cores)))
+            return [parts[i % cores][i // cores] for i in range(len(encodings))]
+
+        def batched(size: int):
+            return lambda: [r for i in range(0, len(encodings), size) for r in run_together(whole, encodings[i : i + size], 64)[0]]
+
+        ways = {f"one call per question, {cores} threads": one_call_each, f"{cores} single-thread sessions at once": lanes}
+        ways |= {f"{size} questions per call, {cores} threads": batched(size) for size in batches}
+        for way, run in ways.items():
+            seconds, outputs = min((timed(run)[::-1] for _ in range(2)), key=lambda pair: pair[0])
+            change = max(float(np.abs(a[np.isfinite(a)] - b[np.isfinite(a)]).max(initial=0.0)) for out, ref in zip(outputs, reference) for a, b in zip(out, ref))
+            rows.append({"reader": name, "schedule": way, "questions": len(encodings), "questions_per_s": len(encodings) / seconds,
+                         "ms_per_question": 1000 * seconds / len(encodings), "max_logit_change": change})
+        first = rows[-len(ways)]["questions_per_s"]
+        for row in rows[-len(ways):]:
+            row["ratio_to_one_call_per_question"] = row["questions_per_s"] / first
     return rows

@@ -148,7 +148,11 @@ def _bench_readers(settings: Settings, export_dir: Path, reviews: Sequence, ques
     readers = {reader.HAYSTACK_READER: reader.haystack_reader(settings.reader_model), **reader.project_readers(settings.reader_model, export_dir)}
     reader_rows, profile_rows, _ = reader.bench_readers(readers, questions, contexts, progress)
     operator_rows = reader.operator_profile(readers, questions, contexts)
-    return {"reader": pd.DataFrame(reader_rows), "reader_profile": pd.DataFrame(profile_rows), "reader_operators": pd.DataFrame(operator_rows)}
+    progress("reader: sharing the cores among concurrent questions (lanes, batches)")
+    return {
+        "reader": pd.DataFrame(reader_rows), "reader_profile": pd.DataFrame(profile_rows), "reader_operators": pd.DataFrame(operator_rows),
+        "reader_scheduling": pd.DataFrame(reader.scheduling(readers, questions, contexts)),
+    }  # fmt: skip
 
 
 def _memory_at(stage: str) -> dict:

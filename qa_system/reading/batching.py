@@ -131,24 +131,30 @@ class ReaderScheduler:
         return self.model.logits(job.encoding, job.batch_size)
 
     def _run_together(self, jobs: list[Job]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Every job's windows in calls grouped by length, each padded to its own longest window; logits scattered back."""
-        rows = [(j, w) for j, job in enumerate(jobs) for w in range(job.windows)]
-        lengths = np.array([int(jobs[j].encoding["attention_mask"][w].sum()) for j, w in rows])
-        shapes = [job.encoding["attention_mask"].shape for job in jobs]
-        results = [(np.full(shape, -np.inf, np.float32), np.full(shape, -np.inf, np.float32)) for shape in shapes]
-        for bucket in length_buckets(lengths, max(job.batch_size for job in jobs)):
-            longest = int(lengths[bucket].max())
-            feeds = {name: np.zeros((len(bucket), longest), np.int64) for name in self.model.input_names}
-            for row, (j, w) in enumerate(rows[i] for i in bucket):
-                tokens = _valid_columns(jobs[j].encoding["attention_mask"], w)
-                for name, array in feeds.items():
-                    array[row, : tokens.stop - tokens.start] = jobs[j].encoding[name][w, tokens]
-            start, end = self.model.session.run(list(OUTPUT_NAMES), feeds)
-            self.calls += 1
-            for row, (j, w) in enumerate(rows[i] for i in bucket):
-                tokens = _valid_columns(jobs[j].encoding["attention_mask"], w)
-                results[j][0][w, tokens], results[j][1][w, tokens] = start[row, : tokens.stop - tokens.start], end[row, : tokens.stop - tokens.start]
+        results, calls = run_together(self.model, [job.encoding for job in jobs], max(job.batch_size for job in jobs))
+        self.calls += calls
         return results
+
+
+def run_together(model: OnnxQAModel, encodings: list[dict[str, np.ndarray]], batch_size: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """Every question's windows in calls grouped by length, each padded to its own longest window; each question's
+    (start, end) logits shaped like its encoding (-inf on padding), and the number of calls made."""
+    rows = [(j, w) for j, encoding in enumerate(encodings) for w in range(len(encoding["attention_mask"]))]
+    lengths = np.array([int(encodings[j]["attention_mask"][w].sum()) for j, w in rows])
+    results = [(np.full(e["attention_mask"].shape, -np.inf, np.float32), np.full(e["attention_mask"].shape, -np.inf, np.float32)) for e in encodings]
+    buckets = length_buckets(lengths, batch_size)
+    for bucket in buckets:
+        longest = int(lengths[bucket].max())
+        feeds = {name: np.zeros((len(bucket), longest), np.int64) for name in model.input_names}
+        for row, (j, w) in enumerate(rows[i] for i in bucket):
+            tokens = _valid_columns(encodings[j]["attention_mask"], w)
+            for name, array in feeds.items():
+                array[row, : tokens.stop - tokens.start] = encodings[j][name][w, tokens]
+        start, end = model.session.run(list(OUTPUT_NAMES), feeds)
+        for row, (j, w) in enumerate(rows[i] for i in bucket):
+            tokens = _valid_columns(encodings[j]["attention_mask"], w)
+            results[j][0][w, tokens], results[j][1][w, tokens] = start[row, : tokens.stop - tokens.start], end[row, : tokens.stop - tokens.start]
+    return results, len(buckets)
 
 
 def _valid_columns(mask: np.ndarray, window: int) -> slice:
