@@ -168,6 +168,22 @@ def vote(at: AppTest, rank: int, *verdicts: str) -> AppTest:
     return at.run()
 
 
+def test_a_click_that_cannot_be_stored_is_said_in_its_card_and_not_acknowledged(page, monkeypatch):
+    from qa_system.errors import QAError
+    from qa_system.serving.feedback import FeedbackStore
+
+    def refuse(self, feedback):
+        raise QAError("The feedback database is read-only.", "point QA_FEEDBACK_DB at a writable file.")
+
+    at = page()
+    ask(at, "How is the bass?", "HEADPHONES")
+    monkeypatch.setattr(FeedbackStore, "record", refuse)
+    vote(at, 1, "correct")
+    # Shown as text: the message's Markdown characters are escaped.
+    assert not at.exception and any("The feedback database is read-only" in w.value.replace("\\", "") for w in at.warning)
+    assert not [c.value for c in at.caption if c.value.startswith("Saved")]  # nothing acknowledged that was not stored
+
+
 def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
     at = page()
     ask(at, "How is the bass?", "HEADPHONES")
