@@ -20,15 +20,13 @@ from qa_system.errors import QAError
 from qa_system.metrics.squad import best_scores, gold_answers, normalize_answer
 from qa_system.sources.subjqa import LabelledQuestion
 
-GOLDS = GOLD_PROTOCOLS
-
 
 def check_golds(golds: str | Sequence[str]) -> list[str]:
     """The gold definitions asked for, in order, each once; a QAError names an unknown one."""
     golds = [golds] if isinstance(golds, str) else list(golds)
-    unknown = [g for g in golds if g not in GOLDS]
+    unknown = [g for g in golds if g not in GOLD_PROTOCOLS]
     if unknown or not golds:
-        raise QAError(f"Unknown gold '{unknown[0]}'." if unknown else "No gold given.", f"use {' or '.join(GOLDS)} (or both).")
+        raise QAError(f"Unknown gold '{unknown[0]}'." if unknown else "No gold given.", f"use {' or '.join(GOLD_PROTOCOLS)} (or both).")
     return list(dict.fromkeys(golds))
 
 
