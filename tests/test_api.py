@@ -730,6 +730,14 @@ def test_ask_url_starts_without_loading_haystack_or_the_models(api):
     assert "1. " in out and out.strip().endswith("exit 0 heavy []"), out
 
 
+def test_the_load_test_serves_the_configured_reader_by_default(api_settings, tmp_path):
+    from qa_system.bench.api import run_api_bench
+
+    # `qa-system bench api --clients 8 --seconds 60` measures what `qa-system api` serves (int8 ONNX unless configured otherwise).
+    table = run_api_bench(api_settings.with_(reader_backend="onnx"), tmp_path / "bench", clients=1, seconds=1, questions=2, progress=lambda m: None)
+    assert list(table["server"]) == ["onnx reader"] and table["answered"].iloc[0] >= 1 and table["errors"].iloc[0] == 0
+
+
 def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("QA_DATA_DIR", str(api_settings.data_dir))
     out = tmp_path / "bench-api"

@@ -172,7 +172,7 @@ def load_questions(settings: Settings, domain: str, split: str, limit: int, seed
 def run_api_bench(
     settings: Settings,
     out_dir: str | Path = "reports/bench-api",
-    backends: Sequence[str] = ("torch",),
+    backends: Sequence[str] | None = None,
     clients: int = 8,
     seconds: float = 60.0,
     url: str | None = None,
@@ -184,8 +184,10 @@ def run_api_bench(
     seed: int = 0,
     progress: Callable[[str], None] = print,
 ) -> pd.DataFrame:
-    """The load test against ``url``, or against a server started for each of ``backends``; writes a report to ``out_dir``."""
+    """The load test against ``url``, or against a server started for each of ``backends`` (None: the configured
+    reader backend, as `qa-system api` serves it); writes a report to ``out_dir``."""
     clients = check_count(clients, "clients", 1, 256)
+    backends = backends or (settings.reader_backend,)
     bodies = load_questions(settings, domain, split, check_count(questions, "questions"), seed, retriever, check_count(top_k, "top_k"))
     results = []
     if url:

@@ -99,7 +99,8 @@ def register(commands, options: Options) -> None:
     options.domain(p)
     p.add_argument("--clients", type=count("--clients", 1, 256), default=8, help="concurrent clients, each asking back to back")
     p.add_argument("--seconds", type=number("--seconds", 0, above=True), default=60.0, help="how long the load lasts")
-    p.add_argument("--backends", nargs="+", choices=READER_BACKENDS, default=["torch"], help="reader backends to serve in turn, one server each (ratio of the two)")
+    p.add_argument("--backends", nargs="+", choices=READER_BACKENDS,
+                   help="reader backends to serve in turn, one server each (ratio of the two); default: the configured one (onnx: int8)")
     p.add_argument("--url", help="measure this running server instead of starting one (e.g. http://127.0.0.1:8000)")
     p.add_argument("--split", default="test", help="labelled questions of this split are asked")
     p.add_argument("--questions", type=count("--questions"), default=200, help="distinct questions, asked in turn")
