@@ -169,3 +169,20 @@ def test_exports_written_to_one_file_at_once_are_each_read_whole(store, tmp_path
         list(pool.map(export_and_read, range(40)))
     assert read == [300] * 40
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing left aside
+
+
+@pytest.mark.parametrize("blocked", ["a file where the folder should be", "a folder where the file should be"])
+def test_a_database_that_cannot_be_opened_is_one_unavailable_line(tmp_path, blocked):
+    from qa_system.errors import Unavailable
+
+    if blocked.startswith("a file"):
+        (tmp_path / "blocker").write_text("not a folder")
+        path = tmp_path / "blocker" / "feedback.sqlite"
+    else:
+        path = tmp_path / "feedback.sqlite"
+        path.mkdir()
+    store = FeedbackStore(path)
+    for call in (store.counts, store.all, lambda: store.record(click("correct"))):
+        with pytest.raises(Unavailable, match=r"The feedback database .* cannot be used .*QA_FEEDBACK_DB") as caught:
+            call()
+        assert len(str(caught.value).splitlines()) == 1

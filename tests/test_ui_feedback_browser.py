@@ -71,3 +71,35 @@ def test_every_click_of_concurrent_users_is_one_row(tmp_path, tiny_reader):
 def stored(tmp_path) -> list[tuple[str, int]]:
     with sqlite3.connect(tmp_path / "home" / "feedback.sqlite") as connection:
         return connection.execute("SELECT verdict, COUNT(*) FROM feedback GROUP BY verdict").fetchall()
+
+
+def test_a_feedback_database_that_cannot_be_written_is_one_message_shown_as_text(tmp_path, tiny_reader):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from qa_system.bench.browser import ask_in_browser
+
+    hostile = "**bold** <img src=x onerror=alert(1)> _it_ [link](http:x)"
+    blocker = tmp_path / hostile / "blocker"  # a file where the database's folder should be: it cannot be opened
+    blocker.parent.mkdir()
+    blocker.write_text("not a folder")
+    env = {
+        "QA_DATA_DIR": str(write_subjqa(tmp_path / "subjqa")), "QA_HOME": str(tmp_path / "home"), "QA_READER_MODEL": str(tiny_reader),
+        "QA_FEEDBACK_DB": str(blocker / "feedback.sqlite"),
+    }  # fmt: skip
+    with serve(env, log=tmp_path / "streamlit.log") as url:
+        driver = headless_chromium(tmp_path / "chromium", 1200, 1000)
+        try:
+            ask_in_browser(driver, url, "How is the bass?", item="HEADPHONES")  # the page still answers
+            driver.find_element("xpath", "(//button[.//*[normalize-space()='Right']])[1]").click()
+
+            def alerts(d) -> list:
+                return [a for a in d.find_elements("css selector", "[data-testid='stMain'] [data-testid='stAlert']") if "cannot be used" in a.text]
+
+            alert = WebDriverWait(driver, 120).until(alerts)[0]
+            # Shown as written (markdown_literal keeps "http:" from becoming a link with an invisible word joiner).
+            assert hostile in alert.text.replace("\u2060", "") and "Fix: point QA_FEEDBACK_DB at a file this process can write." in alert.text
+            assert not alert.find_elements("css selector", "img, strong, em, a")  # the path's Markdown and HTML stayed text
+            assert "Traceback" not in driver.find_element("tag name", "body").text
+            assert not [c for c in driver.find_elements("css selector", "[data-testid='stCaptionContainer']") if c.text.startswith("Saved")]
+        finally:
+            driver.quit()

@@ -213,7 +213,11 @@ def upload_form(settings: Settings) -> None:
 
 def feedback_panel(store: FeedbackStore, settings: Settings) -> None:
     with st.sidebar.expander("Feedback → training data"):
-        counts = store.counts()
+        try:
+            counts = store.counts()
+        except QAError as error:  # the database cannot be opened: said here, the page still answers
+            st.warning(markdown_literal(error), icon=WARNING)
+            return
         st.caption(f"{sum(counts.values())} judgements saved: " + ", ".join(f"{counts.get(v, 0)} {VERDICTS[v].lower()}" for v in VERDICTS))
         if st.button("Export as SQuAD v2", key="export"):
             try:

@@ -25,13 +25,13 @@ import json
 import os
 import sqlite3
 import tempfile
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, Collection, Iterator
 
-from qa_system.errors import QAError, check_text
+from qa_system.errors import QAError, Unavailable, check_text
 from qa_system.sources.squad import SquadReport, to_squad
 from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
 
@@ -141,16 +141,28 @@ class FeedbackStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, timeout=10)
-        connection.row_factory = sqlite3.Row
-        with connection:
-            connection.execute(_SCHEMA)
-            if "click_id" not in {row["name"] for row in connection.execute("PRAGMA table_info(feedback)")}:
-                connection.execute("ALTER TABLE feedback ADD COLUMN click_id TEXT")  # a database of an earlier version
-            connection.execute(_CLICK_INDEX)
-        return connection
+    @contextmanager
+    def _connection(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """An open connection to the database (made on first use), committed on leaving when ``write``. A file
+        that cannot be opened or written is one ``Unavailable`` line naming it, never a traceback in a door."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with closing(sqlite3.connect(self.path, timeout=10)) as connection:
+                connection.row_factory = sqlite3.Row
+                with connection:
+                    connection.execute(_SCHEMA)
+                    if "click_id" not in {row["name"] for row in connection.execute("PRAGMA table_info(feedback)")}:
+                        connection.execute("ALTER TABLE feedback ADD COLUMN click_id TEXT")  # a database of an earlier version
+                    connection.execute(_CLICK_INDEX)
+                if write:
+                    with connection:
+                        yield connection
+                else:
+                    yield connection
+        except (OSError, sqlite3.Error) as error:
+            raise Unavailable(
+                f"The feedback database {self.path} cannot be used ({error}).", "point QA_FEEDBACK_DB at a file this process can write."
+            ) from error
 
     def record(self, feedback: Feedback) -> Feedback:
         """Store one click (committed before returning) and return it with its id and time; a click
@@ -160,7 +172,7 @@ class FeedbackStore:
         values["created"] = feedback.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
         columns = ", ".join(f'"{name}"' for name in values)
         insert = f"INSERT INTO feedback ({columns}) VALUES ({', '.join('?' * len(values))}) ON CONFLICT (click_id) DO NOTHING"
-        with closing(self._connect()) as connection, connection:
+        with self._connection(write=True) as connection:
             cursor = connection.execute(insert, list(values.values()))
             if cursor.rowcount == 0:
                 return Feedback(**dict(connection.execute("SELECT * FROM feedback WHERE click_id = ?", (feedback.click_id,)).fetchone()))
@@ -168,18 +180,18 @@ class FeedbackStore:
 
     def has_click(self, click_id: str) -> bool:
         """Whether a click with this ``click_id`` is stored already (sending it again stores nothing new)."""
-        with closing(self._connect()) as connection:
+        with self._connection() as connection:
             return connection.execute("SELECT 1 FROM feedback WHERE click_id = ?", (click_id,)).fetchone() is not None
 
     def all(self) -> list[Feedback]:
         """Every click, oldest first."""
-        with closing(self._connect()) as connection:
+        with self._connection() as connection:
             rows = connection.execute("SELECT * FROM feedback ORDER BY id").fetchall()
         return [Feedback(**dict(row)) for row in rows]
 
     def counts(self) -> dict[str, int]:
         """Clicks per verdict."""
-        with closing(self._connect()) as connection:
+        with self._connection() as connection:
             rows = connection.execute("SELECT verdict, COUNT(*) FROM feedback GROUP BY verdict").fetchall()
         return {verdict: count for verdict, count in rows}
 
