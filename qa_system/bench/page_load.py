@@ -222,21 +222,25 @@ class BrowserPriority:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._lower, name="browser-priority", daemon=True)
 
-    def _lower(self) -> None:
+    def lower_once(self) -> None:
+        """One round: every process under the drivers now, at ``nice`` at least."""
         import psutil
 
-        while True:
-            for pid in self.pids:
+        for pid in self.pids:
+            try:
+                processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+            except psutil.Error:  # the driver ended
+                continue
+            for process in processes:
                 try:
-                    processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-                except psutil.Error:  # the driver ended
+                    if process.nice() < self.nice:
+                        process.nice(self.nice)
+                except psutil.Error:  # a process that ended, or one we may not renice: the others still are
                     continue
-                for process in processes:
-                    try:
-                        if process.nice() < self.nice:
-                            process.nice(self.nice)
-                    except psutil.Error:  # a process that ended, or one we may not renice: the others still are
-                        continue
+
+    def _lower(self) -> None:
+        while True:
+            self.lower_once()
             if self._stop.wait(self.every_s):
                 return
 
