@@ -515,18 +515,28 @@ def test_a_body_that_is_not_utf8_is_one_line_naming_the_fix(api, path):
     assert "0xff" in detail and "not UTF-8" in detail
 
 
-def test_a_keep_alive_connection_survives_a_500(api_settings, tmp_path):
+def test_a_keep_alive_connection_survives_a_500(api_settings, tmp_path, monkeypatch):
     """An unexpected error is one line, and the client's connection stays open for its next request
     (the error used to be raised again after its 500 was sent, and uvicorn then closed the connection)."""
+    from qa_system.serving.feedback import FeedbackStore
+
+    def bug(self, feedback):  # stands in for a defect of the server's own code
+        raise RuntimeError("a defect")
+
     connections: list[tuple] = []
     hooks = {"response": [lambda response: connections.append(response.extensions["network_stream"].get_extra_info("client_addr"))]}
     with running(create_app(api_settings.model_copy(update={"feedback_file": tmp_path}))) as url:  # a folder: SQLite cannot open it
         assert wait_ready(url).status_code == 200
         with httpx.Client(event_hooks=hooks, timeout=60) as client:
+            unusable = client.post(f"{url}/feedback", json={"verdict": "wrong", "question": "Is it good?", "answer": "Yes."})
+            monkeypatch.setattr(FeedbackStore, "record", bug)
             failed = client.post(f"{url}/feedback", json={"verdict": "wrong", "question": "Is it good?", "answer": "Yes."})
             after = client.get(f"{url}/health")
-    assert failed.status_code == 500 and failed.json() == {"detail": "Internal error (OperationalError). Fix: see the server's log."}
-    assert after.status_code == 200 and connections[0] == connections[1], "the second request needed a new connection"
+    # A database that cannot be opened is the server's state, said in one line with the fix.
+    assert unusable.status_code == 503 and unusable.json()["detail"].startswith(f"The feedback database {tmp_path} cannot be used (")
+    assert unusable.json()["detail"].endswith("Fix: point QA_FEEDBACK_DB at a file this process can write.")
+    assert failed.status_code == 500 and failed.json() == {"detail": "Internal error (RuntimeError). Fix: see the server's log."}
+    assert after.status_code == 200 and connections[0] == connections[1] == connections[2], "a later request needed a new connection"
 
 
 @pytest.mark.parametrize(
