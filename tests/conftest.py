@@ -86,6 +86,17 @@ def write_subjqa(root: Path, splits: dict[str, list[dict]] = SPLIT_ROWS, domain:
     return root
 
 
+def api_settings_for(root: Path, tiny_reader: Path, generator_url: str, **more) -> Settings:
+    """Settings of a REST API under test: the tiny corpus and reader (PyTorch), the OpenAI stub at ``generator_url``
+    as the generator, no rate limit; ``more`` settings beside them."""
+    from openai_stub import MODEL
+
+    return Settings.from_env(
+        data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
+        generator="openai", generator_base_url=generator_url, generator_model=MODEL, api_rate_limit=0, **more,
+    )  # fmt: skip
+
+
 def shown(markdown: str) -> str:
     """What a reader sees of a ``markdown_literal`` string: its escapes and word joiners removed."""
     return unescape(re.sub(rf"\\([{re.escape(string.punctuation)}])", r"\1", markdown)).replace(WORD_JOINER, "")

@@ -17,8 +17,8 @@ from typing import Iterator
 import httpx
 import pytest
 import uvicorn
-from conftest import write_subjqa
-from openai_stub import MODEL, OpenAIStub
+from conftest import api_settings_for, write_subjqa
+from openai_stub import OpenAIStub
 from prometheus_client.parser import text_string_to_metric_families
 
 from qa_system.cli import main
@@ -115,11 +115,7 @@ def generator():
 
 @pytest.fixture(scope="module")
 def api_settings(tmp_path_factory, tiny_reader, generator) -> Settings:
-    root = tmp_path_factory.mktemp("api")
-    return Settings.from_env(
-        data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
-        generator="openai", generator_base_url=generator.url, generator_model=MODEL, api_rate_limit=0,
-    )  # fmt: skip
+    return api_settings_for(tmp_path_factory.mktemp("api"), tiny_reader, generator.url)
 
 
 @pytest.fixture(scope="module")

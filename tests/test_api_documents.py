@@ -15,13 +15,12 @@ from collections import defaultdict
 import httpx
 import jsonschema
 import pytest
-from conftest import write_subjqa
-from openai_stub import MODEL, OpenAIStub
+from conftest import api_settings_for
+from openai_stub import OpenAIStub
 from test_api import running, sse_events, wait_ready
 
 from qa_system.config import Settings
 from qa_system.serving.api import create_app
-from qa_system.serving.service import ServedCollection
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -55,12 +54,7 @@ def generator():
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory, tiny_reader, generator) -> Settings:
-    root = tmp_path_factory.mktemp("api-documents")
-    return Settings.from_env(
-        data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
-        generator="openai", generator_base_url=generator.url, generator_model=MODEL, api_rate_limit=0, api_token=TOKEN,
-        api_documents=True, api_cors_origins=FRONT_END,
-    )  # fmt: skip
+    return api_settings_for(tmp_path_factory.mktemp("api-documents"), tiny_reader, generator.url, api_token=TOKEN, api_documents=True, api_cors_origins=FRONT_END)
 
 
 @pytest.fixture(scope="module")

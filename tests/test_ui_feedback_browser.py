@@ -15,6 +15,7 @@ import pytest
 from conftest import write_subjqa
 
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
+from qa_system.safe_text import WORD_JOINER
 from qa_system.serving.webapp import serve
 
 pytestmark = [
@@ -97,7 +98,7 @@ def test_a_feedback_database_that_cannot_be_written_is_one_message_shown_as_text
 
             alert = WebDriverWait(driver, 120).until(alerts)[0]
             # Shown as written (markdown_literal keeps "http:" from becoming a link with an invisible word joiner).
-            assert hostile in alert.text.replace("\u2060", "") and "Fix: point QA_FEEDBACK_DB at a file this process can write." in alert.text
+            assert hostile in alert.text.replace(WORD_JOINER, "") and "Fix: point QA_FEEDBACK_DB at a file this process can write." in alert.text
             assert not alert.find_elements("css selector", "img, strong, em, a")  # the path's Markdown and HTML stayed text
             assert "Traceback" not in driver.find_element("tag name", "body").text
             assert not [c for c in driver.find_elements("css selector", "[data-testid='stCaptionContainer']") if c.text.startswith("Saved")]
