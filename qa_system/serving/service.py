@@ -210,10 +210,8 @@ class QAService:
         return self._tasks.get_or_start(("open", served.name), lambda report: self._open_now(served.name, report), name=f"open-{served.name}")
 
     def _open_now(self, name: str, report: Report | None = None) -> Index:
-        with self._lock:
-            if name in self._open:
-                self._open.move_to_end(name)
-                return self._open[name][0]
+        if (index := self._already_open(name)) is not None:
+            return index
         index = self._served(name).open(self.settings, report)
         self._keep(name, index)
         return index
@@ -222,14 +220,20 @@ class QAService:
         """The index of ``collection`` (None: the first one served), opened when it is not (again, after the
         memory budget closed it); NotFound for a name not served here."""
         name = self._served(collection).name
-        with self._lock:
-            if name in self._open:
-                self._open.move_to_end(name)
-                return self._open[name][0]
+        if (index := self._already_open(name)) is not None:
+            return index
         loading = self._loading
         if loading is not None and not loading.wait(0) and name in self.served and name not in self._loaded:
             raise QAError(f"Collection '{name}' is still loading.", "wait until GET /health answers ready.")
         return self.opening(name).result()
+
+    def _already_open(self, name: str) -> Index | None:
+        """``name``'s index when it is open (now the most recently used), else None."""
+        with self._lock:
+            if name not in self._open:
+                return None
+            self._open.move_to_end(name)
+            return self._open[name][0]
 
     def _keep(self, name: str, index: Index) -> None:
         """``index`` open under ``name``; the least recently used others closed while the open ones exceed the budget."""
