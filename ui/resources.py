@@ -12,10 +12,8 @@ from qa_system.config import Settings
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.background import BackgroundTask
-from qa_system.serving.service import PAGE_COLLECTION, PAGE_DOMAIN, QAService, ServedCollection, shared_service
+from qa_system.serving.service import PAGE_COLLECTION, QAService, ServedCollection, shared_service
 from qa_system.stores import Index
-
-DOMAIN = PAGE_DOMAIN
 
 
 def default_collection(settings: Settings) -> str:

@@ -29,7 +29,7 @@ from qa_system.retrieval.filters import parse_filters
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerView, answer_views, rank_answers
 from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore, unrecorded_clicks
-from qa_system.serving.service import PAGE_COLLECTION, pipeline_label
+from qa_system.serving.service import PAGE_COLLECTION, PAGE_DOMAIN, pipeline_label
 from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"
@@ -122,7 +122,7 @@ def sidebar() -> Options:
 
 
 def collection_label(name: str) -> str:
-    return f"{name} · SubjQA {resources.DOMAIN}" if name == PAGE_COLLECTION else name
+    return f"{name} · SubjQA {PAGE_DOMAIN}" if name == PAGE_COLLECTION else name
 
 
 def collection_caption(info: CollectionInfo | None) -> str:
