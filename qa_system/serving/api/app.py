@@ -59,6 +59,7 @@ from qa_system.serving.api.schemas import (
     ReviewOut,
 )
 from qa_system.serving.documents import DocumentChanges
+from qa_system.serving.feedback import Feedback
 from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, Question, ServedCollection, shared_service
 
 logger = logging.getLogger(__name__)
@@ -420,8 +421,12 @@ async def feedback(body: FeedbackRequest, api: Served) -> JSONResponse:
     """Store a user's verdict on one answer (the verdicts: see `verdict`): 201, or 200 for a `click_id` stored before."""
     values = body.model_dump(exclude={"collection", "document_id"})
     service = api.loaded()
-    repeated = body.click_id is not None and service.feedback.has_click(body.click_id)
-    saved, _ = await api.blocking(service.record_feedback, body.collection, body.document_id, **values)
+
+    def record() -> tuple[Feedback, bool]:  # both database reads in the worker: the event loop never waits on SQLite
+        repeated = body.click_id is not None and service.feedback.has_click(body.click_id)
+        return service.record_feedback(body.collection, body.document_id, **values), repeated
+
+    (saved, repeated), _ = await api.blocking(record)
     return JSONResponse(FeedbackOut.of(saved).model_dump(mode="json"), status_code=200 if repeated else 201)
 
 
