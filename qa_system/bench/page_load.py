@@ -228,7 +228,8 @@ class BrowserPriority:
 
         for pid in self.pids:
             try:
-                processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+                driver = psutil.Process(pid)
+                processes = [driver, *driver.children(recursive=True)]
             except psutil.Error:  # the driver ended
                 continue
             for process in processes:

@@ -142,9 +142,9 @@ class FeedbackStore:
         self.path = Path(path)
 
     @contextmanager
-    def _connection(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        """An open connection to the database (made on first use), committed on leaving when ``write``. A file
-        that cannot be opened or written is one ``Unavailable`` line naming it, never a traceback in a door."""
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """An open connection to the database (made if missing), committed on leaving (reads open no transaction). A
+        file that cannot be opened or written is one ``Unavailable`` line naming it, never a traceback in a door."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with closing(sqlite3.connect(self.path, timeout=10)) as connection:
@@ -154,10 +154,7 @@ class FeedbackStore:
                     if "click_id" not in {row["name"] for row in connection.execute("PRAGMA table_info(feedback)")}:
                         connection.execute("ALTER TABLE feedback ADD COLUMN click_id TEXT")  # a database of an earlier version
                     connection.execute(_CLICK_INDEX)
-                if write:
-                    with connection:
-                        yield connection
-                else:
+                with connection:
                     yield connection
         except (OSError, sqlite3.Error) as error:
             raise Unavailable(
@@ -172,7 +169,7 @@ class FeedbackStore:
         values["created"] = feedback.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
         columns = ", ".join(f'"{name}"' for name in values)
         insert = f"INSERT INTO feedback ({columns}) VALUES ({', '.join('?' * len(values))}) ON CONFLICT (click_id) DO NOTHING"
-        with self._connection(write=True) as connection:
+        with self._connection() as connection:
             cursor = connection.execute(insert, list(values.values()))
             if cursor.rowcount == 0:
                 return Feedback(**dict(connection.execute("SELECT * FROM feedback WHERE click_id = ?", (feedback.click_id,)).fetchone()))
