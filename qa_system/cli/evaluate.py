@@ -1,4 +1,4 @@
-"""`qa-system eval retriever | reader | pipeline | rag` and `tune-bm25`: a stage on a labelled split, and a report."""
+"""`qa-system eval retriever | reader | pipeline | rag | annotators` and `tune-bm25`: a stage on a labelled split, and a report."""
 
 from __future__ import annotations
 
@@ -92,6 +92,20 @@ def cmd_eval_rag(args: argparse.Namespace) -> None:
     print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, rag_metrics.png, latency.png, predictions-*.json, gold.json)")
 
 
+def cmd_eval_annotators(args: argparse.Namespace) -> None:
+    """`qa-system eval annotators`: how far SubjQA's annotators agree (the human reference); prints the table and writes the report."""
+    from qa_system.evaluation.annotators import evaluate_annotators
+
+    settings = settings_from_args(args)
+    if len(args.domain) > 1:
+        raise QAError(f"An evaluation reads one domain; got {len(args.domain)} (--domain {' '.join(args.domain)}).", "run the command once per domain, each with its own --out.")
+    result = evaluate_annotators(settings, args.domain[0] if args.domain else "electronics", args.split, args.out, args.limit, args.predictions)
+    for note in result["notes"]:
+        print(note)
+    print(result["metrics"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv)")
+
+
 def cmd_eval_retriever(args: argparse.Namespace) -> None:
     """`qa-system eval retriever`: recall@k, MRR and MAP of retriever variants; prints the tables and writes the report."""
     from qa_system.evaluation.retrieval import evaluate_retrievers
@@ -152,7 +166,7 @@ def candidates_option(p: argparse.ArgumentParser) -> None:
 
 
 def register(commands, options: Options) -> None:
-    """Add `eval retriever | reader | pipeline | rag` and `tune-bm25` to the command line."""
+    """Add `eval retriever | reader | pipeline | rag | annotators` and `tune-bm25` to the command line."""
     evaluation = commands.add_parser("eval", help="evaluate a stage on a labelled split and write a report")
     stages = evaluation.add_subparsers(dest="stage", required=True)
 
@@ -213,6 +227,15 @@ def register(commands, options: Options) -> None:
     p.add_argument("--out", type=Path, default=Path("reports/rag"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_rag)
+
+    p = stages.add_parser("annotators", parents=[options.common], help="how far SubjQA's annotators agree: the human reference beside a model's EM / F1")
+    options.domain(p)
+    p.add_argument("--split", default="test")
+    p.add_argument("--predictions", nargs="+", type=Path, default=[], metavar="FILE",
+                   help="predictions-*.json that `eval reader|pipeline` wrote for this split: each scored in an annotator's seat (the same gold)")
+    p.add_argument("--out", type=Path, default=Path("reports/annotators"))
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_eval_annotators)
 
     p = commands.add_parser("tune-bm25", parents=[options.common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)")
     options.domain(p)

@@ -81,6 +81,9 @@ class LabelledQuestion:
     # when its *first* annotation is a span: 198 of electronics test's 358 questions have no answers
     # there, against 120 with no span at all. Only the chapter's recall definition uses this.
     first_annotation_no_answer: bool = False
+    # Each annotation as marked, in file order ("" = no answer here): how far annotators agree
+    # (``evaluation.annotators``). Empty for labels without one row per annotation.
+    annotations: list[str] = field(default_factory=list)
 
     @property
     def no_answer(self) -> bool:
@@ -234,13 +237,18 @@ def build(sources: Iterable[tuple[str, str, Iterable[dict]]]) -> SubjQA:
                 )
             split_questions.add(qid)
             span = row["human_ans_spans"].strip()
+            annotation = row.get("per_annotation", True)
             if not span or span == NO_ANSWER_TOKEN:
+                if annotation:
+                    question.annotations.append("")
                 continue
             answer, how = locate_answer(review, span, _parse_start(row["human_ans_indices"]))
             report.answers[how] += 1
             if answer is None:
                 report.unlocated.append((qid, span))
                 answer = GoldAnswer(span, None)
+            if annotation:
+                question.annotations.append(answer.text)
             if answer not in question.answers:
                 question.answers.append(answer)
         report.splits[f"{source_domain}/{split}"] = {"questions": len(split_questions), "documents": len(split_docs)}
@@ -370,6 +378,7 @@ def _hub_rows(name: str, domains: Sequence[str], splits: Sequence[str]) -> list[
                 "is_ques_subjective": record["is_ques_subjective"],
                 "review_id": record["review_id"],
                 "review": record["context"],
+                "per_annotation": False,  # the hub keeps each question's spans, not one row per annotator
             }
             if not answers["text"]:
                 yield {**base, "human_ans_spans": NO_ANSWER_TOKEN, "human_ans_indices": "(-1, -1)"}
