@@ -79,8 +79,11 @@ def test_eval_annotators_writes_a_report_and_seats_a_predictions_file(settings, 
     monkeypatch.setenv("QA_HOME", str(settings.home))
     predictions = tmp_path / "predictions-my-reader.json"
     predictions.write_text(json.dumps({"q6": "", "q7": "the scroll wheel feels solid", "q8": "", "q9": ""}))
+    (tmp_path / "other").mkdir()
+    same_name = tmp_path / "other" / "predictions-my-reader.json"  # another report's run of the same system
+    same_name.write_text(json.dumps({"q7": ""}))
     out = tmp_path / "report"
-    assert main(["eval", "annotators", "--split", "test", "--predictions", str(predictions), "--out", str(out)]) == 0
+    assert main(["eval", "annotators", "--split", "test", "--predictions", str(predictions), str(same_name), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "1 of 4 questions have two annotations or more" in printed
     report = json.loads((out / "report.json").read_text())
@@ -89,6 +92,7 @@ def test_eval_annotators_writes_a_report_and_seats_a_predictions_file(settings, 
     assert rows[("held-out annotator", "all")]["f1"] == 0.0
     assert rows[("always no answer", "all")]["f1"] == 0.5
     assert rows[("my-reader", "all")]["f1"] == 0.5
+    assert rows[("other/my-reader", "all")]["f1"] == 0.5 and rows[("other/my-reader", "all")]["answered"] == 0.0
     assert report["answerability"]["agreement"] == 0.0
     assert (out / "records.csv").exists() and (out / "report.md").exists()
 

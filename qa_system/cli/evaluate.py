@@ -26,6 +26,13 @@ def _print_answer_metrics(result: dict, out: Path) -> None:
     print(f"Report written to {out}/ (report.json, report.csv, report.md, {plots}, predictions-*.json, gold.json)")
 
 
+def _one_domain(args: argparse.Namespace) -> str:
+    """The one SubjQA --domain an evaluation reads (one report per domain: a second was silently left out before)."""
+    if len(args.domain) > 1:
+        raise QAError(f"An evaluation reads one domain; got {len(args.domain)} (--domain {' '.join(args.domain)}).", "run the command once per domain, each with its own --out.")
+    return args.domain[0]
+
+
 def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, needs_index: bool = True):
     """(labels, index, domain): a SubjQA --domain; a SubjQA --collection; or --labels FILE on --collection NAME.
 
@@ -35,9 +42,7 @@ def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, need
     from qa_system.ingestion.labels import load_labels
 
     if args.collection is None and args.labels is None:
-        if len(args.domain) > 1:  # one report per domain: a second --domain was silently left out before
-            raise QAError(f"An evaluation reads one domain; got {len(args.domain)} (--domain {' '.join(args.domain)}).", "run the command once per domain, each with its own --out.")
-        return None, None, args.domain[0]
+        return None, None, _one_domain(args)
     if args.domain:
         raise QAError("--domain names SubjQA's labels, --collection / --labels your own.", "pass one of them.")
     if args.labels is None:
@@ -97,9 +102,7 @@ def cmd_eval_annotators(args: argparse.Namespace) -> None:
     from qa_system.evaluation.annotators import evaluate_annotators
 
     settings = settings_from_args(args)
-    if len(args.domain) > 1:
-        raise QAError(f"An evaluation reads one domain; got {len(args.domain)} (--domain {' '.join(args.domain)}).", "run the command once per domain, each with its own --out.")
-    result = evaluate_annotators(settings, args.domain[0] if args.domain else "electronics", args.split, args.out, args.limit, args.predictions)
+    result = evaluate_annotators(settings, _one_domain(args), args.split, args.out, args.limit, args.predictions)
     for note in result["notes"]:
         print(note)
     print(result["metrics"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))

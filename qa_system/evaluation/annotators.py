@@ -108,7 +108,10 @@ def evaluate_annotators(settings: Settings, domain: str = "electronics", split: 
     questions, what, source = evaluation_questions(settings, domain, split, None, limit)
     if not any(len(q.annotations) > 1 for q in questions):
         raise QAError(f"No question of {what} has two annotations.", "use SubjQA's CSV files (the hub dataset keeps no row per annotator).")
-    systems = {Path(path).stem.removeprefix("predictions-"): read_predictions(path) for path in predictions}
+    systems = {}
+    for path in map(Path, predictions):
+        name = path.stem.removeprefix("predictions-")
+        systems[f"{path.parent.name}/{name}" if name in systems else name] = read_predictions(path)  # two reports' same system: both kept
     records = held_out_annotations(questions, systems)
     agreement = answerability_agreement(questions)
     metrics = summarize_annotators(records)
