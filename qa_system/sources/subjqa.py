@@ -237,9 +237,9 @@ def build(sources: Iterable[tuple[str, str, Iterable[dict]]]) -> SubjQA:
                 )
             split_questions.add(qid)
             span = row["human_ans_spans"].strip()
-            annotation = row.get("per_annotation", True)
+            per_annotation = row.get("per_annotation", True)  # a CSV row is one annotator's mark
             if not span or span == NO_ANSWER_TOKEN:
-                if annotation:
+                if per_annotation:
                     question.annotations.append("")
                 continue
             answer, how = locate_answer(review, span, _parse_start(row["human_ans_indices"]))
@@ -247,7 +247,7 @@ def build(sources: Iterable[tuple[str, str, Iterable[dict]]]) -> SubjQA:
             if answer is None:
                 report.unlocated.append((qid, span))
                 answer = GoldAnswer(span, None)
-            if annotation:
+            if per_annotation:
                 question.annotations.append(answer.text)
             if answer not in question.answers:
                 question.answers.append(answer)
