@@ -35,32 +35,36 @@ from qa_system.sources.subjqa import LabelledQuestion
 
 
 ANNOTATOR, NO_ANSWER = "held-out annotator", "always no answer"
+PREDICTIONS_FIX = "pass the predictions-*.json that `qa-system eval reader|pipeline` wrote for the same domain and split, without --limit."
+
+
+def annotated_twice(questions: Sequence[LabelledQuestion]) -> list[LabelledQuestion]:
+    """The questions with two annotations or more: the only ones whose annotators can be compared."""
+    return [q for q in questions if len(q.annotations) > 1]
 
 
 def read_predictions(path: str | Path) -> dict[str, str]:
     """A predictions file in the official SQuAD v2 format ({question id: answer, "" = none}), as `qa-system eval reader|pipeline` write them."""
-    fix = "pass a predictions-*.json that `qa-system eval reader|pipeline` wrote for the same domain and split."
     try:
         predictions = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise QAError(f"Cannot read predictions {path}: {error}.", fix) from error
+        raise QAError(f"Cannot read predictions {path}: {error}.", PREDICTIONS_FIX) from error
     if not isinstance(predictions, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in predictions.items()):
-        raise QAError(f"{path} is not SQuAD v2 predictions (an object of question id -> answer text).", fix)
+        raise QAError(f"{path} is not SQuAD v2 predictions (an object of question id -> answer text).", PREDICTIONS_FIX)
     return predictions
 
 
 def held_out_annotations(questions: Sequence[LabelledQuestion], predictions: dict[str, dict[str, str]] | None = None) -> pd.DataFrame:
     """One row per annotation of a question annotated at least twice and per system that answers in its seat: the annotation
     itself, "no answer", and each of ``predictions`` ({system: {question id: answer}}), all scored against the others' annotations."""
-    predictions = predictions or {}
+    predictions, questions = predictions or {}, annotated_twice(questions)
     for system, answers in predictions.items():
-        missing = [q.id for q in questions if len(q.annotations) > 1 and q.id not in answers]
+        missing = [q.id for q in questions if q.id not in answers]
         if missing:
-            raise QAError(f"{system} has no answer for {len(missing)} of the questions (e.g. {missing[0]}).",
-                          "pass predictions that `qa-system eval reader|pipeline` wrote for the same domain and split, without --limit.")
+            raise QAError(f"{system} has no answer for {len(missing)} of the questions (e.g. {missing[0]}).", PREDICTIONS_FIX)
     rows = []
     for question in questions:
-        for i, annotation in enumerate(question.annotations if len(question.annotations) > 1 else []):
+        for i, annotation in enumerate(question.annotations):
             golds = gold_answers(question.annotations[:i] + question.annotations[i + 1 :])
             seat = {ANNOTATOR: annotation, NO_ANSWER: "", **{system: answers[question.id] for system, answers in predictions.items()}}
             for system, prediction in seat.items():
@@ -74,10 +78,8 @@ def answerability_agreement(questions: Sequence[LabelledQuestion]) -> dict[str, 
     """Over the questions annotated at least twice: the share of annotation pairs that agree on whether there is an
     answer (averaged per question), and Fleiss' kappa for a varying number of annotators per question."""
     per_question, categories = [], Counter()
-    for question in questions:
+    for question in annotated_twice(questions):
         n = len(question.annotations)
-        if n < 2:
-            continue
         counts = Counter(text != "" for text in question.annotations)
         per_question.append(sum(c * (c - 1) for c in counts.values()) / (n * (n - 1)))
         categories.update(counts)
@@ -106,7 +108,7 @@ def evaluate_annotators(settings: Settings, domain: str = "electronics", split: 
     """Agreement of a SubjQA split's annotators, and each predictions file scored in an annotator's seat (the same gold);
     writes report.json / .csv / .md and records.csv to ``out_dir`` when given."""
     questions, what, source = evaluation_questions(settings, domain, split, None, limit)
-    if not any(len(q.annotations) > 1 for q in questions):
+    if not annotated_twice(questions):
         raise QAError(f"No question of {what} has two annotations.", "use SubjQA's CSV files (the hub dataset keeps no row per annotator).")
     systems = {}
     for path in map(Path, predictions):
