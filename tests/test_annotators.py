@@ -69,9 +69,10 @@ def test_predictions_must_answer_every_question_and_be_squad_predictions(tmp_pat
     bad.write_text(json.dumps([{"id": "a", "answer": "x"}]))
     with pytest.raises(QAError, match="is not SQuAD v2 predictions"):
         read_predictions(bad)
-    bad.write_text("{not json")
-    with pytest.raises(QAError, match="Cannot read predictions"):
-        read_predictions(bad)
+    for hostile in ("{not json", "[" * 100_000 + "]" * 100_000):  # the second was a RecursionError traceback
+        bad.write_text(hostile)
+        with pytest.raises(QAError, match="Cannot read predictions"):
+            read_predictions(bad)
 
 
 def test_eval_annotators_writes_a_report_and_seats_a_predictions_file(settings, monkeypatch, tmp_path, capsys):

@@ -47,7 +47,7 @@ def read_predictions(path: str | Path) -> dict[str, str]:
     """A predictions file in the official SQuAD v2 format ({question id: answer, "" = none}), as `qa-system eval reader|pipeline` write them."""
     try:
         predictions = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:  # RecursionError: arrays nested thousands deep
         raise QAError(f"Cannot read predictions {path}: {error}.", PREDICTIONS_FIX) from error
     if not isinstance(predictions, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in predictions.items()):
         raise QAError(f"{path} is not SQuAD v2 predictions (an object of question id -> answer text).", PREDICTIONS_FIX)
