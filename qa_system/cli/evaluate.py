@@ -12,10 +12,10 @@ from qa_system.errors import QAError
 
 def _print_answer_metrics(result: dict, out: Path) -> None:
     metrics = result["metrics"]
-    shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "always no answer"])]
+    shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "gold review retrieved", "gold review not retrieved", "always no answer"])]
     keys = [c for c in ("system", "candidates", "gold") if c in metrics]
     calibrated = ["ece"] if metrics["ece"].notna().any() else []  # only the answer selector's scores are probabilities
-    columns = [*keys, "group", "questions", "em", "f1", "f1_top_k", "answered", "answered_right", "answered_wrong", "abstained_wrong", *calibrated, "latency_ms"]
+    columns = [*keys, "group", "questions", "em", "f1", "no_answer_f1", "f1_top_k", "answered", "answered_right", "answered_wrong", "abstained_wrong", *calibrated, "latency_ms"]
     print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
     print("Read with: " + ", ".join(f"{system} {backend}" for system, backend in result["reader_backends"].items()))
     thresholds = result.get("thresholds")

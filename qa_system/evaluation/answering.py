@@ -143,6 +143,7 @@ NOTES = [
     "'+selector': the answer selector decides (reading/selection.py); its answers' scores are probabilities of being right, "
     f"and ece is their expected calibration error (10 equal-width bins; right = F1 >= {RIGHT_F1}, or \"no answer\" to a question "
     "without one). Without '+selector', the reader decides alone at its no-answer threshold; its scores are not probabilities.",
+    "no_answer_f1: each group's own \"always no answer\" F1, the baseline to read that group's f1 against.",
 ]
 
 
@@ -238,7 +239,8 @@ def _pipeline_notes(labels, top_k_retriever, retriever, protocols, golds, record
         f"Each question retrieves the top {top_k_retriever} reviews with {retriever} under each candidate protocol; the reader reads them all.",
         *fits_in_force(settings, index, retriever, rerank=False),  # the stored fusion or the defaults: evaluating never fits
         *(f"{protocol} candidates: {CANDIDATES[protocol]}." for protocol in protocols),
-        f"Gold review among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}.",
+        f"Gold review among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}. The groups 'gold review retrieved' / "
+        "'not retrieved' split the questions by it: where it was not, an answer read in another review scores only where it repeats the annotated review's words.",
         *NOTES,
         "Top-1, and best of top-k with the no-answer as a candidate.",
     ]

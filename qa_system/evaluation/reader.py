@@ -157,9 +157,15 @@ def calibration_error(records: pd.DataFrame) -> float:
     return expected_calibration_error(records["confidence"], right_answers(records))
 
 
+def no_answer_f1(records: pd.DataFrame) -> float:
+    """The F1 of saying "no answer" to every question of ``records`` (NaN for none)."""
+    return sum(best_scores("", gold)[1] for gold in records["gold"]) / len(records) if len(records) else math.nan
+
+
 def summarize_answers(records: pd.DataFrame) -> pd.DataFrame:
-    """EM/F1 (top-1 and top-k) overall, answerable vs unanswerable, subjective vs factual, and the
-    "always answer nothing" baseline, one row each; with the shares of right and wrong decisions and,
+    """EM/F1 (top-1 and top-k) overall, answerable vs unanswerable, subjective vs factual, for a pipeline
+    whether the annotated review was retrieved, and the "always answer nothing" baseline, one row each;
+    with each group's own always-no F1 (``no_answer_f1``), the shares of right and wrong decisions and,
     when the answers carry a probability of being right, its expected calibration error (``ece``, 10 bins)."""
     groups = {
         "all": records,
@@ -168,6 +174,11 @@ def summarize_answers(records: pd.DataFrame) -> pd.DataFrame:
         "subjective": records[records["subjective"]],
         "factual": records[~records["subjective"]],
     }
+    if "gold_retrieved" in records:
+        # Under annotated gold an answer read in another review scores only where it repeats the annotated
+        # one's words: the second group shows what reading other reviews costs against saying "no answer".
+        groups["gold review retrieved"] = records[records["gold_retrieved"]]
+        groups["gold review not retrieved"] = records[~records["gold_retrieved"]]
     rows = {}
     for name, group in groups.items():
         rows[name] = {
@@ -176,6 +187,7 @@ def summarize_answers(records: pd.DataFrame) -> pd.DataFrame:
             "f1": group["f1"].mean(),
             "em_top_k": group["em_top_k"].mean(),
             "f1_top_k": group["f1_top_k"].mean(),
+            "no_answer_f1": no_answer_f1(group),
             "answered": (group["prediction"] != "").mean(),
             **decision_shares(group),
             "ece": calibration_error(group),
@@ -186,7 +198,7 @@ def summarize_answers(records: pd.DataFrame) -> pd.DataFrame:
     f1 = sum(f for _, f in baseline) / max(len(baseline), 1)
     unanswerable = float((~records["answerable"]).mean()) if len(records) else 0.0
     rows["always no answer"] = {
-        "questions": len(records), "em": em, "f1": f1, "em_top_k": em, "f1_top_k": f1, "answered": 0.0,
+        "questions": len(records), "em": em, "f1": f1, "em_top_k": em, "f1_top_k": f1, "no_answer_f1": f1, "answered": 0.0,
         "answered_right": 0.0, "answered_wrong": 0.0, "abstained_wrong": 1.0 - unanswerable, "ece": math.nan, "latency_ms": 0.0,
     }
     return pd.DataFrame.from_dict(rows, orient="index")
