@@ -168,6 +168,22 @@ def candidates_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def cmd_eval_judged(args: argparse.Namespace) -> None:
+    """`qa-system eval judged`: the cards users read, judged over all documents of each product; prints the table and writes the report."""
+    from qa_system.evaluation.judged import JudgedSystem, evaluate_judged, judged_table, load_judged
+
+    settings = settings_from_args(args)
+    readers = args.reader or [settings.reader_model]
+    selectors = args.selector or [settings.selector_model]
+    if len(selectors) not in (1, len(readers)):
+        raise QAError(f"{len(readers)} --reader and {len(selectors)} --selector given.", "give one --selector for all readers, or one per --reader, in the same order.")
+    systems = [JudgedSystem(reader, selectors[0] if len(selectors) == 1 else selector) for reader, selector in zip(readers, selectors * len(readers))]
+    questions = load_judged(args.labels)[: args.limit]
+    runs = evaluate_judged(settings, questions, systems, collection=args.collection, out_dir=args.out)
+    print(judged_table(runs).to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
+    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, reliability.png)")
+
+
 def register(commands, options: Options) -> None:
     """Add `eval retriever | reader | pipeline | rag | annotators` and `tune-bm25` to the command line."""
     evaluation = commands.add_parser("eval", help="evaluate a stage on a labelled split and write a report")
@@ -230,6 +246,18 @@ def register(commands, options: Options) -> None:
     p.add_argument("--out", type=Path, default=Path("reports/rag"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_rag)
+
+    p = stages.add_parser(
+        "judged", parents=[options.common],
+        help="the first card users read, judged over every document of the product: useful, right, wrong, abstentions, top 3, calibration",
+    )
+    p.add_argument("--labels", type=Path, nargs="+", required=True, metavar="FILE", help="judged questions, JSON lines (see the docs' judged label format)")
+    options.collection(p)
+    p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
+    p.add_argument("--selector", nargs="+", help="their answer selectors, one for all or one per --reader ('none': the reader decides alone)")
+    p.add_argument("--out", type=Path, default=Path("reports/judged"))
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_eval_judged)
 
     p = stages.add_parser("annotators", parents=[options.common], help="how far SubjQA's annotators agree: the human reference beside a model's EM / F1")
     options.domain(p)

@@ -1,0 +1,304 @@
+"""Judged evaluation: the cards a user reads, scored the way a shopper judges them.
+
+A judged question was annotated over **every** document of its product (not the one review a
+dataset's annotator saw): whether the documents answer it (``yes``, ``partly``, ``no``) and every
+acceptable answer span. The format (JSON lines, one question a line) is the one of
+``../shared/judged/PROTOCOL.md``::
+
+    {"id": "electronics:B00..:0df1ffd0ba", "domain": "electronics", "item_id": "B00..",
+     "question": "How is the design?", "answerable": "yes",
+     "answers": [{"review_id": "08b0..", "start": 854, "end": 984, "text": "..."}], "best": 0}
+
+How a card is judged (``verdict``): **right** when the documents answer (yes or partly) and its text
+has SQuAD token F1 >= 0.5 with an acceptable span, or holds one and is at most 3x as long (a fragment
+that scores below 0.5 is not right); **wrong** when it answered otherwise; **abstain-ok** for "no
+answer" where the documents answer partly or not at all; **abstain-missed** for "no answer" where
+they answer. The first card is **useful** when it is right or abstain-ok. Beside the first card:
+right within the first three cards, and the calibration of the first card's stated chance
+against whether it was useful (ECE and a reliability table).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import pandas as pd
+
+from qa_system.errors import QAError
+from qa_system.metrics.calibration import expected_calibration_error, reliability_table
+from qa_system.metrics.squad import f1 as token_f1, normalize_answer
+
+ANSWERABLE = ("yes", "partly", "no")
+VERDICTS = ("right", "wrong", "abstain-ok", "abstain-missed")
+# A judged label file's longest line read: a question with its spans is a few kilobytes.
+MAX_LINE_CHARS = 1_000_000
+LABELS_FIX = "each line must be a JSON object with id, item_id, question, answerable (yes, partly or no) and answers (see the judged label format in the docs)."
+
+
+@dataclass(frozen=True)
+class JudgedSpan:
+    """An acceptable answer: its text, and where it stands (document id and character offsets)."""
+
+    text: str
+    review_id: str | None = None
+    start: int | None = None
+    end: int | None = None
+
+
+@dataclass(frozen=True)
+class JudgedQuestion:
+    """One question, judged over every document of its product."""
+
+    id: str
+    item_id: str | None
+    question: str
+    answerable: str
+    answers: tuple[JudgedSpan, ...] = ()
+    domain: str = ""
+    best: int | None = None
+
+    @property
+    def spans(self) -> list[str]:
+        return [answer.text for answer in self.answers]
+
+
+@dataclass(frozen=True)
+class Card:
+    """One card a door shows: an answer's text (None: "no answer") and its stated chance of being right."""
+
+    text: str | None
+    chance: float | None = None
+
+    @property
+    def no_answer(self) -> bool:
+        return self.text is None
+
+
+def _judged(row: object, where: str) -> JudgedQuestion:
+    if not isinstance(row, dict):
+        raise QAError(f"{where}: not a JSON object.", LABELS_FIX)
+    missing = [key for key in ("id", "question", "answerable") if not isinstance(row.get(key), str) or not row[key].strip()]
+    if missing:
+        raise QAError(f"{where}: no {', '.join(missing)}.", LABELS_FIX)
+    if row["answerable"] not in ANSWERABLE:
+        raise QAError(f"{where}: answerable is {row['answerable']!r}.", "use yes, partly or no.")
+    answers = row.get("answers") or []
+    if not isinstance(answers, list) or not all(isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
+        raise QAError(f"{where}: answers is not a list of objects with a text.", LABELS_FIX)
+    if row["answerable"] != "no" and not any(a["text"].strip() for a in answers):
+        raise QAError(f"{where}: answerable is {row['answerable']}, but no answer span is given.", "add the spans that answer it, or mark it no.")
+    item_id = row.get("item_id")
+    return JudgedQuestion(
+        id=row["id"], item_id=str(item_id) if item_id not in (None, "") else None, question=row["question"], answerable=row["answerable"],
+        answers=tuple(JudgedSpan(a["text"], a.get("review_id"), a.get("start"), a.get("end")) for a in answers),
+        domain=str(row.get("domain") or ""), best=row.get("best") if isinstance(row.get("best"), int) else None,
+    )
+
+
+def load_judged(paths: Iterable[str | Path]) -> list[JudgedQuestion]:
+    """Judged questions from JSON lines files (blank lines skipped); a bad line is one QAError naming file and line."""
+    questions: list[JudgedQuestion] = []
+    seen: dict[str, str] = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise QAError(f"No judged label file {path}.", "pass --labels FILE.jsonl (one judged question a line).")
+        with path.open(encoding="utf-8", errors="strict") as lines:
+            for number, line in enumerate(lines, 1):
+                where = f"{path.name}, line {number}"
+                if len(line) > MAX_LINE_CHARS:
+                    raise QAError(f"{where}: longer than {MAX_LINE_CHARS:,} characters.", LABELS_FIX)
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise QAError(f"{where}: not JSON ({error.msg}).", LABELS_FIX) from None
+                question = _judged(row, where)
+                if question.id in seen:
+                    raise QAError(f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id.")
+                seen[question.id] = where
+                questions.append(question)
+    if not questions:
+        raise QAError("The judged label files hold no question.", "pass files with one judged question a line.")
+    return questions
+
+
+def is_right(text: str, spans: Sequence[str]) -> bool:
+    """F1 >= 0.5 with an acceptable span, or holding one whole and at most 3x as long."""
+    answer = normalize_answer(text)
+    for span in spans:
+        gold = normalize_answer(span)
+        if not gold or not answer:
+            continue
+        if token_f1(text, span) >= 0.5 or (f" {gold} " in f" {answer} " and len(answer) <= 3 * len(gold)):
+            return True
+    return False
+
+
+def verdict(card: Card, judged: JudgedQuestion) -> str:
+    """right, wrong, abstain-ok or abstain-missed (see the module doc)."""
+    if card.no_answer:
+        return "abstain-missed" if judged.answerable == "yes" else "abstain-ok"
+    return "right" if judged.answerable != "no" and is_right(card.text or "", judged.spans) else "wrong"
+
+
+def judge(judged: JudgedQuestion, cards: Sequence[Card]) -> dict:
+    """One question's record: the first card, its verdict and stated chance, and what the first three hold."""
+    first = cards[0] if cards else Card(None)
+    first_verdict = verdict(first, judged)
+    top3 = [verdict(card, judged) for card in cards[:3]]
+    return {
+        "id": judged.id, "domain": judged.domain, "item_id": judged.item_id, "question": judged.question, "answerable": judged.answerable,
+        "first": "" if first.no_answer else first.text, "verdict": first_verdict, "useful": first_verdict in ("right", "abstain-ok"),
+        "chance": first.chance if first.chance is not None else math.nan,
+        "right_top3": "right" in top3, "useful_top3": any(v in ("right", "abstain-ok") for v in top3),
+        "cards": json.dumps([{"text": c.text, "chance": c.chance} for c in cards], ensure_ascii=False),
+    }  # fmt: skip
+
+
+def summarize_judged(records: pd.DataFrame) -> pd.DataFrame:
+    """Per domain and overall: the shares of each first-card verdict, useful first, right within three, ECE."""
+    groups = [("all", records)] + [(domain, part) for domain, part in records.groupby("domain", sort=True)] if records["domain"].nunique() > 1 else [("all", records)]
+    rows = []
+    for name, part in groups:
+        row = {"set": name, "questions": len(part), "useful_first": part["useful"].mean()}
+        row.update({verdict_name.replace("-", "_"): (part["verdict"] == verdict_name).mean() for verdict_name in VERDICTS})
+        row["right_top3"], row["useful_top3"] = part["right_top3"].mean(), part["useful_top3"].mean()
+        stated = part["chance"].notna()
+        row["ece"] = expected_calibration_error(part.loc[stated, "chance"], part.loc[stated, "useful"]) if stated.all() else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class JudgedRun:
+    """One system's records over the judged questions, and their summary."""
+
+    system: str
+    records: pd.DataFrame
+    summary: pd.DataFrame = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.summary = summarize_judged(self.records)
+
+    def reliability(self) -> pd.DataFrame | None:
+        if self.records["chance"].isna().any():
+            return None
+        return reliability_table(self.records["chance"], self.records["useful"])
+
+
+def judge_all(system: str, questions: Sequence[JudgedQuestion], ask: Callable[[JudgedQuestion], list[Card]], on_question: Callable[[], None] | None = None) -> JudgedRun:
+    """Ask every question (``ask`` gives the cards a door shows, best first) and judge the cards."""
+    records = []
+    for question in questions:
+        records.append(judge(question, ask(question)))
+        if on_question is not None:
+            on_question()
+    return JudgedRun(system, pd.DataFrame.from_records(records))
+
+
+def answer_cards(answers: Sequence) -> list[Card]:
+    """The cards the doors show for a pipeline's answers, in their order: each span once (an index may hold
+    a review twice), "no answer" as a card of its own, each with its stated chance when the stage gives one."""
+    cards, seen = [], set()
+    for answer in answers:
+        meta = getattr(answer, "meta", None) or {}
+        data = getattr(answer, "data", None)
+        if data is None or not str(data).strip():
+            cards.append(Card(None, meta.get("probability")))
+            continue
+        document, offset = getattr(answer, "document", None), getattr(answer, "document_offset", None)
+        if document is not None and offset is not None:
+            key = (document.meta.get("review_id", document.id), offset.start, offset.end)
+            if key in seen:
+                continue
+            seen.add(key)
+        cards.append(Card(str(data), meta.get("probability")))
+    return cards
+
+
+@dataclass(frozen=True)
+class JudgedSystem:
+    """A configuration to judge: a reader and its answer selector (``none``: the reader decides alone)."""
+
+    reader: str
+    selector: str
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.reader).name} + {Path(self.selector).name if self.selector != 'none' else 'no selector'}"
+
+
+def evaluate_judged(
+    settings,
+    questions: Sequence[JudgedQuestion],
+    systems: Sequence[JudgedSystem],
+    collection: str | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+) -> list[JudgedRun]:
+    """Ask every judged question of ``questions`` as the doors do (the configured retriever over the
+    question's product, ``settings.top_k_retriever`` documents, the extractive pipeline) with each system,
+    and judge the cards. Questions are asked of ``collection``, or of the SubjQA collection of their domain."""
+    from tqdm.auto import tqdm
+
+    from qa_system.ingestion import open_collection
+    from qa_system.ingestion.indexing import open_or_build_index
+    from qa_system.pipelines import build_qa_pipeline
+
+    embeddings = settings.retriever != "bm25"
+    by_collection: dict[str | None, list[JudgedQuestion]] = {}
+    for question in questions:
+        if collection is None and not question.domain:
+            raise QAError(f"Judged question {question.id!r} names no domain and no --collection was given.", "pass --collection NAME, or give each line a SubjQA domain.")
+        by_collection.setdefault(collection or question.domain, []).append(question)
+    indexes = {
+        name: open_collection(settings, name, embeddings) if collection is not None else open_or_build_index(settings, name, embeddings=embeddings, progress=progress)
+        for name in by_collection
+    }
+    runs = []
+    bar = tqdm(total=len(questions) * len(systems), desc="judged questions", unit="q", disable=not progress)
+    for system in systems:
+        configured = settings.model_copy(update={"reader_model": system.reader, "selector_model": system.selector})
+        records = []
+        for name, part in by_collection.items():
+            pipeline = build_qa_pipeline(configured.retriever, configured, index=indexes[name], answer_stage="extractive")
+
+            def ask(question: JudgedQuestion, pipeline=pipeline) -> list[Card]:
+                result = pipeline.run(question.question, item_id=question.item_id, top_k=configured.top_k_retriever, top_k_reader=configured.top_k_reader)
+                return answer_cards(result.get("answers", []))
+
+            records.append(judge_all(system.label, part, ask, on_question=bar.update).records)
+        runs.append(JudgedRun(system.label, pd.concat(records, ignore_index=True)))
+    bar.close()
+    if out_dir is not None:
+        write_judged_report(out_dir, runs, questions)
+    return runs
+
+
+def judged_table(runs: Sequence[JudgedRun]) -> pd.DataFrame:
+    """Every run's summary, one table (the system's name first)."""
+    return pd.concat([run.summary.assign(system=run.system) for run in runs], ignore_index=True).pipe(lambda t: t[["system", *[c for c in t if c != "system"]]])
+
+
+def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], questions: Sequence[JudgedQuestion]) -> Path:
+    """report.json / .csv / .md, records.csv (every question's cards and verdict) and reliability.png."""
+    from qa_system.evaluation.report import write_report
+    from qa_system.metrics.calibration import reliability_diagram
+
+    tables = {run.system: table for run in runs if (table := run.reliability()) is not None and not table.empty}
+    figures = {"reliability.png": reliability_diagram(tables, title="First card: stated chance against judged usefulness")} if tables else {}
+    sections = {"reliability (10 bins)": pd.concat([t.assign(system=name) for name, t in tables.items()], ignore_index=True)} if tables else {}
+    answerable = pd.Series([q.answerable for q in questions]).value_counts().to_dict()
+    notes = [
+        "Each question asked as the doors ask it; the cards judged over every document of the product (judged label format).",
+        "useful_first = right + abstain_ok; right_top3: a right answer within the first three cards; useful_top3: a right answer, or an "
+        "acceptable 'no answer', within the first three; ece: the first card's stated chance against its usefulness.",
+        f"Questions: {len(questions)} ({', '.join(f'{k} {v}' for k, v in sorted(answerable.items()))}).",
+    ]
+    records = pd.concat([run.records.assign(system=run.system) for run in runs], ignore_index=True)
+    return write_report(out_dir, "Judged questions: the first card as a user reads it", judged_table(runs), {"systems": [r.system for r in runs]}, figures, sections, records, notes)
