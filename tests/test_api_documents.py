@@ -7,20 +7,25 @@ come from a real OpenAI-compatible server (tests/openai_stub.py) that takes its 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import socket
 import time
 from collections import defaultdict
+from urllib.parse import urlsplit
 
 import httpx
 import jsonschema
 import pytest
 from conftest import api_settings_for
 from openai_stub import OpenAIStub
+from prometheus_client.parser import text_string_to_metric_families
 from test_api import running, sse_events, wait_ready
 
 from qa_system.config import Settings
 from qa_system.serving.api import create_app
+from qa_system.serving.api.guards import Guarded
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -162,6 +167,78 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     assert call("POST", "/query", json={"query": "battery?", "collection": "from-csv"}).status_code == 404
     assert call("DELETE", "/collections/{name}", "/collections/electronics").status_code == 404  # served by its SubjQA name; not a collection of the store
     assert call("DELETE", "/collections/{name}", "/collections/subjqa-electronics").status_code == 422
+
+
+def through_guards(messages: list[dict], headers: dict[str, str] | None = None) -> tuple[list[bytes], int, dict]:
+    """``messages`` sent as a POST's body to an app behind ``Guarded``: the bodies the app was handed, and the answer's status and body."""
+    handed, answer = [], {}
+
+    async def app(scope, receive, send) -> None:
+        handed.append((await receive())["body"])
+        await send({"type": "http.response.start", "status": 202, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive() -> dict:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        answer.setdefault("status", message.get("status"))
+        answer["body"] = message.get("body", b"")
+
+    raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    scope = {"type": "http", "method": "POST", "path": "/collections/mine/documents", "headers": raw, "client": ("127.0.0.1", 1)}
+    asyncio.run(Guarded(app, token=None, rate_limit=0, max_body_bytes=1000)(scope, receive, send))
+    return handed, answer["status"], json.loads(answer["body"])
+
+
+def test_a_body_cut_short_is_refused_before_any_endpoint_runs():
+    cut = [{"type": "http.request", "body": b'{"id": "r1", "text": "The battery"}\n', "more_body": True}, {"type": "http.disconnect"}]
+    handed, status, body = through_guards(cut, {"Content-Length": "500"})
+    assert handed == [] and status == 400
+    assert body["detail"] == "The request body ended after 36 of its 500 bytes: the client disconnected before its end. Fix: send the whole body again; nothing was changed."
+    chunked = [{"type": "http.request", "body": b"A1,Great", "more_body": True}, {"type": "http.disconnect"}]
+    handed, status, body = through_guards(chunked)
+    assert handed == [] and status == 400 and body["detail"].startswith("The request body ended after 8 bytes: the client disconnected")
+    short = [{"type": "http.request", "body": b"A1,Great", "more_body": False}]
+    handed, status, body = through_guards(short, {"Content-Length": "20"})
+    assert handed == [] and status == 400 and body["detail"].startswith("The request body has 8 bytes, fewer than its Content-Length (20).")
+    whole = [{"type": "http.request", "body": b"A1,", "more_body": True}, {"type": "http.request", "body": b"Great", "more_body": False}]
+    assert through_guards(whole, {"Content-Length": "8"})[:2] == ([b"A1,Great"], 202)
+
+
+def posts_counted(call: Recorder) -> dict[str, float]:
+    """The POST requests the server's metrics have counted, by status."""
+    counted = defaultdict(float)
+    for family in text_string_to_metric_families(call("GET", "/metrics").text):
+        for sample in family.samples:
+            if sample.name == "qa_api_requests_total" and sample.labels["method"] == "POST":
+                counted[sample.labels["status"]] += sample.value
+    return counted
+
+
+def test_an_upload_whose_client_disconnects_midway_changes_nothing(call, server):
+    """A sync upload cut after its first two lines used to be stored as the whole file: the other documents deleted."""
+    call("POST", "/collections", json={"name": "cut-short"})
+    finished(call, call("POST", "/collections/{name}/documents", "/collections/cut-short/documents", json={"documents": [review(n) for n in range(10)]}))
+    lines = [json.dumps(review(n, f"Review {n}: changed.")).encode() + b"\n" for n in range(10)]
+    before = posts_counted(call)
+    url = urlsplit(server)
+    head = (
+        f"POST /collections/cut-short/documents?sync=true HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/x-ndjson\r\nContent-Length: {len(b''.join(lines))}\r\n\r\n"
+    )
+    with socket.create_connection((url.hostname, url.port), timeout=30) as client:
+        client.sendall(head.encode() + b"".join(lines[:2]))
+        time.sleep(0.5)  # the first lines reach the server, then the client leaves
+    deadline = time.monotonic() + 30
+    while sum(posts_counted(call).values()) == sum(before.values()):
+        assert time.monotonic() < deadline, "the server never answered the cut upload"
+        time.sleep(0.1)
+    assert posts_counted(call)["400"] == before["400"] + 1
+    (listed,) = [c for c in call("GET", "/collections").json() if c["name"] == "cut-short"]
+    assert listed["documents"] == 10
+    found = everything(call, "cut-short")
+    assert sorted(found) == [f"r{n:03d}" for n in range(10)] and found["r001"]["content"] == review(1)["text"]
 
 
 def test_document_changes_are_off_by_default(settings, tmp_path):

@@ -9,13 +9,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from haystack import Document
 
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, ingest, open_collection
 from qa_system.pipelines import build_retrieval_pipeline
-from qa_system.retrieval.filters import check_filters, combine_filters, parse_filters
+from qa_system.retrieval.filters import MetaPostings, check_filters, combine_filters, make_filters, parse_filters
 from qa_system.sources.columns import column_types, value_type
 
 OPTIONS = IngestOptions(text_column="reviewText", item_column="asin", id_column="reviewerID")
@@ -147,5 +148,42 @@ def test_a_rating_filter_on_a_real_search_server(opensearch_url, tmp_path, tiny_
         cheap = {"operator": "AND", "conditions": [{"field": "meta.price", "operator": "<", "value": 10}, {"field": "meta.reviewTime", "operator": "<", "value": "2013-06-01"}]}
         documents = pipeline.run("battery", filters=cheap, top_k=50)["documents"]
         assert sorted(d.meta["document_id"] for d in documents) == [f"R{n:03d}" for n in range(10) if 1 + n % 12 < 6]
+    finally:
+        delete_opensearch_index(settings, name)
+
+
+OTHER_PRODUCT = {"field": "meta.item_id", "operator": "==", "value": "P1"}
+
+
+def test_a_filter_on_another_product_ands_with_the_product_scope(settings, reviews, capsys, monkeypatch):
+    """Two '==' on meta.item_id were one {field: value}, the user's value winning: P0's search served P1's reviews."""
+    postings = MetaPostings(enumerate([Document(content="a", meta={"item_id": "P0"}), Document(content="b", meta={"item_id": "P1"})]))
+    assert postings.allowed(combine_filters(make_filters(item_id="P0"), OTHER_PRODUCT)).tolist() == []
+    assert postings.allowed(combine_filters(make_filters(item_id="P1"), OTHER_PRODUCT)).tolist() == [1]
+
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
+    assert pipeline.run("battery", item_id="P0", filters=OTHER_PRODUCT, top_k=50)["documents"] == []
+    same = pipeline.run("battery", item_id="P1", filters=OTHER_PRODUCT, top_k=50)["documents"]
+    assert sorted(d.meta["document_id"] for d in same) == [f"R{n:03d}" for n in range(40) if n % 2 == 1]
+
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    assert main(["search", "battery", "--collection", "amz", "--item", "P0", "--top-k", "50", "--filter", '{"field": "meta.item_id", "operator": "==", "value": "P1"}']) == 0
+    out = capsys.readouterr().out
+    assert "0 review(s) for P0" in out and "document R" not in out
+
+
+@pytest.mark.opensearch
+def test_a_filter_on_another_product_on_a_real_search_server(opensearch_url, tmp_path, tiny_subjqa, reviews):
+    from qa_system.stores import delete_opensearch_index
+
+    settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="opensearch", opensearch_url=opensearch_url)
+    name = f"qa-filters-{uuid.uuid4().hex[:8]}"
+    try:
+        ingest(settings, reviews, name, OPTIONS, embed=False, progress=False)
+        pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, name, embeddings=False, progress=False))
+        assert pipeline.run("battery", item_id="P0", filters=OTHER_PRODUCT, top_k=50)["documents"] == []
+        same = pipeline.run("battery", item_id="P1", filters=OTHER_PRODUCT, top_k=50)["documents"]
+        assert sorted(d.meta["document_id"] for d in same) == [f"R{n:03d}" for n in range(40) if n % 2 == 1]
     finally:
         delete_opensearch_index(settings, name)

@@ -14,6 +14,7 @@ import pytest
 
 from qa_system.cli import main
 from qa_system.config import Settings
+from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, ingest
 from tests.test_ingestion import COLUMNS, REVIEWS, documents, pdf, write_csv
 
@@ -293,3 +294,90 @@ def test_hostile_label_files_are_one_line(cli_home, tmp_path, capsys, tiny_reade
     assert main(["eval", "reader", "--labels", str(path), "--reader", str(tiny_reader), "--out", str(tmp_path / "report")]) == 2
     err = capsys.readouterr().err
     assert message.format(path=path) in err and "Fix:" in err and err.count("\n") == 1, err
+
+
+# ------------------------------------------------------------------ document ids that look like passage ids
+
+
+LONG_TEXT = " ".join(f"word{n}" if n != 13 else "zeppelin" for n in range(50))  # 5 passages of 10 words; passage 1 says "zeppelin"
+FORGED = [
+    {"id": "long", "text": LONG_TEXT, "item_id": "P1"},
+    {"id": "long#1", "text": "A short review of a teapot that pours well.", "item_id": "P1"},
+    {"id": "long%231", "text": "A short review of a kettle that boils fast.", "item_id": "P1"},
+]
+SHORT_PASSAGES = IngestOptions(id_column="id", item_column="item_id", passage_words=10, passage_overlap=0)
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def by_document(settings, name) -> dict[str, list]:
+    passages = {}
+    for passage in documents(settings, name).values():
+        passages.setdefault(passage.meta["document_id"], []).append(passage)
+    return passages
+
+
+def test_a_document_whose_id_is_another_documents_passage_id_replaces_nothing(home, tmp_path):
+    """'long#1' was saved as passage 1 of 'long': its word gone from 'long', 5 passages counted and 4 served, and
+    deleting 'long' deleted 3 of its 4 passages, the last one staying as 'long#1'."""
+    from qa_system.ingestion.changes import delete_documents
+
+    report = ingest(home, write_jsonl(tmp_path / "forged.jsonl", FORGED), "forged", SHORT_PASSAGES, embed=False, progress=False)
+    passages = by_document(home, "forged")
+    assert report.passages == 7 and len(documents(home, "forged")) == 7
+    assert sorted(p.meta["passage"] for p in passages["long"]) == [0, 1, 2, 3, 4]
+    assert "zeppelin" in next(p.content for p in passages["long"] if p.meta["passage"] == 1)
+    assert [p.content for p in passages["long#1"]] == [FORGED[1]["text"]] and [p.content for p in passages["long%231"]] == [FORGED[2]["text"]]
+    assert len({p.id for ps in passages.values() for p in ps}) == 7
+
+    again = ingest(home, tmp_path / "forged.jsonl", "forged", SHORT_PASSAGES, embed=False, progress=False)
+    assert (again.unchanged, again.staged, again.passages) == (3, 0, 7)
+    deleted = delete_documents(home, "forged", ids=["long"])
+    assert (deleted.passages_deleted, deleted.passages, deleted.documents) == (5, 2, 2)
+    assert sorted(by_document(home, "forged")) == ["long#1", "long%231"]
+
+
+def test_index_input_keeps_a_forged_passage_id_apart_from_the_passage(cli_home, tmp_path, capsys):
+    path = write_jsonl(tmp_path / "forged.jsonl", FORGED)
+    flags = ["--no-embed", "--id-column", "id", "--item-column", "item_id", "--passage-words", "10", "--passage-overlap", "0"]
+    assert main(["index", "--input", str(path), "--collection", "forged", *flags]) == 0
+    assert "3 documents in 7 passages" in capsys.readouterr().out
+    assert main(["search", "zeppelin", "--collection", "forged", "--top-k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "document long (from character 60)" in out and "zeppelin" in out
+    assert main(["search", "teapot", "--collection", "forged", "--top-k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "document long#1  (P1)" in out and FORGED[1]["text"] in out
+    assert main(["index", "--input", str(path), "--collection", "forged", "--sync", *flags]) == 0
+    assert "3 documents in 7 passages" in capsys.readouterr().out and len(by_document(cli_home, "forged")["long"]) == 5
+
+
+def saved_by_an_older_version(settings, name: str, older: dict[str, str]) -> None:
+    """The memory collection ``name`` as a version that wrote document ids into passage ids unescaped saved it."""
+    from qa_system.stores import saved_manifest
+    from qa_system.stores.memory import memory_documents, write_memory_index
+
+    passages = [json.loads(raw) for raw in memory_documents(settings, name)]
+    write_memory_index(settings, name, [{**p, "id": older.get(p["id"], p["id"])} for p in passages], saved_manifest(settings, name))
+
+
+def test_a_collection_saved_with_unescaped_ids_is_read_and_saved_again_under_its_own_ids(home, tmp_path):
+    rows = [{"id": "a#b", "text": "The hinge squeaks.", "item_id": "P1"}, {"id": "x#0", "text": "The lid fits well.", "item_id": "P1"},
+            {"id": "p%q", "text": "The paint chips.", "item_id": "P2"}, {"id": "n", "text": "Plain review.", "item_id": "P2"}]  # fmt: skip
+    source = write_jsonl(tmp_path / "older.jsonl", rows)
+    ingest(home, source, "older", SHORT_PASSAGES, embed=False, progress=False)
+    saved_by_an_older_version(home, "older", {"a%23b": "a#b", "x%230": "x#0", "p%25q": "p%q"})
+    assert sorted(documents(home, "older")) == ["a#b", "n", "p%q", "x#0"]  # still read as it was
+
+    grown = write_jsonl(tmp_path / "grown.jsonl", [*rows[:1], *rows[2:], {"id": "x", "text": LONG_TEXT, "item_id": "P3"}])
+    with pytest.raises(QAError, match=r"Passage 'x#0' of document 'x' has the id under which document 'x#0' was saved by an older version; collection 'older' was left"):
+        ingest(home, grown, "older", SHORT_PASSAGES, embed=False, progress=False)
+    assert sorted(documents(home, "older")) == ["a#b", "n", "p%q", "x#0"]
+
+    again = ingest(home, write_jsonl(tmp_path / "all.jsonl", [*rows, {"id": "x", "text": LONG_TEXT, "item_id": "P3"}]), "older", SHORT_PASSAGES, embed=False, progress=False)
+    assert (again.added, again.unchanged, again.documents, again.passages) == (1, 4, 5, 9)
+    assert sorted(documents(home, "older")) == ["a%23b", "n", "p%25q", "x#0", "x#1", "x#2", "x#3", "x#4", "x%230"]
+    assert documents(home, "older")["x%230"].content == "The lid fits well." and documents(home, "older")["x#0"].meta["document_id"] == "x"

@@ -163,3 +163,37 @@ def test_a_hybrid_retrieval_pipeline_exports_with_the_saved_embeddings_and_ranks
     searched = build_retrieval_pipeline("hybrid", settings).run(question, top_k=3)["documents"]
     assert [d.id for d in exported] == [d.id for d in searched] and exported[0].meta["review_id"] == "r-phones-1"
     assert [d.score for d in exported] == pytest.approx([d.score for d in searched])
+
+
+def test_a_cache_dir_named_in_the_yaml_keeps_everything_the_retriever_did_not_save(settings, tmp_path, monkeypatch):
+    """The BM25 retriever's pruning kept the two newest folders of its cache_dir, whatever they were: a YAML naming a
+    user's folder as cache_dir deleted all but two of its folders (and the hidden files of any 'writer' it took for dead)."""
+    from qa_system.retrieval import bm25
+
+    monkeypatch.setattr(bm25, "CACHED_INDEXES", 1)  # the retriever keeps only its newest index: nothing else may go
+    build_index(settings, "electronics", embed=False, progress=False)
+    output = tmp_path / "bm25.yml"
+    assert main(["export-pipeline", "retrieval", "--retriever", "bm25", "--top-k", "3", "--output", str(output),
+                 "--data-dir", str(settings.data_dir), "--home", str(settings.home), "--store", "memory"]) == 0  # fmt: skip
+    definition = yaml.safe_load(output.read_text(encoding="utf-8"))
+    mine = tmp_path / "my-files"
+    definition["components"]["sparse_retriever"]["init_parameters"]["cache_dir"] = str(mine)
+    kept = {
+        "photos/cat.jpg": "jpeg", "thesis/chapter1.tex": "tex", "taxes/2023.csv": "csv", "notes.txt": "notes",
+        "0123456789abcdef0123456789abcdef/params.index.json": "mine, named like a digest",  # an md5-named folder of the user's
+        ".partial-20240101/draft.txt": "draft", ".notes~999999~backup": "a hidden file named like a dead writer's",
+    }  # fmt: skip
+    for name, text in kept.items():
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
+        (mine / name).write_text(text, encoding="utf-8")
+    hour_ago = time.time() - 7200
+    for folder in mine.iterdir():
+        os.utime(folder, (hour_ago, hour_ago))  # older than the retriever's own index, and than an hour
+
+    pipeline = Pipeline.loads(yaml.safe_dump(definition), allowed_modules=["qa_system"])
+    for question in ("How is the bass?", "Is it good for reading?", "Does the battery last?"):
+        documents = pipeline.run({"sparse_retriever": {"query": question, "filters": KINDLE}})["sparse_retriever"]["documents"]
+        assert documents and {d.meta["item_id"] for d in documents} == {"KINDLE"}
+    assert {name: (mine / name).read_text(encoding="utf-8") for name in kept if (mine / name).exists()} == kept
+    (entry,) = {p.name for p in mine.iterdir()} - {name.split("/")[0] for name in kept}  # the retriever's own index, saved beside them
+    assert (mine / entry / bm25.CACHE_MARKER).is_file() and (mine / entry / "params.index.json").is_file()

@@ -388,6 +388,22 @@ def test_a_damaged_cached_index_is_rebuilt_and_old_ones_are_pruned(tmp_path, mon
     assert len(list(tmp_path.iterdir())) == 2 and not entry.exists()  # the two most recent are kept
 
 
+def test_an_index_saved_before_the_marker_is_still_pruned_and_a_lookalike_is_not(tmp_path, monkeypatch):
+    from qa_system.retrieval import bm25
+
+    BM25sRetriever(_store(*REVIEWS), cache_dir=tmp_path).warm_up()
+    [older] = list(tmp_path.iterdir())
+    (older / bm25.CACHE_MARKER).unlink()  # as a release before the marker saved it: bm25s's files only
+    lookalike = tmp_path / ("f" * 32)
+    lookalike.mkdir()
+    (lookalike / "params.index.json").write_text("{}")  # a digest's name, but not bm25s's files
+    for folder in (older, lookalike):
+        os.utime(folder, (folder.stat().st_atime, folder.stat().st_mtime - 3600))
+    monkeypatch.setattr(bm25, "CACHED_INDEXES", 1)
+    BM25sRetriever(_store(*REVIEWS, "another"), cache_dir=tmp_path).warm_up()
+    assert not older.exists() and (lookalike / "params.index.json").read_text() == "{}" and len(list(tmp_path.iterdir())) == 2
+
+
 def test_an_unwritable_cache_still_answers(tmp_path):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")

@@ -36,7 +36,7 @@ from qa_system.errors import QAError, check_count
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match
-from qa_system.ingestion.splitting import PassageSplitter
+from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, read_files
@@ -220,32 +220,51 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
 
 @dataclass
 class _Saved:
-    """The saved collection: its manifest, and per document (content hash, item, passage count)."""
+    """The saved collection: its manifest, and per document (content hash, item, passage count).
+
+    ``older_ids``: passages saved before document ids were escaped in passage ids ('%' or '#' in the
+    document id), passage id -> document id; such a document is saved again under its current ids
+    whenever the source holds it (``_Run._add``).
+    """
 
     manifest: dict | None
     documents: dict[str, tuple[str | None, str | None, int]]
+    older_ids: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.older_by_document: dict[str, list[str]] = {}
+        for saved_id, document_id in self.older_ids.items():
+            self.older_by_document.setdefault(document_id, []).append(saved_id)
 
     def passage_ids(self, document_id: str) -> list[str]:
+        """The ids of the document's saved passages (never those of another document's)."""
         count = self.documents[document_id][2]
-        return [document_id] if count == 1 else [f"{document_id}#{n}" for n in range(count)]
+        current = [passage_id(document_id, n, count) for n in range(count)]
+        return [i for i in current if i not in self.older_ids] + self.older_by_document.get(document_id, [])
+
+    def saved_under_older_ids(self, document_id: str) -> bool:
+        return document_id in self.older_by_document
 
 
 def _saved(settings: Settings, collection: str) -> _Saved:
     manifest = saved_manifest(settings, collection)
     if manifest is not None and manifest.get("domains"):
         raise QAError(f"'{collection}' is the SubjQA collection that `qa-system index --domain` builds.", "give your data another --collection name.")
-    documents = {}
+    documents, older_ids = {}, {}
     if manifest is not None:
         try:
-            for passage_id, meta in saved_passages(settings, collection):
-                document_id = meta.get("document_id", passage_id)
-                documents.setdefault(document_id, (meta.get("content_hash"), meta.get("item_id"), int(meta.get("passages", 1))))
+            for saved_id, meta in saved_passages(settings, collection):
+                document_id = meta.get("document_id", saved_id)
+                count = int(meta.get("passages", 1))
+                documents.setdefault(document_id, (meta.get("content_hash"), meta.get("item_id"), count))
+                if ("%" in saved_id or "#" in saved_id) and saved_id != passage_id(document_id, int(meta.get("passage", 0)), count):
+                    older_ids[saved_id] = document_id
         except (ValueError, KeyError, TypeError) as error:  # a truncated or foreign file (JSONDecodeError is a ValueError)
             raise QAError(
                 f"The saved collection '{collection}' is unreadable ({error}).",
                 f"delete it (`qa-system collections --delete {collection}`) and index the source again.",
             ) from error
-    return _Saved(manifest, documents)
+    return _Saved(manifest, documents, older_ids)
 
 
 def _rebuild_reasons(saved: _Saved, settings: Settings, embed: bool, splitter: dict) -> list[str]:
@@ -384,6 +403,7 @@ class _Run:
         self.embedder = None  # loaded when the first batch needs it: an unchanged source loads no model
         self.seen: dict[str, str] = {}  # document id -> where it was read (for the duplicate-id message)
         self.staged_documents: set[str] = set()
+        self.taken_ids: dict[str, str] = {}  # staged passage id -> its document, where a document saved under older ids has that id
         self.items: Counter = Counter()
         self.batch: list[tuple[str, str, dict]] = []  # (document id, text, metadata) of new and changed documents
 
@@ -449,7 +469,7 @@ class _Run:
         before = self.saved.documents.get(document_id)
         if before is not None and before[0] == content_hash:
             report.unchanged += 1
-            if not self.rebuild:
+            if not self.rebuild and not self.saved.saved_under_older_ids(document_id):
                 return True
         elif before is not None:
             report.changed += 1
@@ -476,6 +496,8 @@ class _Run:
             report.embedded_documents += len(self.batch)
         for passage in passages:
             staged.write(json.dumps(passage) + "\n")
+            if passage["id"] in self.saved.older_ids:
+                self.taken_ids[passage["id"]] = passage["meta"]["document_id"]
         report.staged += len(passages)
         self.staged_documents.update(document_id for document_id, _, _ in self.batch)
         self.batch.clear()
@@ -498,6 +520,7 @@ class _Run:
                 "check the source (a truncated file?), or pass --force to apply it anyway.",
             )
         replaced = (self.staged_documents & saved.documents.keys()) | dropped
+        self._check_taken_ids(replaced)
         if saved.manifest is not None and not replaced and not report.staged:
             report.passages = int(saved.manifest.get("documents", 0))
             report.notes.append("nothing changed: the collection was left as it was")
@@ -507,6 +530,17 @@ class _Run:
             report.passages = commit(self.settings, self.collection, staging, replaced, replaced_passages, manifest, self.rebuild)
         report.seconds = time.perf_counter() - self.started
         return report
+
+    def _check_taken_ids(self, replaced: set[str]) -> None:
+        """A new passage must not take the id of a document that is kept as saved under an older id (it would replace it)."""
+        for taken, document_id in self.taken_ids.items():
+            owner = self.saved.older_ids[taken]
+            if not self.rebuild and owner != document_id and owner not in replaced:
+                raise QAError(
+                    f"Passage '{taken}' of document '{document_id}' has the id under which document '{owner}' was saved by an older version; "
+                    f"collection '{self.collection}' was left as it was.",
+                    f"index a source that holds document '{owner}' too (it is saved again under an id of its own), or pass --sync to delete it.",
+                )
 
     def _manifest(self, opened: _Opened, staging: Path) -> dict:
         old = self.saved.manifest or {}

@@ -8,7 +8,9 @@ ingesting a million reviews. A passage still longer than ``max_chars`` (a text w
 cut by characters. Every passage carries ``source_offset``, the character where it starts in its
 document, and ``document_id``, so an answer's offsets in a passage map back to the document
 (``source_span``) and the document can be put back together from its passages (``source_text``).
-A short document is one passage with the document's own id.
+A short document is one passage with the document's own id, a long one's passages are
+``<id>#<n>``; the id's own '%' and '#' are written %25 and %23 (``passage_id``), so that no
+document's id is ever another document's passage id.
 """
 
 from __future__ import annotations
@@ -20,6 +22,16 @@ from haystack import Document, component
 
 # Characters per word allowed before a passage is cut by characters (a text without spaces).
 CHARS_PER_WORD = 25
+
+
+def passage_id(document_id: str, number: int, count: int) -> str:
+    """The id of passage ``number`` of ``count`` of a document: the document's id (one passage) or ``<id>#<number>``.
+
+    The document id's '%' and '#' are escaped: a document whose id is 'long#1' would otherwise take
+    the place of passage 1 of document 'long'. Ids without either character are kept as they are.
+    """
+    escaped = document_id.replace("%", "%25").replace("#", "%23")
+    return escaped if count == 1 else f"{escaped}#{number}"
 
 
 @component
@@ -77,7 +89,7 @@ class PassageSplitter:
         count = len(spans)
         return [
             {
-                "id": document_id if count == 1 else f"{document_id}#{number}", "content": content, "blob": None,
+                "id": passage_id(document_id, number, count), "content": content, "blob": None,
                 "meta": {**meta, "document_id": document_id, "source_offset": start, "passage": number, "passages": count},
                 "score": None, "embedding": None, "sparse_embedding": None,
             }

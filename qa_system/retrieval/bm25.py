@@ -23,7 +23,7 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import import_class_by_name
 
-from qa_system.disk_cache import built_folder, keep_most_recent, mark_used, remove_leftovers, unused_for
+from qa_system.disk_cache import built_folder, dead_leftovers, keep_most_recent, mark_used, temporary_owner, unused_for
 from qa_system.retrieval.filters import MetaPostings
 
 logger = logging.getLogger(__name__)
@@ -32,6 +32,15 @@ WORD_PATTERN = r"\w+"
 # Built indexes kept in a cache directory (the pipelines give each collection its own): the newest and
 # the one before it, which another process may still serve while this one has the new version.
 CACHED_INDEXES = 2
+# ``cache_dir`` may be any folder (a pipeline YAML names it), so the retriever removes only what it can
+# tell it saved there: a folder named by a digest and holding this marker, written with the index.
+CACHE_MARKER = ".qa_system-bm25-index"
+_ENTRY_NAME = re.compile(r"[0-9a-f]{32}")
+# What bm25s saves: an entry saved before the marker holds all of these, and at most the optional one besides.
+BM25S_FILES = frozenset({"data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "vocab.index.json", "params.index.json"})
+BM25S_OPTIONAL_FILES = frozenset({"nonoccurrence_array.index.npy"})
+# The temporary folders of releases before built_folder: ".partial-" and mkdtemp's 8 characters.
+_OLDER_PARTIAL = re.compile(r"\.partial-[a-z0-9_]{8}")
 
 
 @lru_cache(maxsize=4)
@@ -221,7 +230,8 @@ def _load_index(path: Path, documents: int):
             raise ValueError(f"{bm25.scores['num_docs']} documents where {documents} were expected")
     except Exception as error:  # a damaged cache entry costs a rebuild, never a failed query
         logger.warning("Ignoring the cached BM25 index %s (%s); it is rebuilt.", path, error)
-        shutil.rmtree(path, ignore_errors=True)
+        if is_cache_entry(path):
+            shutil.rmtree(path, ignore_errors=True)
         return None
     mark_used(path)  # kept by _prune
     return bm25
@@ -233,15 +243,34 @@ def _save_index(bm25, path: Path) -> None:
         # The path names its content (a digest): one that another process saved first is the same index.
         with built_folder(path, existing="keep") as partial:
             bm25.save(str(partial), show_progress=False)
+            (partial / CACHE_MARKER).write_text("A BM25 index that qa_system's BM25sRetriever saved; it removes it when it is no longer used.\n", encoding="utf-8")
     except OSError as error:  # a read-only or full disk: the index in memory serves
         logger.info("BM25 index not cached at %s (%s).", path, error)
         return
     _prune(path.parent)
 
 
+def is_cache_entry(path: Path) -> bool:
+    """Whether ``path`` is an index that a BM25sRetriever saved: a folder named by its digest that holds the
+    marker (or, saved before the marker, bm25s's files and nothing else)."""
+    if path.is_symlink() or not path.is_dir() or not _ENTRY_NAME.fullmatch(path.name):
+        return False
+    if (path / CACHE_MARKER).is_file():
+        return True
+    names = {entry.name for entry in path.iterdir()}
+    return BM25S_FILES <= names <= BM25S_FILES | BM25S_OPTIONAL_FILES
+
+
 def _prune(directory: Path) -> None:
-    """Keep the CACHED_INDEXES most recently used indexes; drop what a killed process left half-written."""
-    keep_most_recent((p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")), CACHED_INDEXES)
-    remove_leftovers(directory)
-    # ".partial-*": the temporary folders of releases before built_folder, which carry no writer's PID.
-    keep_most_recent((p for p in directory.glob(".partial-*") if unused_for(p) > 3600), 0)
+    """Keep the CACHED_INDEXES most recently used indexes; drop what a killed process left half-written.
+    Nothing else of ``directory`` is touched, whatever it holds."""
+    keep_most_recent((p for p in directory.iterdir() if is_cache_entry(p)), CACHED_INDEXES)
+    for leftover in dead_leftovers(directory):  # written aside under an entry's name (built_folder): a digest
+        if not _ENTRY_NAME.fullmatch(temporary_owner(leftover.name).name) or leftover.is_symlink():
+            continue
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+    older = (p for p in directory.glob(".partial-*") if _OLDER_PARTIAL.fullmatch(p.name) and not p.is_symlink() and p.is_dir())
+    keep_most_recent((p for p in older if {e.name for e in p.iterdir()} <= BM25S_FILES | BM25S_OPTIONAL_FILES and unused_for(p) > 3600), 0)

@@ -39,20 +39,22 @@ def make_filters(**meta: Any) -> dict | None:
     return {"operator": "AND", "conditions": conditions}
 
 
-def equality_conditions(filters: dict | None) -> dict[str, Any] | None:
-    """{meta field: value} when ``filters`` is only an AND of ``==`` on meta fields, else None.
+def equality_conditions(filters: dict | None) -> list[tuple[str, Any]] | None:
+    """[(meta field, value), ...] when ``filters`` is only an AND of ``==`` on meta fields, else None ([]: no filter).
 
-    Retrievers answer such filters from precomputed postings instead of scanning every document.
+    Retrievers answer such filters from precomputed postings instead of scanning every document. A
+    field may come twice (the product scope and a user's filter on ``meta.item_id``): every pair must
+    hold, so two different values of one field match nothing.
     """
     if not filters:
-        return {}
+        return []
     conditions = filters.get("conditions", [filters]) if filters.get("operator") == "AND" else [filters]
-    wanted = {}
+    wanted = []
     for condition in conditions:
         field = condition.get("field", "")
         if condition.get("operator") != "==" or not field.startswith("meta.") or not isinstance(condition.get("value"), (str, int, bool)):
             return None
-        wanted[field.removeprefix("meta.")] = condition.get("value")
+        wanted.append((field.removeprefix("meta."), condition.get("value")))
     return wanted
 
 
@@ -72,12 +74,12 @@ class MetaPostings:
     def allowed(self, filters: dict | None) -> np.ndarray | None:
         """Sorted positions that ``filters`` allows (None = no filter); other filters than equalities scan the documents."""
         wanted = equality_conditions(filters)
-        if wanted == {}:
+        if wanted == []:
             return None
         if wanted is None:
             return np.asarray(sorted(position for position, document in self._documents if document_matches(filters, document)), dtype="int64")
         positions = None
-        for key, value in wanted.items():
+        for key, value in wanted:
             posting = self._postings.get((key, value), np.empty(0, dtype="int64"))
             positions = posting if positions is None else np.intersect1d(positions, posting, assume_unique=True)
         return positions

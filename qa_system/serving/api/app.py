@@ -11,7 +11,7 @@ generation never holds up an extractive answer; the reader's inference runs in o
 Errors are one line, ``{"detail": "..."}``: 422 for a request the library's rules refuse (the same
 checks and messages as the CLI and the page) or a body that is not strict JSON, 404 for an unknown
 collection, product, document or route, 503 while loading or when a server the system relies on does
-not answer, and 401 / 413 / 429 / 500 from the guards (``guards.py``).
+not answer, and 400 (a body cut short) / 401 / 413 / 429 / 500 from the guards (``guards.py``).
 """
 
 from __future__ import annotations

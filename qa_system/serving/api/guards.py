@@ -1,5 +1,6 @@
 """What stands in front of the endpoints: request metrics, unexpected errors, the bearer token, the
-per-client rate limit and the request size limit.
+per-client rate limit, the request size limit and whole bodies only (one cut short by a client that
+left is refused, never handed to an endpoint).
 
 They are plain ASGI middleware rather than FastAPI dependencies, so that they run before a body is
 parsed (an unauthenticated or oversized request is refused without reading it) and cover every path,
@@ -172,7 +173,12 @@ class Guarded:
                 return
         upload = is_upload(scope)
         limit = self.max_upload_bytes if upload else self.max_body_bytes
-        body = await self._body(scope, receive, limit)
+        try:
+            body = await self._body(scope, receive, limit)
+        except BodyCut as cut:
+            # Half a file read as a whole one would be stored (and, with sync, the rest deleted): nothing runs.
+            await refuse(400, f"{cut} Fix: send the whole body again; nothing was changed.", scope, receive, send)
+            return
         if body is None:
             fix = "send the documents in several requests (QA_API_MAX_UPLOAD_BYTES" if upload else "send a shorter question (QA_API_MAX_BODY_BYTES"
             message = f"The request body is larger than {limit} bytes. Fix: {fix} sets the limit)."
@@ -195,22 +201,34 @@ class Guarded:
         return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.token.encode())
 
     async def _body(self, scope: Scope, receive, limit: int) -> bytes | None:
-        """The whole body (at most ``limit`` bytes), or None as soon as it is larger."""
+        """The whole body (at most ``limit`` bytes), or None as soon as it is larger.
+
+        Raises ``BodyCut`` when the client left before the body's end, or the body is shorter than its
+        Content-Length: what came is a part, never the request.
+        """
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        expected = int(declared) if declared is not None and declared.isdigit() else None
+        if expected is not None and expected > limit:
             return None
         chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] != "http.request":  # the client left
-                return b"".join(chunks)
+                of = f" of its {expected}" if expected is not None else ""
+                raise BodyCut(f"The request body ended after {size}{of} bytes: the client disconnected before its end.")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body"):
+                if expected is not None and size < expected:
+                    raise BodyCut(f"The request body has {size} bytes, fewer than its Content-Length ({expected}).")
                 return b"".join(chunks)
+
+
+class BodyCut(Exception):
+    """A request body that did not arrive whole."""
 
 
 def client_of(scope: Scope) -> str:
