@@ -20,6 +20,7 @@ from qa_system.errors import QAError
 from qa_system.ingestion.indexing import ProgressCallback, open_or_build_index
 from qa_system.ingestion.splitting import source_text
 from qa_system.stores import (
+    CONCRETE_INDEX_NAME,
     MANIFEST_KEY,
     Index,
     delete_opensearch_index,
@@ -44,6 +45,8 @@ def check_collection_name(name: object) -> str:
         raise QAError(f"The collection name '{name}' holds '/' or '..': a name must not point outside the index directory.", NAME_FIX)
     if not NAME_PATTERN.fullmatch(name):
         raise QAError(f"'{name}' is not a valid collection name.", NAME_FIX)
+    if CONCRETE_INDEX_NAME.fullmatch(name):  # for every store: a name is the same collection whichever store serves it
+        raise QAError(f"'{name}' is named like the index behind a collection on a search server (NAME--TIME-ID).", "pick a name without '--' before a time, e.g. my-reviews.")
     return name
 
 
