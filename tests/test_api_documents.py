@@ -164,6 +164,22 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     assert call("DELETE", "/collections/{name}", "/collections/subjqa-electronics").status_code == 422
 
 
+def test_subjqa_names_are_refused_on_the_document_routes(call):
+    """subjqa-books was never built here (as subjqa-electronics in the Docker image): created over HTTP, the page and the CLI would present it as SubjQA."""
+    reserved = "is reserved for the SubjQA collections that `qa-system index --domain` builds. Fix: name your own collection otherwise, e.g. my-reviews"
+    for name in ("subjqa-books", "subjqa-electronics"):
+        refused = call("POST", "/collections", json={"name": name})
+        assert refused.status_code == 422 and refused.json()["detail"].startswith(f"'{name}' {reserved}"), refused.text
+    for method, route, path, body in (
+        ("POST", "/collections/{name}/documents", "/collections/subjqa-books/documents", {"documents": [review(1)]}),
+        ("POST", "/collections/{name}/documents/delete", "/collections/subjqa-electronics/documents/delete", {"ids": ["r-kindle-1"]}),
+    ):
+        refused = call(method, route, path, json=body)
+        assert refused.status_code == 422 and reserved in refused.json()["detail"] and "\n" not in refused.json()["detail"], refused.text
+    assert [c["name"] for c in call("GET", "/collections").json() if c["name"].startswith("subjqa-")] == []
+    assert call("POST", "/query", json={"query": "Is it good for reading?", "item_id": "KINDLE"}).json()["documents"]  # electronics untouched
+
+
 def test_document_changes_are_off_by_default(settings, tmp_path):
     off = settings.model_copy(update={"api_documents": False, "api_cors_origins": None})
     with running(create_app(off)) as url:

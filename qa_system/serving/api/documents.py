@@ -38,7 +38,7 @@ class CollectionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Text = Field(description="lowercase letters, digits, '-', '_' and '.', e.g. my-reviews")
+    name: Text = Field(description="lowercase letters, digits, '-', '_' and '.', e.g. my-reviews; not subjqa-..., SubjQA's own names")
 
 
 class CollectionChanged(BaseModel):
