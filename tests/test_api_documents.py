@@ -8,6 +8,7 @@ come from a real OpenAI-compatible server (tests/openai_stub.py) that takes its 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections import defaultdict
@@ -19,7 +20,9 @@ from conftest import api_settings_for
 from openai_stub import OpenAIStub
 from test_api import running, sse_events, wait_ready
 
+from qa_system.cli import main
 from qa_system.config import Settings
+from qa_system.errors import QAError
 from qa_system.serving.api import create_app
 
 TOKEN = "s3cret-token"
@@ -188,6 +191,21 @@ def test_document_changes_are_off_by_default(settings, tmp_path):
         assert refused.status_code == 403 and "QA_API_DOCUMENTS=1" in refused.json()["detail"]
         preflight = httpx.options(f"{url}/query", headers={"Origin": FRONT_END, "Access-Control-Request-Method": "POST"})
         assert preflight.status_code == 401 and "access-control-allow-origin" not in preflight.headers  # CORS closed by default: refused like any request
+
+
+def test_document_routes_without_a_token_refuse_to_start_unless_explicitly_open(settings, caplog, capsys, monkeypatch):
+    tokenless = settings.model_copy(update={"api_token": None})
+    refusal = "Document changes over HTTP are on (QA_API_DOCUMENTS=1) but the server has no bearer token"
+    with pytest.raises(QAError, match=re.escape(refusal) + r".* Fix: set QA_API_TOKEN, or QA_API_DOCUMENTS_OPEN=1"):
+        create_app(tokenless)
+    monkeypatch.setenv("QA_API_DOCUMENTS", "1")
+    monkeypatch.delenv("QA_API_TOKEN", raising=False)
+    assert main(["api", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {refusal}") and len(err.strip().splitlines()) == 1
+    with caplog.at_level(logging.WARNING, logger="qa_system.serving.api.documents"):
+        create_app(tokenless.model_copy(update={"api_documents_open": True}))
+    assert "open to anyone who reaches this server (QA_API_DOCUMENTS_OPEN=1, no QA_API_TOKEN)" in caplog.text
 
 
 def test_cors_preflight_from_a_configured_origin_only(call):

@@ -485,6 +485,7 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
     """The app; it starts loading ``service`` (default: the process's shared QAService of ``collections``, which a
     page in this process uses too) when the server starts."""
     settings = settings or Settings.from_env()
+    document_routes.check_guarded(settings)
     service = service or shared_service(settings, collections)
     metrics = Metrics()
     app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan)
