@@ -24,6 +24,7 @@ from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.serving.api import create_app
+from qa_system.serving.service import QAService
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -142,6 +143,18 @@ def test_a_rating_filter_on_query_returns_only_matching_documents(call):
     ):
         refused = call("POST", "/query", json={"query": "battery?", "item_id": "P1", "collection": "rated", "filters": bad})
         assert refused.status_code == 422 and message in refused.json()["detail"] and "\n" not in refused.json()["detail"], refused.text
+
+
+def test_collections_made_over_http_are_listed_and_served_after_a_restart(call, settings):
+    assert call("POST", "/collections", json={"name": "kept"}).status_code == 201
+    finished(call, call("POST", "/collections/{name}/documents", "/collections/kept/documents", json={"documents": [review(n) for n in range(8)]}))
+    with running(create_app(settings, service=QAService(settings))) as url:  # a new process's service on the same home
+        assert wait_ready(url).status_code == 200
+        listed = httpx.get(f"{url}/collections", headers=AUTH).json()
+        assert [(c["documents"], c["kind"]) for c in listed if c["name"] == "kept"] == [(8, "ingested")]
+        asked = {"query": "How long does the battery last?", "item_id": "P1", "collection": "kept", "top_k": 10}
+        answered = httpx.post(f"{url}/query", json=asked, headers=AUTH, timeout=120)
+        assert answered.status_code == 200 and sorted(d["meta"]["document_id"] for d in answered.json()["documents"]) == ["r001", "r005"]
 
 
 def test_documents_from_a_file_with_the_ingestions_rules(call):

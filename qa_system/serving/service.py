@@ -19,7 +19,8 @@ shared (Haystack pipelines keep no state between runs; ``timing.component_timing
 
 A collection is a named index: a SubjQA domain's, or one of your own (``qa-system index --input``);
 ``ServedCollection.open`` decides how each is opened. The API serves the collections it was started
-with; the page (``any_collection``) any collection of the store, opened on first use.
+with (and, with its document routes, every collection of your own in the store: ``serve_own``); the page
+(``any_collection``) any collection of the store, opened on first use.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, Unavailable, check_count, check_number
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport, collection_info, ingest, list_collections
 from qa_system.ingestion import open_collection as open_saved_collection
+from qa_system.ingestion.collections import is_reserved_name
 from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.reading.onnx_cache import prepare_reader
@@ -127,6 +129,7 @@ class QAService:
         self._loaded: set[str] = set()  # the served collections the load has opened (the budget may have closed them since)
         # Bumped when a collection changed on disk: an open that began before a change is thrown away, never kept.
         self._versions: dict[str, int] = {}
+        self.serve_own = False  # also serve every collection of your own in the store (the API with document routes)
 
     def serve(self, collection: ServedCollection) -> None:
         """Serve ``collection`` too (listed after those served already)."""
@@ -154,11 +157,14 @@ class QAService:
         extractive); tried again while the search server is unreachable, until ``stop()``."""
         began = time.perf_counter()
         pause = self.retry_first_s
+        started = list(self.names)  # your own collections served besides (serve_own) are opened on first use
         while True:
             try:
-                for name in self.names:
+                for name in started:
                     self._open_now(name, report)
                     self._loaded.add(name)
+                if self.serve_own:
+                    self._serve_own_collections()
                 break
             except Unavailable as error:
                 self._waiting = (str(error), time.monotonic() + pause)
@@ -167,9 +173,18 @@ class QAService:
                     raise
                 pause = min(2 * pause, self.retry_max_s)
         self._waiting = None
-        for name in self.names:
+        for name in started:
             self.pipeline(name, self.settings.retriever, "extractive")
         self._loaded_s = time.perf_counter() - began
+
+    def _serve_own_collections(self) -> None:
+        """Serve (opened on first use) every collection of your own the store holds: those the document routes
+        created or changed before a restart are served after it, as they were before it."""
+        for info in list_collections(self.settings):
+            if info.kind == "ingested" and "@" not in info.name and not is_reserved_name(info.name):
+                with self._lock:
+                    if info.name not in self.served:
+                        self.serve(ServedCollection(info.name))
 
     def status(self) -> dict[str, Any]:
         """``{"status": "loading" | "ready" | "failed", ...}``: progress while loading, the one-line error when it failed."""

@@ -487,6 +487,8 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
     settings = settings or Settings.from_env()
     document_routes.check_guarded(settings)
     service = service or shared_service(settings, collections)
+    # The document routes make and change collections of the store: after a restart it serves them again.
+    service.serve_own |= settings.api_documents
     metrics = Metrics()
     app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan)
     app.include_router(router)
