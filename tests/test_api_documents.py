@@ -213,6 +213,7 @@ def test_document_routes_without_a_token_refuse_to_start_unless_explicitly_open(
         create_app(tokenless)
     monkeypatch.setenv("QA_API_DOCUMENTS", "1")
     monkeypatch.delenv("QA_API_TOKEN", raising=False)
+    monkeypatch.delenv("QA_API_DOCUMENTS_OPEN", raising=False)
     assert main(["api", "--port", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {refusal}") and len(err.strip().splitlines()) == 1

@@ -445,7 +445,7 @@ async def export_feedback(api: Served) -> JSONResponse:
 
 @router.get(
     "/metrics", dependencies=PROTECTED, tags=["service"], summary="Prometheus metrics: requests, latency, stage times", response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string", "description": "Prometheus' text format (version 0.0.4)"}}}}, **errors(401)},
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string", "description": "Prometheus' text format (version 0.0.4)"}}}}, **errors(*GUARDED)},
 )  # fmt: skip
 async def metrics_(api: Served) -> Response:
     """The API's metrics in Prometheus' text format."""

@@ -148,9 +148,9 @@ def is_upload(scope: Scope) -> bool:
 
 
 class Guarded:
-    """The rate limit (when on; for a request without the right token on any path), the bearer token (when one is
-    set) and the body size limit, in that order (``max_upload_bytes`` for a body that adds documents, ``max_body_bytes``
-    for every other)."""
+    """The rate limit (when on: every request but the probes', and every one without the right token), the bearer token
+    (when one is set) and the body size limit, in that order (``max_upload_bytes`` for a body that adds documents,
+    ``max_body_bytes`` for every other)."""
 
     def __init__(self, app: ASGIApp, token: str | None, rate_limit: int, max_body_bytes: int, max_upload_bytes: int | None = None):
         self.app, self.token, self.max_body_bytes = app, token, max_body_bytes
