@@ -142,8 +142,11 @@ class Settings(BaseSettings):
     # "https://app.example.com,http://localhost:3000" ("*": any); None: no cross-origin calls (the default).
     api_cors_origins: str | None = None
     # Adding, updating and deleting documents and collections over HTTP (POST /collections, /documents, ...):
-    # off unless asked for (QA_API_DOCUMENTS=1); behind the bearer token like every other route.
+    # off unless asked for (QA_API_DOCUMENTS=1); behind the bearer token like every other route. Without a
+    # token the server refuses to start with them, unless QA_API_DOCUMENTS_OPEN=1 says that anyone who
+    # reaches it may change documents (a server only you can reach; a warning is logged).
     api_documents: bool = False
+    api_documents_open: bool = False
     # The largest file (or JSON list of documents) one request may add to a collection.
     api_max_upload_bytes: int = 32 * 1024 * 1024
     # The search page's feedback clicks (SQLite); None: feedback.sqlite under home.

@@ -614,6 +614,17 @@ def test_a_token_is_required_when_one_is_set(api, api_settings):
         assert accepted.status_code == 200 and accepted.json()["documents"]
 
 
+def test_wrong_token_guesses_are_rate_limited_on_every_route(api, api_settings):
+    app = create_app(api_settings.model_copy(update={"api_token": "s3cret", "api_rate_limit": 5}))
+    with running(app) as url:
+        guesses = [httpx.get(f"{url}/collections", headers={"Authorization": f"Bearer guess-{n}"}) for n in range(6)]
+        assert [guess.status_code for guess in guesses] == [401] * 5 + [429]
+        assert guesses[-1].json()["detail"].startswith("Too many requests from this client (limit 5 a minute).")
+        assert httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer guess-6"}).status_code == 429  # a route scrapers call unlimited
+        assert httpx.get(f"{url}/health").status_code in (200, 503)  # probes still answer
+    assert "429" in app.openapi()["paths"]["/metrics"]["get"]["responses"]
+
+
 def test_a_client_over_the_rate_limit_gets_429_and_probes_still_answer(api, api_settings):
     with running(create_app(api_settings.model_copy(update={"api_rate_limit": 3}))) as url:
         assert wait_ready(url).status_code == 200

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import socket
 import time
@@ -23,9 +24,12 @@ from openai_stub import OpenAIStub
 from prometheus_client.parser import text_string_to_metric_families
 from test_api import running, sse_events, wait_ready
 
+from qa_system.cli import main
 from qa_system.config import Settings
+from qa_system.errors import QAError
 from qa_system.serving.api import create_app
 from qa_system.serving.api.guards import Guarded
+from qa_system.serving.service import QAService
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -146,6 +150,18 @@ def test_a_rating_filter_on_query_returns_only_matching_documents(call):
         assert refused.status_code == 422 and message in refused.json()["detail"] and "\n" not in refused.json()["detail"], refused.text
 
 
+def test_collections_made_over_http_are_listed_and_served_after_a_restart(call, settings):
+    assert call("POST", "/collections", json={"name": "kept"}).status_code == 201
+    finished(call, call("POST", "/collections/{name}/documents", "/collections/kept/documents", json={"documents": [review(n) for n in range(8)]}))
+    with running(create_app(settings, service=QAService(settings))) as url:  # a new process's service on the same home
+        assert wait_ready(url).status_code == 200
+        listed = httpx.get(f"{url}/collections", headers=AUTH).json()
+        assert [(c["documents"], c["kind"]) for c in listed if c["name"] == "kept"] == [(8, "ingested")]
+        asked = {"query": "How long does the battery last?", "item_id": "P1", "collection": "kept", "top_k": 10}
+        answered = httpx.post(f"{url}/query", json=asked, headers=AUTH, timeout=120)
+        assert answered.status_code == 200 and sorted(d["meta"]["document_id"] for d in answered.json()["documents"]) == ["r001", "r005"]
+
+
 def test_documents_from_a_file_with_the_ingestions_rules(call):
     call("POST", "/collections", json={"name": "from-csv"})
     csv_text = "review_id,body,stars\nA1,Great sound and the battery lasts.,5\nA2,The battery is weak.,2\n"
@@ -241,6 +257,22 @@ def test_an_upload_whose_client_disconnects_midway_changes_nothing(call, server)
     assert sorted(found) == [f"r{n:03d}" for n in range(10)] and found["r001"]["content"] == review(1)["text"]
 
 
+def test_subjqa_names_are_refused_on_the_document_routes(call):
+    """subjqa-books was never built here (as subjqa-electronics in the Docker image): created over HTTP, the page and the CLI would present it as SubjQA."""
+    reserved = "is reserved for the SubjQA collections that `qa-system index --domain` builds. Fix: name your own collection otherwise, e.g. my-reviews"
+    for name in ("subjqa-books", "subjqa-electronics"):
+        refused = call("POST", "/collections", json={"name": name})
+        assert refused.status_code == 422 and refused.json()["detail"].startswith(f"'{name}' {reserved}"), refused.text
+    for method, route, path, body in (
+        ("POST", "/collections/{name}/documents", "/collections/subjqa-books/documents", {"documents": [review(1)]}),
+        ("POST", "/collections/{name}/documents/delete", "/collections/subjqa-electronics/documents/delete", {"ids": ["r-kindle-1"]}),
+    ):
+        refused = call(method, route, path, json=body)
+        assert refused.status_code == 422 and reserved in refused.json()["detail"] and "\n" not in refused.json()["detail"], refused.text
+    assert [c["name"] for c in call("GET", "/collections").json() if c["name"].startswith("subjqa-")] == []
+    assert call("POST", "/query", json={"query": "Is it good for reading?", "item_id": "KINDLE"}).json()["documents"]  # electronics untouched
+
+
 def test_document_changes_are_off_by_default(settings, tmp_path):
     off = settings.model_copy(update={"api_documents": False, "api_cors_origins": None})
     with running(create_app(off)) as url:
@@ -249,6 +281,22 @@ def test_document_changes_are_off_by_default(settings, tmp_path):
         assert refused.status_code == 403 and "QA_API_DOCUMENTS=1" in refused.json()["detail"]
         preflight = httpx.options(f"{url}/query", headers={"Origin": FRONT_END, "Access-Control-Request-Method": "POST"})
         assert preflight.status_code == 401 and "access-control-allow-origin" not in preflight.headers  # CORS closed by default: refused like any request
+
+
+def test_document_routes_without_a_token_refuse_to_start_unless_explicitly_open(settings, caplog, capsys, monkeypatch):
+    tokenless = settings.model_copy(update={"api_token": None})
+    refusal = "Document changes over HTTP are on (QA_API_DOCUMENTS=1) but the server has no bearer token"
+    with pytest.raises(QAError, match=re.escape(refusal) + r".* Fix: set QA_API_TOKEN, or QA_API_DOCUMENTS_OPEN=1"):
+        create_app(tokenless)
+    monkeypatch.setenv("QA_API_DOCUMENTS", "1")
+    monkeypatch.delenv("QA_API_TOKEN", raising=False)
+    monkeypatch.delenv("QA_API_DOCUMENTS_OPEN", raising=False)
+    assert main(["api", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {refusal}") and len(err.strip().splitlines()) == 1
+    with caplog.at_level(logging.WARNING, logger="qa_system.serving.api.documents"):
+        create_app(tokenless.model_copy(update={"api_documents_open": True}))
+    assert "open to anyone who reaches this server (QA_API_DOCUMENTS_OPEN=1, no QA_API_TOKEN)" in caplog.text
 
 
 def test_cors_preflight_from_a_configured_origin_only(call):

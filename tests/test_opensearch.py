@@ -18,11 +18,15 @@ import qa_system
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
+from qa_system.ingestion import IngestOptions, ingest
 from qa_system.ingestion.indexing import build_index, open_or_build_index
 from qa_system.pipelines import build_retrieval_pipeline
+from qa_system.serving.documents import DocumentChanges
+from qa_system.serving.service import QAService, ServedCollection
 from qa_system.stores import (
     Index,
     delete_opensearch_index,
+    discard_opensearch_index,
     new_opensearch_index,
     open_index,
     opensearch_client,
@@ -213,6 +217,37 @@ def test_a_plain_index_of_that_name_is_replaced_by_the_alias(os_settings, name):
     index = build_index(os_settings, documents=CORPUS, embed=False, progress=False, name=name)
     assert list(client.indices.get_alias(name=name)) == concrete_indices(os_settings, name)
     assert index.store.count_documents() == 3
+
+
+def test_no_collection_addresses_or_replaces_the_index_behind_another_collection(os_settings, name, tmp_path):
+    """The concrete index behind a collection's alias shows in _cat/aliases; a collection of that name would replace it on its first write."""
+    build_index(os_settings, documents=CORPUS, embed=False, progress=False, name=name)
+    [concrete] = concrete_indices(os_settings, name)
+    changes = DocumentChanges(os_settings, QAService(os_settings, [ServedCollection(name)]))
+    injected = b'{"text": "Injected review."}\n'
+    (tmp_path / "injected.jsonl").write_bytes(injected)
+    for door in (
+        lambda: changes.add(concrete, injected, IngestOptions(format="jsonl"), "injected.jsonl"),
+        lambda: changes.create(concrete),
+        lambda: changes.delete(concrete, ids=[CORPUS[0].id]),
+        lambda: changes.drop(concrete),
+        lambda: ingest(os_settings, tmp_path / "injected.jsonl", concrete, progress=False),
+    ):
+        with pytest.raises(QAError, match=f"'{concrete}' is named like the index behind a collection.*Fix: pick a name"):
+            door()
+    # The store refuses it too, whichever door named it: opening, replacing or deleting that index.
+    behind = f"'{concrete}' is the search server index behind the collection '{name}', not a collection. Fix: use the collection's name"
+    with pytest.raises(QAError, match=behind):
+        open_index(os_settings, name=concrete)
+    with pytest.raises(QAError, match=behind):
+        delete_opensearch_index(os_settings, concrete)
+    staging = new_opensearch_index(os_settings, concrete, embedding_dim=None)
+    with pytest.raises(QAError, match=behind):
+        save_index(Index("opensearch", concrete, staging, {"documents": 0}), os_settings)
+    discard_opensearch_index(os_settings, staging)
+    assert concrete_indices(os_settings, name) == [concrete]
+    index = open_index(os_settings, name=name)
+    assert index.store.count_documents() == 3 and review_ids(build_retrieval_pipeline("bm25", os_settings, index=index), "kettle", top_k=3) == ["b-1"]
 
 
 def test_manifest_update_of_the_index_in_service(os_settings, os_index, name):

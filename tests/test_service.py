@@ -4,6 +4,7 @@ opening the collection it is told to without indexing SubjQA."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from qa_system.cli import main as cli
 from qa_system.config import Settings
 from qa_system.ingestion import IngestOptions, ingest
 from qa_system.serving.api import create_app
+from qa_system.serving.background import BackgroundTask
+from qa_system.serving.documents import DocumentChanges
 from qa_system.serving.service import QAService, ServedCollection, shared_service
 from qa_system.serving.webapp import APP, settings_environment
 
@@ -58,6 +61,46 @@ def test_a_collection_over_the_budget_alone_stays_open_and_closes_the_others(set
     service.index("small")
     service.index("large")
     assert list(service.open_collections()) == ["large"]
+
+
+def test_after_a_change_is_done_the_new_version_is_served_whatever_the_budget_closed_meanwhile(settings):
+    armed, holding, release = threading.Event(), threading.Event(), threading.Event()
+
+    class HeldOpen(ServedCollection):
+        """Its next open, once armed, waits after reading the collection: a question opening it while a change commits."""
+
+        def open(self, settings, on_progress=None):
+            index = super().open(settings, on_progress)
+            if armed.is_set():
+                armed.clear()
+                holding.set()
+                release.wait(TIMEOUT)
+            return index
+
+    def added(*texts: str) -> dict:
+        rows = "".join(f'{{"id": "{text.split()[1]}", "text": "{text}"}}\n' for text in texts)
+        change = changes.add("mine", rows.encode(), IngestOptions(format="jsonl"), "documents.jsonl")
+        change.task.wait(TIMEOUT)
+        assert change.status()["status"] == "done", change.status()["error"]
+        return change.status()["report"]
+
+    own_collection(settings, "big", 400)
+    service = QAService(settings.with_(collection_memory_mb=1), [ServedCollection("big"), HeldOpen("mine")])
+    changes = DocumentChanges(settings, service)
+    changes.create("mine")
+    added("The red lamp is bright.", "The blue lamp is warm.")
+    assert service.index("mine").store.count_documents() == 2
+    service.index("big")
+    assert list(service.open_collections()) == ["big"]  # the budget closed 'mine'
+    armed.set()
+    asking = BackgroundTask(lambda report: service.index("mine"))  # a question opens it again, reading the old version
+    assert holding.wait(TIMEOUT)
+    assert added("The green lamp is dim.")["documents"] == 3
+    release.set()
+    asking.wait(TIMEOUT)
+    assert service.index("mine").store.count_documents() == 3
+    found = service.pipeline("mine", "bm25", None).run("Is the lamp dim?", top_k=10)["documents"]
+    assert "The green lamp is dim." in [document.content for document in found]
 
 
 def test_the_budget_is_a_setting_and_its_environment_variable(monkeypatch):

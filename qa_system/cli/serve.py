@@ -30,9 +30,11 @@ def cmd_api(args: argparse.Namespace) -> None:
     """`qa-system api`: serve the REST API until stopped; a collection name that does not exist is refused first."""
     from qa_system.ingestion import collection_manifest
     from qa_system.serving.api import run_api
+    from qa_system.serving.api.documents import check_guarded
     from qa_system.serving.service import DEFAULT_COLLECTIONS
 
     settings = settings_from_args(args).with_(api_rate_limit=args.rate_limit, api_workers=args.workers)
+    check_guarded(settings)
     served = args.served or DEFAULT_COLLECTIONS
     for collection in served:  # a mistyped name is refused before the server starts (a domain is built on first start)
         if not collection.subjqa_domain:

@@ -20,7 +20,9 @@ from qa_system.errors import QAError
 from qa_system.ingestion.indexing import ProgressCallback, open_or_build_index
 from qa_system.ingestion.splitting import source_text
 from qa_system.stores import (
+    CONCRETE_INDEX_NAME,
     MANIFEST_KEY,
+    SUBJQA_PREFIX,
     Index,
     delete_opensearch_index,
     elasticsearch_client,
@@ -44,6 +46,25 @@ def check_collection_name(name: object) -> str:
         raise QAError(f"The collection name '{name}' holds '/' or '..': a name must not point outside the index directory.", NAME_FIX)
     if not NAME_PATTERN.fullmatch(name):
         raise QAError(f"'{name}' is not a valid collection name.", NAME_FIX)
+    if CONCRETE_INDEX_NAME.fullmatch(name):  # for every store: a name is the same collection whichever store serves it
+        raise QAError(f"'{name}' is named like the index behind a collection on a search server (NAME--TIME-ID).", "pick a name without '--' before a time, e.g. my-reviews.")
+    return name
+
+
+def is_reserved_name(name: str) -> bool:
+    """Whether ``name`` is SubjQA's (``subjqa-<domain>``, and the copies `eval retriever` makes of one): what the page and
+    the CLI present as SubjQA, so its documents come from `qa-system index --domain` alone."""
+    return name.startswith(SUBJQA_PREFIX)
+
+
+def check_own_collection_name(name: object) -> str:
+    """``name``, once known to be a valid name for a collection of your own (not a SubjQA one); else a QAError."""
+    check_collection_name(name)
+    if is_reserved_name(name):
+        raise QAError(
+            f"'{name}' is reserved for the SubjQA collections that `qa-system index --domain` builds.",
+            "name your own collection otherwise, e.g. my-reviews (`qa-system collections --delete` deletes any collection).",
+        )
     return name
 
 

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from qa_system.config import Settings
 from qa_system.errors import Conflict, NotFound, QAError, Unavailable
-from qa_system.ingestion import IngestOptions, IngestProgress, check_collection_name, delete_collection, ingest
+from qa_system.ingestion import IngestOptions, IngestProgress, check_own_collection_name, delete_collection, ingest
 from qa_system.ingestion.changes import DeleteReport, create_collection, delete_documents
 from qa_system.ingestion.ingest import check_source
 from qa_system.serving.background import BackgroundTask
@@ -77,14 +77,15 @@ class DocumentChanges:
         self._ids = itertools.count(1)
 
     def create(self, name: str) -> dict[str, Any]:
-        """Create the empty collection ``name`` and serve it."""
+        """Create the empty collection ``name`` (not a SubjQA name) and serve it."""
+        check_own_collection_name(name)
         create_collection(self.settings, name)
         self.service.reopen(name)
         return {"name": name, "documents": 0}
 
     def drop(self, name: str) -> dict[str, Any]:
         """Delete the collection ``name`` (not a SubjQA one, nor the server's default) and stop serving it."""
-        check_collection_name(name)
+        check_own_collection_name(name)
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", "pick one that GET /collections lists.")
@@ -97,7 +98,7 @@ class DocumentChanges:
 
     def add(self, name: str, source: bytes, options: IngestOptions, file_name: str, sync: bool = False) -> Change:
         """Check ``source`` (a file's bytes, read as `index --input` reads it), then add or update its documents in the background."""
-        check_collection_name(name)
+        check_own_collection_name(name)
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", f"create it first: POST /collections with {{\"name\": \"{name}\"}}.")
@@ -124,6 +125,7 @@ class DocumentChanges:
 
     def delete(self, name: str, ids: Sequence[str] | None = None, filters: dict | None = None) -> DeleteReport:
         """Delete documents of ``name`` by id or by filter (with all their passages), then serve what is left."""
+        check_own_collection_name(name)
         self._refuse_while_running(name)
         report = delete_documents(self.settings, name, ids, filters)
         if report.deleted:

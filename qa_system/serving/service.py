@@ -19,7 +19,8 @@ shared (Haystack pipelines keep no state between runs; ``timing.component_timing
 
 A collection is a named index: a SubjQA domain's, or one of your own (``qa-system index --input``);
 ``ServedCollection.open`` decides how each is opened. The API serves the collections it was started
-with; the page (``any_collection``) any collection of the store, opened on first use.
+with (and, with its document routes, every collection of your own in the store: ``serve_own``); the page
+(``any_collection``) any collection of the store, opened on first use.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, Unavailable, check_count, check_number
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport, collection_info, ingest, list_collections
 from qa_system.ingestion import open_collection as open_saved_collection
+from qa_system.ingestion.collections import is_reserved_name
 from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.reading.onnx_cache import prepare_reader
@@ -125,6 +127,9 @@ class QAService:
         self._stopping = threading.Event()
         self._listed: tuple[float, dict[str, CollectionInfo], int | None] | None = None
         self._loaded: set[str] = set()  # the served collections the load has opened (the budget may have closed them since)
+        # Bumped when a collection changed on disk: an open that began before a change is thrown away, never kept.
+        self._versions: dict[str, int] = {}
+        self.serve_own = False  # also serve every collection of your own in the store (the API with document routes)
 
     def serve(self, collection: ServedCollection) -> None:
         """Serve ``collection`` too (listed after those served already)."""
@@ -152,11 +157,14 @@ class QAService:
         extractive); tried again while the search server is unreachable, until ``stop()``."""
         began = time.perf_counter()
         pause = self.retry_first_s
+        started = list(self.names)  # your own collections served besides (serve_own) are opened on first use
         while True:
             try:
-                for name in self.names:
+                for name in started:
                     self._open_now(name, report)
                     self._loaded.add(name)
+                if self.serve_own:
+                    self._serve_own_collections()
                 break
             except Unavailable as error:
                 self._waiting = (str(error), time.monotonic() + pause)
@@ -165,9 +173,18 @@ class QAService:
                     raise
                 pause = min(2 * pause, self.retry_max_s)
         self._waiting = None
-        for name in self.names:
+        for name in started:
             self.pipeline(name, self.settings.retriever, "extractive")
         self._loaded_s = time.perf_counter() - began
+
+    def _serve_own_collections(self) -> None:
+        """Serve (opened on first use) every collection of your own the store holds: those the document routes
+        created or changed before a restart are served after it, as they were before it."""
+        for info in list_collections(self.settings):
+            if info.kind == "ingested" and "@" not in info.name and not is_reserved_name(info.name):
+                with self._lock:
+                    if info.name not in self.served:
+                        self.serve(ServedCollection(info.name))
 
     def status(self) -> dict[str, Any]:
         """``{"status": "loading" | "ready" | "failed", ...}``: progress while loading, the one-line error when it failed."""
@@ -210,11 +227,14 @@ class QAService:
         return self._tasks.get_or_start(("open", served.name), lambda report: self._open_now(served.name, report), name=f"open-{served.name}")
 
     def _open_now(self, name: str, report: Report | None = None) -> Index:
-        if (index := self._already_open(name)) is not None:
-            return index
-        index = self._served(name).open(self.settings, report)
-        self._keep(name, index)
-        return index
+        while True:
+            if (index := self._already_open(name)) is not None:
+                return index
+            version = self._versions.get(name, 0)
+            index = self._served(name).open(self.settings, report)
+            if self._keep(name, index, version):
+                return index
+            # The collection changed while it was read (a document change committed meanwhile): read it again.
 
     def index(self, collection: str | None) -> Index:
         """The index of ``collection`` (None: the first one served), opened when it is not (again, after the
@@ -235,10 +255,13 @@ class QAService:
             self._open.move_to_end(name)
             return self._open[name][0]
 
-    def _keep(self, name: str, index: Index) -> None:
-        """``index`` open under ``name``; the least recently used others closed while the open ones exceed the budget."""
+    def _keep(self, name: str, index: Index, version: int) -> bool:
+        """``index`` open under ``name``, unless the collection changed since ``version`` (False: it was read before
+        the change); the least recently used others closed while the open ones exceed the budget."""
         size = index.memory_bytes()
         with self._lock:
+            if self._versions.get(name, 0) != version:
+                return False
             self._open[name] = (index, size)
             self._open.move_to_end(name)
             while len(self._open) > 1 and sum(size for _, size in self._open.values()) > self.budget_bytes:
@@ -248,6 +271,7 @@ class QAService:
         if size > self.budget_bytes:
             logger.warning("Collection '%s' alone takes about %d MB, over QA_COLLECTION_MEMORY_MB=%d: it stays open, the others are closed.",
                            name, size // 2**20, self.settings.collection_memory_mb)  # fmt: skip
+        return True
 
     def _close(self, name: str) -> int:
         """Forget ``name``'s index and the pipelines over it (under ``_lock``); its memory, about the bytes returned,
@@ -261,8 +285,14 @@ class QAService:
     def close(self, collection: str) -> None:
         """Close ``collection`` now (e.g. after an upload changed it): the next question opens it afresh."""
         with self._lock:
-            if collection in self._open:
-                self._close(collection)
+            self._changed(collection)
+
+    def _changed(self, name: str) -> None:
+        """``name`` changed on disk (under ``_lock``): closed, and an open of it still reading the old version is read
+        again rather than kept, whether or not the memory budget had closed it meanwhile."""
+        self._versions[name] = self._versions.get(name, 0) + 1
+        if name in self._open:
+            self._close(name)
 
     def open_collections(self) -> dict[str, int]:
         """The collections open now, least recently used first, with their estimated bytes."""
@@ -293,7 +323,7 @@ class QAService:
             for name, (index, _) in list(self._open.items()):
                 info = listed.get(index.name)
                 if info is not None and info.updated not in (None, index.manifest.get("updated", index.manifest.get("created"))):
-                    self._close(name)
+                    self._changed(name)
 
     def collections(self) -> list[dict[str, Any]]:
         """Each collection served: name, index, store, kind, documents (and the passages they are split into), products, encoder."""
@@ -314,8 +344,7 @@ class QAService:
             self.served.setdefault(name, ServedCollection(name))
             if name not in self.names:
                 self.names.append(name)
-            if name in self._open:
-                self._close(name)
+            self._changed(name)
             self._listed = None
 
     def forget(self, name: str) -> None:
@@ -323,8 +352,7 @@ class QAService:
         if name == self.names[0]:
             raise QAError(f"'{name}' is the server's default collection.", "delete another collection, or serve another one first (--collection).")
         with self._lock:
-            if name in self._open:
-                self._close(name)
+            self._changed(name)
             self.served.pop(name, None)
             self.names = [n for n in self.names if n != name]
             self._listed = None
@@ -370,13 +398,17 @@ class QAService:
         index = self.index(collection)
         key = (index.name, retriever or self.settings.retriever, mode or "retrieval")
         with self._lock:
-            if key in self._pipelines:
-                return self._pipelines[key]
+            if (built := self._pipelines.get(key)) is not None and built.index is index:
+                return built
             building = self._building.setdefault(key, threading.Lock())
         with building:  # one build per key; requests for other pipelines go on meanwhile
-            if key not in self._pipelines:
-                self._pipelines[key] = build_qa_pipeline(key[1], self.settings, index=index, answer_stage=mode)
-        return self._pipelines[key]
+            built = self._pipelines.get(key)
+            if built is None or built.index is not index:  # a pipeline over an older version of the collection is never reused
+                built = build_qa_pipeline(key[1], self.settings, index=index, answer_stage=mode)
+                with self._lock:
+                    if any(open_index is index for open_index, _ in self._open.values()):  # still the version served
+                        self._pipelines[key] = built
+        return built
 
     def check(self, question: Question) -> Question:
         """The question with the library's rules applied (counts, an empty question, an unknown

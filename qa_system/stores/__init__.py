@@ -12,9 +12,10 @@ from qa_system.disk_cache import TemporaryOwner, atomic_file, remove_leftovers, 
 from qa_system.stores.elasticsearch import elasticsearch_client, elasticsearch_store
 from qa_system.stores.factory import open_index, save_index, saved_document_count, saved_manifest, try_open_index
 from qa_system.stores.faiss import new_faiss_store
-from qa_system.stores.index import MANIFEST_KEY, Index, index_name
+from qa_system.stores.index import MANIFEST_KEY, SUBJQA_PREFIX, Index, index_name
 from qa_system.stores.memory import memory_documents, new_memory_store, write_memory_index
 from qa_system.stores.opensearch import (
+    CONCRETE_INDEX_NAME,
     OPENSEARCH_ANALYZER,
     OPENSEARCH_FIX,
     OPENSEARCH_KNN_METHOD,
@@ -28,7 +29,7 @@ from qa_system.stores.opensearch import (
 )
 
 __all__ = [
-    "MANIFEST_KEY", "OPENSEARCH_ANALYZER", "OPENSEARCH_FIX", "OPENSEARCH_KNN_METHOD", "OPENSEARCH_SETTINGS", "Index", "TemporaryOwner",
+    "CONCRETE_INDEX_NAME", "MANIFEST_KEY", "OPENSEARCH_ANALYZER", "OPENSEARCH_FIX", "OPENSEARCH_KNN_METHOD", "OPENSEARCH_SETTINGS", "SUBJQA_PREFIX", "Index", "TemporaryOwner",
     "atomic_file", "delete_opensearch_index", "discard_opensearch_index", "elasticsearch_client", "elasticsearch_store", "index_name",
     "memory_documents", "new_faiss_store", "new_memory_store", "new_opensearch_index", "open_index", "opensearch_client",
     "opensearch_has_knn", "opensearch_index_body", "remove_leftovers", "save_index", "saved_document_count", "saved_manifest",

@@ -6,12 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 MANIFEST_KEY = "qa_system"
+# What every SubjQA collection's name starts with (``index_name``).
+SUBJQA_PREFIX = "subjqa-"
 
 
 def index_name(domains: str | Sequence[str]) -> str:
     """The name of the index of one or more SubjQA domains: ``subjqa-<domain>[-<domain>...]``, the domains sorted."""
     domains = [domains] if isinstance(domains, str) else sorted(domains)
-    return "subjqa-" + "-".join(domains)
+    return SUBJQA_PREFIX + "-".join(domains)
 
 
 @dataclass

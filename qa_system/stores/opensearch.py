@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from qa_system.config import Settings
@@ -18,6 +19,10 @@ logger = logging.getLogger(__name__)
 # run leaves the old index serving (its half-written successor is deleted), and reviews missing
 # from the new corpus are gone after the swap. Servers without the k-NN plugin (e.g. Elasticsearch 7
 # OSS, which the tests run) get an index without vectors: BM25 works, dense retrieval says why not.
+
+# The name of a concrete index (``new_opensearch_index``): no collection may be named so, or it would address
+# another collection's index, and its first write would replace that index by an alias (see _save_opensearch).
+CONCRETE_INDEX_NAME = re.compile(r".+--\d{14}-[0-9a-f]{6}")
 
 OPENSEARCH_FIX = "start an OpenSearch server there, or set QA_OPENSEARCH_URL (--opensearch-url) to a running one."
 # BM25 as the memory store's bm25s defaults (see retrieval/bm25.py): English (Snowball) stemming,
@@ -136,10 +141,26 @@ def _aliased_indices(client, name: str) -> list[str]:
         return []
 
 
+def _check_not_behind_an_alias(client, name: str) -> None:
+    """A QAError when ``name`` is a concrete index that an alias serves: another collection's, never one of its own."""
+    from opensearchpy.exceptions import NotFoundError
+
+    try:
+        aliases = client.indices.get_alias(index=name).get(name, {}).get("aliases", {})  # keyed by ``name`` only when it is a concrete index
+    except NotFoundError:
+        return
+    if aliases:
+        owner = sorted(aliases)[0]
+        raise QAError(f"'{name}' is the search server index behind the collection '{owner}', not a collection.", f"use the collection's name, '{owner}'.")
+
+
 def delete_opensearch_index(settings: Settings, name: str) -> None:
-    """Remove the alias ``name`` and the concrete indices behind it (or a plain index of that name)."""
+    """Remove the alias ``name`` and the concrete indices behind it (or a plain index of that name, never one an alias serves)."""
     client = opensearch_client(settings)
-    for concrete in _aliased_indices(client, name) or [name]:
+    aliased = _aliased_indices(client, name)
+    if not aliased:
+        _check_not_behind_an_alias(client, name)
+    for concrete in aliased or [name]:
         client.indices.delete(index=concrete, ignore_unavailable=True)
 
 
@@ -149,6 +170,8 @@ def _load_opensearch(settings: Settings, name: str) -> Index | None:
         return None
     mapping = client.indices.get_mapping(index=name)
     concrete = next(iter(mapping))  # keyed by the concrete index behind the alias
+    if concrete == name:  # a plain index: served as a collection only when no alias serves it as another one
+        _check_not_behind_an_alias(client, name)
     manifest = mapping[concrete]["mappings"].get("_meta", {}).get(MANIFEST_KEY)
     if manifest is None and client.count(index=name)["count"] == 0:
         return None
@@ -167,6 +190,7 @@ def _save_opensearch(index: Index, settings: Settings) -> None:
     actions = [{"remove": {"index": old, "alias": index.name}} for old in retired]
     actions.append({"add": {"index": target, "alias": index.name}})
     if not retired and client.indices.exists(index=index.name):
+        _check_not_behind_an_alias(client, index.name)
         actions.append({"remove_index": {"index": index.name}})  # a plain index of that name: replaced in the same step
     client.indices.update_aliases(body={"actions": actions})
     index.store = _opensearch_document_store(settings, index.name, opensearch_index_body(index.manifest.get("embedding_dim")))

@@ -445,7 +445,7 @@ async def export_feedback(api: Served) -> JSONResponse:
 
 @router.get(
     "/metrics", dependencies=PROTECTED, tags=["service"], summary="Prometheus metrics: requests, latency, stage times", response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string", "description": "Prometheus' text format (version 0.0.4)"}}}}, **errors(401)},
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string", "description": "Prometheus' text format (version 0.0.4)"}}}}, **errors(*GUARDED)},
 )  # fmt: skip
 async def metrics_(api: Served) -> Response:
     """The API's metrics in Prometheus' text format."""
@@ -485,7 +485,10 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
     """The app; it starts loading ``service`` (default: the process's shared QAService of ``collections``, which a
     page in this process uses too) when the server starts."""
     settings = settings or Settings.from_env()
+    document_routes.check_guarded(settings)
     service = service or shared_service(settings, collections)
+    # The document routes make and change collections of the store: after a restart it serves them again.
+    service.serve_own |= settings.api_documents
     metrics = Metrics()
     app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan)
     app.include_router(router)

@@ -2,13 +2,15 @@
 file as its body, indexed in the background: poll the task), delete documents by id or by filter.
 
 Off unless the server is started with ``QA_API_DOCUMENTS=1`` (``Settings.api_documents``; 403 naming
-it otherwise), and behind the bearer token like every route. The work is ``serving.documents``'s,
+it otherwise), and behind the bearer token like every route: without one the server does not start,
+unless ``QA_API_DOCUMENTS_OPEN=1`` opens them to anyone who reaches it. Each change is logged with its client. The work is ``serving.documents``'s,
 that is the ingestion library's, with the rules and one-line errors of `qa-system index --input`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -16,9 +18,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from qa_system.config import Settings
+from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions
+from qa_system.serving.api.guards import client_of
 from qa_system.serving.api.schemas import Filters, Text
 from qa_system.serving.documents import DocumentChanges
+
+logger = logging.getLogger(__name__)
 
 # A file sent as the body, by its content type; JSON is a list of documents ({"documents": [...]}).
 FILE_FORMATS = {"text/csv": "csv", "text/tab-separated-values": "tsv", "application/x-ndjson": "jsonl", "application/jsonl": "jsonl"}
@@ -38,7 +45,7 @@ class CollectionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Text = Field(description="lowercase letters, digits, '-', '_' and '.', e.g. my-reviews")
+    name: Text = Field(description="lowercase letters, digits, '-', '_' and '.', e.g. my-reviews; not subjqa-..., SubjQA's own names")
 
 
 class CollectionChanged(BaseModel):
@@ -92,6 +99,24 @@ UPLOAD_BODY = {
 }
 
 
+def check_guarded(settings: Settings) -> None:
+    """Document routes on a server with a bearer token, or explicitly open to anyone who reaches it (a warning);
+    else a QAError at start: anonymous clients would create and delete collections."""
+    if not settings.api_documents or settings.api_token:
+        return
+    if not settings.api_documents_open:
+        raise QAError(
+            "Document changes over HTTP are on (QA_API_DOCUMENTS=1) but the server has no bearer token: anyone who reaches it could create and delete collections.",
+            "set QA_API_TOKEN, or QA_API_DOCUMENTS_OPEN=1 to let anyone who reaches the server change documents.",
+        )
+    logger.warning("Document changes over HTTP are open to anyone who reaches this server (QA_API_DOCUMENTS_OPEN=1, no QA_API_TOKEN).")
+
+
+def logged(request: Request, change: str) -> None:
+    """A change to the documents, in the server's log with the client that asked for it."""
+    logger.info("%s (client %s).", change, client_of(request.scope))
+
+
 def changes(request: Request) -> DocumentChanges:
     """The app's ``DocumentChanges``, once the service is loaded; 403 when the server does not take document changes."""
     api = request.app.state.api
@@ -141,15 +166,18 @@ async def upload(
 # ------------------------------------------------------------------------------------- endpoints
 
 
-async def create_collection(body: CollectionRequest, documents: Changes) -> JSONResponse:
+async def create_collection(body: CollectionRequest, request: Request, documents: Changes) -> JSONResponse:
     """Create an empty collection, served at once; add documents to it with POST /collections/{name}/documents."""
     created = CollectionChanged(**documents.create(body.name))
+    logged(request, f"Collection '{body.name}' created")
     return JSONResponse(created.model_dump(), status_code=201, headers={"Location": f"/collections/{body.name}"})
 
 
-async def delete_collection(name: str, documents: Changes) -> CollectionChanged:
+async def delete_collection(name: str, request: Request, documents: Changes) -> CollectionChanged:
     """Delete a collection of your own with all its documents (not a SubjQA one, nor the server's default)."""
-    return CollectionChanged(**documents.drop(name))
+    deleted = CollectionChanged(**documents.drop(name))
+    logged(request, f"Collection '{name}' deleted ({deleted.documents} documents)")
+    return deleted
 
 
 async def add_documents(
@@ -171,6 +199,7 @@ async def add_documents(
     source, options, file_name = await upload(request, name, format, filename, options)
     api = request.app.state.api
     change, _ = await api.blocking(documents.add, name, source, options, file_name, sync)
+    logged(request, f"Adding {change.documents} documents to collection '{name}' (task {change.id})")
     body = TaskOut(**change.status())
     return JSONResponse(body.model_dump(), status_code=202, headers={"Location": f"/tasks/{change.id}"})
 
@@ -178,12 +207,14 @@ async def add_documents(
 async def delete_documents(name: str, body: DeleteRequest, request: Request, documents: Changes) -> DeleteOut:
     """Delete documents by their ids, or every document with a passage that `filters` matches (with all its passages)."""
     report, _ = await request.app.state.api.blocking(documents.delete, name, body.ids, body.filters)
+    logged(request, f"{len(report.deleted)} documents deleted from collection '{name}'")
     return DeleteOut(**report.as_dict())
 
 
 async def delete_document(name: str, document_id: str, request: Request, documents: Changes) -> DeleteOut:
     """Delete one document (all its passages) by its id; 404 when the collection holds none of that id."""
     report, _ = await request.app.state.api.blocking(documents.delete, name, [document_id], None)
+    logged(request, f"{len(report.deleted)} documents deleted from collection '{name}'")
     if report.not_found:
         raise HTTPException(404, f"No document '{document_id}' in collection '{name}'. Fix: send an id the collection holds (GET /query's documents show them).")
     return DeleteOut(**report.as_dict())

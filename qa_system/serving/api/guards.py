@@ -149,8 +149,9 @@ def is_upload(scope: Scope) -> bool:
 
 
 class Guarded:
-    """The bearer token (when one is set), the rate limit (when on) and the body size limit, in that order
-    (``max_upload_bytes`` for a body that adds documents, ``max_body_bytes`` for every other)."""
+    """The rate limit (when on: every request but the probes', and every one without the right token), the bearer token
+    (when one is set) and the body size limit, in that order (``max_upload_bytes`` for a body that adds documents,
+    ``max_body_bytes`` for every other)."""
 
     def __init__(self, app: ASGIApp, token: str | None, rate_limit: int, max_body_bytes: int, max_upload_bytes: int | None = None):
         self.app, self.token, self.max_body_bytes = app, token, max_body_bytes
@@ -162,15 +163,17 @@ class Guarded:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if self.token and path not in OPEN_PATHS and not self._authorized(scope):
-            await refuse(401, "A bearer token is required. Fix: send the header 'Authorization: Bearer <QA_API_TOKEN>'.", scope, receive, send, {"WWW-Authenticate": "Bearer"})
-            return
-        if self.limiter and path not in UNLIMITED_PATHS:
+        authorized = not self.token or path in OPEN_PATHS or self._authorized(scope)
+        # A wrong token counts against the limit too, on every path: guessing it is as slow as any other request.
+        if self.limiter and (path not in UNLIMITED_PATHS or not authorized):
             wait = self.limiter.take(client_of(scope))
             if wait:
                 message = f"Too many requests from this client (limit {self.limiter.capacity:.0f} a minute). Fix: retry in {math.ceil(wait)} s."
                 await refuse(429, message, scope, receive, send, {"Retry-After": str(math.ceil(wait))})
                 return
+        if not authorized:
+            await refuse(401, "A bearer token is required. Fix: send the header 'Authorization: Bearer <QA_API_TOKEN>'.", scope, receive, send, {"WWW-Authenticate": "Bearer"})
+            return
         upload = is_upload(scope)
         limit = self.max_upload_bytes if upload else self.max_body_bytes
         try:
