@@ -184,6 +184,33 @@ def cmd_eval_judged(args: argparse.Namespace) -> None:
     print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, reliability.png)")
 
 
+def _register_judged(stages, options: Options) -> None:
+    """Add `eval judged` to the `eval` stages."""
+    p = stages.add_parser(
+        "judged", parents=[options.common],
+        help="the first card users read, judged over every document of the product: useful, right, wrong, abstentions, top 3, calibration",
+    )
+    p.add_argument("--labels", type=Path, nargs="+", required=True, metavar="FILE", help="judged questions, JSON lines (see the docs' judged label format)")
+    options.collection(p)
+    p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
+    p.add_argument("--selector", nargs="+", help="their answer selectors, one for all or one per --reader ('none': the reader decides alone)")
+    p.add_argument("--out", type=Path, default=Path("reports/judged"))
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_eval_judged)
+
+
+def _register_annotators(stages, options: Options) -> None:
+    """Add `eval annotators` to the `eval` stages."""
+    p = stages.add_parser("annotators", parents=[options.common], help="how far SubjQA's annotators agree: the human reference beside a model's EM / F1")
+    options.domain(p)
+    p.add_argument("--split", default="test")
+    p.add_argument("--predictions", nargs="+", type=Path, default=[], metavar="FILE",
+                   help="predictions-*.json that `eval reader|pipeline` wrote for this split: each scored in an annotator's seat (the same gold)")
+    p.add_argument("--out", type=Path, default=Path("reports/annotators"))
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
+    p.set_defaults(func=cmd_eval_annotators)
+
+
 def register(commands, options: Options) -> None:
     """Add `eval retriever | reader | pipeline | rag | annotators` and `tune-bm25` to the command line."""
     evaluation = commands.add_parser("eval", help="evaluate a stage on a labelled split and write a report")
@@ -247,26 +274,9 @@ def register(commands, options: Options) -> None:
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_rag)
 
-    p = stages.add_parser(
-        "judged", parents=[options.common],
-        help="the first card users read, judged over every document of the product: useful, right, wrong, abstentions, top 3, calibration",
-    )
-    p.add_argument("--labels", type=Path, nargs="+", required=True, metavar="FILE", help="judged questions, JSON lines (see the docs' judged label format)")
-    options.collection(p)
-    p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
-    p.add_argument("--selector", nargs="+", help="their answer selectors, one for all or one per --reader ('none': the reader decides alone)")
-    p.add_argument("--out", type=Path, default=Path("reports/judged"))
-    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
-    p.set_defaults(func=cmd_eval_judged)
+    _register_judged(stages, options)
 
-    p = stages.add_parser("annotators", parents=[options.common], help="how far SubjQA's annotators agree: the human reference beside a model's EM / F1")
-    options.domain(p)
-    p.add_argument("--split", default="test")
-    p.add_argument("--predictions", nargs="+", type=Path, default=[], metavar="FILE",
-                   help="predictions-*.json that `eval reader|pipeline` wrote for this split: each scored in an annotator's seat (the same gold)")
-    p.add_argument("--out", type=Path, default=Path("reports/annotators"))
-    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
-    p.set_defaults(func=cmd_eval_annotators)
+    _register_annotators(stages, options)
 
     p = commands.add_parser("tune-bm25", parents=[options.common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)")
     options.domain(p)

@@ -63,6 +63,7 @@ class JudgedQuestion:
 
     @property
     def spans(self) -> list[str]:
+        """The acceptable answers' texts."""
         return [answer.text for answer in self.answers]
 
 
@@ -75,6 +76,7 @@ class Card:
 
     @property
     def no_answer(self) -> bool:
+        """Whether the card says "no answer"."""
         return self.text is None
 
 
@@ -186,6 +188,7 @@ class JudgedRun:
         self.summary = summarize_judged(self.records)
 
     def reliability(self) -> pd.DataFrame | None:
+        """The first cards' reliability bins, when every first card states a chance."""
         if self.records["chance"].isna().any():
             return None
         return reliability_table(self.records["chance"], self.records["useful"])
@@ -230,6 +233,7 @@ class JudgedSystem:
 
     @property
     def label(self) -> str:
+        """The system's name in reports: its reader's and selector's folder names."""
         return f"{Path(self.reader).name} + {Path(self.selector).name if self.selector != 'none' else 'no selector'}"
 
 
