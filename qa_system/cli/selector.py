@@ -6,15 +6,20 @@ import argparse
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, number, settings_from_args
+from qa_system.errors import QAError
 
 
 def cmd_train_selector(args: argparse.Namespace) -> None:
-    """Cross-fit the reader's SubjQA stage by product, then fit the selector on what the fold readers made of their own folds."""
+    """With --judged, fit on judged questions; else cross-fit the reader's SubjQA stage by product, then fit the selector on what the fold readers made of their own folds."""
     from qa_system.model_files import model_fingerprint
     from qa_system.training.reader import TrainingConfig
     from qa_system.training.selector import cross_fit_readers, fit_selector, selector_frames
 
     settings = settings_from_args(args)
+    if args.judged:
+        return _train_on_judged(args, settings)
+    if args.general_reader is None:
+        raise QAError("Training on SubjQA's labels cross-fits the reader's SubjQA stage from its general stage.", "pass --general-reader DIR, or --judged FILE... to fit on judged questions.")
     work_dir = args.work_dir or settings.home / "selector"
     config = TrainingConfig(epochs=1, learning_rate=args.learning_rate, seed=args.seed)
     records = cross_fit_readers(settings, args.general_reader, work_dir, args.domain, args.folds, config, rehearsal=args.train_file or [])
@@ -29,6 +34,37 @@ def cmd_train_selector(args: argparse.Namespace) -> None:
     print(f"Saved the answer selector for {settings.reader_model} to {args.output}; `qa-system eval reader|pipeline --split dev` measures it.")
 
 
+def _train_on_judged(args: argparse.Namespace, settings) -> None:
+    """Read the judged questions with the configured reader over the reviews the pipeline retrieves, then fit the selector on them."""
+    from qa_system.evaluation.judged import load_judged
+    from qa_system.ingestion import open_collection
+    from qa_system.ingestion.indexing import open_or_build_index
+    from qa_system.model_files import model_fingerprint
+    from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.reading.reader import ExtractiveReader
+    from qa_system.retrieval.filters import make_filters
+    from qa_system.training.judged_selector import fit_judged_selector, judged_frames, read_judged, summarize_out_of_fold
+
+    questions = load_judged(args.judged)
+    pipelines: dict[str, object] = {}
+
+    def retrieve(question):
+        name = args.collection or question.domain
+        if name not in pipelines:
+            index = open_collection(settings, name, False) if args.collection else open_or_build_index(settings, name, embeddings=False)
+            pipelines[name] = build_retrieval_pipeline("bm25", settings, index=index)
+        return pipelines[name].run(question.question, filters=make_filters(item_id=question.item_id), top_k=settings.top_k_retriever)["documents"]
+
+    records = read_judged(ExtractiveReader.from_settings(settings), questions, retrieve)
+    frames = judged_frames(records, {q.id: q for q in questions})
+    reader = {"reader": str(settings.reader_model), "reader_fingerprint": model_fingerprint(settings.reader_model)}
+    provenance = {"judged": [Path(p).name for p in args.judged], "top_k_retriever": settings.top_k_retriever, "retriever": "bm25"}
+    decisions = fit_judged_selector(*frames, args.output, reader, args.folds, provenance=provenance)
+    print("Out-of-fold first cards on the judged training questions (a product's questions never seen by the models that decided them):")
+    print(summarize_out_of_fold(decisions).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"Saved the answer selector for {settings.reader_model} to {args.output}; `qa-system eval judged` measures it.")
+
+
 def register(commands, options: Options) -> None:
     """Add `train-selector` to the command line."""
     from qa_system.config import REPO_ROOT
@@ -38,7 +74,10 @@ def register(commands, options: Options) -> None:
         help="train the answer selector of the configured reader on k-fold cross-fitted reader outputs (resumable: work is kept in --work-dir)",
     )
     options.domain(p)
-    p.add_argument("--general-reader", required=True, help="the general-QA reader the configured reader's SubjQA stage started from")
+    p.add_argument("--judged", nargs="+", type=Path, metavar="FILE",
+                   help="fit on judged questions (JSON lines, the judged label format) read over the top --top-k-retriever reviews of each product")
+    options.collection(p)
+    p.add_argument("--general-reader", help="without --judged: the general-QA reader the configured reader's SubjQA stage started from")
     p.add_argument("--train-file", nargs="+", type=Path, help="more training files for each fold's reader (the rehearsal of the reader's recipe)")
     p.add_argument("--folds", type=count("--folds", 2), default=5, help="folds, by product (default 5)")
     p.add_argument("--learning-rate", type=number("--learning-rate", 0, above=True), default=5e-5, help="of each fold's SubjQA stage (the reader's recipe: 5e-5)")

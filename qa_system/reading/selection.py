@@ -45,6 +45,8 @@ CLOSE_CALL = 0.15
 GROUPING_F1 = 0.75
 
 
+# How a selector weighs answering against "no answer" (selector.json's "decision").
+USEFUL, EXPECTED_F1 = "useful", "expected_f1"
 NO_SELECTOR = "none"  # the selector_model setting that keeps the reader's own decision
 logger = logging.getLogger(__name__)
 
@@ -109,13 +111,27 @@ class SelectorModel:
         matrix = np.array([[row[name] for name in self.answer_features]], dtype=float)
         return float(self.answer_model.predict(matrix)[0])
 
+    @property
+    def decision(self) -> str:
+        """``useful`` (judged labels: P(right) against P(saying "no answer" is right)) or ``expected_f1`` (the first selectors')."""
+        return self.info.get("decision", EXPECTED_F1)
+
     def choose(self, query: str, documents: Sequence[ReadDocument]) -> tuple[list[Candidate], np.ndarray, float, "Decision"]:
-        """The candidate spans of the reviews read, their predicted F1, P(answerable) and the decision (``decide``)."""
-        question, spans, rows = features(query, documents)
-        span_f1 = self.span_f1(rows)
-        best = int(np.argmax(span_f1)) if spans else None
-        p_answerable = self.answerable(answer_row(question, rows[best] if best is not None else None, float(span_f1[best]) if best is not None else 0.0))
-        return spans, span_f1, p_answerable, decide(span_f1, p_answerable)
+        """The candidate spans of the reviews read, each one's value if answered, the value of "no answer", and the decision.
+
+        ``useful``: a span's value is its predicted chance of being right, and "no answer"'s the chance that
+        the reviews do not answer (so saying so is right); the better of the two calibrated chances is chosen.
+        ``expected_f1``: P(answerable) x the span's predicted F1 against P(not answerable) (``decide``).
+        """
+        question, spans, rows = features(query, documents, phrases=self.info.get("phrases", False))
+        span_scores = self.span_f1(rows)
+        best = int(np.argmax(span_scores)) if spans else None
+        p = self.answerable(answer_row(question, rows[best] if best is not None else None, float(span_scores[best]) if best is not None else 0.0))
+        if self.decision == USEFUL:
+            answer = best if best is not None and self.answer_calibration(float(span_scores[best])) > self.no_answer_calibration(p) else None
+            return spans, span_scores, p, Decision(answer, float(span_scores[best]) if best is not None else 0.0, p)
+        decision = decide(span_scores, p)
+        return spans, p * span_scores, decision.no_answer_value, decision
 
 
 def same_answer(a: str, b: str) -> bool:
@@ -220,12 +236,12 @@ class AnswerSelector:
         self.warm_up()
         top_k = self.top_k if top_k is None else check_count(top_k, "top_k")
         selector = self._selector
-        spans, span_f1, p_answerable, decision = selector.choose(query, read_documents(documents, reading))
-        no_answer_p = selector.no_answer_calibration(decision.no_answer_value)
-        order = list(np.argsort(-span_f1))
+        spans, values, no_answer_value, decision = selector.choose(query, read_documents(documents, reading))
+        no_answer_p = selector.no_answer_calibration(no_answer_value)
+        order = list(np.argsort(-values, kind="stable"))
         answers = []
         for group in group_candidates(spans, order)[:top_k]:
-            probability = selector.answer_calibration(p_answerable * float(span_f1[group[0]]))
+            probability = selector.answer_calibration(float(values[group[0]]))
             answers.append(self._answer(query, documents, spans, group, probability, group[0] == decision.answer))
         best_p = answers[0].score if answers else 0.0
         close = abs(best_p - no_answer_p) < CLOSE_CALL

@@ -33,6 +33,10 @@ _STOPWORDS = frozenset(
     "about any as so if not no yes your my our their me us them than then too very just also".split()
 )
 _WORD = re.compile(r"\w+")
+# Where a phrase ends: a sentence's end, a semicolon, a dash between words, or a comma before a word that starts a new clause.
+PHRASE_BREAK = re.compile(r"[.!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s")
+# A phrase longer than this (a review without punctuation) is not shown whole: the reader's own span is.
+MAX_PHRASE_WORDS = 40
 _SENTENCE_END = ".!?\n"
 
 
@@ -58,13 +62,37 @@ class Candidate:
     text: str
 
 
-def candidates(documents: Sequence[ReadDocument]) -> list[Candidate]:
-    """The best ``SPANS_PER_DOCUMENT`` spans of each review, the best ``SPANS_PER_QUESTION`` of them all, best first."""
-    spans = [
-        Candidate(position, start, end, logit, document.content[start:end])
-        for position, document in enumerate(documents)
-        for start, end, logit in list(document.spans)[:SPANS_PER_DOCUMENT]
-    ]
+def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
+    """The whole phrase around a span (from the phrase break before it to the one after it), so that an answer
+    reads "it is great for reading books", not "it is great"; the span itself when that phrase is too long."""
+    left = 0
+    for mark in PHRASE_BREAK.finditer(content, 0, start):
+        left = mark.end()
+    after = PHRASE_BREAK.search(content, end)
+    right = after.start() if after else len(content)
+    while left < start and content[left].isspace():
+        left += 1
+    while right > end and content[right - 1].isspace():
+        right -= 1
+    if len(content[left:right].split()) > MAX_PHRASE_WORDS:
+        return start, end
+    return left, right
+
+
+def candidates(documents: Sequence[ReadDocument], phrases: bool = False) -> list[Candidate]:
+    """The best ``SPANS_PER_DOCUMENT`` spans of each review, the best ``SPANS_PER_QUESTION`` of them all, best first;
+    with ``phrases``, each span grown to its whole phrase (``phrase_bounds``), a phrase counted once."""
+    spans = []
+    for position, document in enumerate(documents):
+        kept: dict[tuple[int, int], Candidate] = {}
+        for start, end, logit in document.spans:
+            if phrases:
+                start, end = phrase_bounds(document.content, start, end)
+            if (start, end) not in kept:
+                kept[start, end] = Candidate(position, start, end, logit, document.content[start:end])
+            if len(kept) == SPANS_PER_DOCUMENT:
+                break
+        spans += kept.values()
     return sorted(spans, key=lambda c: c.logit, reverse=True)[:SPANS_PER_QUESTION]
 
 
@@ -105,9 +133,10 @@ def _softmax(logits: Sequence[float]) -> list[float]:
     return [w / total for w in weights]
 
 
-def features(query: str, documents: Sequence[ReadDocument]) -> tuple[dict[str, float], list[Candidate], list[dict[str, float]]]:
-    """(question features, candidate spans, one feature row per candidate: the question's features included)."""
-    spans = candidates(documents)
+def features(query: str, documents: Sequence[ReadDocument], phrases: bool = False) -> tuple[dict[str, float], list[Candidate], list[dict[str, float]]]:
+    """(question features, candidate spans, one feature row per candidate: the question's features included);
+    ``phrases``: the candidates are whole phrases (``candidates``)."""
+    spans = candidates(documents, phrases)
     nulls = [d.null_logit for d in documents if math.isfinite(d.null_logit)] or [0.0]
     null_min, null_max = min(nulls), max(nulls)
     scores = [d.retrieval_score for d in documents if d.retrieval_score is not None]

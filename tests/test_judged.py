@@ -1,0 +1,86 @@
+"""Judged evaluation: cards scored the way a shopper judges them (right, wrong, abstain-ok, abstain-missed, top 3, calibration)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from qa_system.cli import main
+from qa_system.errors import QAError
+from qa_system.evaluation.judged import Card, JudgedQuestion, JudgedSpan, judge_all, load_judged, summarize_judged, verdict
+
+READING = JudgedQuestion(
+    "e:K1:1", "K1", "Is it good for reading?", "yes", (JudgedSpan("it is great for reading books when no light is available"),), domain="electronics"
+)
+OIL = JudgedQuestion("e:O1:2", "O1", "What is in it?", "yes", (JudgedSpan("the quality of Jarrow coconut oil"),), domain="electronics")
+VAGUE = JudgedQuestion("r:V1:3", "V1", "How is it the walk?", "partly", (JudgedSpan("a short walk to the river"),), domain="restaurants")
+NOTHING = JudgedQuestion("r:N1:4", "N1", "Is the thing flimsy?", "no", (), domain="restaurants")
+
+
+def test_a_card_is_right_by_f1_or_by_holding_a_span_and_a_fragment_below_half_is_not():
+    assert verdict(Card("It is great for reading books"), READING) == "right"  # F1 >= 0.5 with the span
+    assert verdict(Card("Jarrow"), OIL) == "wrong"  # a fragment: F1 0.33 with the span
+    long_answer = "I love it: the quality of Jarrow coconut oil is the best I know"
+    assert verdict(Card(long_answer), OIL) == "right"  # holds the span whole, at most 3x as long
+    assert verdict(Card("the quality of Jarrow coconut oil " + "and so on " * 20), OIL) == "wrong"  # holds it, but far too long
+
+
+def test_no_answer_is_ok_only_where_the_documents_do_not_answer_fully():
+    assert verdict(Card(None), READING) == "abstain-missed"
+    assert verdict(Card(None), VAGUE) == "abstain-ok"
+    assert verdict(Card(None), NOTHING) == "abstain-ok"
+    assert verdict(Card("a short walk to the river"), VAGUE) == "right"  # partly answered: an answer may still be right
+    assert verdict(Card("a short walk to the river"), NOTHING) == "wrong"  # nothing answers: any answer is wrong
+
+
+def test_the_summary_counts_first_cards_top_three_and_calibration():
+    cards = {
+        READING.id: [Card(None, 0.6), Card("a fine screen", 0.3), Card("it is great for reading books", 0.2)],  # missed, right in top 3
+        OIL.id: [Card("Jarrow", 0.9)],  # wrong
+        VAGUE.id: [Card(None, 0.7)],  # abstain-ok
+        NOTHING.id: [Card(None, 0.8), Card("sturdy", 0.1)],  # abstain-ok
+    }
+    run = judge_all("toy", [READING, OIL, VAGUE, NOTHING], lambda q: cards[q.id])
+    overall = run.summary.set_index("set").loc["all"]
+    assert overall["questions"] == 4
+    assert (overall["right"], overall["wrong"], overall["abstain_ok"], overall["abstain_missed"]) == (0.0, 0.25, 0.5, 0.25)
+    assert overall["useful_first"] == 0.5 and overall["right_top3"] == 0.25 and overall["useful_top3"] == 0.75
+    # ECE by hand: bins (0.5,0.6] -> conf 0.6 useful 0; (0.8,0.9] -> 0.9 vs 0; (0.6,0.7] -> 0.7 vs 1; (0.7,0.8] -> 0.8 vs 1
+    assert overall["ece"] == pytest.approx((0.6 + 0.9 + 0.3 + 0.2) / 4)
+    assert set(run.summary["set"]) == {"all", "electronics", "restaurants"}
+
+
+def test_a_first_card_without_a_stated_chance_has_no_calibration_figure():
+    run = judge_all("reader scores", [READING], lambda q: [Card("it is great for reading books")])
+    assert run.summary.loc[0, "right"] == 1.0 and math.isnan(run.summary.loc[0, "ece"])
+    assert summarize_judged(pd.DataFrame(run.records)).loc[0, "useful_first"] == 1.0
+
+
+def test_judged_label_files_are_read_and_bad_lines_are_one_error(tmp_path):
+    good = tmp_path / "judged.jsonl"
+    good.write_text(json.dumps({"id": "a", "item_id": "K1", "question": "Good?", "answerable": "yes", "answers": [{"text": "very good"}]}) + "\n\n", encoding="utf-8")
+    (question,) = load_judged([good])
+    assert question.spans == ["very good"] and question.item_id == "K1"
+    cases = {
+        "not json": "{",
+        "unknown answerable": json.dumps({"id": "a", "question": "q", "answerable": "maybe", "answers": []}),
+        "answerable without spans": json.dumps({"id": "a", "question": "q", "answerable": "yes", "answers": []}),
+    }
+    for why, line in cases.items():
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(line + "\n", encoding="utf-8")
+        with pytest.raises(QAError, match="bad.jsonl, line 1"):
+            load_judged([bad])
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(good.read_text(encoding="utf-8").strip() + "\n" + good.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(QAError, match="already given"):
+        load_judged([twice])
+
+
+def test_eval_judged_refuses_a_missing_label_file_in_one_line(tmp_path, capsys):
+    assert main(["eval", "judged", "--labels", str(tmp_path / "missing.jsonl"), "--home", str(tmp_path)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "missing.jsonl" in error and len(error.splitlines()) == 1
