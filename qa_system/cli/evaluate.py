@@ -174,10 +174,12 @@ def cmd_eval_judged(args: argparse.Namespace) -> None:
 
     settings = settings_from_args(args)
     readers = args.reader or [settings.reader_model]
-    selectors = args.selector or [settings.selector_model]
-    if len(selectors) not in (1, len(readers)):
-        raise QAError(f"{len(readers)} --reader and {len(selectors)} --selector given.", "give one --selector for all readers, or one per --reader, in the same order.")
-    systems = [JudgedSystem(reader, selectors[0] if len(selectors) == 1 else selector) for reader, selector in zip(readers, selectors * len(readers))]
+    paired = {"--selector": args.selector or [settings.selector_model], "--top-k-retriever": args.top_k_retriever or [None]}
+    for flag, values in paired.items():
+        if len(values) not in (1, len(readers)):
+            raise QAError(f"{len(readers)} --reader and {len(values)} {flag} given.", f"give one {flag} for all readers, or one per --reader, in the same order.")
+    selectors, depths = ([values[0]] * len(readers) if len(values) == 1 else values for values in paired.values())
+    systems = [JudgedSystem(reader, selector, top_k) for reader, selector, top_k in zip(readers, selectors, depths)]
     questions = load_judged(args.labels)[: args.limit]
     runs = evaluate_judged(settings, questions, systems, collection=args.collection, out_dir=args.out)
     print(judged_table(runs).to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
@@ -194,6 +196,7 @@ def _register_judged(stages, options: Options) -> None:
     options.collection(p)
     p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
     p.add_argument("--selector", nargs="+", help="their answer selectors, one for all or one per --reader ('none': the reader decides alone)")
+    p.add_argument("--top-k-retriever", nargs="+", type=depth("--top-k-retriever"), help="reviews read per question, one for all or one per --reader (default: the settings')")
     p.add_argument("--out", type=Path, default=Path("reports/judged"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_judged)

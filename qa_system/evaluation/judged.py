@@ -230,11 +230,13 @@ class JudgedSystem:
 
     reader: str
     selector: str
+    top_k: int | None = None  # documents retrieved per question (None: the settings')
 
     @property
     def label(self) -> str:
-        """The system's name in reports: its reader's and selector's folder names."""
-        return f"{Path(self.reader).name} + {Path(self.selector).name if self.selector != 'none' else 'no selector'}"
+        """The system's name in reports: its reader's and selector's folder names (and the documents read, when set)."""
+        name = f"{Path(self.reader).name} + {Path(self.selector).name if self.selector != 'none' else 'no selector'}"
+        return name if self.top_k is None else f"{name}, top {self.top_k}"
 
 
 def evaluate_judged(
@@ -267,7 +269,7 @@ def evaluate_judged(
     runs = []
     bar = tqdm(total=len(questions) * len(systems), desc="judged questions", unit="q", disable=not progress)
     for system in systems:
-        configured = settings.model_copy(update={"reader_model": system.reader, "selector_model": system.selector})
+        configured = settings.model_copy(update={"reader_model": system.reader, "selector_model": system.selector, "top_k_retriever": system.top_k or settings.top_k_retriever})
         records = []
         for name, part in by_collection.items():
             pipeline = build_qa_pipeline(configured.retriever, configured, index=indexes[name], answer_stage="extractive")
