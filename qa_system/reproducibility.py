@@ -21,8 +21,8 @@ def seed_everything(seed: int) -> None:
     set_seed(seed)
 
 
-def machine() -> dict[str, Any]:
-    """The machine a model was trained on: platform, processor, CPU and PyTorch thread counts, PyTorch version, device."""
+def machine(device: str = "cpu") -> dict[str, Any]:
+    """The machine a model was trained on: platform, processor, CPU and PyTorch thread counts, PyTorch version, device (the GPU's name on CUDA)."""
     import torch
 
     return {
@@ -31,5 +31,5 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "device": "cpu",
+        "device": torch.cuda.get_device_name() if device == "cuda" else device,
     }

@@ -320,3 +320,33 @@ def test_resuming_names_what_is_wrong(tmp_path, squad_files):
         train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "fresh", config, progress=False, resume_from="last")
     with pytest.raises(QAError, match="is not a training checkpoint"):
         train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "fresh", config, progress=False, resume_from=tmp_path)
+
+
+def test_auto_device_trains_on_the_cpu_here_and_an_absent_gpu_is_refused_in_one_line(tmp_path, squad_files, capsys, monkeypatch):
+    import os
+
+    import torch
+
+    from qa_system.cli.main import main
+    from qa_system.training.reader import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a CI machine that has a GPU
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert resolve_device("auto") == resolve_device("cpu") == "cpu"
+    base = tiny_model_dir(tmp_path / "base")
+    argv = [
+        "train-reader", "--home", str(tmp_path / "home"), "--no-subjqa", "--train-file", str(squad_files[0]), "--dev-file", str(squad_files[1]),
+        "--base-model", str(base), "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
+        "--max-seq-length", "48", "--doc-stride", "16",
+    ]  # fmt: skip
+    capsys.readouterr()  # the tiny model's save progress
+    for device in ("cuda", "cuda:1"):
+        assert main([*argv, "--device", device]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and "no CUDA GPU" in error and "--device cpu" in error
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # a refused cuda:N leaves the environment as it was
+    assert not (tmp_path / "reader").exists()
+    assert main([*argv, "--device", "gpu"]) == 2 and "Unknown device 'gpu'" in capsys.readouterr().err
+    assert main([*argv, "--device", "auto"]) == 0
+    info = json.loads((tmp_path / "reader" / MODEL_INFO_FILE).read_text())
+    assert info["machine"]["device"] == "cpu"

@@ -297,13 +297,14 @@ class ExtractiveReader:
         import torch
 
         names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in encoding]
+        device = next(self._model.parameters()).device  # a model being trained on a GPU reads dev there
         starts, ends = [], []
         with torch.inference_mode():
             for begin in range(0, len(encoding["input_ids"]), self.batch_size):
-                batch = {n: torch.as_tensor(encoding[n][begin : begin + self.batch_size]) for n in names}
+                batch = {n: torch.as_tensor(encoding[n][begin : begin + self.batch_size], device=device) for n in names}
                 output = self._model(**batch)
-                starts.append(output.start_logits.float().numpy())
-                ends.append(output.end_logits.float().numpy())
+                starts.append(output.start_logits.float().cpu().numpy())
+                ends.append(output.end_logits.float().cpu().numpy())
         return np.concatenate(starts), np.concatenate(ends)
 
     def _window_candidates(self, encoding, window: int, start: np.ndarray, end: np.ndarray, content: str):

@@ -44,6 +44,7 @@ from qa_system.training.reader_data import (
 )
 
 PathLike = str | Path
+DEVICES = ("auto", "cpu", "cuda")  # or cuda:N
 CHECKPOINTS = "checkpoints"  # inside the output folder while training; removed once the run has finished
 SELECTION_STATE = "selection.json"  # the epoch selection's state, saved in each checkpoint
 
@@ -98,7 +99,37 @@ class _Selection:
     seconds_before: float = 0.0  # training time spent before a resume
 
 
-def _teacher(distillation: DistillationConfig | None, student_tokenizer):
+def resolve_device(device: str = "auto") -> str:
+    """"cpu" or "cuda": ``auto`` takes CUDA when there is one; ``cuda`` / ``cuda:N`` absent is refused (QAError).
+
+    ``cuda:N`` is made the only visible GPU (the Trainer always trains on the first one it sees); CUDA
+    reads that list once, so it has to be chosen before anything in this process has touched CUDA.
+    """
+    import os
+
+    import torch
+
+    name, _, index = str(device).partition(":")
+    if name not in DEVICES or (index and (name != "cuda" or not index.isdigit())):
+        raise QAError(f"Unknown device '{device}'.", "use auto, cpu, cuda or cuda:N.")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    if index:
+        if torch.cuda.is_initialized():
+            raise QAError(f"Device {device} must be chosen before CUDA is started in this process.", f"set CUDA_VISIBLE_DEVICES={index} and pass --device cuda.")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = visible.split(",") if visible else None
+        if ids is not None and int(index) >= len(ids):
+            raise QAError(f"No CUDA device {index}: CUDA_VISIBLE_DEVICES shows {len(ids)}.", "pass --device cpu, or cuda:N with N below that count.")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(index)] if ids is not None else index
+    if not torch.cuda.is_available():
+        if index:
+            os.environ.pop("CUDA_VISIBLE_DEVICES") if visible is None else os.environ.update(CUDA_VISIBLE_DEVICES=visible)
+        raise QAError(f"Device {device} was asked for but PyTorch sees no CUDA GPU there.", "pass --device cpu (or auto), or a CUDA build of PyTorch on a machine with that GPU.")
+    return "cuda"
+
+
+def _teacher(distillation: DistillationConfig | None, student_tokenizer, device: str = "cpu"):
     """The teacher as a function of a batch's inputs to its (start, end) logits, once its tokenizer is checked; None without distillation."""
     import torch
 
@@ -106,7 +137,7 @@ def _teacher(distillation: DistillationConfig | None, student_tokenizer):
         return None
     teacher_tokenizer, teacher = load_qa_model(distillation.teacher, what="teacher model")
     check_same_tokenizer(student_tokenizer, teacher_tokenizer, distillation.teacher)
-    teacher.eval()
+    teacher.to(device).eval()  # the student's batches arrive on the training device
     names = teacher_tokenizer.model_input_names  # e.g. DistilBERT takes no token_type_ids
 
     def logits(inputs):
@@ -229,15 +260,18 @@ def resume_point(resume_from: PathLike | None, output_dir: PathLike) -> Path | N
     return point
 
 
-def _training_arguments(config: TrainingConfig, checkpoints: Path, total_steps: int, progress: bool):
+def _training_arguments(config: TrainingConfig, checkpoints: Path, total_steps: int, progress: bool, device: str = "cpu"):
+    import torch
     from transformers import TrainingArguments
 
+    # bf16 autocast where the GPU has it (the Trainer keeps fp32 weights and the loss in fp32); fp32 elsewhere.
+    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     return TrainingArguments(
         output_dir=str(checkpoints), per_device_train_batch_size=config.batch_size, learning_rate=config.learning_rate,
         weight_decay=config.weight_decay, max_steps=total_steps, lr_scheduler_type="linear",
         warmup_steps=int(config.warmup_ratio * total_steps), max_grad_norm=1.0, seed=config.seed,
         save_strategy="steps", save_steps=config.checkpoint_steps, save_total_limit=2,
-        logging_strategy="steps", logging_steps=1, report_to=[], use_cpu=True, disable_tqdm=not progress,
+        logging_strategy="steps", logging_steps=1, report_to=[], use_cpu=device == "cpu", bf16=bf16, disable_tqdm=not progress,
         dataloader_num_workers=0, eval_strategy="no", remove_unused_columns=False,  # span_mask is no model input but the loss needs it
     )
 
@@ -287,6 +321,7 @@ def train_reader(
     no_answer_prior: float | None = None,
     resume_from: PathLike | None = None,
     callbacks: Sequence[Any] = (),
+    device: str = "auto",
 ) -> TrainingResult:
     """Fine-tune ``base_model`` (any HF model id or path; a bare encoder gets a fresh QA head).
 
@@ -306,11 +341,13 @@ def train_reader(
     :param resume_from: a checkpoint folder (``<output_dir>/checkpoints/checkpoint-N``) or ``"last"``:
         continue an interrupted run of the same command from there.
     :param callbacks: more ``transformers.TrainerCallback``s (logging, early stopping, ...).
+    :param device: ``auto`` (CUDA when there is one, else CPU), ``cpu``, ``cuda`` or ``cuda:N`` (see resolve_device).
     :returns: where the best model is, its epoch, threshold and dev metrics per file.
     """
     if not train_files or not dev_files:
         raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD or MRQA files (see `qa-system export-squad`).")
     no_answer_prior = check_number(no_answer_prior, "no_answer_prior", 0, maximum=1, optional=True)
+    device = resolve_device(device)
     output_dir = Path(output_dir)
     checkpoints = output_dir / CHECKPOINTS
     resume = resume_point(resume_from, output_dir)
@@ -327,7 +364,7 @@ def train_reader(
         "train_files": [Path(p).name for p in train_files], "train_questions": len(train_examples), "train_windows": len(features),
         "train_data": [report.as_dict() for report in train_reports], "dev_files": [p.name for p in dev_sets],
         "dev_data": [report.as_dict() for report in dev_reports], "threshold_tuned_on": [Path(p).name for p in dev_files],
-        "selected_on": selected, "hyperparameters": asdict(config), "trainer": "transformers.Trainer", "machine": machine(),
+        "selected_on": selected, "hyperparameters": asdict(config), "trainer": "transformers.Trainer", "machine": machine(device),
         "distillation": None if distillation is None else {**asdict(distillation), "teacher_training": provenance(distillation.teacher)},
     }
     selection = _Selection(**json.loads((resume / SELECTION_STATE).read_text(encoding="utf-8"))) if resume and (resume / SELECTION_STATE).is_file() else _Selection()
@@ -340,8 +377,8 @@ def train_reader(
     reader = ExtractiveReader.from_loaded(model, tokenizer, max_seq_length=config.max_seq_length, doc_stride=config.doc_stride)
     evaluate = _dev_evaluator(model, reader, dev_sets, dev_files, prior, distillation is not None)
     trainer = _trainer_class()(
-        model=model, args=_training_arguments(config, checkpoints, int(total_steps), progress), train_dataset=features,
-        data_collator=lambda batch: pad_batch(batch, tokenizer), teacher=_teacher(distillation, tokenizer), distillation=distillation,
+        model=model, args=_training_arguments(config, checkpoints, int(total_steps), progress, device), train_dataset=features,
+        data_collator=lambda batch: pad_batch(batch, tokenizer), teacher=_teacher(distillation, tokenizer, device), distillation=distillation,
         callbacks=[_selection_callback(evaluate, save_best, selected, config.patience, selection, began), *callbacks],
     )
     quiet_progress(trainer, progress, "training the reader")  # a progress bar or log lines, not a printed line per step
