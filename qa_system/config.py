@@ -32,6 +32,8 @@ GENERATORS = ("smollm2", "hf", "openai")
 READER_BACKENDS = ("onnx", "torch")
 # What `qa-system index --input` reads (see qa_system/ingestion): tables, JSON lines, SQuAD JSON, a folder of documents.
 INPUT_FORMATS = ("csv", "tsv", "jsonl", "squad", "files")
+# Reviews read per question unless asked otherwise: the answer selector was fitted reading the product's best five.
+TOP_K_RETRIEVER = 5
 DEFAULT_ES_URL = "http://localhost:9200"
 DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -108,7 +110,7 @@ class Settings(BaseSettings):
     # reader_model; "none" keeps the reader's own decision (its no-answer threshold).
     selector_model: str = Field(default_factory=default_selector_model)
     retriever: str = "bm25"
-    top_k_retriever: int = 3
+    top_k_retriever: int = TOP_K_RETRIEVER
     top_k_reader: int = 3
     batch_size: int = 32
     generator: str = "smollm2"

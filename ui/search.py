@@ -20,7 +20,7 @@ import votes
 from haystack import Document
 from kept import keep_widgets, restore_widgets
 
-from qa_system.config import RETRIEVERS, Settings
+from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
 from qa_system.ingestion import CollectionInfo, IngestOptions, collection_name_from
@@ -46,7 +46,7 @@ FEEDBACK_BUTTONS = {
 WARNING = ":material/warning:"
 # The widgets whose values survive a visit to the dashboard (``kept``), and their defaults.
 KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "filter", "collection", "evaluation", "split", "product", "question")
-WIDGET_DEFAULTS = {"top_k": 3, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "filter": "", "evaluation": False, "split": "test"}
+WIDGET_DEFAULTS = {"top_k": TOP_K_RETRIEVER, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "filter": "", "evaluation": False, "split": "test"}
 FILTER_HELP = (
     'Only documents whose metadata pass this filter (JSON, Haystack\'s syntax), e.g. {"field": "meta.rating", "operator": ">=", "value": 4}; '
     'several: {"operator": "AND", "conditions": [...]}. Numbers and ISO dates of an uploaded file are kept as such. Empty: no filter.'

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
-from qa_system.config import RETRIEVERS
+from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
 from qa_system.errors import check_text
 
 
@@ -248,7 +248,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--filter", type=filter_json, help=FILTER_HELP)
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
-    p.add_argument("--top-k", type=depth("--top-k"), default=3)
+    p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER)
     p.add_argument("--width", type=count("--width", 3), default=400, help="characters of each review to print")
     p.set_defaults(func=cmd_search)
 
@@ -262,7 +262,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability before answering")
-    p.add_argument("--top-k", type=depth("--top-k"), default=3, help="reviews to retrieve")
+    p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews to retrieve")
     p.add_argument("--answers", type=count("--answers"), default=3, help="answers to show (extractive)")
     p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"), help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
     p.add_argument("--context", type=count("--context", 0), default=150, help="characters of review shown around each answer (rag: half the snippet of each review)")
@@ -276,7 +276,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--item", type=text("the item id"), help=f"product (item_id) to ask about first, e.g. {DEFAULT_ITEM} (':item ID' changes it)")
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive")
     p.add_argument("--retriever", choices=RETRIEVERS)
-    p.add_argument("--top-k", type=depth("--top-k"), default=3, help="reviews to retrieve")
+    p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews to retrieve")
     p.add_argument("--answers", type=count("--answers"), default=3, help="answers to show (extractive)")
     p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"))
     p.add_argument("--context", type=count("--context", 0), default=150, help="characters of review shown around each answer")

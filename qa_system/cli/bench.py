@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, depth, number, settings_from_args
-from qa_system.config import READER_BACKENDS, RETRIEVERS
+from qa_system.config import READER_BACKENDS, RETRIEVERS, TOP_K_RETRIEVER
 from qa_system.errors import QAError
 
 
@@ -105,7 +105,7 @@ def register(commands, options: Options) -> None:
     p.add_argument("--split", default="test", help="labelled questions of this split are asked")
     p.add_argument("--questions", type=count("--questions"), default=200, help="distinct questions, asked in turn")
     p.add_argument("--retriever", choices=RETRIEVERS, help="retriever of every question (default: the server's)")
-    p.add_argument("--top-k", type=depth("--top-k"), default=3, help="reviews read per question")
+    p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews read per question")
     p.add_argument("--out", type=Path, default=Path("reports/bench-api"))
     p.set_defaults(func=cmd_bench_api)
 

@@ -34,6 +34,15 @@ def cmd_train_selector(args: argparse.Namespace) -> None:
     print(f"Saved the answer selector for {settings.reader_model} to {args.output}; `qa-system eval reader|pipeline --split dev` measures it.")
 
 
+def _shown_path(path) -> str:
+    """A path as selector.json records it: relative to the repository (``../shared/...`` beside it), never this machine's."""
+    import os
+
+    from qa_system.config import REPO_ROOT
+
+    return os.path.relpath(Path(path).resolve(), REPO_ROOT)
+
+
 def _train_on_judged(args: argparse.Namespace, settings) -> None:
     """Read the judged questions with the configured reader over the reviews the pipeline retrieves, then fit the selector on them."""
     from qa_system.evaluation.judged import load_judged
@@ -57,8 +66,8 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
 
     records = read_judged(ExtractiveReader.from_settings(settings), questions, retrieve)
     frames = judged_frames(records, {q.id: q for q in questions})
-    reader = {"reader": str(settings.reader_model), "reader_fingerprint": model_fingerprint(settings.reader_model)}
-    provenance = {"judged": [Path(p).name for p in args.judged], "top_k_retriever": settings.top_k_retriever, "retriever": "bm25"}
+    reader = {"reader": _shown_path(settings.reader_model), "reader_fingerprint": model_fingerprint(settings.reader_model)}
+    provenance = {"judged": [_shown_path(p) for p in args.judged], "top_k_retriever": settings.top_k_retriever, "retriever": "bm25"}
     decisions = fit_judged_selector(*frames, args.output, reader, args.folds, provenance=provenance)
     print("Out-of-fold first cards on the judged training questions (a product's questions never seen by the models that decided them):")
     print(summarize_out_of_fold(decisions).to_string(index=False, float_format=lambda v: f"{v:.3f}"))

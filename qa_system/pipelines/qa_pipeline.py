@@ -15,7 +15,7 @@ from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import StreamingCallbackT
 from haystack.errors import FilterError
 
-from qa_system.config import RETRIEVERS, Settings
+from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
 from qa_system.errors import NotFound, QAError, check_count, check_number, check_text
 from qa_system.ingestion.indexing import embeddings_match
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
@@ -99,7 +99,7 @@ class QAPipeline:
         item_id: str | None = None,
         split: str | None = None,
         filters: dict | None = None,
-        top_k: int = 3,
+        top_k: int = TOP_K_RETRIEVER,
         top_k_reader: int | None = None,
         no_answer_threshold: float | None = None,
         streaming_callback: StreamingCallbackT | None = None,

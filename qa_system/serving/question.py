@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qa_system.config import TOP_K_RETRIEVER
+
 
 @dataclass(frozen=True)
 class Question:
@@ -18,7 +20,7 @@ class Question:
     collection: str | None = None
     retriever: str | None = None  # None: the configured one
     mode: str = "extractive"
-    top_k: int = 3
+    top_k: int = TOP_K_RETRIEVER
     split: str | None = None  # only reviews of this SubjQA split (the page's evaluation mode)
     top_k_reader: int | None = None
     no_answer_threshold: float | None = None
