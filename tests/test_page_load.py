@@ -1,4 +1,4 @@
-"""The page load test (`qa-system bench page`, issue 17), short: a few browser sessions on the tiny corpus
+"""The page load test (`qa-system bench page`), short: a few browser sessions on the tiny corpus
 ask and click feedback at once, and every click the page acknowledges is a row."""
 
 from __future__ import annotations

@@ -293,7 +293,7 @@ def test_bench_ingest_times_index_input_on_a_csv_of_reviews(tiny_subjqa, tmp_pat
 
 
 def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny_subjqa, tmp_path, capsys):
-    """Issue 30, item 6: a data folder holding a domain of dev and test only made the benches fail ("No 'train' split for domain 'books'")."""
+    """A domain of dev and test only goes into the benches' corpus with those splits (rather than failing with "No 'train' split for domain 'books'"), and the report names the missing split."""
     from qa_system.bench.corpus import bench_questions, real_reviews
     from qa_system.config import Settings
     from tests.conftest import SPLIT_ROWS, write_subjqa
@@ -310,7 +310,7 @@ def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny
 
 
 def test_bench_ingest_reuses_its_csv_only_when_made_from_the_same_data_and_seed(tiny_subjqa, tmp_path, capsys):
-    """Issue 30, item 8: `bench ingest --seed 1` after `--seed 0` (or another --data-dir) timed the old CSV again."""
+    """`bench ingest` reuses its CSV for the same data and seed, and writes a new one for another seed (or --data-dir) rather than timing the old one again."""
     out = tmp_path / "bench-ingest"
     argv = ["bench", "ingest", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--rows", "20", "--embed-rows", "0", "--out", str(out)]
     written = {}

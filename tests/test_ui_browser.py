@@ -93,7 +93,7 @@ def test_the_collection_stays_chosen_when_the_page_lists_its_collections_again(t
     is cached for 10 s) once built, now with its count of reviews. Streamlit names a select box's choice
     by the option's label, and the browser kept the first label: the run after the second listing read
     it as a collection of that name, warned that there was none and, when that run was the one pressing
-    Ask, left the warning on screen (the dashboard-and-back test above waited for it to clear, issue 30).
+    Ask, left the warning on screen (the dashboard-and-back test above waited for it to clear).
     Here the page is rerun until it has shown the new count twice: never a warning."""
     from page_driver import wait
 

@@ -1,4 +1,4 @@
-"""The evaluation dashboard through Streamlit's AppTest, on hostile and broken input (issue 30): folder
+"""The evaluation dashboard through Streamlit's AppTest, on hostile and broken input: folder
 names the system refuses, figures that are not images or are decompression bombs, line breaks in
 tables, broken report files. Each is a message on a page that keeps showing the rest, never a traceback.
 """

@@ -1,4 +1,4 @@
-"""Hostile input on the served pages, in a real browser (issue 17): a shared link, reviews, labels
+"""Hostile input on the served pages, in a real browser: a shared link, reviews, labels
 and report files that hold Markdown, HTML and Streamlit directives must be shown as text, and the
 dashboard must read reports from its configured root only.
 

@@ -1,4 +1,4 @@
-"""Your own documents in the page (issue 18): upload a CSV in a real browser, then ask about it.
+"""Your own documents in the page: upload a CSV in a real browser, then ask about it.
 
 One Streamlit server on a tiny SubjQA corpus (the page's own collection) with the shipped reader,
 so that the answer to a plain question is a real span, highlighted inside the uploaded review.

@@ -118,7 +118,7 @@ def sidebar() -> Options:
 
 # Select box labels depend on the option alone. Streamlit names the choice by its label and the browser
 # keeps the label it was shown: a label that changed (a count once the collection was built or updated)
-# came back as a value no option had, and the page said the collection did not exist (issue 30).
+# came back as a value no option had, and the page would say the collection did not exist.
 
 
 def collection_label(name: str) -> str:
