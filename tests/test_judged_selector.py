@@ -1,0 +1,98 @@
+"""The answer selector fitted on judged labels: whole phrases, P(right) against P("no answer" is right), cards by chance."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from haystack import Document
+
+from qa_system.evaluation.judged import JudgedQuestion, JudgedSpan
+from qa_system.reading.reader import ReaderOutput, SpanCandidate
+from qa_system.reading.selection import SELECTOR_FILE, USEFUL, AnswerSelector
+from qa_system.reading.selection_features import MAX_PHRASE_WORDS, phrase_bounds
+from qa_system.training.judged_selector import MODE, fit_judged_selector, judged_frames, summarize_out_of_fold
+
+FILLER = "The box came on time. Shipping was quick. I bought it for my dad. The color is grey."
+ANSWER = "the battery lasts a whole week on one charge"
+
+
+def test_a_span_grows_to_its_whole_phrase_and_no_further():
+    text = "I never thought I would. It is great for reading books when no light is available, but the battery is weak."
+    start = text.index("It is great")
+    assert text[slice(*phrase_bounds(text, start, start + len("It is great")))] == "It is great for reading books when no light is available"
+    middle = text.index("battery")
+    assert text[slice(*phrase_bounds(text, middle, middle + 7))] == "the battery is weak"
+    run_on = " ".join(["word"] * (MAX_PHRASE_WORDS + 5))
+    assert phrase_bounds(run_on, 5, 9) == (5, 9)  # a phrase too long to read as an answer: the span itself
+
+
+def judged_records(count: int, seed: int = 0) -> tuple[list[dict], dict[str, JudgedQuestion]]:
+    """Questions read over three reviews; where the reviews answer, the reader's best span is a fragment of the answer's phrase."""
+    rng = random.Random(seed)
+    records, labels = [], {}
+    for n in range(count):
+        kind = rng.choices(["yes", "partly", "no"], [0.6, 0.2, 0.2])[0]
+        documents = []
+        for rank in range(3):
+            content = FILLER + (f" Honestly {ANSWER}. Great buy." if kind != "no" and rank == 0 else " It works.")
+            spans = []
+            if kind != "no" and rank == 0:
+                start = content.index("lasts a whole week")
+                spans.append([start, start + len("lasts a whole week"), 3.0 + rng.gauss(0, 1)])
+            for word in ("quick", "grey"):
+                start = content.index(word)
+                spans.append([start, start + len(word), rng.gauss(0, 1)])
+            spans.sort(key=lambda s: -s[2])
+            documents.append({"id": f"{n}-{rank}", "content": content, "rank": rank, "score": 9.0 - rank, "null": rng.gauss(1.0, 1), "spans": spans})
+        qid = f"q{n}"
+        records.append({"id": qid, "question": "How long does the battery last?", "item_id": f"item{n % 19}", "domain": "electronics", "modes": {MODE: documents}})
+        answers = () if kind == "no" else (JudgedSpan(ANSWER),)
+        labels[qid] = JudgedQuestion(qid, f"item{n % 19}", "How long does the battery last?", kind, answers, domain="electronics")
+    return records, labels
+
+
+@pytest.fixture(scope="module")
+def judged_selector(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("judged-selector")
+    records, labels = judged_records(240)
+    questions, spans = judged_frames(records, labels)
+    decisions = fit_judged_selector(questions, spans, folder, {"reader_fingerprint": "abc"}, folds=3)
+    return folder, decisions, spans
+
+
+def test_candidates_are_whole_phrases_labelled_by_the_judged_spans(judged_selector):
+    _, _, spans = judged_selector
+    right = spans[spans["f1"] == 1.0]
+    assert len(right) > 100 and (right["span_words"] == len(ANSWER.split())).all()  # the fragment grew to the whole answer
+
+
+def test_the_judged_selector_answers_where_the_reviews_answer_and_its_chances_are_calibrated(judged_selector):
+    folder, decisions, _ = judged_selector
+    info = json.loads((folder / SELECTOR_FILE).read_text())
+    assert info["decision"] == USEFUL and info["phrases"] is True and info["reader_fingerprint"] == "abc"
+    overall = summarize_out_of_fold(decisions).set_index("set").loc["all"]
+    always_answer = decisions["right"].mean()
+    always_abstain = decisions["abstain_ok"].mean()
+    assert overall["useful_first"] > max(always_answer, always_abstain) + 0.05
+    assert overall["ece"] < 0.1
+    for x, y in info["calibration"].values():
+        assert all(b >= a for a, b in zip(y, y[1:])) and 0 <= min(y) and max(y) <= 1
+
+
+def test_the_first_card_is_the_one_most_likely_to_be_right_and_reads_as_a_whole_phrase(judged_selector):
+    folder, _, _ = judged_selector
+    selector = AnswerSelector(model=str(folder), top_k=3)
+    content = FILLER + f" Honestly {ANSWER}. Great buy."
+    documents = [Document(id="a", content=content), Document(id="b", content=FILLER + " It works.")]
+    start = content.index("lasts a whole week")
+    reading = ReaderOutput(
+        [SpanCandidate(0, start, start + 18, 4.0, 0), SpanCandidate(1, content.index("grey"), content.index("grey") + 4, 0.1, 0)], 0.5, {0: 0.5, 1: 1.0}
+    )
+    answers = selector.run(query="How long does the battery last?", documents=documents, reading=reading)["answers"]
+    assert answers[0].data == ANSWER and answers[0].meta["chosen"]
+    assert answers[0].document_offset.start == content.index(ANSWER)  # offsets of the phrase in the stored text
+    chances = [a.score for a in answers]
+    assert chances == sorted(chances, reverse=True)
+    json.dumps([a.meta for a in answers])  # plain types only: the API and Hayhooks encode them
