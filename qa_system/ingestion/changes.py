@@ -56,7 +56,7 @@ def _unknown_collection(name: str) -> NotFound:
 def create_collection(settings: Settings, name: str) -> dict:
     """Create the empty collection ``name`` (documents are added to it afterwards); a ``Conflict`` when it exists."""
     check_collection_name(name)
-    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish."):
+    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         if saved_manifest(settings, name) is not None:
             raise Conflict(f"A collection named '{name}' exists already.", "add documents to it, or pick another name.")
         now = datetime.now(timezone.utc).isoformat()
@@ -95,7 +95,7 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
         raise QAError(f"'ids' must be a list of 1 to {MAX_DOCUMENTS} document ids (text).", 'send {"ids": ["r1", "r2"]}.')
     for document_id in ids or []:
         check_text(document_id, "a document id")
-    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish."):
+    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         index = try_open_index(settings, name)
         if index is None:
             raise _unknown_collection(name)
