@@ -389,6 +389,18 @@ def test_a_review_card_names_every_split_its_review_is_in():
     assert one.endswith("B1 · train split")
 
 
+def test_a_review_card_shows_the_whole_id_and_a_very_long_one_keeps_its_end_and_the_full_id_on_hover():
+    import cards
+    from haystack import Document
+
+    source = unescape(cards.review_source(Document(id="d", content="x", meta={"document_id": "drugscom-train-161290", "item_id": "Valsartan"})))
+    assert source.startswith('review <span title="drugscom-train-161290">drugscom-train-161290</span>')
+    digest = "4a6aa9c7" * 8  # an id made from the text's hash
+    source = unescape(cards.review_source(Document(id="d", content="x", meta={"document_id": digest})))
+    shown = source.split(">", 1)[1].split("<", 1)[0]
+    assert f'title="{digest}"' in source and "…" in shown and digest.startswith(shown.split("…")[0]) and digest.endswith(shown.split("…")[1])
+
+
 
 def test_an_answer_card_shows_the_selectors_chance_the_reviews_saying_it_and_a_close_call():
     import cards

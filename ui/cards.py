@@ -54,11 +54,24 @@ def segments_html(segments: Sequence[Segment]) -> str:
     return "".join(f"<mark>{html_text(unescape(s.text))}</mark>" if s.highlighted else html_text(unescape(s.text)) for s in segments)
 
 
+# Ids longer than this are cut in the middle (the full one on hover): ids of one source often share a long
+# prefix ("drugscom-..."), so the end, which tells them apart, is kept.
+ID_CHARS = 48
+
+
+def shown_id(value: str) -> str:
+    """An id as a card shows it: whole up to ``ID_CHARS`` characters, else its start and its end around "…"."""
+    if len(value) <= ID_CHARS:
+        return value
+    tail = ID_CHARS // 3
+    return f"{value[: ID_CHARS - tail - 1]}…{value[-tail:]}"
+
+
 def review_source(document: Document) -> str:
-    """'review 4a6aa9c7… · B0074BW614 · train split': long ids shortened, the full one on hover."""
+    """'review r-123 · B0074BW614 · train split': the whole id (a very long one cut in the middle, the full one on hover)."""
     meta = document.meta
     review_id = str(meta.get("review_id") or meta.get("document_id") or document.id)
-    shown = review_id if len(review_id) <= 12 else f"{review_id[:8]}…"
+    shown = shown_id(review_id)
     splits = split_names(document)
     parts = [html_text(meta.get("item_id") or ""), html_text(f"{' + '.join(splits)} split{'s' if len(splits) > 1 else ''}") if splits else ""]
     return " · ".join([f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts), *metadata_parts(document)])
