@@ -26,7 +26,7 @@ from qa_system.ingestion.backends import commit
 from qa_system.ingestion.collections import check_collection_name
 from qa_system.ingestion.ingest import _lock_file
 from qa_system.stores import Index, save_index, saved_manifest, try_open_index
-from qa_system.stores.filter_checks import check_filters
+from qa_system.stores.filter_checks import check_collection_filters
 
 # Most documents one request may add as JSON, or delete by id: larger sets are files (`index --input`, an upload).
 MAX_DOCUMENTS = 10_000
@@ -106,7 +106,7 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
             found = _document_ids(index, {"field": "meta.document_id", "operator": "in", "value": list(ids)})
             report.not_found = [i for i in ids if i not in found]
         else:
-            found = _document_ids(index, check_filters(filters, index.manifest.get("meta_types")))
+            found = _document_ids(index, check_collection_filters(filters, index.manifest))
         _delete(index, settings, sorted(found), report)
     return report
 

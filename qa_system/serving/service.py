@@ -43,7 +43,7 @@ from qa_system.ingestion.collections import is_reserved_name
 from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.reading.onnx_cache import prepare_reader
-from qa_system.retrieval.filters import check_filters
+from qa_system.retrieval.filters import check_collection_filters
 from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
 from qa_system.serving.question import Question
@@ -425,7 +425,7 @@ class QAService:
         check_count(question.top_k, "top_k")
         check_count(question.top_k_reader, "top_k_reader", optional=True)
         check_number(question.no_answer_threshold, "no_answer_threshold", optional=True)
-        check_filters(question.filters, index.manifest.get("meta_types"))
+        check_collection_filters(question.filters, index.manifest)
         return question
 
     def ask(self, question: Question, streaming_callback=None) -> dict[str, Any]:
