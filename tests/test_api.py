@@ -724,7 +724,7 @@ def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
     body = ask(api, top_k=2).json()  # what the server answers the same question
     assert out.startswith("Q: Is it good for reading?  (KINDLE in electronics;") and f"{body['pipeline']} at {api})" in out.splitlines()[0]
     spans = [a for a in body["answers"] if a["kind"] == "span"]
-    assert spans and all(f". {a['text']}  " in out for a in spans) and ("[no answer in these reviews]" in out) == any(a["kind"] == "no_answer" for a in body["answers"])
+    assert spans and all(f". {a['text']}  " in out for a in spans) and ("\nNo answer in these reviews  " in out) == any(a["kind"] == "no_answer" for a in body["answers"])
     assert main(["ask", "Is it good?", "--item", "NOPE", "--url", api]) == 2  # the server's 404, as one line
     err = capsys.readouterr().err
     assert "Product 'NOPE' has no reviews" in err and len(err.strip().splitlines()) == 1
