@@ -116,9 +116,9 @@ def test_every_door_shows_the_same_cards_labels_and_notes(doors, capsys, monkeyp
 
     flags = ["--item", "KINDLE"]
     assert_printed(cards, printed(["ask", QUESTION, *flags], capsys), "ask")
-    assert_printed(cards, printed(["ask", QUESTION, *flags, "--url", url, "--collection", "electronics"], capsys), "ask --url")
+    assert_printed(cards, printed(["ask", QUESTION, *flags, "--url", url, "--domain", "electronics"], capsys), "ask --url")
     assert_printed(cards, printed(["shell", *flags], capsys, f"{QUESTION}\n:quit\n", monkeypatch), "shell")
-    assert_printed(cards, printed(["shell", *flags, "--url", url, "--collection", "electronics"], capsys, f"{QUESTION}\n:quit\n", monkeypatch), "shell --url")
+    assert_printed(cards, printed(["shell", *flags, "--url", url, "--domain", "electronics"], capsys, f"{QUESTION}\n:quit\n", monkeypatch), "shell --url")
 
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.query_params.update(item="KINDLE", q=QUESTION)
@@ -143,3 +143,35 @@ def test_a_card_shows_html_entities_decoded_and_its_offsets_point_into_the_store
     from qa_system.cli.ask import highlight
 
     assert highlight(ENTITY_REVIEW, start, end, tty=False).startswith('The **"Paperwhite" screen is sharp &** bright… reading')
+
+
+def test_every_door_asks_over_all_products_and_names_each_answers_product(doors, capsys, monkeypatch):
+    settings, url = doors
+    refused = query(url, query=BATTERY)
+    assert refused.status_code == 422 and "all_products: true" in refused.json()["detail"]  # a forgotten item_id still says so
+    both = query(url, query=BATTERY, item_id="KINDLE", all_products=True)
+    assert both.status_code == 422 and "not both" in both.json()["detail"]
+    body = query(url, query=BATTERY, all_products=True).json()
+    spans = [a["card"] for a in body["answers"] if a["kind"] == "span"]
+    assert body["item_id"] is None and spans and all(c["product"] for c in spans)
+    assert len({d["meta"]["item_id"] for d in body["documents"]}) > 1  # read across products
+
+    for argv, door in ((["ask", BATTERY], "ask"), (["ask", BATTERY, "--url", url, "--domain", "electronics"], "ask --url")):
+        out = printed(argv, capsys)
+        assert "(all products" in out.splitlines()[0]
+        assert all(f"  {card['source']} ({card['product']})" in out for card in spans), door
+    for argv in (["shell"], ["shell", "--url", url, "--domain", "electronics"]):
+        out = printed(argv, capsys, f"{BATTERY}\n:quit\n", monkeypatch)
+        assert "(all products" in out and "error" not in out and all(f"({card['product']})" in out for card in spans)
+    answers = QAService(settings).ask(Question(BATTERY, None, all_products=True, top_k_reader=3))["answers"]
+    assert [c.as_dict() for c in answer_cards(answer_views(answers))] == [a["card"] for a in body["answers"]]
+
+
+def test_ask_url_asks_the_domain_it_names_and_the_servers_default_when_it_names_none(doors, capsys):
+    _, url = doors
+    named = printed(["ask", QUESTION, "--item", "KINDLE", "--url", url, "--domain", "electronics"], capsys)
+    assert named.startswith("Q: Is the screen sharp?  (KINDLE in electronics;")
+    default = printed(["ask", "Is it bright?", "--item", "LAMP", "--url", url], capsys)
+    assert default.startswith("Q: Is it bright?  (LAMP in shop;")
+    assert main(["ask", QUESTION, "--item", "KINDLE", "--url", url, "--domain", "electronics", "--domain", "restaurants"]) == 2
+    assert "a server answers from one collection" in capsys.readouterr().err

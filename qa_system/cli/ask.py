@@ -125,11 +125,15 @@ def _question(args: argparse.Namespace):
 
     if args.rerank:
         raise QAError("The service answers without re-ranking.", "leave out --rerank with --url or in the shell.")
-    # --domain defaults to electronics (cli.main): only a collection named on purpose is sent, else the server's default.
-    collection = args.collection or (args.domain[0] if args.domain and args.domain != ["electronics"] else None)
+    # Only a collection named on purpose is sent (--domain's default is cli.main's), else the server's default.
+    domains = None if getattr(args, "domain_default", False) else args.domain
+    if domains and len(domains) > 1:
+        raise QAError(f"--domain names {len(domains)} domains, and a server answers from one collection.", "pass one --domain (or --collection) with --url or in the shell.")
+    collection = args.collection or (domains[0] if domains else None)
     return Question(
         args.question, args.item, collection, retriever=args.retriever, mode=args.mode, top_k=args.top_k, split=args.split,
         top_k_reader=args.answers if args.mode == "extractive" else None, no_answer_threshold=args.no_answer_threshold,
+        filters=getattr(args, "filter", None), all_products=args.item is None,  # no --item: every document, as `ask` reads them
     )  # fmt: skip
 
 

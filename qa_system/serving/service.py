@@ -417,10 +417,12 @@ class QAService:
         index = self.index(question.collection)
         validate_question(index, question.query, question.item_id)
         products = index.item_counts()
-        if question.item_id is None and products:
+        if question.all_products and question.item_id is not None:
+            raise QAError(f"The question names the product '{question.item_id}' and asks about all products.", "send item_id or all_products, not both.")
+        if question.item_id is None and products and not question.all_products:
             raise QAError(
                 f"The question names no product (item_id), and collection '{question.collection or self.names[0]}' holds {len(products)} products.",
-                "send the item_id of one (GET /products lists them); only a collection without products is asked as a whole.",
+                "send the item_id of one (GET /products lists them), or all_products: true to ask every document (each answer names its product).",
             )
         check_count(question.top_k, "top_k")
         check_count(question.top_k_reader, "top_k_reader", optional=True)

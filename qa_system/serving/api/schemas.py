@@ -66,7 +66,8 @@ class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]})
 
     query: Text = Field(description="the question")
-    item_id: Text | None = Field(None, description="the product asked about (GET /products lists them); left out only in a collection without products")
+    item_id: Text | None = Field(None, description="the product asked about (GET /products lists them); left out with all_products, or in a collection without products")
+    all_products: bool = Field(False, description="ask every document of the collection (the page's 'All documents'); each answer's card names its product")
     collection: Text | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
     mode: Mode = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")
