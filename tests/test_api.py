@@ -452,7 +452,7 @@ def test_malformed_or_incomplete_bodies_are_one_line_422(api):
     missing = httpx.post(f"{api}/query", json={"query": "Is it good?"})
     assert missing.status_code == 422 and missing.json()["detail"] == (
         "The question names no product (item_id), and collection 'electronics' holds 3 products. "
-        "Fix: send the item_id of one (GET /products lists them); only a collection without products is asked as a whole."
+        "Fix: send the item_id of one (GET /products lists them), or all_products: true to ask every document (each answer names its product)."
     )
     assert httpx.get(f"{api}/products", params={"limit": 0}).json()["detail"].startswith("limit must be a whole number from 1 to 1000, not 0.")
     assert httpx.get(f"{api}/products", params={"collection": "garden"}).status_code == 404
