@@ -205,19 +205,28 @@ def _still_named(path: Path, fd: int) -> bool:
 
 
 @contextlib.contextmanager
-def taking_turns(lock_file: str | Path, waiting: str) -> Iterator[None]:
-    """Hold the file lock ``lock_file`` (processes of one machine take turns), logging ``waiting`` if another holds it."""
-    fd = _locked(Path(lock_file), wait=False)
+def taking_turns(lock_file: str | Path, waiting: str, remove: bool = False) -> Iterator[None]:
+    """Hold the file lock ``lock_file`` (processes of one machine take turns), logging ``waiting`` if another holds it.
+
+    ``remove``: the lock file is removed at the end of the turn, while still held (see ``_locked``), so that
+    only a killed process leaves one behind (``remove_unheld_locks`` then reports it).
+    """
+    path = Path(lock_file)
+    fd = _locked(path, wait=False)
     if fd is None:
         time.sleep(LOCK_WAIT_NOTICE_S)  # a turn about to end is not worth a notice
-        fd = _locked(Path(lock_file), wait=False)
+        fd = _locked(path, wait=False)
     if fd is None:
         logger.warning(waiting)
-        fd = _locked(Path(lock_file), wait=True)
+        fd = _locked(path, wait=True)
     try:
         yield
     finally:
-        os.close(fd)  # releases the flock
+        try:
+            if remove and _still_named(path, fd):
+                path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)  # releases the flock
 
 
 @contextlib.contextmanager

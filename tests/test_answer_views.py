@@ -2,7 +2,7 @@
 
 from haystack import Document, ExtractedAnswer, GeneratedAnswer
 
-from qa_system.serving.answer_views import ELLIPSIS, Segment, answer_view, answer_views, highlight_segments, rank_answers, score_level
+from qa_system.serving.answer_views import ELLIPSIS, Segment, answer_cards, answer_view, answer_views, highlight_segments, rank_answers, score_level
 
 REVIEW = "The bass is deep. Friends say the bass is deep too, but the cord broke."
 
@@ -96,3 +96,13 @@ def test_the_selectors_probabilities_are_shown_as_chances_with_every_review_sayi
     assert "55% chance of being right" in abstained.no_answer_note() and "45%" in abstained.no_answer_note()
     clear = answer_views([span.__class__(**{**span.__dict__, "meta": {**meta, "close_call": False}}), none])
     assert rank_answers(clear).close_call == ""
+
+
+def test_a_generated_answers_card_notes_its_grounding_flags():
+    from haystack import GeneratedAnswer
+
+    flags = ["It cites none of the reviews: check it against the reviews themselves", "The generator wrote 5 sentences again; each is shown once"]
+    answer = GeneratedAnswer(data="The battery lasts ten hours.", query="q", documents=[], meta={"flags": flags, "cited_document_ids": []})
+    [card] = answer_cards(answer_views([answer]))
+    assert card.kind == "generated" and card.text == "The battery lasts ten hours." and card.source == "cites no review"
+    assert card.note == f"{flags[0]}. {flags[1]}."

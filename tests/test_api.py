@@ -452,7 +452,7 @@ def test_malformed_or_incomplete_bodies_are_one_line_422(api):
     missing = httpx.post(f"{api}/query", json={"query": "Is it good?"})
     assert missing.status_code == 422 and missing.json()["detail"] == (
         "The question names no product (item_id), and collection 'electronics' holds 3 products. "
-        "Fix: send the item_id of one (GET /products lists them); only a collection without products is asked as a whole."
+        "Fix: send the item_id of one (GET /products lists them), or all_products: true to ask every document (each answer names its product)."
     )
     assert httpx.get(f"{api}/products", params={"limit": 0}).json()["detail"].startswith("limit must be a whole number from 1 to 1000, not 0.")
     assert httpx.get(f"{api}/products", params={"collection": "garden"}).status_code == 404
@@ -724,7 +724,7 @@ def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
     body = ask(api, top_k=2).json()  # what the server answers the same question
     assert out.startswith("Q: Is it good for reading?  (KINDLE in electronics;") and f"{body['pipeline']} at {api})" in out.splitlines()[0]
     spans = [a for a in body["answers"] if a["kind"] == "span"]
-    assert spans and all(f". {a['text']}  " in out for a in spans) and ("[no answer in these reviews]" in out) == any(a["kind"] == "no_answer" for a in body["answers"])
+    assert spans and all(f". {a['text']}  " in out for a in spans) and ("\nNo answer in these reviews  " in out) == any(a["kind"] == "no_answer" for a in body["answers"])
     assert main(["ask", "Is it good?", "--item", "NOPE", "--url", api]) == 2  # the server's 404, as one line
     err = capsys.readouterr().err
     assert "Product 'NOPE' has no reviews" in err and len(err.strip().splitlines()) == 1

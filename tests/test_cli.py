@@ -44,6 +44,19 @@ def test_products_lists_review_counts(indexed_cli, capsys):
     assert lines[0] == "KINDLE\t3 reviews"  # r-kindle-3, in dev and test, counts once
 
 
+def test_products_says_when_the_list_is_cut_and_how_to_see_all(indexed_cli, capsys):
+    assert main(["products", "--limit", "2"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["KINDLE\t3 reviews", "HEADPHONES\t2 reviews"]
+    assert captured.err.strip() == "showing 2 of 3 (--limit N / --limit 0 for all)"
+    assert main(["products", "--limit", "0"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 3 and captured.err == ""  # all of them: nothing to say
+    with pytest.raises(SystemExit):
+        main(["products", "--help"])
+    assert "0: all)" in " ".join(capsys.readouterr().out.split())  # --limit has help text
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

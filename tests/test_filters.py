@@ -94,6 +94,26 @@ def test_a_bad_filter_is_one_line_naming_the_fix(settings, reviews, bad, message
     assert message in str(raised.value) and "Fix: " in str(raised.value) and "\n" not in str(raised.value)
 
 
+def test_a_filter_on_a_field_no_document_has_is_one_line_naming_the_fields_there_are(settings, reviews):
+    """`meta.rating` (the README's example) on a collection without it matched nothing, and the answer was "no answer"."""
+    from qa_system.ingestion.indexing import build_index
+
+    rating_4 = {"field": "meta.rating", "operator": ">=", "value": 4}
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
+    with pytest.raises(QAError) as raised:
+        pipeline.run("battery", filters={"operator": "OR", "conditions": [RATING_AT_LEAST_4, rating_4]})
+    message = str(raised.value)
+    assert message.startswith("The filter names 'meta.rating', a field no document of this collection has.") and "\n" not in message
+    assert "Fix: filter on one of: " in message and all(f"meta.{name}" in message for name in ("overall", "reviewTime", "item_id", "document_id"))
+    assert pipeline.run("battery", filters={"field": "id", "operator": "!=", "value": "x"}, top_k=1)["documents"]  # the id is no metadata field
+
+    subjqa = build_retrieval_pipeline("bm25", settings, index=build_index(settings, "electronics", embed=False, progress=False))
+    with pytest.raises(QAError, match=r"'meta.rating', a field no document .* Fix: filter on one of: meta.domain, meta.item_id, meta.review_id, meta.split\."):
+        subjqa.run("battery", item_id="KINDLE", filters=rating_4)
+    assert subjqa.run("battery", filters={"field": "meta.split", "operator": "==", "value": "dev"})["documents"]
+
+
 def test_filters_combine_flat_and_parse_from_json():
     item = {"operator": "AND", "conditions": [{"field": "meta.item_id", "operator": "==", "value": "P1"}]}
     assert combine_filters(item, RATING_AT_LEAST_4) == {"operator": "AND", "conditions": [*item["conditions"], RATING_AT_LEAST_4]}

@@ -447,6 +447,23 @@ def test_a_generated_answer_is_shown_only_when_the_reviews_it_cites_say_it():
     assert GroundingCheck.from_dict(check.to_dict()).min_support == 0.75
 
 
+def test_an_answer_that_cites_nothing_or_loops_on_a_sentence_is_flagged_and_said_once():
+    from qa_system.generation.grounding import GroundingCheck, collapse_repetition
+
+    reviews = docs("The batteries last ten hours and charging takes 2 hours.", "The kettle boils water fast but the lid sticks.")
+    check = GroundingCheck(min_support=0.75)
+    looping = " ".join(["The battery lasts ten hours."] * 6)  # a small generator stuck on one sentence, citing nothing
+    [answer] = check.run([generated(looping, reviews, [])], [])["answers"]
+    assert answer.data == "The battery lasts ten hours." and answer.meta["grounded"]  # what it says is in the reviews...
+    assert answer.meta["flags"] == [  # ...but it is not shown as if it were cited
+        "It cites none of the reviews: check it against the reviews themselves",
+        "The generator wrote 5 sentences again; each is shown once",
+    ]
+    [cited] = check.run([generated("The battery lasts ten hours [1]. It charges in 2 hours [1].", reviews, [1])], [])["answers"]
+    assert cited.meta["flags"] == [] and cited.data == "The battery lasts ten hours [1]. It charges in 2 hours [1]."
+    assert collapse_repetition("Good. Loud [1]. good! Loud [2]. Cheap.") == ("Good. Loud [1]. good! Cheap.", 1)
+
+
 def test_the_rag_pipeline_withholds_an_unsupported_answer_and_returns_the_extractive_one(indexed):
     with OpenAIStub(lambda body: "It has a built-in water heater and a timer [1].", max_requests=1) as server:
         pipeline = build_qa_pipeline("bm25", openai_settings(indexed, server.url), answer_stage="rag")

@@ -92,7 +92,7 @@ def test_the_next_ingestion_cleans_what_killed_and_failed_runs_left(cli_home, tm
     staging, locks = cli_home.index_dir / "staging", cli_home.home / "locks"
     for name in ("tried-1", "tried-2"):  # runs that failed on their input
         assert main(["index", "--input", str(tmp_path / "no-such.csv"), "--collection", name, *columns]) == 2
-    assert sorted(p.name for p in locks.iterdir()) == ["ingest-memory-tried-2.lock"]  # the second removed the first's
+    assert list(locks.iterdir()) == []  # a run that ends, failed or not, removes its own lock
     big = write_csv(tmp_path / "big.csv", many_rows(600))
     env = {**os.environ, "QA_HOME": str(cli_home.home), "QA_STORE": "memory"}
     seen = {}
@@ -105,7 +105,7 @@ def test_the_next_ingestion_cleans_what_killed_and_failed_runs_left(cli_home, tm
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         [seen["left"]] = [p for p in staging.iterdir() if "killed" in p.name]
         seen["size"] = seen["left"].stat().st_size
-        assert sorted(p.name for p in locks.iterdir()) == ["ingest-memory-busy.lock", "ingest-memory-killed.lock"]  # tried-2's: gone
+        assert sorted(p.name for p in locks.iterdir()) == ["ingest-memory-busy.lock", "ingest-memory-killed.lock"]  # the killed run's stays
         capsys.readouterr()
         seen["code"] = main(["index", "--input", str(write_csv(tmp_path / "small.csv")), "--collection", "other", *columns])
         seen["staging"], seen["locks"] = sorted(p.name for p in staging.iterdir()), sorted(p.name for p in locks.iterdir())
@@ -118,8 +118,24 @@ def test_the_next_ingestion_cleans_what_killed_and_failed_runs_left(cli_home, tm
     assert "  note: removed 1 lock file that no process held (ingest-memory-killed.lock)." in out
     assert not left.exists()
     assert len(seen["staging"]) == 1 and seen["staging"][0].startswith(".ingest-memory-busy~")  # busy's, alive: kept
-    assert seen["locks"] == ["ingest-memory-busy.lock", "ingest-memory-other.lock"]
+    assert seen["locks"] == ["ingest-memory-busy.lock"]  # busy's, held; other's removed by other itself
     assert len(documents(cli_home, "busy")) == 600 and len(documents(cli_home, "other")) == 4
+
+
+def test_a_run_that_ends_removes_its_own_lock_and_the_next_run_reports_none(cli_home, tmp_path, capsys):
+    """Every ingestion said "removed 1 lock file that no process held": the one the run before had left. Only a
+    killed run leaves its lock behind, and only then does the next ingestion say it removed one."""
+    columns = ["--text-column", "body", "--id-column", "review_id", "--item-column", "product", "--no-embed"]
+    locks = cli_home.home / "locks"
+    small = write_csv(tmp_path / "small.csv")
+    for name in ("first", "second", "first"):
+        assert main(["index", "--input", str(small), "--collection", name, *columns]) == 0
+        assert list(locks.iterdir()) == []
+    assert "lock file" not in capsys.readouterr().out
+    (locks / "ingest-memory-killed.lock").touch()  # what a killed run leaves: a lock file no process holds
+    assert main(["index", "--input", str(small), "--collection", "second", *columns]) == 0
+    assert "  note: removed 1 lock file that no process held (ingest-memory-killed.lock)." in capsys.readouterr().out.splitlines()
+    assert list(locks.iterdir()) == []
 
 
 # ------------------------------------------------------------------ item 3: links out of the folder

@@ -11,7 +11,7 @@ import yaml
 from haystack import Document, Pipeline
 
 from qa_system.reading.reader import ReaderOutput, SpanCandidate
-from qa_system.reading.selection import SELECTOR_FILE, AnswerSelector, decide, group_candidates, selector_fits_reader
+from qa_system.reading.selection import SELECTOR_FILE, AnswerSelector, decide, group_candidates, read_documents, selector_fits_reader
 from qa_system.reading.selection_features import Candidate
 from qa_system.sources.subjqa import LabelledQuestion
 from qa_system.training.selector import fit_selector, folds_of, selector_frames
@@ -108,6 +108,37 @@ def test_the_component_round_trips_through_a_yaml_pipeline_and_answers_with_prob
     assert all("probability" in a.meta for a in answers)
     if chosen.data is not None:  # the two reviews' "battery lasts a week" are one answer naming both
         assert chosen.meta["support"] == 2 and chosen.meta["supporting_documents"] == ["a", "b"]
+
+
+def recalibrated(folder, tmp_path, answer: float, no_answer: float):
+    """A copy of the trained selector whose calibrations map every value to ``answer`` and ``no_answer``."""
+    copy = tmp_path / f"selector-{answer}-{no_answer}"
+    copy.mkdir()
+    for file in folder.iterdir():
+        (copy / file.name).write_bytes(file.read_bytes())
+    info = json.loads((copy / SELECTOR_FILE).read_text())
+    info["calibration"] = {"answer": [[0.0, 1.0], [answer, answer]], "no_answer": [[0.0, 1.0], [no_answer, no_answer]]}
+    (copy / SELECTOR_FILE).write_text(json.dumps(info))
+    return copy
+
+
+def test_answers_come_by_their_chance_of_being_right_and_the_first_is_the_choice(trained_selector, tmp_path):
+    """The decision (expected F1s) and the probabilities (two calibrations fitted apart) can disagree: the
+    decision answered, and its answer was put above a "no answer" with a higher chance of being right."""
+    folder, _ = trained_selector
+    documents = [Document(id="a", content="battery lasts a week. screen sharp."), Document(id="b", content="the battery lasts a week, really.")]
+    reading = reading_of(documents, [(0, 0, 20, 6.0), (1, 4, 24, 5.5), (0, 22, 34, 1.0)], [-2.0, -1.0])
+    selector = AnswerSelector(model=str(recalibrated(folder, tmp_path, 0.3, 0.6)), top_k=3)
+    selector.warm_up()
+    assert selector._selector.choose("how is the battery?", read_documents(documents, reading))[3].answer is not None  # it decides to answer
+    answers = selector.run("how is the battery?", documents, reading)["answers"]
+    scores = [a.score for a in answers]
+    assert scores == sorted(scores, reverse=True) and answers[0].data is None and scores[0] == 0.6
+    assert [a.meta["chosen"] for a in answers] == [True] + [False] * (len(answers) - 1)
+    # Agreeing, the decision comes first; at equal chances too.
+    for answer_p, no_answer_p in ((0.7, 0.2), (0.5, 0.5)):
+        agreeing = AnswerSelector(model=str(recalibrated(folder, tmp_path, answer_p, no_answer_p)), top_k=3).run("how is the battery?", documents, reading)["answers"]
+        assert agreeing[0].data is not None and agreeing[0].meta["chosen"] and [a.score for a in agreeing] == sorted((a.score for a in agreeing), reverse=True)
 
 
 def test_spans_that_say_the_same_thing_are_grouped_best_first():

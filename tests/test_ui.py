@@ -389,20 +389,32 @@ def test_a_review_card_names_every_split_its_review_is_in():
     assert one.endswith("B1 · train split")
 
 
+def test_a_review_card_shows_the_whole_id_and_a_very_long_one_keeps_its_end_and_the_full_id_on_hover():
+    import cards
+    from haystack import Document
+
+    source = unescape(cards.review_source(Document(id="d", content="x", meta={"document_id": "drugscom-train-161290", "item_id": "Valsartan"})))
+    assert source.startswith('review <span title="drugscom-train-161290">drugscom-train-161290</span>')
+    digest = "4a6aa9c7" * 8  # an id made from the text's hash
+    source = unescape(cards.review_source(Document(id="d", content="x", meta={"document_id": digest})))
+    shown = source.split(">", 1)[1].split("<", 1)[0]
+    assert f'title="{digest}"' in source and "…" in shown and digest.startswith(shown.split("…")[0]) and digest.endswith(shown.split("…")[1])
+
+
 
 def test_an_answer_card_shows_the_selectors_chance_the_reviews_saying_it_and_a_close_call():
     import cards
     from haystack import Document, ExtractedAnswer
 
-    from qa_system.serving.answer_views import answer_views
+    from qa_system.serving.answer_views import answer_cards, answer_views
 
     review = Document(id="d1", content="It is great for reading books. Great for reading at night.", meta={"review_id": "r1", "item_id": "B1"})
     spans = [{"document_id": "d1", "start": 6, "end": 29}, {"document_id": "d2", "start": 0, "end": 10}]
     meta = {"probability": 0.52, "chosen": True, "close_call": True, "support": 2, "spans": spans}
     answer = ExtractedAnswer(query="q", score=0.52, data="great for reading books", document=review, document_offset=ExtractedAnswer.Span(6, 29), meta=meta)
     null = ExtractedAnswer(query="q", score=0.48, data=None, meta={"probability": 0.48, "chosen": False, "close_call": True})
-    ranked = rank_answers(answer_views([answer, null]))
-    html = unescape(cards.answer_card(ranked.above[0], 1, note=ranked.close_call))
+    views = answer_views([answer, null])
+    html = unescape(cards.answer_card(views[0], answer_cards(views)[0]))
     assert "52% chance right" in html and "said in 2 reviews" in html
     assert "A close call" in html and "48%" in html  # on the card itself, not in an expander
 

@@ -55,3 +55,12 @@ def test_metadata_is_shown_as_text_and_a_bad_filter_is_a_message(page, rated_col
     at.sidebar.text_area(key="filter").input('{"field": "meta.zip", "operator": ">", "value": 3}')
     ask(at, "How long does the battery last?", "P1")
     assert "holds text there" in messages(at)
+
+
+def test_a_filter_on_a_field_the_collection_lacks_is_a_message_naming_the_fields(page):  # noqa: F811
+    at = page()  # the SubjQA collection: its reviews have no rating, whatever the filter box's example says
+    at.sidebar.text_area(key="filter").input('{"field": "meta.rating", "operator": ">=", "value": 4}')
+    ask(at, "How is the bass?", "HEADPHONES")
+    assert not at.exception and at.session_state["asked"] is None  # no "no answer" over reviews it never read
+    assert "The filter names 'meta.rating', a field no document of this collection has" in messages(at)
+    assert "meta.item_id" in messages(at)

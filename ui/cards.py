@@ -14,7 +14,7 @@ from typing import Sequence
 from haystack import Document
 
 from qa_system.safe_text import html_text
-from qa_system.serving.answer_views import AnswerView, Segment, highlight_segments
+from qa_system.serving.answer_views import BELOW_HEADING, AnswerCard, AnswerView, Segment, highlight_segments
 from qa_system.sources import split_names
 from qa_system.sources.records import user_metadata
 
@@ -54,11 +54,24 @@ def segments_html(segments: Sequence[Segment]) -> str:
     return "".join(f"<mark>{html_text(unescape(s.text))}</mark>" if s.highlighted else html_text(unescape(s.text)) for s in segments)
 
 
+# Ids longer than this are cut in the middle (the full one on hover): ids of one source often share a long
+# prefix ("drugscom-..."), so the end, which tells them apart, is kept.
+ID_CHARS = 48
+
+
+def shown_id(value: str) -> str:
+    """An id as a card shows it: whole up to ``ID_CHARS`` characters, else its start and its end around "…"."""
+    if len(value) <= ID_CHARS:
+        return value
+    tail = ID_CHARS // 3
+    return f"{value[: ID_CHARS - tail - 1]}…{value[-tail:]}"
+
+
 def review_source(document: Document) -> str:
-    """'review 4a6aa9c7… · B0074BW614 · train split': long ids shortened, the full one on hover."""
+    """'review r-123 · B0074BW614 · train split': the whole id (a very long one cut in the middle, the full one on hover)."""
     meta = document.meta
     review_id = str(meta.get("review_id") or meta.get("document_id") or document.id)
-    shown = review_id if len(review_id) <= 12 else f"{review_id[:8]}…"
+    shown = shown_id(review_id)
     splits = split_names(document)
     parts = [html_text(meta.get("item_id") or ""), html_text(f"{' + '.join(splits)} split{'s' if len(splits) > 1 else ''}") if splits else ""]
     return " · ".join([f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts), *metadata_parts(document)])
@@ -79,36 +92,37 @@ def chip(text: str, kind: str, tooltip: str = "") -> str:
     return f'<span class="qa-chip qa-{kind}"{title}>{html_text(text)}</span>'
 
 
-def score_chips(view: AnswerView, kind: str) -> list[str]:
+def score_chips(card: AnswerCard, kind: str) -> list[str]:
     """The answer's score, named as a score (with what it means on hover), never as a confidence."""
-    return [chip(view.score_label, kind, view.score_help)] if view.score_label else []
+    return [chip(card.label, kind, card.help)] if card.label else []
 
 
-def answer_card(view: AnswerView, rank: int | str, window: int = 220, extra_chips: Sequence[str] = (), note: str = "") -> str:
-    """One answer: its text, its score (a chance where the answer selector gives one), the reviews saying it,
-    and the review it came from with the answer highlighted.
+# A "no answer" the reader gave without a span beside it: what the page says below it.
+NO_ANSWER_HINT = "The reader found nothing that answers the question in the reviews it read. The closest reviews are below."
 
-    ``rank``: a number, or a label for a span rated below "no answer" (its score is then not coloured
-    as a good one); ``note``: a sentence on the card, e.g. what a "no answer" means here
-    (``RankedAnswers.no_answer_note``) or that the answer is a close call (``RankedAnswers.close_call``).
+
+def answer_card(view: AnswerView, card: AnswerCard, window: int = 220, extra_chips: Sequence[str] = ()) -> str:
+    """One answer: its card's text, label and note (``answer_cards``: what every door shows), the reviews
+    saying it, and the review it came from with the answer highlighted.
+
+    A span headed ``BELOW_HEADING`` (rated below "no answer") does not have its score coloured as a good one.
     """
     if view.kind == "no_answer":
-        chips = score_chips(view, "unknown")
-        head = '<span class="qa-answer-text">No answer in these reviews</span>'
-        hint = note or "The reader found nothing that answers the question in the reviews it read. The closest reviews are below."
-        body = f'<div class="qa-hint">{html_text(hint)}</div>'
+        chips = score_chips(card, "unknown")
+        head = f'<span class="qa-answer-text">{html_text(card.text)}</span>'
+        hint = card.note or ("" if card.folded else NO_ANSWER_HINT)
+        body = f'<div class="qa-hint">{html_text(hint)}</div>' if hint else ""
         return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join([*chips, *extra_chips])}</div>{body}</div>'
-    below = not isinstance(rank, int)
+    below = card.heading == BELOW_HEADING
     support = [chip(f"said in {view.support} reviews", "unknown", "Reviews that give this answer, in words close enough to count as one.")] if view.support > 1 else []
-    chips = [*score_chips(view, "unknown" if below else view.level), *support, *extra_chips]
-    label = rank if below else f"{rank}."
-    head = f'<span class="qa-rank">{html_text(label)}</span><span class="qa-answer-text">{html_text(view.text or "")}</span>'
-    hint = f'<div class="qa-hint">{html_text(note)}</div>' if note else ""
+    chips = [*score_chips(card, "unknown" if below else view.level), *support, *extra_chips]
+    head = f'<span class="qa-rank">{html_text(card.heading)}</span><span class="qa-answer-text">{html_text(card.text)}</span>'
+    hint = f'<div class="qa-hint">{html_text(card.note)}</div>' if card.note else ""
     if view.kind == "span" and view.document is not None:
         body = f'{hint}<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document)}</div>'
     else:
         sources = "".join(f"<li>[{html_text(d.meta.get('source_index', i))}] {review_source(d)}</li>" for i, d in enumerate(view.sources, 1))
-        body = f'{hint}<div class="qa-source">Generated from the retrieved reviews{f"; cites:<ul>{sources}</ul>" if sources else "."}</div>'
+        body = f'{hint}<div class="qa-source">{f"Generated from the retrieved reviews; cites:<ul>{sources}</ul>" if sources else "Generated; it cites none of the retrieved reviews."}</div>'
     return f'<div class="qa-answer qa-{view.kind}"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
 
 

@@ -27,7 +27,7 @@ from qa_system.ingestion import CollectionInfo, IngestOptions, collection_name_f
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.retrieval.filters import parse_filters
 from qa_system.safe_text import markdown_literal
-from qa_system.serving.answer_views import AnswerView, answer_views, rank_answers
+from qa_system.serving.answer_views import AnswerCard, AnswerView, answer_cards, answer_views, rank_answers
 from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore, unrecorded_clicks
 from qa_system.serving.service import PAGE_COLLECTION, PAGE_DOMAIN, pipeline_label
 from qa_system.sources import SPLITS, LabelledQuestion
@@ -363,10 +363,10 @@ def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
     return [cards.chip(f"EM {score.em:.0f} · F1 {score.f1:.2f}", "em")]
 
 
-def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int, label: str | None = None, note: str = "") -> None:
+def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, card: AnswerCard) -> None:
     with st.container(border=True):
-        st.html(cards.answer_card(view, label or rank, extra_chips=gold_chips(asked, view), note=note))
-        feedback_buttons(store, asked, view, rank)
+        st.html(cards.answer_card(view, card, extra_chips=gold_chips(asked, view)))
+        feedback_buttons(store, asked, view, card.number)  # numbers name the answers; 0 is the no-answer card
 
 
 def show_answers(store: FeedbackStore, asked: Asked) -> None:
@@ -380,22 +380,22 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
     withheld = next((v.withheld for v in views if v.withheld), None)
     if withheld:  # the generated answer was not grounded in the reviews it cited: say so above the extractive answers
         st.html(cards.withheld_card(withheld))
-    for rank, view in enumerate(ranked.above, 1):  # ranks number the spans; 0 is the no-answer card
-        answer_card(store, asked, view, rank, note=ranked.close_call if rank == 1 else "")
-    folded = list(enumerate(ranked.below, len(ranked.above) + 1))
+    # The cards every door shows, in their order; those rated below "no answer" folded away (the best one
+    # beside an abstention stays: it may answer the question).
+    shown = list(zip(views, answer_cards(views)))
+    for view, card in shown:
+        if not card.folded:
+            answer_card(store, asked, view, card)
     if ranked.abstains:
-        answer_card(store, asked, ranked.no_answer, 0, note=ranked.close_call or ranked.no_answer_note())
-        if ranked.best_below:  # beside the verdict, not folded away: it may answer the question
-            rank, best = folded.pop(0)
-            answer_card(store, asked, best, rank, label="Best span, rated below “no answer”:")
         st.markdown("##### Closest reviews")
         for document in asked.documents[:3]:
             st.html(cards.review_card(document))
+    folded = [(view, card) for view, card in shown if card.folded]
     if folded:
-        null_score = ranked.no_answer.score_label
-        with st.expander(f"{len(folded)} more candidate(s) the reader rated below “no answer”{f' ({null_score})' if null_score else ''}"):
-            for rank, view in folded:
-                answer_card(store, asked, view, rank)
+        spans = sum(card.kind != "no_answer" for _, card in folded)
+        with st.expander(f"{spans} more candidate(s) rated below “no answer”{f' ({ranked.no_answer.score_label})' if ranked.no_answer.score_label else ''}"):
+            for view, card in folded:
+                answer_card(store, asked, view, card)
 
 
 def show_gold(asked: Asked) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from html import unescape
 
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
@@ -51,20 +52,27 @@ def cmd_search(args: argparse.Namespace) -> None:
 
 def document_label(document) -> str:
     """``review R`` for SubjQA, ``document D`` for a collection's (with the passage's offset in it when split)."""
-    return _label(document.id, document.meta)
+    from qa_system.serving.answer_views import document_label as label
 
-
-def _label(document_id: str, meta: dict) -> str:
-    if meta.get("review_id"):
-        return f"review {meta['review_id']}"
-    where = f" (from character {meta['source_offset']})" if meta.get("passages", 1) > 1 else ""
-    return f"document {meta.get('document_id', document_id)}{where}"
+    return label(document.id, document.meta)
 
 
 def highlight(text: str, start: int, end: int, tty: bool) -> str:
-    """The answer marked inside its context: bold yellow on a terminal, **...** otherwise."""
+    """The answer marked inside its context: bold yellow on a terminal, **...** otherwise; HTML entities of the
+    stored review decoded in each piece, after the offsets did their work (as the page shows it)."""
     left, right = ("\033[1;33m", "\033[0m") if tty else ("**", "**")
-    return f"{text[:start]}{left}{text[start:end]}{right}{text[end:]}"
+    return f"{unescape(text[:start])}{left}{unescape(text[start:end])}{right}{unescape(text[end:])}"
+
+
+def print_card(card, snippet: str | None = None, support: int = 1) -> None:
+    """One ``AnswerCard`` as every CLI door prints it: its line, where it came from, the review around it, its note."""
+    source = f"  {card.source}" + (f" ({card.product})" if card.product else "") if card.source else ""
+    others = f"  (said in {support} reviews)" if support > 1 else ""
+    print(f"\n{card.line}{source}{others}")
+    if snippet:
+        print(textwrap.indent(snippet, "   "))
+    if card.note:
+        print(f"   {card.note}")
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
@@ -94,23 +102,20 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     """`qa-system ask --url`: the answers of a running `qa-system api` (its models already loaded), printed as `ask` prints its own."""
     from qa_system.serving.client import ask_server
 
+    from qa_system.serving.answer_views import AnswerCard
+
     body = ask_server(args.url, _question(args), token)
     timings = body["timings"]
     print(f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
           f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})")
-    documents = {d["id"]: d for d in body["documents"]}
     tty = sys.stdout.isatty()
-    for rank, answer in enumerate(body["answers"], 1):
-        chance = f"{100 * answer['probability']:.0f}% chance right" if answer.get("probability") is not None else f"score {answer['score']:.2f}" if answer.get("score") is not None else ""
-        if answer["kind"] == "no_answer":
-            print(f"\n{rank}. [no answer in these reviews]  {chance}")
-        elif answer["kind"] == "generated":
-            cited = ", ".join(document_label_of(documents.get(i)) for i in answer["cited_document_ids"])
-            print(f"\n{rank}. {answer['text']}  (generated; cites {cited or 'nothing'})")
-        else:
+    _print_withheld(next((a["withheld"] for a in body["answers"] if a.get("withheld")), None))
+    for answer in body["answers"]:  # the server's cards: the labels and notes every door shows
+        snippet = None
+        if answer["kind"] == "span":
             start = answer["start"] - answer["context_start"]
-            print(f"\n{rank}. {answer['text']}  {chance}  {document_label_of(documents.get(answer['document_id']))}")
-            print(textwrap.indent(highlight(answer["context"], start, start + len(answer["text"]), tty), "   "))
+            snippet = highlight(answer["context"], start, answer["end"] - answer["context_start"], tty)
+        print_card(AnswerCard(**answer["card"]), snippet, len(answer["supporting_document_ids"]))
 
 
 def _question(args: argparse.Namespace):
@@ -120,11 +125,15 @@ def _question(args: argparse.Namespace):
 
     if args.rerank:
         raise QAError("The service answers without re-ranking.", "leave out --rerank with --url or in the shell.")
-    # --domain defaults to electronics (cli.main): only a collection named on purpose is sent, else the server's default.
-    collection = args.collection or (args.domain[0] if args.domain and args.domain != ["electronics"] else None)
+    # Only a collection named on purpose is sent (--domain's default is cli.main's), else the server's default.
+    domains = None if getattr(args, "domain_default", False) else args.domain
+    if domains and len(domains) > 1:
+        raise QAError(f"--domain names {len(domains)} domains, and a server answers from one collection.", "pass one --domain (or --collection) with --url or in the shell.")
+    collection = args.collection or (domains[0] if domains else None)
     return Question(
         args.question, args.item, collection, retriever=args.retriever, mode=args.mode, top_k=args.top_k, split=args.split,
         top_k_reader=args.answers if args.mode == "extractive" else None, no_answer_threshold=args.no_answer_threshold,
+        filters=getattr(args, "filter", None), all_products=args.item is None,  # no --item: every document, as `ask` reads them
     )  # fmt: skip
 
 
@@ -166,36 +175,30 @@ def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
     timings = result["timings"]
     print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
           f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})")
-    if args.mode == "rag" and result["answers"] and result["answers"][0].data is not None and not result["answers"][0].meta.get("withheld"):
-        print(f"A: {result['answers'][0].data}")
-        return
     _print_spans(result["answers"], args)
 
 
-def document_label_of(body: dict | None) -> str:
-    """``document_label`` of a document as the API returns it (JSON)."""
-    return "?" if body is None else _label(body["id"], body.get("meta", {}))
+def _print_withheld(withheld: dict | None) -> None:
+    if withheld:  # the grounding check: the reviews cited do not say what was generated
+        print(f"A (generated, withheld): {withheld['text']}\n   Withheld: {withheld['reason']}. The extractive answers instead:")
 
 
 def _print_spans(answers, args: argparse.Namespace) -> None:
-    """Extractive answers best first, each with its score named as what it is and its review, the answer highlighted."""
-    from qa_system.serving.answer_views import answer_views, rank_answers
+    """The answers best first as cards (``answer_cards``: the labels and notes every door shows), each span
+    with its review and product, the answer highlighted."""
+    from qa_system.serving.answer_views import answer_cards, answer_views
 
     views = answer_views(answers)
-    close = rank_answers(views).close_call
-    if close:
-        print(f"\n{close}")
     tty = sys.stdout.isatty()
-    for rank, view in enumerate(views, 1):
-        if view.kind == "no_answer":
-            print(f"\n{rank}. [no answer in these reviews]  {view.score_label}")
-            continue
-        document, start, end = view.document, view.start, view.end
-        begin, stop = max(0, start - args.context), min(len(document.content), end + args.context)
-        context = highlight(document.content[begin:stop], start - begin, end - begin, tty)
-        others = f"  (said in {view.support} reviews)" if view.support > 1 else ""
-        print(f"\n{rank}. {view.text}  {view.score_label}  {document_label(document)}{others}")
-        print(textwrap.indent(("..." if begin else "") + context + ("..." if stop < len(document.content) else ""), "   "))
+    _print_withheld(next((v.withheld for v in views if v.withheld), None))
+    for view, card in zip(views, answer_cards(views)):
+        snippet = None
+        if view.kind == "span":
+            document, start, end = view.document, view.start, view.end
+            begin, stop = max(0, start - args.context), min(len(document.content), end + args.context)
+            context = highlight(document.content[begin:stop], start - begin, end - begin, tty)
+            snippet = ("..." if begin else "") + context + ("..." if stop < len(document.content) else "")
+        print_card(card, snippet, view.support)
 
 
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:
@@ -209,14 +212,17 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     meta, timings = answer.meta, result["timings"]
     if args.stream:
         print()
-    if "withheld" in meta:  # the grounding check: the reviews cited do not say what was generated
-        print(f"A (generated, withheld): {meta['withheld']['text']}\n   Withheld: {meta['withheld']['reason']}. The extractive answers instead:")
+    if "withheld" in meta:
         _print_spans(result["answers"], args)
         return
     if answer.data is None:
         print(f"A: [no answer in these reviews: {meta['no_answer_reason']}]")
     elif not args.stream:
-        print(f"A: {answer.data}")
+        print(f"A: {unescape(answer.data)}")
+    if meta.get("flags"):  # the grounding check's: it cites no review, it repeated itself
+        from qa_system.serving.answer_views import answer_cards, answer_views
+
+        print(f"   {answer_cards(answer_views([answer]))[0].note}")
     tokens = meta["usage"].get("completion_tokens")
     speed = f", {tokens / timings['generator']:.1f} tokens/s" if tokens and timings.get("generator") else ""
     print(f"   (retrieval {1000 * timings['retrieval_s']:.0f} ms, prompt {1000 * timings.get('prompt_builder', 0):.0f} ms, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, settings_from_args
@@ -98,8 +99,11 @@ def cmd_products(args: argparse.Namespace) -> None:
             print(f"The documents of collection '{args.collection}' have no items (index with --item-column to give them one).")
     else:
         counts = open_index(settings, args.domain).item_counts()
-    for item_id, reviews in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.limit]:
+    shown = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.limit or None]
+    for item_id, reviews in shown:
         print(f"{item_id}\t{reviews} reviews")
+    if len(shown) < len(counts):  # on stderr: the list itself stays one product a line for scripts
+        print(f"showing {len(shown)} of {len(counts)} (--limit N / --limit 0 for all)", file=sys.stderr)
 
 
 def cmd_export_squad(args: argparse.Namespace) -> None:
@@ -139,7 +143,7 @@ def register(commands, options: Options) -> None:
     p = commands.add_parser("products", parents=[options.common], help="list the indexed products with their review counts")
     options.domain(p)
     options.collection(p)
-    p.add_argument("--limit", type=count("--limit"), default=50)
+    p.add_argument("--limit", type=count("--limit", 0), default=50, help="products to list, most reviewed first (default 50; 0: all)")
     p.set_defaults(func=cmd_products)
 
     p = commands.add_parser("export-squad", parents=[options.common], help="write SubjQA splits as SQuAD v2 JSON files")

@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "domain", None) is None and all(getattr(args, flag, None) is None for flag in ("collection", "input", "labels")):
             # Training learns from every provided domain; everything else works on electronics by default.
             args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command in ("train-reader", "train-retriever", "train-selector") else ["electronics"]
+            args.domain_default = True  # not named: a client of a server asks the server's default collection
         with console_logging():
             args.func(args)
     except QAError as error:

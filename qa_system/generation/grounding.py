@@ -6,7 +6,9 @@ reviews it cites support: the share of its content words (numbers included) that
 reviews, or an extractive answer over the same reviews that says the same thing. An answer below
 ``min_support`` is withheld: the pipeline returns the extractive answers instead (the reader's,
 through the answer selector when there is one), each carrying in ``meta`` the withheld text and
-why. An answer that cites no review is checked against every review it was given.
+why. An answer that cites no review is checked against every review it was given, and shown flagged
+(``meta["flags"]``): nothing points the reader to where it comes from. A sentence the generator wrote
+again (a small model may loop on one) is kept once, and the answer flagged for it.
 """
 
 from __future__ import annotations
@@ -56,14 +58,41 @@ def support(answer: str, documents: list[Document]) -> float:
     return sum(w in vocabulary for w in words) / len(words)
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def collapse_repetition(text: str) -> tuple[str, int]:
+    """``text`` with every sentence said before dropped (compared without citations, case or spacing), and how many were."""
+    kept, seen = [], set()
+    for sentence in _SENTENCE_END.split(text.strip()):
+        key = " ".join(strip_citations(sentence).lower().split())
+        if key and key in seen:
+            continue
+        seen.add(key)
+        kept.append(sentence)
+    return " ".join(kept), len(_SENTENCE_END.split(text.strip())) - len(kept)
+
+
+def grounding_flags(cites_nothing: bool, repeated: int) -> list[str]:
+    """What a reader of a generated answer is told about how it was written: it cites no review, it repeated itself."""
+    flags = []
+    if cites_nothing:
+        flags.append("It cites none of the reviews: check it against the reviews themselves")
+    if repeated:
+        flags.append(f"The generator wrote {'a sentence' if repeated == 1 else f'{repeated} sentences'} again; each is shown once")
+    return flags
+
+
 @component
 class GroundingCheck:
     """Passes a generated answer the reviews it cites support; otherwise returns the extractive answers in its place.
 
     :param min_support: the share of the answer's content words that must occur in the reviews it cites.
 
-    The generated answer gains ``meta["support"]`` and ``meta["grounded"]``; when it is withheld, each
-    extractive answer returned carries ``meta["withheld"]``: the generated text, its support and the reason.
+    The generated answer gains ``meta["support"]``, ``meta["grounded"]`` and ``meta["flags"]`` (sentences for
+    its reader: it cites no review, it repeated itself; ``grounding_flags``), its repeated sentences dropped;
+    when it is withheld, each extractive answer returned carries ``meta["withheld"]``: the generated text, its
+    support and the reason.
     """
 
     def __init__(self, min_support: float = 0.75):
@@ -84,12 +113,14 @@ class GroundingCheck:
         generated = answers[0] if answers else None
         if generated is None or generated.data is None:
             return {"answers": answers}
+        text, repeated = collapse_repetition(generated.data)
         given = list(generated.documents or [])
         cited = [d for d in given if d.meta.get("referenced")] or given
-        share = support(generated.data, cited)
-        same = [a for a in extracted if a.data and token_f1(a.data, strip_citations(generated.data)) >= SAME_ANSWER_F1]
+        share = support(text, cited)
+        same = [a for a in extracted if a.data and token_f1(a.data, strip_citations(text)) >= SAME_ANSWER_F1]
         grounded = share >= self.min_support or bool(same)
-        checked = replace(generated, meta={**generated.meta, "support": share, "grounded": grounded})
+        flags = grounding_flags(cited is given, repeated)
+        checked = replace(generated, data=text, meta={**generated.meta, "support": share, "grounded": grounded, "flags": flags})
         if grounded:
             return {"answers": [checked]}
         reason = (

@@ -26,7 +26,7 @@ from qa_system.ingestion.backends import commit
 from qa_system.ingestion.collections import check_collection_name
 from qa_system.ingestion.ingest import _lock_file
 from qa_system.stores import Index, save_index, saved_manifest, try_open_index
-from qa_system.stores.filter_checks import check_filters
+from qa_system.stores.filter_checks import check_collection_filters
 
 # Most documents one request may add as JSON, or delete by id: larger sets are files (`index --input`, an upload).
 MAX_DOCUMENTS = 10_000
@@ -56,7 +56,7 @@ def _unknown_collection(name: str) -> NotFound:
 def create_collection(settings: Settings, name: str) -> dict:
     """Create the empty collection ``name`` (documents are added to it afterwards); a ``Conflict`` when it exists."""
     check_collection_name(name)
-    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish."):
+    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         if saved_manifest(settings, name) is not None:
             raise Conflict(f"A collection named '{name}' exists already.", "add documents to it, or pick another name.")
         now = datetime.now(timezone.utc).isoformat()
@@ -95,7 +95,7 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
         raise QAError(f"'ids' must be a list of 1 to {MAX_DOCUMENTS} document ids (text).", 'send {"ids": ["r1", "r2"]}.')
     for document_id in ids or []:
         check_text(document_id, "a document id")
-    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish."):
+    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         index = try_open_index(settings, name)
         if index is None:
             raise _unknown_collection(name)
@@ -106,7 +106,7 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
             found = _document_ids(index, {"field": "meta.document_id", "operator": "in", "value": list(ids)})
             report.not_found = [i for i in ids if i not in found]
         else:
-            found = _document_ids(index, check_filters(filters, index.manifest.get("meta_types")))
+            found = _document_ids(index, check_collection_filters(filters, index.manifest))
         _delete(index, settings, sorted(found), report)
     return report
 

@@ -308,7 +308,7 @@ def ingest(
     # (changes, counts, the manifest), so two at once would each commit from the same old state and the
     # last would undo part of the first. The lock covers the processes of one machine sharing QA_HOME
     # (for Elasticsearch / OpenSearch, not other machines writing to the server).
-    with taking_turns(lock, f"Waiting for another ingestion into '{collection}' to finish."):
+    with taking_turns(lock, f"Waiting for another ingestion into '{collection}' to finish.", remove=True):
         staging_dir = settings.index_dir / "staging"
         staging_dir.mkdir(parents=True, exist_ok=True)
         cleaned = _remove_what_killed_runs_left(staging_dir, lock)

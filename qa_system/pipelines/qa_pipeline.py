@@ -19,7 +19,7 @@ from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
 from qa_system.errors import NotFound, QAError, check_count, check_number, check_text
 from qa_system.ingestion.indexing import embeddings_match
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
-from qa_system.retrieval.filters import FILTER_FIX, check_filters, combine_filters, make_filters
+from qa_system.retrieval.filters import FILTER_FIX, check_collection_filters, combine_filters, make_filters
 from qa_system.stores import Index, open_index
 from qa_system.timing import component_timings
 
@@ -115,7 +115,7 @@ class QAPipeline:
         and with an extractive reader ``reader_backend`` (see the property).
         ``streaming_callback`` receives the generated text piece by piece (RAG). ``filters``: more
         conditions in Haystack's syntax (``{"field": "meta.rating", "operator": ">=", "value": 4}``, AND / OR / NOT),
-        checked by ``check_filters`` against the index's metadata types and ANDed with ``item_id`` and ``split``.
+        checked by ``check_collection_filters`` against the index's metadata types and fields and ANDed with ``item_id`` and ``split``.
         """
         # Checked here so every door (CLI, page, Python) gets the same message: top_k=0 read nothing and
         # answered "no answer, score 1.00"; negative values sliced the candidate lists from the end.
@@ -123,7 +123,7 @@ class QAPipeline:
         top_k_reader = check_count(top_k_reader, "top_k_reader", optional=True)
         no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
         self.validate(query, item_id)
-        filters = combine_filters(make_filters(item_id=item_id, split=split), check_filters(filters, self.index.manifest.get("meta_types")))
+        filters = combine_filters(make_filters(item_id=item_id, split=split), check_collection_filters(filters, self.index.manifest))
         reader = {"top_k": top_k_reader, "no_answer_threshold": no_answer_threshold}
         inputs = self._inputs(query.strip(), filters, top_k, {k: v for k, v in reader.items() if v is not None}, streaming_callback)
         retrieval_output = self.retrieval_output

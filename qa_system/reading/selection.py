@@ -198,7 +198,7 @@ class AnswerSelector:
     Each answer's ``score`` is its calibrated probability of being right, and so is the no-answer's;
     ``meta``: ``probability`` (the same), ``supporting_documents`` (ids of every review saying it),
     ``spans`` (document id, start, end of each), ``close_call`` (the best answer and "no answer" are
-    within ``CLOSE_CALL`` of each other), ``chosen`` (this is the selector's decision).
+    within ``CLOSE_CALL`` of each other), ``chosen`` (the first one: the decision, which its probability backs).
     """
 
     def __init__(self, model: str | Path | None = None, top_k: int = 3, context_chars: int = 100):
@@ -232,7 +232,12 @@ class AnswerSelector:
 
     @component.output_types(answers=list[ExtractedAnswer])
     def run(self, query: str, documents: list[Document], reading: ReaderOutput, top_k: int | None = None) -> dict[str, list[ExtractedAnswer]]:
-        """The decision first, then the other answers and "no answer" by their probability of being right."""
+        """The answers and "no answer" by their probability of being right, the first one ``chosen``.
+
+        The decision compares expected F1s, the probabilities come from two calibrations fitted apart: where
+        they disagree (the decision answers, but "no answer" has the higher probability), the probabilities
+        win, so that no door ever shows an answer above a "no answer" it says is likelier right. Among equal
+        probabilities the decision goes first."""
         self.warm_up()
         top_k = self.top_k if top_k is None else check_count(top_k, "top_k")
         selector = self._selector
@@ -248,10 +253,10 @@ class AnswerSelector:
         no_answer = ExtractedAnswer(query=query, score=no_answer_p, data=None, meta={"probability": no_answer_p, "chosen": decision.answer is None, "close_call": close})
         if answers:
             answers[0].meta["close_call"] = close
-        ranked = sorted(answers, key=lambda a: a.score, reverse=True)
-        chosen = [a for a in ranked if a.meta["chosen"]] or [no_answer]
-        rest = sorted([a for a in [*ranked, no_answer] if a is not chosen[0]], key=lambda a: a.score, reverse=True)
-        return {"answers": chosen + rest}
+        ranked = sorted([*answers, no_answer], key=lambda a: (-a.score, not a.meta["chosen"]))
+        for rank, answer in enumerate(ranked):
+            answer.meta["chosen"] = rank == 0
+        return {"answers": ranked}
 
     def _answer(self, query, documents, spans, group, probability, chosen) -> ExtractedAnswer:
         head = spans[group[0]]

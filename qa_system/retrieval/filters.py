@@ -16,10 +16,13 @@ from typing import Any, Iterable
 import numpy as np
 from haystack import Document
 
-from qa_system.stores.filter_checks import FILTER_FIX, check_filters, combine_filters, parse_filters
+from qa_system.stores.filter_checks import FILTER_FIX, check_collection_filters, check_filters, combine_filters, filter_fields, parse_filters
 from qa_system.stores.meta_filters import document_matches
 
-__all__ = ["FILTERABLE_FIELDS", "FILTER_FIX", "MetaPostings", "check_filters", "combine_filters", "equality_conditions", "make_filters", "parse_filters"]
+__all__ = [
+    "FILTERABLE_FIELDS", "FILTER_FIX", "MetaPostings", "check_collection_filters", "check_filters", "combine_filters", "equality_conditions",
+    "filter_fields", "make_filters", "parse_filters",
+]  # fmt: skip
 
 FILTERABLE_FIELDS = ("item_id", "split", "domain", "review_id")
 

@@ -10,10 +10,12 @@ appears twice, and nothing when the reader's span does not match the text exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import asdict, dataclass, field
+from html import unescape
+from typing import TYPE_CHECKING, Any, Sequence
 
-from haystack import Document
+if TYPE_CHECKING:  # a client of a running server prints cards without importing Haystack
+    from haystack import Document
 
 ELLIPSIS = "…"
 
@@ -146,6 +148,12 @@ class AnswerView:
         return self.meta.get("withheld")
 
     @property
+    def shown_text(self) -> str | None:
+        """The answer as a reader sees it: HTML entities of the stored review decoded ("7&#34;" -> '7"');
+        ``start`` and ``end`` still point into the stored text."""
+        return None if self.text is None else unescape(self.text)
+
+    @property
     def score_text(self) -> str:
         """The score with two decimals ("0.87"; not a percentage, which reads as a chance of being right), or "" when the stage gives none."""
         return "" if self.score is None else f"{self.score:.2f}"
@@ -273,3 +281,91 @@ def rank_answers(views: Sequence[AnswerView]) -> RankedAnswers:
     if null is None:
         return RankedAnswers(list(views), None, [])
     return RankedAnswers(list(views[:null]), views[null], list(views[null + 1 :]))
+
+
+NO_ANSWER_TEXT = "No answer in these reviews"
+BELOW_HEADING = "Best span, rated below \u201cno answer\u201d:"
+
+
+def document_label(document_id: str, meta: dict) -> str:
+    """``review R`` for SubjQA, ``document D`` for a collection's (with the passage's offset in it when split)."""
+    if meta.get("review_id"):
+        return f"review {meta['review_id']}"
+    where = f" (from character {meta['source_offset']})" if meta.get("passages", 1) > 1 else ""
+    return f"document {meta.get('document_id', document_id)}{where}"
+
+
+@dataclass(frozen=True)
+class AnswerCard:
+    """One answer as every door shows it (the page, the CLI, the API's ``card``): the same heading, text,
+    score label and note, whichever door. Plain text: a door escapes it for its medium.
+
+    ``number``: the answer's rank among the answers (0 for "no answer"), which names it in feedback;
+    ``heading``: "1." (empty for "no answer"; ``BELOW_HEADING`` for the best span beside an abstention);
+    ``text``: the answer with HTML entities decoded, or ``NO_ANSWER_TEXT``; ``label``: its score or chance
+    named as what it is; ``help``: what that means; ``note``: a close call, what a "no answer" means, or
+    a generated answer's flags; ``folded``: rated below "no answer" (a page may fold it away);
+    ``source``: the review it came from (or that a generated answer cites); ``product``: that review's product.
+    """
+
+    kind: str
+    number: int
+    heading: str
+    text: str
+    label: str
+    help: str
+    note: str = ""
+    folded: bool = False
+    source: str = ""
+    product: str | None = None
+
+    @property
+    def line(self) -> str:
+        """The card's head as one line of text: "1. great for reading  55% chance right"."""
+        return "  ".join(part for part in (" ".join(filter(None, (self.heading, self.text))), self.label) if part)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The card as JSON (the API's ``card``)."""
+        return asdict(self)
+
+
+def _source(view: AnswerView) -> tuple[str, str | None]:
+    if view.kind == "span" and view.document is not None:
+        return document_label(view.document.id, view.document.meta), view.document.meta.get("item_id")
+    if view.kind == "generated":
+        cited = ", ".join(document_label(d.id, d.meta) for d in view.sources)
+        products = sorted({str(d.meta["item_id"]) for d in view.sources if d.meta.get("item_id")})
+        return f"cites {cited or 'no review'}", ", ".join(products) or None
+    return "", None
+
+
+def answer_cards(views: Sequence[AnswerView]) -> list[AnswerCard]:
+    """The cards of ``answer_views`` (in their order, best first): what every door shows of them.
+
+    The close-call sentence goes on the first card; an abstention's "no answer" card says what it means
+    (``RankedAnswers.no_answer_note``), and the best span beside it is headed ``BELOW_HEADING``; a
+    generated answer's note is its flags (it cites no review, it repeated itself).
+    """
+    ranked = rank_answers(views)
+    best_below = ranked.best_below
+    cards, number = [], 0
+    for position, view in enumerate(views):
+        if view.kind == "no_answer":
+            note = ranked.close_call if ranked.abstains else ""
+            note = note or (ranked.no_answer_note() if view is ranked.no_answer else "")
+            cards.append(AnswerCard(
+                "no_answer", 0, "", NO_ANSWER_TEXT, view.score_label, view.score_help, note, folded=not ranked.abstains and view is ranked.no_answer,
+            ))  # fmt: skip
+            continue
+        number += 1
+        below = any(view is other for other in ranked.below)
+        note = ranked.close_call if position == 0 else ""
+        if view.kind == "generated":
+            note = " ".join(filter(None, [note, *(f"{flag}." for flag in view.meta.get("flags", []))]))
+        source, product = _source(view)
+        heading = BELOW_HEADING if view is best_below else f"{number}."
+        cards.append(AnswerCard(
+            view.kind, number, heading, view.shown_text or "", view.score_label, view.score_help, note,
+            folded=below and view is not best_below, source=source, product=product,
+        ))  # fmt: skip
+    return cards

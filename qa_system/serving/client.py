@@ -24,7 +24,8 @@ def ask_server(url: str, question: Question, token: str | None = None, timeout: 
     """The API's response body (``QueryResponse`` as JSON) to ``question``, asked of the server at ``url``."""
     import httpx
 
-    body = {k: v for k, v in asdict(question).items() if v is not None and k != "split"}
+    # all_products only when set: a server from before it took the field still answers questions about one product.
+    body = {k: v for k, v in asdict(question).items() if v is not None and k != "split" and (k != "all_products" or v)}
     if question.split is not None:
         raise QAError("A server answers from every split.", "leave out --split with --url, or ask without --url.")
     headers = {"Authorization": f"Bearer {token}"} if token else {}

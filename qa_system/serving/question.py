@@ -16,7 +16,7 @@ class Question:
     """One question as a door received it; ``QAService.check`` applies the rules every door shares."""
 
     query: str
-    item_id: str | None  # None: any document (only where the collection has no products)
+    item_id: str | None  # None: any document (where the collection has no products, or with all_products)
     collection: str | None = None
     retriever: str | None = None  # None: the configured one
     mode: str = "extractive"
@@ -25,3 +25,4 @@ class Question:
     top_k_reader: int | None = None
     no_answer_threshold: float | None = None
     filters: dict | None = None  # more conditions on the documents' metadata (Haystack's syntax), ANDed with item_id
+    all_products: bool = False  # asked of every document on purpose (the page's "All documents"), not a forgotten item_id

@@ -43,7 +43,7 @@ from qa_system.ingestion.collections import is_reserved_name
 from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.reading.onnx_cache import prepare_reader
-from qa_system.retrieval.filters import check_filters
+from qa_system.retrieval.filters import check_collection_filters
 from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
 from qa_system.serving.question import Question
@@ -417,15 +417,17 @@ class QAService:
         index = self.index(question.collection)
         validate_question(index, question.query, question.item_id)
         products = index.item_counts()
-        if question.item_id is None and products:
+        if question.all_products and question.item_id is not None:
+            raise QAError(f"The question names the product '{question.item_id}' and asks about all products.", "send item_id or all_products, not both.")
+        if question.item_id is None and products and not question.all_products:
             raise QAError(
                 f"The question names no product (item_id), and collection '{question.collection or self.names[0]}' holds {len(products)} products.",
-                "send the item_id of one (GET /products lists them); only a collection without products is asked as a whole.",
+                "send the item_id of one (GET /products lists them), or all_products: true to ask every document (each answer names its product).",
             )
         check_count(question.top_k, "top_k")
         check_count(question.top_k_reader, "top_k_reader", optional=True)
         check_number(question.no_answer_threshold, "no_answer_threshold", optional=True)
-        check_filters(question.filters, index.manifest.get("meta_types"))
+        check_collection_filters(question.filters, index.manifest)
         return question
 
     def ask(self, question: Question, streaming_callback=None) -> dict[str, Any]:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from qa_system.errors import QAError, check_text
 from qa_system.sources.columns import is_iso_date
 
 
+# What the index adds to every passage of a collection of your own, and what a SubjQA review carries.
+PASSAGE_META = ("document_id", "content_hash", "source_offset", "passage", "passages")
+SUBJQA_META = ("item_id", "review_id", "domain", "split")
 COMPARISONS = ("==", "!=", ">", ">=", "<", "<=", "in", "not in")
 LOGICAL = ("AND", "OR", "NOT")
 ORDERING = (">", ">=", "<", "<=")
@@ -45,7 +48,7 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
 
 
-def _check_condition(condition: dict, where: str, types: Mapping[str, str]) -> None:
+def _check_condition(condition: dict, where: str, types: Mapping[str, str], fields: Collection[str] | None) -> None:
     extra = set(condition) - {"field", "operator", "value"}
     if extra:
         raise QAError(f"The filter's condition {where} has the unknown key(s) {', '.join(sorted(map(str, extra)))}.", FILTER_FIX)
@@ -53,6 +56,12 @@ def _check_condition(condition: dict, where: str, types: Mapping[str, str]) -> N
     if not isinstance(field, str) or not (field == "id" or (field.startswith("meta.") and len(field) > 5)):
         raise QAError(f"The filter's condition {where} has the field {field!r}: filters apply to 'meta.<name>' (or 'id').", FILTER_FIX)
     check_text(field, "the filter's field")
+    if fields is not None and field != "id" and field.removeprefix("meta.") not in fields:
+        # No document has it: the filter would match nothing, and "no answer" would be said over reviews never read.
+        raise QAError(
+            f"The filter names '{field}', a field no document of this collection has.",
+            f"filter on one of: {', '.join('meta.' + name for name in sorted(fields))}.",
+        )
     if operator not in COMPARISONS:
         raise QAError(f"The filter's condition {where} has the operator {operator!r}.", f"use one of: {', '.join(COMPARISONS)}.")
     if value is ...:
@@ -90,11 +99,28 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
         raise QAError(f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.", "compare with a number, or an ISO date such as \"2024-01-31\".")
 
 
-def check_filters(filters: Any, types: Mapping[str, str] | None = None) -> dict | None:
+def filter_fields(manifest: Mapping[str, Any]) -> set[str] | None:
+    """The metadata fields the documents of a collection hold, from its manifest; None where it does not tell
+    (documents read from files carry their sidecar's keys, untyped; manifests written before columns were typed)."""
+    if manifest.get("domains"):  # a SubjQA collection
+        return set(SUBJQA_META)
+    types = manifest.get("meta_types")
+    if types is None or manifest.get("input", {}).get("format") == "files":
+        return None
+    return {*PASSAGE_META, *(["item_id"] if manifest.get("item_counts") else []), *types}
+
+
+def check_collection_filters(filters: Any, manifest: Mapping[str, Any]) -> dict | None:
+    """``check_filters`` against a collection (its manifest): its metadata types, and the fields its documents hold."""
+    return check_filters(filters, manifest.get("meta_types"), filter_fields(manifest))
+
+
+def check_filters(filters: Any, types: Mapping[str, str] | None = None, fields: Collection[str] | None = None) -> dict | None:
     """``filters`` once known to be a well-formed filter in Haystack's syntax; else a one-line QAError naming the problem.
 
     ``types``: the collection's metadata types (``meta_types`` of its manifest: ``integer``, ``number``,
-    ``date`` or ``text``), to refuse ordering a text field, or comparing a number with text.
+    ``date`` or ``text``), to refuse ordering a text field, or comparing a number with text. ``fields``: the
+    metadata fields its documents hold (``filter_fields``), to refuse a field none has.
     """
     if filters is None:
         return None
@@ -109,7 +135,7 @@ def check_filters(filters: Any, types: Mapping[str, str] | None = None) -> dict 
         if depth > MAX_FILTER_DEPTH or conditions[0] > MAX_FILTER_CONDITIONS:
             raise QAError(f"The filter has more than {MAX_FILTER_CONDITIONS} conditions or {MAX_FILTER_DEPTH} levels.", "write a shorter filter.")
         if "field" in node:
-            _check_condition(node, where, types or {})
+            _check_condition(node, where, types or {}, fields)
             return
         extra = set(node) - {"operator", "conditions"}
         if node.get("operator") not in LOGICAL or extra:

@@ -38,7 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from qa_system import __version__
 from qa_system.config import Settings
 from qa_system.errors import Conflict, NotFound, QAError, Unavailable
-from qa_system.serving.answer_views import answer_views, rank_answers
+from qa_system.serving.answer_views import answer_cards, answer_views, rank_answers
 from qa_system.serving.api import documents as document_routes
 from qa_system.serving.api.guards import Contained, Guarded, Metered, Metrics, error_response
 from qa_system.serving.api.schemas import (
@@ -269,7 +269,7 @@ class ServedAPI:
         return QueryResponse(
             query=question.query, collection=question.collection or self.service.names[0], item_id=question.item_id,
             retriever=question.retriever or self.settings.retriever, mode=question.mode, pipeline=result["pipeline"],
-            no_answer=rank_answers(views).abstains, answers=[AnswerOut.of(v) for v in views],
+            no_answer=rank_answers(views).abstains, answers=[AnswerOut.of(v, c) for v, c in zip(views, answer_cards(views))],
             documents=[ReviewOut.of(d) for d in result["documents"]], timings=timings,
         )  # fmt: skip
 

@@ -16,7 +16,7 @@ from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
 from qa_system.errors import QAError, check_count, check_number, check_text
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.retrieval.filters import check_filters
-from qa_system.serving.answer_views import AnswerView
+from qa_system.serving.answer_views import AnswerCard, AnswerView
 from qa_system.serving.feedback import VERDICTS, Feedback
 
 # More would read a whole product's reviews per question: bounds the work one request can ask for.
@@ -66,7 +66,8 @@ class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]})
 
     query: Text = Field(description="the question")
-    item_id: Text | None = Field(None, description="the product asked about (GET /products lists them); left out only in a collection without products")
+    item_id: Text | None = Field(None, description="the product asked about (GET /products lists them); left out with all_products, or in a collection without products")
+    all_products: bool = Field(False, description="ask every document of the collection (the page's 'All documents'); each answer's card names its product")
     collection: Text | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
     mode: Mode = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")
@@ -79,6 +80,21 @@ class QueryRequest(BaseModel):
         examples=[FILTERS_EXAMPLE],
     )  # fmt: skip
     stream: bool = Field(False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)")
+
+
+class CardOut(BaseModel):
+    """What every door (the page, the CLI) shows of an answer, as plain text: show these rather than composing your own."""
+
+    kind: str
+    number: int = Field(description="the answer's rank among the answers (0 for 'no answer')")
+    heading: str = Field(description="'1.', empty for 'no answer', or a heading for the best span beside an abstention")
+    text: str = Field(description="the answer as shown: HTML entities of the stored review decoded (start / end point into the stored text), or 'No answer in these reviews'")
+    label: str = Field(description="its score named as what it is: '72% chance right', 'reader score 0.87'")
+    help: str = Field(description="what the label means (a tooltip)")
+    note: str = Field(description="a close call, what a 'no answer' means here, or a generated answer's flags; empty when none")
+    folded: bool = Field(description="rated below 'no answer': a page may fold it away")
+    source: str = Field(description="the review it came from, or those a generated answer cites")
+    product: str | None = Field(description="the product (item_id) of that review")
 
 
 class AnswerOut(BaseModel):
@@ -99,13 +115,15 @@ class AnswerOut(BaseModel):
     cited_document_ids: list[str] = Field(default_factory=list, description="generated: the documents the answer cites")
     no_answer_reason: str | None = None
     withheld: dict | None = Field(None, description="a generated answer shown in place of this one was withheld: its text, support and why")
+    card: CardOut | None = Field(None, description="the answer as the page and the CLI show it")
 
     @classmethod
-    def of(cls, view: AnswerView) -> "AnswerOut":
-        """The answer body of a library ``AnswerView``: a span's document, offsets and context, or a generated answer's citations."""
+    def of(cls, view: AnswerView, card: AnswerCard | None = None) -> "AnswerOut":
+        """The answer body of a library ``AnswerView`` (and its ``AnswerCard``): a span's document, offsets and context, or a generated answer's citations."""
         out = cls(
             kind=view.kind, text=view.text, score=view.score, probability=view.probability, close_call=bool(view.meta.get("close_call")),
             supporting_document_ids=view.meta.get("supporting_documents", []), no_answer_reason=view.meta.get("no_answer_reason"), withheld=view.withheld,
+            card=CardOut(**card.as_dict()) if card is not None else None,
         )
         if view.kind == "span":
             content = view.document.content or ""

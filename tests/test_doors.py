@@ -1,0 +1,177 @@
+"""One question through every door: the page (Streamlit's AppTest), `qa-system ask`, `ask --url` against a
+real uvicorn server, `shell`, the API's /query and the Python API show the same cards: the same texts,
+labels and notes (``answer_cards``). The tiny random reader answers through an answer selector trained
+for it whose calibrations make every answer a close call, so that notes and headings show up."""
+
+from __future__ import annotations
+
+import io
+import json
+from html import unescape
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import SPLIT_ROWS, row, write_subjqa
+from haystack import Document, ExtractedAnswer
+from streamlit.testing.v1 import AppTest
+from test_api import running, wait_ready
+from test_selector import synthetic_records
+
+from qa_system.cli import main
+from qa_system.config import Settings
+from qa_system.ingestion import IngestOptions, ingest
+from qa_system.reading.selection import SELECTOR_FILE
+from qa_system.serving.answer_views import AnswerCard, answer_cards, answer_views
+from qa_system.serving.api import create_app
+from qa_system.serving.api.schemas import AnswerOut
+from qa_system.serving.question import Question
+from qa_system.serving.service import QAService, ServedCollection
+from qa_system.serving.webapp import APP
+
+QUESTION = "Is the screen sharp?"
+BATTERY = "How long does the battery last?"  # its reviews are of several products
+# A review as SubjQA stores some: with HTML entities, which a card shows decoded.
+ENTITY_REVIEW = "The &quot;Paperwhite&quot; screen is sharp &amp; bright&#8230; reading at night is easy &amp; fun &quot;really&quot;."
+
+
+def corpus(root: Path) -> Path:
+    entity = row("q10", QUESTION, "r-kindle-1", "The screen is sharp")
+    span = "The &quot;Paperwhite&quot; screen is sharp"
+    entity.update(review_id="r-kindle-4", review=f"{ENTITY_REVIEW} ANSWERNOTFOUND", human_ans_spans=span, human_ans_indices=f"(0, {len(span)})")
+    return write_subjqa(root / "subjqa", {**SPLIT_ROWS, "test": [*SPLIT_ROWS["test"], entity]})
+
+
+def close_call_selector(folder: Path, reader: Path) -> Path:
+    """A real selector (two LightGBM models) for ``reader``, its calibrations making "no answer" (55%) a close call over every answer (50%)."""
+    from qa_system.model_files import model_fingerprint
+    from qa_system.training.selector import fit_selector, selector_frames
+
+    questions, spans = selector_frames(synthetic_records(120))
+    fit_selector(questions, spans, folder, {"reader_fingerprint": model_fingerprint(reader)}, folds=2)
+    info = json.loads((folder / SELECTOR_FILE).read_text())
+    info["calibration"] = {"answer": [[0.0, 1.0], [0.5, 0.5]], "no_answer": [[0.0, 1.0], [0.55, 0.55]]}
+    (folder / SELECTOR_FILE).write_text(json.dumps(info))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def doors(tmp_path_factory, tiny_reader):
+    """The environment every door reads (one corpus, the tiny reader in PyTorch, the selector), and an API serving
+    'shop' (a collection of your own, the default) and the SubjQA domain 'electronics'."""
+    root = tmp_path_factory.mktemp("doors")
+    env = {
+        "QA_DATA_DIR": str(corpus(root)), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(tiny_reader), "QA_READER_BACKEND": "torch",
+        "QA_SELECTOR_MODEL": str(close_call_selector(root / "selector", tiny_reader)), "QA_API_RATE_LIMIT": "0",
+    }  # fmt: skip
+    patch = pytest.MonkeyPatch()
+    for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL", "QA_API_TOKEN"):
+        patch.delenv(name, raising=False)
+    for name, value in env.items():
+        patch.setenv(name, value)
+    settings = Settings.from_env()
+    shop = root / "shop.csv"
+    shop.write_text("review_id,product,body\ns1,LAMP,The lamp is bright enough for reading.\ns2,KETTLE,The kettle boils fast.\n", encoding="utf-8")
+    ingest(settings, shop, "shop", IngestOptions(text_column="body", id_column="review_id", item_column="product"), embed=False, progress=False)
+    served = [ServedCollection("shop"), ServedCollection("electronics", subjqa_domain=True)]
+    try:
+        with running(create_app(settings, served)) as url:
+            assert wait_ready(url).status_code == 200
+            yield settings, url
+    finally:
+        patch.undo()
+
+
+def query(url: str, **body) -> httpx.Response:
+    return httpx.post(f"{url}/query", json={"query": QUESTION, "collection": "electronics", **body}, timeout=120)
+
+
+def printed(argv: list[str], capsys, stdin: str | None = None, monkeypatch=None) -> str:
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert main(argv) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def assert_printed(cards: list[dict], out: str, door: str) -> None:
+    """Every card's line (heading, text, label) and note, as the CLI prints them."""
+    for card in map(lambda c: AnswerCard(**c), cards):
+        assert f"\n{card.line}" in out, f"{door}: {card.line!r} not in\n{out}"
+        assert not card.note or f"\n   {card.note}\n" in out, f"{door}: {card.note!r} not in\n{out}"
+
+
+def test_every_door_shows_the_same_cards_labels_and_notes(doors, capsys, monkeypatch):
+    settings, url = doors
+    response = query(url, item_id="KINDLE")
+    assert response.status_code == 200, response.text
+    cards = [answer["card"] for answer in response.json()["answers"]]
+    # The selector says "no answer" (55%) over every answer (50%): a close call, said on the first card.
+    assert cards[0]["kind"] == "no_answer" and cards[0]["text"] == "No answer in these reviews" and cards[0]["label"] == "55% chance there is no answer here"
+    assert cards[0]["note"].startswith("A close call: this answer has a 50% chance of being right, and \u201cno answer\u201d a 55% chance.")
+    assert cards[1]["heading"] == "Best span, rated below \u201cno answer\u201d:" and cards[1]["label"] == "50% chance right" and cards[1]["product"] == "KINDLE"
+    assert all("&quot;" not in c["text"] and "&amp;" not in c["text"] and "&#" not in c["text"] for c in cards)
+
+    python = QAService(settings).ask(Question(QUESTION, "KINDLE", top_k_reader=3))
+    assert [c.as_dict() for c in answer_cards(answer_views(python["answers"]))] == cards
+
+    flags = ["--item", "KINDLE"]
+    assert_printed(cards, printed(["ask", QUESTION, *flags], capsys), "ask")
+    assert_printed(cards, printed(["ask", QUESTION, *flags, "--url", url, "--domain", "electronics"], capsys), "ask --url")
+    assert_printed(cards, printed(["shell", *flags], capsys, f"{QUESTION}\n:quit\n", monkeypatch), "shell")
+    assert_printed(cards, printed(["shell", *flags, "--url", url, "--domain", "electronics"], capsys, f"{QUESTION}\n:quit\n", monkeypatch), "shell --url")
+
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.query_params.update(item="KINDLE", q=QUESTION)
+    at.run()
+    assert not at.exception and not at.error
+    assert [c.as_dict() for c in answer_cards(at.session_state["asked"].answers)] == cards
+    shown = [unescape(h.value) for h in at.html if 'class="qa-answer' in h.value]  # the folded ones too (in the expander)
+    assert len(shown) == len(cards)
+    for card, html in zip(cards, shown):
+        assert card["text"] in html and card["label"] in html and card["note"] in html and card["heading"] in html
+
+
+def test_a_card_shows_html_entities_decoded_and_its_offsets_point_into_the_stored_text():
+    review = Document(id="d1", content=ENTITY_REVIEW, meta={"review_id": "r1", "item_id": "B1"})
+    start, end = 4, ENTITY_REVIEW.index(" bright")
+    answer = ExtractedAnswer(query="q", score=0.7, data=ENTITY_REVIEW[start:end], document=review, document_offset=ExtractedAnswer.Span(start, end))
+    views = answer_views([answer])
+    [card] = answer_cards(views)
+    assert card.text == '"Paperwhite" screen is sharp &' and card.line == '1. "Paperwhite" screen is sharp &  reader score 0.70'
+    body = AnswerOut.of(views[0], card)
+    assert body.text == ENTITY_REVIEW[body.start : body.end] and body.card.text == card.text  # the offsets: the stored text's
+    from qa_system.cli.ask import highlight
+
+    assert highlight(ENTITY_REVIEW, start, end, tty=False).startswith('The **"Paperwhite" screen is sharp &** bright… reading')
+
+
+def test_every_door_asks_over_all_products_and_names_each_answers_product(doors, capsys, monkeypatch):
+    settings, url = doors
+    refused = query(url, query=BATTERY)
+    assert refused.status_code == 422 and "all_products: true" in refused.json()["detail"]  # a forgotten item_id still says so
+    both = query(url, query=BATTERY, item_id="KINDLE", all_products=True)
+    assert both.status_code == 422 and "not both" in both.json()["detail"]
+    body = query(url, query=BATTERY, all_products=True).json()
+    spans = [a["card"] for a in body["answers"] if a["kind"] == "span"]
+    assert body["item_id"] is None and spans and all(c["product"] for c in spans)
+    assert len({d["meta"]["item_id"] for d in body["documents"]}) > 1  # read across products
+
+    for argv, door in ((["ask", BATTERY], "ask"), (["ask", BATTERY, "--url", url, "--domain", "electronics"], "ask --url")):
+        out = printed(argv, capsys)
+        assert "(all products" in out.splitlines()[0]
+        assert all(f"  {card['source']} ({card['product']})" in out for card in spans), door
+    for argv in (["shell"], ["shell", "--url", url, "--domain", "electronics"]):
+        out = printed(argv, capsys, f"{BATTERY}\n:quit\n", monkeypatch)
+        assert "(all products" in out and "error" not in out and all(f"({card['product']})" in out for card in spans)
+    answers = QAService(settings).ask(Question(BATTERY, None, all_products=True, top_k_reader=3))["answers"]
+    assert [c.as_dict() for c in answer_cards(answer_views(answers))] == [a["card"] for a in body["answers"]]
+
+
+def test_ask_url_asks_the_domain_it_names_and_the_servers_default_when_it_names_none(doors, capsys):
+    _, url = doors
+    named = printed(["ask", QUESTION, "--item", "KINDLE", "--url", url, "--domain", "electronics"], capsys)
+    assert named.startswith("Q: Is the screen sharp?  (KINDLE in electronics;")
+    default = printed(["ask", "Is it bright?", "--item", "LAMP", "--url", url], capsys)
+    assert default.startswith("Q: Is it bright?  (LAMP in shop;")
+    assert main(["ask", QUESTION, "--item", "KINDLE", "--url", url, "--domain", "electronics", "--domain", "restaurants"]) == 2
+    assert "a server answers from one collection" in capsys.readouterr().err
