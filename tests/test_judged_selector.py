@@ -15,7 +15,7 @@ from qa_system.reading.selection_features import MAX_PHRASE_WORDS, phrase_bounds
 from qa_system.training.judged_selector import MODE, fit_judged_selector, judged_frames, summarize_out_of_fold
 
 FILLER = "The box came on time. Shipping was quick. I bought it for my dad. The color is grey."
-ANSWER = "the battery lasts a whole week on one charge"
+ANSWER = "The battery lasts a whole week on one charge"
 
 
 def test_a_span_grows_to_its_whole_phrase_and_no_further():
@@ -36,7 +36,7 @@ def judged_records(count: int, seed: int = 0) -> tuple[list[dict], dict[str, Jud
         kind = rng.choices(["yes", "partly", "no"], [0.6, 0.2, 0.2])[0]
         documents = []
         for rank in range(3):
-            content = FILLER + (f" Honestly {ANSWER}. Great buy." if kind != "no" and rank == 0 else " It works.")
+            content = FILLER + (f" {ANSWER}. Great buy." if kind != "no" and rank == 0 else " It works.")
             spans = []
             if kind != "no" and rank == 0:
                 start = content.index("lasts a whole week")
@@ -84,7 +84,7 @@ def test_the_judged_selector_answers_where_the_reviews_answer_and_its_chances_ar
 def test_the_first_card_is_the_one_most_likely_to_be_right_and_reads_as_a_whole_phrase(judged_selector):
     folder, _, _ = judged_selector
     selector = AnswerSelector(model=str(folder), top_k=3)
-    content = FILLER + f" Honestly {ANSWER}. Great buy."
+    content = FILLER + f" {ANSWER}. Great buy."
     documents = [Document(id="a", content=content), Document(id="b", content=FILLER + " It works.")]
     start = content.index("lasts a whole week")
     reading = ReaderOutput(
