@@ -223,6 +223,7 @@ def check_embeddings(index: Index, settings: Settings, retriever: str = "dense")
             f"Index '{index.name}' has no embeddings, so dense retrieval cannot run.",
             "rebuild it with `qa-system index` (without --no-embed).",
         )
-    if not embeddings_match(index, settings):
+    # The backend may differ: the questions are embedded by the index's own (QueryEmbedder).
+    if not embeddings_match(index, settings, backend=False):
         how = f"with {stored}, not with the configured {settings.embedding_model}" if stored != settings.embedding_model else f"with an earlier version of {stored}"
         raise QAError(f"Index '{index.name}' was embedded {how}.", "re-run `qa-system index` to re-embed the reviews with the new encoder.")
