@@ -30,6 +30,9 @@ GENERATORS = ("smollm2", "hf", "openai")
 # Extractive reader backends: ONNX Runtime int8 (the default: fast on CPU, exported into the cache on
 # first use; see reading/onnx_cache.py) or PyTorch (the reference, and the fallback when no export can be built).
 READER_BACKENDS = ("onnx", "torch")
+# Bi-encoder backends: ONNX Runtime int8 on the CPU (the default: about 3x float32's documents/s with the
+# same recall@5 on SubjQA dev, `qa-system bench ingest`; see ingestion/embedding.py) or sentence-transformers.
+EMBEDDING_BACKENDS = ("onnx", "torch")
 # What `qa-system index --input` reads (see qa_system/ingestion): tables, JSON lines, SQuAD JSON, a folder of documents.
 INPUT_FORMATS = ("csv", "tsv", "jsonl", "squad", "files")
 # Reviews read per question unless asked otherwise: the answer selector was fitted reading the product's best five.
@@ -68,6 +71,11 @@ def reader_onnx_cache(home: Path) -> Path:
     return Path(home) / "models" / "reader-onnx"
 
 
+def embedding_onnx_cache(home: Path) -> Path:
+    """The folder of the encoders' int8 ONNX exports under ``home``."""
+    return Path(home) / "models" / "embedding-onnx"
+
+
 def default_reader_model() -> str:
     """The reader this project trains and ships under models/."""
     return str(REPO_ROOT / "models" / "reader-minilm-subjqa")
@@ -102,6 +110,9 @@ class Settings(BaseSettings):
     embedding_model: str = Field(default_factory=default_embedding_model)
     # DPR-style models encode questions with a separate model; None means "same as passages".
     query_embedding_model: str | None = None
+    embedding_backend: str = "onnx"
+    # Where the models run (devices.py): auto (a CUDA GPU when there is one, else the CPU), cpu, cuda, cuda:N.
+    device: str = "auto"
     reader_model: str = Field(default_factory=default_reader_model)
     reader_backend: str = "onnx"
     # A manual export (.onnx file or export directory) to use; None = the one built into the cache on first use.
@@ -148,6 +159,9 @@ class Settings(BaseSettings):
     # token the server refuses to start with them, unless QA_API_DOCUMENTS_OPEN=1 says that anyone who
     # reaches it may change documents (a server only you can reach; a warning is logged).
     api_documents: bool = False
+    # A server whose retriever is BM25 embeds a collection when a dense or hybrid question first needs it;
+    # QA_EMBED_AT_START=1 (`api --embed-at-start`) embeds the collections it serves while it starts.
+    embed_at_start: bool = False
     api_documents_open: bool = False
     # The largest file (or JSON list of documents) one request may add to a collection.
     api_max_upload_bytes: int = 32 * 1024 * 1024
@@ -201,7 +215,14 @@ class Settings(BaseSettings):
         minimum = {"api_max_body_bytes": 256, "api_max_upload_bytes": 256, "api_rate_limit": 0}.get(info.field_name, 1)
         return check_count(value, f"QA_{info.field_name.upper()}", minimum)
 
-    @field_validator("store", "retriever", "reader_backend", "generator")
+    @field_validator("device", mode="before")
+    @classmethod
+    def _device(cls, value: Any) -> str:
+        from qa_system.devices import check_device
+
+        return check_device(value)
+
+    @field_validator("store", "retriever", "reader_backend", "embedding_backend", "generator")
     @classmethod
     def _choice(cls, value: str, info: ValidationInfo) -> str:
         what, choices = _CHOICES[info.field_name]
@@ -241,6 +262,11 @@ class Settings(BaseSettings):
         return reader_onnx_cache(self.home)
 
     @property
+    def embedding_onnx_cache(self) -> Path:
+        """Where the encoders' int8 ONNX exports are built on first use, one directory per model version."""
+        return embedding_onnx_cache(self.home)
+
+    @property
     def feedback_db(self) -> Path:
         """SQLite file of the search page's answer feedback (``QA_FEEDBACK_DB``; by default beside the
         indexes, so it outlives restarts)."""
@@ -260,6 +286,7 @@ _CHOICES = {
     "store": ("store", STORE_BACKENDS),
     "retriever": ("retriever", RETRIEVERS),
     "reader_backend": ("reader backend", READER_BACKENDS),
+    "embedding_backend": ("embedding backend", EMBEDDING_BACKENDS),
     "generator": ("generator", GENERATORS),
 }
 

@@ -107,6 +107,9 @@ def session_home(tmp_path_factory):
     """QA_HOME for the session: readers built without settings cache their ONNX exports there, never in ~/.cache."""
     patch = pytest.MonkeyPatch()
     patch.setenv("QA_HOME", str(tmp_path_factory.mktemp("qa-home")))
+    # The encoder's int8 export is built once per home (about 10 s) and tests make a home each: they embed with
+    # sentence-transformers unless they ask for the onnx backend (test_embedding.py checks it).
+    patch.setenv("QA_EMBEDDING_BACKEND", "torch")
     yield
     patch.undo()
 

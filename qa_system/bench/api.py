@@ -203,7 +203,7 @@ def run_api_bench(
             results.append(load_test(server, bodies, clients, seconds, f"{backend} reader", settings.api_token))
     table = pd.DataFrame([r.row() for r in results])
     over_time = pd.concat([r.over_time() for r in results], ignore_index=True)
-    summary: dict[str, Any] = {"machine": machine(), "questions": len(bodies), "domain": domain, "split": split, "top_k": top_k, "retriever": retriever or settings.retriever}
+    summary: dict[str, Any] = {"machine": machine(settings.device), "questions": len(bodies), "domain": domain, "split": split, "top_k": top_k, "retriever": retriever or settings.retriever}
     if len(results) == 2:
         first, second = table.iloc[0], table.iloc[1]
         summary["ratios"] = {

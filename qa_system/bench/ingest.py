@@ -70,11 +70,19 @@ print(json.dumps({**report.as_dict(), "peak_rss_mb": peak / 1024}))
 def measure_ingest(settings: Settings, path: str | Path, collection: str, embed: bool) -> dict:
     """Ingest ``path`` into ``collection`` in a fresh Python process: its report and peak memory (Linux)."""
     overrides = json.dumps({"home": str(settings.home), "store": settings.store, "embedding_model": settings.embedding_model,
-                            "es_url": settings.es_url, "opensearch_url": settings.opensearch_url})
+                            "es_url": settings.es_url, "opensearch_url": settings.opensearch_url,
+                            "embedding_backend": settings.embedding_backend, "device": settings.device})
     done = subprocess.run([sys.executable, "-c", _WORKER, overrides, str(path), collection, "1" if embed else "0"], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the ingestion worker failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _prepare_encoders(settings: Settings) -> None:
+    """The encoder's int8 export built before the runs, so that no run's time includes building it."""
+    from qa_system.ingestion.embedding import load_encoder
+
+    load_encoder(settings.embedding_model, "onnx", "cpu", settings.embedding_onnx_cache)
 
 
 def _change_one_row(source: Path, target: Path) -> None:
@@ -91,9 +99,11 @@ def run_ingest_bench(
     settings: Settings, out_dir: str | Path, rows: int = 100_000, embed_rows: int | None = None, seed: int = 0,
     keep: bool = False, progress: Callable[[str], None] = print,
 ) -> pd.DataFrame:
-    """Index a ``rows``-row CSV BM25-only, its first ``embed_rows`` rows with embeddings (0: none), then re-run the
-    embedded one unchanged and with one row changed; each run in a fresh process. Writes report.json / .md / .csv."""
+    """Index a ``rows``-row CSV BM25-only, its first ``embed_rows`` rows with embeddings (0: none) by each embedding
+    backend (float32 PyTorch, then int8 ONNX: documents/s side by side), then re-run the int8 one unchanged and with
+    one row changed; each run in a fresh process. Writes report.json / .md / .csv."""
     from qa_system.ingestion import delete_collection, list_collections
+    from qa_system.ingestion.embedding import indexing_backend
 
     rows = check_count(rows, "rows")
     embed_rows = rows if embed_rows is None else check_count(embed_rows, "embed_rows", 0)
@@ -108,7 +118,7 @@ def run_ingest_bench(
     left_out = json.loads(about.read_text(encoding="utf-8"))["left_out"]
     if left_out:
         progress(f"left out of the corpus: {'; '.join(left_out)}")
-    runs = [("BM25 only", data, f"bench-ingest-{rows}-bm25", False)]
+    runs = [("BM25 only", data, f"bench-ingest-{rows}-bm25", False, settings.embedding_backend)]
     if embed_rows:
         embedded = data if embed_rows == rows else out / f"reviews-{embed_rows}.csv"
         if embedded != data:  # cut anew: the CSV may have been rewritten
@@ -117,26 +127,36 @@ def run_ingest_bench(
         changed = out / f"reviews-{embed_rows}-changed.csv"
         _change_one_row(embedded, changed)
         name = f"bench-ingest-{embed_rows}-dense"
-        runs += [("with embeddings", embedded, name, True), ("unchanged re-run", embedded, name, True), ("one row changed", changed, name, True)]
+        runs += [("with embeddings, float32", embedded, f"{name}-float32", True, "torch"), ("with embeddings, int8", embedded, name, True, "onnx"),
+                 ("unchanged re-run", embedded, name, True, "onnx"), ("one row changed", changed, name, True, "onnx")]  # fmt: skip
+        _prepare_encoders(settings)
     results = []
-    for label, path, collection, embed in runs:
-        if label in ("BM25 only", "with embeddings") and any(c.name == collection for c in list_collections(settings)):
+    for label, path, collection, embed, backend in runs:
+        if not label.endswith("re-run") and label != "one row changed" and any(c.name == collection for c in list_collections(settings)):
             delete_collection(settings, collection)
         progress(f"{label}: indexing {path.name} into '{collection}'")
-        result = measure_ingest(settings, path, collection, embed)
-        results.append({"run": label, "store": settings.store, "rows": result["read"], **{k: result[k] for k in (
-            "added", "changed", "unchanged", "embedded_documents", "embedded", "passages", "seconds", "embedding_s", "documents_per_s", "peak_rss_mb")}})
+        run_settings = settings.with_(embedding_backend=backend)
+        result = measure_ingest(run_settings, path, collection, embed)
+        results.append({"run": label, "store": settings.store, "embedding": indexing_backend(backend, settings.device) if embed else "-", "rows": result["read"], **{k: result[k] for k in (
+            "added", "changed", "unchanged", "embedded_documents", "embedded", "passages", "seconds", "embedding_s", "documents_per_s", "peak_rss_mb")},
+            "embedded_documents_per_s": result["embedded_documents"] / result["embedding_s"] if result["embedding_s"] else float("nan")})  # fmt: skip
         progress(f"  {results[-1]}")
     if not keep:
-        for collection in {collection for _, _, collection, _ in runs}:
+        for collection in {collection for _, _, collection, _, _ in runs}:
             delete_collection(settings, collection)
     table = pd.DataFrame(results)
+    speeds = dict(zip(table["run"], table["embedded_documents_per_s"]))
+    int8_speedup = speeds.get("with embeddings, int8", float("nan")) / speeds.get("with embeddings, float32", float("nan"))
+    progress(f"embedding documents/s: float32 {speeds.get('with embeddings, float32', float('nan')):.1f}, int8 {speeds.get('with embeddings, int8', float('nan')):.1f} ({int8_speedup:.2f}x)")
     write_report(
-        out, f"Ingestion speed and memory: {rows} rows", table, summary={"machine": machine(), "seed": seed, "rows": rows, "embed_rows": embed_rows},
+        out, f"Ingestion speed and memory: {rows} rows", table, summary={"machine": machine(settings.device), "seed": seed, "rows": rows, "embed_rows": embed_rows,
+                                                                           "embedding_int8_speedup": int8_speedup},
         notes=[
             f"A CSV of SubjQA reviews enlarged with synthetic ones made of real review sentences, columns {', '.join(COLUMNS)}; "
             "`qa-system index --input` reads it with --text-column opinion_text --id-column opinion_id --item-column asin.",
             "Each run is a fresh Python process importing only the ingestion: peak_rss_mb is its peak resident memory (VmHWM); seconds include loading the encoder.",
+            "embedded_documents_per_s: documents embedded per second of embedding (embedding_s, the encoder loaded and its int8 export built before): "
+            "sentence-transformers float32 (QA_EMBEDDING_BACKEND=torch) against the int8 ONNX export (onnx), on the same rows; on a GPU both are float32 PyTorch.",
             "The re-runs update the embedded collection: unchanged (nothing embedded or written), then with one row edited.",
             *([f"SubjQA left out of the corpus: {'; '.join(left_out)}."] if left_out else []),
         ],

@@ -92,14 +92,21 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def machine() -> dict[str, Any]:
-    """What the figures were measured on, including how busy the machine was."""
+def machine(device: str = "auto") -> dict[str, Any]:
+    """What the figures were measured on, including how busy the machine was and which ``device`` (a QA_DEVICE
+    setting) ran the models: "cpu", or "cuda:N (<GPU name>)"."""
     import psutil
 
-    from qa_system.reading.onnx import cpuinfo_field, int8_dot_product, physical_cores, read_cpuinfo
+    from qa_system.devices import cpuinfo_field, int8_dot_product, is_cuda, physical_cores, read_cpuinfo, resolve_device
 
     cpuinfo = read_cpuinfo()
+    resolved = resolve_device(device)
+    if is_cuda(resolved):
+        import torch
+
+        resolved = f"{resolved} ({torch.cuda.get_device_name(resolved)})"
     return {
+        "device": resolved,
         "physical_cores": physical_cores(),
         "logical_cpus": os.cpu_count(),
         "cpu": cpuinfo_field(cpuinfo, "model name") or platform.processor() or "unknown",

@@ -407,7 +407,7 @@ def run_page_load(
     result = PageLoadResult(sorted(rounds, key=lambda r: r.session), dict(stored), sessions, elapsed_s, cold_s, memory.samples, start)
     summary = {"settings": {"sessions": sessions, "seconds": seconds, "clicks_per_answer": clicks, "split": split, "store": settings.store,
                             "reader": settings.reader_model, "reader_backend": settings.reader_backend},
-               "load_average_at_start": load_at_start, "machine": machine()}  # fmt: skip
+               "load_average_at_start": load_at_start, "machine": machine(settings.device)}  # fmt: skip
     _write(out, result, summary, seconds, clicks, split, browser_nice)
     return result
 

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
-from qa_system.config import GENERATORS, READER_BACKENDS, STORE_BACKENDS, Settings
+from qa_system.config import EMBEDDING_BACKENDS, GENERATORS, READER_BACKENDS, STORE_BACKENDS, Settings
 from qa_system.errors import QAError, check_count, check_number
 
 DEFAULT_ITEM = "B0074BW614"
@@ -65,7 +65,17 @@ def number(flag: str, minimum: float | None = None, above: bool = False, maximum
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """The ``Settings`` of a command: its flags over the ``QA_*`` environment variables over the defaults."""
+    """The ``Settings`` of a command: its flags over the ``QA_*`` environment variables over the defaults.
+    A GPU asked for (``--device cuda``, ``QA_DEVICE=cuda:1``) that the machine lacks is a QAError here, before any work."""
+    settings = _settings_from_args(args)
+    if settings.device not in ("auto", "cpu"):
+        from qa_system.devices import resolve_device
+
+        resolve_device(settings.device)
+    return settings
+
+
+def _settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings.from_env(
         data_dir=args.data_dir,
         home=args.home,
@@ -74,6 +84,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         opensearch_url=args.opensearch_url,
         embedding_model=args.embedding_model,
         query_embedding_model=args.query_embedding_model,
+        embedding_backend=getattr(args, "embedding_backend", None),
+        device=getattr(args, "device", None),
         reader_model=args.reader_model,
         reader_backend=args.reader_backend,
         reader_onnx_model=args.reader_onnx_model,
@@ -98,6 +110,9 @@ def common_options() -> argparse.ArgumentParser:
     group.add_argument("--opensearch-url", help="OpenSearch url (QA_OPENSEARCH_URL, default http://localhost:9200)")
     group.add_argument("--embedding-model", help="passage encoder: hub id or local path (default all-MiniLM-L6-v2 from its PyPI wheel)")
     group.add_argument("--query-embedding-model", help="separate question encoder for DPR-style models")
+    group.add_argument("--embedding-backend", choices=EMBEDDING_BACKENDS,
+                       help="onnx (default): the encoder's int8 ONNX export on the CPU, built into the cache on first use; torch: sentence-transformers float32 (QA_EMBEDDING_BACKEND)")
+    group.add_argument("--device", help="where the models run: auto (default: a CUDA GPU when there is one, else the CPU), cpu, cuda, cuda:N (QA_DEVICE)")
     group.add_argument("--reader-model", help="extractive QA model: hub id or local path (default models/reader-minilm-subjqa)")
     group.add_argument("--reader-backend", choices=READER_BACKENDS,
                        help="onnx (default): ONNX Runtime int8, exported into the cache on first use; torch: PyTorch fp32 (QA_READER_BACKEND)")

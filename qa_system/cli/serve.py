@@ -33,7 +33,7 @@ def cmd_api(args: argparse.Namespace) -> None:
     from qa_system.serving.api.documents import check_guarded
     from qa_system.serving.service import DEFAULT_COLLECTIONS
 
-    settings = settings_from_args(args).with_(api_rate_limit=args.rate_limit, api_workers=args.workers)
+    settings = settings_from_args(args).with_(api_rate_limit=args.rate_limit, api_workers=args.workers, embed_at_start=args.embed_at_start or None)
     check_guarded(settings)
     served = args.served or DEFAULT_COLLECTIONS
     for collection in served:  # a mistyped name is refused before the server starts (a domain is built on first start)
@@ -92,6 +92,8 @@ def register(commands, options: Options) -> None:
                         "the first --domain or --collection named is the default one")
     p.add_argument("--workers", type=count("--workers"), help="questions answered at once, each in a thread (QA_API_WORKERS, default 4)")
     p.add_argument("--rate-limit", type=count("--rate-limit", 0), help="requests a minute per client, 0 for none (QA_API_RATE_LIMIT, default 600)")
+    p.add_argument("--embed-at-start", action="store_true",
+                   help="embed the served collections while starting (QA_EMBED_AT_START); by default a BM25 server embeds one when a dense or hybrid question first needs it")
     p.set_defaults(func=cmd_api)
 
     p = commands.add_parser("export-feedback", parents=[options.common], help="write the search page's answer feedback as SQuAD v2 training data")

@@ -110,11 +110,13 @@ def answer_record(question: LabelledQuestion, result: dict[str, Any]) -> dict[st
     }
 
 
-def add_sas(records: pd.DataFrame, embedding_model: str) -> pd.DataFrame:
-    """Semantic answer similarity: the best cosine between the prediction and a gold answer."""
+def add_sas(records: pd.DataFrame, embedding_model: str, device: str = "auto") -> pd.DataFrame:
+    """Semantic answer similarity: the best cosine between the prediction and a gold answer (float32 vectors, on ``device``)."""
     from sentence_transformers import SentenceTransformer
 
-    encoder = SentenceTransformer(embedding_model, device="cpu")
+    from qa_system.devices import resolve_device
+
+    encoder = SentenceTransformer(embedding_model, device=resolve_device(device))
     texts = sorted({t for t in records["prediction"] if t} | {g for golds in records["gold"] for g in golds if g})
     vectors = dict(zip(texts, encoder.encode(texts, normalize_embeddings=True, show_progress_bar=False))) if texts else {}
 
@@ -222,7 +224,7 @@ def evaluate_rag(
         systems[f"{retriever}+{reader_label(settings.reader_model)}"] = build_qa_pipeline(retriever, settings, index=index, answer_stage="extractive")
     began = time.perf_counter()
     records = {name: run_system(pipeline, questions, top_k_retriever, progress, name) for name, pipeline in systems.items()}
-    all_records = add_sas(pd.concat([r.assign(system=name) for name, r in records.items()], ignore_index=True), settings.embedding_model)
+    all_records = add_sas(pd.concat([r.assign(system=name) for name, r in records.items()], ignore_index=True), settings.embedding_model, settings.device)
     tables = [summarize_rag(all_records[all_records["system"] == name]).assign(system=name) for name in records]
     metrics = pd.concat(tables, ignore_index=True)
     metrics = metrics[["system", *[c for c in metrics.columns if c != "system"]]]

@@ -16,6 +16,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
+from qa_system.ingestion.embedding import LEGACY_BACKEND, DocumentEmbedder, indexing_backend, load_encoder
 from qa_system.model_files import model_fingerprint
 from qa_system.sources import SPLITS, available_splits, load_subjqa, source_files
 from qa_system.stores import (
@@ -92,27 +93,33 @@ def source_change(index: Index, settings: Settings) -> str | None:
     return f"{', '.join(changed)} changed" if changed else None
 
 
-def embeddings_match(index: Index, settings: Settings) -> bool:
-    """Whether the index's vectors come from the configured encoder (same name and, when known, same files)."""
+def embeddings_match(index: Index, settings: Settings, backend: bool = True) -> bool:
+    """Whether the index's vectors come from the configured encoder (same name and, when known, same files)
+    and, with ``backend``, from the backend that would embed it now (``embedding.indexing_backend``)."""
     if index.embedding_model != settings.embedding_model:
         return False
     stored = index.manifest.get("embedding_fingerprint")
     # Indexes built before fingerprints were recorded are trusted by name.
-    return stored is None or stored == model_fingerprint(settings.embedding_model)
+    if stored is not None and stored != model_fingerprint(settings.embedding_model):
+        return False
+    return not backend or embedding_backend(index.manifest) == indexing_backend(settings.embedding_backend, settings.device)
 
 
-def document_embedder(model: str, batch_size: int = 32):
-    """A warmed-up passage embedder (unit-length vectors, so dot product = cosine in every store)."""
-    from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersDocumentEmbedder
+def embedding_backend(manifest: dict) -> str:
+    """The backend that embedded an index (its questions are embedded by the same one)."""
+    return manifest.get("embedding_backend", LEGACY_BACKEND)
 
-    embedder = SentenceTransformersDocumentEmbedder(
-        model=model, batch_size=batch_size, progress_bar=False, normalize_embeddings=True
-    )
-    try:
-        embedder.warm_up()
-    except (OSError, ValueError) as error:
-        raise QAError(f"Could not load the embedding model '{model}' ({error}).", "pass a local model path or an id of the Hugging Face hub.") from error
-    return embedder
+
+def document_embedder(model: str, batch_size: int = 32, backend: str = "torch", device: str = "auto", cache: str | Path | None = None) -> DocumentEmbedder:
+    """A loaded passage embedder (unit-length vectors, so dot product = cosine in every store); ``.backend`` says
+    which backend runs (onnx falls back to torch when its export cannot be built)."""
+    return DocumentEmbedder(load_encoder(model, backend, device, cache), batch_size)
+
+
+def settings_embedder(settings: Settings, backend: str | None = None) -> DocumentEmbedder:
+    """The passage embedder of ``settings`` (``backend``: a collection's recorded one instead of the settings')."""
+    backend = backend or indexing_backend(settings.embedding_backend, settings.device)
+    return document_embedder(settings.embedding_model, settings.batch_size, backend, settings.device, settings.embedding_onnx_cache)
 
 
 def embed_documents(
@@ -121,15 +128,16 @@ def embed_documents(
     batch_size: int = 32,
     progress: bool = True,
     on_progress: ProgressCallback | None = None,
+    embedder: DocumentEmbedder | None = None,
 ) -> list[Document]:
-    """Passage embeddings (see ``document_embedder``).
+    """Passage embeddings (by ``embedder``, default ``document_embedder(model, batch_size)``).
 
     Embeds in chunks of ``EMBED_CHUNK`` batches so that a caller (the search page's progress bar)
     hears ``on_progress(done, total)`` while the long first indexing runs.
     """
     from qa_system.progress import Progress
 
-    embedder = document_embedder(model, batch_size)
+    embedder = embedder or document_embedder(model, batch_size)
     chunk = EMBED_CHUNK * batch_size
     embedded: list[Document] = []
     with Progress(len(documents), "embedding", "reviews", enabled=progress) as bar:
@@ -174,8 +182,10 @@ def build_index(
         manifest["vector_search"] = opensearch_has_knn(opensearch_client(settings))
         embed = embed and manifest["vector_search"]
     if embed:
-        documents = embed_documents(documents, settings.embedding_model, settings.batch_size, progress, on_progress)
+        embedder = settings_embedder(settings)
+        documents = embed_documents(documents, settings.embedding_model, settings.batch_size, progress, on_progress, embedder)
         manifest["embedding_model"] = settings.embedding_model
+        manifest["embedding_backend"] = embedder.backend
         manifest["embedding_fingerprint"] = model_fingerprint(settings.embedding_model)
         manifest["embedding_dim"] = len(documents[0].embedding)
         timings["embedding_s"] = time.perf_counter() - start

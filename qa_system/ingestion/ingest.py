@@ -35,7 +35,7 @@ from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name
-from qa_system.ingestion.indexing import MIN_KEPT_SHARE, document_embedder, embeddings_match
+from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import column_types, typed_meta
@@ -277,8 +277,10 @@ def _rebuild_reasons(saved: _Saved, settings: Settings, embed: bool, splitter: d
         reasons.append("the collection had no vectors: every document was embedded")
     elif not embed and had_vectors:
         reasons.append("indexed without embeddings: the collection's vectors were dropped")
-    elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings):
+    elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings, backend=False):
         reasons.append(f"the encoder changed ({saved.manifest.get('embedding_model')} -> {settings.embedding_model}): every document was re-embedded")
+    elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings):
+        reasons.append(f"the embedding backend changed ({embedding_backend(saved.manifest)} -> {settings_embedder(settings).backend}): every document was re-embedded")
     if saved.manifest.get("splitter") != splitter:
         reasons.append(f"the passage settings changed ({saved.manifest.get('splitter')} -> {splitter}): every document was split again")
     return reasons
@@ -486,7 +488,7 @@ class _Run:
         report = self.report
         passages = [passage for document in self.batch for passage in self.splitter.passages(*document)]
         if self.embed:
-            self.embedder = self.embedder or document_embedder(self.settings.embedding_model, self.settings.batch_size)
+            self.embedder = self.embedder or settings_embedder(self.settings)
             began = time.perf_counter()
             embedded = self.embedder.run(documents=[Document(id=p["id"], content=p["content"]) for p in passages])["documents"]
             for passage, document in zip(passages, embedded):
@@ -560,6 +562,8 @@ class _Run:
             manifest["vector_search"] = self.vector_search
         if self.embed:
             manifest.update(embedding_model=self.settings.embedding_model, embedding_fingerprint=model_fingerprint(self.settings.embedding_model))
+            # Nothing embedded in this run (no document changed): the saved vectors' backend stays.
+            manifest["embedding_backend"] = self.embedder.backend if self.embedder is not None else embedding_backend(old)
             manifest["embedding_dim"] = _embedding_dim(staging) or old.get("embedding_dim")
         seconds = time.perf_counter() - self.started
         manifest["last_update"] = {**self.report.as_dict(), "seconds": seconds}

@@ -18,6 +18,7 @@ from haystack import Pipeline
 
 from qa_system.config import REPO_ROOT, Settings
 from qa_system.errors import QAError
+from qa_system.ingestion.indexing import embedding_backend
 from qa_system.retrieval.fitted import fusion_values, rerank_weight
 from qa_system.stores import Index
 
@@ -73,6 +74,7 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dic
         **_COMPONENTS[index.backend],
         "document_store": json.dumps(store_dict),
         "query_embedding_model": json.dumps(settings.query_embedding_model or settings.embedding_model),
+        "query_embedding_backend": json.dumps(embedding_backend(index.manifest)),
         "reader_model": json.dumps(settings.reader_model),
         "reader_backend": json.dumps(settings.reader_backend),
         "reader_onnx_model": json.dumps(settings.reader_onnx_model),
@@ -143,4 +145,7 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
         component = pipeline.get_component(component_name)
         if hasattr(component, "document_store"):
             component.document_store = index.store
+        # The machine's settings (device, caches) are handed over here, never written into the YAML.
+        if hasattr(component, "use_runtime"):
+            component.use_runtime(settings.device, settings.home)
     return pipeline

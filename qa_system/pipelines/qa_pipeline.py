@@ -54,6 +54,19 @@ class QAPipeline:
         return getattr(self.pipeline.get_component("reader"), "active_backend", None)
 
     @property
+    def device(self) -> str:
+        """Where the models ran: "cpu", "cuda:0", or each model's device when they differ
+        ("reader cuda:0, query_embedder cpu": int8 embeddings run on the CPU). BM25 alone runs on the CPU."""
+        devices = {}
+        for name in self.pipeline.graph.nodes:
+            runs_on = getattr(self.pipeline.get_component(name), "runs_on", None)
+            if isinstance(runs_on, str):
+                devices[name] = runs_on
+        if len(set(devices.values())) <= 1:
+            return next(iter(devices.values()), "cpu")
+        return ", ".join(f"{name} {device}" for name, device in sorted(devices.items()))
+
+    @property
     def retrieval_output(self) -> str:
         """The component whose documents are the retrieved ones (the re-ranker's when there is one)."""
         return "ranker" if self.rerank else RETRIEVAL_OUTPUT[self.retriever]
@@ -112,7 +125,7 @@ class QAPipeline:
         or for RAG one ``GeneratedAnswer``), ``timings``: seconds per
         component, plus ``retrieval_s``, ``answer_s`` (the answer stage's components), ``total_s``,
         ``reader_queue_s`` with a reader (the part of ``answer_s`` spent waiting for the shared inference lane),
-        and with an extractive reader ``reader_backend`` (see the property).
+        ``device``: where the models ran (see the property), and with an extractive reader ``reader_backend`` (see the property).
         ``streaming_callback`` receives the generated text piece by piece (RAG). ``filters``: more
         conditions in Haystack's syntax (``{"field": "meta.rating", "operator": ">=", "value": 4}``, AND / OR / NOT),
         checked by ``check_collection_filters`` against the index's metadata types and fields and ANDed with ``item_id`` and ``split``.
@@ -143,7 +156,7 @@ class QAPipeline:
         self.last_timings = {**timings, "retrieval_s": total - answer_s, "answer_s": answer_s, "total_s": total}
         if "reader" in self.pipeline.graph.nodes:  # part of answer_s: waiting for other questions' inference
             self.last_timings["reader_queue_s"] = getattr(self.pipeline.get_component("reader"), "queue_s", 0.0)
-        result = {"documents": outputs[retrieval_output]["documents"], "timings": dict(self.last_timings)}
+        result = {"documents": outputs[retrieval_output]["documents"], "timings": dict(self.last_timings), "device": self.device}
         if self.reader_backend is not None:
             result["reader_backend"] = self.reader_backend
         # An explicit no-answer threshold is the reader's own decision: the selector's answers give way to it.
@@ -210,6 +223,7 @@ def check_embeddings(index: Index, settings: Settings, retriever: str = "dense")
             f"Index '{index.name}' has no embeddings, so dense retrieval cannot run.",
             "rebuild it with `qa-system index` (without --no-embed).",
         )
-    if not embeddings_match(index, settings):
+    # The backend may differ: the questions are embedded by the index's own (QueryEmbedder).
+    if not embeddings_match(index, settings, backend=False):
         how = f"with {stored}, not with the configured {settings.embedding_model}" if stored != settings.embedding_model else f"with an earlier version of {stored}"
         raise QAError(f"Index '{index.name}' was embedded {how}.", "re-run `qa-system index` to re-embed the reviews with the new encoder.")

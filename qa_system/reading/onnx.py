@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import threading
 import warnings
@@ -40,6 +39,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from qa_system.devices import INT8_DOT_PRODUCT_FLAGS, cpuinfo_field, int8_dot_product, physical_cores, read_cpuinfo  # noqa: F401 - also named from here
 from qa_system.disk_cache import built_folder
 from qa_system.errors import QAError
 from qa_system.model_files import model_fingerprint
@@ -53,41 +53,7 @@ OUTPUT_NAMES = ("start_logits", "end_logits")
 # Model types whose graph ONNX Runtime's "bert" optimiser knows how to fuse.
 FUSABLE_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
 BUCKET_TOKENS = 32  # windows whose lengths round up to the same multiple of this share a batch
-# CPU flags of int8 dot-product units (x86 VNNI and AMX, Arm dot product and int8 matrix multiply).
-# Without one, int8 matrix products are under 2x fp32 and full-range int8 weights saturate (module doc).
-INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
 logger = logging.getLogger(__name__)
-
-
-def physical_cores() -> int:
-    """Physical cores (hyper-threads share one core's matrix units, so they do not help GEMMs)."""
-    import psutil
-
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-
-
-def read_cpuinfo() -> str:
-    """The text of /proc/cpuinfo; empty where there is none (not Linux)."""
-    try:
-        return Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return ""
-
-
-def cpuinfo_field(cpuinfo: str, name: str) -> str:
-    """The first ``name : value`` of /proc/cpuinfo text ("" when absent)."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == name:
-            return value.strip()
-    return ""
-
-
-def int8_dot_product(cpuinfo: str | None = None) -> list[str]:
-    """The CPU's int8 dot-product flags ([] for none), from /proc/cpuinfo text (x86 "flags", Arm "Features")."""
-    cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
-    flags = set((cpuinfo_field(cpuinfo, "flags") or cpuinfo_field(cpuinfo, "Features")).split())
-    return [flag for flag in INT8_DOT_PRODUCT_FLAGS if flag in flags]
 
 
 def default_reduce_range() -> bool:
@@ -261,9 +227,10 @@ class OnnxQAModel:
     :param threads: intra-op threads; None = the machine's physical cores.
     :param profile_dir: when given, ONNX Runtime's profiler times every kernel into a JSON file there
         (``session.end_profiling()`` returns its path); for the benchmark, not for serving.
+    :param providers: ONNX Runtime's execution providers (``devices.onnx_providers``); None = the CPU's.
     """
 
-    def __init__(self, path: str | Path, threads: int | None = None, profile_dir: str | Path | None = None):
+    def __init__(self, path: str | Path, threads: int | None = None, profile_dir: str | Path | None = None, providers: list | None = None):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -276,7 +243,7 @@ class OnnxQAModel:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime raises its own untyped errors for bad files
             raise QAError(f"Could not load the ONNX reader {path} ({str(error).splitlines()[0]}).", "re-run `qa-system export-onnx`.") from error
         self.input_names = [i.name for i in self.session.get_inputs()]
@@ -309,13 +276,13 @@ def length_buckets(lengths: np.ndarray, batch_size: int, quantum: int = BUCKET_T
     return [chunk for group in groups for chunk in np.array_split(group, -(-len(group) // batch_size))]
 
 
-def load_onnx_reader(model: str | Path, onnx_model: str | Path | None = None, threads: int | None = None):
+def load_onnx_reader(model: str | Path, onnx_model: str | Path | None = None, threads: int | None = None, providers: list | None = None):
     """Tokenizer, ONNX session and export directory of the reader ``model`` (export default ``<model>/onnx``)."""
     path = Path(onnx_model).expanduser() if onnx_model is not None else default_export_dir(model)
-    return open_export(check_export(model, path), threads)
+    return open_export(check_export(model, path), threads, providers)
 
 
-def open_export(file: Path, threads: int | None = None):
+def open_export(file: Path, threads: int | None = None, providers: list | None = None):
     """Tokenizer, ONNX session and directory of an export's .onnx ``file`` (a QAError when either does not load)."""
     from transformers import AutoTokenizer
 
@@ -323,18 +290,18 @@ def open_export(file: Path, threads: int | None = None):
         tokenizer = AutoTokenizer.from_pretrained(str(file.parent))
     except (OSError, ValueError) as error:
         raise QAError(f"The ONNX export {file.parent} has no usable tokenizer ({error}).", "re-run `qa-system export-onnx`.") from error
-    return tokenizer, shared_session(file, threads), file.parent
+    return tokenizer, shared_session(file, threads, providers), file.parent
 
 
-_sessions: dict[tuple[str, int, int], OnnxQAModel] = {}
+_sessions: dict[tuple[str, int, int, str], OnnxQAModel] = {}
 _sessions_lock = threading.Lock()
 
 
-def shared_session(file: Path, threads: int | None = None) -> OnnxQAModel:
-    """One session per .onnx file (and thread count) in a process: the pipelines of every collection and
+def shared_session(file: Path, threads: int | None = None, providers: list | None = None) -> OnnxQAModel:
+    """One session per .onnx file (and thread count, and providers) in a process: the pipelines of every collection and
     retriever share the reader's weights rather than loading them once each. A rewritten file gets a new one."""
-    key = (str(file.resolve()), file.stat().st_mtime_ns, threads or 0)
+    key = (str(file.resolve()), file.stat().st_mtime_ns, threads or 0, repr(providers))
     with _sessions_lock:
         if key not in _sessions:
-            _sessions[key] = OnnxQAModel(file, threads)
+            _sessions[key] = OnnxQAModel(file, threads, providers=providers)
         return _sessions[key]

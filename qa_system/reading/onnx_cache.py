@@ -35,7 +35,7 @@ from qa_system.disk_cache import built_folder, keep_most_recent, mark_used, taki
 from qa_system.errors import QAError
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.model import ModelLoadError
-from qa_system.reading.onnx import EXPORT_INFO, INT8_FILE, Report, default_reduce_range, open_export, write_export
+from qa_system.reading.onnx import EXPORT_INFO, FP32_FILE, INT8_FILE, Report, default_reduce_range, open_export, write_export
 
 # Bump when the export recipe (write_export) changes what it writes: every cached export is rebuilt.
 RECIPE = 1
@@ -168,18 +168,20 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def load_cached_reader(model: str | Path, cache: str | Path, threads: int | None = None, report: Report | None = None):
+def load_cached_reader(model: str | Path, cache: str | Path, threads: int | None = None, report: Report | None = None, providers: list | None = None):
     """Tokenizer, ONNX session and export directory of ``model``'s cached int8 export, built or
-    rebuilt as needed; None, after a warning, when it cannot be built (the reader then uses PyTorch)."""
+    rebuilt as needed; None, after a warning, when it cannot be built (the reader then uses PyTorch).
+    With CUDA's ``providers`` the export's fp32 graph runs instead (int8 is a CPU's shortcut)."""
     cache = Path(cache).expanduser()
+    file = FP32_FILE if providers and "CUDAExecutionProvider" in str(providers[0]) else INT8_FILE
 
     def load():
         directory = cached_export(model, cache, report)
         try:
-            return open_export(directory / INT8_FILE, threads)
+            return open_export(directory / file, threads, providers)
         except Exception as error:  # a damaged file of the right size
             logger.warning("The cached ONNX reader %s does not load (%s): rebuilding it.", directory, _first_line(error))
-            return open_export(cached_export(model, cache, report, rebuild=True) / INT8_FILE, threads)
+            return open_export(cached_export(model, cache, report, rebuild=True) / file, threads, providers)
 
     return _or_torch(model, cache, load)
 

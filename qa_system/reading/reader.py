@@ -92,6 +92,10 @@ class ExtractiveReader:
     :param batch_wait_ms, batch_windows: the ONNX reader's scheduler (``reading.batching``), which every
         reader of one export in a process shares: how long a call waits for other questions' windows
         (where sharing a call is exact), and the most windows of several questions in one call.
+    :param device: where it reads (``devices``: auto, cpu, cuda, cuda:N). On a GPU the ONNX backend runs the
+        export's fp32 graph on ONNX Runtime's CUDA provider when this ONNX Runtime has it, else PyTorch reads
+        there in bfloat16 (float16 without it) with float32 span logits. The machine's setting, not the
+        pipeline's: ``to_dict`` leaves it out and ``use_runtime`` sets it.
     """
 
     def __init__(
@@ -110,8 +114,10 @@ class ExtractiveReader:
         onnx_cache: str | Path | None = None,
         batch_wait_ms: float = 0.0,
         batch_windows: int = 64,
+        device: str = "auto",
     ):
         from qa_system.config import READER_BACKENDS
+        from qa_system.devices import check_device
 
         if backend not in READER_BACKENDS:
             raise QAError(f"Unknown reader backend '{backend}'.", f"use one of: {', '.join(READER_BACKENDS)}.")
@@ -131,6 +137,8 @@ class ExtractiveReader:
         self.onnx_cache = str(onnx_cache) if onnx_cache is not None else None
         self.batch_wait_ms = check_number(batch_wait_ms, "batch_wait_ms", 0)
         self.batch_windows = check_count(batch_windows, "batch_windows")
+        self.device = check_device(device)
+        self._device: str | None = None  # resolved by warm_up: "cpu" or "cuda:N"
         self._tokenizer = None
         # A tokenizer keeps its padding and truncation settings between calls, and encode_windows calls it
         # with two different ones: concurrent runs (the API's worker threads) would mix them (ragged arrays).
@@ -151,8 +159,15 @@ class ExtractiveReader:
         """The reader of ``settings`` (or ``model``), with their backend, manual export and cache."""
         return cls(
             model=model or settings.reader_model, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model,
-            onnx_cache=settings.reader_onnx_cache, **kwargs,
+            onnx_cache=settings.reader_onnx_cache, device=settings.device, **kwargs,
         )
+
+    def use_runtime(self, device: str, home: str | Path | None = None) -> None:
+        """Read on ``device`` (a QA_DEVICE setting); the export cache is the pipeline's ``onnx_cache``."""
+        from qa_system.devices import check_device
+
+        if self._model is None and self._onnx is None:
+            self.device = check_device(device)
 
     @property
     def model_name(self) -> str:
@@ -164,12 +179,17 @@ class ExtractiveReader:
         return default_reader_model()
 
     def warm_up(self) -> None:
-        """Load the model (once); the tuned threshold comes from the model directory when there is one."""
+        """Load the model (once) on the device; the tuned threshold comes from the model directory when there is one."""
         if self._model is not None or self._onnx is not None:
             return
+        from qa_system.devices import is_cuda, onnx_providers, resolve_device
+
         name = self.model_name
-        if self.backend == "onnx":
-            loaded = self._load_onnx(name)
+        self._device = resolve_device(self.device)
+        providers = onnx_providers(self._device)
+        # On a GPU, ONNX Runtime without its CUDA provider would read on the CPU: PyTorch reads on the GPU instead.
+        if self.backend == "onnx" and (not is_cuda(self._device) or "CUDAExecutionProvider" in str(providers[0])):
+            loaded = self._load_onnx(name, providers if is_cuda(self._device) else None)
             if loaded is not None:
                 from qa_system.reading.batching import shared_scheduler
 
@@ -179,20 +199,26 @@ class ExtractiveReader:
                 self._default_threshold = float(read_model_info(export_dir).get("no_answer_threshold", 0.0))
                 return
         self._tokenizer, model = load_qa_model(name)
-        self._model = model.eval()
+        self._model = on_device(model.eval(), self._device)
         if Path(name).is_dir():
             self._default_threshold = float(read_model_info(name).get("no_answer_threshold", 0.0))
 
-    def _load_onnx(self, name: str):
+    def _load_onnx(self, name: str, providers: list | None = None):
         """A manual export (its problems are errors: it was asked for), else the cached one (None: use PyTorch)."""
         if self.onnx_model is not None:
             from qa_system.reading.onnx import load_onnx_reader
 
-            return load_onnx_reader(name, self.onnx_model)
+            return load_onnx_reader(name, self.onnx_model, providers=providers)
         from qa_system.config import DEFAULT_HOME, reader_onnx_cache
         from qa_system.reading.onnx_cache import load_cached_reader
 
-        return load_cached_reader(name, self.onnx_cache or reader_onnx_cache(DEFAULT_HOME))
+        on_gpu = {"providers": providers} if providers else {}
+        return load_cached_reader(name, self.onnx_cache or reader_onnx_cache(DEFAULT_HOME), **on_gpu)
+
+    @property
+    def runs_on(self) -> str | None:
+        """The device that reads once loaded ("cpu", "cuda:0"); None before ``warm_up``."""
+        return self._device if (self._model is not None or self._onnx is not None) else None
 
     @property
     def active_backend(self) -> str | None:
@@ -202,7 +228,10 @@ class ExtractiveReader:
             from qa_system.reading.onnx import INT8_FILE
 
             return "onnx int8" if self._onnx.path.name == INT8_FILE else f"onnx ({self._onnx.path.name})"
-        return "torch" if self._model is not None else None
+        if self._model is not None:
+            dtype = next(self._model.parameters()).dtype
+            return "torch" if dtype == torch_float32() else f"torch {str(dtype).removeprefix('torch.')}"
+        return None
 
     @property
     def queue_s(self) -> float:
@@ -297,11 +326,11 @@ class ExtractiveReader:
         import torch
 
         names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in encoding]
-        device = next(self._model.parameters()).device  # a model being trained on a GPU reads dev there
+        device = next(self._model.parameters()).device  # a model handed over loaded (training) may be anywhere
         starts, ends = [], []
         with torch.inference_mode():
             for begin in range(0, len(encoding["input_ids"]), self.batch_size):
-                batch = {n: torch.as_tensor(encoding[n][begin : begin + self.batch_size], device=device) for n in names}
+                batch = {n: torch.as_tensor(encoding[n][begin : begin + self.batch_size]).to(device) for n in names}
                 output = self._model(**batch)
                 starts.append(output.start_logits.float().cpu().numpy())
                 ends.append(output.end_logits.float().cpu().numpy())
@@ -350,6 +379,30 @@ class ExtractiveReader:
             context_offset=ExtractedAnswer.Span(span.start - context_start, span.end - context_start),
             meta={"logit": span.logit, "window": span.window, "context_start": context_start, "context_end": context_end},
         )
+
+
+def torch_float32():
+    """``torch.float32`` (torch imported when asked)."""
+    import torch
+
+    return torch.float32
+
+
+def on_device(model, device: str):
+    """``model`` moved to ``device``: on a GPU in 16-bit (bfloat16 where it has it), its span head kept in float32,
+    so that span and no-answer logits, compared with each other and with a threshold, keep float32's precision."""
+    if not device.startswith("cuda"):
+        return model
+    import torch
+
+    from qa_system.devices import half_dtype
+
+    model = model.to(device=device, dtype=half_dtype())
+    head = getattr(model, "qa_outputs", None)
+    if isinstance(head, torch.nn.Linear):
+        head.float()
+        head.register_forward_pre_hook(lambda module, args: tuple(a.float() for a in args))
+    return model
 
 
 def encode_windows(tokenizer, questions: list[str], contexts: list[str], max_seq_length: int, doc_stride: int, padding: bool):

@@ -61,6 +61,10 @@ class AnswerabilityRanker:
         # PyTorch: the mix was fitted on its answerability margins (fit-fusion --rerank).
         self.reader = ExtractiveReader(model=self.model, max_seq_length=max_seq_length, doc_stride=doc_stride, backend="torch")
 
+    def use_runtime(self, device: str, home: str | None = None) -> None:
+        """Read on ``device`` (a QA_DEVICE setting): the machine's, not the pipeline's."""
+        self.reader.use_runtime(device, home)
+
     def warm_up(self) -> None:
         """Load the reader's model."""
         self.reader.warm_up()

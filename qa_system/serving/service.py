@@ -40,7 +40,7 @@ from qa_system.errors import NotFound, QAError, Unavailable, check_count, check_
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport, collection_info, ingest, list_collections
 from qa_system.ingestion import open_collection as open_saved_collection
 from qa_system.ingestion.collections import is_reserved_name
-from qa_system.ingestion.indexing import open_or_build_index
+from qa_system.ingestion.indexing import embeddings_match, open_or_build_index
 from qa_system.pipelines import QAPipeline, build_qa_pipeline, validate_question
 from qa_system.reading.onnx_cache import prepare_reader
 from qa_system.retrieval.filters import check_collection_filters
@@ -71,14 +71,30 @@ class ServedCollection:
     name: str
     subjqa_domain: bool = False
 
-    def open(self, settings: Settings, on_progress: Report | None = None) -> Index:
+    def open(self, settings: Settings, on_progress: Report | None = None, embeddings: bool | None = None) -> Index:
         """A SubjQA domain's index is built on first use, also when named as its collection (``subjqa-electronics``);
         any other collection is opened as saved (an unknown name is a QAError that names `qa-system collections`).
-        Both re-index SubjQA when its files changed."""
+        Both re-index SubjQA when its files changed. ``embeddings`` (None: ``embeddings_at_start(settings)``):
+        a SubjQA index is embedded (again, when its encoder changed) before it is returned."""
+        embeddings = embeddings_at_start(settings) if embeddings is None else embeddings
         domain = self.name if self.subjqa_domain else self.name.removeprefix("subjqa-")
         if self.subjqa_domain or (domain != self.name and (settings.data_dir / domain).is_dir() and saved_manifest(settings, self.name) is None):
-            return open_or_build_index(settings, domain, embeddings=True, progress=False, on_progress=on_progress)
-        return open_saved_collection(settings, self.name, embeddings=True, progress=False, on_progress=on_progress)
+            return open_or_build_index(settings, domain, embeddings=embeddings, progress=False, on_progress=on_progress)
+        return open_saved_collection(settings, self.name, embeddings=embeddings, progress=False, on_progress=on_progress)
+
+
+def embeddings_at_start(settings: Settings) -> bool:
+    """Whether opening a collection embeds it: when the default retriever needs vectors, or QA_EMBED_AT_START says so.
+    Otherwise a collection is embedded when a dense or hybrid question first needs it (``QAService.pipeline``)."""
+    return settings.retriever != "bm25" or settings.embed_at_start
+
+
+def needs_embedding(index: Index, settings: Settings, retriever: str) -> bool:
+    """Whether a ``retriever`` question must embed ``index`` first: a SubjQA index without vectors of the configured
+    encoder (one of your own is embedded by `qa-system index`, and says so when it is not)."""
+    if retriever == "bm25" or not index.manifest.get("source") or index.manifest.get("vector_search") is False:
+        return False
+    return not embeddings_match(index, settings)
 
 
 # The search page's own collection, built from SubjQA when it is first asked for.
@@ -89,10 +105,14 @@ PAGE_COLLECTION = index_name(PAGE_DOMAIN)
 DEFAULT_COLLECTIONS = (ServedCollection("electronics", subjqa_domain=True),)
 
 
-def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None, reader_backend: str | None = None) -> str:
-    """Which pipeline produced an answer, as feedback records it: "bm25 + extractive (reader-minilm-subjqa, onnx int8)"."""
+def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None, reader_backend: str | None = None, device: str | None = None) -> str:
+    """Which pipeline produced an answer, as feedback records it, and on which device:
+    "bm25 + extractive (reader-minilm-subjqa, onnx int8) on cpu" (``device`` None: the settings' device, resolved)."""
+    from qa_system.devices import resolve_device
+
     reader = ", ".join(filter(None, [Path(settings.reader_model).name, reader_backend]))
-    return f"{retriever} + {answer_stage}" + (f" ({reader})" if answer_stage == "extractive" else "")
+    label = f"{retriever} + {answer_stage}" + (f" ({reader})" if answer_stage == "extractive" else "")
+    return f"{label} on {device or resolve_device(settings.device)}"
 
 
 class QAService:
@@ -205,6 +225,13 @@ class QAService:
         return {"status": "ready", "load_s": round(self._loaded_s or 0.0, 3)}
 
     @property
+    def device(self) -> str:
+        """The device the models run on ("cpu", "cuda:0"): the settings' QA_DEVICE, resolved."""
+        from qa_system.devices import resolve_device
+
+        return resolve_device(self.settings.device)
+
+    @property
     def ready(self) -> bool:
         """Whether the collections and pipelines are loaded (``status`` says ``ready``)."""
         return self.status()["status"] == "ready"
@@ -278,6 +305,7 @@ class QAService:
         is freed once no question reads it."""
         index, size = self._open.pop(name)
         self._tasks.forget(("open", name))
+        self._tasks.forget(("embed", name))
         for key in [key for key in self._pipelines if key[0] == index.name]:
             del self._pipelines[key]
         return size
@@ -383,6 +411,24 @@ class QAService:
 
         return self._tasks.start_unless_running(("upload", collection), work, name=f"upload-{collection}")
 
+    def embedding(self, collection: str | None) -> BackgroundTask[Index]:
+        """The task embedding ``collection`` for dense and hybrid questions (every caller shares it and its progress:
+        reviews embedded, out of all); the embedded index replaces the open one when done."""
+        served = self._served(collection)
+        return self._tasks.get_or_start(("embed", served.name), lambda report: self._embed_now(served.name, report), name=f"embed-{served.name}")
+
+    def _embed_now(self, name: str, report: Report | None = None) -> Index:
+        while True:
+            version = self._versions.get(name, 0)
+            index = self._served(name).open(self.settings, report, embeddings=True)
+            with self._lock:
+                if self._versions.get(name, 0) != version:
+                    continue  # the collection changed while it was embedded: embed the new version
+                self._changed(name)  # the open index without vectors, and its pipelines, give way
+                version = self._versions[name]
+            if self._keep(name, index, version):
+                return index
+
     def preparing_reader(self) -> BackgroundTask[Path | None]:
         """The task building the reader's int8 ONNX export into the cache (once per model version; finished when built)."""
         return self._tasks.get_or_start(("reader-onnx-export",), lambda report: prepare_reader(self.settings, report), name="reader-onnx-export")
@@ -394,8 +440,11 @@ class QAService:
     # ------------------------------------------------------------------ answering
 
     def pipeline(self, collection: str | None, retriever: str | None, mode: str | None) -> QAPipeline:
-        """The pipeline for (collection, retriever, answer stage), built on first use and shared afterwards."""
+        """The pipeline for (collection, retriever, answer stage), built on first use and shared afterwards. A dense or
+        hybrid one over a collection not embedded yet embeds it first (once: ``embedding``)."""
         index = self.index(collection)
+        if needs_embedding(index, self.settings, retriever or self.settings.retriever):
+            index = self.embedding(collection).result()
         key = (index.name, retriever or self.settings.retriever, mode or "retrieval")
         with self._lock:
             if (built := self._pipelines.get(key)) is not None and built.index is index:
@@ -439,7 +488,7 @@ class QAService:
             question.query, item_id=question.item_id, split=question.split, top_k=question.top_k, top_k_reader=question.top_k_reader,
             no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback, filters=question.filters,
         )  # fmt: skip
-        return {**result, "pipeline": pipeline_label(self.settings, retriever, question.mode, result.get("reader_backend"))}
+        return {**result, "pipeline": pipeline_label(self.settings, retriever, question.mode, result.get("reader_backend"), result.get("device"))}
 
     # ------------------------------------------------------------------ feedback
 

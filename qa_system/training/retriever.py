@@ -49,6 +49,7 @@ from sentence_transformers.sentence_transformer.losses import MultipleNegativesR
 from transformers import TrainerCallback
 
 from qa_system.config import Settings
+from qa_system.devices import is_cuda, resolve_device
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.evaluation.retrieval import run_retriever
 from qa_system.metrics.ranking import retrieval_metrics
@@ -240,12 +241,12 @@ def dev_recall(query_model, passages: np.ndarray, questions: Sequence[LabelledQu
 # ------------------------------------------------------------------------------------ encoders
 
 
-def load_encoder(name_or_path: str, max_seq_length: int | None = None, what: str = "base model"):
-    """A SentenceTransformer on CPU (any sentence-transformers id or path; a bare HF encoder gets mean pooling)."""
+def load_encoder(name_or_path: str, max_seq_length: int | None = None, what: str = "base model", device: str = "cpu"):
+    """A SentenceTransformer on ``device`` (resolved; any sentence-transformers id or path; a bare HF encoder gets mean pooling)."""
     from sentence_transformers import SentenceTransformer
 
     try:
-        model = SentenceTransformer(str(name_or_path), device="cpu")
+        model = SentenceTransformer(str(name_or_path), device=device)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise QAError(f"Could not load the {what} '{name_or_path}': {detail}", "pass a sentence-transformers model directory or a hub id.") from error
@@ -259,7 +260,8 @@ def indexed_vectors(settings: Settings, domains: Sequence[str], encoder: str) ->
     from qa_system.ingestion.indexing import embeddings_match
     from qa_system.stores import index_name, try_open_index
 
-    wanted = settings.with_(embedding_model=encoder)
+    # Training compares float32 vectors: an index embedded in int8 is not reused.
+    wanted = settings.with_(embedding_model=encoder, embedding_backend="torch")
     vectors: dict[str, np.ndarray] = {}
     for domain in domains:
         index = try_open_index(settings, index_name(domain))
@@ -320,10 +322,11 @@ def load_encoders(config: RetrieverTrainingConfig, base_model: str, query_base_m
 
     frozen = config.encoders == "question"
     passage_base = str(resume_from / "passage") if resume_from is not None and config.encoders == "separate" else base_model
-    passage = load_encoder(passage_base, None if frozen else config.max_seq_length)
+    device = resolve_device(settings.device)
+    passage = load_encoder(passage_base, None if frozen else config.max_seq_length, device=device)
     if config.encoders == "shared":
         return Encoders("shared", passage, passage)
-    query = load_encoder(query_base_model or base_model, config.max_seq_length, "question base model")
+    query = load_encoder(query_base_model or base_model, config.max_seq_length, "question base model", device)
     if not frozen:
         return Encoders("separate", query, passage)
     # The passage encoder never changes: every review is encoded once (or read from a saved index).
@@ -483,14 +486,14 @@ class EpochSelection(TrainerCallback):
         self.history, self.best, self.stale, self.losses = record["history"], record["best"], record["stale"], record["losses"]
 
 
-def _training_arguments(config: RetrieverTrainingConfig, checkpoints: Path, total_steps: int, batches: list[list[int]], progress: bool):
+def _training_arguments(config: RetrieverTrainingConfig, checkpoints: Path, total_steps: int, batches: list[list[int]], progress: bool, device: str = "cpu"):
     from sentence_transformers.sentence_transformer.training_args import SentenceTransformerTrainingArguments
 
     return SentenceTransformerTrainingArguments(
         output_dir=str(checkpoints), learning_rate=config.learning_rate, weight_decay=config.weight_decay, max_steps=total_steps,
         lr_scheduler_type="linear", warmup_steps=int(config.warmup_ratio * total_steps), max_grad_norm=1.0, seed=config.seed,
         batch_sampler=FixedBatches(batches), save_strategy="steps", save_steps=config.checkpoint_steps,
-        save_total_limit=2, logging_strategy="steps", logging_steps=1, report_to=[], use_cpu=True, disable_tqdm=not progress,
+        save_total_limit=2, logging_strategy="steps", logging_steps=1, report_to=[], use_cpu=not is_cuda(device), disable_tqdm=not progress,
         dataloader_num_workers=0, eval_strategy="no", remove_unused_columns=False,
     )  # fmt: skip
 
@@ -569,7 +572,7 @@ def train_retriever(
         selection.history.append({"epoch": 0, "steps": 0, "dev": selection.evaluate("base model")})
         print(json.dumps(selection.history[-1]), flush=True)
     trainer = SentenceTransformerTrainer(
-        model=encoders.query, args=_training_arguments(config, output_dir / CHECKPOINTS, total_steps, batches, progress),
+        model=encoders.query, args=_training_arguments(config, output_dir / CHECKPOINTS, total_steps, batches, progress, resolve_device(settings.device)),
         train_dataset=Dataset.from_dict(columns), loss=ReviewRankingLoss(encoders, config.scale), data_collator=ReviewCollator(encoders, reviews),
         callbacks=[selection, *callbacks],
     )  # fmt: skip

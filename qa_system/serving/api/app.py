@@ -270,7 +270,7 @@ class ServedAPI:
             query=question.query, collection=question.collection or self.service.names[0], item_id=question.item_id,
             retriever=question.retriever or self.settings.retriever, mode=question.mode, pipeline=result["pipeline"],
             no_answer=rank_answers(views).abstains, answers=[AnswerOut.of(v, c) for v, c in zip(views, answer_cards(views))],
-            documents=[ReviewOut.of(d) for d in result["documents"]], timings=timings,
+            documents=[ReviewOut.of(d) for d in result["documents"]], timings=timings, device=result.get("device"),
         )  # fmt: skip
 
     async def answer(self, question: Question, request: Request) -> QueryResponse | Response:
@@ -366,7 +366,7 @@ async def health(api: Served) -> JSONResponse:
     status = api.status()
     memory_mb = round(psutil.Process().memory_info().rss / 2**20, 1)
     body = HealthOut(
-        **status, collections=api.service.names, reader_backend=api.settings.reader_backend, memory_mb=memory_mb,
+        **status, collections=api.service.names, reader_backend=api.settings.reader_backend, device=api.service.device, memory_mb=memory_mb,
         open_collections=list(api.service.open_collections()),
     )  # fmt: skip
     return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)

@@ -171,6 +171,7 @@ class QueryResponse(BaseModel):
     answers: list[AnswerOut] = Field(description="best first; the no_answer candidate sits at its rank")
     documents: list[ReviewOut] = Field(description="the retrieved reviews, best first")
     timings: dict[str, float] = Field(description="seconds: retrieval_s, answer_s, total_s, queue_s (waiting for a worker) and per component")
+    device: str | None = Field(None, description="where the pipeline's models ran: cpu, or cuda:N")
 
 
 def public_model_name(model: str | None) -> str | None:
@@ -256,6 +257,7 @@ class HealthOut(BaseModel):
     status: Literal["loading", "ready", "failed"]
     collections: list[str]
     reader_backend: str
+    device: str = Field(description="where the models run (QA_DEVICE resolved): cpu, or cuda:N")
     progress: dict[str, int] | None = Field(None, description="loading: reviews embedded so far (done, total) on a first start")
     waiting: dict[str, str | float] | None = Field(
         None, description="loading: the search server is unreachable; `error` says which and how to fix it, `retry_in_s` when the load tries again",

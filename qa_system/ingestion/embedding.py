@@ -1,0 +1,170 @@
+"""Sentence embeddings of reviews and questions, by one of two backends, on the configured device.
+
+* ``onnx`` (``QA_EMBEDDING_BACKEND``, the default): the encoder's int8 ONNX export on the CPU
+  (``onnx_encoder.py``), built into the cache on first use;
+* ``torch``: sentence-transformers in float32, on the configured device (``QA_DEVICE``).
+
+On a GPU an index is embedded by PyTorch there (int8 is a CPU's shortcut). An index's manifest
+records the backend that embedded it (``embedding_backend``; none recorded: torch, the only one
+before), and its questions are embedded by that backend, so that questions and reviews are always
+vectors of one kind. A failed export falls back to PyTorch with a warning, recorded as torch.
+Encoders are loaded once per process (model, backend, device) and shared by every pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from qa_system.devices import is_cuda, resolve_device
+from qa_system.errors import QAError
+
+# What an index embedded before backends were recorded was embedded with.
+LEGACY_BACKEND = "torch"
+logger = logging.getLogger(__name__)
+_encoders: dict[tuple, Any] = {}
+_encoders_lock = threading.Lock()
+_failed: dict[tuple[str, str], str] = {}  # (model, cache) -> why its export failed in this process
+
+
+class TorchSentenceEncoder:
+    """sentence-transformers in float32 on ``device`` (resolved: "cpu" or "cuda:N"), unit-length vectors."""
+
+    backend = "torch"
+    precision = "float32"
+
+    def __init__(self, model: str, device: str):
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            self.model = SentenceTransformer(model, device=device)
+        except (OSError, ValueError) as error:
+            raise QAError(f"Could not load the embedding model '{model}' ({error}).", "pass a local model path or an id of the Hugging Face hub.") from error
+        self.device = device
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """One float32 row per text, as ``SentenceTransformer.encode(normalize_embeddings=True)`` makes it."""
+        return self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+
+
+def indexing_backend(backend: str, device: str = "auto") -> str:
+    """The backend that embeds an index for the settings' ``backend`` and ``device``: torch on a GPU, else ``backend``."""
+    return "torch" if backend == "onnx" and is_cuda(resolve_device(device)) else backend
+
+
+def default_cache() -> Path:
+    """The encoder exports' folder of the default home (components given no cache)."""
+    from qa_system.config import DEFAULT_HOME, embedding_onnx_cache
+
+    return embedding_onnx_cache(DEFAULT_HOME)
+
+
+def load_encoder(model: str, backend: str = "onnx", device: str = "auto", cache: str | Path | None = None):
+    """The process's encoder of ``model`` for ``backend`` (onnx: int8 on the CPU whatever ``device``; torch: on ``device``).
+    An onnx export that cannot be built falls back to torch after a warning (``.backend`` says which runs)."""
+    from qa_system.config import EMBEDDING_BACKENDS
+
+    if backend not in EMBEDDING_BACKENDS:
+        raise QAError(f"Unknown embedding backend '{backend}'.", f"use one of: {', '.join(EMBEDDING_BACKENDS)} (QA_EMBEDDING_BACKEND).")
+    cache = Path(cache or default_cache()).expanduser()
+    resolved = "cpu" if backend == "onnx" else resolve_device(device)
+    if backend == "onnx" and (model, str(cache)) in _failed:
+        backend, resolved = "torch", resolve_device(device)
+    key = (str(model), backend, resolved, str(cache) if backend == "onnx" else "")
+    with _encoders_lock:
+        if key in _encoders:
+            return _encoders[key]
+        encoder = _onnx_or_none(model, cache) if backend == "onnx" else None
+        if encoder is None:
+            encoder = TorchSentenceEncoder(model, resolve_device(device) if backend == "onnx" else resolved)
+        _encoders[key] = encoder
+        return encoder
+
+
+def _onnx_or_none(model: str, cache: Path):
+    from qa_system.ingestion.onnx_encoder import load_onnx_encoder
+
+    try:
+        return load_onnx_encoder(model, cache)
+    except Exception as error:  # noqa: BLE001 - the exporter and ONNX Runtime raise untyped errors; PyTorch reads the same weights
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        _failed[(model, str(cache))] = reason
+        logger.warning("Could not build the ONNX encoder for %s (%s): embedding with PyTorch.", model, reason)
+        return None
+
+
+def describe(encoder) -> str:
+    """How an encoder computes, for reports: "onnx int8 on cpu", "torch float32 on cuda:0"."""
+    return f"{encoder.backend} {encoder.precision} on {encoder.device}"
+
+
+class DocumentEmbedder:
+    """Embeds documents' content (``run(documents=...)`` as Haystack's document embedders): unit-length vectors,
+    so dot product = cosine in every store."""
+
+    def __init__(self, encoder, batch_size: int = 32):
+        self.encoder, self.batch_size = encoder, batch_size
+
+    @property
+    def backend(self) -> str:
+        """The backend that runs (onnx, or torch when asked for or fallen back to)."""
+        return self.encoder.backend
+
+    def run(self, documents: list[Document]) -> dict[str, list[Document]]:
+        """Copies of ``documents`` with their ``embedding`` set."""
+        vectors = self.encoder.encode([d.content or "" for d in documents], self.batch_size)
+        return {"documents": [replace(d, embedding=v.tolist()) for d, v in zip(documents, vectors)]}
+
+
+@component
+class QueryEmbedder:
+    """The question's vector, by the encoder and backend that embedded the index (``embedding_backend`` of its manifest).
+
+    :param model: the question encoder (the passage encoder, or a DPR-style question model).
+    :param backend: "onnx" or "torch": the index's, so that questions and reviews are vectors of one kind.
+    The device and the export cache are the machine's, not the pipeline's: ``use_runtime`` sets them
+    (``load_pipeline`` passes the settings'); a pipeline loaded elsewhere uses ``auto`` and the default home.
+    """
+
+    def __init__(self, model: str, backend: str = LEGACY_BACKEND):
+        self.model, self.backend = str(model), backend
+        self.device, self.cache = "auto", None
+        self._encoder = None
+
+    def use_runtime(self, device: str, home: str | Path | None = None) -> None:
+        """Run on ``device`` (a QA_DEVICE setting), with the exports under ``home``'s cache."""
+        from qa_system.config import embedding_onnx_cache
+
+        self.device, self.cache = device, None if home is None else embedding_onnx_cache(Path(home))
+        self._encoder = None
+
+    def warm_up(self) -> None:
+        """Load the encoder (once per process)."""
+        if self._encoder is None:
+            self._encoder = load_encoder(self.model, self.backend, self.device, self.cache)
+
+    @property
+    def runs_on(self) -> str | None:
+        """The device that embeds once loaded ("cpu", "cuda:0"; int8 ONNX always on the CPU); None before ``warm_up``."""
+        return self._encoder.device if self._encoder is not None else None
+
+    @component.output_types(embedding=list[float])
+    def run(self, text: str) -> dict[str, list[float]]:
+        """The unit-length vector of ``text``."""
+        self.warm_up()
+        return {"embedding": self._encoder.encode([text], 1)[0].tolist()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The encoder and backend (the device is the machine's)."""
+        return default_to_dict(self, model=self.model, backend=self.backend)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "QueryEmbedder":
+        """The component from ``to_dict``'s output."""
+        return default_from_dict(cls, data)

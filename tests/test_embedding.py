@@ -1,0 +1,116 @@
+"""The bi-encoder's backends (ingestion/embedding.py, onnx_encoder.py): the int8 ONNX export against
+sentence-transformers float32, its cache, the backend an index records and its questions follow, and a
+BM25 server that embeds a collection only when a dense question first needs it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from qa_system.config import Settings, default_embedding_model
+from qa_system.errors import QAError
+from qa_system.ingestion.embedding import QueryEmbedder, TorchSentenceEncoder, load_encoder
+from qa_system.ingestion.indexing import build_index, embeddings_match
+from qa_system.ingestion.onnx_encoder import EXPORT_INFO, cached_encoder_export, encoder_layout, is_complete
+from qa_system.pipelines import build_retrieval_pipeline
+from qa_system.serving.question import Question
+from qa_system.serving.service import QAService
+from qa_system.stores import try_open_index
+
+SENTENCES = [
+    "The battery lasts a week.", "Is it good for reading at night?", "The cord broke after two months.",
+    "Deep bass and a comfortable fit for long flights.", "  Shipping was slow and the box was damaged.  ",
+    "A precise wireless mouse with a solid scroll wheel " * 40,  # longer than the encoder's 256 tokens: truncated alike
+]
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory):
+    """One export of the shipped MiniLM for the module (built once, about 10 s)."""
+    return tmp_path_factory.mktemp("embedding-onnx")
+
+
+def test_the_int8_export_embeds_as_sentence_transformers_does(onnx_cache):
+    model = default_embedding_model()
+    int8 = load_encoder(model, "onnx", "cpu", onnx_cache)
+    float32 = TorchSentenceEncoder(model, "cpu")
+    assert (int8.backend, int8.precision, int8.device) == ("onnx", "int8", "cpu")
+    a, b = float32.encode(SENTENCES), int8.encode(SENTENCES, batch_size=4)
+    assert a.shape == b.shape == (len(SENTENCES), 384) and b.dtype == np.float32
+    assert np.allclose(np.linalg.norm(b, axis=1), 1, atol=1e-4)  # normalised inside the graph
+    assert (a * b).sum(axis=1).min() > 0.97  # int8 weights: the same vector, give or take
+    # Questions rank the sentences alike: each one's nearest sentence is the same under both backends.
+    assert ((a @ a.T).argsort(axis=1)[:, -2] == (b @ b.T).argsort(axis=1)[:, -2]).all()
+    assert int8.encode([]).shape[0] == 0
+
+
+def test_the_export_is_cached_by_the_model_files_and_reused(onnx_cache, tmp_path):
+    model = default_embedding_model()
+    first = cached_encoder_export(model, onnx_cache)
+    info = json.loads((first / EXPORT_INFO).read_text(encoding="utf-8"))
+    assert is_complete(first) and info["layout"] == {"pooling": "mean", "normalize": True, "max_seq_length": 256}
+    assert info["model_fingerprint"] and "int8" in info["quantization"]
+    built = (first / EXPORT_INFO).stat().st_mtime_ns
+    assert cached_encoder_export(model, onnx_cache) == first and (first / EXPORT_INFO).stat().st_mtime_ns == built  # reused, not rebuilt
+    (first / EXPORT_INFO).write_text("{}", encoding="utf-8")  # an export cut short is not complete
+    assert not is_complete(first)
+
+
+def test_a_layout_the_export_does_not_reproduce_is_one_line(tmp_path):
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "", "type": "sentence_transformers.models.Transformer"},
+                                                       {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))  # fmt: skip
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    with pytest.raises(QAError, match="QA_EMBEDDING_BACKEND=torch"):
+        encoder_layout(tmp_path)
+
+
+def test_an_unknown_embedding_backend_is_refused():
+    with pytest.raises(QAError, match="onnx, torch"):
+        Settings(embedding_backend="tensorrt")
+
+
+def test_an_index_records_its_backend_and_its_questions_follow_it(settings, onnx_cache, monkeypatch):
+    monkeypatch.setattr("qa_system.config.Settings.embedding_onnx_cache", property(lambda self: onnx_cache))
+    int8 = settings.with_(embedding_backend="onnx", device="cpu")
+    index = build_index(int8, progress=False)
+    assert index.manifest["embedding_backend"] == "onnx" and embeddings_match(index, int8)
+    # Configured for torch now: the saved int8 vectors are no longer the configured backend's (re-embedded on open) ...
+    float32 = int8.with_(embedding_backend="torch")
+    assert not embeddings_match(index, float32) and embeddings_match(index, float32, backend=False)
+    # ... but a pipeline over them embeds its questions in int8, as its reviews were.
+    pipeline = build_retrieval_pipeline("dense", float32, index=index)
+    embedder = pipeline.pipeline.get_component("query_embedder")
+    assert isinstance(embedder, QueryEmbedder) and embedder.backend == "onnx" and embedder.runs_on == "cpu"
+    top = pipeline.run("Is the cord durable?", top_k=1)["documents"][0]
+    assert top.meta["review_id"] == "r-phones-2"
+
+
+def test_a_bm25_server_embeds_a_collection_only_when_a_dense_question_needs_it(settings, tiny_reader):
+    served = settings.with_(retriever="bm25", reader_model=str(tiny_reader), reader_backend="torch", embedding_backend="torch")
+    service = QAService(served).start()
+    service._loading.result()
+    assert service.ready and service.device == "cpu"
+    saved = try_open_index(served, "subjqa-electronics")
+    assert saved is not None and saved.embedding_model is None and "embedding_backend" not in saved.manifest
+    assert all(d.embedding is None for d in saved.store.filter_documents())  # ready, and nothing embedded
+    assert service.ask(Question("How is the bass?", item_id="HEADPHONES"))["documents"]  # BM25 questions embed nothing
+    assert try_open_index(served, "subjqa-electronics").embedding_model is None
+
+    answer = service.ask(Question("Is the cord durable?", item_id="HEADPHONES", retriever="dense"))
+    assert answer["documents"][0].meta["review_id"] == "r-phones-2" and answer["device"] == "cpu"
+    embedded = try_open_index(served, "subjqa-electronics")
+    assert embedded.embedding_model == served.embedding_model and embedded.manifest["embedding_backend"] == "torch"
+    index, written = service.index(None), embedded.manifest["created"]
+    service.ask(Question("How is the bass?", item_id="HEADPHONES", retriever="hybrid"))
+    service.ask(Question("Is the cord durable?", item_id="HEADPHONES", retriever="dense"))
+    assert service.index(None) is index  # the second dense question (and the hybrid one) embedded nothing again
+    assert try_open_index(served, "subjqa-electronics").manifest["created"] == written
+
+
+def test_embed_at_start_embeds_while_the_server_starts(settings, tiny_reader):
+    served = settings.with_(retriever="bm25", reader_model=str(tiny_reader), reader_backend="torch", embedding_backend="torch", embed_at_start=True)
+    QAService(served).start()._loading.result()
+    assert try_open_index(served, "subjqa-electronics").embedding_model == served.embedding_model
