@@ -15,7 +15,7 @@ from pathlib import Path
 from qa_system.reading.model import load_qa_model
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.sources.qa_files import read_qa_file
-from qa_system.training.reader import resolve_device
+from qa_system.devices import resolve_device
 from qa_system.training.reader_data import dev_predictions
 
 

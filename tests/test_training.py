@@ -328,11 +328,11 @@ def test_auto_device_trains_on_the_cpu_here_and_an_absent_gpu_is_refused_in_one_
     import torch
 
     from qa_system.cli.main import main
-    from qa_system.training.reader import resolve_device
+    from qa_system.training.reader import training_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a CI machine that has a GPU
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert resolve_device("auto") == resolve_device("cpu") == "cpu"
+    assert training_device("auto") == training_device("cpu") == "cpu"
     base = tiny_model_dir(tmp_path / "base")
     argv = [
         "train-reader", "--home", str(tmp_path / "home"), "--no-subjqa", "--train-file", str(squad_files[0]), "--dev-file", str(squad_files[1]),
@@ -343,10 +343,10 @@ def test_auto_device_trains_on_the_cpu_here_and_an_absent_gpu_is_refused_in_one_
     for device in ("cuda", "cuda:1"):
         assert main([*argv, "--device", device]) == 2
         error = capsys.readouterr().err
-        assert error.count("\n") == 1 and "no CUDA GPU" in error and "--device cpu" in error
+        assert error.count("\n") == 1 and "asks for a CUDA GPU" in error and "--device cpu" in error
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # a refused cuda:N leaves the environment as it was
     assert not (tmp_path / "reader").exists()
-    assert main([*argv, "--device", "gpu"]) == 2 and "Unknown device 'gpu'" in capsys.readouterr().err
+    assert main([*argv, "--device", "tpu"]) == 2 and "Unknown device 'tpu'" in capsys.readouterr().err
     assert main([*argv, "--device", "auto"]) == 0
     info = json.loads((tmp_path / "reader" / MODEL_INFO_FILE).read_text())
     assert info["machine"]["device"] == "cpu"

@@ -13,13 +13,13 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
     """`qa-system train-reader`: fine-tune an extractive reader; prints the best epoch's dev figures and where it was saved."""
     from qa_system.training.distillation import DistillationConfig
     from qa_system.training.interpolation import interpolate_readers
-    from qa_system.training.reader import TrainingConfig, resolve_device, resume_point, train_reader
+    from qa_system.training.reader import TrainingConfig, resume_point, train_reader, training_device
     from qa_system.training.reader_data import subjqa_to_squad_files
 
     settings = settings_from_args(args)
     finetuned = args.output.with_name(args.output.name + "-finetuned") if args.interpolate else args.output
     resume_point(args.resume_from, finetuned)  # a wrong checkpoint is refused before any work
-    resolve_device(args.device)  # so is a GPU that is not there
+    training_device(settings.device)  # so is a GPU that is not there
     if args.interpolate and not args.base_model:
         raise QAError("--interpolate mixes the new reader with the reader it was fine-tuned from.", "pass that reader as --base-model.")
     distillation = None if args.teacher is None else DistillationConfig(args.teacher, args.distill_temperature, args.distill_alpha)
@@ -40,7 +40,7 @@ def cmd_train_reader(args: argparse.Namespace) -> None:
     result = train_reader(
         train_files, dev_files, args.base_model or settings.embedding_model, finetuned, config,
         select_on=select_on, distillation=distillation, drop_dev_questions=args.drop_dev_questions, no_answer_prior=args.no_answer_prior,
-        resume_from=args.resume_from, device=args.device,
+        resume_from=args.resume_from, device=settings.device,
     )
     print(f"Saved the best model (epoch {result.best_epoch}, no-answer threshold {result.no_answer_threshold:.3f}) to {result.output_dir}")
     if args.interpolate:
@@ -155,8 +155,6 @@ def register(commands, options: Options) -> None:
                    help="save a checkpoint every N optimiser steps in OUTPUT/checkpoints (the last two are kept; removed when the run ends)")
     p.add_argument("--resume-from", metavar="CHECKPOINT",
                    help="continue an interrupted run of the same command: a checkpoint folder (OUTPUT/checkpoints/checkpoint-N) or 'last'")
-    p.add_argument("--device", default="auto", metavar="{auto,cpu,cuda,cuda:N}",
-                   help="where to train: auto (default) takes a CUDA GPU when PyTorch sees one, with bf16 autocast where it has it, else the CPU")
     p.add_argument("--teacher", help="distil from this QA model's start/end distributions (it must use the base model's tokenizer)")
     p.add_argument("--distill-temperature", type=number("--distill-temperature", 0, above=True), default=2.0, help="softmax temperature of the distillation")
     p.add_argument("--distill-alpha", type=number("--distill-alpha", 0, maximum=1), default=0.5, help="weight of the gold-span loss; 1 - alpha goes to the teacher's")

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from qa_system.devices import resolve_device
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.metrics.no_answer import scores_at, tune_no_answer_threshold
 from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
@@ -44,7 +45,6 @@ from qa_system.training.reader_data import (
 )
 
 PathLike = str | Path
-DEVICES = ("auto", "cpu", "cuda")  # or cuda:N
 CHECKPOINTS = "checkpoints"  # inside the output folder while training; removed once the run has finished
 SELECTION_STATE = "selection.json"  # the epoch selection's state, saved in each checkpoint
 
@@ -99,34 +99,13 @@ class _Selection:
     seconds_before: float = 0.0  # training time spent before a resume
 
 
-def resolve_device(device: str = "auto") -> str:
-    """"cpu" or "cuda": ``auto`` takes CUDA when there is one; ``cuda`` / ``cuda:N`` absent is refused (QAError).
-
-    ``cuda:N`` is made the only visible GPU (the Trainer always trains on the first one it sees); CUDA
-    reads that list once, so it has to be chosen before anything in this process has touched CUDA.
-    """
-    import os
-
-    import torch
-
-    name, _, index = str(device).partition(":")
-    if name not in DEVICES or (index and (name != "cuda" or not index.isdigit())):
-        raise QAError(f"Unknown device '{device}'.", "use auto, cpu, cuda or cuda:N.")
-    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
-        return "cpu"
-    if index:
-        if torch.cuda.is_initialized():
-            raise QAError(f"Device {device} must be chosen before CUDA is started in this process.", f"set CUDA_VISIBLE_DEVICES={index} and pass --device cuda.")
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        ids = visible.split(",") if visible else None
-        if ids is not None and int(index) >= len(ids):
-            raise QAError(f"No CUDA device {index}: CUDA_VISIBLE_DEVICES shows {len(ids)}.", "pass --device cpu, or cuda:N with N below that count.")
-        os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(index)] if ids is not None else index
-    if not torch.cuda.is_available():
-        if index:
-            os.environ.pop("CUDA_VISIBLE_DEVICES") if visible is None else os.environ.update(CUDA_VISIBLE_DEVICES=visible)
-        raise QAError(f"Device {device} was asked for but PyTorch sees no CUDA GPU there.", "pass --device cpu (or auto), or a CUDA build of PyTorch on a machine with that GPU.")
-    return "cuda"
+def training_device(setting: str = "auto") -> str:
+    """"cpu" or "cuda" for the Trainer, from the one device setting (``devices.resolve_device``: an absent GPU is
+    refused there). The Trainer trains on the first GPU it sees, so another one is chosen with CUDA_VISIBLE_DEVICES."""
+    device = resolve_device(setting)
+    if device not in ("cpu", "cuda:0"):
+        raise QAError(f"Training runs on the first GPU it sees; {setting} names GPU {device[5:]}.", f"set CUDA_VISIBLE_DEVICES={device[5:]} and use --device cuda.")
+    return "cpu" if device == "cpu" else "cuda"
 
 
 def _teacher(distillation: DistillationConfig | None, student_tokenizer, device: str = "cpu"):
@@ -341,13 +320,13 @@ def train_reader(
     :param resume_from: a checkpoint folder (``<output_dir>/checkpoints/checkpoint-N``) or ``"last"``:
         continue an interrupted run of the same command from there.
     :param callbacks: more ``transformers.TrainerCallback``s (logging, early stopping, ...).
-    :param device: ``auto`` (CUDA when there is one, else CPU), ``cpu``, ``cuda`` or ``cuda:N`` (see resolve_device).
+    :param device: ``auto`` (CUDA when there is one, else CPU), ``cpu``, ``cuda`` or ``cuda:N`` (see training_device).
     :returns: where the best model is, its epoch, threshold and dev metrics per file.
     """
     if not train_files or not dev_files:
         raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD or MRQA files (see `qa-system export-squad`).")
     no_answer_prior = check_number(no_answer_prior, "no_answer_prior", 0, maximum=1, optional=True)
-    device = resolve_device(device)
+    device = training_device(device)
     output_dir = Path(output_dir)
     checkpoints = output_dir / CHECKPOINTS
     resume = resume_point(resume_from, output_dir)
