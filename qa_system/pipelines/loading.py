@@ -143,4 +143,6 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
         component = pipeline.get_component(component_name)
         if hasattr(component, "document_store"):
             component.document_store = index.store
+        elif hasattr(component, "_document_store"):  # the search-server retrievers keep theirs private
+            component._document_store = index.store
     return pipeline
