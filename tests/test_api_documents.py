@@ -185,6 +185,25 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     assert call("DELETE", "/collections/{name}", "/collections/subjqa-electronics").status_code == 422
 
 
+def test_half_a_character_in_a_document_is_a_422_naming_where(call):
+    """JSON's "\\ud800" escape in a document's id, text or key was a 500 (UnicodeEncodeError): nothing is added."""
+    call("POST", "/collections", json={"name": "halves"})
+    upload = "/collections/{name}/documents"
+    for document, where, character in (
+        ({**review(1), "id": "r\ud800"}, 'the value documents[1]["id"]', "character 2 is a lone surrogate (\\ud800)"),
+        ({**review(1), "text": "lone \udcff"}, 'the value documents[1]["text"]', "character 6 is a lone surrogate (\\udcff: the byte 0xff of another encoding)"),
+        ({**review(1), "\ud800": "x"}, "a key of documents[1]", "character 1 is a lone surrogate (\\ud800)"),
+    ):
+        body = json.dumps({"documents": [review(0), document]}).encode()  # ASCII, the surrogate as its escape
+        refused = call("POST", upload, "/collections/halves/documents", content=body, headers={"Content-Type": "application/json"})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"] == f"{where[0].upper()}{where[1:]} is not UTF-8 text: {character}. Fix: send {where} as UTF-8 text."
+    as_file = call("POST", upload, "/collections/halves/documents", content=b'{"id": "r1", "text": "lone \\ud800"}\n', headers={"Content-Type": "application/x-ndjson"})
+    assert as_file.status_code == 422 and "is not UTF-8 text: character 6 is a lone surrogate" in as_file.json()["detail"]
+    (listed,) = [c for c in call("GET", "/collections").json() if c["name"] == "halves"]
+    assert listed["documents"] == 0
+
+
 def through_guards(messages: list[dict], headers: dict[str, str] | None = None) -> tuple[list[bytes], int, dict]:
     """``messages`` sent as a POST's body to an app behind ``Guarded``: the bodies the app was handed, and the answer's status and body."""
     handed, answer = [], {}
