@@ -718,6 +718,35 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
     assert "API:" in (tmp_path / "api.log").read_text()
 
 
+def left_in_time_wait() -> int:
+    """A loopback port that a server has just stopped serving on: its side of a connection waits out TIME_WAIT there."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+        accepted.close()  # the server closes first: its end enters TIME_WAIT
+        client.recv(1)
+        client.close()
+        return listener.getsockname()[1]
+
+
+def test_the_api_restarts_at_once_on_the_port_it_just_left(api_settings, tmp_path):
+    """The port check bound without SO_REUSEADDR: a restart right after a stop was refused for up to 60 s."""
+    from qa_system.serving.api.server import CLI
+    from qa_system.serving.webapp import serve_process
+
+    port = left_in_time_wait()
+    with socket.socket() as plain:  # what the check did: refused while the old connection waits
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    env = {"QA_DATA_DIR": str(api_settings.data_dir), "QA_HOME": str(api_settings.home), "QA_READER_MODEL": api_settings.reader_model, "QA_READER_BACKEND": "torch"}
+    command = [*CLI, "api", "--host", "127.0.0.1", "--port", str(port), "--rate-limit", "0"]
+    with serve_process(command, f"http://127.0.0.1:{port}/health", "qa-system api", env, tmp_path / "api.log", timeout=180):
+        assert ask(f"http://127.0.0.1:{port}").status_code == 200
+
+
 def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
     assert main(["ask", "Is it good for reading?", "--item", "KINDLE", "--url", api, "--top-k", "2"]) == 0
     out = capsys.readouterr().out
