@@ -17,6 +17,7 @@ not answer, and 400 (a body cut short) / 401 / 413 / 429 / 500 from the guards (
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sys
@@ -213,12 +214,16 @@ class ServedAPI:
         self.settings, self.service, self.metrics = settings, service, metrics
         self.workers: ThreadPoolExecutor | None = None  # from the server's start to its stop
         self.generating: ThreadPoolExecutor | None = None  # RAG answers' own threads: a slow generation never holds a worker
+        # Document changes' own thread: reading and checking an upload (seconds for a large file) never holds a
+        # question's worker, and uploads sent at once are checked one after another, not all against the questions.
+        self.changing: ThreadPoolExecutor | None = None
         self.keepalive_s = KEEPALIVE_S  # seconds of silence before an event stream sends a keep-alive comment
 
     def start(self) -> None:
         """Open the pool of ``api_workers`` threads and start loading the service (in the background)."""
         self.workers = ThreadPoolExecutor(self.settings.api_workers, thread_name_prefix="qa-api-worker")
         self.generating = ThreadPoolExecutor(self.settings.api_workers, thread_name_prefix="qa-api-generator")
+        self.changing = ThreadPoolExecutor(1, thread_name_prefix="qa-api-changes")
         self.service.start()
 
     def stop(self) -> None:
@@ -226,6 +231,7 @@ class ServedAPI:
         self.service.stop()
         self.workers.shutdown(wait=False, cancel_futures=True)
         self.generating.shutdown(wait=False, cancel_futures=True)
+        self.changing.shutdown(wait=False, cancel_futures=True)
 
     def status(self) -> dict[str, Any]:
         """The service's status (``QAService.status``), with the readiness gauge brought up to date."""
@@ -259,6 +265,10 @@ class ServedAPI:
         rag = isinstance(args[0] if args else None, Question) and args[0].mode == "rag"
         result = await asyncio.get_running_loop().run_in_executor(self.generating if rag else self.workers, run)
         return result, started[0] - submitted
+
+    async def changing_documents(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function`` (a change to documents: reading and checking an upload, a deletion) run in the thread of document changes."""
+        return await asyncio.get_running_loop().run_in_executor(self.changing, functools.partial(function, *args))
 
     def respond(self, question: Question, result: dict[str, Any], queued: float) -> QueryResponse:
         """The response body of an answered question; its stage times go to the metrics."""
