@@ -5,6 +5,7 @@ server (tests/openai_stub.py) whose replies can be made slow."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -598,6 +599,19 @@ def test_unknown_routes_and_methods_name_the_fix(api):
     refused(httpx.get(f"{api}/query"), 405, "Method Not Allowed: GET /query.")
     # Query strings are decoded with replacement characters: a surrogate or a stray byte cannot reach the code.
     refused(httpx.get(f"{api}/products?collection=%ED%A0%80%FF"), 404, "Unknown collection '\ufffd\ufffd\ufffd\ufffd'.")
+
+
+def test_the_docs_page_loads_nothing_from_another_host(api):
+    """FastAPI's /docs loaded Swagger UI's scripts, styles and favicon from cdn.jsdelivr.net and fastapi.tiangolo.com."""
+    page = httpx.get(f"{api}/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    html = page.text
+    assert "<script" not in html and "@import" not in html and "url(" not in html
+    links = re.findall(r"""(?:src|href|action)\s*=\s*["']?([^"' >]+)""", html, flags=re.I)
+    assert links and all(link.startswith(("/", "#")) and not link.startswith("//") for link in links), links
+    assert "/collections/{name}/documents" in html and 'id="schema-QueryRequest"' in html  # the routes and their bodies
+    assert httpx.get(f"{api}/redoc").status_code == 404
 
 
 def test_a_token_is_required_when_one_is_set(api, api_settings):

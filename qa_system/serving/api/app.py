@@ -31,7 +31,7 @@ import psutil
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -41,6 +41,7 @@ from qa_system.config import Settings
 from qa_system.errors import Conflict, NotFound, QAError, Unavailable
 from qa_system.serving.answer_views import answer_views, rank_answers
 from qa_system.serving.api import documents as document_routes
+from qa_system.serving.api.docs_page import CSP, docs_page
 from qa_system.serving.api.guards import Contained, Guarded, Metered, Metrics, error_response
 from qa_system.serving.api.schemas import (
     AnswerOut,
@@ -491,6 +492,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.api.stop()
 
 
+async def _docs(request: Request) -> HTMLResponse:
+    """The routes and schemas as a page that loads nothing from anywhere."""
+    return HTMLResponse(docs_page(request.app.openapi()), headers={"Content-Security-Policy": CSP})
+
+
 def create_app(settings: Settings | None = None, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
     """The app; it starts loading ``service`` (default: the process's shared QAService of ``collections``, which a
     page in this process uses too) when the server starts."""
@@ -500,8 +506,10 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
     # The document routes make and change collections of the store: after a restart it serves them again.
     service.serve_own |= settings.api_documents
     metrics = Metrics()
-    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan)
+    # FastAPI's /docs and /redoc load their scripts from a CDN: /docs is rendered here instead (docs_page.py).
+    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan, docs_url=None, redoc_url=None)
     app.include_router(router)
+    app.add_api_route("/docs", _docs, methods=["GET"], include_in_schema=False, response_class=HTMLResponse)
     app.add_exception_handler(QAError, _library_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(StarletteHTTPException, _http_error)
