@@ -10,6 +10,7 @@ import textwrap
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS
 from qa_system.errors import check_text
+from qa_system.safe_text import terminal_text
 
 
 def text(name: str):
@@ -39,13 +40,13 @@ def cmd_search(args: argparse.Namespace) -> None:
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, filters=args.filter)
     documents = result["documents"]
     name = args.retriever + (" + re-ranking" if args.rerank else "")
-    print(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)")
+    print(terminal_text(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"))
     for rank, document in enumerate(documents, 1):
         meta = document.meta
-        snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
+        snippet = textwrap.shorten(terminal_text(document.content or ""), width=args.width, placeholder=" ...")
         splits = " + ".join(split_names(document))
         own = ", ".join(f"{key} {value}" for key, value in user_metadata(meta).items())  # the source's columns: rating, date, ...
-        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits}" if splits else "") + (f"; {own})" if own else ")"))
+        print(terminal_text(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits}" if splits else "") + (f"; {own})" if own else ")")))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
@@ -62,9 +63,9 @@ def _label(document_id: str, meta: dict) -> str:
 
 
 def highlight(text: str, start: int, end: int, tty: bool) -> str:
-    """The answer marked inside its context: bold yellow on a terminal, **...** otherwise."""
+    """The answer marked inside its context: bold yellow on a terminal, **...** otherwise (the text's own control characters shown as escapes)."""
     left, right = ("\033[1;33m", "\033[0m") if tty else ("**", "**")
-    return f"{text[:start]}{left}{text[start:end]}{right}{text[end:]}"
+    return f"{terminal_text(text[:start])}{left}{terminal_text(text[start:end])}{right}{terminal_text(text[end:])}"
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
@@ -85,8 +86,8 @@ def cmd_ask(args: argparse.Namespace) -> None:
         top_k_reader=args.answers, no_answer_threshold=args.no_answer_threshold, filters=args.filter,
     )
     timings = result["timings"]
-    print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-          f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})")
+    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+                        f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})"))
     _print_spans(result["answers"], args)
 
 
@@ -96,20 +97,20 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
 
     body = ask_server(args.url, _question(args), token)
     timings = body["timings"]
-    print(f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-          f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})")
+    print(terminal_text(f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+                        f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})"))
     documents = {d["id"]: d for d in body["documents"]}
     tty = sys.stdout.isatty()
     for rank, answer in enumerate(body["answers"], 1):
         chance = f"{100 * answer['probability']:.0f}% chance right" if answer.get("probability") is not None else f"score {answer['score']:.2f}" if answer.get("score") is not None else ""
         if answer["kind"] == "no_answer":
-            print(f"\n{rank}. [no answer in these reviews]  {chance}")
+            print(terminal_text(f"\n{rank}. [no answer in these reviews]  {chance}"))
         elif answer["kind"] == "generated":
             cited = ", ".join(document_label_of(documents.get(i)) for i in answer["cited_document_ids"])
-            print(f"\n{rank}. {answer['text']}  (generated; cites {cited or 'nothing'})")
+            print(terminal_text(f"\n{rank}. {answer['text']}  (generated; cites {cited or 'nothing'})"))
         else:
             start = answer["start"] - answer["context_start"]
-            print(f"\n{rank}. {answer['text']}  {chance}  {document_label_of(documents.get(answer['document_id']))}")
+            print(terminal_text(f"\n{rank}. {answer['text']}  {chance}  {document_label_of(documents.get(answer['document_id']))}"))
             print(textwrap.indent(highlight(answer["context"], start, start + len(answer["text"]), tty), "   "))
 
 
@@ -141,7 +142,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
         names = [ServedCollection(args.collection)] if args.collection else [ServedCollection(d, subjqa_domain=True) for d in args.domain]
         service = QAService(settings, names, any_collection=True)
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
-    print(f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, ':quit' ends.", file=sys.stderr)
+    print(terminal_text(f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, ':quit' ends."), file=sys.stderr)
     for line in sys.stdin:
         line = line.strip()
         if line in (":quit", ":q"):
@@ -154,7 +155,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
         try:
             _answer_line(argparse.Namespace(**{**vars(args), "question": check_text(line, "the question")}), service, settings.api_token)
         except QAError as error:  # a bad question is one line; the shell goes on
-            print(f"error: {error}", file=sys.stderr)
+            print(terminal_text(f"error: {error}", newlines=False), file=sys.stderr)
 
 
 def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
@@ -164,10 +165,10 @@ def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
         return
     result = service.ask(_question(args))
     timings = result["timings"]
-    print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-          f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})")
+    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+                        f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})"))
     if args.mode == "rag" and result["answers"] and result["answers"][0].data is not None and not result["answers"][0].meta.get("withheld"):
-        print(f"A: {result['answers'][0].data}")
+        print(terminal_text(f"A: {result['answers'][0].data}"))
         return
     _print_spans(result["answers"], args)
 
@@ -184,39 +185,39 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
     views = answer_views(answers)
     close = rank_answers(views).close_call
     if close:
-        print(f"\n{close}")
+        print(terminal_text(f"\n{close}"))
     tty = sys.stdout.isatty()
     for rank, view in enumerate(views, 1):
         if view.kind == "no_answer":
-            print(f"\n{rank}. [no answer in these reviews]  {view.score_label}")
+            print(terminal_text(f"\n{rank}. [no answer in these reviews]  {view.score_label}"))
             continue
         document, start, end = view.document, view.start, view.end
         begin, stop = max(0, start - args.context), min(len(document.content), end + args.context)
         context = highlight(document.content[begin:stop], start - begin, end - begin, tty)
         others = f"  (said in {view.support} reviews)" if view.support > 1 else ""
-        print(f"\n{rank}. {view.text}  {view.score_label}  {document_label(document)}{others}")
+        print(terminal_text(f"\n{rank}. {view.text}  {view.score_label}  {document_label(document)}{others}"))
         print(textwrap.indent(("..." if begin else "") + context + ("..." if stop < len(document.content) else ""), "   "))
 
 
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     """The generated answer (streamed with --stream), then the reviews it cites and the others it was given."""
-    print(f"Q: {args.question}  ({args.item or 'all products'})")
+    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'})"))
     if args.stream:
         print("A: ", end="", flush=True)
-    stream = (lambda chunk: print(chunk.content, end="", flush=True)) if args.stream else None
+    stream = (lambda chunk: print(terminal_text(chunk.content), end="", flush=True)) if args.stream else None
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream, filters=args.filter)
     answer = result["answers"][0]
     meta, timings = answer.meta, result["timings"]
     if args.stream:
         print()
     if "withheld" in meta:  # the grounding check: the reviews cited do not say what was generated
-        print(f"A (generated, withheld): {meta['withheld']['text']}\n   Withheld: {meta['withheld']['reason']}. The extractive answers instead:")
+        print(terminal_text(f"A (generated, withheld): {meta['withheld']['text']}\n   Withheld: {meta['withheld']['reason']}. The extractive answers instead:"))
         _print_spans(result["answers"], args)
         return
     if answer.data is None:
-        print(f"A: [no answer in these reviews: {meta['no_answer_reason']}]")
+        print(terminal_text(f"A: [no answer in these reviews: {meta['no_answer_reason']}]"))
     elif not args.stream:
-        print(f"A: {answer.data}")
+        print(terminal_text(f"A: {answer.data}"))
     tokens = meta["usage"].get("completion_tokens")
     speed = f", {tokens / timings['generator']:.1f} tokens/s" if tokens and timings.get("generator") else ""
     print(f"   (retrieval {1000 * timings['retrieval_s']:.0f} ms, prompt {1000 * timings.get('prompt_builder', 0):.0f} ms, "
@@ -231,8 +232,8 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
             print(f"\n{heading}:")
         for document in documents:
             # shorten needs room for its " ..." placeholder: --context 0 still shows a stub of each review.
-            snippet = textwrap.shorten(document.content or "", width=max(2 * args.context, 10), placeholder=" ...")
-            print(f"[{document.meta['source_index']}] {document_label(document)}  ({document.meta.get('item_id')})")
+            snippet = textwrap.shorten(terminal_text(document.content or ""), width=max(2 * args.context, 10), placeholder=" ...")
+            print(terminal_text(f"[{document.meta['source_index']}] {document_label(document)}  ({document.meta.get('item_id')})"))
             print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
 
 

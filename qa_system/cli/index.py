@@ -9,6 +9,7 @@ from pathlib import Path
 from qa_system.cli.options import Options, count, settings_from_args
 from qa_system.config import INPUT_FORMATS
 from qa_system.errors import QAError, check_count
+from qa_system.safe_text import terminal_text
 
 
 def cmd_index(args: argparse.Namespace) -> None:
@@ -99,7 +100,7 @@ def cmd_products(args: argparse.Namespace) -> None:
     else:
         counts = open_index(settings, args.domain).item_counts()
     for item_id, reviews in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.limit]:
-        print(f"{item_id}\t{reviews} reviews")
+        print(f"{terminal_text(item_id, newlines=False)}\t{reviews} reviews")
 
 
 def cmd_export_squad(args: argparse.Namespace) -> None:
