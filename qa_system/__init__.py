@@ -9,12 +9,11 @@ The public API, imported lazily so that `qa-system --help` starts fast::
     pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["documents"]
 """
 
-import os
 from importlib import import_module
 
-# Reviews are private data and these machines are often offline: no usage telemetry from Haystack
-# unless the user asks for it (HAYSTACK_TELEMETRY_ENABLED=True).
-os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+from qa_system.telemetry import haystack_telemetry_off
+
+haystack_telemetry_off()  # before anything of qa_system imports Haystack (telemetry.py says why)
 
 __version__ = "0.1.0"
 

@@ -37,3 +37,16 @@ def html_text(text: object) -> str:
     """``text`` for an HTML element's content or attribute value (``st.html`` parses no Markdown)."""
     return html.escape(str(text), quote=True)
 
+
+
+# C0 controls (ESC starts colour, cursor and OSC 8 hyperlink sequences; CR rewrites the line; BS erases), DEL,
+# C1 controls (U+009B is a one-character CSI, U+009D an OSC) and the bidirectional overrides that reorder what is shown.
+_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_TERMINAL_UNSAFE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: object, newlines: bool = True) -> str:
+    """``text`` for a terminal: every control character shown as its escape (``\\x1b``), so that no stored review or
+    server reply can colour, move, hide, retitle, link or clear what the terminal shows; tabs and (with ``newlines``) line breaks stay."""
+    pattern = _TERMINAL_UNSAFE if newlines else _TERMINAL_UNSAFE_LINE
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))

@@ -5,6 +5,7 @@ server (tests/openai_stub.py) whose replies can be made slow."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -600,6 +601,19 @@ def test_unknown_routes_and_methods_name_the_fix(api):
     refused(httpx.get(f"{api}/products?collection=%ED%A0%80%FF"), 404, "Unknown collection '\ufffd\ufffd\ufffd\ufffd'.")
 
 
+def test_the_docs_page_loads_nothing_from_another_host(api):
+    """FastAPI's /docs loaded Swagger UI's scripts, styles and favicon from cdn.jsdelivr.net and fastapi.tiangolo.com."""
+    page = httpx.get(f"{api}/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    html = page.text
+    assert "<script" not in html and "@import" not in html and "url(" not in html
+    links = re.findall(r"""(?:src|href|action)\s*=\s*["']?([^"' >]+)""", html, flags=re.I)
+    assert links and all(link.startswith(("/", "#")) and not link.startswith("//") for link in links), links
+    assert "/collections/{name}/documents" in html and 'id="schema-QueryRequest"' in html  # the routes and their bodies
+    assert httpx.get(f"{api}/redoc").status_code == 404
+
+
 def test_a_token_is_required_when_one_is_set(api, api_settings):
     with running(create_app(api_settings.model_copy(update={"api_token": "s3cret"}))) as url:
         assert wait_ready(url).status_code == 200  # probes need no token
@@ -716,6 +730,35 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
         assert body["documents"][0]["meta"]["review_id"] == "r-kindle-1"
         assert "/query" in httpx.get(f"{url}/openapi.json").json()["paths"]
     assert "API:" in (tmp_path / "api.log").read_text()
+
+
+def left_in_time_wait() -> int:
+    """A loopback port that a server has just stopped serving on: its side of a connection waits out TIME_WAIT there."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+        accepted.close()  # the server closes first: its end enters TIME_WAIT
+        client.recv(1)
+        client.close()
+        return listener.getsockname()[1]
+
+
+def test_the_api_restarts_at_once_on_the_port_it_just_left(api_settings, tmp_path):
+    """The port check bound without SO_REUSEADDR: a restart right after a stop was refused for up to 60 s."""
+    from qa_system.serving.api.server import CLI
+    from qa_system.serving.webapp import serve_process
+
+    port = left_in_time_wait()
+    with socket.socket() as plain:  # what the check did: refused while the old connection waits
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    env = {"QA_DATA_DIR": str(api_settings.data_dir), "QA_HOME": str(api_settings.home), "QA_READER_MODEL": api_settings.reader_model, "QA_READER_BACKEND": "torch"}
+    command = [*CLI, "api", "--host", "127.0.0.1", "--port", str(port), "--rate-limit", "0"]
+    with serve_process(command, f"http://127.0.0.1:{port}/health", "qa-system api", env, tmp_path / "api.log", timeout=180):
+        assert ask(f"http://127.0.0.1:{port}").status_code == 200
 
 
 def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):

@@ -12,8 +12,10 @@ import json
 import logging
 import re
 import socket
+import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import httpx
@@ -183,6 +185,55 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     assert call("POST", "/query", json={"query": "battery?", "collection": "from-csv"}).status_code == 404
     assert call("DELETE", "/collections/{name}", "/collections/electronics").status_code == 404  # served by its SubjQA name; not a collection of the store
     assert call("DELETE", "/collections/{name}", "/collections/subjqa-electronics").status_code == 422
+
+
+def test_half_a_character_in_a_document_is_a_422_naming_where(call):
+    """JSON's "\\ud800" escape in a document's id, text or key was a 500 (UnicodeEncodeError): nothing is added."""
+    call("POST", "/collections", json={"name": "halves"})
+    upload = "/collections/{name}/documents"
+    for document, where, character in (
+        ({**review(1), "id": "r\ud800"}, 'the value documents[1]["id"]', "character 2 is a lone surrogate (\\ud800)"),
+        ({**review(1), "text": "lone \udcff"}, 'the value documents[1]["text"]', "character 6 is a lone surrogate (\\udcff: the byte 0xff of another encoding)"),
+        ({**review(1), "\ud800": "x"}, "a key of documents[1]", "character 1 is a lone surrogate (\\ud800)"),
+    ):
+        body = json.dumps({"documents": [review(0), document]}).encode()  # ASCII, the surrogate as its escape
+        refused = call("POST", upload, "/collections/halves/documents", content=body, headers={"Content-Type": "application/json"})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"] == f"{where[0].upper()}{where[1:]} is not UTF-8 text: {character}. Fix: send {where} as UTF-8 text."
+    as_file = call("POST", upload, "/collections/halves/documents", content=b'{"id": "r1", "text": "lone \\ud800"}\n', headers={"Content-Type": "application/x-ndjson"})
+    assert as_file.status_code == 422 and "is not UTF-8 text: character 6 is a lone surrogate" in as_file.json()["detail"]
+    (listed,) = [c for c in call("GET", "/collections").json() if c["name"] == "halves"]
+    assert listed["documents"] == 0
+
+
+def test_an_upload_being_read_and_checked_holds_no_question_worker(settings, monkeypatch):
+    """Uploads were read and checked in the questions' worker threads: four at once made a /query wait 9.2 s for one."""
+    app = create_app(settings.model_copy(update={"api_workers": 1}))
+    checking, release, threads = threading.Event(), threading.Event(), []
+    add = app.state.documents.add
+
+    def held_add(*args, **kwargs):  # the check of a large upload, held until the question is answered
+        threads.append(threading.current_thread().name)
+        checking.set()
+        release.wait(120)
+        return add(*args, **kwargs)
+
+    monkeypatch.setattr(app.state.documents, "add", held_add)
+    with running(app) as url:
+        assert wait_ready(url).status_code == 200
+        record = Recorder(url)
+        record("POST", "/collections", json={"name": "held"})
+        with ThreadPoolExecutor(1) as pool:
+            upload = pool.submit(record, "POST", "/collections/{name}/documents", "/collections/held/documents", json={"documents": [review(n) for n in range(8)]})
+            try:
+                assert checking.wait(60)
+                # The server's one question worker is free: answered while the upload is still being checked.
+                answered = httpx.post(f"{url}/query", json={"query": "Is it good for reading?", "item_id": "KINDLE"}, headers=AUTH, timeout=60)
+                assert answered.status_code == 200 and not release.is_set()
+            finally:
+                release.set()
+            assert finished(record, upload.result(timeout=120))["added"] == 8
+    assert threads == ["qa-api-changes_0"]
 
 
 def through_guards(messages: list[dict], headers: dict[str, str] | None = None) -> tuple[list[bytes], int, dict]:

@@ -5,6 +5,7 @@ the memory store and in a real search server alike; a malformed filter is one li
 from __future__ import annotations
 
 import csv
+import json
 import uuid
 from pathlib import Path
 
@@ -205,5 +206,60 @@ def test_a_filter_on_another_product_on_a_real_search_server(opensearch_url, tmp
         assert pipeline.run("battery", item_id="P0", filters=OTHER_PRODUCT, top_k=50)["documents"] == []
         same = pipeline.run("battery", item_id="P1", filters=OTHER_PRODUCT, top_k=50)["documents"]
         assert sorted(d.meta["document_id"] for d in same) == [f"R{n:03d}" for n in range(40) if n % 2 == 1]
+    finally:
+        delete_opensearch_index(settings, name)
+
+
+# Values the filter checks let through, that only the server knows it cannot compare with its field.
+SERVER_REFUSED = [
+    ({"field": "meta.reviewTime", "operator": "==", "value": "soon"}, "meta.reviewTime: failed to parse date field [soon]"),
+    ({"field": "meta.overall", "operator": "==", "value": 10**29}, f"meta.overall: Value '{10**29}' is out of range for a long"),
+]
+
+
+@pytest.mark.opensearch
+def test_a_filter_the_search_server_refuses_is_one_line_from_every_door(opensearch_url, tmp_path, tiny_subjqa, tiny_reader, reviews, capsys, monkeypatch):
+    """The server's 400 was a traceback (CLI exit 1) and a 500 (/query, deletion by filter); the documents stay."""
+    import httpx
+    from test_api import running, wait_ready
+
+    from qa_system.ingestion.changes import delete_documents
+    from qa_system.serving.api import create_app
+    from qa_system.serving.service import QAService, ServedCollection
+    from qa_system.stores import delete_opensearch_index
+
+    home = tmp_path / "home"
+    settings = Settings.from_env(
+        data_dir=tiny_subjqa, home=home, store="opensearch", opensearch_url=opensearch_url, reader_model=str(tiny_reader), reader_backend="torch",
+        api_rate_limit=0, api_documents=True, api_token="t0ken",
+    )  # fmt: skip
+    name = f"qa-filters-{uuid.uuid4().hex[:8]}"
+    try:
+        ingest(settings, reviews, name, OPTIONS, embed=False, progress=False)
+        pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, name, embeddings=False, progress=False))
+        for bad, message in SERVER_REFUSED:
+            with pytest.raises(QAError) as raised:
+                pipeline.run("battery", filters=bad)
+            assert str(raised.value).startswith(f"The search server cannot apply the filter on {message}") and "Fix: compare each field" in str(raised.value)
+            assert "\n" not in str(raised.value) and raised.value.__cause__ is None
+            with pytest.raises(QAError, match="cannot apply the filter"):
+                delete_documents(settings, name, filters=bad)
+
+        monkeypatch.setenv("QA_HOME", str(home))
+        for bad, message in SERVER_REFUSED:
+            assert main(["search", "battery", "--collection", name, "--store", "opensearch", "--opensearch-url", opensearch_url, "--filter", json.dumps(bad)]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: The search server cannot apply the filter") and message in err and len(err.strip().splitlines()) == 1
+
+        service = QAService(settings, [ServedCollection(name)])
+        with running(create_app(settings, service=service)) as url:
+            assert wait_ready(url).status_code == 200
+            auth = {"Authorization": "Bearer t0ken"}
+            for bad, message in SERVER_REFUSED:
+                query = httpx.post(f"{url}/query", json={"query": "battery", "collection": name, "item_id": "P0", "filters": bad}, headers=auth, timeout=120)
+                assert query.status_code == 422 and message in query.json()["detail"], query.text
+                deleted = httpx.post(f"{url}/collections/{name}/documents/delete", json={"filters": bad}, headers=auth, timeout=120)
+                assert deleted.status_code == 422 and message in deleted.json()["detail"], deleted.text
+        assert open_collection(settings, name, embeddings=False, progress=False).store.count_documents() == 40
     finally:
         delete_opensearch_index(settings, name)

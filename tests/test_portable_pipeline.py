@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -142,6 +143,69 @@ def test_a_hayhooks_server_deploys_the_exported_pipeline_and_answers_on_loopback
         offset = best["document_offset"]
         assert best["document"]["content"][offset["start"] : offset["end"]] == best["data"]
         assert _request(f"{url}/status")[1]["pipelines"] == ["reviews"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def documented_commands(page: str, heading: str) -> list[str]:
+    """The shell commands of the section ``heading`` of a documentation page (its ```bash blocks), one per line, comments and continuations joined."""
+    text = (REPO_ROOT / page).read_text(encoding="utf-8")
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip():
+                commands.append(line.split("   #", 1)[0].strip())
+    return commands
+
+
+READING = "It is very good for reading: I read books on it every night."
+
+
+def test_the_documented_hayhooks_commands_answer_through_the_selector(settings, tmp_path):
+    """The docs' export, `hayhooks run`, `deploy-yaml` and curl as written (on a free port): the selector's numpy
+    `chosen` made every answer a 500 there."""
+    from conftest import SPLIT_ROWS, write_subjqa
+
+    export_line, run_line, deploy_line, curl_line = documented_commands("docs/pipelines-and-stores.md", "Haystack YAML and Hayhooks")
+    assert export_line.startswith("qa-system export-pipeline ") and run_line.endswith(" &") and curl_line.startswith("curl ")
+    # The tiny corpus, its e-reader under the product id the docs ask about, with a review that answers its question.
+    answering = {"review": f"{READING} ANSWERNOTFOUND", "human_ans_spans": READING[:27], "human_ans_indices": "(0, 27)"}
+    splits = {
+        split: [{**row, "item_id": row["item_id"].replace("KINDLE", "B0074BW614"), **(answering if row["review_id"] == "r-kindle-1" else {})} for row in rows]
+        for split, rows in SPLIT_ROWS.items()
+    }  # fmt: skip
+    settings = settings.model_copy(update={"data_dir": write_subjqa(tmp_path / "subjqa-readme", splits)})
+    build_index(settings, "electronics", embed=False, progress=False)
+    port = str(free_port())
+    bin_dir = str(Path(sys.executable).parent)  # the venv's qa-system and hayhooks
+    env = {
+        **os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO_ROOT), "HAYHOOKS_PORT": port,
+        "QA_DATA_DIR": str(settings.data_dir), "QA_HOME": str(settings.home), "QA_READER_BACKEND": "torch",
+    }  # fmt: skip
+    env.pop("QA_SELECTOR_MODEL", None)
+
+    def shell(line: str, timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", line.replace("1416", port)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+    exported = shell(export_line, 300)
+    assert exported.returncode == 0, exported.stderr
+    assert "selector" in yaml.safe_load((tmp_path / "served" / "reviews.yml").read_text(encoding="utf-8"))["components"]  # the shipped selector fits
+    log = tmp_path / "hayhooks.log"
+    with log.open("w") as output:
+        server = subprocess.Popen(["bash", "-c", run_line.removesuffix("&").replace("1416", port)], cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        _wait_until_up(server, f"http://127.0.0.1:{port}", log)
+        deployed = shell(deploy_line, 300)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        answered = shell(curl_line.replace("curl -s ", "curl -s --max-time 300 "), 330)
+        assert answered.stdout.startswith("{"), answered.stdout[-2000:]
+        body = json.loads(answered.stdout)
+        answers = body["result"]["selector"]["answers"]
+        assert [a["meta"]["chosen"] for a in answers].count(True) == 1 and all(0 <= a["meta"]["probability"] <= 1 for a in answers)
+        assert answers[0]["meta"]["chosen"] and answers[0]["data"] == "It is very good for reading"  # the selector answers
+        assert answers[0]["document"]["meta"]["item_id"] == "B0074BW614"
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -141,6 +141,21 @@ def test_answers_come_by_their_chance_of_being_right_and_the_first_is_the_choice
         assert agreeing[0].data is not None and agreeing[0].meta["chosen"] and [a.score for a in agreeing] == sorted((a.score for a in agreeing), reverse=True)
 
 
+def test_every_answers_meta_is_plain_json(trained_selector):
+    """``chosen`` was a numpy.bool_: Hayhooks (and any JSON encoder) answered 500 on every question."""
+    folder, _ = trained_selector
+    documents = [Document(id="a", content="battery lasts a week. screen sharp."), Document(id="b", content="the battery lasts a week, really.")]
+    reading = reading_of(documents, [(0, 0, 20, 5.0), (1, 4, 24, 4.5), (0, 22, 34, 1.0)], [0.5, 1.0])
+    answers = AnswerSelector(model=str(folder), top_k=3).run("how is the battery?", documents, reading)["answers"]
+    assert len(answers) >= 2
+    for answer in answers:
+        assert json.loads(json.dumps(answer.meta)) == answer.meta  # no default=: every value a plain Python type
+        json.dumps(answer.to_dict())
+        assert type(answer.meta["chosen"]) is bool and type(answer.meta["probability"]) is float
+        for span in answer.meta.get("spans", []):
+            assert {type(span["start"]), type(span["end"])} == {int}
+
+
 def test_spans_that_say_the_same_thing_are_grouped_best_first():
     spans = [
         Candidate(0, 0, 20, 3.0, "great for reading books"),

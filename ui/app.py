@@ -4,10 +4,14 @@ Two pages: asking questions about a product (``search.py``) and the evaluation d
 (``dashboard.py``). The models and the index are loaded once per server process (``resources.py``).
 """
 
+import os
 import sys
 from pathlib import Path
 
-import streamlit as st
+# Before any page imports Haystack, which reads it once: no usage telemetry unless the user asks for it.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
+import streamlit as st  # noqa: E402
 
 # The pages import their helpers (cards, resources) from this folder, whoever starts the app.
 UI_DIR = str(Path(__file__).resolve().parent)
@@ -16,7 +20,8 @@ if UI_DIR not in sys.path:
 
 from cards import CSS  # noqa: E402
 
-st.set_page_config(page_title="Ask the reviews", page_icon=":material/search:", layout="wide")
+# An emoji favicon is drawn by the page itself; a ":material/..." one is fetched from fonts.gstatic.com.
+st.set_page_config(page_title="Ask the reviews", page_icon="🔎", layout="wide")
 st.html(CSS)
 pages = [
     st.Page("search.py", title="Ask the reviews", icon=":material/search:", default=True),

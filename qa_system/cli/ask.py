@@ -11,6 +11,7 @@ from html import unescape
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
 from qa_system.errors import check_text
+from qa_system.safe_text import terminal_text
 
 
 def text(name: str):
@@ -40,13 +41,13 @@ def cmd_search(args: argparse.Namespace) -> None:
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, filters=args.filter)
     documents = result["documents"]
     name = args.retriever + (" + re-ranking" if args.rerank else "")
-    print(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)")
+    print(terminal_text(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"))
     for rank, document in enumerate(documents, 1):
         meta = document.meta
-        snippet = textwrap.shorten(document.content or "", width=args.width, placeholder=" ...")
+        snippet = textwrap.shorten(terminal_text(document.content or ""), width=args.width, placeholder=" ...")
         splits = " + ".join(split_names(document))
         own = ", ".join(f"{key} {value}" for key, value in user_metadata(meta).items())  # the source's columns: rating, date, ...
-        print(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits}" if splits else "") + (f"; {own})" if own else ")"))
+        print(terminal_text(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits}" if splits else "") + (f"; {own})" if own else ")")))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
@@ -59,20 +60,21 @@ def document_label(document) -> str:
 
 def highlight(text: str, start: int, end: int, tty: bool) -> str:
     """The answer marked inside its context: bold yellow on a terminal, **...** otherwise; HTML entities of the
-    stored review decoded in each piece, after the offsets did their work (as the page shows it)."""
+    stored review decoded in each piece, after the offsets did their work (as the page shows it), and the text's
+    own control characters shown as escapes."""
     left, right = ("\033[1;33m", "\033[0m") if tty else ("**", "**")
-    return f"{unescape(text[:start])}{left}{unescape(text[start:end])}{right}{unescape(text[end:])}"
+    return f"{terminal_text(unescape(text[:start]))}{left}{terminal_text(unescape(text[start:end]))}{right}{terminal_text(unescape(text[end:]))}"
 
 
 def print_card(card, snippet: str | None = None, support: int = 1) -> None:
     """One ``AnswerCard`` as every CLI door prints it: its line, where it came from, the review around it, its note."""
     source = f"  {card.source}" + (f" ({card.product})" if card.product else "") if card.source else ""
     others = f"  (said in {support} reviews)" if support > 1 else ""
-    print(f"\n{card.line}{source}{others}")
+    print(terminal_text(f"\n{card.line}{source}{others}"))
     if snippet:
         print(textwrap.indent(snippet, "   "))
     if card.note:
-        print(f"   {card.note}")
+        print(terminal_text(f"   {card.note}"))
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
@@ -93,8 +95,8 @@ def cmd_ask(args: argparse.Namespace) -> None:
         top_k_reader=args.answers, no_answer_threshold=args.no_answer_threshold, filters=args.filter,
     )
     timings = result["timings"]
-    print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-          f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})")
+    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+                        f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})"))
     _print_spans(result["answers"], args)
 
 
@@ -106,8 +108,8 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
 
     body = ask_server(args.url, _question(args), token)
     timings = body["timings"]
-    print(f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-          f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})")
+    print(terminal_text(f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+                        f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})"))
     tty = sys.stdout.isatty()
     _print_withheld(next((a["withheld"] for a in body["answers"] if a.get("withheld")), None))
     for answer in body["answers"]:  # the server's cards: the labels and notes every door shows
@@ -150,7 +152,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
         names = [ServedCollection(args.collection)] if args.collection else [ServedCollection(d, subjqa_domain=True) for d in args.domain]
         service = QAService(settings, names, any_collection=True)
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
-    print(f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, ':quit' ends.", file=sys.stderr)
+    print(terminal_text(f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, ':quit' ends."), file=sys.stderr)
     for line in sys.stdin:
         line = line.strip()
         if line in (":quit", ":q"):
@@ -163,7 +165,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
         try:
             _answer_line(argparse.Namespace(**{**vars(args), "question": check_text(line, "the question")}), service, settings.api_token)
         except QAError as error:  # a bad question is one line; the shell goes on
-            print(f"error: {error}", file=sys.stderr)
+            print(terminal_text(f"error: {error}", newlines=False), file=sys.stderr)
 
 
 def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
@@ -173,14 +175,14 @@ def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
         return
     result = service.ask(_question(args))
     timings = result["timings"]
-    print(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-          f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})")
+    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+                        f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})"))
     _print_spans(result["answers"], args)
 
 
 def _print_withheld(withheld: dict | None) -> None:
     if withheld:  # the grounding check: the reviews cited do not say what was generated
-        print(f"A (generated, withheld): {withheld['text']}\n   Withheld: {withheld['reason']}. The extractive answers instead:")
+        print(terminal_text(f"A (generated, withheld): {withheld['text']}\n   Withheld: {withheld['reason']}. The extractive answers instead:"))
 
 
 def _print_spans(answers, args: argparse.Namespace) -> None:
@@ -203,10 +205,10 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
 
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     """The generated answer (streamed with --stream), then the reviews it cites and the others it was given."""
-    print(f"Q: {args.question}  ({args.item or 'all products'})")
+    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'})"))
     if args.stream:
         print("A: ", end="", flush=True)
-    stream = (lambda chunk: print(chunk.content, end="", flush=True)) if args.stream else None
+    stream = (lambda chunk: print(terminal_text(chunk.content), end="", flush=True)) if args.stream else None
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream, filters=args.filter)
     answer = result["answers"][0]
     meta, timings = answer.meta, result["timings"]
@@ -216,13 +218,13 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
         _print_spans(result["answers"], args)
         return
     if answer.data is None:
-        print(f"A: [no answer in these reviews: {meta['no_answer_reason']}]")
+        print(terminal_text(f"A: [no answer in these reviews: {meta['no_answer_reason']}]"))
     elif not args.stream:
-        print(f"A: {unescape(answer.data)}")
+        print(terminal_text(f"A: {unescape(answer.data)}"))
     if meta.get("flags"):  # the grounding check's: it cites no review, it repeated itself
         from qa_system.serving.answer_views import answer_cards, answer_views
 
-        print(f"   {answer_cards(answer_views([answer]))[0].note}")
+        print(terminal_text(f"   {answer_cards(answer_views([answer]))[0].note}"))
     tokens = meta["usage"].get("completion_tokens")
     speed = f", {tokens / timings['generator']:.1f} tokens/s" if tokens and timings.get("generator") else ""
     print(f"   (retrieval {1000 * timings['retrieval_s']:.0f} ms, prompt {1000 * timings.get('prompt_builder', 0):.0f} ms, "
@@ -237,8 +239,8 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
             print(f"\n{heading}:")
         for document in documents:
             # shorten needs room for its " ..." placeholder: --context 0 still shows a stub of each review.
-            snippet = textwrap.shorten(document.content or "", width=max(2 * args.context, 10), placeholder=" ...")
-            print(f"[{document.meta['source_index']}] {document_label(document)}  ({document.meta.get('item_id')})")
+            snippet = textwrap.shorten(terminal_text(document.content or ""), width=max(2 * args.context, 10), placeholder=" ...")
+            print(terminal_text(f"[{document.meta['source_index']}] {document_label(document)}  ({document.meta.get('item_id')})"))
             print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from qa_system.cli.options import Options, count, settings_from_args
 from qa_system.config import INPUT_FORMATS
 from qa_system.errors import QAError, check_count
+from qa_system.safe_text import terminal_text
 
 
 def cmd_index(args: argparse.Namespace) -> None:
@@ -101,7 +102,7 @@ def cmd_products(args: argparse.Namespace) -> None:
         counts = open_index(settings, args.domain).item_counts()
     shown = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.limit or None]
     for item_id, reviews in shown:
-        print(f"{item_id}\t{reviews} reviews")
+        print(f"{terminal_text(item_id, newlines=False)}\t{reviews} reviews")
     if len(shown) < len(counts):  # on stderr: the list itself stays one product a line for scripts
         print(f"showing {len(shown)} of {len(counts)} (--limit N / --limit 0 for all)", file=sys.stderr)
 

@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 from qa_system.cli import ask, bench, evaluate, export, index, selector, serve, train, tune
 from qa_system.cli.options import Options, common_options, generator_options
 from qa_system.errors import QAError
+from qa_system.safe_text import terminal_text
 
 COMMAND_GROUPS = (index, ask, evaluate, train, selector, tune, serve, export, bench)
 # Library loggers whose INFO records are part of a command's output, on stdout: the addresses the
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         with console_logging():
             args.func(args)
     except QAError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(terminal_text(f"error: {error}", newlines=False), file=sys.stderr)  # it may quote a file or a server
         return 2
     except KeyboardInterrupt:
         print("interrupted; nothing saved was changed.", file=sys.stderr)

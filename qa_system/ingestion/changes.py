@@ -78,8 +78,26 @@ def documents_file(rows: Sequence[Any]) -> io.BytesIO:
     for position, row in enumerate(rows):
         if not isinstance(row, dict):
             raise QAError(f"documents[{position}] is a {type(row).__name__}, not an object.", 'send objects such as {"text": "...", "rating": 5}.')
-        lines.append(json.dumps(row, ensure_ascii=False))
+        line = json.dumps(row, ensure_ascii=False)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\ud800" escape: half a character, which no file, tokenizer or response can hold
+            _check_strings(row, f"documents[{position}]")
+        lines.append(line)
     return io.BytesIO(("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def _check_strings(value: Any, where: str) -> None:
+    """A QAError naming the first key or text inside ``value`` (a document sent as JSON) that is not UTF-8 text."""
+    if isinstance(value, str):
+        check_text(value, f"the value {where}")
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            check_text(key, f"a key of {where}")
+            _check_strings(inner, f"{where}[{json.dumps(key)}]")
+    elif isinstance(value, list):
+        for position, inner in enumerate(value):
+            _check_strings(inner, f"{where}[{position}]")
 
 
 def _document_ids(index: Index, filters: dict) -> set[str]:

@@ -145,6 +145,8 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
         component = pipeline.get_component(component_name)
         if hasattr(component, "document_store"):
             component.document_store = index.store
+        elif hasattr(component, "_document_store"):  # the search-server retrievers keep theirs private
+            component._document_store = index.store
         # The machine's settings (device, caches) are handed over here, never written into the YAML.
         if hasattr(component, "use_runtime"):
             component.use_runtime(settings.device, settings.home)

@@ -242,14 +242,14 @@ class AnswerSelector:
         top_k = self.top_k if top_k is None else check_count(top_k, "top_k")
         selector = self._selector
         spans, values, no_answer_value, decision = selector.choose(query, read_documents(documents, reading))
-        no_answer_p = selector.no_answer_calibration(no_answer_value)
-        order = list(np.argsort(-values, kind="stable"))
+        no_answer_p = float(selector.no_answer_calibration(no_answer_value))
+        order = [int(i) for i in np.argsort(-values, kind="stable")]  # Python ints: meta goes out as JSON (Hayhooks, the API)
         answers = []
         for group in group_candidates(spans, order)[:top_k]:
             probability = selector.answer_calibration(float(values[group[0]]))
-            answers.append(self._answer(query, documents, spans, group, probability, group[0] == decision.answer))
+            answers.append(self._answer(query, documents, spans, group, float(probability), group[0] == decision.answer))
         best_p = answers[0].score if answers else 0.0
-        close = abs(best_p - no_answer_p) < CLOSE_CALL
+        close = bool(abs(best_p - no_answer_p) < CLOSE_CALL)
         no_answer = ExtractedAnswer(query=query, score=no_answer_p, data=None, meta={"probability": no_answer_p, "chosen": decision.answer is None, "close_call": close})
         if answers:
             answers[0].meta["close_call"] = close
@@ -267,7 +267,7 @@ class AnswerSelector:
             query=query, score=probability, data=head.text, document=documents[head.document], context=content[begin:end],
             document_offset=ExtractedAnswer.Span(head.start, head.end), context_offset=ExtractedAnswer.Span(head.start - begin, head.end - begin),
             meta={
-                "probability": probability, "chosen": chosen, "logit": head.logit, "supporting_documents": supporting, "support": len(supporting),
-                "spans": [{"document_id": documents[spans[i].document].id, "start": spans[i].start, "end": spans[i].end} for i in group],
+                "probability": probability, "chosen": bool(chosen), "logit": float(head.logit), "supporting_documents": supporting, "support": len(supporting),
+                "spans": [{"document_id": documents[spans[i].document].id, "start": int(spans[i].start), "end": int(spans[i].end)} for i in group],
             },
         )

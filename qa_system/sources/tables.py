@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+from collections import Counter
 from typing import IO, Iterator
 
 from qa_system.errors import QAError
@@ -19,6 +20,20 @@ from qa_system.sources.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCou
 
 DEFAULT_TEXT_COLUMNS = ("text", "review")
 TABLE_FIX = "pass a CSV / TSV file (or JSON lines), saved as text; export spreadsheets as CSV (UTF-8)."
+# Columns a file may have: every other one is metadata of every document, and a search server maps at most
+# 1,000 fields an index; a header of 40,000 columns (349 KB) is a mistake, not a table to index.
+MAX_COLUMNS = 1000
+COLUMNS_FIX = "keep the columns you need (the text, the id, the product and the metadata to filter by), e.g. in a spreadsheet, and export it again."
+
+
+def repeated_names(names: list[str]) -> list[str]:
+    """The names that appear more than once in ``names``, sorted (counted in one pass: headers can be long)."""
+    return sorted(name for name, times in Counter(names).items() if times > 1)
+
+
+def _check_column_count(count: int, what: str) -> None:
+    if count > MAX_COLUMNS:
+        raise QAError(f"{what} has {count:,} columns; at most {MAX_COLUMNS:,} are read.", COLUMNS_FIX)
 
 
 def _columns(available: list[str], options: IngestOptions, name: str) -> tuple[str, str | None, str | None]:
@@ -77,7 +92,8 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
         try:
             # A column without a name (a trailing delimiter in the header) is named by its position.
             header = [column.strip() or f"column_{n}" for n, column in enumerate(next(reader), 1)]
-            repeated = sorted({c for c in header if header.count(c) > 1})
+            _check_column_count(len(header), f"The header of {name}")
+            repeated = repeated_names(header)
             if repeated:
                 raise QAError(f"{name} repeats the column name(s) {', '.join(repeated)}.", "give every column a unique name in the header row.")
             columns = _columns(header, options, name)
@@ -124,6 +140,7 @@ def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts
                 raise QAError(f"{name} line {number} nests JSON arrays or objects too deeply to read.", "write one flat JSON object per line, e.g. {\"text\": \"...\"}.") from None
             if not isinstance(values, dict):
                 raise QAError(f"{name} line {number} is a JSON {type(values).__name__}, not an object.", "write one JSON object per line, e.g. {\"text\": \"...\"}.")
+            _check_column_count(len(values), f"{name} line {number}")
             if columns is None:  # the first object's keys are the file's columns
                 columns = _columns(list(values), options, name)
             record = _record(values, columns, f"{name} line {number}", counts)

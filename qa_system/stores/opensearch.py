@@ -91,12 +91,12 @@ def opensearch_index_body(embedding_dim: int | None) -> dict:
 
 
 def _opensearch_document_store(settings: Settings, index: str, body: dict | None = None):
-    from haystack_integrations.document_stores.opensearch import OpenSearchDocumentStore
+    from qa_system.stores.opensearch_store import CheckedOpenSearchDocumentStore
 
     body = body or {}
     dim = body.get("mappings", {}).get("properties", {}).get("embedding", {}).get("dimension", 768)
     # create_index=False: opening a name must never create an index (it would take the alias's name).
-    return OpenSearchDocumentStore(
+    return CheckedOpenSearchDocumentStore(
         hosts=settings.opensearch_url, index=index, create_index=False, embedding_dim=dim,
         mappings=body.get("mappings"), settings=body.get("settings"), timeout=60,
     )

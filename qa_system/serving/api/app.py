@@ -17,6 +17,7 @@ not answer, and 400 (a body cut short) / 401 / 413 / 429 / 500 from the guards (
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sys
@@ -30,7 +31,7 @@ import psutil
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -40,6 +41,7 @@ from qa_system.config import Settings
 from qa_system.errors import Conflict, NotFound, QAError, Unavailable
 from qa_system.serving.answer_views import answer_cards, answer_views, rank_answers
 from qa_system.serving.api import documents as document_routes
+from qa_system.serving.api.docs_page import CSP, docs_page
 from qa_system.serving.api.guards import Contained, Guarded, Metered, Metrics, error_response
 from qa_system.serving.api.schemas import (
     AnswerOut,
@@ -213,12 +215,16 @@ class ServedAPI:
         self.settings, self.service, self.metrics = settings, service, metrics
         self.workers: ThreadPoolExecutor | None = None  # from the server's start to its stop
         self.generating: ThreadPoolExecutor | None = None  # RAG answers' own threads: a slow generation never holds a worker
+        # Document changes' own thread: reading and checking an upload (seconds for a large file) never holds a
+        # question's worker, and uploads sent at once are checked one after another, not all against the questions.
+        self.changing: ThreadPoolExecutor | None = None
         self.keepalive_s = KEEPALIVE_S  # seconds of silence before an event stream sends a keep-alive comment
 
     def start(self) -> None:
         """Open the pool of ``api_workers`` threads and start loading the service (in the background)."""
         self.workers = ThreadPoolExecutor(self.settings.api_workers, thread_name_prefix="qa-api-worker")
         self.generating = ThreadPoolExecutor(self.settings.api_workers, thread_name_prefix="qa-api-generator")
+        self.changing = ThreadPoolExecutor(1, thread_name_prefix="qa-api-changes")
         self.service.start()
 
     def stop(self) -> None:
@@ -226,6 +232,7 @@ class ServedAPI:
         self.service.stop()
         self.workers.shutdown(wait=False, cancel_futures=True)
         self.generating.shutdown(wait=False, cancel_futures=True)
+        self.changing.shutdown(wait=False, cancel_futures=True)
 
     def status(self) -> dict[str, Any]:
         """The service's status (``QAService.status``), with the readiness gauge brought up to date."""
@@ -259,6 +266,10 @@ class ServedAPI:
         rag = isinstance(args[0] if args else None, Question) and args[0].mode == "rag"
         result = await asyncio.get_running_loop().run_in_executor(self.generating if rag else self.workers, run)
         return result, started[0] - submitted
+
+    async def changing_documents(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function`` (a change to documents: reading and checking an upload, a deletion) run in the thread of document changes."""
+        return await asyncio.get_running_loop().run_in_executor(self.changing, functools.partial(function, *args))
 
     def respond(self, question: Question, result: dict[str, Any], queued: float) -> QueryResponse:
         """The response body of an answered question; its stage times go to the metrics."""
@@ -481,6 +492,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.api.stop()
 
 
+async def _docs(request: Request) -> HTMLResponse:
+    """The routes and schemas as a page that loads nothing from anywhere."""
+    return HTMLResponse(docs_page(request.app.openapi()), headers={"Content-Security-Policy": CSP})
+
+
 def create_app(settings: Settings | None = None, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
     """The app; it starts loading ``service`` (default: the process's shared QAService of ``collections``, which a
     page in this process uses too) when the server starts."""
@@ -490,8 +506,10 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
     # The document routes make and change collections of the store: after a restart it serves them again.
     service.serve_own |= settings.api_documents
     metrics = Metrics()
-    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan)
+    # FastAPI's /docs and /redoc load their scripts from a CDN: /docs is rendered here instead (docs_page.py).
+    app = FastAPI(title="qa_system", version=__version__, description=DESCRIPTION, lifespan=_lifespan, docs_url=None, redoc_url=None)
     app.include_router(router)
+    app.add_api_route("/docs", _docs, methods=["GET"], include_in_schema=False, response_class=HTMLResponse)
     app.add_exception_handler(QAError, _library_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -156,7 +156,8 @@ async def upload(
         first = rows[0] if rows and isinstance(rows[0], dict) else {}
         id_column = options.id_column or ("id" if "id" in first else None)
         item_column = options.item_column or ("item_id" if "item_id" in first else None)
-        return documents_file(rows).getvalue(), IngestOptions(**{**options.as_dict(), "format": "jsonl", "id_column": id_column, "item_column": item_column}), "documents.jsonl"
+        lines = await request.app.state.api.changing_documents(documents_file, rows)  # a long list's JSON: not on the event loop
+        return lines.getvalue(), IngestOptions(**{**options.as_dict(), "format": "jsonl", "id_column": id_column, "item_column": item_column}), "documents.jsonl"
     fmt = fmt or FILE_FORMATS.get(kind)
     name = filename or f"{collection}{FILE_SUFFIXES.get(fmt or '', '')}"
     return body, IngestOptions(**{**options.as_dict(), "format": fmt}), name
@@ -168,14 +169,14 @@ async def upload(
 
 async def create_collection(body: CollectionRequest, request: Request, documents: Changes) -> JSONResponse:
     """Create an empty collection, served at once; add documents to it with POST /collections/{name}/documents."""
-    created = CollectionChanged(**documents.create(body.name))
+    created = CollectionChanged(**await request.app.state.api.changing_documents(documents.create, body.name))
     logged(request, f"Collection '{body.name}' created")
     return JSONResponse(created.model_dump(), status_code=201, headers={"Location": f"/collections/{body.name}"})
 
 
 async def delete_collection(name: str, request: Request, documents: Changes) -> CollectionChanged:
     """Delete a collection of your own with all its documents (not a SubjQA one, nor the server's default)."""
-    deleted = CollectionChanged(**documents.drop(name))
+    deleted = CollectionChanged(**await request.app.state.api.changing_documents(documents.drop, name))
     logged(request, f"Collection '{name}' deleted ({deleted.documents} documents)")
     return deleted
 
@@ -198,7 +199,7 @@ async def add_documents(
     options = IngestOptions(text_column=text_column, id_column=id_column, item_column=item_column, encoding=encoding)
     source, options, file_name = await upload(request, name, format, filename, options)
     api = request.app.state.api
-    change, _ = await api.blocking(documents.add, name, source, options, file_name, sync)
+    change = await api.changing_documents(documents.add, name, source, options, file_name, sync)
     logged(request, f"Adding {change.documents} documents to collection '{name}' (task {change.id})")
     body = TaskOut(**change.status())
     return JSONResponse(body.model_dump(), status_code=202, headers={"Location": f"/tasks/{change.id}"})
@@ -206,14 +207,14 @@ async def add_documents(
 
 async def delete_documents(name: str, body: DeleteRequest, request: Request, documents: Changes) -> DeleteOut:
     """Delete documents by their ids, or every document with a passage that `filters` matches (with all its passages)."""
-    report, _ = await request.app.state.api.blocking(documents.delete, name, body.ids, body.filters)
+    report = await request.app.state.api.changing_documents(documents.delete, name, body.ids, body.filters)
     logged(request, f"{len(report.deleted)} documents deleted from collection '{name}'")
     return DeleteOut(**report.as_dict())
 
 
 async def delete_document(name: str, document_id: str, request: Request, documents: Changes) -> DeleteOut:
     """Delete one document (all its passages) by its id; 404 when the collection holds none of that id."""
-    report, _ = await request.app.state.api.blocking(documents.delete, name, [document_id], None)
+    report = await request.app.state.api.changing_documents(documents.delete, name, [document_id], None)
     logged(request, f"{len(report.deleted)} documents deleted from collection '{name}'")
     if report.not_found:
         raise HTTPException(404, f"No document '{document_id}' in collection '{name}'. Fix: send an id the collection holds (GET /query's documents show them).")

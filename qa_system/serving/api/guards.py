@@ -25,7 +25,7 @@ Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
 
 # Open without a token: the readiness probe and the API's documentation.
-OPEN_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+OPEN_PATHS = frozenset({"/health", "/docs", "/openapi.json"})
 # Not rate limited: probes and scrapers call these on a schedule.
 UNLIMITED_PATHS = frozenset({"/health", "/metrics"})
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

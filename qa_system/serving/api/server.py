@@ -26,6 +26,9 @@ def run_api(settings: Settings, collections: Sequence[ServedCollection], host: s
     import uvicorn
 
     with socket.socket() as probe:  # uvicorn would log the clash and exit 1; this says it in one line
+        # As uvicorn binds: a server just stopped leaves its connections in TIME_WAIT on the port for up to
+        # a minute, which refuses a plain bind but not uvicorn's; a listening server still refuses both.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:
