@@ -202,7 +202,11 @@ def test_a_port_in_use_is_a_one_line_error(capsys):
 def test_collections_and_products_with_review_counts(api, api_settings):
     (collection,) = httpx.get(f"{api}/collections").json()
     assert collection["name"] == "electronics" and collection["index"] == "subjqa-electronics" and collection["store"] == "memory"
-    assert collection["products"] == 3 and collection["documents"] == 6 and collection["embedding_model"] == public_model_name(api_settings.embedding_model) and str(api_settings.home.anchor) not in collection["embedding_model"]  # the encoder by name, not its folder on the server; one document per review, a review in two splits included
+    assert collection["products"] == 3 and collection["documents"] == 6  # one document per review, a review in two splits included
+    assert collection["embedding_model"] is None  # served for BM25: embedded only when a dense question first needs it
+    assert httpx.post(f"{api}/query", json={"query": "How is the bass?", "item_id": "HEADPHONES", "retriever": "dense"}, timeout=300).status_code == 200
+    (collection,) = httpx.get(f"{api}/collections").json()
+    assert collection["embedding_model"] == public_model_name(api_settings.embedding_model) and str(api_settings.home.anchor) not in collection["embedding_model"]  # the encoder by name, not its folder on the server
 
     products = httpx.get(f"{api}/products", params={"collection": "electronics"}).json()
     assert products["total"] == 3

@@ -84,10 +84,17 @@ def trickling(head_too: bool) -> Callable:
     return reply
 
 
+def card(kind: str, number: int, text: str, label: str, source: str = "") -> dict:
+    """An answer's card as the API sends it (``AnswerCard.as_dict``)."""
+    return {"kind": kind, "number": number, "heading": f"{number}." if number else "", "text": text, "label": label, "help": "", "note": "", "folded": False,
+            "source": source, "product": None}  # fmt: skip
+
+
 def a_reply(**changes) -> dict:
     """A /query reply of the right shape (one span answer and its document), with ``changes``."""
     document = {"id": "electronics/r1", "content": "The screen is sharp.", "meta": {"review_id": "r1", "item_id": "KINDLE"}}
-    answer = {"kind": "span", "text": "sharp", "probability": 0.8, "score": 0.8, "document_id": "electronics/r1", "context": "The screen is sharp.", "start": 14, "context_start": 0}
+    answer = {"kind": "span", "text": "sharp", "probability": 0.8, "score": 0.8, "document_id": "electronics/r1", "context": "The screen is sharp.", "start": 14, "end": 19,
+              "context_start": 0, "supporting_document_ids": ["electronics/r1"], "card": card("span", 1, "sharp", "80% chance right", "review r1")}
     return {"query": "Is it good?", "collection": "electronics", "item_id": "KINDLE", "pipeline": "bm25 + reader", "timings": {"retrieval_s": 0.01, "answer_s": 0.02},
             "answers": [answer], "documents": [document], **changes}  # fmt: skip
 
@@ -98,10 +105,11 @@ def a_reply(**changes) -> dict:
         (b"<html>Welcome to nginx</html>", "answered with something that is not JSON"),
         (b"{}", "answered without its timings (retrieval_s, answer_s)"),
         (b"[1, 2]", "answered without a JSON object"),
-        (json.dumps(a_reply(answers=[{"kind": "span", "text": 5}])).encode(), "answered without each span's text, context and offsets"),
+        (json.dumps(a_reply(answers=[{"kind": "span", "text": 5, "card": card("span", 1, "5", "")}])).encode(), "answered without each span's text, context and offsets"),
+        (json.dumps(a_reply(answers=[{"kind": "no_answer", "probability": 0.6}])).encode(), "answered without each answer's card"),
         (json.dumps(a_reply(documents="none")).encode(), "answered without a list of documents"),
     ],
-    ids=["html", "empty-object", "list", "span-without-offsets", "documents-not-a-list"],
+    ids=["html", "empty-object", "list", "span-without-offsets", "answer-without-card", "documents-not-a-list"],
 )
 def test_a_reply_not_of_the_query_shape_is_one_line(body, message, capsys, monkeypatch):
     with misbehaving(answering(body)) as url:
@@ -153,8 +161,10 @@ def test_a_reply_is_read_up_to_its_bound_decompressed():
 
 
 def test_escape_codes_in_a_reply_are_printed_as_text(capsys):
-    answer = {"kind": "span", "text": f"sharp{ESCAPES}", "probability": 0.8, "document_id": "electronics/r1", "context": f"The screen is sharp{ESCAPES}.", "start": 14, "context_start": 0}
-    reply = a_reply(collection=f"electronics{ESCAPES}", answers=[answer, {"kind": "generated", "text": f"Yes{ESCAPES}", "cited_document_ids": [], "probability": None}])
+    answer = {"kind": "span", "text": f"sharp{ESCAPES}", "probability": 0.8, "document_id": "electronics/r1", "context": f"The screen is sharp{ESCAPES}.", "start": 14,
+              "end": 14 + len(f"sharp{ESCAPES}"), "context_start": 0, "card": card("span", 1, f"sharp{ESCAPES}", "80% chance right")}
+    generated = {"kind": "generated", "text": f"Yes{ESCAPES}", "cited_document_ids": [], "probability": None, "card": card("generated", 2, f"Yes{ESCAPES}", "")}
+    reply = a_reply(collection=f"electronics{ESCAPES}", answers=[answer, generated])
     with misbehaving(answering(json.dumps(reply).encode())) as url:
         assert main(["ask", "Is it good?", "--item", "KINDLE", "--url", url]) == 0
     with misbehaving(answering(json.dumps({"detail": f"No such product{ESCAPES}."}).encode(), status="404 Not Found")) as url:

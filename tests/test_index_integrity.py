@@ -173,7 +173,7 @@ def run_killed(settings, patch: str, argv: list[str]) -> subprocess.CompletedPro
         # The encoder has embedded the first chunk of reviews.
         (
             "during embedding",
-            "from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersDocumentEmbedder as E\n"
+            "from qa_system.ingestion.embedding import DocumentEmbedder as E\n"
             "real = E.run\nE.run = lambda self, documents: (real(self, documents=documents), die())",
             ["index"],
         ),

@@ -81,7 +81,7 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
     products = at.selectbox(key="product").options
     assert products[:2] == ["All documents", "KINDLE"]  # then the most reviewed first (3 reviews: r-kindle-3, in dev and test, once)
     ask(at, "How is the bass?", "HEADPHONES")
-    assert at.sidebar.caption[0].value == "6 reviews"  # the collection's size, beside its picker
+    assert at.sidebar.caption[0].value == "6 reviews · BM25 only"  # the collection's size beside its picker; embedded when a dense question needs it
     assert not at.exception and not at.error
     spans = [v for v in at.session_state["asked"].answers if v.kind == "span"]
     cards = answer_cards(at)
@@ -262,7 +262,7 @@ def test_an_answer_from_other_settings_says_so(page):
     at.radio(key="retriever").set_value("dense")
     at.slider(key="top_k").set_value(2).run()
     notes = [shown(i.value) for i in at.info]
-    assert notes == ["The answers below come from other settings (retriever: BM25 (keywords), reviews to read: 3). Press Ask to update them."]
+    assert notes == ["The answers below come from other settings (retriever: BM25 (keywords), reviews to read: 5). Press Ask to update them."]
     button(at, "Ask").click().run()
     assert not at.info and at.session_state["asked"].pipeline.startswith("dense")
 

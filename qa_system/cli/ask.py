@@ -117,7 +117,7 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
         if answer["kind"] == "span":
             start = answer["start"] - answer["context_start"]
             snippet = highlight(answer["context"], start, answer["end"] - answer["context_start"], tty)
-        print_card(AnswerCard(**answer["card"]), snippet, len(answer["supporting_document_ids"]))
+        print_card(AnswerCard.of(answer["card"]), snippet, len(answer.get("supporting_document_ids", [])))
 
 
 def _question(args: argparse.Namespace):

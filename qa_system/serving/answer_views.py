@@ -10,7 +10,7 @@ appears twice, and nothing when the reader's span does not match the text exactl
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from html import unescape
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -327,6 +327,11 @@ class AnswerCard:
     def as_dict(self) -> dict[str, Any]:
         """The card as JSON (the API's ``card``)."""
         return asdict(self)
+
+    @classmethod
+    def of(cls, card: dict[str, Any]) -> "AnswerCard":
+        """A card from ``as_dict``'s JSON, fields a newer server adds left out."""
+        return cls(**{f.name: card[f.name] for f in fields(cls) if f.name in card})
 
 
 def _source(view: AnswerView) -> tuple[str, str | None]:

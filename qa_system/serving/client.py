@@ -123,6 +123,10 @@ def _read(response, url: str, max_bytes: int, stop: threading.Event) -> bytes:
     return bytes(body)
 
 
+# The card fields `ask --url` prints as text (``answer_views.AnswerCard``).
+CARD_TEXTS = ("kind", "heading", "text", "label", "help", "note", "source")
+
+
 def _checked_reply(reply: Any, url: str) -> dict[str, Any]:
     """``reply`` once it has the shape of ``/query``'s response in every field `ask --url` prints; else one QAError."""
 
@@ -146,8 +150,12 @@ def _checked_reply(reply: Any, url: str) -> dict[str, Any]:
     need(isinstance(answers, list) and all(isinstance(a, dict) and a.get("kind") in ANSWER_KINDS for a in answers), f"a list of answers, each of a kind ({', '.join(ANSWER_KINDS)})")
     for answer in answers:
         need(all(answer.get(k) is None or number(answer.get(k)) for k in ("probability", "score")), "numbers as the answers' probability and score")
+        card = answer.get("card")
+        need(isinstance(card, dict) and all(isinstance(card.get(k, ""), str) for k in CARD_TEXTS) and isinstance(card.get("number"), int), "each answer's card (its heading, text, label and note as text)")
+        supporting = answer.get("supporting_document_ids", [])
+        need(isinstance(supporting, list) and all(isinstance(i, str) for i in supporting), "each answer's supporting document ids as text")
         if answer["kind"] == "span":
-            fields = (answer.get("text"), answer.get("context"), answer.get("start"), answer.get("context_start"))
+            fields = (answer.get("text"), answer.get("context"), answer.get("start"), answer.get("end"), answer.get("context_start"))
             need(isinstance(fields[0], str) and isinstance(fields[1], str) and all(isinstance(v, int) and not isinstance(v, bool) for v in fields[2:]),
                  "each span's text, context and offsets")  # fmt: skip
             need(answer.get("document_id") is None or isinstance(answer.get("document_id"), str), "each span's document id as text")
