@@ -261,3 +261,38 @@ def test_a_cache_dir_named_in_the_yaml_keeps_everything_the_retriever_did_not_sa
     assert {name: (mine / name).read_text(encoding="utf-8") for name in kept if (mine / name).exists()} == kept
     (entry,) = {p.name for p in mine.iterdir()} - {name.split("/")[0] for name in kept}  # the retriever's own index, saved beside them
     assert (mine / entry / bm25.CACHE_MARKER).is_file() and (mine / entry / "params.index.json").is_file()
+
+
+def test_a_pipeline_serialises_no_deployment_setting_and_no_machine_path(settings, monkeypatch):
+    """Device, backend, exports, caches and the scheduler are the machine's: handed over at load time
+    (``use_runtime``, ``use_cache_dir``), never in the pipeline's YAML, so the YAML names no folder of this machine."""
+    from qa_system.pipelines import PIPELINES_DIR, build_qa_pipeline
+    from qa_system.reading.reader import ExtractiveReader
+
+    monkeypatch.chdir(REPO_ROOT)  # the reader named relatively, as a hub id would be
+    served = settings.with_(reader_model="models/reader-minilm-subjqa", selector_model="none", reader_backend="torch", reader_batch_windows=8)
+    build_index(served, "electronics", embed=False, progress=False)
+    pipeline = build_qa_pipeline("bm25", served, answer_stage="extractive")
+    reader = pipeline.pipeline.get_component("reader")
+    assert (reader.backend, reader.batch_windows, reader.onnx_cache) == ("torch", 8, str(served.reader_onnx_cache))  # handed over
+    definition = yaml.safe_load(pipeline.pipeline.dumps())
+    deployment = {*ExtractiveReader.RUNTIME_SETTINGS, "device", "cache_dir"}
+    assert {name: sorted(deployment & set(c["init_parameters"])) for name, c in definition["components"].items()} == {"sparse_retriever": ["cache_dir"], "reader": []}
+    assert definition["components"]["sparse_retriever"]["init_parameters"]["cache_dir"] is None  # the collection's own is the machine's
+
+    def strings(value):
+        if isinstance(value, dict):
+            return [s for item in value.values() for s in strings(item)]
+        if isinstance(value, list):
+            return [s for item in value for s in strings(item)]
+        return [value] if isinstance(value, str) else []
+
+    machine = [s for s in strings(definition) if s.startswith(("/", "~")) or str(served.home) in s or str(Path.home()) in s]
+    assert machine == []
+    assert answers_of(pipeline)  # and it still reads with what was handed over
+    for template in PIPELINES_DIR.glob("*.yml"):
+        assert not re.search(r"onnx_cache|onnx_model|batch_wait_ms|batch_windows|reader_backend|device:|cache_dir", template.read_text(encoding="utf-8")), template.name
+
+
+def answers_of(pipeline) -> list:
+    return pipeline.run(QUESTION, item_id="KINDLE", top_k=2)["answers"]

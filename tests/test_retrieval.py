@@ -56,6 +56,28 @@ def test_bm25_stems_and_keeps_stopwords_by_default(indexed):
     assert BM25sRetriever(store, stopwords="en").run("the")["documents"] == []  # Elasticsearch's English stopwords
 
 
+def test_bm25_refuses_a_bad_top_k_or_stopword_list_with_a_qa_error(indexed):
+    store = open_index(indexed["memory"], "electronics").store
+    for top_k in (-1, 1.5, "many"):
+        with pytest.raises(QAError, match="top_k"):
+            BM25sRetriever(store, top_k=top_k)
+        with pytest.raises(QAError, match="top_k"):
+            BM25sRetriever(store).run("battery", top_k=top_k)
+    assert BM25sRetriever(store).run("battery", top_k=0)["documents"] == []  # 0 asks for none
+    with pytest.raises(QAError, match="Unknown stopword list 'fr'"):
+        BM25sRetriever(store, stopwords="fr")
+
+
+def test_bm25_from_dict_leaves_its_input_as_it_was(indexed, monkeypatch):
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "qa_system")  # as a YAML of qa_system's components is loaded
+    store = open_index(indexed["memory"], "electronics").store
+    data = BM25sRetriever(store, top_k=2).to_dict()
+    before = json.dumps(data, sort_keys=True)
+    rebuilt = BM25sRetriever.from_dict(data)
+    assert json.dumps(data, sort_keys=True) == before  # the store's serialisation is still there, not the store object
+    assert rebuilt.top_k == 2 and type(rebuilt.document_store) is type(store) and BM25sRetriever.from_dict(data).top_k == 2
+
+
 def test_bm25_recommendation_prefers_the_standard_among_near_ties():
     table = pd.DataFrame(
         [

@@ -15,7 +15,7 @@ from conftest import shown, write_subjqa
 from haystack import GeneratedAnswer
 from streamlit.testing.v1 import AppTest
 
-import qa_system.serving.service as service_module  # the page's pipelines are the service's: a RAG generator stands in there
+import qa_system.serving.pipeline_cache as service_module  # the page's pipelines are the service's: a RAG generator stands in there
 from qa_system.cli import main as cli
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.serving.answer_views import rank_answers
@@ -280,6 +280,35 @@ def test_bad_questions_are_messages_and_the_page_keeps_working(page, question, p
     assert not at.exception and message in messages(at)
     ask(at, "How is the bass?", "HEADPHONES")
     assert not at.error and answer_cards(at)
+
+
+def test_a_question_over_the_limit_is_refused_on_the_page_with_the_apis_message(page):
+    from qa_system.errors import QAError
+    from qa_system.serving.question import MAX_QUESTION_CHARS, check_length
+
+    too_long = "a" * (MAX_QUESTION_CHARS + 1)
+    with pytest.raises(QAError) as refused:  # the check /query and /feedback answer 422 with
+        check_length(too_long)
+    at = ask(page(), too_long, "HEADPHONES")
+    assert not at.exception and messages(at) == str(refused.value) == "The question is 1001 characters long. Fix: ask in at most 1000 characters."
+    assert at.session_state["asked"] is None and not answer_cards(at)
+
+
+def test_no_page_module_runs_a_pipeline_itself():
+    """The page asks through the service (``QAService.ask``), as the API does: no module of ui/ imports the pipelines."""
+    import ast
+
+    found = []
+    for path in sorted(APP.parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):  # `from qa_system import pipelines` too
+                names = [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            found += [f"{path.name}: {name}" for name in names if name == "qa_system.pipelines" or name.startswith("qa_system.pipelines.")]
+    assert found == []
 
 
 def test_a_reader_that_fails_to_load_still_shows_the_reviews(page, tmp_path):

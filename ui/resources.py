@@ -9,6 +9,7 @@ from typing import Callable
 import streamlit as st
 
 from qa_system.config import Settings
+from qa_system.errors import QAError
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.background import BackgroundTask
@@ -19,6 +20,17 @@ from qa_system.stores import Index
 def default_collection(settings: Settings) -> str:
     """The collection the page opens first: ``qa-system ui --collection`` (QA_PAGE_COLLECTION), else SubjQA electronics."""
     return settings.page_collection or PAGE_COLLECTION
+
+
+def store_choices() -> list[str]:
+    """The document stores the page offers: the configured one (QA_STORE) first, then memory, and Elasticsearch /
+    OpenSearch whenever QA_ES_URL / QA_OPENSEARCH_URL name a server."""
+    try:
+        settings = Settings.from_env()
+    except QAError:  # said by the page when it reads its settings
+        return ["memory"]
+    servers = [store for store, field in (("elasticsearch", "es_url"), ("opensearch", "opensearch_url")) if field in settings.model_fields_set]
+    return list(dict.fromkeys([settings.store, "memory", *servers]))
 
 
 def service(settings: Settings) -> QAService:

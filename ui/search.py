@@ -1,15 +1,16 @@
 """The search page: pick a collection and a product, ask a question, see the answers inside the
 reviews they came from; upload a CSV / JSON lines file into a new collection and ask about it.
 
-Presentation only: the pipelines, feedback storage, answer views, highlighting and spot checks are
-library functions (``qa_system``); this file lays them out. Text from reviews, labels, the URL or
+Presentation only: questions are asked and feedback recorded through the service every door shares
+(``QAService.ask``, ``QAService.record_feedback``), with the API's rules and messages; answer views,
+highlighting and spot checks are library functions (``qa_system``); this file lays them out. Text from reviews, labels, the URL or
 the user is never interpreted: cards are escaped HTML shown with ``st.html``, and every other
 string that carries such text (messages included) goes through ``markdown_literal``.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 import uuid
 from dataclasses import dataclass, replace
 
@@ -24,12 +25,11 @@ from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
 from qa_system.ingestion import CollectionInfo, IngestOptions, collection_name_from
-from qa_system.pipelines import ANSWER_STAGES
 from qa_system.retrieval.filters import parse_filters
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerCard, AnswerView, answer_cards, answer_views, rank_answers
-from qa_system.serving.feedback import VERDICTS, Feedback, FeedbackStore, unrecorded_clicks
-from qa_system.serving.service import PAGE_COLLECTION, PAGE_DOMAIN, pipeline_label
+from qa_system.serving.feedback import VERDICTS, FeedbackStore, unrecorded_clicks
+from qa_system.serving.service import ANSWER_STAGES, PAGE_COLLECTION, PAGE_DOMAIN, QAService, Question
 from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"
@@ -44,6 +44,19 @@ FEEDBACK_BUTTONS = {
     "wrong_span": ("Right review, wrong answer", "rate_review"),
 }
 WARNING = ":material/warning:"
+# The page's session state, by key. Widgets' keys are their own names (KEPT_WIDGETS); those the code reads besides:
+COLLECTION, PRODUCT, QUESTION = "collection", "product", "question"
+ASKED = "asked"  # the Asked shown
+GOLD = "gold"  # the labelled question asked (evaluation mode)
+ASK_NOW = "ask_now"  # ask on this run: a linked question, a random labelled one
+NOTICE = "notice"  # a warning shown once, on the next run
+RUNS = "runs"  # questions asked so far: each answer's feedback buttons are named by its run
+PAGE_ID = "page_id"  # names this page's clicks in the database
+VOTES = "votes"  # the clicks stored, by answer
+PENDING_COLLECTION = "pending_collection"  # picked on the next run: the collection an upload made
+COLLECTION_SHOWN = "collection_shown"  # the collection the product and answer belong to
+UPLOAD_IN_PROGRESS = "upload_in_progress"  # the upload this visitor follows
+UPLOADED = "uploaded"  # the summary of the upload just done
 # The widgets whose values survive a visit to the dashboard (``kept``), and their defaults.
 KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "filter", "collection", "evaluation", "split", "product", "question")
 WIDGET_DEFAULTS = {"top_k": TOP_K_RETRIEVER, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "filter": "", "evaluation": False, "split": "test"}
@@ -108,10 +121,7 @@ def sidebar() -> Options:
                     "No-answer threshold", -10.0, 10.0, step=0.5, key="threshold",
                     help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
                 )  # fmt: skip
-        # The configured store (QA_STORE) first; Elasticsearch / OpenSearch are offered whenever QA_ES_URL / QA_OPENSEARCH_URL name a server.
-        servers = [store for store, env in (("elasticsearch", "QA_ES_URL"), ("opensearch", "QA_OPENSEARCH_URL")) if os.environ.get(env)]
-        stores = list(dict.fromkeys([os.environ.get("QA_STORE") or "memory", "memory", *servers]))
-        store = st.selectbox("Document store", stores, key="store", help="Elasticsearch is offered when QA_ES_URL is set, OpenSearch when QA_OPENSEARCH_URL is.")
+        store = st.selectbox("Document store", resources.store_choices(), key="store", help="Elasticsearch is offered when QA_ES_URL is set, OpenSearch when QA_OPENSEARCH_URL is.")
         filter_text = st.text_area("Metadata filter (JSON)", key="filter", height=80, placeholder='{"field": "meta.rating", "operator": ">=", "value": 4}', help=FILTER_HELP)
     return Options(stage, retriever, top_k, top_k_reader, threshold, store, filter_text.strip())
 
@@ -136,14 +146,14 @@ def pick_collection(available: dict[str, CollectionInfo | None]) -> None:
     """The collection to show before the picker is drawn: one just uploaded, else the one chosen
     (or linked with ``?collection=``) while it exists, else the page's default (the first)."""
     default = next(iter(available))
-    if pending := st.session_state.pop("pending_collection", None):
-        st.session_state["collection"] = pending
-    chosen = st.session_state.setdefault("collection", st.query_params.get("collection") or default)
+    if pending := st.session_state.pop(PENDING_COLLECTION, None):
+        st.session_state[COLLECTION] = pending
+    chosen = st.session_state.setdefault(COLLECTION, st.query_params.get("collection") or default)
     if chosen not in available:
-        st.session_state["notice"] = f"There is no collection '{chosen}' in this document store: showing {default}."
-        st.session_state["collection"] = default
-    if st.session_state.get("collection_shown", st.session_state["collection"]) != st.session_state["collection"]:
-        for key in ("product", "question", "asked", "gold"):  # they belong to the other collection
+        st.session_state[NOTICE] = f"There is no collection '{chosen}' in this document store: showing {default}."
+        st.session_state[COLLECTION] = default
+    if st.session_state.get(COLLECTION_SHOWN, st.session_state[COLLECTION]) != st.session_state[COLLECTION]:
+        for key in (PRODUCT, QUESTION, ASKED, GOLD):  # they belong to the other collection
             st.session_state.pop(key, None)
         for param in ("item", "q"):
             st.query_params.pop(param, None)
@@ -156,11 +166,11 @@ def collection_panel(settings: Settings, options: Options) -> Options:
     with st.sidebar:
         st.divider()
         collection = st.selectbox(
-            "Collection", list(available), key="collection", format_func=collection_label,
+            "Collection", list(available), key=COLLECTION, format_func=collection_label,
             help="A named index of documents: the SubjQA reviews the page starts with, or what `qa-system index --input` or an upload below added.",
         )  # fmt: skip
         st.caption(collection_caption(available[collection]))
-        st.session_state["collection_shown"] = collection
+        st.session_state[COLLECTION_SHOWN] = collection
         if collection != next(iter(available)):  # the URL names it, so that a reload or a link keeps it
             st.query_params["collection"] = collection
         else:
@@ -196,8 +206,8 @@ def upload_form(settings: Settings) -> None:
             if started is None:
                 st.warning(markdown_literal(f"Another upload into '{collection}' is being indexed. Fix: wait until it is done, then upload again."), icon=WARNING)
                 return
-            st.session_state["upload_in_progress"] = started
-        if (upload := st.session_state.get("upload_in_progress")) is None:
+            st.session_state[UPLOAD_IN_PROGRESS] = started
+        if (upload := st.session_state.get(UPLOAD_IN_PROGRESS)) is None:
             return
         try:
             report = resources.follow_upload(upload)  # a rerun or leaving stops following, not the work
@@ -206,8 +216,8 @@ def upload_form(settings: Settings) -> None:
             return
         finally:
             if upload.task.wait(0):
-                del st.session_state["upload_in_progress"]
-    st.session_state.update(pending_collection=upload.collection, uploaded=report.summary())
+                del st.session_state[UPLOAD_IN_PROGRESS]
+    st.session_state.update({PENDING_COLLECTION: upload.collection, UPLOADED: report.summary()})
     st.rerun()
 
 
@@ -235,23 +245,23 @@ def feedback_panel(store: FeedbackStore, settings: Settings) -> None:
 
 def init_from_url(counts: dict[str, int]) -> None:
     """``?collection=...&item=...&q=...`` pre-fills the form (and asks), so that answers can be linked to."""
-    if "product" in st.session_state:
+    if PRODUCT in st.session_state:
         return
     params = st.query_params
     default = DEFAULT_ITEM if DEFAULT_ITEM in counts else max(counts, key=counts.get) if counts else ALL_DOCUMENTS
-    st.session_state["product"] = params.get("item") or default
+    st.session_state[PRODUCT] = params.get("item") or default
     if params.get("q"):
-        st.session_state["question"] = params["q"]
-        st.session_state["ask_now"] = True
+        st.session_state[QUESTION] = params["q"]
+        st.session_state[ASK_NOW] = True
 
 
 def pick_random_question(settings: Settings, split: str, products: list[str]) -> None:
     try:
         question = random_question(resources.service(settings).labelled_questions(), split, products)
     except QAError as error:
-        st.session_state["notice"] = str(error)
+        st.session_state[NOTICE] = str(error)
         return
-    st.session_state.update(product=question.item_id, question=question.question, gold=question, ask_now=True)
+    st.session_state.update({PRODUCT: question.item_id, QUESTION: question.question, GOLD: question, ASK_NOW: True})
 
 
 def product_label(item: str, counts: dict[str, int]) -> str:
@@ -262,48 +272,48 @@ def product_label(item: str, counts: dict[str, int]) -> str:
 
 def search_form(counts: dict[str, int]) -> bool:
     products = [ALL_DOCUMENTS, *sorted(counts, key=lambda item: (-counts[item], item))]
-    if st.session_state["product"] not in products:  # a linked product without reviews: asking explains
-        products.insert(0, st.session_state["product"])
+    if st.session_state[PRODUCT] not in products:  # a linked product without reviews: asking explains
+        products.insert(0, st.session_state[PRODUCT])
     with st.form("ask", border=False):
         product, question, button = st.columns([3, 6, 1], vertical_alignment="bottom")
-        product.selectbox("Product", products, key="product", help="Type to search by item id.", format_func=lambda item: product_label(item, counts))
-        question.text_input("Question", key="question", placeholder="e.g. Is it good for reading?")
+        product.selectbox("Product", products, key=PRODUCT, help="Type to search by item id.", format_func=lambda item: product_label(item, counts))
+        question.text_input("Question", key=QUESTION, placeholder="e.g. Is it good for reading?")
         return button.form_submit_button("Ask", type="primary", width="stretch")
 
 
 def ask(settings: Settings, options: Options) -> None:
-    question, item = st.session_state.get("question", ""), st.session_state["product"] or None
-    gold = st.session_state.get("gold")
+    """Ask the service the question of the form (``QAService.ask``: the API's rules and messages), keep what it gave."""
+    question, item = st.session_state.get(QUESTION, ""), st.session_state[PRODUCT] or None
+    gold = st.session_state.get(GOLD)
     if gold is not None and not (options.evaluation and gold.question == question.strip() and gold.item_id == item):
         gold = None  # the labelled question was edited or left: no gold to compare with
-    st.session_state["gold"] = gold
-    warning = None
+    st.session_state[GOLD] = gold
     service = resources.service(settings)
     try:
-        try:
-            if options.answer_stage == "extractive":
+        asked = Question(
+            question, item, collection=options.collection, retriever=options.retriever, mode=options.answer_stage, top_k=options.top_k,
+            split=gold.split if gold else None, top_k_reader=options.top_k_reader, no_answer_threshold=options.no_answer_threshold,
+            filters=parse_filters(options.filter_text), all_products=item is None,
+        )  # fmt: skip
+        service.check(asked)  # a refused question is said before the reader's first export
+        if options.answer_stage == "extractive":
+            with contextlib.suppress(QAError):  # a reader that does not load: ask says so, with the reviews still shown
                 resources.prepare_fast_reader(settings)
-            pipeline = service.pipeline(options.collection, options.retriever, options.answer_stage)
-        except QAError as error:  # e.g. the reader does not load: the reviews can still be shown
-            warning = f"{error} Showing the closest reviews without answers."
-            pipeline = service.pipeline(options.collection, options.retriever, None)
-        filters = parse_filters(options.filter_text)
         with st.spinner("Reading the reviews…"):
-            output = pipeline.run(
-                question, item_id=item, split=gold.split if gold else None, top_k=options.top_k,
-                top_k_reader=options.top_k_reader, no_answer_threshold=options.no_answer_threshold, filters=filters,
-            )  # fmt: skip
+            output = service.ask(asked, retrieval_fallback=True)  # a reader that does not load: the reviews are still shown
     except QAError as error:
-        st.session_state["asked"] = None
+        st.session_state[ASKED] = None
         st.error(markdown_literal(error), icon=WARNING)  # messages quote the question and the (linked) product
         return
-    if options.answer_stage == "extractive" and settings.reader_backend == "onnx" and output.get("reader_backend") == "torch":
+    warning = None
+    if unanswered := output.get("answer_stage_error"):
+        warning = f"{unanswered} Showing the closest reviews without answers."
+    elif options.answer_stage == "extractive" and settings.reader_backend == "onnx" and output.get("reader_backend") == "torch":
         warning = "The fast int8 ONNX reader could not be built here (the server's log says why): these answers come from the PyTorch reader."
     link_to(options.collection, item, question.strip(), resources.default_collection(settings))
-    run = st.session_state["runs"] = st.session_state.get("runs", 0) + 1
-    label = pipeline_label(settings, options.retriever, options.answer_stage, output.get("reader_backend"))
+    run = st.session_state[RUNS] = st.session_state.get(RUNS, 0) + 1
     views = answer_views(output.get("answers", []))
-    st.session_state["asked"] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], label, gold, warning, options)
+    st.session_state[ASKED] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], output["pipeline"], gold, warning, options)
 
 
 def link_to(collection: str, item: str | None, question: str, default: str) -> None:
@@ -316,18 +326,16 @@ def link_to(collection: str, item: str | None, question: str, default: str) -> N
 # ------------------------------------------------------------------------------------ results
 
 
-def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdict: str, click_id: str) -> bool:
-    """One row for one click (once, however often a rerun repeats it); False and a notice when it
-    cannot be stored."""
+def record_feedback(service: QAService, asked: Asked, view: AnswerView, verdict: str, click_id: str) -> bool:
+    """One row for one click, recorded by the service as the API records it (once, however often a rerun repeats
+    it); False and a notice when it cannot be stored."""
     # A "no answer" (or a generated answer) is judged against the closest review it was shown with.
     document = view.document or next(iter(view.sources or asked.documents), None)
     try:
-        store.record(
-            Feedback.about(
-                document, verdict=verdict, question=asked.question, answer=view.text, start=view.start, end=view.end,
-                item_id=asked.item_id, score=view.score, pipeline=asked.pipeline, labelled_question_id=asked.gold.id if asked.gold else None,
-                click_id=click_id,
-            )
+        service.record_feedback(
+            asked.options.collection, document.id if document is not None else None, verdict=verdict, question=asked.question,
+            answer=view.text, start=view.start, end=view.end, score=view.score, pipeline=asked.pipeline,
+            labelled_question_id=asked.gold.id if asked.gold else None, click_id=click_id,
         )  # fmt: skip
     except QAError as error:  # said in the card: a click reruns only its buttons (a fragment)
         st.warning(markdown_literal(error), icon=WARNING)
@@ -336,16 +344,16 @@ def record_feedback(store: FeedbackStore, asked: Asked, view: AnswerView, verdic
 
 
 @st.fragment  # a click reruns this card's buttons only, not the whole page (under eight users that halved the server's work)
-def feedback_buttons(store: FeedbackStore, asked: Asked, view: AnswerView, rank: int) -> None:
+def feedback_buttons(service: QAService, asked: Asked, view: AnswerView, rank: int) -> None:
     key = f"feedback-{asked.run}-{rank}"
     verdicts = ["correct", "wrong", *(["wrong_span"] if view.kind == "span" else [])]
-    page = st.session_state.setdefault("page_id", uuid.uuid4().hex)  # names this page's clicks in the database
-    recorded = st.session_state.setdefault("votes", {}).setdefault(key, {})  # click number -> verdict, stored
+    page = st.session_state.setdefault(PAGE_ID, uuid.uuid4().hex)
+    recorded = st.session_state.setdefault(VOTES, {}).setdefault(key, {})  # click number -> verdict, stored
     with st.container(horizontal=True, vertical_alignment="center"):
         clicked = votes.vote_buttons(key, [(v, *FEEDBACK_BUTTONS[v]) for v in verdicts], [recorded[i] for i in sorted(recorded)])
         saved = 0
         for number, verdict in enumerate(unrecorded_clicks(clicked, len(recorded), verdicts), len(recorded)):
-            if not record_feedback(store, asked, view, verdict, f"{page}/{key}/{number}"):
+            if not record_feedback(service, asked, view, verdict, f"{page}/{key}/{number}"):
                 break
             recorded[number] = verdict
             saved += 1
@@ -363,13 +371,13 @@ def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
     return [cards.chip(f"EM {score.em:.0f} · F1 {score.f1:.2f}", "em")]
 
 
-def answer_card(store: FeedbackStore, asked: Asked, view: AnswerView, card: AnswerCard) -> None:
+def answer_card(service: QAService, asked: Asked, view: AnswerView, card: AnswerCard) -> None:
     with st.container(border=True):
         st.html(cards.answer_card(view, card, extra_chips=gold_chips(asked, view)))
-        feedback_buttons(store, asked, view, card.number)  # numbers name the answers; 0 is the no-answer card
+        feedback_buttons(service, asked, view, card.number)  # numbers name the answers; 0 is the no-answer card
 
 
-def show_answers(store: FeedbackStore, asked: Asked) -> None:
+def show_answers(service: QAService, asked: Asked) -> None:
     views = asked.answers
     if not views:
         st.markdown("##### Closest reviews")
@@ -385,7 +393,7 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
     shown = list(zip(views, answer_cards(views)))
     for view, card in shown:
         if not card.folded:
-            answer_card(store, asked, view, card)
+            answer_card(service, asked, view, card)
     if ranked.abstains:
         st.markdown("##### Closest reviews")
         for document in asked.documents[:3]:
@@ -395,7 +403,7 @@ def show_answers(store: FeedbackStore, asked: Asked) -> None:
         spans = sum(card.kind != "no_answer" for _, card in folded)
         with st.expander(f"{spans} more candidate(s) rated below “no answer”{f' ({ranked.no_answer.score_label})' if ranked.no_answer.score_label else ''}"):
             for view, card in folded:
-                answer_card(store, asked, view, card)
+                answer_card(service, asked, view, card)
 
 
 def show_gold(asked: Asked) -> None:
@@ -459,25 +467,25 @@ def main() -> None:
             st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
         else:
             st.caption(markdown_literal(f"Pick a product (or all documents) and ask a question: the answer comes straight out of the documents of collection {options.collection}."))
-        if uploaded := st.session_state.pop("uploaded", None):
+        if uploaded := st.session_state.pop(UPLOADED, None):
             st.success("  \n".join(markdown_literal(line.strip()) for line in uploaded), icon=":material/task_alt:")
         index = resources.open_index(settings, options.collection)
     except QAError as error:
         st.error(markdown_literal(error), icon=WARNING)
         return
-    feedback = resources.service(settings).feedback
-    feedback_panel(feedback, settings)
+    service = resources.service(settings)
+    feedback_panel(service.feedback, settings)
     counts = index.item_counts()
     init_from_url(counts)
     if options.evaluation:
         st.button("Random labelled question", icon=":material/casino:", on_click=pick_random_question, args=(settings, options.split, list(counts)))
-    if notice := st.session_state.pop("notice", None):
+    if notice := st.session_state.pop(NOTICE, None):
         st.warning(markdown_literal(notice), icon=WARNING)
-    asked_now = search_form(counts) | st.session_state.pop("ask_now", False)
+    asked_now = search_form(counts) | st.session_state.pop(ASK_NOW, False)
     keep_widgets("search", KEPT_WIDGETS)
     if asked_now:
         ask(settings, options)
-    asked = st.session_state.get("asked")
+    asked = st.session_state.get(ASKED)
     if asked is None:
         return
     if st.query_params.get("q") != asked.question:  # the link names the answer shown (a page switch drops it)
@@ -490,11 +498,11 @@ def main() -> None:
     if asked.gold is not None:
         answers, gold = st.columns([3, 2], gap="large")
         with answers:
-            show_answers(feedback, asked)
+            show_answers(service, asked)
         with gold:
             show_gold(asked)
     else:
-        show_answers(feedback, asked)
+        show_answers(service, asked)
     show_retrieved(asked)
 
 

@@ -52,12 +52,9 @@ ANSWER_STAGES = ("extractive", "rag")
 
 def _backend_parameters(index: Index, settings: Settings) -> dict[str, dict[str, Any]]:
     """Init parameters a backend's components need beside those of the YAML files: OpenSearch's k-NN
-    search must filter inside the search (else the k nearest of all products are filtered afterwards);
-    the embedded stores' BM25 keeps its built index between processes, in the collection's own folder."""
+    search must filter inside the search (else the k nearest of all products are filtered afterwards)."""
     if index.backend == "opensearch":
         return {"dense_retriever": {"efficient_filtering": True}}
-    if index.backend in ("memory", "faiss"):
-        return {"sparse_retriever": {"cache_dir": str(settings.bm25_cache_of(index.name))}}
     return {}
 
 
@@ -76,12 +73,7 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dic
         "query_embedding_model": json.dumps(settings.query_embedding_model or settings.embedding_model),
         "query_embedding_backend": json.dumps(embedding_backend(index.manifest)),
         "reader_model": json.dumps(settings.reader_model),
-        "reader_backend": json.dumps(settings.reader_backend),
-        "reader_onnx_model": json.dumps(settings.reader_onnx_model),
-        "reader_onnx_cache": json.dumps(str(settings.reader_onnx_cache)),
         "selector_model": json.dumps(settings.selector_model),
-        "reader_batch_wait_ms": json.dumps(settings.reader_batch_wait_ms),
-        "reader_batch_windows": json.dumps(settings.reader_batch_windows),
         **fusion_values(index, settings),
         **(extra or {}),
     }
@@ -147,7 +139,11 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
             component.document_store = index.store
         elif hasattr(component, "_document_store"):  # the search-server retrievers keep theirs private
             component._document_store = index.store
-        # The machine's settings (device, caches) are handed over here, never written into the YAML.
+        # The machine's settings (device, caches, backends) are handed over here, never written into the YAML:
+        # the embedded stores' BM25 keeps its built index between processes, in the collection's own folder.
+        if hasattr(component, "use_cache_dir") and index.backend in ("memory", "faiss"):
+            component.use_cache_dir(settings.bm25_cache_of(index.name))
         if hasattr(component, "use_runtime"):
-            component.use_runtime(settings.device, settings.home)
+            deployment = {name: getattr(settings, field) for name, field in getattr(component, "RUNTIME_SETTINGS", {}).items()}
+            component.use_runtime(settings.device, settings.home, **deployment)
     return pipeline

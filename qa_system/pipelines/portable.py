@@ -32,6 +32,9 @@ from qa_system.stores.meta_filters import MultiValueInMemoryDocumentStore
 
 ALLOWLIST_ENV = "HAYSTACK_DESERIALIZATION_ALLOWLIST"
 PORTABLE_BACKENDS = ("memory", "elasticsearch", "opensearch")
+# The machine's settings of a component that are no path: a pipeline loaded from the exported file has no loader
+# to hand them over (``use_runtime``), so they are written in; paths (exports, caches) are left to the defaults.
+PORTABLE_DEPLOYMENT = ("backend", "batch_wait_ms", "batch_windows")
 
 _loaded: dict[tuple[str, int, int], list[Document]] = {}
 _loading = threading.Lock()
@@ -131,6 +134,10 @@ def export_pipeline(
     for component in definition["components"].values():
         if "document_store" in component["init_parameters"]:
             component["init_parameters"]["document_store"] = _store_dict(index, settings)
+    for name in pipeline.graph.nodes:
+        component = pipeline.get_component(name)
+        for setting in [s for s in PORTABLE_DEPLOYMENT if s in getattr(component, "RUNTIME_SETTINGS", {})]:
+            definition["components"][name]["init_parameters"][setting] = getattr(component, setting)
     _depths(definition, retriever, rerank, top_k or settings.top_k_retriever, top_k_reader or settings.top_k_reader)
     retrieval_output = "ranker" if rerank else RETRIEVAL_OUTPUT[retriever]
     definition["inputs"], definition["outputs"] = _interface(pipeline, retrieval_output, answer_stage)

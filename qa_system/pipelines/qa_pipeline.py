@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from haystack import Pipeline
@@ -43,7 +43,6 @@ class QAPipeline:
     index: Index
     retriever: str
     answer_stage: str | None = None
-    last_timings: dict[str, float] = field(default_factory=dict)
     rerank: bool = False
 
     @property
@@ -153,10 +152,11 @@ class QAPipeline:
         total = time.perf_counter() - start
         answer_components = self.pipeline.metadata.get("answer_components", [])
         answer_s = sum(t for name, t in timings.items() if name in answer_components)
-        self.last_timings = {**timings, "retrieval_s": total - answer_s, "answer_s": answer_s, "total_s": total}
+        # This run's own: one pipeline serves many threads at once, so nothing of a run is kept on it.
+        timings = {**timings, "retrieval_s": total - answer_s, "answer_s": answer_s, "total_s": total}
         if "reader" in self.pipeline.graph.nodes:  # part of answer_s: waiting for other questions' inference
-            self.last_timings["reader_queue_s"] = getattr(self.pipeline.get_component("reader"), "queue_s", 0.0)
-        result = {"documents": outputs[retrieval_output]["documents"], "timings": dict(self.last_timings), "device": self.device}
+            timings["reader_queue_s"] = getattr(self.pipeline.get_component("reader"), "queue_s", 0.0)
+        result = {"documents": outputs[retrieval_output]["documents"], "timings": timings, "device": self.device}
         if self.reader_backend is not None:
             result["reader_backend"] = self.reader_backend
         # An explicit no-answer threshold is the reader's own decision: the selector's answers give way to it.

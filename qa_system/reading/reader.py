@@ -95,7 +95,14 @@ class ExtractiveReader:
     :param device: where it reads (``devices``: auto, cpu, cuda, cuda:N). On a GPU the ONNX backend runs the
         export's fp32 graph on ONNX Runtime's CUDA provider when this ONNX Runtime has it, else PyTorch reads
         there in bfloat16 (float16 without it) with float32 span logits. The machine's setting, not the
-        pipeline's: ``to_dict`` leaves it out and ``use_runtime`` sets it.
+        pipeline's: ``to_dict`` leaves it out and ``use_runtime`` sets it, as it sets ``backend``, ``onnx_model``,
+        ``onnx_cache`` and the scheduler's settings of a pipeline loaded from YAML (``RUNTIME_SETTINGS``).
+
+    Usage::
+
+        reader = ExtractiveReader(model="models/reader-minilm-subjqa", backend="torch", top_k=2)
+        reader.warm_up()
+        answers = reader.run("Is the screen sharp?", [Document(content="The screen is very sharp.")])["answers"]
     """
 
     def __init__(
@@ -162,12 +169,26 @@ class ExtractiveReader:
             onnx_cache=settings.reader_onnx_cache, device=settings.device, **kwargs,
         )
 
-    def use_runtime(self, device: str, home: str | Path | None = None) -> None:
-        """Read on ``device`` (a QA_DEVICE setting); the export cache is the pipeline's ``onnx_cache``."""
+    # The machine's settings, not the pipeline's: ``to_dict`` leaves them out and ``use_runtime`` sets them,
+    # by this parameter -> ``Settings`` field table (the pipeline loader reads it).
+    RUNTIME_SETTINGS = {
+        "backend": "reader_backend", "onnx_model": "reader_onnx_model", "onnx_cache": "reader_onnx_cache",
+        "batch_wait_ms": "reader_batch_wait_ms", "batch_windows": "reader_batch_windows",
+    }  # fmt: skip
+
+    def use_runtime(self, device: str, home: str | Path | None = None, **deployment: Any) -> None:
+        """Read on ``device`` (a QA_DEVICE setting), with the machine's ``deployment`` settings (``RUNTIME_SETTINGS``'
+        parameters: backend, manual export, export cache, scheduler); none of them changes a loaded reader."""
         from qa_system.devices import check_device
 
-        if self._model is None and self._onnx is None:
-            self.device = check_device(device)
+        if self._model is not None or self._onnx is not None:
+            return
+        self.device = check_device(device)
+        if unknown := set(deployment) - set(self.RUNTIME_SETTINGS):
+            raise TypeError(f"Not a deployment setting of the reader: {', '.join(sorted(unknown))}")
+        settled = ExtractiveReader(**{"model": self.model, "device": device, **{name: getattr(self, name) for name in self.RUNTIME_SETTINGS}, **deployment})
+        for name in self.RUNTIME_SETTINGS:  # checked as the constructor checks them
+            setattr(self, name, getattr(settled, name))
 
     @property
     def model_name(self) -> str:
@@ -244,7 +265,8 @@ class ExtractiveReader:
         return self.no_answer_threshold if self.no_answer_threshold is not None else self._default_threshold
 
     def to_dict(self) -> dict[str, Any]:
-        """The component's init parameters, as Haystack serialises a pipeline."""
+        """The component's init parameters, as Haystack serialises a pipeline: the reading, not the machine's
+        deployment settings (``RUNTIME_SETTINGS``, the device)."""
         return default_to_dict(
             self,
             model=self.model,
@@ -256,11 +278,6 @@ class ExtractiveReader:
             n_best=self.n_best,
             context_chars=self.context_chars,
             batch_size=self.batch_size,
-            backend=self.backend,
-            onnx_model=self.onnx_model,
-            onnx_cache=self.onnx_cache,
-            batch_wait_ms=self.batch_wait_ms,
-            batch_windows=self.batch_windows,
         )
 
     @classmethod

@@ -24,6 +24,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import import_class_by_name
 
 from qa_system.disk_cache import built_folder, dead_leftovers, keep_most_recent, mark_used, temporary_owner, unused_for
+from qa_system.errors import QAError, check_count
 from qa_system.retrieval.filters import MetaPostings
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _stopwords(name: str | None) -> frozenset[str]:
     from bm25s.stopwords import STOPWORDS_EN
 
     if name != "en":
-        raise ValueError(f"Unknown stopword list '{name}'; use 'en' or None.")
+        raise QAError(f"Unknown stopword list '{name}'.", "use 'en', or none (None).")
     return frozenset(STOPWORDS_EN)
 
 
@@ -105,6 +106,21 @@ class BM25sRetriever:
     The defaults (English stemming, stopwords kept, k1 1.2, b 1.0) are what ``qa-system tune-bm25``
     recommended on SubjQA electronics dev: per-product ranking of a few reviews gains from full
     length normalisation and from the words a stopword list would drop ("it", "not", "no").
+
+    :param document_store: the store whose documents are searched (any Haystack document store).
+    :param top_k: documents returned by default (0: none).
+    :param k1, b: BM25's term saturation and length normalisation.
+    :param method: the BM25 variant (``bm25s``' names; "lucene" scores as Elasticsearch does).
+    :param stemmer_language: the Snowball stemmer's language; None: no stemming.
+    :param stopwords: "en" drops English stopwords; None keeps every word.
+    :param return_unmatched: with filters, also return the allowed documents sharing no term with the query.
+    :param token_pattern: the regular expression of a token.
+    :param cache_dir: where built indexes are saved and loaded again (None: built in every process).
+
+    Usage::
+
+        retriever = BM25sRetriever(store, top_k=3)
+        retriever.run("Is the battery good?", filters={"field": "meta.item_id", "operator": "==", "value": "B1"})["documents"]
     """
 
     def __init__(
@@ -122,11 +138,12 @@ class BM25sRetriever:
     ):
         self.document_store = document_store
         self.return_unmatched = return_unmatched
-        self.top_k = top_k
+        self.top_k = check_count(top_k, "top_k", 0)
         self.k1, self.b, self.method = k1, b, method
         self.stemmer_language, self.stopwords, self.token_pattern = stemmer_language, stopwords, token_pattern
         self.analyzer = Analyzer(stemmer_language, stopwords, token_pattern)
         self.cache_dir = None if cache_dir is None else str(cache_dir)
+        self._machine_cache_dir: str | None = None  # the collection's own folder, given at load time (use_cache_dir)
         self._bm25 = None
         self._documents: list[Document] = []
         self._postings = MetaPostings([])
@@ -140,7 +157,8 @@ class BM25sRetriever:
         import bm25s
 
         documents = [d for d in self.document_store.filter_documents() if d.content]
-        cached = Path(self.cache_dir) / self._digest(documents) if self.cache_dir and documents else None
+        cache_dir = self.cache_dir or self._machine_cache_dir
+        cached = Path(cache_dir) / self._digest(documents) if cache_dir and documents else None
         bm25 = _load_index(cached, len(documents)) if cached else None
         if bm25 is None:
             bm25 = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
@@ -174,7 +192,7 @@ class BM25sRetriever:
         :returns: ``{"documents": [...]}``, each with its BM25 score.
         """
         self.warm_up()
-        top_k = self.top_k if top_k is None else top_k
+        top_k = self.top_k if top_k is None else check_count(top_k, "top_k", 0)
         if not self._documents or top_k <= 0:
             return {"documents": []}
         rows = self._postings.allowed(filters)  # None = all rows
@@ -194,6 +212,11 @@ class BM25sRetriever:
         order = np.lexsort((rows, -candidate_scores))[:top_k]  # score desc, then corpus order: deterministic
         return {"documents": [replace(self._documents[rows[i]], score=float(candidate_scores[i])) for i in order]}
 
+    def use_cache_dir(self, folder: str | Path) -> None:
+        """Save and load built indexes in ``folder`` (the machine's, e.g. the collection's own) unless the pipeline
+        names a ``cache_dir``; not serialised."""
+        self._machine_cache_dir = str(folder)
+
     def to_dict(self) -> dict[str, Any]:
         """The component's settings and its document store, serialised for a pipeline YAML."""
         return default_to_dict(
@@ -212,10 +235,10 @@ class BM25sRetriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BM25sRetriever":
-        """The component from ``to_dict``'s data, its document store rebuilt from its own serialisation."""
+        """The component from ``to_dict``'s data (left as it is), its document store rebuilt from its own serialisation."""
         store = data["init_parameters"]["document_store"]
-        data["init_parameters"]["document_store"] = import_class_by_name(store["type"]).from_dict(store)
-        return default_from_dict(cls, data)
+        parameters = {**data["init_parameters"], "document_store": import_class_by_name(store["type"]).from_dict(store)}
+        return default_from_dict(cls, {**data, "init_parameters": parameters})
 
 
 def _load_index(path: Path, documents: int):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qa_system.config import TOP_K_RETRIEVER
+from qa_system.errors import QAError
 
 
 @dataclass(frozen=True)
@@ -26,3 +27,13 @@ class Question:
     no_answer_threshold: float | None = None
     filters: dict | None = None  # more conditions on the documents' metadata (Haystack's syntax), ANDed with item_id
     all_products: bool = False  # asked of every document on purpose (the page's "All documents"), not a forgotten item_id
+
+
+# Longest question read, in characters: questions are a sentence, and a reader window must keep room for the review.
+MAX_QUESTION_CHARS = 1000
+
+
+def check_length(question: object) -> None:
+    """A question a door serves is at most ``MAX_QUESTION_CHARS`` long (asked, or judged in feedback)."""
+    if isinstance(question, str) and len(question) > MAX_QUESTION_CHARS:
+        raise QAError(f"The question is {len(question)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")

@@ -1,8 +1,9 @@
 """The REST API (``qa-system api``): FastAPI over the library's ``QAService``.
 
-``app.py`` holds the endpoints, ``schemas.py`` the request and response bodies, ``guards.py`` the
-token, rate and size limits and the metrics, ``server.py`` how it is run. FastAPI, uvicorn and
-prometheus_client are imported only by these modules.
+``app.py`` makes the app, ``routes/`` holds the endpoints (``documents.py`` the document routes),
+``schemas.py`` the request and response bodies, ``guards.py`` the token, rate and size limits and the
+metrics, ``server.py`` how it is run. FastAPI, uvicorn and prometheus_client are imported only by
+these modules.
 """
 
 from qa_system.serving.api.app import create_app
