@@ -67,6 +67,28 @@ def test_a_layout_the_export_does_not_reproduce_is_one_line(tmp_path):
         encoder_layout(tmp_path)
 
 
+@pytest.mark.parametrize(("pooling", "expected"), [({"pooling_mode": "mean"}, "mean"), ({"pooling_mode": "cls"}, "cls"),
+                                                     ({"pooling_mode_mean_tokens": True}, "mean"), ({"pooling_mode_cls_token": True}, "cls")])
+def test_the_pooling_is_read_in_both_layouts_sentence_transformers_writes(tmp_path, pooling, expected):
+    # sentence-transformers 5.4+ saves {"pooling_mode": "mean"}; older versions one boolean per mode.
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+                                                       {"path": "1_Pooling", "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
+                                                       {"path": "2_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"}]))  # fmt: skip
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 384, **pooling}))
+    assert encoder_layout(tmp_path) == {"pooling": expected, "normalize": True, "max_seq_length": None}
+
+
+@pytest.mark.parametrize("pooling", [{"pooling_mode": "max"}, {"pooling_mode": ["mean", "max"]}, {"pooling_mode_max_tokens": True}])
+def test_a_pooling_the_export_does_not_reproduce_is_refused_in_both_layouts(tmp_path, pooling):
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "", "type": "sentence_transformers.models.Transformer"},
+                                                       {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))  # fmt: skip
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    with pytest.raises(QAError, match="QA_EMBEDDING_BACKEND=torch"):
+        encoder_layout(tmp_path)
+
+
 def test_an_unknown_embedding_backend_is_refused():
     with pytest.raises(QAError, match="onnx, torch"):
         Settings(embedding_backend="tensorrt")

@@ -56,8 +56,14 @@ def encoder_layout(model_dir: Path) -> dict[str, Any]:
         raise QAError(f"The encoder {model_dir} is not Transformer + Pooling (+ Normalize) ({', '.join(kinds) or 'no modules.json'}).",
                       "use QA_EMBEDDING_BACKEND=torch for this encoder.")  # fmt: skip
     pooling = json.loads((model_dir / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
-    modes = [name for name in ("cls_token", "mean_tokens") if pooling.get(f"pooling_mode_{name}")]
-    others = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v and k.removeprefix("pooling_mode_") not in ("cls_token", "mean_tokens")]
+    if "pooling_mode" in pooling:  # sentence-transformers 5.4+ writes one key: "mean", "cls", ... or a list of them
+        named = pooling["pooling_mode"]
+        named = [named] if isinstance(named, str) else list(named or [])
+        modes = [{"mean": "mean_tokens", "cls": "cls_token"}[mode] for mode in named if mode in ("mean", "cls")]
+        others = [str(mode) for mode in named if mode not in ("mean", "cls")]
+    else:  # the older layout: one boolean per mode
+        modes = [name for name in ("cls_token", "mean_tokens") if pooling.get(f"pooling_mode_{name}")]
+        others = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v and k.removeprefix("pooling_mode_") not in ("cls_token", "mean_tokens")]
     if len(modes) != 1 or others:
         raise QAError(f"The encoder {model_dir} pools by {', '.join(modes + others) or 'nothing'}.", "use QA_EMBEDDING_BACKEND=torch for this encoder.")
     config = model_dir / "sentence_bert_config.json"
