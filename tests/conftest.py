@@ -89,7 +89,7 @@ def write_subjqa(root: Path, splits: dict[str, list[dict]] = SPLIT_ROWS, domain:
 def api_settings_for(root: Path, tiny_reader: Path, generator_url: str, **more) -> Settings:
     """Settings of a REST API under test: the tiny corpus and reader (PyTorch), the OpenAI stub at ``generator_url``
     as the generator, no rate limit; ``more`` settings beside them."""
-    from openai_stub import MODEL
+    from helpers.openai_stub import MODEL
 
     return Settings.from_env(
         data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
@@ -155,7 +155,7 @@ def opensearch_url(request) -> str:
     """A real search server for the `opensearch` tests, started once per session and stopped at its end.
 
     QA_OPENSEARCH_TEST_URL names a running server (e.g. OpenSearch with k-NN, for the dense tests);
-    otherwise the bundled Elasticsearch 7.9.2 OSS of tests/search_server.py starts on a free
+    otherwise the bundled Elasticsearch 7.9.2 OSS of tests/helpers/search_server.py starts on a free
     127.0.0.1 port (fetched first when missing). The tests skip when it cannot run here, unless
     QA_REQUIRE_TEST_SERVER is set (CI), where that is a failure.
     """
@@ -163,7 +163,7 @@ def opensearch_url(request) -> str:
     if external:
         yield external
         return
-    import search_server
+    from helpers import search_server
 
     try:
         server = search_server.start()

@@ -1,6 +1,6 @@
 """The REST API as its clients see it: a real uvicorn server on a free loopback port, a real HTTP
 client (httpx), on a tiny index the tests build; RAG answers come from a real OpenAI-compatible
-server (tests/openai_stub.py) whose replies can be made slow."""
+server (tests/helpers/openai_stub.py) whose replies can be made slow."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import httpx
 import pytest
 import uvicorn
 from conftest import api_settings_for, write_subjqa
-from openai_stub import OpenAIStub
+from helpers.openai_stub import OpenAIStub
 from prometheus_client.parser import text_string_to_metric_families
 
 from qa_system.cli import main
@@ -164,7 +164,7 @@ def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path):
 def test_a_search_server_that_comes_up_late_is_waited_for(opensearch_url, tiny_reader, tmp_path):
     """The API starts before its search server (as containers do): /health says it is waiting and
     why, and once the server answers the load goes on without a restart."""
-    from search_server import LateServer
+    from helpers.search_server import LateServer
 
     late = LateServer(opensearch_url)
     settings = Settings.from_env(

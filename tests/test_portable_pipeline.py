@@ -22,7 +22,7 @@ from qa_system.config import REPO_ROOT
 from qa_system.ingestion.indexing import build_index
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.selection import SELECTOR_FILE
-from search_server import free_port
+from helpers.search_server import free_port
 
 SHIPPED_READER = REPO_ROOT / "models" / "reader-minilm-subjqa"
 QUESTION = "Is it good for reading?"

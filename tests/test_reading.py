@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from down_server import DownServer
+from helpers.down_server import DownServer
 from haystack import Document, Pipeline
 
 from qa_system.errors import QAError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_subjqa
-from page_driver import ask_on_page, page_text, selected, upload, wait
+from helpers.page_driver import ask_on_page, page_text, selected, upload, wait
 
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
 from qa_system.config import Settings
