@@ -18,7 +18,8 @@ from typing import Iterator
 import httpx
 import pytest
 import uvicorn
-from conftest import api_settings_for, write_subjqa
+from conftest import api_settings_for
+from helpers.subjqa import write_subjqa
 from helpers.openai_stub import OpenAIStub
 from prometheus_client.parser import text_string_to_metric_families
 

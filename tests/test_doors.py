@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import SPLIT_ROWS, row, write_subjqa
+from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 from haystack import Document, ExtractedAnswer
 from streamlit.testing.v1 import AppTest
 from test_api import running, wait_ready

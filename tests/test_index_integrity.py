@@ -15,7 +15,7 @@ import pytest
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.stores import open_index, remove_leftovers, temporary_prefix
-from tests.conftest import COLUMNS, SPLIT_ROWS, write_subjqa
+from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 
 
 @pytest.fixture

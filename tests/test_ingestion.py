@@ -449,7 +449,7 @@ def test_a_compressed_file_is_named_as_such(home, tmp_path):
 
 
 def test_a_domain_with_only_dev_and_test_indexes_and_evaluates(tmp_path, monkeypatch, capsys, tiny_reader):
-    from tests.conftest import SPLIT_ROWS, write_subjqa
+    from helpers.subjqa import SPLIT_ROWS, write_subjqa
 
     books = {split: [dict(r, domain="books") for r in SPLIT_ROWS[split]] for split in ("dev", "test")}
     data_dir = write_subjqa(tmp_path / "subjqa", books, domain="books")

@@ -166,7 +166,7 @@ READING = "It is very good for reading: I read books on it every night."
 def test_the_documented_hayhooks_commands_answer_through_the_selector(settings, tmp_path):
     """The docs' export, `hayhooks run`, `deploy-yaml` and curl as written (on a free port): the selector's numpy
     `chosen` made every answer a 500 there."""
-    from conftest import SPLIT_ROWS, write_subjqa
+    from helpers.subjqa import SPLIT_ROWS, write_subjqa
 
     export_line, run_line, deploy_line, curl_line = documented_commands("docs/pipelines-and-stores.md", "Haystack YAML and Hayhooks")
     assert export_line.startswith("qa-system export-pipeline ") and run_line.endswith(" &") and curl_line.startswith("curl ")

@@ -15,7 +15,7 @@ from qa_system.retrieval import BM25sRetriever, make_filters, reciprocal_rank_fu
 from qa_system.retrieval.fusion import RankFusion, minmax_fusion
 from qa_system.stores import Index, new_memory_store, open_index
 from qa_system.tuning.bm25 import RANK_BY, BM25Setting, recommended, tune_bm25
-from tests.conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 
 
 @pytest.fixture(scope="module")

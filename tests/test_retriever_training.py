@@ -26,7 +26,7 @@ from qa_system.training.retriever import (
     training_data,
 )
 from qa_system.sources import load_subjqa
-from tests.conftest import SPLIT_ROWS, row, write_subjqa
+from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 
 WORDS = "the screen battery sound bass cord mouse scroll wheel shipping reading good how is it".split()
 

@@ -11,7 +11,8 @@ from html import escape, unescape
 from pathlib import Path
 
 import pytest
-from conftest import shown, write_subjqa
+from helpers.subjqa import write_subjqa
+from helpers.text import shown
 from haystack import GeneratedAnswer
 from streamlit.testing.v1 import AppTest
 

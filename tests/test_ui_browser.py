@@ -4,7 +4,7 @@ headless Chromium (Debian's chromium + chromium-driver, never a downloaded brows
 import time
 
 import pytest
-from conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 
 from qa_system.bench.browser import ANSWER_CARD, ask_in_browser, chromium_paths, headless_chromium
 from qa_system.serving.webapp import serve

@@ -9,7 +9,7 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import shown
+from helpers.text import shown
 from streamlit.testing.v1 import AppTest
 from test_reports import png, write
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import COLUMNS, SPLIT_ROWS, write_subjqa
+from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 from helpers.page_driver import ask_on_page, click, page_text, upload, wait
 
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths

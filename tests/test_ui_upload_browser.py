@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 from helpers.page_driver import ask_on_page, page_text, selected, upload, wait
 
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
