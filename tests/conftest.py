@@ -12,17 +12,6 @@ from helpers.subjqa import write_subjqa
 from qa_system.config import Settings
 
 
-def api_settings_for(root: Path, tiny_reader: Path, generator_url: str, **more) -> Settings:
-    """Settings of a REST API under test: the tiny corpus and reader (PyTorch), the OpenAI stub at ``generator_url``
-    as the generator, no rate limit; ``more`` settings beside them."""
-    from helpers.openai_stub import MODEL
-
-    return Settings.from_env(
-        data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
-        generator="openai", generator_base_url=generator_url, generator_model=MODEL, api_rate_limit=0, **more,
-    )  # fmt: skip
-
-
 @pytest.fixture(autouse=True, scope="session")
 def session_home(tmp_path_factory):
     """QA_HOME for the session: readers built without settings cache their ONNX exports there, never in ~/.cache."""

@@ -21,10 +21,10 @@ from urllib.parse import urlsplit
 import httpx
 import jsonschema
 import pytest
-from conftest import api_settings_for
+from helpers.api import api_settings_for
 from helpers.openai_stub import OpenAIStub
 from prometheus_client.parser import text_string_to_metric_families
-from test_api import running, sse_events, wait_ready
+from helpers.api import running, sse_events, wait_ready
 
 from qa_system.cli import main
 from qa_system.config import Settings

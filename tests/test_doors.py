@@ -15,7 +15,7 @@ import pytest
 from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 from haystack import Document, ExtractedAnswer
 from streamlit.testing.v1 import AppTest
-from test_api import running, wait_ready
+from helpers.api import running, wait_ready
 from test_selector import synthetic_records
 
 from qa_system.cli import main
