@@ -45,7 +45,7 @@ def real_data_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_reader(tmp_path_factory) -> Path:
     """A tiny random extractive reader saved to disk (no download): its answers are noise, its offsets real."""
-    from test_reading import tiny_model_dir
+    from helpers.models import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader"))
 

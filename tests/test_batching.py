@@ -30,7 +30,7 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def tiny_reader(tmp_path_factory) -> Path:
     """Positions for 384-token windows: long reviews are read in several overlapping windows."""
-    from test_reading import tiny_model_dir
+    from helpers.models import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader-512"), max_positions=512)
 

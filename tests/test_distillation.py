@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from test_reading import tiny_model_dir
+from helpers.models import tiny_model_dir
 from test_training import REVIEW, squad_files  # noqa: F401 - the fixture
 
 from qa_system.errors import QAError

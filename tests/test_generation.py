@@ -28,7 +28,7 @@ from qa_system.ingestion.indexing import build_index
 from qa_system.pipelines import build_qa_pipeline
 from helpers.down_server import DownServer
 from helpers.openai_stub import MODEL, OpenAIStub
-from tests.test_reading import tiny_model_dir, tiny_tokenizer
+from helpers.models import tiny_model_dir, tiny_tokenizer
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
 

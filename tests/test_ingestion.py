@@ -539,7 +539,7 @@ def squad_file(path, paragraphs):
 @pytest.fixture(scope="module")
 def tiny_long_reader(tmp_path_factory):
     """A tiny random reader (its answers are noise, its offsets real) whose positions cover 384-token windows."""
-    from test_reading import tiny_model_dir
+    from helpers.models import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-long-reader"), max_positions=512)
 

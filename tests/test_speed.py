@@ -23,7 +23,7 @@ from qa_system.reading.reader import ExtractiveReader, encode_windows
 from qa_system.retrieval import FAISSFilteredEmbeddingRetriever, make_filters
 from qa_system.stores import new_faiss_store
 from helpers.subjqa import REVIEWS
-from tests.test_reading import LONG, tiny_model_dir
+from helpers.models import LONG, tiny_model_dir
 
 
 @pytest.fixture(scope="module")

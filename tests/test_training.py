@@ -4,7 +4,7 @@ import json
 
 import pytest
 from haystack import Document
-from test_reading import tiny_model_dir, tiny_tokenizer
+from helpers.models import tiny_model_dir, tiny_tokenizer
 
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
 from qa_system.sources.squad import read_squad, write_squad

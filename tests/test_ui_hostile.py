@@ -127,7 +127,7 @@ def recorder():
 @pytest.fixture(scope="module")
 def long_reader(tmp_path_factory) -> Path:
     """The tiny random reader with room for a whole window: the hostile review is long in (character) tokens."""
-    from test_reading import tiny_model_dir
+    from helpers.models import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("long-reader"), max_positions=512)
 
