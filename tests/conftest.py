@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 from helpers.subjqa import write_subjqa
+from helpers.training import REVIEW, labelled
 
 from qa_system.config import Settings
+from qa_system.sources.squad import write_squad
+from qa_system.sources.subjqa import GoldAnswer
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -48,6 +51,17 @@ def tiny_reader(tmp_path_factory) -> Path:
     from helpers.models import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader"))
+
+
+@pytest.fixture
+def squad_files(tmp_path: Path) -> tuple[Path, Path]:
+    """SQuAD files of labelled questions over one review: train.json (three answerable questions, one not) and dev.json (one of each)."""
+    start = REVIEW.index("battery lasts")
+    train = [labelled(f"t{i}", [GoldAnswer("battery lasts", start)]) for i in range(3)] + [labelled("n", [])]
+    dev = [labelled("d1", [GoldAnswer("battery lasts", start)]), labelled("d2", [])]
+    write_squad(train, tmp_path / "train.json")
+    write_squad(dev, tmp_path / "dev.json")
+    return tmp_path / "train.json", tmp_path / "dev.json"
 
 
 @pytest.fixture(scope="module")

@@ -132,7 +132,7 @@ def test_reader_training_into_a_log_prints_its_steps_with_rate_and_loss(tmp_path
     """A real (tiny) train_reader run with stderr not a terminal: a line per step here, the trainer's own printing gone."""
     import qa_system.progress
     from helpers.models import tiny_model_dir
-    from test_training import REVIEW, labelled
+    from helpers.training import REVIEW, labelled
 
     from qa_system.sources.squad import write_squad
     from qa_system.sources.subjqa import GoldAnswer
