@@ -16,7 +16,7 @@ from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 from haystack import Document, ExtractedAnswer
 from streamlit.testing.v1 import AppTest
 from helpers.api import running, wait_ready
-from test_selector import synthetic_records
+from helpers.selector import synthetic_records
 
 from qa_system.cli import main
 from qa_system.config import Settings

@@ -32,7 +32,7 @@ KINDLE = {"field": "meta.item_id", "operator": "==", "value": "KINDLE"}
 @pytest.fixture(scope="module")
 def selector_for_the_shipped_reader(tmp_path_factory) -> Path:
     """An answer selector (fitted on synthetic readings) that says it was trained for the shipped reader."""
-    from test_selector import synthetic_records
+    from helpers.selector import synthetic_records
 
     from qa_system.training.selector import fit_selector, selector_frames
 
