@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from helpers.text import shown
 from streamlit.testing.v1 import AppTest
-from test_reports import png, write
+from helpers.reports import png, write
 
 from qa_system.serving.webapp import APP
 

@@ -104,7 +104,7 @@ def write_hostile_report(directory: Path, origin: str, outside_png: Path) -> Non
 
 def write_broken_report(directory: Path) -> None:
     """A report whose figures are not images: a text file named .png, a decompression bomb, its CSV."""
-    from test_reports import png, write
+    from helpers.reports import png, write
 
     write(directory, "Broken figures")
     (directory / "fake.png").write_text("not an image at all")
