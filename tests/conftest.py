@@ -1,5 +1,8 @@
-"""Shared fixtures: a tiny SubjQA-shaped data directory the tests write themselves, and a real
-search server for the OpenSearch tests (started once per session)."""
+"""Shared fixtures: the tiny SubjQA corpus the tests write themselves and settings over it, homes for the
+user's own collections, a tiny reader, SQuAD training files, a headless browser,
+and a real search server for the OpenSearch tests (started once per session).
+
+What the tests share besides fixtures is in ``tests/helpers/`` (imported as ``helpers.<module>``)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers.models import tiny_model_dir
 from helpers.subjqa import write_subjqa
 from helpers.training import REVIEW, labelled
 
@@ -37,6 +41,20 @@ def settings(tmp_path: Path, tiny_subjqa: Path) -> Settings:
     return Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="memory")
 
 
+@pytest.fixture
+def home(tmp_path: Path) -> Settings:
+    """Settings of an empty home (memory store) for collections of the user's own documents."""
+    return Settings.from_env(home=tmp_path / "home", store="memory")
+
+
+@pytest.fixture
+def cli_home(home: Settings, monkeypatch) -> Settings:
+    """``home`` as the command line finds it: QA_HOME set, QA_STORE left to its default."""
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    monkeypatch.delenv("QA_STORE", raising=False)
+    return home
+
+
 @pytest.fixture(scope="session")
 def real_data_dir() -> Path:
     path = Settings().data_dir
@@ -48,8 +66,6 @@ def real_data_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_reader(tmp_path_factory) -> Path:
     """A tiny random extractive reader saved to disk (no download): its answers are noise, its offsets real."""
-    from helpers.models import tiny_model_dir
-
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader"))
 
 

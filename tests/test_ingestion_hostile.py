@@ -8,27 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
+from helpers.ingestion import COLUMNS, documents, pdf, write_csv
 
 from qa_system.cli import main
-from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, ingest
-from tests.test_ingestion import COLUMNS, REVIEWS, documents, pdf, write_csv
-
-
-@pytest.fixture
-def home(tmp_path):
-    return Settings.from_env(home=tmp_path / "home", store="memory")
-
-
-@pytest.fixture
-def cli_home(home, monkeypatch):
-    monkeypatch.setenv("QA_HOME", str(home.home))
-    monkeypatch.delenv("QA_STORE", raising=False)
-    return home
 
 
 def many_rows(count: int, prefix: str = "m") -> list[tuple[str, str, str, str]]:

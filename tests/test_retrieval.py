@@ -86,7 +86,7 @@ def test_tune_bm25_scores_each_setting_and_writes_a_report(settings, tmp_path):
 def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, capsys):
     from qa_system.cli import main
     from qa_system.ingestion import ingest
-    from tests.test_ingestion import COLUMNS, write_csv
+    from helpers.ingestion import COLUMNS, write_csv
 
     home = Settings.from_env(home=tmp_path / "home", store="memory", data_dir=tmp_path / "no-subjqa")  # the collection's documents only
     ingest(home, write_csv(tmp_path / "reviews.csv"), "labelled", COLUMNS, embed=False, progress=False)
