@@ -1,6 +1,6 @@
 """Shared fixtures: the tiny SubjQA corpus the tests write themselves and settings over it, homes for the
-user's own collections, a tiny reader, SQuAD training files, a headless browser,
-and a real search server for the OpenSearch tests (started once per session).
+user's own collections, a tiny reader, SQuAD training files, the search page (AppTest) and a headless
+browser, and a real search server for the OpenSearch tests (started once per session).
 
 What the tests share besides fixtures is in ``tests/helpers/`` (imported as ``helpers.<module>``)."""
 
@@ -78,6 +78,36 @@ def squad_files(tmp_path: Path) -> tuple[Path, Path]:
     write_squad(train, tmp_path / "train.json")
     write_squad(dev, tmp_path / "dev.json")
     return tmp_path / "train.json", tmp_path / "dev.json"
+
+
+@pytest.fixture(scope="module")
+def app_env(tmp_path_factory, tiny_reader) -> dict[str, str]:
+    """One corpus and home for the module: the index is built once, as on a real first start."""
+    root = tmp_path_factory.mktemp("ui")
+    return {"QA_DATA_DIR": str(write_subjqa(root / "subjqa")), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(tiny_reader)}
+
+
+@pytest.fixture
+def page(app_env, monkeypatch):
+    """Starts the page (with extra environment, query params) and returns the AppTest after its first run."""
+    from helpers.ui import TIMEOUT
+    from streamlit.testing.v1 import AppTest
+
+    from qa_system.serving.webapp import APP
+
+    for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL", "QA_REPORTS_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in app_env.items():
+        monkeypatch.setenv(name, value)
+
+    def start(env: dict[str, str] | None = None, **query_params) -> AppTest:
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.query_params.update(query_params)
+        return at.run()
+
+    return start
 
 
 @pytest.fixture(scope="module")
