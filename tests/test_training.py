@@ -261,7 +261,7 @@ def test_train_reader_interpolate_mixes_with_the_base_model(tmp_path, squad_file
 
 
 class Crash(Exception):
-    """What the test's callback raises to stop a run the way a killed session does: mid-epoch, without cleaning up."""
+    """What the test's callback raises to stop a run the way a killed process does: mid-epoch, without cleaning up."""
 
 
 def crash_at(step):
