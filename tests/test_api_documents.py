@@ -21,10 +21,9 @@ from urllib.parse import urlsplit
 import httpx
 import jsonschema
 import pytest
-from helpers.api import api_settings_for
+from helpers.api import api_settings_for, running, sse_events, wait_ready
 from helpers.openai_stub import OpenAIStub
 from prometheus_client.parser import text_string_to_metric_families
-from helpers.api import running, sse_events, wait_ready
 
 from qa_system.cli import main
 from qa_system.config import Settings

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from haystack import Document
+from helpers.api import running, wait_ready
 from helpers.filters import OPTIONS, rating, write_reviews
 
 from qa_system.cli import main
@@ -206,7 +207,6 @@ SERVER_REFUSED = [
 def test_a_filter_the_search_server_refuses_is_one_line_from_every_door(opensearch_url, tmp_path, tiny_subjqa, tiny_reader, reviews, capsys, monkeypatch):
     """The server's 400 was a traceback (CLI exit 1) and a 500 (/query, deletion by filter); the documents stay."""
     import httpx
-    from helpers.api import running, wait_ready
 
     from qa_system.ingestion.changes import delete_documents
     from qa_system.serving.api import create_app

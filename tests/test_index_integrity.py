@@ -11,11 +11,11 @@ import sys
 import textwrap
 
 import pytest
+from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.stores import open_index, remove_leftovers, temporary_prefix
-from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 
 
 @pytest.fixture

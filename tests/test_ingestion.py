@@ -15,6 +15,9 @@ import zlib
 
 import pytest
 from helpers.ingestion import COLUMNS, REVIEWS, documents, pdf, write_csv
+from helpers.models import tiny_model_dir
+from helpers.qa_files import CONTEXT, MRQA_QAS, mrqa_lines
+from helpers.subjqa import SPLIT_ROWS, write_subjqa
 
 from qa_system.cli import main
 from qa_system.config import Settings
@@ -397,8 +400,6 @@ def test_a_compressed_file_is_named_as_such(home, tmp_path):
 
 
 def test_a_domain_with_only_dev_and_test_indexes_and_evaluates(tmp_path, monkeypatch, capsys, tiny_reader):
-    from helpers.subjqa import SPLIT_ROWS, write_subjqa
-
     books = {split: [dict(r, domain="books") for r in SPLIT_ROWS[split]] for split in ("dev", "test")}
     data_dir = write_subjqa(tmp_path / "subjqa", books, domain="books")
     monkeypatch.setenv("QA_DATA_DIR", str(data_dir))
@@ -487,8 +488,6 @@ def squad_file(path, paragraphs):
 @pytest.fixture(scope="module")
 def tiny_long_reader(tmp_path_factory):
     """A tiny random reader (its answers are noise, its offsets real) whose positions cover 384-token windows."""
-    from helpers.models import tiny_model_dir
-
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-long-reader"), max_positions=512)
 
 
@@ -521,8 +520,6 @@ def test_squad_labels_round_trip_through_a_collection(home, tmp_path, tiny_long_
 
 
 def test_mrqa_labels_are_matched_to_a_collection_too(home, tmp_path):
-    from helpers.qa_files import CONTEXT, MRQA_QAS, mrqa_lines
-
     from qa_system.ingestion.labels import load_labels
 
     ingest(home, write_csv(tmp_path / "c.csv", rows=[("c1", "KINDLE", CONTEXT, "5"), *REVIEWS]), "mrqa", COLUMNS, embed=False, progress=False)

@@ -13,6 +13,7 @@ import uuid
 import pytest
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
+from helpers.search_server import free_port
 
 import qa_system
 from qa_system.cli import main
@@ -317,8 +318,6 @@ def test_dense_pipeline_on_a_knn_server_filters_inside_the_vector_search(tmp_pat
 
 
 def test_unreachable_server_is_one_line_naming_the_url_and_the_fix(tmp_path, tiny_subjqa, monkeypatch, capsys):
-    from helpers.search_server import free_port
-
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there any more
     settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="opensearch", opensearch_url=url)
     for call in (lambda: open_index(settings), lambda: build_index(settings, progress=False)):

@@ -14,7 +14,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from helpers.subjqa import write_subjqa
 
 EXTRAS = {"files": ("pypdf", "trafilatura", "markdown_it", "mdit_plain"), "browser": ("selenium",)}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from haystack import Document, Pipeline
 from helpers.down_server import DownServer
 from helpers.models import LONG, tiny_model_dir
-from haystack import Document, Pipeline
 
 from qa_system.errors import QAError
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, SpanCandidate, encode_windows

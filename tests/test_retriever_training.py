@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from haystack import Document
+from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -26,7 +27,6 @@ from qa_system.training.retriever import (
     training_data,
 )
 from qa_system.sources import load_subjqa
-from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 
 WORDS = "the screen battery sound bass cord mouse scroll wheel shipping reading good how is it".split()
 

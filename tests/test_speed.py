@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from haystack import Document
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+from helpers.models import LONG, tiny_model_dir
+from helpers.subjqa import REVIEWS, SPLIT_ROWS, write_subjqa
 
 from qa_system.bench.corpus import SYNTHETIC_PRODUCT_SIZE, synthetic_reviews
 from qa_system.bench.retrieval import K1, haystack_store, same_scoring_bm25
@@ -22,8 +24,6 @@ from qa_system.reading.onnx import FP32_FILE, INT8_FILE, check_export, cpuinfo_f
 from qa_system.reading.reader import ExtractiveReader, encode_windows
 from qa_system.retrieval import FAISSFilteredEmbeddingRetriever, make_filters
 from qa_system.stores import new_faiss_store
-from helpers.subjqa import REVIEWS
-from helpers.models import LONG, tiny_model_dir
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +304,6 @@ def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny
     """A domain of dev and test only goes into the benches' corpus with those splits (rather than failing with "No 'train' split for domain 'books'"), and the report names the missing split."""
     from qa_system.bench.corpus import bench_questions, real_reviews
     from qa_system.config import Settings
-    from helpers.subjqa import SPLIT_ROWS, write_subjqa
 
     write_subjqa(tiny_subjqa, {split: [dict(r, domain="books") for r in SPLIT_ROWS[split]] for split in ("dev", "test")}, domain="books")
     settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home")

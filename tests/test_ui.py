@@ -11,9 +11,9 @@ from html import escape, unescape
 from pathlib import Path
 
 import pytest
+from haystack import GeneratedAnswer
 from helpers.text import shown
 from helpers.ui import TIMEOUT, answer_cards, ask, button, cards_html, messages
-from haystack import GeneratedAnswer
 from streamlit.testing.v1 import AppTest
 
 import qa_system.serving.service as service_module  # the page's pipelines are the service's: a RAG generator stands in there

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 from helpers.page_driver import ask_on_page, click, page_text, upload, wait
+from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths
 from qa_system.config import REPO_ROOT
