@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
-exec "$PYTHON" tests/search_server.py "${1:-fetch}"
+exec "$PYTHON" tests/helpers/search_server.py "${1:-fetch}"

@@ -1,105 +1,22 @@
-"""Shared fixtures: a tiny SubjQA-shaped data directory the tests write themselves, and a real
-search server for the OpenSearch tests (started once per session)."""
+"""Shared fixtures: the tiny SubjQA corpus the tests write themselves and settings over it, homes for the
+user's own collections, a tiny reader, SQuAD training files, the search page (AppTest) and a headless
+browser, and a real search server for the OpenSearch tests (started once per session).
+
+What the tests share besides fixtures is in ``tests/helpers/`` (imported as ``helpers.<module>``)."""
 
 from __future__ import annotations
 
-import csv
 import os
-import re
-import string
-from html import unescape
 from pathlib import Path
 
 import pytest
+from helpers.models import tiny_model_dir
+from helpers.subjqa import write_subjqa
+from helpers.training import REVIEW, labelled
 
 from qa_system.config import Settings
-from qa_system.safe_text import WORD_JOINER
-
-COLUMNS = [
-    "item_id", "domain", "nn_mod", "nn_asp", "query_mod", "query_asp", "q_review_id", "q_reviews_id", "question",
-    "question_subj_level", "ques_subj_score", "is_ques_subjective", "review_id", "review", "human_ans_spans",
-    "human_ans_indices", "answer_subj_level", "ans_subj_score", "is_ans_subjective",
-]
-
-REVIEWS = {
-    # review_id: (item_id, text)
-    "r-kindle-1": ("KINDLE", "The screen is sharp and great for reading books at night. Battery lasts a week."),
-    "r-kindle-2": ("KINDLE", "Shipping was slow and the box was damaged, but the seller refunded me quickly."),
-    "r-kindle-3": ("KINDLE", "I don't like the speakers: the sound is tinny and quiet. Apps crash sometimes."),
-    "r-phones-1": ("HEADPHONES", "These headphones have deep bass and a comfortable fit for long flights."),
-    "r-phones-2": ("HEADPHONES", "The cord broke after two months. Customer service never answered my emails."),
-    "r-mouse-1": ("MOUSE", "A precise wireless mouse; the scroll wheel feels solid and the battery lasts months."),
-}
-
-
-def review_text(review_id: str) -> str:
-    return REVIEWS[review_id][1] + " ANSWERNOTFOUND"
-
-
-def row(split_qid: str, question: str, review_id: str, span: str, start: int | None = None, subjective: bool = True) -> dict:
-    item_id, _ = REVIEWS[review_id]
-    text = review_text(review_id)
-    if span == "ANSWERNOTFOUND":
-        start = len(text) - len("ANSWERNOTFOUND")
-    elif start is None:
-        start = text.index(span)
-    values = dict.fromkeys(COLUMNS, "")
-    values.update(
-        item_id=item_id, domain="electronics", q_review_id=split_qid, question=question,
-        is_ques_subjective=str(subjective), review_id=review_id, review=text, human_ans_spans=span,
-        human_ans_indices=f"({start}, {start + len(span)})",
-    )
-    return values
-
-
-SPLIT_ROWS = {
-    "train": [
-        row("q1", "Is it good for reading?", "r-kindle-1", "great for reading books at night"),
-        row("q1", "Is it good for reading?", "r-kindle-1", "The screen is sharp"),
-        row("q2", "How is the bass?", "r-phones-1", "deep bass"),
-        row("q3", "How is the delivery?", "r-kindle-2", "ANSWERNOTFOUND", subjective=False),
-    ],
-    "dev": [
-        row("q4", "How is the sound?", "r-kindle-3", "the sound is tinny and quiet"),
-        row("q5", "Is the cord durable?", "r-phones-2", "The cord broke after two months"),
-    ],
-    "test": [
-        # PTB-tokenised span ("do n't") whose offset must be repaired against the raw review.
-        row("q6", "Do you like the speakers?", "r-kindle-3", "I do n't like the speakers", start=0),
-        row("q7", "How is the scroll wheel?", "r-mouse-1", "the scroll wheel feels solid", subjective=False),
-        row("q7", "How is the scroll wheel?", "r-mouse-1", "ANSWERNOTFOUND", subjective=False),
-        # Annotators dropped words from the middle: cannot be located, must be counted.
-        row("q8", "How is the battery?", "r-mouse-1", "battery months", start=70),
-        row("q9", "Is it comfortable?", "r-phones-1", "ANSWERNOTFOUND"),
-    ],
-}
-
-
-def write_subjqa(root: Path, splits: dict[str, list[dict]] = SPLIT_ROWS, domain: str = "electronics") -> Path:
-    folder = root / domain / "splits"
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, rows in splits.items():
-        with (folder / f"{split}.csv").open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-    return root
-
-
-def api_settings_for(root: Path, tiny_reader: Path, generator_url: str, **more) -> Settings:
-    """Settings of a REST API under test: the tiny corpus and reader (PyTorch), the OpenAI stub at ``generator_url``
-    as the generator, no rate limit; ``more`` settings beside them."""
-    from openai_stub import MODEL
-
-    return Settings.from_env(
-        data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
-        generator="openai", generator_base_url=generator_url, generator_model=MODEL, api_rate_limit=0, **more,
-    )  # fmt: skip
-
-
-def shown(markdown: str) -> str:
-    """What a reader sees of a ``markdown_literal`` string: its escapes and word joiners removed."""
-    return unescape(re.sub(rf"\\([{re.escape(string.punctuation)}])", r"\1", markdown)).replace(WORD_JOINER, "")
+from qa_system.sources.squad import write_squad
+from qa_system.sources.subjqa import GoldAnswer
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -124,6 +41,20 @@ def settings(tmp_path: Path, tiny_subjqa: Path) -> Settings:
     return Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="memory")
 
 
+@pytest.fixture
+def home(tmp_path: Path) -> Settings:
+    """Settings of an empty home (memory store) for collections of the user's own documents."""
+    return Settings.from_env(home=tmp_path / "home", store="memory")
+
+
+@pytest.fixture
+def cli_home(home: Settings, monkeypatch) -> Settings:
+    """``home`` as the command line finds it: QA_HOME set, QA_STORE left to its default."""
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    monkeypatch.delenv("QA_STORE", raising=False)
+    return home
+
+
 @pytest.fixture(scope="session")
 def real_data_dir() -> Path:
     path = Settings().data_dir
@@ -135,9 +66,48 @@ def real_data_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_reader(tmp_path_factory) -> Path:
     """A tiny random extractive reader saved to disk (no download): its answers are noise, its offsets real."""
-    from test_reading import tiny_model_dir
-
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader"))
+
+
+@pytest.fixture
+def squad_files(tmp_path: Path) -> tuple[Path, Path]:
+    """SQuAD files of labelled questions over one review: train.json (three answerable questions, one not) and dev.json (one of each)."""
+    start = REVIEW.index("battery lasts")
+    train = [labelled(f"t{i}", [GoldAnswer("battery lasts", start)]) for i in range(3)] + [labelled("n", [])]
+    dev = [labelled("d1", [GoldAnswer("battery lasts", start)]), labelled("d2", [])]
+    write_squad(train, tmp_path / "train.json")
+    write_squad(dev, tmp_path / "dev.json")
+    return tmp_path / "train.json", tmp_path / "dev.json"
+
+
+@pytest.fixture(scope="module")
+def app_env(tmp_path_factory, tiny_reader) -> dict[str, str]:
+    """One corpus and home for the module: the index is built once, as on a real first start."""
+    root = tmp_path_factory.mktemp("ui")
+    return {"QA_DATA_DIR": str(write_subjqa(root / "subjqa")), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(tiny_reader)}
+
+
+@pytest.fixture
+def page(app_env, monkeypatch):
+    """Starts the page (with extra environment, query params) and returns the AppTest after its first run."""
+    from helpers.ui import TIMEOUT
+    from streamlit.testing.v1 import AppTest
+
+    from qa_system.serving.webapp import APP
+
+    for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL", "QA_REPORTS_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in app_env.items():
+        monkeypatch.setenv(name, value)
+
+    def start(env: dict[str, str] | None = None, **query_params) -> AppTest:
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.query_params.update(query_params)
+        return at.run()
+
+    return start
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +125,7 @@ def opensearch_url(request) -> str:
     """A real search server for the `opensearch` tests, started once per session and stopped at its end.
 
     QA_OPENSEARCH_TEST_URL names a running server (e.g. OpenSearch with k-NN, for the dense tests);
-    otherwise the bundled Elasticsearch 7.9.2 OSS of tests/search_server.py starts on a free
+    otherwise the bundled Elasticsearch 7.9.2 OSS of tests/helpers/search_server.py starts on a free
     127.0.0.1 port (fetched first when missing). The tests skip when it cannot run here, unless
     QA_REQUIRE_TEST_SERVER is set (CI), where that is a failure.
     """
@@ -163,7 +133,7 @@ def opensearch_url(request) -> str:
     if external:
         yield external
         return
-    import search_server
+    from helpers import search_server
 
     try:
         server = search_server.start()

@@ -1,6 +1,6 @@
 """The REST API as its clients see it: a real uvicorn server on a free loopback port, a real HTTP
 client (httpx), on a tiny index the tests build; RAG answers come from a real OpenAI-compatible
-server (tests/openai_stub.py) whose replies can be made slow."""
+server (tests/helpers/openai_stub.py) whose replies can be made slow."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Iterator
 
 import httpx
 import pytest
-import uvicorn
-from conftest import api_settings_for, write_subjqa
-from openai_stub import OpenAIStub
+from helpers.api import api_settings_for, running, sse_events, wait_ready
+from helpers.openai_stub import OpenAIStub
+from helpers.subjqa import write_subjqa
 from prometheus_client.parser import text_string_to_metric_families
 
 from qa_system.cli import main
@@ -80,34 +79,6 @@ def stub_reply(body: dict) -> str:
     return "I don't know."
 
 
-@contextmanager
-def running(app) -> Iterator[str]:
-    """``app`` served by uvicorn in a thread on a free loopback port, stopped at the end."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-
-
-def wait_ready(url: str, timeout: float = 180) -> httpx.Response:
-    deadline = time.monotonic() + timeout
-    while True:
-        response = httpx.get(f"{url}/health")
-        if response.status_code == 200 or time.monotonic() > deadline:
-            return response
-        assert response.json()["status"] == "loading", response.text
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def generator():
     with OpenAIStub(stub_reply, max_requests=200, deadline_s=900) as server:
@@ -164,7 +135,7 @@ def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path):
 def test_a_search_server_that_comes_up_late_is_waited_for(opensearch_url, tiny_reader, tmp_path):
     """The API starts before its search server (as containers do): /health says it is waiting and
     why, and once the server answers the load goes on without a restart."""
-    from search_server import LateServer
+    from helpers.search_server import LateServer
 
     late = LateServer(opensearch_url)
     settings = Settings.from_env(
@@ -243,16 +214,6 @@ def test_query_returns_spans_at_their_offsets_the_reviews_and_stage_timings(api)
 def test_dense_retrieval_on_request(api):
     body = ask(api, retriever="dense", top_k=3).json()
     assert body["retriever"] == "dense" and len(body["documents"]) == 3 and {d["meta"]["item_id"] for d in body["documents"]} == {"KINDLE"}
-
-
-def sse_events(text: str) -> list[tuple[str, dict]]:
-    events = []
-    for block in text.strip().split("\n\n"):
-        if block.startswith(":"):  # a comment: the keep-alive of a quiet stream
-            continue
-        fields = dict(line.split(": ", 1) for line in block.splitlines())
-        events.append((fields["event"], json.loads(fields["data"])))
-    return events
 
 
 def test_rag_answers_and_streams_server_sent_events(api):

@@ -3,7 +3,7 @@ HTTP (indexed in the background, polled by task id), metadata filters on /query,
 comments on event streams, and the OpenAPI schema checked against every real response.
 
 A real uvicorn server on a free loopback port and a real HTTP client, as in test_api.py; RAG answers
-come from a real OpenAI-compatible server (tests/openai_stub.py) that takes its time."""
+come from a real OpenAI-compatible server (tests/helpers/openai_stub.py) that takes its time."""
 
 from __future__ import annotations
 
@@ -21,10 +21,9 @@ from urllib.parse import urlsplit
 import httpx
 import jsonschema
 import pytest
-from conftest import api_settings_for
-from openai_stub import OpenAIStub
+from helpers.api import api_settings_for, running, sse_events, wait_ready
+from helpers.openai_stub import OpenAIStub
 from prometheus_client.parser import text_string_to_metric_families
-from test_api import running, sse_events, wait_ready
 
 from qa_system.cli import main
 from qa_system.config import Settings

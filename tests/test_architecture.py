@@ -8,10 +8,10 @@ at import time just the same.
 from __future__ import annotations
 
 import ast
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.packages import write_package
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
 
@@ -187,14 +187,6 @@ def test_package_inits_hold_no_logic():
 
 
 # ----------------------------------------------------------------------------- the checker itself
-
-
-def write_package(root: Path, files: dict[str, str]) -> Path:
-    for relative, text in files.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root / "pkg"
 
 
 def test_checker_finds_a_cycle_through_a_lazy_import(tmp_path):

@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from conftest import COLUMNS, row, write_subjqa
+from helpers.subjqa import COLUMNS, row, write_subjqa
 
 from qa_system.bench.browser import chromium_paths, headless_chromium
 from qa_system.serving.background import BackgroundTask, TaskRegistry

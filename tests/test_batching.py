@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from haystack import Document
+from helpers.models import tiny_model_dir
 
 from qa_system.reading.batching import shared_scheduler
 from qa_system.reading.onnx import FP32_FILE, INT8_FILE, export_onnx
@@ -30,8 +31,6 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def tiny_reader(tmp_path_factory) -> Path:
     """Positions for 384-token windows: long reviews are read in several overlapping windows."""
-    from test_reading import tiny_model_dir
-
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader-512"), max_positions=512)
 
 

@@ -7,6 +7,7 @@ import json
 
 import pandas as pd
 import pytest
+from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 
 from qa_system.cli import main
 from qa_system.errors import QAError
@@ -14,7 +15,6 @@ from qa_system.evaluation.answering import at_threshold, evaluate_pipelines, fit
 from qa_system.evaluation.retrieval import CHANCE, evaluate_retrievers
 from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.stores import saved_manifest
-from tests.conftest import SPLIT_ROWS, row, write_subjqa
 
 # One more test question, about r-phones-1, in the words of the product's other review ("The cord
 # broke ..."): its split has r-phones-1 alone, its product has both.

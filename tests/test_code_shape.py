@@ -12,7 +12,7 @@ import ast
 import textwrap
 from pathlib import Path
 
-from test_architecture import write_package
+from helpers.packages import write_package
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
 MAX_FUNCTION_LINES = 80

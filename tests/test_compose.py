@@ -73,8 +73,7 @@ def test_each_profile_starts_at_most_one_search_server_and_every_service_has_a_h
 def test_the_api_serves_the_collection_named_by_environment_from_the_data_volume_and_needs_no_subjqa():
     raw = compose_file()["services"]
     assert "subjqa" not in json.dumps(raw).lower()  # no SubjQA mount: it starts without it
-    for environment, collection, source in (({}, "sample", REPO_ROOT / "data" / "reviews.csv"),
-                                            ({"QA_COLLECTION": "shop", "QA_DOCUMENTS": "shop.csv", "QA_DATA": "/srv/reviews"}, "shop", None)):
+    for environment, collection in (({}, "sample"), ({"QA_COLLECTION": "shop", "QA_DOCUMENTS": "shop.csv", "QA_DATA": "/srv/reviews"}, "shop")):
         api = interpolate(raw["api"], environment)
         args = build_parser().parse_args(api["command"][1:])
         assert api["command"][0] == "qa-system" and args.command == "api" and args.port == 8000 and args.host == "0.0.0.0"
@@ -83,10 +82,11 @@ def test_the_api_serves_the_collection_named_by_environment_from_the_data_volume
         assert f"{environment.get('QA_DATA', './data')}:/data/documents:ro" in api["volumes"]
         documents = api["environment"]["QA_DOCUMENTS"]
         assert documents == f"/data/documents/{environment.get('QA_DOCUMENTS', 'reviews.csv')}"
-        if source is not None:  # the default is the repository's sample, with the columns the flags name
-            index_args = build_parser().parse_args(["index", "--input", str(source), "--collection", collection, *api["environment"]["QA_INDEX_ARGS"].split()])
-            header = source.read_text(encoding="utf-8").splitlines()[0].split(",")
-            assert {index_args.text_column, index_args.id_column, index_args.item_column} <= set(header)
+    # The default is the repository's sample, with the columns the flags name.
+    api, source = interpolate(raw["api"], {}), REPO_ROOT / "data" / "reviews.csv"
+    index_args = build_parser().parse_args(["index", "--input", str(source), "--collection", "sample", *api["environment"]["QA_INDEX_ARGS"].split()])
+    header = source.read_text(encoding="utf-8").splitlines()[0].split(",")
+    assert {index_args.text_column, index_args.id_column, index_args.item_column} <= set(header)
 
 
 def test_the_page_and_the_api_run_from_one_image_with_commands_the_cli_accepts_on_localhost_ports():

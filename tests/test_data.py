@@ -1,11 +1,11 @@
 import csv
 
 import pytest
+from helpers.subjqa import COLUMNS, REVIEWS, row, write_subjqa
 
 from qa_system.errors import QAError
 from qa_system.sources import load_subjqa
 from qa_system.sources.subjqa import locate_answer
-from tests.conftest import COLUMNS, REVIEWS, row, write_subjqa
 
 
 def test_documents_are_cleaned_deduplicated_reviews(tiny_subjqa):

@@ -5,8 +5,7 @@ import math
 
 import pytest
 import torch
-from test_reading import tiny_model_dir
-from test_training import REVIEW, squad_files  # noqa: F401 - the fixture
+from helpers.models import tiny_model_dir
 
 from qa_system.errors import QAError
 from qa_system.reading import MODEL_INFO_FILE
@@ -57,7 +56,7 @@ def test_the_loss_against_a_hand_computed_value():
 
 
 @pytest.fixture()
-def student_and_batch(tmp_path, squad_files):  # noqa: F811
+def student_and_batch(tmp_path, squad_files):
     student_dir = tiny_model_dir(tmp_path / "student")
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
@@ -103,7 +102,7 @@ def test_on_a_tiny_model_the_soft_loss_is_least_at_the_teacher_and_its_gradient_
     assert batch["span_mask"][:, 0].all() and not (batch["span_mask"] & ~batch["attention_mask"].bool()).any()
 
 
-def test_a_student_trained_with_a_teacher_records_it(tmp_path, squad_files):  # noqa: F811
+def test_a_student_trained_with_a_teacher_records_it(tmp_path, squad_files):
     base = tiny_model_dir(tmp_path / "base", question_answering=False)
     teacher = tiny_model_dir(tmp_path / "teacher")
     config = TrainingConfig(epochs=1, batch_size=2, max_steps=2, max_seq_length=48, doc_stride=16)
@@ -116,7 +115,7 @@ def test_a_student_trained_with_a_teacher_records_it(tmp_path, squad_files):  # 
     assert epoch["train_loss"] == pytest.approx(0.25 * epoch["train_hard_loss"] + 0.75 * epoch["train_soft_loss"], rel=1e-5)
 
 
-def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, squad_files):  # noqa: F811
+def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, squad_files):
     from transformers import BertTokenizerFast
 
     base = tiny_model_dir(tmp_path / "base", question_answering=False)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import SPLIT_ROWS, row, write_subjqa
 from haystack import Document, ExtractedAnswer
+from helpers.api import running, wait_ready
+from helpers.selector import synthetic_records
+from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 from streamlit.testing.v1 import AppTest
-from test_api import running, wait_ready
-from test_selector import synthetic_records
 
 from qa_system.cli import main
 from qa_system.config import Settings

@@ -11,32 +11,18 @@ from pathlib import Path
 
 import pytest
 from haystack import Document
+from helpers.api import running, wait_ready
+from helpers.filters import OPTIONS, rating, write_reviews
 
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.ingestion import IngestOptions, ingest, open_collection
+from qa_system.ingestion import ingest, open_collection
 from qa_system.pipelines import build_retrieval_pipeline
 from qa_system.retrieval.filters import MetaPostings, check_filters, combine_filters, make_filters, parse_filters
 from qa_system.sources.columns import column_types, value_type
 
-OPTIONS = IngestOptions(text_column="reviewText", item_column="asin", id_column="reviewerID")
 RATING_AT_LEAST_4 = {"field": "meta.overall", "operator": ">=", "value": 4}
-
-
-def rating(number: int) -> int:
-    return 1 + (number * 7) % 5  # 1..5, every product gets every rating
-
-
-def write_reviews(path: Path, rows: int = 40, helpful: str | None = None) -> Path:
-    """Amazon-style reviews under the user's own column names: the rating is `overall`, the date `reviewTime`."""
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["reviewerID", "asin", "reviewText", "overall", "reviewTime", "zip", "price"])
-        for n in range(rows):
-            text = f"Review {n}: the battery lasts {n} hours and the screen is sharp."
-            writer.writerow([f"R{n:03d}", f"P{n % 2}", text, rating(n), f"2013-{1 + n % 12:02d}-{1 + n % 28:02d}", f"0{n:04d}", f"{n}.5" if n % 2 else str(n)])
-    return path
 
 
 @pytest.fixture
@@ -221,7 +207,6 @@ SERVER_REFUSED = [
 def test_a_filter_the_search_server_refuses_is_one_line_from_every_door(opensearch_url, tmp_path, tiny_subjqa, tiny_reader, reviews, capsys, monkeypatch):
     """The server's 400 was a traceback (CLI exit 1) and a 500 (/query, deletion by filter); the documents stay."""
     import httpx
-    from test_api import running, wait_ready
 
     from qa_system.ingestion.changes import delete_documents
     from qa_system.serving.api import create_app

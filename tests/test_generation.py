@@ -11,6 +11,9 @@ from dataclasses import replace
 import pytest
 from haystack import Document, GeneratedAnswer, Pipeline
 from haystack.dataclasses import ChatMessage
+from helpers.down_server import DownServer
+from helpers.models import tiny_model_dir, tiny_tokenizer
+from helpers.openai_stub import MODEL, OpenAIStub
 
 from qa_system.cli import main
 from qa_system.errors import QAError
@@ -26,9 +29,6 @@ from qa_system.generation.models import SMOLLM2_PACKAGE, default_generator_dir
 from qa_system.generation.prompt import TRUNCATION_MARK, share_budget
 from qa_system.ingestion.indexing import build_index
 from qa_system.pipelines import build_qa_pipeline
-from tests.down_server import DownServer
-from tests.openai_stub import MODEL, OpenAIStub
-from tests.test_reading import tiny_model_dir, tiny_tokenizer
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
 

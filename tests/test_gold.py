@@ -4,11 +4,11 @@ import math
 
 import pandas as pd
 import pytest
+from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 
 from qa_system.evaluation.gold import check_golds, pooled_answers, pooled_documents, pooled_share, rescored
 from qa_system.evaluation.reader import calibration_error, decision_shares, summarize_answers
 from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
-from tests.conftest import SPLIT_ROWS, row, write_subjqa
 
 
 def asked(qid, text, item, review, answers):

@@ -11,11 +11,11 @@ import sys
 import textwrap
 
 import pytest
+from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.stores import open_index, remove_leftovers, temporary_prefix
-from tests.conftest import COLUMNS, SPLIT_ROWS, write_subjqa
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def keep_only(settings, questions: set[str]):
     write_subjqa(settings.data_dir, {split: [r for r in rows if r["q_review_id"] in questions] for split, rows in SPLIT_ROWS.items()})
 
 
-# ------------------------------------------------------------------ item 5: a shrunken source
+# ------------------------------------------------------------------ a shrunken source
 
 
 def test_header_only_files_do_not_replace_a_good_index(indexed, capsys):
@@ -68,7 +68,7 @@ def test_far_fewer_documents_need_force(indexed, capsys):
     assert open_index(indexed).manifest["documents"] == 2
 
 
-# ------------------------------------------------------------------ item 9: a stale or missing source
+# ------------------------------------------------------------------ a stale or missing source
 
 
 def test_an_edited_review_is_re_indexed_before_answering(indexed, capsys, caplog):
@@ -116,7 +116,7 @@ def test_another_data_directory_rebuilds_the_index(indexed, capsys, tmp_path):
     assert "The screen is dim" in capsys.readouterr().out
 
 
-# ------------------------------------------------------------------ item 10: an index of the wrong shape
+# ------------------------------------------------------------------ an index of the wrong shape
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_a_foreign_index_file_is_refused(indexed, capsys, saved):
     assert "is unreadable" in err and "qa-system index" in err and err.count("\n") == 1
 
 
-# ------------------------------------------------------------------ item 6: leftovers of killed writers
+# ------------------------------------------------------------------ leftovers of killed writers
 
 
 def test_leftovers_of_dead_writers_go_and_live_ones_stay(tmp_path):

@@ -14,6 +14,10 @@ import textwrap
 import zlib
 
 import pytest
+from helpers.ingestion import COLUMNS, REVIEWS, documents, pdf, write_csv
+from helpers.models import tiny_model_dir
+from helpers.qa_files import CONTEXT, MRQA_QAS, mrqa_lines
+from helpers.subjqa import SPLIT_ROWS, write_subjqa
 
 from qa_system.cli import main
 from qa_system.config import Settings
@@ -31,62 +35,9 @@ from qa_system.ingestion import (
 )
 from qa_system.pipelines import build_qa_pipeline, build_retrieval_pipeline
 
-REVIEWS = [
-    ("r1", "P1", "Great battery, it lasts a whole week of reading.", "5"),
-    ("r2", "P1", "The screen is dim in direct sunlight.", "2"),
-    ("r3", "P2", "Comfortable headphones with deep bass.", "4"),
-    ("r4", "P2", "The cable broke after two months.", "1"),
-]
-COLUMNS = IngestOptions(text_column="body", id_column="review_id", item_column="product")
-
-
-def write_csv(path, rows=REVIEWS, header=("review_id", "product", "body", "stars"), delimiter=",", encoding="utf-8"):
-    with path.open("w", newline="", encoding=encoding) as handle:
-        writer = csv.writer(handle, delimiter=delimiter)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return path
-
 
 def digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def pdf(text: str | None) -> bytes:
-    """A one-page PDF showing ``text`` in Helvetica, or a page without any text (as a scan has)."""
-    content = b"" if text is None else b"BT /F1 12 Tf 72 720 Td (" + text.encode("latin-1") + b") Tj ET"
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
-
-
-@pytest.fixture
-def home(tmp_path):
-    return Settings.from_env(home=tmp_path / "home", store="memory")
-
-
-@pytest.fixture
-def cli_home(home, monkeypatch):
-    monkeypatch.setenv("QA_HOME", str(home.home))
-    monkeypatch.delenv("QA_STORE", raising=False)
-    return home
-
-
-def documents(settings, name):
-    index = open_collection(settings, name)
-    return {d.id: d for d in index.store.filter_documents()}
 
 
 # ------------------------------------------------------------------ formats
@@ -449,8 +400,6 @@ def test_a_compressed_file_is_named_as_such(home, tmp_path):
 
 
 def test_a_domain_with_only_dev_and_test_indexes_and_evaluates(tmp_path, monkeypatch, capsys, tiny_reader):
-    from tests.conftest import SPLIT_ROWS, write_subjqa
-
     books = {split: [dict(r, domain="books") for r in SPLIT_ROWS[split]] for split in ("dev", "test")}
     data_dir = write_subjqa(tmp_path / "subjqa", books, domain="books")
     monkeypatch.setenv("QA_DATA_DIR", str(data_dir))
@@ -539,8 +488,6 @@ def squad_file(path, paragraphs):
 @pytest.fixture(scope="module")
 def tiny_long_reader(tmp_path_factory):
     """A tiny random reader (its answers are noise, its offsets real) whose positions cover 384-token windows."""
-    from test_reading import tiny_model_dir
-
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-long-reader"), max_positions=512)
 
 
@@ -573,8 +520,6 @@ def test_squad_labels_round_trip_through_a_collection(home, tmp_path, tiny_long_
 
 
 def test_mrqa_labels_are_matched_to_a_collection_too(home, tmp_path):
-    from test_qa_files import CONTEXT, MRQA_QAS, mrqa_lines
-
     from qa_system.ingestion.labels import load_labels
 
     ingest(home, write_csv(tmp_path / "c.csv", rows=[("c1", "KINDLE", CONTEXT, "5"), *REVIEWS]), "mrqa", COLUMNS, embed=False, progress=False)

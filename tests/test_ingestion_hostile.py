@@ -8,34 +8,20 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
+from helpers.ingestion import COLUMNS, documents, pdf, write_csv
 
 from qa_system.cli import main
-from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, ingest
-from tests.test_ingestion import COLUMNS, REVIEWS, documents, pdf, write_csv
-
-
-@pytest.fixture
-def home(tmp_path):
-    return Settings.from_env(home=tmp_path / "home", store="memory")
-
-
-@pytest.fixture
-def cli_home(home, monkeypatch):
-    monkeypatch.setenv("QA_HOME", str(home.home))
-    monkeypatch.delenv("QA_STORE", raising=False)
-    return home
 
 
 def many_rows(count: int, prefix: str = "m") -> list[tuple[str, str, str, str]]:
     return [(f"{prefix}{n}", f"P{n % 5}", f"Review {n}: the lamp number {n} is bright enough to read by.", "4") for n in range(count)]
 
 
-# ------------------------------------------------------------------ item 1: one collection's cleanup never touches another's files
+# ------------------------------------------------------------------ one collection's cleanup never touches another's files
 
 
 def test_indexing_cc_while_cc_v2_is_read_leaves_cc_v2_alone(home, tmp_path):
@@ -68,7 +54,7 @@ def test_saving_cc_leaves_the_temporary_save_of_cc_json_alone(home, tmp_path):
     assert len(documents(home, "cc")) == 4
 
 
-# ------------------------------------------------------------------ item 2: what killed and failed runs left behind
+# ------------------------------------------------------------------ what killed and failed runs left behind
 
 
 KILLED_AFTER_FIRST_BATCH = """
@@ -138,7 +124,7 @@ def test_a_run_that_ends_removes_its_own_lock_and_the_next_run_reports_none(cli_
     assert list(locks.iterdir()) == []
 
 
-# ------------------------------------------------------------------ item 3: links out of the folder
+# ------------------------------------------------------------------ links out of the folder
 
 
 def test_a_folder_never_follows_links_that_lead_outside_it(home, tmp_path):
@@ -165,7 +151,7 @@ def test_a_folder_never_follows_links_that_lead_outside_it(home, tmp_path):
     assert "  3 links to outside the folder not followed: etc, passwd.txt, sub/up.md." in report.summary()
 
 
-# ------------------------------------------------------------------ item 4: a broken file in a folder
+# ------------------------------------------------------------------ a broken file in a folder
 
 
 def test_a_broken_pdf_is_skipped_and_the_rest_of_the_folder_indexed(cli_home, tmp_path, capsys, caplog):
@@ -192,7 +178,7 @@ def test_a_broken_pdf_is_skipped_and_the_rest_of_the_folder_indexed(cli_home, tm
     assert "holds no documents" in err and "2 files could not be read (broken.pdf: could not be read as a PDF" in err and err.count("\n") == 1
 
 
-# ------------------------------------------------------------------ item 8: a fresh probe of other inputs, fields and commands
+# ------------------------------------------------------------------ other inputs, fields and commands
 
 
 def deeply_nested(depth: int = 100_000) -> str:

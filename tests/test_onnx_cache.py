@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from haystack import Document
+from helpers.models import LONG, tiny_model_dir
 
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, onnx_cache
 from qa_system.reading.onnx import INT8_FILE
-from tests.test_reading import LONG, tiny_model_dir
 
 DOCUMENTS = [Document(content=LONG), Document(content="Sound is GREAT, battery is bad."), Document(content="the price is cheap")]
 QUESTIONS = ["how is the battery?", "is it cheap?", "what about the sound and the screen?"]

@@ -1,7 +1,7 @@
 """Integration tests of the OpenSearch store against a real Lucene server, part of the default run.
 
 The session fixture `opensearch_url` (conftest.py) starts the bundled Elasticsearch 7.9.2 OSS
-(tests/search_server.py) on 127.0.0.1, or uses QA_OPENSEARCH_TEST_URL. The search engine is never
+(tests/helpers/search_server.py) on 127.0.0.1, or uses QA_OPENSEARCH_TEST_URL. The search engine is never
 mocked here. That server has no k-NN plugin, so the dense test skips there and the test of the
 "no vector search" message runs instead.
 """
@@ -13,6 +13,7 @@ import uuid
 import pytest
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
+from helpers.search_server import free_port
 
 import qa_system
 from qa_system.cli import main
@@ -317,8 +318,6 @@ def test_dense_pipeline_on_a_knn_server_filters_inside_the_vector_search(tmp_pat
 
 
 def test_unreachable_server_is_one_line_naming_the_url_and_the_fix(tmp_path, tiny_subjqa, monkeypatch, capsys):
-    from search_server import free_port
-
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there any more
     settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="opensearch", opensearch_url=url)
     for call in (lambda: open_index(settings), lambda: build_index(settings, progress=False)):

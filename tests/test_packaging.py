@@ -14,8 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 
 EXTRAS = {"files": ("pypdf", "trafilatura", "markdown_it", "mdit_plain"), "browser": ("selenium",)}
 BLOCKER = '''

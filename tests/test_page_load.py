@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -19,26 +21,43 @@ def test_the_page_acknowledgement_is_read_as_a_count():
     assert [acknowledged_clicks(c) for c in ("Saved: right answer.", "Saved 12 clicks, the last: wrong answer.", "", "Thanks")] == [1, 12, 0, 0]
 
 
-def test_the_browsers_processes_are_kept_below_the_page_server_even_when_they_raise_themselves():
+@contextmanager
+def driver_with_child() -> Iterator[tuple]:
+    """A driver with a child, as chromedriver starts Chromium; the child is running once the driver prints its pid."""
     import psutil
 
-    # A driver with a child, as chromedriver starts Chromium; the child is running once the driver prints its pid.
     spawn = "import subprocess; child = subprocess.Popen(['sleep', '60']); print(child.pid, flush=True); child.wait()"
     driver = subprocess.Popen([sys.executable, "-c", spawn], stdout=subprocess.PIPE, text=True)
     child = None
     try:
         child = psutil.Process(int(driver.stdout.readline()))
-        priority = BrowserPriority([driver.pid], 7)
-        priority.lower_once()
-        assert psutil.Process(driver.pid).nice() == 7 and child.nice() == 7
-        if os.geteuid() == 0:  # raising a priority back needs root, as Chromium has
-            os.setpriority(os.PRIO_PROCESS, child.pid, 0)
-            priority.lower_once()  # the next round lowers it again
-            assert child.nice() == 7
+        yield driver, child
     finally:
         driver.kill()
         if child is not None:
             child.kill()
+
+
+def test_the_browsers_processes_are_kept_below_the_page_server():
+    import psutil
+
+    with driver_with_child() as (driver, child):
+        priority = BrowserPriority([driver.pid], 7)
+        priority.lower_once()
+        assert psutil.Process(driver.pid).nice() == 7 and child.nice() == 7
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority back needs root, as Chromium has")
+def test_the_browsers_processes_are_kept_below_the_page_server_even_when_they_raise_themselves():
+    import psutil
+
+    with driver_with_child() as (driver, child):
+        priority = BrowserPriority([driver.pid], 7)
+        priority.lower_once()
+        assert psutil.Process(driver.pid).nice() == 7 and child.nice() == 7
+        os.setpriority(os.PRIO_PROCESS, child.pid, 0)
+        priority.lower_once()  # the next round lowers it again
+        assert child.nice() == 7
 
 
 @pytest.mark.parametrize("flags, message", [(["--sessions", "0"], "--sessions must be"), (["--sessions", "17"], "sessions must be"), (["--seconds", "-1"], "--seconds")])

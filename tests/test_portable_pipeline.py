@@ -16,13 +16,15 @@ from pathlib import Path
 import pytest
 import yaml
 from haystack import Pipeline
+from helpers.search_server import free_port
+from helpers.selector import synthetic_records
+from helpers.subjqa import SPLIT_ROWS, write_subjqa
 
 from qa_system.cli import main
 from qa_system.config import REPO_ROOT
 from qa_system.ingestion.indexing import build_index
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.selection import SELECTOR_FILE
-from search_server import free_port
 
 SHIPPED_READER = REPO_ROOT / "models" / "reader-minilm-subjqa"
 QUESTION = "Is it good for reading?"
@@ -32,8 +34,6 @@ KINDLE = {"field": "meta.item_id", "operator": "==", "value": "KINDLE"}
 @pytest.fixture(scope="module")
 def selector_for_the_shipped_reader(tmp_path_factory) -> Path:
     """An answer selector (fitted on synthetic readings) that says it was trained for the shipped reader."""
-    from test_selector import synthetic_records
-
     from qa_system.training.selector import fit_selector, selector_frames
 
     folder = tmp_path_factory.mktemp("selector")
@@ -166,8 +166,6 @@ READING = "It is very good for reading: I read books on it every night."
 def test_the_documented_hayhooks_commands_answer_through_the_selector(settings, tmp_path):
     """The docs' export, `hayhooks run`, `deploy-yaml` and curl as written (on a free port): the selector's numpy
     `chosen` made every answer a 500 there."""
-    from conftest import SPLIT_ROWS, write_subjqa
-
     export_line, run_line, deploy_line, curl_line = documented_commands("docs/pipelines-and-stores.md", "Haystack YAML and Hayhooks")
     assert export_line.startswith("qa-system export-pipeline ") and run_line.endswith(" &") and curl_line.startswith("curl ")
     # The tiny corpus, its e-reader under the product id the docs ask about, with a review that answers its question.

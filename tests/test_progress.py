@@ -7,6 +7,9 @@ import io
 import re
 from types import SimpleNamespace
 
+from helpers.models import tiny_model_dir
+from helpers.training import REVIEW, labelled
+
 from qa_system.cli import main
 from qa_system.progress import Progress, duration, track, training_progress
 
@@ -131,8 +134,6 @@ def test_index_input_into_a_log_prints_progress_lines_not_silence(tmp_path, caps
 def test_reader_training_into_a_log_prints_its_steps_with_rate_and_loss(tmp_path, capsys, monkeypatch):
     """A real (tiny) train_reader run with stderr not a terminal: a line per step here, the trainer's own printing gone."""
     import qa_system.progress
-    from test_reading import tiny_model_dir
-    from test_training import REVIEW, labelled
 
     from qa_system.sources.squad import write_squad
     from qa_system.sources.subjqa import GoldAnswer

@@ -1,45 +1,18 @@
 """The extractive reader on a tiny random BERT (no download): offsets, windows, dedup, no-answer."""
 
 import json
-import string
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from down_server import DownServer
 from haystack import Document, Pipeline
+from helpers.down_server import DownServer
+from helpers.models import LONG, tiny_model_dir
 
 from qa_system.errors import QAError
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, SpanCandidate, encode_windows
 from qa_system.reading.reader import deduplicate
-
-WORDS = "the battery lasts about hours sound is great bad and it a of screen price cheap".split()
-
-
-def tiny_tokenizer(directory: Path):
-    """A BERT WordPiece tokenizer over a small vocabulary (words, then single characters), saved in directory."""
-    from transformers import BertTokenizerFast
-
-    characters = string.ascii_lowercase + string.digits + string.punctuation
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *characters, *(f"##{c}" for c in characters)]
-    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(dict.fromkeys(tokens))}, do_lower_case=True)
-    tokenizer.save_pretrained(directory)
-    return tokenizer
-
-
-def tiny_model_dir(directory: Path, question_answering: bool = True, max_positions: int = 128) -> Path:
-    """A 2-layer, 32-wide BERT (QA head or bare encoder) saved with its tokenizer; ``max_positions``
-    must cover the reader's windows (384 tokens) when reviews are long in characters."""
-    import torch
-    from transformers import BertConfig, BertForQuestionAnswering, BertModel
-
-    tokenizer = tiny_tokenizer(directory)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=max_positions)
-    torch.manual_seed(0)
-    model = (BertForQuestionAnswering if question_answering else BertModel)(config)
-    model.save_pretrained(directory)
-    return directory
 
 
 class TargetReader(ExtractiveReader):
@@ -68,9 +41,6 @@ def target_reader(model_dir, target, **kwargs) -> ExtractiveReader:
     reader = TargetReader(target, **kwargs)
     reader._model, reader._tokenizer = model.eval(), AutoTokenizer.from_pretrained(model_dir)
     return reader
-
-
-LONG = " ".join(["it is a cheap screen and the sound is bad"] * 12) + " the battery lasts 6000 hours. " + " ".join(["great price"] * 20)
 
 
 def test_offsets_of_every_answer_point_into_the_document(model_dir):

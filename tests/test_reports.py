@@ -2,40 +2,14 @@
 
 import json
 import os
-import struct
-import zlib
 
 import pandas as pd
 import pytest
+from helpers.reports import png, write
 
 from qa_system.errors import QAError
-from qa_system.evaluation.report import MAX_FIGURE_PIXELS, figure_bytes, find_reports, markdown_table, read_report, reports_folder, write_report
+from qa_system.evaluation.report import MAX_FIGURE_PIXELS, figure_bytes, find_reports, markdown_table, read_report, reports_folder
 from qa_system.safe_text import WORD_JOINER
-
-
-def write(directory, title="Retriever evaluation"):
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots()
-    axes.plot([1, 3], [0.5, 0.9])
-    metrics = pd.DataFrame([{"retriever": "bm25", "group": "all", "recall@1": 0.5}, {"retriever": "bm25", "group": "answerable", "recall@1": 0.6}])
-    latency = pd.DataFrame([{"retriever": "bm25", "p50_ms": 3.0}])
-    return write_report(
-        directory, title, metrics, summary={"split": "test", "questions": 4, "index": {"name": "x"}},
-        figures={"recall_at_k.png": figure}, sections={"latency": latency}, notes=["strict: the question's own review."],
-    )  # fmt: skip
-
-
-def png(width: int, height: int) -> bytes:
-    """A black 1-bit PNG of ``width`` x ``height``: tens of KB whatever its size, so a decompression bomb when large."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    row, compressor = b"\0" * (1 + (width + 7) // 8), zlib.compressobj(9)
-    pixels = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
-    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
 
 
 def test_a_written_report_reads_back(tmp_path):

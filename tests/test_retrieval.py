@@ -6,6 +6,8 @@ import os
 import pandas as pd
 import pytest
 from haystack import Document, Pipeline
+from helpers.ingestion import COLUMNS, write_csv
+from helpers.subjqa import write_subjqa
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -15,7 +17,6 @@ from qa_system.retrieval import BM25sRetriever, make_filters, reciprocal_rank_fu
 from qa_system.retrieval.fusion import RankFusion, minmax_fusion
 from qa_system.stores import Index, new_memory_store, open_index
 from qa_system.tuning.bm25 import RANK_BY, BM25Setting, recommended, tune_bm25
-from tests.conftest import write_subjqa
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,6 @@ def test_tune_bm25_scores_each_setting_and_writes_a_report(settings, tmp_path):
 def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, capsys):
     from qa_system.cli import main
     from qa_system.ingestion import ingest
-    from tests.test_ingestion import COLUMNS, write_csv
 
     home = Settings.from_env(home=tmp_path / "home", store="memory", data_dir=tmp_path / "no-subjqa")  # the collection's documents only
     ingest(home, write_csv(tmp_path / "reviews.csv"), "labelled", COLUMNS, embed=False, progress=False)

@@ -4,7 +4,7 @@ import re
 import string
 
 import pytest
-from conftest import shown
+from helpers.text import shown
 
 from qa_system.safe_text import WORD_JOINER, html_text, markdown_literal
 

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import random
 
 import numpy as np
 import pytest
 import yaml
 from haystack import Document, Pipeline
+from helpers.selector import synthetic_records
 
 from qa_system.reading.reader import ReaderOutput, SpanCandidate
 from qa_system.reading.selection import SELECTOR_FILE, AnswerSelector, decide, group_candidates, read_documents, selector_fits_reader
 from qa_system.reading.selection_features import Candidate
 from qa_system.sources.subjqa import LabelledQuestion
 from qa_system.training.selector import fit_selector, folds_of, selector_frames
-
-WORDS = "battery screen sound price size weight light case cable button".split()
 
 
 def question(qid: str, item: str, domain: str = "electronics") -> LabelledQuestion:
@@ -35,38 +33,6 @@ def test_folds_keep_products_whole_and_never_read_what_they_trained_on():
         assert not read_products & trained_products  # a product's questions are never on both sides
     # Decided by product alone: the same folds whatever the order the questions come in.
     assert [set(f.reads) for f in folds] == [set(f.reads) for f in folds_of(list(reversed(questions)), 5)]
-
-
-def synthetic_records(count: int, seed: int = 0) -> list[dict]:
-    """Questions read in two modes, where a high margin over the review's "no answer" means the span is the answer."""
-    rng = random.Random(seed)
-    records = []
-    for n in range(count):
-        answerable = rng.random() < 0.6
-        modes = {}
-        gold_text = None
-        for mode, documents in (("gold", 1), ("split", 3)):
-            read = []
-            for rank in range(documents):
-                words = rng.sample(WORDS, 6)
-                content = " ".join(words) + "."
-                spans = []
-                for i, word in enumerate(words[:3]):
-                    start = content.index(word)
-                    logit = (4.0 if answerable and rank == 0 and i == 0 else 0.0) + rng.gauss(0, 1)
-                    spans.append([start, start + len(word), logit])
-                spans.sort(key=lambda s: -s[2])
-                if answerable and rank == 0 and mode == "gold":
-                    gold_text = words[0]
-                read.append({"id": f"{n}-{mode}-{rank}", "content": content, "rank": rank, "score": 10.0 - rank, "null": rng.gauss(1.5, 1), "spans": spans})
-            if answerable and mode == "split":  # the same answer in the question's first retrieved review
-                first = read[0]
-                first["content"] = gold_text + " " + first["content"]
-                first["spans"] = [[0, len(gold_text), 4.0 + rng.gauss(0, 1)]] + [[s + len(gold_text) + 1, e + len(gold_text) + 1, l] for s, e, l in first["spans"][1:]]
-            modes[mode] = read
-        records.append({"id": f"q{n}", "question": "how is the battery?", "item_id": f"item{n % 23}", "domain": "electronics",
-                        "split": "train", "gold": [gold_text] if answerable else [""], "no_answer": not answerable, "modes": modes})
-    return records
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 from streamlit.testing.v1 import AppTest
 
 from qa_system.cli import build_parser

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from haystack import Document
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+from helpers.models import LONG, tiny_model_dir
+from helpers.subjqa import REVIEWS, SPLIT_ROWS, write_subjqa
 
 from qa_system.bench.corpus import SYNTHETIC_PRODUCT_SIZE, synthetic_reviews
 from qa_system.bench.retrieval import K1, haystack_store, same_scoring_bm25
@@ -22,8 +24,6 @@ from qa_system.reading.onnx import FP32_FILE, INT8_FILE, check_export, cpuinfo_f
 from qa_system.reading.reader import ExtractiveReader, encode_windows
 from qa_system.retrieval import FAISSFilteredEmbeddingRetriever, make_filters
 from qa_system.stores import new_faiss_store
-from tests.conftest import REVIEWS
-from tests.test_reading import LONG, tiny_model_dir
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,9 @@ def test_bm25s_ranks_exactly_like_haystack_in_memory_bm25(reviews, query):
         assert [d.score * (K1 + 1) for d in got] == pytest.approx([d.score for d in expected], rel=1e-5)
 
 
-@pytest.mark.parametrize("index_string", ["Flat", "HNSW16", "IVF4,Flat"])
-def test_prefiltered_faiss_matches_the_in_memory_embedding_retriever(index_string, monkeypatch):
+def dense_retrievers(index_string: str) -> tuple[InMemoryEmbeddingRetriever, FAISSFilteredEmbeddingRetriever, np.ndarray]:
+    """400 unit vectors of 25 products in Haystack's in-memory store and in a FAISS store of ``index_string``:
+    the reference retriever, the pre-filtered FAISS one (top 5 each), and 10 queries."""
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(400, 16)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -70,7 +71,12 @@ def test_prefiltered_faiss_matches_the_in_memory_embedding_retriever(index_strin
         faiss_store.index.train(vectors)
     faiss_store.write_documents(documents)
     reference, fast = InMemoryEmbeddingRetriever(memory, top_k=5), FAISSFilteredEmbeddingRetriever(faiss_store, top_k=5)
-    queries = rng.normal(size=(10, 16))
+    return reference, fast, rng.normal(size=(10, 16))
+
+
+@pytest.mark.parametrize("index_string", ["Flat", "HNSW16", "IVF4,Flat"])
+def test_prefiltered_faiss_matches_the_in_memory_embedding_retriever(index_string):
+    reference, fast, queries = dense_retrievers(index_string)
     for i, query in enumerate(queries / np.linalg.norm(queries, axis=1, keepdims=True)):
         checks = [make_filters(item_id=f"P{i}"), make_filters(item_id=[f"P{i}", f"P{i + 1}"])]
         for filters in checks + ([None] if index_string == "Flat" else []):  # approximate indexes differ unfiltered
@@ -78,13 +84,15 @@ def test_prefiltered_faiss_matches_the_in_memory_embedding_retriever(index_strin
             got = fast.run(query.tolist(), filters=filters)["documents"]
             assert [d.id for d in got] == [d.id for d in expected], (index_string, filters)
             assert [d.score for d in got] == pytest.approx([d.score for d in expected], abs=1e-5)
-    # A broad filter goes through FAISS's own selector search: same answers on an exact index.
+
+
+def test_a_broad_filter_goes_through_faiss_selector_search_with_the_same_answers_on_an_exact_index(monkeypatch):
+    reference, fast, queries = dense_retrievers("Flat")
     monkeypatch.setattr("qa_system.retrieval.faiss_filtered.EXACT_SEARCH_LIMIT", 0)
-    if index_string == "Flat":
-        filters = make_filters(item_id=["P1", "P2"])
-        assert [d.id for d in fast.run(queries[0].tolist(), filters=filters)["documents"]] == [
-            d.id for d in reference.run(queries[0].tolist(), filters=filters)["documents"]
-        ]
+    filters = make_filters(item_id=["P1", "P2"])
+    assert [d.id for d in fast.run(queries[0].tolist(), filters=filters)["documents"]] == [
+        d.id for d in reference.run(queries[0].tolist(), filters=filters)["documents"]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +304,6 @@ def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny
     """A domain of dev and test only goes into the benches' corpus with those splits (rather than failing with "No 'train' split for domain 'books'"), and the report names the missing split."""
     from qa_system.bench.corpus import bench_questions, real_reviews
     from qa_system.config import Settings
-    from tests.conftest import SPLIT_ROWS, write_subjqa
 
     write_subjqa(tiny_subjqa, {split: [dict(r, domain="books") for r in SPLIT_ROWS[split]] for split in ("dev", "test")}, domain="books")
     settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home")

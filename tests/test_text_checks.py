@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 
 from qa_system.errors import QAError, check_text
 from qa_system.ingestion.indexing import open_or_build_index

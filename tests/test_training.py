@@ -4,30 +4,14 @@ import json
 
 import pytest
 from haystack import Document
-from test_reading import tiny_model_dir, tiny_tokenizer
+from helpers.models import tiny_model_dir, tiny_tokenizer
+from helpers.training import REVIEW
 
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
-from qa_system.sources.squad import read_squad, write_squad
-from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
+from qa_system.sources.squad import read_squad
 from qa_system.metrics.no_answer import DevPrediction, scores_at, tune_no_answer_threshold
 from qa_system.training.reader import TrainingConfig, train_reader
 from qa_system.training.reader_data import training_features
-
-REVIEW = "it is a cheap screen and the sound is bad. " * 6 + "the battery lasts 6000 hours."
-
-
-def labelled(qid, answers):
-    return LabelledQuestion(qid, "how is the battery?", "B1", "r1", "d/r1", "electronics", "train", answers, False, context=REVIEW)
-
-
-@pytest.fixture()
-def squad_files(tmp_path):
-    start = REVIEW.index("battery lasts")
-    train = [labelled(f"t{i}", [GoldAnswer("battery lasts", start)]) for i in range(3)] + [labelled("n", [])]
-    dev = [labelled("d1", [GoldAnswer("battery lasts", start)]), labelled("d2", [])]
-    write_squad(train, tmp_path / "train.json")
-    write_squad(dev, tmp_path / "dev.json")
-    return tmp_path / "train.json", tmp_path / "dev.json"
 
 
 def test_two_steps_of_training_save_a_model_the_reader_loads(tmp_path, squad_files):
@@ -277,7 +261,7 @@ def test_train_reader_interpolate_mixes_with_the_base_model(tmp_path, squad_file
 
 
 class Crash(Exception):
-    """What the test's callback raises to stop a run the way a killed session does: mid-epoch, without cleaning up."""
+    """What the test's callback raises to stop a run the way a killed process does: mid-epoch, without cleaning up."""
 
 
 def crash_at(step):

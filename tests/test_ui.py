@@ -11,8 +11,9 @@ from html import escape, unescape
 from pathlib import Path
 
 import pytest
-from conftest import shown, write_subjqa
 from haystack import GeneratedAnswer
+from helpers.text import shown
+from helpers.ui import TIMEOUT, answer_cards, ask, button, cards_html, messages
 from streamlit.testing.v1 import AppTest
 
 import qa_system.serving.pipeline_cache as service_module  # the page's pipelines are the service's: a RAG generator stands in there
@@ -21,57 +22,6 @@ from qa_system.pipelines import ANSWER_STAGES
 from qa_system.serving.answer_views import rank_answers
 from qa_system.serving.webapp import APP
 from qa_system.sources.squad import read_squad
-
-TIMEOUT = 120
-
-
-@pytest.fixture(scope="module")
-def app_env(tmp_path_factory, tiny_reader) -> dict[str, str]:
-    """One corpus and home for the module: the index is built once, as on a real first start."""
-    root = tmp_path_factory.mktemp("ui")
-    return {"QA_DATA_DIR": str(write_subjqa(root / "subjqa")), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(tiny_reader)}
-
-
-@pytest.fixture
-def page(app_env, monkeypatch):
-    """Starts the page (with extra environment, query params) and returns the AppTest after its first run."""
-    for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL", "QA_REPORTS_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in app_env.items():
-        monkeypatch.setenv(name, value)
-
-    def start(env: dict[str, str] | None = None, **query_params) -> AppTest:
-        for name, value in (env or {}).items():
-            monkeypatch.setenv(name, value)
-        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-        at.query_params.update(query_params)
-        return at.run()
-
-    return start
-
-
-def button(at: AppTest, label: str, nth: int = 0):
-    return [b for b in at.button if b.label == label][nth]
-
-
-def ask(at: AppTest, question: str, product: str | None = None) -> AppTest:
-    if product:
-        at.selectbox(key="product").select(product)
-    at.text_input(key="question").input(question)
-    return button(at, "Ask").click().run()
-
-
-def answer_cards(at: AppTest) -> list[str]:
-    return [h.value for h in at.html if 'class="qa-answer' in h.value]
-
-
-def cards_html(at: AppTest) -> list[str]:
-    """Every card (answers, reviews, timings): escaped HTML shown with st.html, never Markdown."""
-    return [h.value for h in at.html if 'class="qa-' in h.value]
-
-
-def messages(at: AppTest) -> str:
-    return " ".join(shown(e.value) for e in [*at.error, *at.warning])
 
 
 def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env):
@@ -428,7 +378,6 @@ def test_a_review_card_shows_the_whole_id_and_a_very_long_one_keeps_its_end_and_
     source = unescape(cards.review_source(Document(id="d", content="x", meta={"document_id": digest})))
     shown = source.split(">", 1)[1].split("<", 1)[0]
     assert f'title="{digest}"' in source and "…" in shown and digest.startswith(shown.split("…")[0]) and digest.endswith(shown.split("…")[1])
-
 
 
 def test_an_answer_card_shows_the_selectors_chance_the_reviews_saying_it_and_a_close_call():

@@ -4,7 +4,7 @@ headless Chromium (Debian's chromium + chromium-driver, never a downloaded brows
 import time
 
 import pytest
-from conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 
 from qa_system.bench.browser import ANSWER_CARD, ask_in_browser, chromium_paths, headless_chromium
 from qa_system.serving.webapp import serve
@@ -95,7 +95,7 @@ def test_the_collection_stays_chosen_when_the_page_lists_its_collections_again(t
     it as a collection of that name, warned that there was none and, when that run was the one pressing
     Ask, left the warning on screen (the dashboard-and-back test above waited for it to clear).
     Here the page is rerun until it has shown the new count twice: never a warning."""
-    from page_driver import wait
+    from helpers.page_driver import wait
 
     env = {"QA_DATA_DIR": str(write_subjqa(tmp_path / "subjqa")), "QA_HOME": str(tmp_path / "home"), "QA_READER_MODEL": str(tiny_reader)}
     with serve(env, log=tmp_path / "streamlit.log") as url:

@@ -9,9 +9,9 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import shown
+from helpers.reports import png, write
+from helpers.text import shown
 from streamlit.testing.v1 import AppTest
-from test_reports import png, write
 
 from qa_system.serving.webapp import APP
 

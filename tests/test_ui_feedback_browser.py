@@ -12,7 +12,7 @@ import time
 import urllib.parse
 
 import pytest
-from conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
 from qa_system.safe_text import WORD_JOINER

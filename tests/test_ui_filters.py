@@ -4,12 +4,12 @@ collection of the user's own with a rating column (typed at ingestion)."""
 from pathlib import Path
 
 import pytest
-from test_filters import OPTIONS, rating, write_reviews
-from test_ui import answer_cards, app_env, ask, cards_html, messages, page  # noqa: F401  (fixtures)
+from helpers.filters import OPTIONS, rating, write_reviews
+from helpers.ui import answer_cards, ask, cards_html, messages
 
 
 @pytest.fixture(scope="module")
-def rated_collection(app_env, tmp_path_factory) -> str:  # noqa: F811
+def rated_collection(app_env, tmp_path_factory) -> str:
     from qa_system.config import Settings
     from qa_system.ingestion import ingest
 
@@ -19,7 +19,7 @@ def rated_collection(app_env, tmp_path_factory) -> str:  # noqa: F811
     return "rated"
 
 
-def test_a_rating_filter_on_the_page_and_the_rating_on_its_cards(page, rated_collection):  # noqa: F811
+def test_a_rating_filter_on_the_page_and_the_rating_on_its_cards(page, rated_collection):
     at = page(collection=rated_collection)
     at.sidebar.text_area(key="filter").input('{"field": "meta.overall", "operator": ">=", "value": 4}')
     at.sidebar.slider(key="top_k").set_value(10)
@@ -35,7 +35,7 @@ def test_a_rating_filter_on_the_page_and_the_rating_on_its_cards(page, rated_col
     assert spans and all('overall <b>' in card for card in spans)
 
 
-def test_metadata_is_shown_as_text_and_a_bad_filter_is_a_message(page, rated_collection, app_env, tmp_path):  # noqa: F811
+def test_metadata_is_shown_as_text_and_a_bad_filter_is_a_message(page, rated_collection, app_env, tmp_path):
     from qa_system.config import Settings
     from qa_system.ingestion import IngestOptions, ingest
 
@@ -57,7 +57,7 @@ def test_metadata_is_shown_as_text_and_a_bad_filter_is_a_message(page, rated_col
     assert "holds text there" in messages(at)
 
 
-def test_a_filter_on_a_field_the_collection_lacks_is_a_message_naming_the_fields(page):  # noqa: F811
+def test_a_filter_on_a_field_the_collection_lacks_is_a_message_naming_the_fields(page):
     at = page()  # the SubjQA collection: its reviews have no rating, whatever the filter box's example says
     at.sidebar.text_area(key="filter").input('{"field": "meta.rating", "operator": ">=", "value": 4}')
     ask(at, "How is the bass?", "HEADPHONES")

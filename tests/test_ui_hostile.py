@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import COLUMNS, SPLIT_ROWS, write_subjqa
-from page_driver import ask_on_page, click, page_text, upload, wait
+from helpers.page_driver import ask_on_page, click, page_text, upload, wait
+from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths
 from qa_system.config import REPO_ROOT
@@ -104,7 +104,7 @@ def write_hostile_report(directory: Path, origin: str, outside_png: Path) -> Non
 
 def write_broken_report(directory: Path) -> None:
     """A report whose figures are not images: a text file named .png, a decompression bomb, its CSV."""
-    from test_reports import png, write
+    from helpers.reports import png, write
 
     write(directory, "Broken figures")
     (directory / "fake.png").write_text("not an image at all")
@@ -127,7 +127,7 @@ def recorder():
 @pytest.fixture(scope="module")
 def long_reader(tmp_path_factory) -> Path:
     """The tiny random reader with room for a whole window: the hostile review is long in (character) tokens."""
-    from test_reading import tiny_model_dir
+    from helpers.models import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("long-reader"), max_positions=512)
 

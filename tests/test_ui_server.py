@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from conftest import write_subjqa
+from helpers.subjqa import write_subjqa
 
 from qa_system.config import REPO_ROOT
 from qa_system.serving.webapp import free_port, healthy

