@@ -67,9 +67,7 @@ def test_switching_retriever_and_pipeline(page, monkeypatch):
     button(at, "Ask").click().run()
     assert len(at.session_state["asked"].documents) == 1 and len([v for v in at.session_state["asked"].answers if v.kind == "span"]) == 1
 
-    if "rag" not in ANSWER_STAGES:
-        assert at.radio(key="stage").options == ["Extractive reader"]
-        return
+    assert "rag" in ANSWER_STAGES  # the page offers the generative stage too
     real_build = service_module.build_qa_pipeline
 
     class CitingGenerator:  # stands in for the LLM: a generated answer citing the first review
