@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import re
@@ -263,6 +264,28 @@ def unused_for(entry: Path) -> float:
         return time.time() - entry.stat().st_mtime
     except FileNotFoundError:
         return float("inf")
+
+
+def listed_files(directory: Path, info_file: str) -> dict[str, int] | None:
+    """The file sizes that ``directory``'s ``info_file`` lists, when every one of those files is there with
+    its size (the info file is written last, so a build cut short has none); else None."""
+    try:
+        sizes = json.loads((directory / info_file).read_text(encoding="utf-8"))["sizes"]
+        if sizes and all((directory / name).stat().st_size == size for name, size in sizes.items()):
+            return sizes
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
+
+
+def written_here(directory: Path, info_file: str) -> bool:
+    """Whether ``directory`` is a build this code wrote: complete (``listed_files``) and holding nothing else, so
+    that a folder of the user's that merely shares a cache's name pattern is never pruned."""
+    sizes = listed_files(directory, info_file)
+    try:
+        return sizes is not None and {entry.name for entry in directory.iterdir()} <= {*sizes, info_file}
+    except OSError:
+        return False
 
 
 def keep_most_recent(entries: Iterable[Path], keep: int) -> list[Path]:

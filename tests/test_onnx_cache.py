@@ -2,6 +2,7 @@
 half-built export, concurrent and killed builds, the fallback to PyTorch, and the doors using it."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -273,3 +274,26 @@ def test_export_onnx_prebuilds_the_cached_export_or_writes_a_copy_elsewhere(sett
     assert main(["export-onnx", *common, "--output", str(tmp_path / "copy"), "--seven-bit"]) == 0
     assert f"--reader-onnx-model {tmp_path / 'copy'}" in capsys.readouterr().out
     assert json.loads((tmp_path / "copy" / "export.json").read_text())["reduce_range"] is True
+
+
+def test_pruning_removes_only_exports_it_wrote_never_a_folder_that_shares_their_name(tmp_path):
+    """A cache folder named in a pipeline YAML may hold the user's folders: one named like an export, without
+    an export's listing of its own files, is never removed, while the oldest real export is."""
+    def export(name: str, age: float) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "model.onnx").write_text("m", encoding="utf-8")
+        (folder / "export.json").write_text('{"sizes": {"model.onnx": 1}}', encoding="utf-8")
+        os.utime(folder, (time.time() - age,) * 2)
+        return folder
+
+    users = tmp_path / "reader-minilm-subjqa-0123456789abcdef"
+    users.mkdir()
+    (users / "thesis.txt").write_text("years of work", encoding="utf-8")
+    os.utime(users, (time.time() - 5000,) * 2)
+    oldest, newer = export("reader-minilm-subjqa-aaaaaaaaaaaaaaaa", 2000), export("reader-minilm-subjqa-cccccccccccccccc", 500)
+    current = tmp_path / "reader-minilm-subjqa-bbbbbbbbbbbbbbbb"
+    current.mkdir()
+    onnx_cache._remove_older_exports(current)
+    assert (users / "thesis.txt").read_text(encoding="utf-8") == "years of work"
+    assert not oldest.exists() and newer.exists() and current.exists()

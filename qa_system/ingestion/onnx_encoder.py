@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from qa_system.devices import int8_dot_product, physical_cores
-from qa_system.disk_cache import built_folder, keep_most_recent, mark_used, taking_turns
+from qa_system.disk_cache import built_folder, keep_most_recent, listed_files, mark_used, taking_turns, written_here
 from qa_system.errors import QAError
 from qa_system.model_files import model_files_dir, model_fingerprint
 
@@ -91,11 +91,7 @@ def export_dir(model: str | Path, cache: Path, fingerprint: str, reduce_range: b
 
 def is_complete(directory: Path) -> bool:
     """Whether every file that export.json lists is there with its recorded size (export.json is written last)."""
-    try:
-        sizes = json.loads((directory / EXPORT_INFO).read_text(encoding="utf-8"))["sizes"]
-        return bool(sizes) and all((directory / name).stat().st_size == size for name, size in sizes.items())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
+    return listed_files(directory, EXPORT_INFO) is not None
 
 
 def _pooled_module(transformer, pooling: str, normalize: bool):
@@ -205,7 +201,10 @@ def cached_encoder_export(model: str | Path, cache: str | Path) -> Path:
                 write_encoder_export(model, staging, reduce_range)
     mark_used(target)
     name = re.escape(target.name[: -(KEY_LENGTH + 1)])
-    same_model = (p for p in cache.iterdir() if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name))
+    same_model = (
+        p for p in cache.iterdir()
+        if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name) and (p == target or written_here(p, EXPORT_INFO))
+    )
     keep_most_recent(same_model, EXPORTS_PER_MODEL)
     return target
 

@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from qa_system.disk_cache import built_folder, keep_most_recent, mark_used, taking_turns, temporary_prefix
+from qa_system.disk_cache import built_folder, keep_most_recent, listed_files, mark_used, taking_turns, temporary_prefix, written_here
 from qa_system.errors import QAError
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.model import ModelLoadError
@@ -67,11 +67,7 @@ def export_dir(model: str | Path, cache: Path, fingerprint: str, reduce_range: b
 
 def is_complete(directory: Path) -> bool:
     """Whether every file that export.json lists is there with its recorded size (export.json is written last)."""
-    try:
-        sizes = json.loads((directory / EXPORT_INFO).read_text(encoding="utf-8"))["sizes"]
-        return bool(sizes) and all((directory / name).stat().st_size == size for name, size in sizes.items())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
+    return listed_files(directory, EXPORT_INFO) is not None
 
 
 def cached_export(model: str | Path, cache: str | Path, report: Report | None = None, rebuild: bool = False) -> Path:
@@ -140,7 +136,10 @@ def _remove_older_exports(target: Path) -> None:
     """Keep the EXPORTS_PER_MODEL most recently used exports of ``target``'s model name (``target`` first)."""
     mark_used(target)
     name = re.escape(target.name[: -(KEY_LENGTH + 1)])
-    same_model = (p for p in target.parent.iterdir() if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name))
+    same_model = (
+        p for p in target.parent.iterdir()
+        if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name) and (p == target or written_here(p, EXPORT_INFO))
+    )
     for removed in keep_most_recent(same_model, EXPORTS_PER_MODEL):
         logger.info("Removed the older ONNX export %s.", removed)
 
