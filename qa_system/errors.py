@@ -89,6 +89,16 @@ def check_number(
     return number
 
 
+# Longest question read, in characters: questions are a sentence, and a reader window must keep room for the review.
+MAX_QUESTION_CHARS = 1000
+
+
+def check_question_length(question: object) -> None:
+    """A question is at most ``MAX_QUESTION_CHARS`` long, whichever door asks it (or judges it in feedback)."""
+    if isinstance(question, str) and len(question) > MAX_QUESTION_CHARS:
+        raise QAError(f"The question is {len(question)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")
+
+
 def check_text(value: object, name: str) -> object:
     """``value`` when it is not a str, or a str that can be written as UTF-8; else a QAError naming ``name``.
 

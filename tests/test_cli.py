@@ -332,3 +332,15 @@ def test_library_log_records_are_the_commands_lines_on_stdout_and_stderr(capsys)
     assert captured.out == "API: http://127.0.0.1:8000\n"
     assert captured.err == "The index is out of date: re-indexing.\n"
     assert not logging.getLogger("qa_system").handlers and logging.getLogger("qa_system.serving.api.server").level == logging.NOTSET
+
+
+def test_a_path_that_cannot_be_written_and_an_over_long_question_are_one_line_each(indexed_cli, tmp_path, capsys):
+    taken = tmp_path / "taken.json"
+    taken.write_text("mine", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["export-squad", "--split", "test", "--out", str(taken)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: Cannot use {taken}") and "Fix:" in error and len(error.strip().splitlines()) == 1
+    assert taken.read_text(encoding="utf-8") == "mine"
+    assert main(["ask", "a" * 1000 + "?", "--item", "KINDLE"]) == 2  # the API's, the shell's and the page's limit
+    assert capsys.readouterr().err.strip() == "error: The question is 1001 characters long. Fix: ask in at most 1000 characters."

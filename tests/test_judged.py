@@ -84,3 +84,17 @@ def test_eval_judged_refuses_a_missing_label_file_in_one_line(tmp_path, capsys):
     assert main(["eval", "judged", "--labels", str(tmp_path / "missing.jsonl"), "--home", str(tmp_path)]) == 2
     error = capsys.readouterr().err.strip()
     assert "missing.jsonl" in error and len(error.splitlines()) == 1
+
+
+def test_a_label_file_that_is_not_utf8_or_nested_too_deep_is_one_error_and_a_bom_is_read(tmp_path):
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes('{"id": "l", "question": "café?", "answerable": "no"}\n'.encode("latin-1"))
+    with pytest.raises(QAError, match="latin.jsonl is not UTF-8 text"):
+        load_judged([latin])
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 200_000 + "]" * 200_000 + "\n", encoding="utf-8")
+    with pytest.raises(QAError, match="deep.jsonl, line 1: JSON nested too deeply"):
+        load_judged([deep])
+    bom = tmp_path / "bom.jsonl"
+    bom.write_text('\ufeff{"id": "b", "question": "Good?", "answerable": "no"}\n', encoding="utf-8")
+    assert load_judged([bom])[0].id == "b"

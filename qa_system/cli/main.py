@@ -99,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     except QAError as error:
         print(terminal_text(f"error: {error}", newlines=False), file=sys.stderr)  # it may quote a file or a server
         return 2
+    except OSError as error:  # a path the user named that cannot be written or read: a folder, a file, /proc, no permission
+        where = f" {error.filename}" if error.filename not in (None, "") else ""
+        message = f"error: Cannot use{where}: {error.strerror or error}. Fix: name a file in a folder you can write to (--out / --output), or one you can read."
+        print(terminal_text(message, newlines=False), file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted; nothing saved was changed.", file=sys.stderr)
         return 130

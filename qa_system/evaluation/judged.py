@@ -101,6 +101,14 @@ def _judged(row: object, where: str) -> JudgedQuestion:
     )
 
 
+def _lines(lines: Iterable[str], path: Path) -> Iterable[str]:
+    """The file's lines; a file that is not UTF-8 text is one QAError naming it."""
+    try:
+        yield from lines
+    except UnicodeDecodeError as error:
+        raise QAError(f"{path.name} is not UTF-8 text (byte {error.start} of a line cannot be read).", "save the labels as UTF-8 JSON lines.") from None
+
+
 def load_judged(paths: Iterable[str | Path]) -> list[JudgedQuestion]:
     """Judged questions from JSON lines files (blank lines skipped); a bad line is one QAError naming file and line."""
     questions: list[JudgedQuestion] = []
@@ -108,8 +116,8 @@ def load_judged(paths: Iterable[str | Path]) -> list[JudgedQuestion]:
     for path in map(Path, paths):
         if not path.is_file():
             raise QAError(f"No judged label file {path}.", "pass --labels FILE.jsonl (one judged question a line).")
-        with path.open(encoding="utf-8", errors="strict") as lines:
-            for number, line in enumerate(lines, 1):
+        with path.open(encoding="utf-8-sig", errors="strict") as lines:
+            for number, line in enumerate(_lines(lines, path), 1):
                 where = f"{path.name}, line {number}"
                 if len(line) > MAX_LINE_CHARS:
                     raise QAError(f"{where}: longer than {MAX_LINE_CHARS:,} characters.", LABELS_FIX)
@@ -119,6 +127,8 @@ def load_judged(paths: Iterable[str | Path]) -> list[JudgedQuestion]:
                     row = json.loads(line)
                 except json.JSONDecodeError as error:
                     raise QAError(f"{where}: not JSON ({error.msg}).", LABELS_FIX) from None
+                except RecursionError:
+                    raise QAError(f"{where}: JSON nested too deeply to be a judged question.", LABELS_FIX) from None
                 question = _judged(row, where)
                 if question.id in seen:
                     raise QAError(f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id.")

@@ -143,7 +143,7 @@ def detect_format(name: str, binary: IO[bytes] | None, given: str | None) -> str
         try:  # one object per line without "data": JSON lines; a SQuAD file is one object (usually many lines)
             line = json.loads(first.decode("utf-8-sig"))
             return "jsonl" if isinstance(line, dict) and "data" not in line else "squad"
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # the SQuAD reader names what is wrong
             return "squad"
     if suffix not in _SUFFIX_FORMATS:
         raise QAError(f"Cannot tell the format of {name} from its name.", f"pass --format ({', '.join(INPUT_FORMATS)}).")

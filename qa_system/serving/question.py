@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qa_system.config import TOP_K_RETRIEVER
-from qa_system.errors import QAError
+from qa_system.errors import MAX_QUESTION_CHARS, check_question_length  # noqa: F401 - the doors import them from here
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,4 @@ class Question:
     all_products: bool = False  # asked of every document on purpose (the page's "All documents"), not a forgotten item_id
 
 
-# Longest question read, in characters: questions are a sentence, and a reader window must keep room for the review.
-MAX_QUESTION_CHARS = 1000
-
-
-def check_length(question: object) -> None:
-    """A question a door serves is at most ``MAX_QUESTION_CHARS`` long (asked, or judged in feedback)."""
-    if isinstance(question, str) and len(question) > MAX_QUESTION_CHARS:
-        raise QAError(f"The question is {len(question)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")
+check_length = check_question_length  # the doors' name for it
