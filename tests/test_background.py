@@ -97,7 +97,8 @@ def test_closing_the_browser_during_first_start_indexing_does_not_lose_the_work(
     home = tmp_path / "home"
     saved = home / "indexes" / "memory" / "subjqa-electronics.json"
     assert set(COLUMNS) <= set(rows[0])
-    with serve({"QA_DATA_DIR": str(data_dir), "QA_HOME": str(home)}, log=tmp_path / "streamlit.log") as url:
+    # Embedded at start (QA_EMBED_AT_START): a BM25-only first start is over before a browser sees it.
+    with serve({"QA_DATA_DIR": str(data_dir), "QA_HOME": str(home), "QA_EMBED_AT_START": "1"}, log=tmp_path / "streamlit.log") as url:
         driver = headless_chromium(tmp_path / "profile-1", 1000, 800)
         try:
             driver.get(url)
