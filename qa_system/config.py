@@ -99,8 +99,13 @@ class Settings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix="QA_", frozen=True, extra="forbid", env_ignore_empty=True, validate_by_name=True, validate_by_alias=True,
-    )  # fmt: skip
+        env_prefix="QA_",
+        frozen=True,
+        extra="forbid",
+        env_ignore_empty=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
 
     data_dir: Path = Field(default_factory=default_data_dir)
     home: Path = DEFAULT_HOME
@@ -175,7 +180,7 @@ class Settings(BaseSettings):
             raise _one_line(error) from None
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> "Settings":
+    def from_env(cls, **overrides: Any) -> Settings:
         """Defaults, then ``QA_*`` environment variables, then explicit overrides (None = not given)."""
         return cls(**{k: v for k, v in overrides.items() if v is not None})
 
@@ -184,7 +189,7 @@ class Settings(BaseSettings):
         """Field name -> the environment variable that sets it."""
         return {name: _ENV_ALIASES.get(name, f"QA_{name.upper()}") for name in cls.model_fields}
 
-    def with_(self, **overrides: Any) -> "Settings":
+    def with_(self, **overrides: Any) -> Settings:
         """A copy with ``overrides`` (None = keep), validated like the original."""
         return type(self)(**{**self.model_dump(), **{k: v for k, v in overrides.items() if v is not None}})
 
@@ -209,7 +214,15 @@ class Settings(BaseSettings):
         return check_number(value, "QA_READER_BATCH_WAIT_MS", 0)
 
     # Counts from the environment arrive as text; check_count parses them (QA_API_RATE_LIMIT=0 turns the limit off).
-    @field_validator("api_max_body_bytes", "api_rate_limit", "api_workers", "api_max_upload_bytes", "collection_memory_mb", "reader_batch_windows", mode="before")
+    @field_validator(
+        "api_max_body_bytes",
+        "api_rate_limit",
+        "api_workers",
+        "api_max_upload_bytes",
+        "collection_memory_mb",
+        "reader_batch_windows",
+        mode="before",
+    )
     @classmethod
     def _api_count(cls, value: Any, info: ValidationInfo) -> int:
         minimum = {"api_max_body_bytes": 256, "api_max_upload_bytes": 256, "api_rate_limit": 0}.get(info.field_name, 1)

@@ -24,8 +24,9 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 logger = logging.getLogger(__name__)
 # A lock held longer than this by another process: say that this one waits.

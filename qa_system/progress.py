@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any, TypeVar
 
 T = TypeVar("T")
 LOG_EVERY_S = 10.0  # seconds between two log lines when the output is not a terminal
@@ -47,8 +48,16 @@ class Progress:
     ``every`` seconds otherwise; nothing when ``enabled`` is false. ``clock`` is for tests."""
 
     def __init__(
-        self, total: int | None = None, desc: str = "", unit: str = "items", *, enabled: bool = True, stream: IO[str] | None = None,
-        every: float | None = None, fraction: Callable[[], float | None] | None = None, clock: Callable[[], float] = time.monotonic,
+        self,
+        total: int | None = None,
+        desc: str = "",
+        unit: str = "items",
+        *,
+        enabled: bool = True,
+        stream: IO[str] | None = None,
+        every: float | None = None,
+        fraction: Callable[[], float | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
         initial: int = 0,
     ):
         self.stream = stream if stream is not None else sys.stderr
@@ -68,7 +77,7 @@ class Progress:
 
             self.bar = tqdm(total=total, desc=desc, unit=f" {unit}", file=self.stream, dynamic_ncols=True, initial=initial)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -133,7 +142,10 @@ class Progress:
         return None
 
     def _extra(self) -> str:
-        return "".join(f", {key.replace('_', ' ')} {value:,}" if isinstance(value, int) else f", {key.replace('_', ' ')} {value}" for key, value in self.postfix.items())
+        return "".join(
+            f", {key.replace('_', ' ')} {value:,}" if isinstance(value, int) else f", {key.replace('_', ' ')} {value}"
+            for key, value in self.postfix.items()
+        )
 
     def _postfix_text(self, now: float, with_share: bool) -> str:
         parts = []
@@ -172,8 +184,14 @@ class Progress:
 
 
 def track(
-    iterable: Iterable[T], desc: str = "", unit: str = "items", *, total: int | None = None, enabled: bool = True,
-    stream: IO[str] | None = None, every: float | None = None,
+    iterable: Iterable[T],
+    desc: str = "",
+    unit: str = "items",
+    *,
+    total: int | None = None,
+    enabled: bool = True,
+    stream: IO[str] | None = None,
+    every: float | None = None,
 ) -> Iterator[T]:
     """Each item of ``iterable``, with a ``Progress`` over them (``total``: its length when it has one)."""
     if total is None and hasattr(iterable, "__len__"):
@@ -184,7 +202,9 @@ def track(
             progress.update()
 
 
-def training_progress(desc: str = "training", stream: IO[str] | None = None, every: float | None = None, clock: Callable[[], float] = time.monotonic):
+def training_progress(
+    desc: str = "training", stream: IO[str] | None = None, every: float | None = None, clock: Callable[[], float] = time.monotonic
+):
     """A transformers ``TrainerCallback`` showing the training steps as a ``Progress`` (the trainer's own bar off:
     ``disable_tqdm=True``), with the last logged loss beside the count."""
     from transformers import TrainerCallback

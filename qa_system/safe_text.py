@@ -38,7 +38,6 @@ def html_text(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-
 # C0 controls (ESC starts colour, cursor and OSC 8 hyperlink sequences; CR rewrites the line; BS erases), DEL,
 # C1 controls (U+009B is a one-character CSI, U+009D an OSC) and the bidirectional overrides that reorder what is shown.
 _TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any
 
 from haystack import tracing
 from haystack.tracing import Span, Tracer

@@ -12,10 +12,10 @@ import json
 import time
 from pathlib import Path
 
+from qa_system.devices import resolve_device
 from qa_system.reading.model import load_qa_model
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.sources.qa_files import read_qa_file
-from qa_system.devices import resolve_device
 from qa_system.training.reader_data import dev_predictions
 
 
@@ -36,8 +36,10 @@ def main() -> None:
         reader = ExtractiveReader.from_loaded(model.to(device), tokenizer)
         predictions = dev_predictions(reader, examples)
         results[name] = {
-            "questions": len(predictions), "forced_em": 100 * sum(p.answer_em for p in predictions) / len(predictions),
-            "forced_f1": 100 * sum(p.answer_f1 for p in predictions) / len(predictions), "seconds": round(time.time() - began, 1),
+            "questions": len(predictions),
+            "forced_em": 100 * sum(p.answer_em for p in predictions) / len(predictions),
+            "forced_f1": 100 * sum(p.answer_f1 for p in predictions) / len(predictions),
+            "seconds": round(time.time() - began, 1),
         }
         print(json.dumps({"file": args.file.name, "model": name, "device": device, **results[name]}), flush=True)
     if args.out:

@@ -62,12 +62,17 @@ def main() -> None:
     subjqa_to_squad_files(DOMAINS, ["train", "dev"], out, args.data / "subjqa")
     for domain in DOMAINS:
         exported = out / f"{domain}-train.json"
-        write(keep_questions(json.loads(exported.read_text(encoding="utf-8")), lambda qa: not qa.get("is_impossible") and qa["answers"]),
-              out / f"{domain}-train-answerable.json")
+        write(
+            keep_questions(json.loads(exported.read_text(encoding="utf-8")), lambda qa: not qa.get("is_impossible") and qa["answers"]),
+            out / f"{domain}-train-answerable.json",
+        )
         exported.unlink()
         print(f"{out / f'{domain}-dev.json'}: {count(json.loads((out / f'{domain}-dev.json').read_text(encoding='utf-8')))} questions")
 
-    subprocess.run([sys.executable, str(Path(__file__).with_name("judged_to_squad.py")), str(out / "judged-train-x3.json"), "--repeat", "3"], check=True)
+    subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("judged_to_squad.py")), str(out / "judged-train-x3.json"), "--repeat", "3"],
+        check=True,
+    )
 
     amazon = json.loads((args.data / "squadshifts" / "amazon_reviews_v1.0.json").read_text(encoding="utf-8"))
     ids = [qa["id"] for a in amazon["data"] for p in a["paragraphs"] for qa in p["qas"]]

@@ -78,7 +78,10 @@ def convert(judged: Path, data: Path, repeat: int, no_answer: str) -> tuple[dict
                 counts["answer_spans"] += 1
             for n, (review_id, answers) in enumerate(examples):
                 for copy in range(repeat):
-                    article = articles.setdefault(review_id, {"title": f"{domain}:{review_id}", "paragraphs": [{"context": clean_review(reviews[review_id]), "qas": []}]})
+                    article = articles.setdefault(
+                        review_id,
+                        {"title": f"{domain}:{review_id}", "paragraphs": [{"context": clean_review(reviews[review_id]), "qas": []}]},
+                    )
                     article["paragraphs"][0]["qas"].append(
                         {"id": f"judged:{q['id']}:{n}:{copy}", "question": q["question"], "answers": answers, "is_impossible": not answers}
                     )

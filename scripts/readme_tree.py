@@ -40,7 +40,11 @@ OTHERS = {
 def folder_layers() -> dict[str, int]:
     """``FOLDER_LAYERS`` of tests/test_architecture.py, read from its source (the test module is not imported)."""
     tree = ast.parse((REPO_ROOT / "tests" / "test_architecture.py").read_text(encoding="utf-8"))
-    (value,) = [node.value for node in tree.body if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["FOLDER_LAYERS"]]
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["FOLDER_LAYERS"]
+    ]
     return ast.literal_eval(value)
 
 

@@ -26,8 +26,19 @@ BACKENDS = ("onnx", "torch")
 
 def ask(backend: str, home: Path) -> tuple[float, float, str]:
     """(wall seconds, the reader's own milliseconds, the backend ask reports) of one `qa-system ask`."""
-    command = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())",
-               "ask", QUESTION, "--item", ITEM, "--home", str(home), "--reader-backend", backend]  # fmt: skip
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from qa_system.cli import main; sys.exit(main())",
+        "ask",
+        QUESTION,
+        "--item",
+        ITEM,
+        "--home",
+        str(home),
+        "--reader-backend",
+        backend,
+    ]
     began = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "QA_READER_ONNX_MODEL": ""})
     seconds = time.perf_counter() - began
@@ -59,11 +70,19 @@ def main() -> None:
                     warm[backend].append(seconds)
                     reader_ms[backend].append(ms)
                     assert used.startswith(backend), used
-            print(f"round {round_ + 1}: warm " + ", ".join(f"{b} {statistics.median(warm[b][-args.warm:]):.1f} s" for b in order), flush=True)
+            print(
+                f"round {round_ + 1}: warm " + ", ".join(f"{b} {statistics.median(warm[b][-args.warm :]):.1f} s" for b in order), flush=True
+            )
     load = os.getloadavg()[0]
-    print(f"\n| qa-system ask (median, {args.rounds} fresh homes, {args.rounds * args.warm} warm runs each) | onnx int8 | torch | onnx / torch |")
+    print(
+        f"\n| qa-system ask (median, {args.rounds} fresh homes, {args.rounds * args.warm} warm runs each) | onnx int8 | torch | onnx / torch |"
+    )
     print("|---|---|---|---|")
-    for label, values, unit in (("fresh QA_HOME, wall clock", fresh, "s"), ("warm, wall clock", warm, "s"), ("warm, the reader's own time", reader_ms, "ms")):
+    for label, values, unit in (
+        ("fresh QA_HOME, wall clock", fresh, "s"),
+        ("warm, wall clock", warm, "s"),
+        ("warm, the reader's own time", reader_ms, "ms"),
+    ):
         onnx, torch = statistics.median(values["onnx"]), statistics.median(values["torch"])
         print(f"| {label} | {onnx:.1f} {unit} | {torch:.1f} {unit} | {onnx / torch:.2f} |")
     print(f"(load average at the end: {load:.1f} on {os.cpu_count()} CPUs)")

@@ -54,19 +54,40 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1, help="SubjQA epochs (at most; patience 1 on pooled dev F1)")
     parser.add_argument("--general-learning-rate", type=float, default=1e-4)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--general-max-steps", type=int, default=600, help="optimiser steps on the general data (a budget for 2 CPU cores; 0 = one full epoch)")
-    parser.add_argument("--general-more-steps", type=int, nargs="+", default=[700, 700], metavar="STEPS",
-                        help="two-stage: then continue stage 1 with one pass per number, of that many steps, on a wider mix "
-                             "(SQuADShifts Reddit and SQuAD 2.0 train added; 0 = skip)")
-    parser.add_argument("--rehearse", type=int, default=3, metavar="PERCENT",
-                        help="two-stage: stage 2 also trains on this percent of the SQuADShifts Amazon review groups it may train on, "
-                             "its threshold still tuned for SubjQA's share of unanswerable questions (0 = SubjQA only)")
+    parser.add_argument(
+        "--general-max-steps",
+        type=int,
+        default=600,
+        help="optimiser steps on the general data (a budget for 2 CPU cores; 0 = one full epoch)",
+    )
+    parser.add_argument(
+        "--general-more-steps",
+        type=int,
+        nargs="+",
+        default=[700, 700],
+        metavar="STEPS",
+        help="two-stage: then continue stage 1 with one pass per number, of that many steps, on a wider mix "
+        "(SQuADShifts Reddit and SQuAD 2.0 train added; 0 = skip)",
+    )
+    parser.add_argument(
+        "--rehearse",
+        type=int,
+        default=3,
+        metavar="PERCENT",
+        help="two-stage: stage 2 also trains on this percent of the SQuADShifts Amazon review groups it may train on, "
+        "its threshold still tuned for SubjQA's share of unanswerable questions (0 = SubjQA only)",
+    )
     parser.add_argument("--max-steps", type=int, default=None, help="stop each stage early (smoke run)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--stage1", type=Path, help="two-stage: reuse this stage-1 model (both passes) instead of training one")
     parser.add_argument("--stage2", type=Path, help="two-stage: reuse this stage-2 model (trained from --stage1) instead of training one")
-    parser.add_argument("--interpolate", type=float, nargs="+", metavar="WEIGHT",
-                        help="two-stage: then mix stages 1 and 2 at these weights of stage 2 (e.g. 0.25 0.4 0.5 0.6 0.75 1) and keep the best on pooled dev")
+    parser.add_argument(
+        "--interpolate",
+        type=float,
+        nargs="+",
+        metavar="WEIGHT",
+        help="two-stage: then mix stages 1 and 2 at these weights of stage 2 (e.g. 0.25 0.4 0.5 0.6 0.75 1) and keep the best on pooled dev",
+    )
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "models" / "reader-minilm-qa")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "reader-training")
     args = parser.parse_args()
@@ -85,17 +106,31 @@ def main() -> None:
     if args.recipe == "two-stage":
         stage1 = args.stage1 or args.work_dir / "stage1-general"
         if args.stage1 is None:
-            train_reader(general, [amazon_heldout], default_embedding_model(), stage1,
-                         TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short))
+            train_reader(
+                general,
+                [amazon_heldout],
+                default_embedding_model(),
+                stage1,
+                TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short),
+            )
             # 2 cores afford part of an epoch per pass: each further pass starts from the last one's
             # weights and reads new text, in a new order (its own seed), at half the rate.
-            wider = [amazon_train, args.data / "squadshifts" / "reddit_v1.0.json",
-                     args.data / "squad" / "train-v2.0-first10articles.json", args.data / "squad" / "dev-v2.0.json"]
+            wider = [
+                amazon_train,
+                args.data / "squadshifts" / "reddit_v1.0.json",
+                args.data / "squad" / "train-v2.0-first10articles.json",
+                args.data / "squad" / "dev-v2.0.json",
+            ]
             for number, steps in enumerate(filter(None, args.general_more_steps), start=1):  # 0 = skip
                 more = dict(short, max_steps=args.max_steps or steps)
                 wider_dir = args.work_dir / f"stage1-wider{number}"
-                train_reader(wider, [amazon_heldout], str(stage1), wider_dir,
-                             TrainingConfig(epochs=1, learning_rate=args.general_learning_rate / 2, seed=42 + number, **more))
+                train_reader(
+                    wider,
+                    [amazon_heldout],
+                    str(stage1),
+                    wider_dir,
+                    TrainingConfig(epochs=1, learning_rate=args.general_learning_rate / 2, seed=42 + number, **more),
+                )
                 stage1 = wider_dir
         stage2 = args.stage2 or (args.work_dir / "stage2-subjqa" if args.interpolate else args.output)
         if args.stage2 is None:
@@ -106,9 +141,19 @@ def main() -> None:
                 rehearsal = [sample_articles(amazon_train, squad_dir, args.rehearse, salt="rehearse")]
                 dev_ids = {e.id for report in read_qa_files(subjqa_dev) for e in report.examples}
                 prior = no_answer_share([e for report in read_qa_files(subjqa_train, dev_ids, drop_dev=True) for e in report.examples])
-            result = train_reader(subjqa_train + rehearsal, subjqa_dev, str(stage1), stage2, final, select_on=POOLED,
-                                  drop_dev_questions=True, no_answer_prior=prior)
-            print(f"stage 2: best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {stage2}")
+            result = train_reader(
+                subjqa_train + rehearsal,
+                subjqa_dev,
+                str(stage1),
+                stage2,
+                final,
+                select_on=POOLED,
+                drop_dev_questions=True,
+                no_answer_prior=prior,
+            )
+            print(
+                f"stage 2: best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {stage2}"
+            )
         output = stage2
         if args.interpolate:
             mix = interpolate_readers(stage1, stage2, args.output, subjqa_dev, args.interpolate, report_files=[amazon_heldout])
@@ -117,13 +162,32 @@ def main() -> None:
     else:
         if args.recipe == "mixed":
             config = TrainingConfig(epochs=args.general_epochs, learning_rate=args.general_learning_rate, **short)
-            result = train_reader(general + subjqa_train, subjqa_dev, default_embedding_model(), args.output, config, select_on=POOLED, drop_dev_questions=True)
+            result = train_reader(
+                general + subjqa_train,
+                subjqa_dev,
+                default_embedding_model(),
+                args.output,
+                config,
+                select_on=POOLED,
+                drop_dev_questions=True,
+            )
         else:
-            result = train_reader(subjqa_train, subjqa_dev, default_embedding_model(), args.output,
-                                  TrainingConfig(epochs=args.epochs, learning_rate=1e-4, max_steps=args.max_steps), select_on=POOLED, drop_dev_questions=True)
-        print(f"best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {result.output_dir}")
+            result = train_reader(
+                subjqa_train,
+                subjqa_dev,
+                default_embedding_model(),
+                args.output,
+                TrainingConfig(epochs=args.epochs, learning_rate=1e-4, max_steps=args.max_steps),
+                select_on=POOLED,
+                drop_dev_questions=True,
+            )
+        print(
+            f"best epoch {result.best_epoch}, threshold {result.no_answer_threshold:.3f}, {result.seconds / 60:.1f} min -> {result.output_dir}"
+        )
         output = result.output_dir
-    print(f"held-out SQuADShifts slice: {amazon_heldout} (evaluate with `qa-system eval reader --labels {amazon_heldout} --reader {output}`)")
+    print(
+        f"held-out SQuADShifts slice: {amazon_heldout} (evaluate with `qa-system eval reader --labels {amazon_heldout} --reader {output}`)"
+    )
 
 
 if __name__ == "__main__":

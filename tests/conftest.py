@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
+
 from helpers.models import tiny_model_dir
 from helpers.subjqa import write_subjqa
 from helpers.training import REVIEW, labelled
-
 from qa_system.config import Settings
 from qa_system.sources.squad import write_squad
 from qa_system.sources.subjqa import GoldAnswer
@@ -90,9 +90,9 @@ def app_env(tmp_path_factory, tiny_reader) -> dict[str, str]:
 @pytest.fixture
 def page(app_env, monkeypatch):
     """Starts the page (with extra environment, query params) and returns the AppTest after its first run."""
-    from helpers.ui import TIMEOUT
     from streamlit.testing.v1 import AppTest
 
+    from helpers.ui import TIMEOUT
     from qa_system.serving.webapp import APP
 
     for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL", "QA_REPORTS_DIR"):

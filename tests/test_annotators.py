@@ -13,8 +13,9 @@ from qa_system.sources.subjqa import LabelledQuestion, load_subjqa
 
 def annotated(qid, *annotations):
     answers = []  # what the loader keeps as gold; the agreement reads only the annotations
-    return LabelledQuestion(qid, "is it good?", "B1", f"r-{qid}", f"electronics/r-{qid}", "electronics", "test", answers, True,
-                            annotations=list(annotations))
+    return LabelledQuestion(
+        qid, "is it good?", "B1", f"r-{qid}", f"electronics/r-{qid}", "electronics", "test", answers, True, annotations=list(annotations)
+    )
 
 
 def test_the_loader_keeps_every_annotation_in_file_order_with_no_answer_as_empty(tiny_subjqa):

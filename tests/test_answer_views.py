@@ -2,7 +2,16 @@
 
 from haystack import Document, ExtractedAnswer, GeneratedAnswer
 
-from qa_system.serving.answer_views import ELLIPSIS, Segment, answer_cards, answer_view, answer_views, highlight_segments, rank_answers, score_level
+from qa_system.serving.answer_views import (
+    ELLIPSIS,
+    Segment,
+    answer_cards,
+    answer_view,
+    answer_views,
+    highlight_segments,
+    rank_answers,
+    score_level,
+)
 
 REVIEW = "The bass is deep. Friends say the bass is deep too, but the cord broke."
 
@@ -53,8 +62,13 @@ def test_score_levels_and_text():
 
 
 def test_copies_of_one_review_give_one_answer():
-    copies = [Document(id=f"electronics/{split}/r1", content=REVIEW, meta={"review_id": "r1", "split": split}) for split in ("train", "test")]
-    answers = [ExtractedAnswer(query="q", score=0.9 - i / 10, data="bass", document=d, document_offset=ExtractedAnswer.Span(4, 8)) for i, d in enumerate(copies)]
+    copies = [
+        Document(id=f"electronics/{split}/r1", content=REVIEW, meta={"review_id": "r1", "split": split}) for split in ("train", "test")
+    ]
+    answers = [
+        ExtractedAnswer(query="q", score=0.9 - i / 10, data="bass", document=d, document_offset=ExtractedAnswer.Span(4, 8))
+        for i, d in enumerate(copies)
+    ]
     views = answer_views([*answers, ExtractedAnswer(query="q", score=0.1, data=None)])
     assert [(v.kind, v.document and v.document.meta["split"]) for v in views] == [("span", "train"), ("no_answer", None)]
 
@@ -63,7 +77,9 @@ def test_answers_split_at_no_answer_and_an_abstention_names_its_best_span():
     document = Document(id="d1", content=REVIEW, meta={"review_id": "r1"})
 
     def span(score, start, end):
-        return ExtractedAnswer(query="q", score=score, data=REVIEW[start:end], document=document, document_offset=ExtractedAnswer.Span(start, end))
+        return ExtractedAnswer(
+            query="q", score=score, data=REVIEW[start:end], document=document, document_offset=ExtractedAnswer.Span(start, end)
+        )
 
     null = ExtractedAnswer(query="q", score=0.96, data=None)
     abstained = rank_answers(answer_views([null, span(0.89, 4, 16), span(0.4, 0, 3)]))
@@ -81,9 +97,15 @@ def test_answers_split_at_no_answer_and_an_abstention_names_its_best_span():
 def test_the_selectors_probabilities_are_shown_as_chances_with_every_review_saying_it():
     document = Document(id="d1", content=REVIEW, meta={"review_id": "r1"})
     second = REVIEW.index("bass is deep", 10)
-    spans = [{"document_id": "d1", "start": 4, "end": 16}, {"document_id": "d1", "start": second, "end": second + 12}, {"document_id": "d9", "start": 0, "end": 4}]
+    spans = [
+        {"document_id": "d1", "start": 4, "end": 16},
+        {"document_id": "d1", "start": second, "end": second + 12},
+        {"document_id": "d9", "start": 0, "end": 4},
+    ]
     meta = {"probability": 0.55, "chosen": True, "close_call": True, "support": 2, "spans": spans}
-    span = ExtractedAnswer(query="q", score=0.55, data="bass is deep", document=document, document_offset=ExtractedAnswer.Span(4, 16), meta=meta)
+    span = ExtractedAnswer(
+        query="q", score=0.55, data="bass is deep", document=document, document_offset=ExtractedAnswer.Span(4, 16), meta=meta
+    )
     none = ExtractedAnswer(query="q", score=0.45, data=None, meta={"probability": 0.45, "chosen": False, "close_call": True})
     views = answer_views([span, none])
     assert views[0].score_label == "55% chance right" and "calibrated" in views[0].score_help
@@ -101,7 +123,10 @@ def test_the_selectors_probabilities_are_shown_as_chances_with_every_review_sayi
 def test_a_generated_answers_card_notes_its_grounding_flags():
     from haystack import GeneratedAnswer
 
-    flags = ["It cites none of the reviews: check it against the reviews themselves", "The generator wrote 5 sentences again; each is shown once"]
+    flags = [
+        "It cites none of the reviews: check it against the reviews themselves",
+        "The generator wrote 5 sentences again; each is shown once",
+    ]
     answer = GeneratedAnswer(data="The battery lasts ten hours.", query="q", documents=[], meta={"flags": flags, "cited_document_ids": []})
     [card] = answer_cards(answer_views([answer]))
     assert card.kind == "generated" and card.text == "The battery lasts ten hours." and card.source == "cites no review"

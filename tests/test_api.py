@@ -11,16 +11,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from helpers.api import api_settings_for, running, sse_events, wait_ready
 from helpers.openai_stub import OpenAIStub
 from helpers.subjqa import write_subjqa
-from prometheus_client.parser import text_string_to_metric_families
-
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -31,7 +31,6 @@ from qa_system.serving.feedback import Feedback, FeedbackStore
 from qa_system.serving.service import QAService, ServedCollection
 from qa_system.serving.webapp import free_port
 from qa_system.stores import delete_opensearch_index
-
 
 
 class Gate:
@@ -117,7 +116,11 @@ def test_health_is_503_until_the_models_and_index_are_loaded(api, api_settings):
         release.set()
         after = wait_ready(url)
         assert after.status_code == 200
-        assert after.json()["status"] == "ready" and after.json()["collections"] == ["electronics"] and after.json()["reader_backend"] == "torch"
+        assert (
+            after.json()["status"] == "ready"
+            and after.json()["collections"] == ["electronics"]
+            and after.json()["reader_backend"] == "torch"
+        )
 
 
 def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path):
@@ -139,19 +142,27 @@ def test_a_search_server_that_comes_up_late_is_waited_for(opensearch_url, tiny_r
 
     late = LateServer(opensearch_url)
     settings = Settings.from_env(
-        data_dir=write_subjqa(tmp_path / "subjqa"), home=tmp_path / "home", store="opensearch", opensearch_url=late.url,
-        reader_model=str(tiny_reader), reader_backend="torch",
-    )  # fmt: skip
+        data_dir=write_subjqa(tmp_path / "subjqa"),
+        home=tmp_path / "home",
+        store="opensearch",
+        opensearch_url=late.url,
+        reader_model=str(tiny_reader),
+        reader_backend="torch",
+    )
     service = QAService(settings, retry_first_s=0.2, retry_max_s=0.5)
     try:
         with running(create_app(settings, service=service)) as url:
             deadline = time.monotonic() + 30
             while "waiting" not in (health := httpx.get(f"{url}/health").json()) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert health["status"] == "loading" and health["waiting"]["error"].startswith(f"OpenSearch at {late.url} is unreachable. Fix: ")
+            assert health["status"] == "loading" and health["waiting"]["error"].startswith(
+                f"OpenSearch at {late.url} is unreachable. Fix: "
+            )
             assert 0 <= health["waiting"]["retry_in_s"] <= 0.5
             refused = ask(url)
-            assert refused.status_code == 503 and refused.json()["detail"].startswith("The server is waiting for its search server: OpenSearch at ")
+            assert refused.status_code == 503 and refused.json()["detail"].startswith(
+                "The server is waiting for its search server: OpenSearch at "
+            )
             late.open()
             assert wait_ready(url, timeout=120).status_code == 200
             answered = ask(url, query="How is the sound?")
@@ -175,13 +186,25 @@ def test_collections_and_products_with_review_counts(api, api_settings):
     assert collection["name"] == "electronics" and collection["index"] == "subjqa-electronics" and collection["store"] == "memory"
     assert collection["products"] == 3 and collection["documents"] == 6  # one document per review, a review in two splits included
     assert collection["embedding_model"] is None  # served for BM25: embedded only when a dense question first needs it
-    assert httpx.post(f"{api}/query", json={"query": "How is the bass?", "item_id": "HEADPHONES", "retriever": "dense"}, timeout=300).status_code == 200
+    assert (
+        httpx.post(
+            f"{api}/query", json={"query": "How is the bass?", "item_id": "HEADPHONES", "retriever": "dense"}, timeout=300
+        ).status_code
+        == 200
+    )
     (collection,) = httpx.get(f"{api}/collections").json()
-    assert collection["embedding_model"] == public_model_name(api_settings.embedding_model) and str(api_settings.home.anchor) not in collection["embedding_model"]  # the encoder by name, not its folder on the server
+    assert (
+        collection["embedding_model"] == public_model_name(api_settings.embedding_model)
+        and str(api_settings.home.anchor) not in collection["embedding_model"]
+    )  # the encoder by name, not its folder on the server
 
     products = httpx.get(f"{api}/products", params={"collection": "electronics"}).json()
     assert products["total"] == 3
-    assert products["products"] == [{"item_id": "KINDLE", "reviews": 3}, {"item_id": "HEADPHONES", "reviews": 2}, {"item_id": "MOUSE", "reviews": 1}]
+    assert products["products"] == [
+        {"item_id": "KINDLE", "reviews": 3},
+        {"item_id": "HEADPHONES", "reviews": 2},
+        {"item_id": "MOUSE", "reviews": 1},
+    ]
     assert httpx.get(f"{api}/products", params={"limit": 1, "offset": 1}).json()["products"] == [{"item_id": "HEADPHONES", "reviews": 2}]
 
 
@@ -223,7 +246,10 @@ def test_rag_answers_and_streams_server_sent_events(api):
     assert answer["kind"] == "generated" and answer["text"] == "The sound is tinny and quiet [1]."
     assert answer["cited_document_ids"] == [whole["documents"][0]["id"]] and whole["no_answer"] is False
 
-    for streamed in (ask(api, **question, stream=True), httpx.post(f"{api}/query", json={**question, "item_id": "KINDLE"}, headers={"Accept": "text/event-stream"})):
+    for streamed in (
+        ask(api, **question, stream=True),
+        httpx.post(f"{api}/query", json={**question, "item_id": "KINDLE"}, headers={"Accept": "text/event-stream"}),
+    ):
         assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
         events = sse_events(streamed.text)
         tokens = [data["text"] for event, data in events if event == "token"]
@@ -251,8 +277,18 @@ def own_collections(api_settings, tmp_path_factory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("own")
     shop, notes = root / "shop.csv", root / "notes.jsonl"
     shop.write_text("review_id,product,body\n" + "".join(f"{i},{item},{text}\n" for i, item, text in SHOP), encoding="utf-8")
-    notes.write_text("\n".join(json.dumps({"text": t}) for t in ("The office opens at nine and closes at five.", "Parking is behind the building.")), encoding="utf-8")
-    ingest(api_settings, shop, "shop", IngestOptions(text_column="body", id_column="review_id", item_column="product"), embed=False, progress=False)
+    notes.write_text(
+        "\n".join(json.dumps({"text": t}) for t in ("The office opens at nine and closes at five.", "Parking is behind the building.")),
+        encoding="utf-8",
+    )
+    ingest(
+        api_settings,
+        shop,
+        "shop",
+        IngestOptions(text_column="body", id_column="review_id", item_column="product"),
+        embed=False,
+        progress=False,
+    )
     ingest(api_settings, notes, "notes", embed=False, progress=False)
     served = [ServedCollection("shop"), ServedCollection("electronics", subjqa_domain=True), ServedCollection("notes")]
     with running(create_app(api_settings, served)) as url:
@@ -264,11 +300,24 @@ def test_ingested_collections_are_listed_beside_a_domain_with_their_products(own
     url = own_collections
     assert httpx.get(f"{url}/health").json()["collections"] == ["shop", "electronics", "notes"]
     listed = {c["name"]: c for c in httpx.get(f"{url}/collections").json()}
-    assert {k: listed["shop"][k] for k in ("index", "kind", "documents", "passages", "products")} == {"index": "shop", "kind": "ingested", "documents": 3, "passages": 3, "products": 2}
+    assert {k: listed["shop"][k] for k in ("index", "kind", "documents", "passages", "products")} == {
+        "index": "shop",
+        "kind": "ingested",
+        "documents": 3,
+        "passages": 3,
+        "products": 2,
+    }
     assert {k: listed["notes"][k] for k in ("kind", "documents", "products")} == {"kind": "ingested", "documents": 2, "products": 0}
-    assert (listed["electronics"]["index"], listed["electronics"]["kind"], listed["electronics"]["documents"]) == ("subjqa-electronics", "subjqa", 6)
+    assert (listed["electronics"]["index"], listed["electronics"]["kind"], listed["electronics"]["documents"]) == (
+        "subjqa-electronics",
+        "subjqa",
+        6,
+    )
     default = httpx.get(f"{url}/products").json()  # the first collection named
-    assert default["collection"] == "shop" and default["products"] == [{"item_id": "LAMP", "reviews": 2}, {"item_id": "KETTLE", "reviews": 1}]
+    assert default["collection"] == "shop" and default["products"] == [
+        {"item_id": "LAMP", "reviews": 2},
+        {"item_id": "KETTLE", "reviews": 1},
+    ]
     assert httpx.get(f"{url}/products", params={"collection": "notes"}).json()["total"] == 0
 
 
@@ -286,7 +335,9 @@ def test_questions_are_answered_from_an_ingested_collection(own_collections):
     assert whole.status_code == 200 and whole.json()["item_id"] is None
     assert whole.json()["documents"][0]["content"] == "Parking is behind the building."
     refused = httpx.post(f"{url}/query", json={"query": "Is it bright?"})
-    assert refused.status_code == 422 and refused.json()["detail"].startswith("The question names no product (item_id), and collection 'shop' holds 2 products.")
+    assert refused.status_code == 422 and refused.json()["detail"].startswith(
+        "The question names no product (item_id), and collection 'shop' holds 2 products."
+    )
     unknown = httpx.post(f"{url}/query", json={"query": "Is it bright?", "item_id": "KINDLE"})  # a product of electronics, not of shop
     assert unknown.status_code == 404 and unknown.json()["detail"].startswith("Product 'KINDLE' has no reviews in index 'shop'.")
 
@@ -295,11 +346,23 @@ def test_feedback_on_an_answer_from_an_ingested_collection(own_collections, api_
     url = own_collections
     body = httpx.post(f"{url}/query", json={"query": "How fast does it boil?", "item_id": "KETTLE", "top_k": 1}, timeout=60).json()
     span = next(a for a in body["answers"] if a["kind"] == "span")
-    click = {"verdict": "wrong_span", "question": body["query"], "answer": span["text"], "start": span["start"], "end": span["end"],
-             "document_id": span["document_id"], "click_id": "own/1"}  # fmt: skip
+    click = {
+        "verdict": "wrong_span",
+        "question": body["query"],
+        "answer": span["text"],
+        "start": span["start"],
+        "end": span["end"],
+        "document_id": span["document_id"],
+        "click_id": "own/1",
+    }
     assert httpx.post(f"{url}/feedback", json=click).status_code == 201
     (row,) = [f for f in FeedbackStore(api_settings.feedback_db).all() if f.click_id == "own/1"]
-    assert (row.document_id, row.context, row.item_id, row.verdict) == ("s3", SHOP[2][2], "KETTLE", "wrong_span")  # read from the collection
+    assert (row.document_id, row.context, row.item_id, row.verdict) == (
+        "s3",
+        SHOP[2][2],
+        "KETTLE",
+        "wrong_span",
+    )  # read from the collection
     elsewhere = httpx.post(f"{url}/feedback", json={**click, "collection": "notes", "click_id": None})
     assert elsewhere.status_code == 404 and elsewhere.json()["detail"].startswith("No document 's3' in collection 'notes'.")
 
@@ -331,9 +394,16 @@ def test_feedback_is_stored_once_per_click_and_exported_as_squad(api, api_settin
     body = ask(api).json()
     span = next(a for a in body["answers"] if a["kind"] == "span")
     click = {
-        "verdict": "correct", "question": body["query"], "answer": span["text"], "start": span["start"], "end": span["end"],
-        "document_id": span["document_id"], "score": span["score"], "pipeline": body["pipeline"], "click_id": "client-1/click-1",
-    }  # fmt: skip
+        "verdict": "correct",
+        "question": body["query"],
+        "answer": span["text"],
+        "start": span["start"],
+        "end": span["end"],
+        "document_id": span["document_id"],
+        "score": span["score"],
+        "pipeline": body["pipeline"],
+        "click_id": "client-1/click-1",
+    }
     saved = httpx.post(f"{api}/feedback", json=click)
     assert saved.status_code == 201 and saved.json()["verdict"] == "correct"
     again = httpx.post(f"{api}/feedback", json=click)
@@ -420,16 +490,22 @@ def test_malformed_or_incomplete_bodies_are_one_line_422(api):
         "The question names no product (item_id), and collection 'electronics' holds 3 products. "
         "Fix: send the item_id of one (GET /products lists them), or all_products: true to ask every document (each answer names its product)."
     )
-    assert httpx.get(f"{api}/products", params={"limit": 0}).json()["detail"].startswith("limit must be a whole number from 1 to 1000, not 0.")
+    assert (
+        httpx.get(f"{api}/products", params={"limit": 0}).json()["detail"].startswith("limit must be a whole number from 1 to 1000, not 0.")
+    )
     assert httpx.get(f"{api}/products", params={"collection": "garden"}).status_code == 404
 
 
 def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(api, api_settings):
     padding = "x" * api_settings.api_max_body_bytes
     declared = ask(api, query=padding)
-    assert declared.status_code == 413 and declared.json()["detail"].startswith(f"The request body is larger than {api_settings.api_max_body_bytes} bytes.")
+    assert declared.status_code == 413 and declared.json()["detail"].startswith(
+        f"The request body is larger than {api_settings.api_max_body_bytes} bytes."
+    )
     body = json.dumps({"query": padding, "item_id": "KINDLE"}).encode()
-    chunked = httpx.post(f"{api}/query", content=iter([body[i : i + 4096] for i in range(0, len(body), 4096)]), headers={"Content-Type": "application/json"})
+    chunked = httpx.post(
+        f"{api}/query", content=iter([body[i : i + 4096] for i in range(0, len(body), 4096)]), headers={"Content-Type": "application/json"}
+    )
     assert "content-length" not in chunked.request.headers and chunked.status_code == 413
 
 
@@ -454,7 +530,14 @@ def span_click(api) -> tuple[dict, str]:
     body = ask(api).json()
     span = next(a for a in body["answers"] if a["kind"] == "span")
     content = next(d["content"] for d in body["documents"] if d["id"] == span["document_id"])
-    click = {"verdict": "correct", "question": body["query"], "answer": span["text"], "start": span["start"], "end": span["end"], "document_id": span["document_id"]}
+    click = {
+        "verdict": "correct",
+        "question": body["query"],
+        "answer": span["text"],
+        "start": span["start"],
+        "end": span["end"],
+        "document_id": span["document_id"],
+    }
     return click, content
 
 
@@ -467,7 +550,9 @@ def test_text_that_is_not_utf8_is_a_one_line_422_naming_the_field(api, span_clic
     """A lone surrogate (JSON's "\\ud800") was a 500 from the tokenizer, SQLite or the error's own JSON."""
     body = {"query": "Is it good for reading?", "item_id": "KINDLE"} if path == "/query" else dict(span_click[0])
     body[field] = "is it \ud800 good"
-    detail = refused(post_raw(api, path, json.dumps(body).encode()), 422, f"'{field}' is not UTF-8 text: character 7 is a lone surrogate (\\ud800).")
+    detail = refused(
+        post_raw(api, path, json.dumps(body).encode()), 422, f"'{field}' is not UTF-8 text: character 7 is a lone surrogate (\\ud800)."
+    )
     assert detail.endswith(f"Fix: send '{field}' as UTF-8 text.")
 
 
@@ -543,12 +628,48 @@ def test_concurrent_exports_each_get_the_whole_export(api, api_settings):
 @pytest.mark.parametrize(
     "path, body, content_type, status, start",
     [
-        ("/query", b'{"query": "Is it good?", "item_id": "KINDLE", "no_answer_threshold": NaN}', "application/json", 422, "The request body is not valid JSON (NaN is not a JSON number"),
-        ("/feedback", b'{"verdict": "wrong", "question": "Is it good?", "answer": "Yes.", "score": Infinity}', "application/json", 422, "The request body is not valid JSON (Infinity is not a JSON number"),
-        ("/feedback", b'{"verdict": "wrong", "question": "Is it good?", "answer": "Yes.", "score": 1e400}', "application/json", 422, "score must be a finite number, not inf."),
-        ("/query", b'{"query": "Is it good?", "query": "   ", "item_id": "KINDLE"}', "application/json", 422, "The request body is not valid JSON (the key 'query' appears twice"),
-        ("/query", b'{"query": ' + b"[" * 10000 + b"]" * 10000 + b"}", "application/json", 422, "The request body is not valid JSON (arrays or objects nested more deeply than the parser allows)."),
-        ("/query", b'{"query": "Is it good?", "item_id": "KINDLE", "top_k": ' + b"9" * 5000 + b"}", "application/json", 422, "The request body is not valid JSON (a number of more than"),
+        (
+            "/query",
+            b'{"query": "Is it good?", "item_id": "KINDLE", "no_answer_threshold": NaN}',
+            "application/json",
+            422,
+            "The request body is not valid JSON (NaN is not a JSON number",
+        ),
+        (
+            "/feedback",
+            b'{"verdict": "wrong", "question": "Is it good?", "answer": "Yes.", "score": Infinity}',
+            "application/json",
+            422,
+            "The request body is not valid JSON (Infinity is not a JSON number",
+        ),
+        (
+            "/feedback",
+            b'{"verdict": "wrong", "question": "Is it good?", "answer": "Yes.", "score": 1e400}',
+            "application/json",
+            422,
+            "score must be a finite number, not inf.",
+        ),
+        (
+            "/query",
+            b'{"query": "Is it good?", "query": "   ", "item_id": "KINDLE"}',
+            "application/json",
+            422,
+            "The request body is not valid JSON (the key 'query' appears twice",
+        ),
+        (
+            "/query",
+            b'{"query": ' + b"[" * 10000 + b"]" * 10000 + b"}",
+            "application/json",
+            422,
+            "The request body is not valid JSON (arrays or objects nested more deeply than the parser allows).",
+        ),
+        (
+            "/query",
+            b'{"query": "Is it good?", "item_id": "KINDLE", "top_k": ' + b"9" * 5000 + b"}",
+            "application/json",
+            422,
+            "The request body is not valid JSON (a number of more than",
+        ),
         ("/query", b'{"query": "Is it good?", "item_id": "KINDLE", "\\ud800": 1}', "application/json", 422, "Invalid 'body'"),
         ("/query", b'{"query": "Is it good?", "item_id": "KINDLE"}', "text/plain", 422, "The request body is not a JSON object."),
         ("/query", b'["Is it good?"]', "application/json", 422, "The request body is not a JSON object."),
@@ -589,7 +710,9 @@ def test_a_token_is_required_when_one_is_set(api, api_settings):
             assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
             assert refused.json()["detail"].startswith("A bearer token is required.")
             assert httpx.get(f"{url}/metrics", headers=headers).status_code == 401
-        accepted = httpx.post(f"{url}/query", json={"query": "Is it good?", "item_id": "KINDLE"}, headers={"Authorization": "Bearer s3cret"}, timeout=60)
+        accepted = httpx.post(
+            f"{url}/query", json={"query": "Is it good?", "item_id": "KINDLE"}, headers={"Authorization": "Bearer s3cret"}, timeout=60
+        )
         assert accepted.status_code == 200 and accepted.json()["documents"]
 
 
@@ -599,7 +722,9 @@ def test_wrong_token_guesses_are_rate_limited_on_every_route(api, api_settings):
         guesses = [httpx.get(f"{url}/collections", headers={"Authorization": f"Bearer guess-{n}"}) for n in range(6)]
         assert [guess.status_code for guess in guesses] == [401] * 5 + [429]
         assert guesses[-1].json()["detail"].startswith("Too many requests from this client (limit 5 a minute).")
-        assert httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer guess-6"}).status_code == 429  # a route scrapers call unlimited
+        assert (
+            httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer guess-6"}).status_code == 429
+        )  # a route scrapers call unlimited
         assert httpx.get(f"{url}/health").status_code in (200, 503)  # probes still answer
     assert "429" in app.openapi()["paths"]["/metrics"]["get"]["responses"]
 
@@ -687,9 +812,11 @@ def test_a_client_that_leaves_stops_the_generator_and_frees_its_worker(api_setti
 
 def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
     env = {
-        "QA_DATA_DIR": str(api_settings.data_dir), "QA_HOME": str(api_settings.home), "QA_READER_MODEL": api_settings.reader_model,
+        "QA_DATA_DIR": str(api_settings.data_dir),
+        "QA_HOME": str(api_settings.home),
+        "QA_READER_MODEL": api_settings.reader_model,
         "QA_READER_BACKEND": "torch",
-    }  # fmt: skip
+    }
     with serve_api(env, args=["--rate-limit", "0"], log=tmp_path / "api.log", timeout=180) as url:
         body = ask(url).json()
         assert body["documents"][0]["meta"]["review_id"] == "r-kindle-1"
@@ -720,7 +847,12 @@ def test_the_api_restarts_at_once_on_the_port_it_just_left(api_settings, tmp_pat
     with socket.socket() as plain:  # what the check did: refused while the old connection waits
         with pytest.raises(OSError):
             plain.bind(("127.0.0.1", port))
-    env = {"QA_DATA_DIR": str(api_settings.data_dir), "QA_HOME": str(api_settings.home), "QA_READER_MODEL": api_settings.reader_model, "QA_READER_BACKEND": "torch"}
+    env = {
+        "QA_DATA_DIR": str(api_settings.data_dir),
+        "QA_HOME": str(api_settings.home),
+        "QA_READER_MODEL": api_settings.reader_model,
+        "QA_READER_BACKEND": "torch",
+    }
     command = [*CLI, "api", "--host", "127.0.0.1", "--port", str(port), "--rate-limit", "0"]
     with serve_process(command, f"http://127.0.0.1:{port}/health", "qa-system api", env, tmp_path / "api.log", timeout=180):
         assert ask(f"http://127.0.0.1:{port}").status_code == 200
@@ -732,7 +864,11 @@ def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
     body = ask(api, top_k=2).json()  # what the server answers the same question
     assert out.startswith("Q: Is it good for reading?  (KINDLE in electronics;") and f"{body['pipeline']} at {api})" in out.splitlines()[0]
     spans = [a for a in body["answers"] if a["kind"] == "span"]
-    assert spans and all(f". {a['text']}  " in out for a in spans) and ("\nNo answer in these reviews  " in out) == any(a["kind"] == "no_answer" for a in body["answers"])
+    assert (
+        spans
+        and all(f". {a['text']}  " in out for a in spans)
+        and ("\nNo answer in these reviews  " in out) == any(a["kind"] == "no_answer" for a in body["answers"])
+    )
     assert main(["ask", "Is it good?", "--item", "NOPE", "--url", api]) == 2  # the server's 404, as one line
     err = capsys.readouterr().err
     assert "Product 'NOPE' has no reviews" in err and len(err.strip().splitlines()) == 1
@@ -759,7 +895,9 @@ def test_the_load_test_serves_the_configured_reader_by_default(api_settings, tmp
     from qa_system.bench.api import run_api_bench
 
     # `qa-system bench api --clients 8 --seconds 60` measures what `qa-system api` serves (int8 ONNX unless configured otherwise).
-    table = run_api_bench(api_settings.with_(reader_backend="onnx"), tmp_path / "bench", clients=1, seconds=1, questions=2, progress=lambda m: None)
+    table = run_api_bench(
+        api_settings.with_(reader_backend="onnx"), tmp_path / "bench", clients=1, seconds=1, questions=2, progress=lambda m: None
+    )
     assert list(table["server"]) == ["onnx reader"] and table["answered"].iloc[0] >= 1 and table["errors"].iloc[0] == 0
 
 
@@ -769,7 +907,10 @@ def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, 
     assert main(["bench", "api", "--url", api, "--clients", "3", "--seconds", "2", "--questions", "4", "--out", str(out)]) == 0
     (row,) = json.loads((out / "report.json").read_text())["metrics"]
     assert row["clients"] == 3 and row["answered"] >= 3 and row["errors"] == 0
-    assert row["throughput_qps"] == pytest.approx(row["answered"] / row["seconds"], rel=0.01) and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+    assert (
+        row["throughput_qps"] == pytest.approx(row["answered"] / row["seconds"], rel=0.01)
+        and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+    )
     assert row["health_p50_ms"] > 0 and "throughput_qps" in capsys.readouterr().out
     # The pipeline's own times, the waits and the server's memory, as a table and over the run (a table and a plot).
     assert 0 < row["pipeline_p50_ms"] <= row["pipeline_p95_ms"] and row["retrieval_p50_ms"] > 0 and row["queue_p50_ms"] >= 0
@@ -777,4 +918,3 @@ def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, 
     report = json.loads((out / "report.json").read_text())
     assert report["Over time"] and {"from_s", "throughput_qps", "p95_ms", "memory_mb"} <= set(report["Over time"][0])
     assert (out / "over_time.png").stat().st_size > 0
-

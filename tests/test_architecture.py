@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from helpers.packages import write_package
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "qa_system"
@@ -24,9 +25,13 @@ FOLDER_LAYERS = {
     "sources": 2,  # readers of documents and labels
     "stores": 3,  # document stores, saved indexes and their manifests
     "ingestion": 4,  # documents -> passages -> embedded -> a named collection
-    "retrieval": 5, "reading": 5, "generation": 5,  # pipeline components
+    "retrieval": 5,
+    "reading": 5,
+    "generation": 5,  # pipeline components
     "pipelines": 6,  # Haystack pipelines of those components
-    "evaluation": 7, "training": 7, "tuning": 7,  # what runs the pipelines and components over labelled data
+    "evaluation": 7,
+    "training": 7,
+    "tuning": 7,  # what runs the pipelines and components over labelled data
     "serving": 8,  # what the doors share: the service, the REST API, the page's server
     "bench": 9,  # every benchmark (the API's and the page's start them)
     "cli": 10,  # the command line
@@ -190,40 +195,49 @@ def test_package_inits_hold_no_logic():
 
 
 def test_checker_finds_a_cycle_through_a_lazy_import(tmp_path):
-    package = write_package(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/a.py": "from pkg.b import thing\n",
-        "pkg/b.py": "def thing():\n    from pkg import a  # lazy, still a cycle\n    return a\n",
-        "pkg/c.py": "import os\n",
-    })
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from pkg.b import thing\n",
+            "pkg/b.py": "def thing():\n    from pkg import a  # lazy, still a cycle\n    return a\n",
+            "pkg/c.py": "import os\n",
+        },
+    )
     assert find_cycles(import_graph(package)) == [["pkg.a", "pkg.b"]]
 
 
 def test_checker_finds_a_cycle_through_a_package_init(tmp_path):
     # pkg.x.worker imports pkg.y.metrics, which runs pkg/y/__init__, which imports pkg.y.runner,
     # which imports pkg.x (its __init__ re-exports worker): a cycle no single import line shows.
-    package = write_package(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/x/__init__.py": "from pkg.x.worker import work\n",
-        "pkg/x/worker.py": "from pkg.y.metrics import score\n\ndef work():\n    return score\n",
-        "pkg/y/__init__.py": "from pkg.y.runner import run\n",
-        "pkg/y/metrics.py": "score = 1\n",
-        "pkg/y/runner.py": "from pkg.x import work\nrun = work\n",
-    })
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/x/__init__.py": "from pkg.x.worker import work\n",
+            "pkg/x/worker.py": "from pkg.y.metrics import score\n\ndef work():\n    return score\n",
+            "pkg/y/__init__.py": "from pkg.y.runner import run\n",
+            "pkg/y/metrics.py": "score = 1\n",
+            "pkg/y/runner.py": "from pkg.x import work\nrun = work\n",
+        },
+    )
     cycles = find_cycles(import_graph(package))
     assert len(cycles) == 1 and {"pkg.x", "pkg.x.worker", "pkg.y", "pkg.y.runner"} <= set(cycles[0])
     assert find_cycles(import_graph(package, implicit_parents=False)) == []
 
 
 def test_checker_passes_an_acyclic_package(tmp_path):
-    package = write_package(tmp_path, {
-        "pkg/__init__.py": "from pkg.top import main\n",
-        "pkg/low.py": "VALUE = 1\n",
-        "pkg/mid/__init__.py": "from pkg.mid.core import helper\n",
-        "pkg/mid/core.py": "from pkg.low import VALUE\n\ndef helper():\n    return VALUE\n",
-        "pkg/mid/extra.py": "from . import core\nfrom .core import helper\n",
-        "pkg/top.py": "from pkg.mid import helper\n\ndef main():\n    from pkg.mid import extra\n    return helper, extra\n",
-    })
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.top import main\n",
+            "pkg/low.py": "VALUE = 1\n",
+            "pkg/mid/__init__.py": "from pkg.mid.core import helper\n",
+            "pkg/mid/core.py": "from pkg.low import VALUE\n\ndef helper():\n    return VALUE\n",
+            "pkg/mid/extra.py": "from . import core\nfrom .core import helper\n",
+            "pkg/top.py": "from pkg.mid import helper\n\ndef main():\n    from pkg.mid import extra\n    return helper, extra\n",
+        },
+    )
     graph = import_graph(package)
     assert find_cycles(graph) == []
     assert graph["pkg.mid.extra"] == {"pkg.mid.core"}  # relative imports resolved; own parent not an edge
@@ -231,15 +245,18 @@ def test_checker_passes_an_acyclic_package(tmp_path):
 
 
 def test_checker_finds_upward_imports_and_unplaced_modules(tmp_path):
-    package = write_package(tmp_path, {
-        "pkg/__init__.py": "from pkg.cli import main\n",
-        "pkg/base.py": "VALUE = 1\n",
-        "pkg/metrics/__init__.py": "",
-        "pkg/metrics/score.py": "from pkg.base import VALUE\n\ndef score():\n    from pkg.cli import main  # lazy, still upward\n    return VALUE, main\n",
-        "pkg/cli/__init__.py": "from pkg.metrics.score import score\n\ndef main():\n    return score\n",
-        "pkg/elsewhere/__init__.py": "",
-        "pkg/elsewhere/thing.py": "import os\n",
-    })
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.cli import main\n",
+            "pkg/base.py": "VALUE = 1\n",
+            "pkg/metrics/__init__.py": "",
+            "pkg/metrics/score.py": "from pkg.base import VALUE\n\ndef score():\n    from pkg.cli import main  # lazy, still upward\n    return VALUE, main\n",
+            "pkg/cli/__init__.py": "from pkg.metrics.score import score\n\ndef main():\n    return score\n",
+            "pkg/elsewhere/__init__.py": "",
+            "pkg/elsewhere/thing.py": "import os\n",
+        },
+    )
     assert upward_imports(package) == ["pkg.metrics.score (layer 1) imports pkg.cli (layer 10)"]
     assert unplaced_modules(package) == [
         "pkg.elsewhere is in the folder elsewhere/, which has no layer: add it to FOLDER_LAYERS",
@@ -247,13 +264,16 @@ def test_checker_finds_upward_imports_and_unplaced_modules(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("module, expected", [
-    ("qa_system.config", ROOT_LAYER),
-    ("qa_system.metrics.squad", 1),
-    ("qa_system.retrieval.bm25", 5),
-    ("qa_system.serving.api.app", 8),  # a sub-package takes its top-level folder's layer
-    ("qa_system.cli.main", 10),
-    ("qa_system", TOP_LAYER),
-])
+@pytest.mark.parametrize(
+    "module, expected",
+    [
+        ("qa_system.config", ROOT_LAYER),
+        ("qa_system.metrics.squad", 1),
+        ("qa_system.retrieval.bm25", 5),
+        ("qa_system.serving.api.app", 8),  # a sub-package takes its top-level folder's layer
+        ("qa_system.cli.main", 10),
+        ("qa_system", TOP_LAYER),
+    ],
+)
 def test_layers_come_from_the_top_level_folder(module, expected):
     assert layer(module) == expected

@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
-from helpers.subjqa import COLUMNS, row, write_subjqa
 
+from helpers.subjqa import COLUMNS, row, write_subjqa
 from qa_system.bench.browser import chromium_paths, headless_chromium
 from qa_system.serving.background import BackgroundTask, TaskRegistry
 from qa_system.serving.webapp import serve
@@ -89,7 +89,12 @@ def test_closing_the_browser_during_first_start_indexing_does_not_lose_the_work(
     rows = []
     for number in range(3000):
         review = f"Review {number}: the {words[number % len(words)]} is {words[(number * 7) % len(words)]} and {words[(number * 3) % len(words)]}, number {number}."
-        values = dict(row("q1", "Is it good?", "r-kindle-1", "ANSWERNOTFOUND"), q_review_id=f"q{number}", review_id=f"r{number}", item_id=f"ITEM{number % 50}")
+        values = dict(
+            row("q1", "Is it good?", "r-kindle-1", "ANSWERNOTFOUND"),
+            q_review_id=f"q{number}",
+            review_id=f"r{number}",
+            item_id=f"ITEM{number % 50}",
+        )
         values["review"] = review + " ANSWERNOTFOUND"
         values["human_ans_indices"] = f"({len(review) + 1}, {len(review) + 15})"
         rows.append(values)

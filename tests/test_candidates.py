@@ -7,8 +7,8 @@ import json
 
 import pandas as pd
 import pytest
-from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 
+from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.evaluation.answering import at_threshold, evaluate_pipelines, fit_no_answer_threshold, reader_label
@@ -64,7 +64,22 @@ def test_both_protocols_ask_the_expected_candidates_and_count_a_review_once(toy)
 
 def test_the_retriever_report_shows_both_protocols_side_by_side(toy, tmp_path, capsys):
     out = tmp_path / "report"
-    argv = ["eval", "retriever", "--split", "test", "--retriever", "bm25", "--k", "1", "3", "--candidates", "split", "product", "--out", str(out)]
+    argv = [
+        "eval",
+        "retriever",
+        "--split",
+        "test",
+        "--retriever",
+        "bm25",
+        "--k",
+        "1",
+        "3",
+        "--candidates",
+        "split",
+        "product",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "product" in printed and "split" in printed
@@ -94,11 +109,13 @@ def test_an_unknown_protocol_is_one_line(toy, capsys):
 
 
 def test_a_threshold_fit_answers_exactly_where_it_gains():
-    records = pd.DataFrame({
-        "gap": [2.0, 1.0, -1.0, float("-inf")],
-        "best_span": ["deep bass", "tinny", "cord", ""],
-        "gold": [["deep bass"], [""], ["cord broke"], [""]],
-    })
+    records = pd.DataFrame(
+        {
+            "gap": [2.0, 1.0, -1.0, float("-inf")],
+            "best_span": ["deep bass", "tinny", "cord", ""],
+            "gold": [["deep bass"], [""], ["cord broke"], [""]],
+        }
+    )
     fit = fit_no_answer_threshold(records, no_answer_prior=None)
     # Answering q1 gains 1, q2 loses 1, q3 gains 2/3: answer q1 only (1.0 + 1 + 0 + 1) or all three
     # (1 + 0 + 2/3 + 1): the first is better, and the threshold lies midway between the gaps 2 and 1.
@@ -113,7 +130,16 @@ def test_a_threshold_fit_answers_exactly_where_it_gains():
 def test_pipeline_under_both_protocols_with_a_threshold_tuned_on_dev(toy, tiny_reader, tmp_path, capsys):
     reader = str(tiny_reader)
     manifest = open_or_build_index(toy, "electronics").manifest
-    dev = evaluate_pipelines(toy, [reader], "bm25", split="dev", top_k_retriever=3, candidates=["split", "product"], tune_threshold=True, out_dir=tmp_path / "dev")
+    dev = evaluate_pipelines(
+        toy,
+        [reader],
+        "bm25",
+        split="dev",
+        top_k_retriever=3,
+        candidates=["split", "product"],
+        tune_threshold=True,
+        out_dir=tmp_path / "dev",
+    )
     assert saved_manifest(toy, "subjqa-electronics") == manifest  # fitted for that run only: nothing stored
     system = f"bm25+{reader_label(reader)}"
     tuned = f"{system}, dev-tuned threshold"
@@ -133,7 +159,9 @@ def test_pipeline_under_both_protocols_with_a_threshold_tuned_on_dev(toy, tiny_r
         assert thresholds.loc[protocol, "f1_dev_tuned"] >= thresholds.loc[protocol, "f1_reader_threshold"] - 1e-9
 
     # Until `fit-threshold` stores a fit, test reports the reader's own threshold alone.
-    assert main(["eval", "pipeline", "--split", "test", "--reader", reader, "--candidates", "product", "--out", str(tmp_path / "before")]) == 0
+    assert (
+        main(["eval", "pipeline", "--split", "test", "--reader", reader, "--candidates", "product", "--out", str(tmp_path / "before")]) == 0
+    )
     assert "dev-tuned threshold" not in capsys.readouterr().out
     assert main(["fit-threshold", "--reader", reader, "--candidates", "split", "product"]) == 0
     printed = capsys.readouterr().out
@@ -141,7 +169,12 @@ def test_pipeline_under_both_protocols_with_a_threshold_tuned_on_dev(toy, tiny_r
     stored_fits = saved_manifest(toy, "subjqa-electronics")["calibration"]
     assert {f"bm25 top-3, {c} candidates" for c in ("split", "product")} == set(next(iter(stored_fits.values()))["no_answer"])
     # Test reports the dev fit beside the reader's own threshold; tuning on test is refused.
-    assert main(["eval", "pipeline", "--split", "test", "--reader", reader, "--candidates", "split", "product", "--out", str(tmp_path / "test")]) == 0
+    assert (
+        main(
+            ["eval", "pipeline", "--split", "test", "--reader", reader, "--candidates", "split", "product", "--out", str(tmp_path / "test")]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "dev-tuned threshold" in printed and "No-answer thresholds" in printed
     report = json.loads((tmp_path / "test" / "report.json").read_text())

@@ -65,7 +65,10 @@ def test_products_says_when_the_list_is_cut_and_how_to_see_all(indexed_cli, caps
         (["index", "--domain", "garden"], "Unknown domain 'garden'"),
         (["eval", "retriever", "--split", "validation", "--retriever", "bm25"], "Unknown split 'validation'"),
         (["index", "--data-dir", "/nonexistent/subjqa"], "does not exist"),
-        (["search", "Is it good?", "--store", "elasticsearch", "--es-url", "http://127.0.0.1:9"], "Elasticsearch at http://127.0.0.1:9 is unreachable"),
+        (
+            ["search", "Is it good?", "--store", "elasticsearch", "--es-url", "http://127.0.0.1:9"],
+            "Elasticsearch at http://127.0.0.1:9 is unreachable",
+        ),
         (["search", "Is it good?", "--retriever", "dense"], "has no embeddings"),
     ],
 )
@@ -180,10 +183,21 @@ def test_an_unreachable_hub_model_id_fails_fast_with_one_line(indexed_cli):
                 requests.append(connection.recv(4096).split(b"\r\n", 1)[0].decode())
 
     threading.Thread(target=hang_up, daemon=True).start()
-    command = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())",
-               "ask", "x", "--item", "KINDLE", "--reader-model", "someone/no-such-model"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from qa_system.cli import main; sys.exit(main())",
+        "ask",
+        "x",
+        "--item",
+        "KINDLE",
+        "--reader-model",
+        "someone/no-such-model",
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    env.update(QA_DATA_DIR=str(indexed_cli.data_dir), QA_HOME=str(indexed_cli.home), HF_ENDPOINT=f"http://127.0.0.1:{server.getsockname()[1]}")
+    env.update(
+        QA_DATA_DIR=str(indexed_cli.data_dir), QA_HOME=str(indexed_cli.home), HF_ENDPOINT=f"http://127.0.0.1:{server.getsockname()[1]}"
+    )
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     finally:
@@ -272,8 +286,14 @@ def test_chance_metrics_are_the_average_over_every_order_of_the_candidates():
         permutations = list(itertools.permutations(range(n)))
         for order in permutations:
             position = {candidate: rank for rank, candidate in enumerate(order, 1)}
-            orders.append({"question": question, "retrieved": n,
-                           "strict_ranks": sorted(position[i] for i in strict), "chapter_ranks": sorted(position[i] for i in chapter)})
+            orders.append(
+                {
+                    "question": question,
+                    "retrieved": n,
+                    "strict_ranks": sorted(position[i] for i in strict),
+                    "chapter_ranks": sorted(position[i] for i in chapter),
+                }
+            )
     observed = pd.DataFrame(orders).assign(answerable=True, subjective=False, chapter_unanswerable=False)
     for definition in ("strict", "chapter"):
         for column in ("recall@1", "recall@2", "recall@3", "mrr", "map"):

@@ -10,8 +10,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import pytest
 
@@ -86,17 +86,46 @@ def trickling(head_too: bool) -> Callable:
 
 def card(kind: str, number: int, text: str, label: str, source: str = "") -> dict:
     """An answer's card as the API sends it (``AnswerCard.as_dict``)."""
-    return {"kind": kind, "number": number, "heading": f"{number}." if number else "", "text": text, "label": label, "help": "", "note": "", "folded": False,
-            "source": source, "product": None}  # fmt: skip
+    return {
+        "kind": kind,
+        "number": number,
+        "heading": f"{number}." if number else "",
+        "text": text,
+        "label": label,
+        "help": "",
+        "note": "",
+        "folded": False,
+        "source": source,
+        "product": None,
+    }
 
 
 def a_reply(**changes) -> dict:
     """A /query reply of the right shape (one span answer and its document), with ``changes``."""
     document = {"id": "electronics/r1", "content": "The screen is sharp.", "meta": {"review_id": "r1", "item_id": "KINDLE"}}
-    answer = {"kind": "span", "text": "sharp", "probability": 0.8, "score": 0.8, "document_id": "electronics/r1", "context": "The screen is sharp.", "start": 14, "end": 19,
-              "context_start": 0, "supporting_document_ids": ["electronics/r1"], "card": card("span", 1, "sharp", "80% chance right", "review r1")}
-    return {"query": "Is it good?", "collection": "electronics", "item_id": "KINDLE", "pipeline": "bm25 + reader", "timings": {"retrieval_s": 0.01, "answer_s": 0.02},
-            "answers": [answer], "documents": [document], **changes}  # fmt: skip
+    answer = {
+        "kind": "span",
+        "text": "sharp",
+        "probability": 0.8,
+        "score": 0.8,
+        "document_id": "electronics/r1",
+        "context": "The screen is sharp.",
+        "start": 14,
+        "end": 19,
+        "context_start": 0,
+        "supporting_document_ids": ["electronics/r1"],
+        "card": card("span", 1, "sharp", "80% chance right", "review r1"),
+    }
+    return {
+        "query": "Is it good?",
+        "collection": "electronics",
+        "item_id": "KINDLE",
+        "pipeline": "bm25 + reader",
+        "timings": {"retrieval_s": 0.01, "answer_s": 0.02},
+        "answers": [answer],
+        "documents": [document],
+        **changes,
+    }
 
 
 @pytest.mark.parametrize(
@@ -105,7 +134,10 @@ def a_reply(**changes) -> dict:
         (b"<html>Welcome to nginx</html>", "answered with something that is not JSON"),
         (b"{}", "answered without its timings (retrieval_s, answer_s)"),
         (b"[1, 2]", "answered without a JSON object"),
-        (json.dumps(a_reply(answers=[{"kind": "span", "text": 5, "card": card("span", 1, "5", "")}])).encode(), "answered without each span's text, context and offsets"),
+        (
+            json.dumps(a_reply(answers=[{"kind": "span", "text": 5, "card": card("span", 1, "5", "")}])).encode(),
+            "answered without each span's text, context and offsets",
+        ),
         (json.dumps(a_reply(answers=[{"kind": "no_answer", "probability": 0.6}])).encode(), "answered without each answer's card"),
         (json.dumps(a_reply(documents="none")).encode(), "answered without a list of documents"),
     ],
@@ -161,9 +193,24 @@ def test_a_reply_is_read_up_to_its_bound_decompressed():
 
 
 def test_escape_codes_in_a_reply_are_printed_as_text(capsys):
-    answer = {"kind": "span", "text": f"sharp{ESCAPES}", "probability": 0.8, "document_id": "electronics/r1", "context": f"The screen is sharp{ESCAPES}.", "start": 14,
-              "end": 14 + len(f"sharp{ESCAPES}"), "context_start": 0, "card": card("span", 1, f"sharp{ESCAPES}", "80% chance right")}
-    generated = {"kind": "generated", "text": f"Yes{ESCAPES}", "cited_document_ids": [], "probability": None, "card": card("generated", 2, f"Yes{ESCAPES}", "")}
+    answer = {
+        "kind": "span",
+        "text": f"sharp{ESCAPES}",
+        "probability": 0.8,
+        "document_id": "electronics/r1",
+        "context": f"The screen is sharp{ESCAPES}.",
+        "start": 14,
+        "end": 14 + len(f"sharp{ESCAPES}"),
+        "context_start": 0,
+        "card": card("span", 1, f"sharp{ESCAPES}", "80% chance right"),
+    }
+    generated = {
+        "kind": "generated",
+        "text": f"Yes{ESCAPES}",
+        "cited_document_ids": [],
+        "probability": None,
+        "card": card("generated", 2, f"Yes{ESCAPES}", ""),
+    }
     reply = a_reply(collection=f"electronics{ESCAPES}", answers=[answer, generated])
     with misbehaving(answering(json.dumps(reply).encode())) as url:
         assert main(["ask", "Is it good?", "--item", "KINDLE", "--url", url]) == 0
@@ -181,9 +228,15 @@ def test_escape_codes_in_stored_documents_are_printed_as_text(tmp_path, capsys, 
     """`products` and `search` printed a collection's item ids and texts raw: a review could retitle, clear or link the terminal."""
     monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
     source = tmp_path / "reviews.jsonl"
-    rows = [{"id": f"r{n}", "text": f"The battery lasts {n} days.{ESCAPES}", "item_id": f"P{n}{ESCAPES}", "colour": f"red{ESCAPES}"} for n in range(3)]
+    rows = [
+        {"id": f"r{n}", "text": f"The battery lasts {n} days.{ESCAPES}", "item_id": f"P{n}{ESCAPES}", "colour": f"red{ESCAPES}"}
+        for n in range(3)
+    ]
     source.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    assert main(["index", "--input", str(source), "--collection", "hostile", "--id-column", "id", "--item-column", "item_id", "--no-embed"]) == 0
+    assert (
+        main(["index", "--input", str(source), "--collection", "hostile", "--id-column", "id", "--item-column", "item_id", "--no-embed"])
+        == 0
+    )
     capsys.readouterr()
     assert main(["products", "--collection", "hostile"]) == 0
     assert main(["search", "battery", "--collection", "hostile", "--top-k", "3"]) == 0

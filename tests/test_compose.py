@@ -73,7 +73,10 @@ def test_each_profile_starts_at_most_one_search_server_and_every_service_has_a_h
 def test_the_api_serves_the_collection_named_by_environment_from_the_data_volume_and_needs_no_subjqa():
     raw = compose_file()["services"]
     assert "subjqa" not in json.dumps(raw).lower()  # no SubjQA mount: it starts without it
-    for environment, collection in (({}, "sample"), ({"QA_COLLECTION": "shop", "QA_DOCUMENTS": "shop.csv", "QA_DATA": "/srv/reviews"}, "shop")):
+    for environment, collection in (
+        ({}, "sample"),
+        ({"QA_COLLECTION": "shop", "QA_DOCUMENTS": "shop.csv", "QA_DATA": "/srv/reviews"}, "shop"),
+    ):
         api = interpolate(raw["api"], environment)
         args = build_parser().parse_args(api["command"][1:])
         assert api["command"][0] == "qa-system" and args.command == "api" and args.port == 8000 and args.host == "0.0.0.0"
@@ -84,7 +87,9 @@ def test_the_api_serves_the_collection_named_by_environment_from_the_data_volume
         assert documents == f"/data/documents/{environment.get('QA_DOCUMENTS', 'reviews.csv')}"
     # The default is the repository's sample, with the columns the flags name.
     api, source = interpolate(raw["api"], {}), REPO_ROOT / "data" / "reviews.csv"
-    index_args = build_parser().parse_args(["index", "--input", str(source), "--collection", "sample", *api["environment"]["QA_INDEX_ARGS"].split()])
+    index_args = build_parser().parse_args(
+        ["index", "--input", str(source), "--collection", "sample", *api["environment"]["QA_INDEX_ARGS"].split()]
+    )
     header = source.read_text(encoding="utf-8").splitlines()[0].split(",")
     assert {index_args.text_column, index_args.id_column, index_args.item_column} <= set(header)
 
@@ -107,16 +112,30 @@ def test_the_page_and_the_api_run_from_one_image_with_commands_the_cli_accepts_o
 
 def entrypoint(environment: dict[str, str], *command: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """scripts/docker_entrypoint.sh run as the image runs it, with this venv's qa-system on PATH."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO_ROOT),
-           "QA_HOME": str(tmp_path / "home"), **environment}
-    return subprocess.run(["sh", str(REPO_ROOT / "scripts" / "docker_entrypoint.sh"), *command], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO_ROOT),
+        "QA_HOME": str(tmp_path / "home"),
+        **environment,
+    }
+    return subprocess.run(
+        ["sh", str(REPO_ROOT / "scripts" / "docker_entrypoint.sh"), *command],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_entrypoint_indexes_the_documents_into_the_collection_then_runs_the_command(tmp_path):
     api = interpolate(compose_file()["services"]["api"], {})
-    environment = {"QA_DOCUMENTS": str(REPO_ROOT / "data" / "reviews.csv"), "QA_COLLECTION": api["environment"]["QA_COLLECTION"],
-                   "QA_INDEX_ARGS": api["environment"]["QA_INDEX_ARGS"] + " --no-embed"}
+    environment = {
+        "QA_DOCUMENTS": str(REPO_ROOT / "data" / "reviews.csv"),
+        "QA_COLLECTION": api["environment"]["QA_COLLECTION"],
+        "QA_INDEX_ARGS": api["environment"]["QA_INDEX_ARGS"] + " --no-embed",
+    }
     first = entrypoint(environment, "qa-system", "collections", tmp_path=tmp_path)
     assert first.returncode == 0, first.stderr
     rows = sum(1 for _ in (REPO_ROOT / "data" / "reviews.csv").open(encoding="utf-8")) - 1
@@ -132,8 +151,13 @@ def test_the_entrypoint_refuses_a_missing_source_in_one_line(tmp_path):
 
 
 def install_commands(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "install.sh"), *flags], env={**os.environ, "QA_INSTALL_DRY_RUN": "1"},
-                          capture_output=True, text=True, timeout=600)  # a guard against a hang, not a speed check
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "install.sh"), *flags],
+        env={**os.environ, "QA_INSTALL_DRY_RUN": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # a guard against a hang, not a speed check
 
 
 def test_the_image_installs_the_runtime_without_test_packages():
@@ -141,7 +165,7 @@ def test_the_image_installs_the_runtime_without_test_packages():
     assert "bash scripts/install.sh --no-test" in dockerfile and 'ENTRYPOINT ["sh", "/app/scripts/docker_entrypoint.sh"]' in dockerfile
     runtime = install_commands("--no-test")
     assert runtime.returncode == 0, runtime.stderr
-    assert '-e .[files]' in runtime.stdout and "[test]" not in runtime.stdout and "pytest" not in runtime.stdout
+    assert "-e .[files]" in runtime.stdout and "[test]" not in runtime.stdout and "pytest" not in runtime.stdout
     development = install_commands()
     assert "-e .[test]" in development.stdout  # what CI and a developer get
     assert "activate" in development.stdout  # how to type qa-system alone, after installing

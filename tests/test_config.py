@@ -51,17 +51,20 @@ def test_settings_are_frozen_and_copied_with_changes():
     assert "api_token" not in settings.with_(api_token="secret").as_dict() and "secret" not in repr(settings.with_(api_token="secret"))
 
 
-@pytest.mark.parametrize("source, value, expected", [
-    ("QA_STORE", "mongo", "Unknown store 'mongo'. Fix: use one of: memory, elasticsearch, opensearch, faiss."),
-    ("QA_RETRIEVER", "magic", "Unknown retriever 'magic'."),
-    ("QA_READER_BACKEND", "tpu", "Unknown reader backend 'tpu'."),
-    ("QA_GENERATOR", "gpt", "Unknown generator 'gpt'."),
-    ("QA_TEMPERATURE", "nan", "temperature must be a finite number of at least 0, not 'nan'."),
-    ("QA_MAX_NEW_TOKENS", "lots", "max_new_tokens must be a whole number of at least 1, not 'lots'."),
-    ("QA_TOP_K_RETRIEVER", "0", "top_k_retriever must be a whole number of at least 1, not 0."),
-    ("QA_API_WORKERS", "abc", "QA_API_WORKERS must be a whole number of at least 1, not 'abc'."),
-    ("QA_API_MAX_BODY_BYTES", "10", "QA_API_MAX_BODY_BYTES must be a whole number of at least 256, not 10."),
-])
+@pytest.mark.parametrize(
+    "source, value, expected",
+    [
+        ("QA_STORE", "mongo", "Unknown store 'mongo'. Fix: use one of: memory, elasticsearch, opensearch, faiss."),
+        ("QA_RETRIEVER", "magic", "Unknown retriever 'magic'."),
+        ("QA_READER_BACKEND", "tpu", "Unknown reader backend 'tpu'."),
+        ("QA_GENERATOR", "gpt", "Unknown generator 'gpt'."),
+        ("QA_TEMPERATURE", "nan", "temperature must be a finite number of at least 0, not 'nan'."),
+        ("QA_MAX_NEW_TOKENS", "lots", "max_new_tokens must be a whole number of at least 1, not 'lots'."),
+        ("QA_TOP_K_RETRIEVER", "0", "top_k_retriever must be a whole number of at least 1, not 0."),
+        ("QA_API_WORKERS", "abc", "QA_API_WORKERS must be a whole number of at least 1, not 'abc'."),
+        ("QA_API_MAX_BODY_BYTES", "10", "QA_API_MAX_BODY_BYTES must be a whole number of at least 256, not 10."),
+    ],
+)
 def test_a_bad_environment_value_is_one_line_naming_it(monkeypatch, source, value, expected):
     monkeypatch.setenv(source, value)
     with pytest.raises(QAError) as error:
@@ -69,11 +72,14 @@ def test_a_bad_environment_value_is_one_line_naming_it(monkeypatch, source, valu
     assert expected in str(error.value) and "\n" not in str(error.value) and "Fix:" in str(error.value)
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    ({"num_beams": 0}, "num_beams must be a whole number"),
-    ({"home": 3}, "The setting home (QA_HOME) is not valid"),
-    ({"no_such_setting": 1}, "Unknown setting 'no_such_setting'."),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ({"num_beams": 0}, "num_beams must be a whole number"),
+        ({"home": 3}, "The setting home (QA_HOME) is not valid"),
+        ({"no_such_setting": 1}, "Unknown setting 'no_such_setting'."),
+    ],
+)
 def test_a_bad_keyword_is_one_line_too(overrides, expected):
     for make in (lambda: Settings.from_env(**overrides), lambda: Settings.from_env().with_(**overrides)):
         with pytest.raises(QAError) as error:

@@ -1,8 +1,8 @@
 import csv
 
 import pytest
-from helpers.subjqa import COLUMNS, REVIEWS, row, write_subjqa
 
+from helpers.subjqa import COLUMNS, REVIEWS, row, write_subjqa
 from qa_system.errors import QAError
 from qa_system.sources import load_subjqa
 from qa_system.sources.subjqa import locate_answer
@@ -34,8 +34,14 @@ def test_a_review_in_two_splits_is_one_document_listing_both(tiny_subjqa):
     assert (questions["q4"].document_id, questions["q4"].split) == (kindle.id, "dev")
     assert (questions["q6"].document_id, questions["q6"].split) == (kindle.id, "test")
     # Its id does not depend on which splits are loaded.
-    assert [d.id for d in load_subjqa("electronics", "dev", source=tiny_subjqa).documents if d.meta["review_id"] == "r-kindle-3"] == [kindle.id]
-    assert {s: c["documents"] for s, c in data.report.splits.items()} == {"electronics/train": 3, "electronics/dev": 2, "electronics/test": 3}
+    assert [d.id for d in load_subjqa("electronics", "dev", source=tiny_subjqa).documents if d.meta["review_id"] == "r-kindle-3"] == [
+        kindle.id
+    ]
+    assert {s: c["documents"] for s, c in data.report.splits.items()} == {
+        "electronics/train": 3,
+        "electronics/dev": 2,
+        "electronics/test": 3,
+    }
 
 
 def test_questions_group_annotations_and_flag_no_answer(tiny_subjqa):
@@ -49,7 +55,9 @@ def test_questions_group_annotations_and_flag_no_answer(tiny_subjqa):
     assert questions["q7"].is_subjective is False and questions["q1"].is_subjective is True
     assert questions["q6"].document_id == "electronics/r-kindle-3"
     assert {s: c["questions"] for s, c in data.report.splits.items()} == {
-        "electronics/train": 3, "electronics/dev": 2, "electronics/test": 4,
+        "electronics/train": 3,
+        "electronics/dev": 2,
+        "electronics/test": 4,
     }
 
 
@@ -65,7 +73,9 @@ def test_chapter_no_answer_follows_the_first_annotation_as_the_published_dataset
     data = load_subjqa("electronics", "test", source=write_subjqa(tmp_path, {"test": rows}))
     questions = {q.id: q for q in data.questions}
     assert [(q.no_answer, q.chapter_no_answer) for q in (questions["q1"], questions["q2"], questions["q3"])] == [
-        (False, True), (False, False), (True, True),
+        (False, True),
+        (False, False),
+        (True, True),
     ]
 
 
@@ -129,10 +139,16 @@ def _dev_csv_lines(tmp_path):
     "shape, message",
     [
         # A cut-off row used to crash with AttributeError: 'NoneType' object has no attribute 'rstrip'.
-        (lambda lines: lines[0] + lines[1] + "X,electronics,a,b\r\n", r"dev\.csv line 3: the row has fewer fields \(4\) than the header \(19\)"),
+        (
+            lambda lines: lines[0] + lines[1] + "X,electronics,a,b\r\n",
+            r"dev\.csv line 3: the row has fewer fields \(4\) than the header \(19\)",
+        ),
         (lambda lines: lines[0] + lines[1] + 'X,electronics,"never closed\r\n', r"dev\.csv line 3: the row has fewer fields"),
         # An unquoted comma shifts every later column: silently wrong values before.
-        (lambda lines: lines[0] + lines[1].rstrip() + ",extra\r\n", r"dev\.csv line 2: the row has more fields \(20\) than the header \(19\)"),
+        (
+            lambda lines: lines[0] + lines[1].rstrip() + ",extra\r\n",
+            r"dev\.csv line 2: the row has more fields \(20\) than the header \(19\)",
+        ),
         (lambda lines: lines[0].replace(",review,", ",text,") + "".join(lines[1:]), r"dev\.csv is missing the SubjQA column\(s\) review\."),
         (lambda lines: "", r"dev\.csv is empty\."),
         (lambda lines: lines[0], r"dev\.csv has a header but no rows\."),
@@ -165,7 +181,9 @@ def test_line_numbers_count_multiline_reviews_and_blank_lines(tmp_path):
 def test_real_electronics_counts_and_offsets(real_data_dir):
     data = load_subjqa("electronics", source=real_data_dir)
     assert {s: c["questions"] for s, c in data.report.splits.items()} == {
-        "electronics/train": 1295, "electronics/dev": 255, "electronics/test": 358,
+        "electronics/train": 1295,
+        "electronics/dev": 255,
+        "electronics/test": 358,
     }
     test = data.questions_for("test")
     assert sum(q.no_answer for q in test) == 120

@@ -13,6 +13,7 @@ from qa_system.errors import QAError
 from qa_system.ingestion.indexing import build_index
 from qa_system.pipelines import build_qa_pipeline
 
+
 def keys(tree) -> set[str]:
     """Every mapping key anywhere in a parsed YAML tree."""
     if isinstance(tree, dict):
@@ -30,7 +31,9 @@ def values(tree) -> list:
 NO_GPU = pytest.mark.skipif(cuda_count() > 0, reason="this machine has a CUDA GPU")
 
 
-@pytest.mark.parametrize(("given", "spelled"), [("auto", "auto"), ("CPU", "cpu"), (" cuda ", "cuda"), ("cuda:1", "cuda:1"), ("gpu", "cuda")])
+@pytest.mark.parametrize(
+    ("given", "spelled"), [("auto", "auto"), ("CPU", "cpu"), (" cuda ", "cuda"), ("cuda:1", "cuda:1"), ("gpu", "cuda")]
+)
 def test_a_device_setting_has_one_spelling(given, spelled):
     assert check_device(given) == spelled
     assert Settings(device=given).device == spelled
@@ -85,8 +88,31 @@ def test_answers_say_which_device_ran_and_the_export_never_names_one(settings, t
     assert result["device"] == "cpu"
     assert pipeline.pipeline.get_component("reader").runs_on == "cpu"
     output = tmp_path / "hybrid.yml"
-    assert main(["export-pipeline", "extractive", "--retriever", "hybrid", "--output", str(output), "--data-dir", str(settings.data_dir), "--home", str(settings.home),
-                     "--reader-model", str(tiny_reader), "--reader-backend", "torch", "--embedding-backend", "torch", "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "export-pipeline",
+                "extractive",
+                "--retriever",
+                "hybrid",
+                "--output",
+                str(output),
+                "--data-dir",
+                str(settings.data_dir),
+                "--home",
+                str(settings.home),
+                "--reader-model",
+                str(tiny_reader),
+                "--reader-backend",
+                "torch",
+                "--embedding-backend",
+                "torch",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     definition = yaml.safe_load(output.read_text(encoding="utf-8"))
     assert "device" not in keys(definition) and "cpu" not in values(definition)
     assert definition["components"]["query_embedder"]["init_parameters"] == {"model": settings.embedding_model, "backend": "torch"}

@@ -94,7 +94,7 @@ def test_a_race_lost_on_the_rename_keeps_the_winners_complete_folder(tmp_path, m
 def test_leftovers_of_a_killed_writer_go_before_the_next_build_and_a_live_ones_stay(tmp_path):
     target = tmp_path / "entry"
     dead = make(tmp_path / f"{temporary_prefix('entry').replace(str(os.getpid()), '999999999')}abcdefgh", "half")
-    retired = make(tmp_path / f".entry~999999999~abcd.old", "old")
+    retired = make(tmp_path / ".entry~999999999~abcd.old", "old")
     live = make(tmp_path / f"{temporary_prefix('entry')}livebuild", "building")
     other = make(tmp_path / ".other~999999999~abcdefgh", "another entry's")
     with built_folder(target) as staging:

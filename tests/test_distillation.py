@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
-from helpers.models import tiny_model_dir
 
+from helpers.models import tiny_model_dir
 from qa_system.errors import QAError
 from qa_system.reading import MODEL_INFO_FILE
 from qa_system.sources.squad import read_squad
@@ -107,7 +107,9 @@ def test_a_student_trained_with_a_teacher_records_it(tmp_path, squad_files):
     teacher = tiny_model_dir(tmp_path / "teacher")
     config = TrainingConfig(epochs=1, batch_size=2, max_steps=2, max_seq_length=48, doc_stride=16)
     distillation = DistillationConfig(str(teacher), temperature=3.0, alpha=0.25)
-    result = train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "student", config, progress=False, distillation=distillation)
+    result = train_reader(
+        [squad_files[0]], [squad_files[1]], str(base), tmp_path / "student", config, progress=False, distillation=distillation
+    )
     info = json.loads((tmp_path / "student" / MODEL_INFO_FILE).read_text())
     assert info["distillation"] == {"teacher": str(teacher), "temperature": 3.0, "alpha": 0.25, "teacher_training": None}
     epoch = result.history[0]
@@ -124,12 +126,23 @@ def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, squad_files):
     BertTokenizerFast(vocab=same_vocabulary, do_lower_case=False).save_pretrained(teacher)  # same words, other normalisation
     config = TrainingConfig(epochs=1, batch_size=2, max_steps=1, max_seq_length=48, doc_stride=16)
     with pytest.raises(QAError) as error:
-        train_reader([squad_files[0]], [squad_files[1]], str(base), tmp_path / "out", config, progress=False, distillation=DistillationConfig(str(teacher)))
+        train_reader(
+            [squad_files[0]],
+            [squad_files[1]],
+            str(base),
+            tmp_path / "out",
+            config,
+            progress=False,
+            distillation=DistillationConfig(str(teacher)),
+        )
     assert f"The teacher '{teacher}' does not use the student's tokenizer" in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("kwargs, message", [({"alpha": 1.5}, "alpha must be a finite number from 0 to 1"), ({"temperature": 0}, "temperature must be a finite number above 0")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"alpha": 1.5}, "alpha must be a finite number from 0 to 1"), ({"temperature": 0}, "temperature must be a finite number above 0")],
+)
 def test_distillation_settings_are_checked(kwargs, message):
     with pytest.raises(QAError, match=message):
         DistillationConfig("teacher", **kwargs)

@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 from haystack import Document, ExtractedAnswer
+from streamlit.testing.v1 import AppTest
+
 from helpers.api import running, wait_ready
 from helpers.selector import synthetic_records
 from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
-from streamlit.testing.v1 import AppTest
-
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.ingestion import IngestOptions, ingest
@@ -38,7 +38,9 @@ ENTITY_REVIEW = "The &quot;Paperwhite&quot; screen is sharp &amp; bright&#8230; 
 def corpus(root: Path) -> Path:
     entity = row("q10", QUESTION, "r-kindle-1", "The screen is sharp")
     span = "The &quot;Paperwhite&quot; screen is sharp"
-    entity.update(review_id="r-kindle-4", review=f"{ENTITY_REVIEW} ANSWERNOTFOUND", human_ans_spans=span, human_ans_indices=f"(0, {len(span)})")
+    entity.update(
+        review_id="r-kindle-4", review=f"{ENTITY_REVIEW} ANSWERNOTFOUND", human_ans_spans=span, human_ans_indices=f"(0, {len(span)})"
+    )
     return write_subjqa(root / "subjqa", {**SPLIT_ROWS, "test": [*SPLIT_ROWS["test"], entity]})
 
 
@@ -61,9 +63,13 @@ def doors(tmp_path_factory, tiny_reader):
     'shop' (a collection of your own, the default) and the SubjQA domain 'electronics'."""
     root = tmp_path_factory.mktemp("doors")
     env = {
-        "QA_DATA_DIR": str(corpus(root)), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(tiny_reader), "QA_READER_BACKEND": "torch",
-        "QA_SELECTOR_MODEL": str(close_call_selector(root / "selector", tiny_reader)), "QA_API_RATE_LIMIT": "0",
-    }  # fmt: skip
+        "QA_DATA_DIR": str(corpus(root)),
+        "QA_HOME": str(root / "home"),
+        "QA_READER_MODEL": str(tiny_reader),
+        "QA_READER_BACKEND": "torch",
+        "QA_SELECTOR_MODEL": str(close_call_selector(root / "selector", tiny_reader)),
+        "QA_API_RATE_LIMIT": "0",
+    }
     patch = pytest.MonkeyPatch()
     for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL", "QA_API_TOKEN"):
         patch.delenv(name, raising=False)
@@ -71,8 +77,12 @@ def doors(tmp_path_factory, tiny_reader):
         patch.setenv(name, value)
     settings = Settings.from_env()
     shop = root / "shop.csv"
-    shop.write_text("review_id,product,body\ns1,LAMP,The lamp is bright enough for reading.\ns2,KETTLE,The kettle boils fast.\n", encoding="utf-8")
-    ingest(settings, shop, "shop", IngestOptions(text_column="body", id_column="review_id", item_column="product"), embed=False, progress=False)
+    shop.write_text(
+        "review_id,product,body\ns1,LAMP,The lamp is bright enough for reading.\ns2,KETTLE,The kettle boils fast.\n", encoding="utf-8"
+    )
+    ingest(
+        settings, shop, "shop", IngestOptions(text_column="body", id_column="review_id", item_column="product"), embed=False, progress=False
+    )
     served = [ServedCollection("shop"), ServedCollection("electronics", subjqa_domain=True)]
     try:
         with running(create_app(settings, served)) as url:
@@ -106,9 +116,17 @@ def test_every_door_shows_the_same_cards_labels_and_notes(doors, capsys, monkeyp
     assert response.status_code == 200, response.text
     cards = [answer["card"] for answer in response.json()["answers"]]
     # The selector says "no answer" (55%) over every answer (50%): a close call, said on the first card.
-    assert cards[0]["kind"] == "no_answer" and cards[0]["text"] == "No answer in these reviews" and cards[0]["label"] == "55% chance there is no answer here"
+    assert (
+        cards[0]["kind"] == "no_answer"
+        and cards[0]["text"] == "No answer in these reviews"
+        and cards[0]["label"] == "55% chance there is no answer here"
+    )
     assert cards[0]["note"].startswith("A close call: this answer has a 50% chance of being right, and \u201cno answer\u201d a 55% chance.")
-    assert cards[1]["heading"] == "Best span, rated below \u201cno answer\u201d:" and cards[1]["label"] == "50% chance right" and cards[1]["product"] == "KINDLE"
+    assert (
+        cards[1]["heading"] == "Best span, rated below \u201cno answer\u201d:"
+        and cards[1]["label"] == "50% chance right"
+        and cards[1]["product"] == "KINDLE"
+    )
     assert all("&quot;" not in c["text"] and "&amp;" not in c["text"] and "&#" not in c["text"] for c in cards)
 
     python = QAService(settings).ask(Question(QUESTION, "KINDLE", top_k_reader=3))
@@ -118,7 +136,11 @@ def test_every_door_shows_the_same_cards_labels_and_notes(doors, capsys, monkeyp
     assert_printed(cards, printed(["ask", QUESTION, *flags], capsys), "ask")
     assert_printed(cards, printed(["ask", QUESTION, *flags, "--url", url, "--domain", "electronics"], capsys), "ask --url")
     assert_printed(cards, printed(["shell", *flags], capsys, f"{QUESTION}\n:quit\n", monkeypatch), "shell")
-    assert_printed(cards, printed(["shell", *flags, "--url", url, "--domain", "electronics"], capsys, f"{QUESTION}\n:quit\n", monkeypatch), "shell --url")
+    assert_printed(
+        cards,
+        printed(["shell", *flags, "--url", url, "--domain", "electronics"], capsys, f"{QUESTION}\n:quit\n", monkeypatch),
+        "shell --url",
+    )
 
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.query_params.update(item="KINDLE", q=QUESTION)
@@ -134,7 +156,9 @@ def test_every_door_shows_the_same_cards_labels_and_notes(doors, capsys, monkeyp
 def test_a_card_shows_html_entities_decoded_and_its_offsets_point_into_the_stored_text():
     review = Document(id="d1", content=ENTITY_REVIEW, meta={"review_id": "r1", "item_id": "B1"})
     start, end = 4, ENTITY_REVIEW.index(" bright")
-    answer = ExtractedAnswer(query="q", score=0.7, data=ENTITY_REVIEW[start:end], document=review, document_offset=ExtractedAnswer.Span(start, end))
+    answer = ExtractedAnswer(
+        query="q", score=0.7, data=ENTITY_REVIEW[start:end], document=review, document_offset=ExtractedAnswer.Span(start, end)
+    )
     views = answer_views([answer])
     [card] = answer_cards(views)
     assert card.text == '"Paperwhite" screen is sharp &' and card.line == '1. "Paperwhite" screen is sharp &  reader score 0.70'

@@ -19,7 +19,9 @@ from qa_system.stores import open_index
 ES_URL = os.environ.get("QA_ES_URL")
 pytestmark = [
     pytest.mark.elasticsearch,
-    pytest.mark.skipif(not ES_URL, reason="QA_ES_URL is not set: no Elasticsearch server to test against (docker compose up -d elasticsearch)"),
+    pytest.mark.skipif(
+        not ES_URL, reason="QA_ES_URL is not set: no Elasticsearch server to test against (docker compose up -d elasticsearch)"
+    ),
 ]
 
 
@@ -58,7 +60,6 @@ def test_reindex_keeps_documents(es_settings, es_index):
     assert open_index(es_settings, name=es_index.name).store.count_documents() == 6
 
 
-
 def test_an_ingested_collection_updates_in_place(es_settings, tmp_path):
     from qa_system.ingestion import IngestOptions, delete_collection, ingest, list_collections, open_collection
 
@@ -91,7 +92,9 @@ def test_a_review_in_two_splits_is_found_under_either_split(es_settings, es_inde
 
 def test_reindex_deletes_what_the_new_corpus_lacks(es_settings, es_index):
     # A copy under an older layout's id (one document per review and split) must not survive the re-index beside the new one.
-    old = Document(id="electronics/test/r-kindle-3", content="old copy", meta={"item_id": "KINDLE", "review_id": "r-kindle-3", "split": "test"})
+    old = Document(
+        id="electronics/test/r-kindle-3", content="old copy", meta={"item_id": "KINDLE", "review_id": "r-kindle-3", "split": "test"}
+    )
     es_index.store.write_documents([old])
     build_index(es_settings, "electronics", progress=False, name=es_index.name)
     ids = {d.id for d in open_index(es_settings, name=es_index.name).store.filter_documents()}

@@ -20,8 +20,11 @@ from qa_system.serving.service import QAService
 from qa_system.stores import try_open_index
 
 SENTENCES = [
-    "The battery lasts a week.", "Is it good for reading at night?", "The cord broke after two months.",
-    "Deep bass and a comfortable fit for long flights.", "  Shipping was slow and the box was damaged.  ",
+    "The battery lasts a week.",
+    "Is it good for reading at night?",
+    "The cord broke after two months.",
+    "Deep bass and a comfortable fit for long flights.",
+    "  Shipping was slow and the box was damaged.  ",
     "A precise wireless mouse with a solid scroll wheel " * 40,  # longer than the encoder's 256 tokens: truncated alike
 ]
 
@@ -60,21 +63,40 @@ def test_the_export_is_cached_by_the_model_files_and_reused(onnx_cache, tmp_path
 
 def test_a_layout_the_export_does_not_reproduce_is_one_line(tmp_path):
     (tmp_path / "1_Pooling").mkdir()
-    (tmp_path / "modules.json").write_text(json.dumps([{"path": "", "type": "sentence_transformers.models.Transformer"},
-                                                       {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))  # fmt: skip
+    (tmp_path / "modules.json").write_text(
+        json.dumps(
+            [
+                {"path": "", "type": "sentence_transformers.models.Transformer"},
+                {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
     with pytest.raises(QAError, match="QA_EMBEDDING_BACKEND=torch"):
         encoder_layout(tmp_path)
 
 
-@pytest.mark.parametrize(("pooling", "expected"), [({"pooling_mode": "mean"}, "mean"), ({"pooling_mode": "cls"}, "cls"),
-                                                     ({"pooling_mode_mean_tokens": True}, "mean"), ({"pooling_mode_cls_token": True}, "cls")])
+@pytest.mark.parametrize(
+    ("pooling", "expected"),
+    [
+        ({"pooling_mode": "mean"}, "mean"),
+        ({"pooling_mode": "cls"}, "cls"),
+        ({"pooling_mode_mean_tokens": True}, "mean"),
+        ({"pooling_mode_cls_token": True}, "cls"),
+    ],
+)
 def test_the_pooling_is_read_in_both_layouts_sentence_transformers_writes(tmp_path, pooling, expected):
     # sentence-transformers 5.4+ saves {"pooling_mode": "mean"}; older versions one boolean per mode.
     (tmp_path / "1_Pooling").mkdir()
-    (tmp_path / "modules.json").write_text(json.dumps([{"path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
-                                                       {"path": "1_Pooling", "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
-                                                       {"path": "2_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"}]))  # fmt: skip
+    (tmp_path / "modules.json").write_text(
+        json.dumps(
+            [
+                {"path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+                {"path": "1_Pooling", "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
+                {"path": "2_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"},
+            ]
+        )
+    )
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 384, **pooling}))
     assert encoder_layout(tmp_path) == {"pooling": expected, "normalize": True, "max_seq_length": None}
 
@@ -82,8 +104,14 @@ def test_the_pooling_is_read_in_both_layouts_sentence_transformers_writes(tmp_pa
 @pytest.mark.parametrize("pooling", [{"pooling_mode": "max"}, {"pooling_mode": ["mean", "max"]}, {"pooling_mode_max_tokens": True}])
 def test_a_pooling_the_export_does_not_reproduce_is_refused_in_both_layouts(tmp_path, pooling):
     (tmp_path / "1_Pooling").mkdir()
-    (tmp_path / "modules.json").write_text(json.dumps([{"path": "", "type": "sentence_transformers.models.Transformer"},
-                                                       {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))  # fmt: skip
+    (tmp_path / "modules.json").write_text(
+        json.dumps(
+            [
+                {"path": "", "type": "sentence_transformers.models.Transformer"},
+                {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
     with pytest.raises(QAError, match="QA_EMBEDDING_BACKEND=torch"):
         encoder_layout(tmp_path)
@@ -133,6 +161,8 @@ def test_a_bm25_server_embeds_a_collection_only_when_a_dense_question_needs_it(s
 
 
 def test_embed_at_start_embeds_while_the_server_starts(settings, tiny_reader):
-    served = settings.with_(retriever="bm25", reader_model=str(tiny_reader), reader_backend="torch", embedding_backend="torch", embed_at_start=True)
+    served = settings.with_(
+        retriever="bm25", reader_model=str(tiny_reader), reader_backend="torch", embedding_backend="torch", embed_at_start=True
+    )
     QAService(served).start()._loading.result()
     assert try_open_index(served, "subjqa-electronics").embedding_model == served.embedding_model

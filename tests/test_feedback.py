@@ -19,7 +19,9 @@ OTHER = "Shipping was slow."
 def click(verdict, answer=None, context=REVIEW, document_id="electronics/test/r1", question="How is the bass?"):
     start = context.index(answer) if answer else None
     end = start + len(answer) if answer else None
-    return Feedback(verdict, question, answer, start, end, document_id, item_id="B1", review_id=document_id.rsplit("/", 1)[-1], context=context)
+    return Feedback(
+        verdict, question, answer, start, end, document_id, item_id="B1", review_id=document_id.rsplit("/", 1)[-1], context=context
+    )
 
 
 @pytest.fixture
@@ -32,7 +34,9 @@ def test_every_click_is_a_committed_row(store):
     store.record(click("wrong_span", "the cord broke"))
     assert saved.id == 1 and saved.created
     with sqlite3.connect(store.path) as connection:  # another connection sees it: committed
-        rows = connection.execute('SELECT question, answer, document_id, start, "end", verdict, created FROM feedback ORDER BY id').fetchall()
+        rows = connection.execute(
+            'SELECT question, answer, document_id, start, "end", verdict, created FROM feedback ORDER BY id'
+        ).fetchall()
     assert rows[0][:6] == ("How is the bass?", "bass is deep", "electronics/test/r1", 4, 16, "correct")
     assert rows[1][5] == "wrong_span" and len(rows) == 2
     assert store.counts() == {"correct": 1, "wrong_span": 1}
@@ -51,9 +55,11 @@ def test_a_click_seen_twice_is_one_row(store):
 def test_a_database_of_an_earlier_version_gains_click_ids(tmp_path):
     path = tmp_path / "feedback.sqlite"
     with sqlite3.connect(path) as connection:  # the table as the previous version created it
-        connection.execute('CREATE TABLE feedback (id INTEGER PRIMARY KEY AUTOINCREMENT, created TEXT NOT NULL, verdict TEXT NOT NULL, '
-                           'question TEXT NOT NULL, answer TEXT, start INTEGER, "end" INTEGER, document_id TEXT, item_id TEXT, '
-                           'review_id TEXT, context TEXT, score REAL, pipeline TEXT, labelled_question_id TEXT)')  # fmt: skip
+        connection.execute(
+            "CREATE TABLE feedback (id INTEGER PRIMARY KEY AUTOINCREMENT, created TEXT NOT NULL, verdict TEXT NOT NULL, "
+            'question TEXT NOT NULL, answer TEXT, start INTEGER, "end" INTEGER, document_id TEXT, item_id TEXT, '
+            "review_id TEXT, context TEXT, score REAL, pipeline TEXT, labelled_question_id TEXT)"
+        )
         connection.execute("INSERT INTO feedback (created, verdict, question, document_id) VALUES ('t', 'wrong', 'q?', 'd')")
     store = FeedbackStore(path)
     store.record(replace(click("correct", "bass is deep"), click_id="c"))
@@ -118,10 +124,27 @@ def test_the_export_trains_a_reader(store, tmp_path, settings, tiny_reader, caps
     assert main(["export-feedback", "--home", str(settings.home), "--out", str(out)]) == 0
     assert "2 labelled questions (1 answerable, 1 impossible)" in capsys.readouterr().out
     argv = [
-        "train-reader", "--no-subjqa", "--train-file", str(out), "--dev-file", str(out), "--base-model", str(tiny_reader),
-        "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
-        "--max-seq-length", "64", "--doc-stride", "16",
-    ]  # fmt: skip
+        "train-reader",
+        "--no-subjqa",
+        "--train-file",
+        str(out),
+        "--dev-file",
+        str(out),
+        "--base-model",
+        str(tiny_reader),
+        "--output",
+        str(tmp_path / "reader"),
+        "--epochs",
+        "1",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-seq-length",
+        "64",
+        "--doc-stride",
+        "16",
+    ]
     assert main(argv) == 0
     assert (tmp_path / "reader" / "config.json").is_file()
 
@@ -141,7 +164,9 @@ def test_impossible_spans_are_refused_and_those_stored_before_are_not_exported(s
                 ("t", "correct", f"Stored before {n}?", answer, start, end, "electronics/test/r1", REVIEW),
             )
     export = store.export()
-    answers = [a for article in export.squad["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"] for a in qa["answers"]]
+    answers = [
+        a for article in export.squad["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"] for a in qa["answers"]
+    ]
     assert answers == [{"text": "bass is deep", "answer_start": 4}]
     assert (export.report.questions, export.report.answerable, export.clicks, export.used_clicks) == (1, 1, 4, 1)
 
@@ -150,7 +175,9 @@ def test_the_export_is_built_in_memory(store):
     """What the API answers with: no file, so concurrent requests share nothing."""
     store.record(click("correct", "bass is deep"))
     export = store.export()
-    assert export.path is None and export.squad["data"][0]["paragraphs"][0]["qas"][0]["answers"] == [{"text": "bass is deep", "answer_start": 4}]
+    assert export.path is None and export.squad["data"][0]["paragraphs"][0]["qas"][0]["answers"] == [
+        {"text": "bass is deep", "answer_start": 4}
+    ]
 
 
 def test_exports_written_to_one_file_at_once_are_each_read_whole(store, tmp_path):

@@ -4,16 +4,15 @@ the memory store and in a real search server alike; a malformed filter is one li
 
 from __future__ import annotations
 
-import csv
 import json
 import uuid
 from pathlib import Path
 
 import pytest
 from haystack import Document
+
 from helpers.api import running, wait_ready
 from helpers.filters import OPTIONS, rating, write_reviews
-
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -31,10 +30,14 @@ def reviews(tmp_path) -> Path:
 
 
 def test_a_column_is_typed_by_all_its_values():
-    assert [value_type(v) for v in ("4", "-12", "4.5", "1e3", "007", "2013-09-01", "2013-09-01T10:00:00Z", "n/a", "NaN", "99999999999999999999")] == [
-        "integer", "integer", "number", "number", "text", "date", "date", "text", "text", "text"
-    ]  # fmt: skip
-    assert column_types([{"a": "1", "b": "1", "c": "2013-01-01"}, {"a": "2", "b": "1.5", "c": "soon"}, {"a": "3"}]) == {"a": "integer", "b": "number", "c": "text"}
+    assert [
+        value_type(v) for v in ("4", "-12", "4.5", "1e3", "007", "2013-09-01", "2013-09-01T10:00:00Z", "n/a", "NaN", "99999999999999999999")
+    ] == ["integer", "integer", "number", "number", "text", "date", "date", "text", "text", "text"]
+    assert column_types([{"a": "1", "b": "1", "c": "2013-01-01"}, {"a": "2", "b": "1.5", "c": "soon"}, {"a": "3"}]) == {
+        "a": "integer",
+        "b": "number",
+        "c": "text",
+    }
 
 
 def test_ingestion_keeps_ratings_and_dates_typed(settings, reviews):
@@ -53,7 +56,13 @@ def test_a_rating_filter_returns_only_matching_documents(settings, reviews):
     expected = {f"R{n:03d}" for n in range(40) if n % 2 == 1 and rating(n) >= 4}
     assert {d.meta["document_id"] for d in documents} == expected and len(expected) >= 5
 
-    either = {"operator": "OR", "conditions": [{"field": "meta.overall", "operator": "==", "value": 1}, {"field": "meta.reviewTime", "operator": ">=", "value": "2013-12-01"}]}
+    either = {
+        "operator": "OR",
+        "conditions": [
+            {"field": "meta.overall", "operator": "==", "value": 1},
+            {"field": "meta.reviewTime", "operator": ">=", "value": "2013-12-01"},
+        ],
+    }
     documents = pipeline.run("battery", filters=either, top_k=50)["documents"]
     assert documents and all(d.meta["overall"] == 1 or d.meta["reviewTime"] >= "2013-12-01" for d in documents)
     assert len(documents) == len([n for n in range(40) if rating(n) == 1 or 1 + n % 12 == 12])
@@ -64,7 +73,10 @@ def test_a_rating_filter_returns_only_matching_documents(settings, reviews):
     [
         ([RATING_AT_LEAST_4], "The filter is a list, not an object."),
         ({"field": "overall", "operator": ">=", "value": 4}, "has the field 'overall': filters apply to 'meta.<name>'"),
-        ({"field": "meta.overall", "operator": "=>", "value": 4}, "has the operator '=>'. Fix: use one of: ==, !=, >, >=, <, <=, in, not in."),
+        (
+            {"field": "meta.overall", "operator": "=>", "value": 4},
+            "has the operator '=>'. Fix: use one of: ==, !=, >, >=, <, <=, in, not in.",
+        ),
         ({"field": "meta.overall", "operator": "in", "value": 4}, "The filter's 'in' on 'meta.overall' needs a list of values"),
         ({"field": "meta.overall", "operator": ">="}, "has no 'value'"),
         ({"operator": "AND", "conditions": []}, "needs a non-empty list of 'conditions'"),
@@ -72,7 +84,7 @@ def test_a_rating_filter_returns_only_matching_documents(settings, reviews):
         ({"field": "meta.zip", "operator": ">=", "value": 4}, "compares 'meta.zip' with '>=', but the collection holds text there"),
         ({"field": "meta.overall", "operator": ">", "value": "four"}, "compares 'meta.overall', a number, with the text 'four'"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_filter_is_one_line_naming_the_fix(settings, reviews, bad, message):
     ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
     pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
@@ -92,11 +104,18 @@ def test_a_filter_on_a_field_no_document_has_is_one_line_naming_the_fields_there
         pipeline.run("battery", filters={"operator": "OR", "conditions": [RATING_AT_LEAST_4, rating_4]})
     message = str(raised.value)
     assert message.startswith("The filter names 'meta.rating', a field no document of this collection has.") and "\n" not in message
-    assert "Fix: filter on one of: " in message and all(f"meta.{name}" in message for name in ("overall", "reviewTime", "item_id", "document_id"))
-    assert pipeline.run("battery", filters={"field": "id", "operator": "!=", "value": "x"}, top_k=1)["documents"]  # the id is no metadata field
+    assert "Fix: filter on one of: " in message and all(
+        f"meta.{name}" in message for name in ("overall", "reviewTime", "item_id", "document_id")
+    )
+    assert pipeline.run("battery", filters={"field": "id", "operator": "!=", "value": "x"}, top_k=1)[
+        "documents"
+    ]  # the id is no metadata field
 
     subjqa = build_retrieval_pipeline("bm25", settings, index=build_index(settings, "electronics", embed=False, progress=False))
-    with pytest.raises(QAError, match=r"'meta.rating', a field no document .* Fix: filter on one of: meta.domain, meta.item_id, meta.review_id, meta.split\."):
+    with pytest.raises(
+        QAError,
+        match=r"'meta.rating', a field no document .* Fix: filter on one of: meta.domain, meta.item_id, meta.review_id, meta.split\.",
+    ):
         subjqa.run("battery", item_id="KINDLE", filters=rating_4)
     assert subjqa.run("battery", filters={"field": "meta.split", "operator": "==", "value": "dev"})["documents"]
 
@@ -128,16 +147,53 @@ def test_a_column_that_turns_to_text_is_retyped_everywhere(settings, tmp_path, r
 
 def test_cli_ask_and_search_take_a_filter(settings, reviews, capsys, monkeypatch):
     monkeypatch.setenv("QA_HOME", str(settings.home))
-    assert main(["index", "--input", str(reviews), "--collection", "amz", "--text-column", "reviewText", "--item-column", "asin", "--id-column", "reviewerID", "--no-embed"]) == 0
+    assert (
+        main(
+            [
+                "index",
+                "--input",
+                str(reviews),
+                "--collection",
+                "amz",
+                "--text-column",
+                "reviewText",
+                "--item-column",
+                "asin",
+                "--id-column",
+                "reviewerID",
+                "--no-embed",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["search", "battery", "--collection", "amz", "--item", "P0", "--top-k", "50", "--filter", '{"field": "meta.overall", "operator": "==", "value": 5}']) == 0
+    assert (
+        main(
+            [
+                "search",
+                "battery",
+                "--collection",
+                "amz",
+                "--item",
+                "P0",
+                "--top-k",
+                "50",
+                "--filter",
+                '{"field": "meta.overall", "operator": "==", "value": 5}',
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     expected = [f"R{n:03d}" for n in range(40) if n % 2 == 0 and rating(n) == 5]
     assert f"{len(expected)} review(s) for P0" in out and all(f"document {i}" in out for i in expected)
     assert main(["search", "battery", "--collection", "amz", "--filter", "{rating: 4}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: The filter is not JSON") and len(err.strip().splitlines()) == 1
-    assert main(["ask", "battery", "--collection", "amz", "--item", "P0", "--filter", '{"field": "meta.zip", "operator": "<", "value": 3}']) == 2
+    assert (
+        main(["ask", "battery", "--collection", "amz", "--item", "P0", "--filter", '{"field": "meta.zip", "operator": "<", "value": 3}'])
+        == 2
+    )
     assert "holds text there" in capsys.readouterr().err
 
 
@@ -152,7 +208,13 @@ def test_a_rating_filter_on_a_real_search_server(opensearch_url, tmp_path, tiny_
         pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, name, embeddings=False, progress=False))
         documents = pipeline.run("battery screen", item_id="P1", filters=RATING_AT_LEAST_4, top_k=50)["documents"]
         assert {d.meta["document_id"] for d in documents} == {f"R{n:03d}" for n in range(40) if n % 2 == 1 and rating(n) >= 4}
-        cheap = {"operator": "AND", "conditions": [{"field": "meta.price", "operator": "<", "value": 10}, {"field": "meta.reviewTime", "operator": "<", "value": "2013-06-01"}]}
+        cheap = {
+            "operator": "AND",
+            "conditions": [
+                {"field": "meta.price", "operator": "<", "value": 10},
+                {"field": "meta.reviewTime", "operator": "<", "value": "2013-06-01"},
+            ],
+        }
         documents = pipeline.run("battery", filters=cheap, top_k=50)["documents"]
         assert sorted(d.meta["document_id"] for d in documents) == [f"R{n:03d}" for n in range(10) if 1 + n % 12 < 6]
     finally:
@@ -175,7 +237,23 @@ def test_a_filter_on_another_product_ands_with_the_product_scope(settings, revie
     assert sorted(d.meta["document_id"] for d in same) == [f"R{n:03d}" for n in range(40) if n % 2 == 1]
 
     monkeypatch.setenv("QA_HOME", str(settings.home))
-    assert main(["search", "battery", "--collection", "amz", "--item", "P0", "--top-k", "50", "--filter", '{"field": "meta.item_id", "operator": "==", "value": "P1"}']) == 0
+    assert (
+        main(
+            [
+                "search",
+                "battery",
+                "--collection",
+                "amz",
+                "--item",
+                "P0",
+                "--top-k",
+                "50",
+                "--filter",
+                '{"field": "meta.item_id", "operator": "==", "value": "P1"}',
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "0 review(s) for P0" in out and "document R" not in out
 
@@ -204,7 +282,9 @@ SERVER_REFUSED = [
 
 
 @pytest.mark.opensearch
-def test_a_filter_the_search_server_refuses_is_one_line_from_every_door(opensearch_url, tmp_path, tiny_subjqa, tiny_reader, reviews, capsys, monkeypatch):
+def test_a_filter_the_search_server_refuses_is_one_line_from_every_door(
+    opensearch_url, tmp_path, tiny_subjqa, tiny_reader, reviews, capsys, monkeypatch
+):
     """The server's 400 was a traceback (CLI exit 1) and a 500 (/query, deletion by filter); the documents stay."""
     import httpx
 
@@ -215,9 +295,16 @@ def test_a_filter_the_search_server_refuses_is_one_line_from_every_door(opensear
 
     home = tmp_path / "home"
     settings = Settings.from_env(
-        data_dir=tiny_subjqa, home=home, store="opensearch", opensearch_url=opensearch_url, reader_model=str(tiny_reader), reader_backend="torch",
-        api_rate_limit=0, api_documents=True, api_token="t0ken",
-    )  # fmt: skip
+        data_dir=tiny_subjqa,
+        home=home,
+        store="opensearch",
+        opensearch_url=opensearch_url,
+        reader_model=str(tiny_reader),
+        reader_backend="torch",
+        api_rate_limit=0,
+        api_documents=True,
+        api_token="t0ken",
+    )
     name = f"qa-filters-{uuid.uuid4().hex[:8]}"
     try:
         ingest(settings, reviews, name, OPTIONS, embed=False, progress=False)
@@ -225,23 +312,48 @@ def test_a_filter_the_search_server_refuses_is_one_line_from_every_door(opensear
         for bad, message in SERVER_REFUSED:
             with pytest.raises(QAError) as raised:
                 pipeline.run("battery", filters=bad)
-            assert str(raised.value).startswith(f"The search server cannot apply the filter on {message}") and "Fix: compare each field" in str(raised.value)
+            assert str(raised.value).startswith(
+                f"The search server cannot apply the filter on {message}"
+            ) and "Fix: compare each field" in str(raised.value)
             assert "\n" not in str(raised.value) and raised.value.__cause__ is None
             with pytest.raises(QAError, match="cannot apply the filter"):
                 delete_documents(settings, name, filters=bad)
 
         monkeypatch.setenv("QA_HOME", str(home))
         for bad, message in SERVER_REFUSED:
-            assert main(["search", "battery", "--collection", name, "--store", "opensearch", "--opensearch-url", opensearch_url, "--filter", json.dumps(bad)]) == 2
+            assert (
+                main(
+                    [
+                        "search",
+                        "battery",
+                        "--collection",
+                        name,
+                        "--store",
+                        "opensearch",
+                        "--opensearch-url",
+                        opensearch_url,
+                        "--filter",
+                        json.dumps(bad),
+                    ]
+                )
+                == 2
+            )
             err = capsys.readouterr().err
-            assert err.startswith("error: The search server cannot apply the filter") and message in err and len(err.strip().splitlines()) == 1
+            assert (
+                err.startswith("error: The search server cannot apply the filter") and message in err and len(err.strip().splitlines()) == 1
+            )
 
         service = QAService(settings, [ServedCollection(name)])
         with running(create_app(settings, service=service)) as url:
             assert wait_ready(url).status_code == 200
             auth = {"Authorization": "Bearer t0ken"}
             for bad, message in SERVER_REFUSED:
-                query = httpx.post(f"{url}/query", json={"query": "battery", "collection": name, "item_id": "P0", "filters": bad}, headers=auth, timeout=120)
+                query = httpx.post(
+                    f"{url}/query",
+                    json={"query": "battery", "collection": name, "item_id": "P0", "filters": bad},
+                    headers=auth,
+                    timeout=120,
+                )
                 assert query.status_code == 422 and message in query.json()["detail"], query.text
                 deleted = httpx.post(f"{url}/collections/{name}/documents/delete", json={"filters": bad}, headers=auth, timeout=120)
                 assert deleted.status_code == 422 and message in deleted.json()["detail"], deleted.text

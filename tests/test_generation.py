@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 from haystack import Document, GeneratedAnswer, Pipeline
 from haystack.dataclasses import ChatMessage
+
 from helpers.down_server import DownServer
 from helpers.models import tiny_model_dir, tiny_tokenizer
 from helpers.openai_stub import MODEL, OpenAIStub
-
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.generation import (
@@ -30,7 +30,9 @@ from qa_system.generation.prompt import TRUNCATION_MARK, share_budget
 from qa_system.ingestion.indexing import build_index
 from qa_system.pipelines import build_qa_pipeline
 
-CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +46,15 @@ def causal_dir(tmp_path_factory):
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(directory)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.sep_token_id,
     )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(directory)
@@ -61,8 +70,15 @@ def seq2seq_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tiny-t5")
     tokenizer = tiny_tokenizer(directory)
     config = T5Config(
-        vocab_size=len(tokenizer), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_heads=2,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(0)
     T5ForConditionalGeneration(config).save_pretrained(directory)
@@ -104,7 +120,9 @@ LONG_SOUND = " ".join(["the sound is great and cheap"] * 60)
 def test_long_reviews_are_cut_to_fit_and_the_question_is_kept(causal_dir):
     question = "how long does the battery last on a single charge when the screen is bright?"
     short, long = "great price", " ".join(["the battery lasts about hours"] * 60)
-    builder = ReviewPromptBuilder(tokenizer=str(causal_dir), context_length=200, max_new_tokens=20, min_review_tokens=8, system_prompt=SHORT)
+    builder = ReviewPromptBuilder(
+        tokenizer=str(causal_dir), context_length=200, max_new_tokens=20, min_review_tokens=8, system_prompt=SHORT
+    )
     out = builder.run(question, docs(long, short, LONG_SOUND))
     meta, text = out["prompt"], user_text(out["messages"])
     assert meta["truncated"] and meta["truncated_reviews"] == [1, 3] and meta["dropped_document_ids"] == []
@@ -116,7 +134,9 @@ def test_long_reviews_are_cut_to_fit_and_the_question_is_kept(causal_dir):
 
 def test_lowest_ranked_reviews_are_dropped_when_shares_get_too_small(causal_dir):
     long = " ".join(["the battery lasts about hours"] * 60)
-    builder = ReviewPromptBuilder(tokenizer=str(causal_dir), context_length=150, max_new_tokens=20, min_review_tokens=60, system_prompt=SHORT)
+    builder = ReviewPromptBuilder(
+        tokenizer=str(causal_dir), context_length=150, max_new_tokens=20, min_review_tokens=60, system_prompt=SHORT
+    )
     out = builder.run("how is it?", docs(long, LONG_SOUND, LONG_SOUND + " indeed"))
     assert out["prompt"]["dropped_document_ids"] == ["d2", "d3"] and [d.id for d in out["documents"]] == ["d1"]
     assert out["prompt"]["prompt_tokens"] <= 130 and "[2]" not in user_text(out["messages"])
@@ -210,10 +230,18 @@ def test_local_generator_sampling_and_beams_are_generation_settings(causal_dir):
     generator = LocalGenerator(str(causal_dir), {"max_new_tokens": 4, "temperature": 0.7, "num_beams": 1})
     assert generator._generate_kwargs(None)["do_sample"] is True
     assert generator._generate_kwargs({"temperature": 0.0, "num_beams": 3}) == {
-        "max_new_tokens": 4, "num_beams": 3, "do_sample": False, "temperature": None, "top_p": None, "top_k": None,
+        "max_new_tokens": 4,
+        "num_beams": 3,
+        "do_sample": False,
+        "temperature": None,
+        "top_p": None,
+        "top_k": None,
     }
     messages = [ChatMessage.from_user("how is the sound?")]
-    assert generator.run(messages, generation_kwargs={"temperature": 0.0, "num_beams": 2})["replies"][0].meta["usage"]["completion_tokens"] <= 4
+    assert (
+        generator.run(messages, generation_kwargs={"temperature": 0.0, "num_beams": 2})["replies"][0].meta["usage"]["completion_tokens"]
+        <= 4
+    )
 
 
 def test_missing_model_directory_and_missing_gguf_are_clear_errors(tmp_path, monkeypatch, settings):
@@ -281,7 +309,14 @@ def stub_reply(body: dict) -> str:
 
 def openai_settings(settings, url: str, **overrides):
     # The reader that grounds the generated answer reads with PyTorch: no ONNX export to build in each test's home.
-    values = {"generator": "openai", "generator_base_url": url, "generator_model": MODEL, "max_new_tokens": 32, "temperature": 0.2, "reader_backend": "torch"}
+    values = {
+        "generator": "openai",
+        "generator_base_url": url,
+        "generator_model": MODEL,
+        "max_new_tokens": 32,
+        "temperature": 0.2,
+        "reader_backend": "torch",
+    }
     return settings.with_(**{**values, **overrides})
 
 
@@ -332,12 +367,41 @@ def cli_env(indexed, monkeypatch):
 
 def test_cli_ask_rag_prints_the_answer_and_its_cited_reviews(cli_env, capsys):
     with OpenAIStub(stub_reply, max_requests=2) as server:
-        argv = ["ask", "How is the sound?", "--mode", "rag", "--item", "KINDLE", "--split", "dev", "--generator", "openai", "--base-url", server.url, "--model", MODEL]
+        argv = [
+            "ask",
+            "How is the sound?",
+            "--mode",
+            "rag",
+            "--item",
+            "KINDLE",
+            "--split",
+            "dev",
+            "--generator",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model",
+            MODEL,
+        ]
         assert main(argv) == 0
         out = capsys.readouterr().out
         assert "A: The sound is tinny and quiet [1]." in out
         assert "Cited reviews:\n[1] review r-kindle-3  (KINDLE)\n    I don't like the speakers" in out
-        unanswerable = ["ask", "Is it comfortable?", "--mode", "rag", "--item", "HEADPHONES", "--stream", "--generator", "openai", "--base-url", server.url, "--model", MODEL]
+        unanswerable = [
+            "ask",
+            "Is it comfortable?",
+            "--mode",
+            "rag",
+            "--item",
+            "HEADPHONES",
+            "--stream",
+            "--generator",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model",
+            MODEL,
+        ]
         assert main(unanswerable) == 0
         assert "A: I don't know.\nA: [no answer in these reviews: the generator found no answer in the reviews]" in capsys.readouterr().out
     assert main(argv) == 2  # the server has stopped
@@ -349,7 +413,21 @@ def test_eval_rag_scores_generated_answers_beside_the_extractive_pipeline(cli_en
     reader = tiny_model_dir(tmp_path / "reader")
     out = tmp_path / "report"
     with OpenAIStub(stub_reply, max_requests=10) as server:
-        argv = ["eval", "rag", "--generator", "openai", "--base-url", server.url, "--model", MODEL, "--out", str(out), "--compare-extractive", "--reader-model", str(reader)]
+        argv = [
+            "eval",
+            "rag",
+            "--generator",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model",
+            MODEL,
+            "--out",
+            str(out),
+            "--compare-extractive",
+            "--reader-model",
+            str(reader),
+        ]
         assert main(argv) == 0
     assert "bm25+stub-model" in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
@@ -361,7 +439,15 @@ def test_eval_rag_scores_generated_answers_beside_the_extractive_pipeline(cli_en
     assert rag["citation_precision"] == 1.0 and rag["sas"] == pytest.approx(0.5, abs=0.01)
     assert rag["support"] == 1.0 and rag["withheld"] == 0.0  # the one generated answer says what its review says
     assert rows[("bm25+reader", "all")]["questions"] == 4 and rows[("bm25+reader", "all")]["prompt_ms"] == 0
-    for name in ("report.md", "report.csv", "records.csv", "rag_metrics.png", "latency.png", "gold.json", "predictions-bm25+stub-model.json"):
+    for name in (
+        "report.md",
+        "report.csv",
+        "records.csv",
+        "rag_metrics.png",
+        "latency.png",
+        "gold.json",
+        "predictions-bm25+stub-model.json",
+    ):
         assert (out / name).is_file(), name
     predictions = json.loads((out / "predictions-bm25+stub-model.json").read_text())
     assert sorted(predictions.values()) == ["", "", "", "The scroll wheel feels solid."]
@@ -372,23 +458,56 @@ def test_eval_rag_on_a_collection_with_your_own_labels(settings, tmp_path, monke
 
     reviews = tmp_path / "reviews.csv"
     speaker = "Loud enough for a small room, and it pairs quickly with my phone. I don't like it: the sound is tinny and quiet."
-    reviews.write_text(f"id,product,text\nd1,SPEAKER,\"{speaker}\"\nd2,SPEAKER,Arrived in a week.\n"
-                       "d3,MOUSE,A precise mouse: the scroll wheel feels solid.\nd4,MOUSE,The cable is short.\n", encoding="utf-8")
-    options = IngestOptions(text_column="text", id_column="id", item_column="product", passage_words=10, passage_overlap=2)  # d1: three passages
+    reviews.write_text(
+        f'id,product,text\nd1,SPEAKER,"{speaker}"\nd2,SPEAKER,Arrived in a week.\n'
+        "d3,MOUSE,A precise mouse: the scroll wheel feels solid.\nd4,MOUSE,The cable is short.\n",
+        encoding="utf-8",
+    )
+    options = IngestOptions(
+        text_column="text", id_column="id", item_column="product", passage_words=10, passage_overlap=2
+    )  # d1: three passages
     ingest(settings, reviews, "mine", options, embed=False, progress=False)
     labels = tmp_path / "labels.csv"
-    labels.write_text("question,answer,document_id\nHow is the sound?,the sound is tinny and quiet,d1\nHow is the scroll wheel?,the scroll wheel feels solid,d3\n"
-                      "Is the cable long?,,d4\n", encoding="utf-8")
+    labels.write_text(
+        "question,answer,document_id\nHow is the sound?,the sound is tinny and quiet,d1\nHow is the scroll wheel?,the scroll wheel feels solid,d3\n"
+        "Is the cable long?,,d4\n",
+        encoding="utf-8",
+    )
     monkeypatch.setenv("QA_HOME", str(settings.home))
     monkeypatch.delenv("QA_STORE", raising=False)
     out = tmp_path / "report"
     with OpenAIStub(stub_reply, max_requests=10) as server:
-        argv = ["eval", "rag", "--collection", "mine", "--labels", str(labels), "--generator", "openai", "--base-url", server.url, "--model", MODEL, "--out", str(out)]
+        argv = [
+            "eval",
+            "rag",
+            "--collection",
+            "mine",
+            "--labels",
+            str(labels),
+            "--generator",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model",
+            MODEL,
+            "--out",
+            str(out),
+        ]
         assert main(argv) == 0
-    assert [r["messages"][-1]["content"].rsplit("Question: ", 1)[1].split("\n")[0] for r in server.requests] == ["How is the sound?", "How is the scroll wheel?", "Is the cable long?"]
+    assert [r["messages"][-1]["content"].rsplit("Question: ", 1)[1].split("\n")[0] for r in server.requests] == [
+        "How is the sound?",
+        "How is the scroll wheel?",
+        "Is the cable long?",
+    ]
     assert "[1] it: the sound is tinny and quiet." in server.requests[0]["messages"][-1]["content"]  # d1's passage that holds "sound"
     report = json.loads((out / "report.json").read_text())
-    assert (report["collection"], report["labels"], report["format"], report["index"], report["questions"]) == ("mine", str(labels), "CSV", "mine", 3)
+    assert (report["collection"], report["labels"], report["format"], report["index"], report["questions"]) == (
+        "mine",
+        str(labels),
+        "CSV",
+        "mine",
+        3,
+    )
     assert report["title"] == "RAG evaluation: labels.csv (CSV) on collection 'mine' (bm25 top-3)"
     rag = next(m for m in report["metrics"] if m["group"] == "all")
     # Both answers exact and citing the right review (a passage of it for d1); the unanswerable question rightly unanswered.
@@ -428,7 +547,10 @@ def test_a_generated_answer_is_shown_only_when_the_reviews_it_cites_say_it():
     from qa_system.generation.grounding import GroundingCheck, support
 
     reviews = docs("The batteries last ten hours and charging takes 2 hours.", "The kettle boils water fast but the lid sticks.")
-    extracted = [ExtractedAnswer(query="q", score=0.7, data="the lid sticks", document=reviews[1]), ExtractedAnswer(query="q", score=0.3, data=None)]
+    extracted = [
+        ExtractedAnswer(query="q", score=0.7, data="the lid sticks", document=reviews[1]),
+        ExtractedAnswer(query="q", score=0.3, data=None),
+    ]
     check = GroundingCheck(min_support=0.75)
     kept = check.run([generated("The battery lasts ten hours [1].", reviews, [1])], extracted)["answers"]
     assert len(kept) == 1 and kept[0].meta["grounded"] and kept[0].meta["support"] == 1.0  # "battery" found as "batteries"

@@ -11,8 +11,8 @@ import sys
 import textwrap
 
 import pytest
-from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 
+from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.stores import open_index, remove_leftovers, temporary_prefix
@@ -100,7 +100,10 @@ def test_a_wrong_data_dir_names_where_the_index_was_built_from(indexed, capsys):
     assert main(["search", "Is it good?", "--item", "KINDLE", "--data-dir", "/nonexistent"]) == 2
     err = capsys.readouterr().err
     assert "was built from /nonexistent" not in err and err.count("\n") == 1
-    assert f"/nonexistent/electronics/splits/train.csv does not exist: the index 'subjqa-electronics' was built from the data in {built_from}, not /nonexistent." in err
+    assert (
+        f"/nonexistent/electronics/splits/train.csv does not exist: the index 'subjqa-electronics' was built from the data in {built_from}, not /nonexistent."
+        in err
+    )
     assert f"Fix: pass --data-dir {built_from} (or set QA_DATA_DIR)" in err
     gone = indexed.data_dir / "electronics" / "splits" / "dev.csv"
     gone.unlink()  # the same directory, one of its files deleted: that file is where it was built from
@@ -121,7 +124,13 @@ def test_another_data_directory_rebuilds_the_index(indexed, capsys, tmp_path):
 
 @pytest.mark.parametrize(
     "saved",
-    [{"documents": [{"id": 1}]}, {"documents": [{"id": "a", "content": "x"}]}, {"documents": "x"}, [], {"documents": [], "qa_system": {"documents": 5}}],
+    [
+        {"documents": [{"id": 1}]},
+        {"documents": [{"id": "a", "content": "x"}]},
+        {"documents": "x"},
+        [],
+        {"documents": [], "qa_system": {"documents": 5}},
+    ],
 )
 def test_a_foreign_index_file_is_refused(indexed, capsys, saved):
     index_path(indexed).write_text(json.dumps(saved), encoding="utf-8")
@@ -140,7 +149,11 @@ def test_leftovers_of_dead_writers_go_and_live_ones_stay(tmp_path):
     staging = tmp_path / f".{name}~999999998~abcdefgh"
     dotted = tmp_path / f".{name}.999999997.abcdefgh.tmp"  # as releases before named them
     # Files of other names, whose writers are dead too: the collection 'subjqa-electronics.json', another index.
-    others = [tmp_path / f".{name}.json~999999999~abcdefgh.tmp", tmp_path / f".{name}.json.999999999.abcdefgh.tmp", tmp_path / ".another-index.json~999999999~abcdefgh.tmp"]
+    others = [
+        tmp_path / f".{name}.json~999999999~abcdefgh.tmp",
+        tmp_path / f".{name}.json.999999999.abcdefgh.tmp",
+        tmp_path / ".another-index.json~999999999~abcdefgh.tmp",
+    ]
     for path in (dead, live, dotted, *others):
         path.write_text("{}")
     staging.mkdir()

@@ -3,7 +3,6 @@ their documents, incremental updates, collections, and one test per kind of bad 
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -14,11 +13,11 @@ import textwrap
 import zlib
 
 import pytest
+
 from helpers.ingestion import COLUMNS, REVIEWS, documents, pdf, write_csv
 from helpers.models import tiny_model_dir
 from helpers.qa_files import CONTEXT, MRQA_QAS, mrqa_lines
 from helpers.subjqa import SPLIT_ROWS, write_subjqa
-
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -72,14 +71,23 @@ def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
 
 
 def test_squad_contexts_are_documents_with_the_title_as_item(home, tmp_path):
-    squad = {"version": "v2.0", "data": [
-        {"title": "KINDLE", "paragraphs": [{"context": "The screen is sharp.", "qas": []}, {"context": "Battery lasts a week.", "qas": []}]},
-        {"title": "MOUSE", "paragraphs": [{"context": "The wheel squeaks.", "qas": [{"id": "q", "question": "?", "answers": []}]}]},
-    ]}
+    squad = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "KINDLE",
+                "paragraphs": [{"context": "The screen is sharp.", "qas": []}, {"context": "Battery lasts a week.", "qas": []}],
+            },
+            {"title": "MOUSE", "paragraphs": [{"context": "The wheel squeaks.", "qas": [{"id": "q", "question": "?", "answers": []}]}]},
+        ],
+    }
     (tmp_path / "squad.json").write_text(json.dumps(squad, indent=1), encoding="utf-8")
     ingest(home, tmp_path / "squad.json", "squad", embed=False, progress=False)
     assert sorted((d.meta["item_id"], d.content) for d in documents(home, "squad").values()) == [
-        ("KINDLE", "Battery lasts a week."), ("KINDLE", "The screen is sharp."), ("MOUSE", "The wheel squeaks.")]
+        ("KINDLE", "Battery lasts a week."),
+        ("KINDLE", "The screen is sharp."),
+        ("MOUSE", "The wheel squeaks."),
+    ]
 
 
 def test_a_folder_of_documents_through_haystack_converters(home, tmp_path):
@@ -87,8 +95,11 @@ def test_a_folder_of_documents_through_haystack_converters(home, tmp_path):
     (folder / "manuals").mkdir(parents=True)
     (folder / "notes.txt").write_text("Plain notes: charge it overnight.", encoding="utf-8")
     (folder / "guide.md").write_text("# Guide\n\nPress **the button** twice.", encoding="utf-8")
-    (folder / "page.html").write_text("<html><body><article><h1>FAQ</h1><p>The warranty lasts two years from the date of purchase, "
-                                      "and covers every defect of the hardware.</p></article></body></html>", encoding="utf-8")
+    (folder / "page.html").write_text(
+        "<html><body><article><h1>FAQ</h1><p>The warranty lasts two years from the date of purchase, "
+        "and covers every defect of the hardware.</p></article></body></html>",
+        encoding="utf-8",
+    )
     (folder / "manuals" / "kindle.pdf").write_bytes(pdf("Hold the power button for ten seconds."))
     (folder / "manuals" / "kindle.pdf.meta.json").write_text(json.dumps({"item_id": "KINDLE", "language": "en"}), encoding="utf-8")
     (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
@@ -246,7 +257,9 @@ def test_kill_9_while_saving_keeps_the_collection(home, tmp_path):
         sys.exit(main(["index", "--input", {str(path)!r}, "--collection", "killed", "--text-column", "body",
                        "--id-column", "review_id", "--no-embed"]))
     """)
-    killed = subprocess.run([sys.executable, "-c", script], env={**os.environ, "QA_HOME": str(home.home)}, capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "QA_HOME": str(home.home)}, capture_output=True, text=True, timeout=300
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert digest(saved) == before
     assert ingest(home, path, "killed", COLUMNS, embed=False, progress=False).added == 1
@@ -268,8 +281,25 @@ def test_a_damaged_collection_file_is_one_line_naming_the_fix(home, tmp_path):
 
 def test_collections_list_and_delete(cli_home, tmp_path, capsys):
     write_csv(tmp_path / "r.csv")
-    assert main(["index", "--input", str(tmp_path / "r.csv"), "--collection", "shop", "--text-column", "body",
-                 "--id-column", "review_id", "--item-column", "product", "--no-embed"]) == 0
+    assert (
+        main(
+            [
+                "index",
+                "--input",
+                str(tmp_path / "r.csv"),
+                "--collection",
+                "shop",
+                "--text-column",
+                "body",
+                "--id-column",
+                "review_id",
+                "--item-column",
+                "product",
+                "--no-embed",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "4 added" in out and "documents/s" in out
     assert main(["collections"]) == 0
@@ -308,7 +338,11 @@ def test_the_subjqa_domain_is_a_collection_too(settings, monkeypatch, capsys):
     assert main(["index", "--domain", "electronics", "--no-embed"]) == 0
     capsys.readouterr()
     [info] = list_collections(settings)
-    assert (info.name, info.kind, info.documents) == ("subjqa-electronics", "subjqa", 6)  # one document per review, a review in two splits included
+    assert (info.name, info.kind, info.documents) == (
+        "subjqa-electronics",
+        "subjqa",
+        6,
+    )  # one document per review, a review in two splits included
     assert main(["search", "Is the screen sharp?", "--collection", "subjqa-electronics", "--item", "KINDLE", "--top-k", "1"]) == 0
     assert "review r-kindle-1" in capsys.readouterr().out
     with pytest.raises(QAError, match="SubjQA collection"):
@@ -320,16 +354,36 @@ def test_the_subjqa_domain_is_a_collection_too(settings, monkeypatch, capsys):
 
 BAD_INPUTS = {
     "latin-1": (b"review_id,product,body\nr9,P1,Caf\xe9 au lait was great\n", "csv", [], "--encoding latin-1"),
-    "mixed encodings": ("review_id,product,body\nr8,P1,Crème brûlée\n".encode() + b"r9,P1,Caf\xe9\n", "csv", [], "mixes encodings: line 3 is not UTF-8 while line 2 is"),
+    "mixed encodings": (
+        "review_id,product,body\nr8,P1,Crème brûlée\n".encode() + b"r9,P1,Caf\xe9\n",
+        "csv",
+        [],
+        "mixes encodings: line 3 is not UTF-8 while line 2 is",
+    ),
     "duplicate ids": (b"review_id,product,body\nr1,P1,one\nr2,P1,two\nr1,P2,three\n", "csv", [], "the id 'r1' was already used by"),
-    "missing column": (b"review_id,product,comment\nr1,P1,text\n", "csv", [], "has no column 'body' (--text-column); its columns are: review_id, product, comment"),
+    "missing column": (
+        b"review_id,product,comment\nr1,P1,text\n",
+        "csv",
+        [],
+        "has no column 'body' (--text-column); its columns are: review_id, product, comment",
+    ),
     "binary renamed .csv": (b"\x00\x01\x02binary\x00" * 100, "csv", [], "is not a text file: it looks like binary data"),
-    "an Excel workbook renamed .csv": (b"PK\x03\x04" + b"\x00" * 100, "csv", [], "is not a text file: it looks like a ZIP archive (an Excel .xlsx workbook?)"),
+    "an Excel workbook renamed .csv": (
+        b"PK\x03\x04" + b"\x00" * 100,
+        "csv",
+        [],
+        "is not a text file: it looks like a ZIP archive (an Excel .xlsx workbook?)",
+    ),
     "zero documents": (b"review_id,product,body\n,,\nr2,P1,\n", "csv", [], "holds no documents (1 empty rows and 1 empty texts skipped)"),
     "header only": (b"review_id,product,body\n", "csv", [], "holds no documents"),
     "an empty file": (b"", "csv", [], "holds no documents"),
     "PDF without a text layer": (pdf(None), "pdf", [], "has no text layer (a scanned PDF?)"),
-    "JSON lines with a broken line": (b'{"body": "fine", "review_id": "a", "product": "P1"}\n{"body": broken}\n', "jsonl", [], "line 2 is not JSON"),
+    "JSON lines with a broken line": (
+        b'{"body": "fine", "review_id": "a", "product": "P1"}\n{"body": broken}\n',
+        "jsonl",
+        [],
+        "line 2 is not JSON",
+    ),
     "unknown encoding": (b"review_id,product,body\nr1,P1,x\n", "csv", ["--encoding", "klingon"], "Unknown encoding 'klingon'"),
 }
 
@@ -464,8 +518,11 @@ def test_csv_labels_name_the_collection_documents(home, tmp_path):
 
     ingest(home, write_csv(tmp_path / "r.csv"), "labelled", COLUMNS, embed=False, progress=False)
     path = tmp_path / "labels.csv"
-    path.write_text("question,answer,document_id,item_id\nHow long does it last?,a whole week,r1,P1\nHow long does it last?,a week,r1,P1\n"
-                    "Is it loud?,,r3,\nWhat broke?,The cable broke,r4,P2\n", encoding="utf-8")
+    path.write_text(
+        "question,answer,document_id,item_id\nHow long does it last?,a whole week,r1,P1\nHow long does it last?,a week,r1,P1\n"
+        "Is it loud?,,r3,\nWhat broke?,The cable broke,r4,P2\n",
+        encoding="utf-8",
+    )
     labels = load_labels(path, home, "labelled")
     by_question = {q.question: q for q in labels.questions}
     assert [(a.text, a.start) for a in by_question["How long does it last?"].answers] == [("a whole week", 24), ("a week", None)]
@@ -496,8 +553,10 @@ def test_squad_labels_round_trip_through_a_collection(home, tmp_path, tiny_long_
     passages) scores exactly as given the file's own contexts; the pipeline and retriever evaluate the collection."""
     context = long_text(150)
     answer = "polished titanium"
-    qas = [{"id": "q1", "question": "What is the hinge made of?", "answers": [{"text": answer, "answer_start": context.index(answer)}]},
-           {"id": "q2", "question": "Is it red?", "answers": [], "is_impossible": True}]
+    qas = [
+        {"id": "q1", "question": "What is the hinge made of?", "answers": [{"text": answer, "answer_start": context.index(answer)}]},
+        {"id": "q2", "question": "Is it red?", "answers": [], "is_impossible": True},
+    ]
     path = squad_file(tmp_path / "squad.json", [("HINGE", context, qas), ("OTHER", "Short review about the colour.", [])])
     ingest(home, path, "round", IngestOptions(passage_words=20, passage_overlap=5), embed=False, progress=False)
     monkeypatch.setenv("QA_HOME", str(home.home))
@@ -510,9 +569,48 @@ def test_squad_labels_round_trip_through_a_collection(home, tmp_path, tiny_long_
     assert scores == [{k: v for k, v in m.items() if k != "latency_ms"} for m in collected["metrics"]] and direct["questions"] == 2
     predictions = {n: json.loads(next(outs[n].glob("predictions-*.json")).read_text()) for n in outs}
     assert predictions["direct"] == predictions["collection"]
-    assert main(["eval", "pipeline", "--collection", "round", "--labels", str(path), "--reader", str(tiny_long_reader), "--out", str(tmp_path / "p")]) == 0
-    assert main(["eval", "retriever", "--collection", "round", "--labels", str(path), "--retriever", "bm25", "--k", "1", "3", "--out", str(tmp_path / "r")]) == 0
-    strict = next(m for m in json.loads((tmp_path / "r" / "report.json").read_text())["metrics"] if m["definition"] == "strict" and m["group"] == "all")
+    assert (
+        main(
+            [
+                "eval",
+                "pipeline",
+                "--collection",
+                "round",
+                "--labels",
+                str(path),
+                "--reader",
+                str(tiny_long_reader),
+                "--out",
+                str(tmp_path / "p"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "eval",
+                "retriever",
+                "--collection",
+                "round",
+                "--labels",
+                str(path),
+                "--retriever",
+                "bm25",
+                "--k",
+                "1",
+                "3",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 0
+    )
+    strict = next(
+        m
+        for m in json.loads((tmp_path / "r" / "report.json").read_text())["metrics"]
+        if m["definition"] == "strict" and m["group"] == "all"
+    )
     assert strict["recall@3"] == 1.0  # the hinge question's passages belong to its document
     capsys.readouterr()
     assert main(["eval", "retriever", "--labels", str(path)]) == 2
@@ -522,13 +620,24 @@ def test_squad_labels_round_trip_through_a_collection(home, tmp_path, tiny_long_
 def test_mrqa_labels_are_matched_to_a_collection_too(home, tmp_path):
     from qa_system.ingestion.labels import load_labels
 
-    ingest(home, write_csv(tmp_path / "c.csv", rows=[("c1", "KINDLE", CONTEXT, "5"), *REVIEWS]), "mrqa", COLUMNS, embed=False, progress=False)
+    ingest(
+        home, write_csv(tmp_path / "c.csv", rows=[("c1", "KINDLE", CONTEXT, "5"), *REVIEWS]), "mrqa", COLUMNS, embed=False, progress=False
+    )
     path = tmp_path / "toy.jsonl"
-    path.write_text(mrqa_lines(MRQA_QAS) + mrqa_lines([{"qid": "x1", "question": "why?", "detected_answers": [{"text": "no", "char_spans": [[0, 1]]}]}], context="no such review", header=False))
+    path.write_text(
+        mrqa_lines(MRQA_QAS)
+        + mrqa_lines(
+            [{"qid": "x1", "question": "why?", "detected_answers": [{"text": "no", "char_spans": [[0, 1]]}]}],
+            context="no such review",
+            header=False,
+        )
+    )
     labels = load_labels(path, home, "mrqa")
     assert labels.format == "MRQA" and labels.title == "toy.jsonl (MRQA) on collection 'mrqa'"
     assert [(q.id, q.document_id, q.item_id) for q in labels.questions] == [("m1", "c1", "KINDLE"), ("m2", "c1", "KINDLE")]
-    assert labels.questions[0].answers[0].text == "battery lasts" and labels.questions[1].answers[0].text == "Battery"  # the span, as read_qa_file gives it
+    assert (
+        labels.questions[0].answers[0].text == "battery lasts" and labels.questions[1].answers[0].text == "Battery"
+    )  # the span, as read_qa_file gives it
     assert any("1 questions whose context is no document of collection 'mrqa'" in note for note in labels.notes)
 
 
@@ -541,8 +650,24 @@ def test_two_ingestions_into_one_collection_at_once_lose_nothing(home, tmp_path)
         rows = [(f"{part}{n}", f"P{n % 7}", f"Review {n} of part {part}: the lamp number {n} is bright.", "4") for n in range(400)]
         sources.append(write_csv(tmp_path / f"{part}.csv", rows))
     env = {**os.environ, "QA_HOME": str(home.home), "QA_STORE": "memory"}
-    command = [sys.executable, "-m", "qa_system.cli.main", "index", "--collection", "shop", "--text-column", "body", "--id-column", "review_id", "--item-column", "product"]
-    processes = [subprocess.Popen([*command, "--input", str(source)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]
+    command = [
+        sys.executable,
+        "-m",
+        "qa_system.cli.main",
+        "index",
+        "--collection",
+        "shop",
+        "--text-column",
+        "body",
+        "--id-column",
+        "review_id",
+        "--item-column",
+        "product",
+    ]
+    processes = [
+        subprocess.Popen([*command, "--input", str(source)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for source in sources
+    ]
     outputs = [process.communicate(timeout=600)[0] for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
     ids = set(documents(home, "shop"))

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers.ingestion import COLUMNS, documents, pdf, write_csv
 
+from helpers.ingestion import COLUMNS, documents, pdf, write_csv
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, ingest
@@ -86,8 +86,13 @@ def test_the_next_ingestion_cleans_what_killed_and_failed_runs_left(cli_home, tm
     def meanwhile(progress):  # while 'busy' is being read: a run killed mid-way, then another collection indexed
         if seen:
             return
-        killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_FIRST_BATCH, "index", "--input", str(big), "--collection", "killed", *columns],
-                                env=env, capture_output=True, text=True, timeout=600)
+        killed = subprocess.run(
+            [sys.executable, "-c", KILLED_AFTER_FIRST_BATCH, "index", "--input", str(big), "--collection", "killed", *columns],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         [seen["left"]] = [p for p in staging.iterdir() if "killed" in p.name]
         seen["size"] = seen["left"].stat().st_size
@@ -96,7 +101,9 @@ def test_the_next_ingestion_cleans_what_killed_and_failed_runs_left(cli_home, tm
         seen["code"] = main(["index", "--input", str(write_csv(tmp_path / "small.csv")), "--collection", "other", *columns])
         seen["staging"], seen["locks"] = sorted(p.name for p in staging.iterdir()), sorted(p.name for p in locks.iterdir())
 
-    ingest(cli_home, write_csv(tmp_path / "busy.csv", many_rows(600, "b")), "busy", COLUMNS, embed=False, progress=False, on_progress=meanwhile)
+    ingest(
+        cli_home, write_csv(tmp_path / "busy.csv", many_rows(600, "b")), "busy", COLUMNS, embed=False, progress=False, on_progress=meanwhile
+    )
     out = capsys.readouterr().out.splitlines()
     left, size = seen["left"], seen["size"]
     assert seen["code"] == 0 and size > 0
@@ -175,7 +182,9 @@ def test_a_broken_pdf_is_skipped_and_the_rest_of_the_folder_indexed(cli_home, tm
     (folder / "manual.pdf").unlink()
     assert main(["index", "--input", str(folder), "--collection", "fresh", "--no-embed"]) == 2  # nothing readable: an error that says why
     err = capsys.readouterr().err
-    assert "holds no documents" in err and "2 files could not be read (broken.pdf: could not be read as a PDF" in err and err.count("\n") == 1
+    assert (
+        "holds no documents" in err and "2 files could not be read (broken.pdf: could not be read as a PDF" in err and err.count("\n") == 1
+    )
 
 
 # ------------------------------------------------------------------ other inputs, fields and commands
@@ -187,15 +196,55 @@ def deeply_nested(depth: int = 100_000) -> str:
 
 HOSTILE = {
     # name: (file name, bytes, extra flags, message); each was a traceback (exit 1) or worse before
-    "a codec that is not a text encoding": ("r.csv", b"review_id,body\nr1,text\n", ["--encoding", "rot13"], "'rot13' is not a text encoding"),
-    "JSON lines nested 100,000 deep": ("r.jsonl", ('{"body": "x", "m": ' + deeply_nested() + "}\n").encode(), [], "r.jsonl line 1 nests JSON arrays or objects too deeply to read"),
-    "SQuAD JSON nested 100,000 deep": ("r.json", ('{"data": ' + deeply_nested() + "}").encode(), ["--format", "squad"], "r.json nests JSON arrays or objects too deeply to read"),
-    "a JSON escape of half a character": ("r.jsonl", b'{"review_id": "r1", "body": "lone \\udcff surrogate"}\n', [], "The text of {tmp}/r.jsonl line 1 is not UTF-8 text: character 6 is a lone surrogate"),
-    "a lone surrogate in a metadata key": ("r.jsonl", b'{"review_id": "r1", "body": "fine", "\\ud800": "x"}\n', [], "The metadata of {tmp}/r.jsonl line 1 is not UTF-8 text"),
-    "a header of 40,000 columns": ("r.csv", ("review_id,body," + ",".join(f"column{n:05d}" for n in range(39_998)) + "\nr1,text\n").encode(), [], "The header of {tmp}/r.csv has 40,000 columns; at most 1,000 are read."),
-    "a JSON object of 1,001 keys": ("r.jsonl", (json.dumps({"review_id": "r1", "body": "text", **{f"k{n}": n for n in range(999)}}) + "\n").encode(), [], "{tmp}/r.jsonl line 1 has 1,001 columns; at most 1,000 are read."),
+    "a codec that is not a text encoding": (
+        "r.csv",
+        b"review_id,body\nr1,text\n",
+        ["--encoding", "rot13"],
+        "'rot13' is not a text encoding",
+    ),
+    "JSON lines nested 100,000 deep": (
+        "r.jsonl",
+        ('{"body": "x", "m": ' + deeply_nested() + "}\n").encode(),
+        [],
+        "r.jsonl line 1 nests JSON arrays or objects too deeply to read",
+    ),
+    "SQuAD JSON nested 100,000 deep": (
+        "r.json",
+        ('{"data": ' + deeply_nested() + "}").encode(),
+        ["--format", "squad"],
+        "r.json nests JSON arrays or objects too deeply to read",
+    ),
+    "a JSON escape of half a character": (
+        "r.jsonl",
+        b'{"review_id": "r1", "body": "lone \\udcff surrogate"}\n',
+        [],
+        "The text of {tmp}/r.jsonl line 1 is not UTF-8 text: character 6 is a lone surrogate",
+    ),
+    "a lone surrogate in a metadata key": (
+        "r.jsonl",
+        b'{"review_id": "r1", "body": "fine", "\\ud800": "x"}\n',
+        [],
+        "The metadata of {tmp}/r.jsonl line 1 is not UTF-8 text",
+    ),
+    "a header of 40,000 columns": (
+        "r.csv",
+        ("review_id,body," + ",".join(f"column{n:05d}" for n in range(39_998)) + "\nr1,text\n").encode(),
+        [],
+        "The header of {tmp}/r.csv has 40,000 columns; at most 1,000 are read.",
+    ),
+    "a JSON object of 1,001 keys": (
+        "r.jsonl",
+        (json.dumps({"review_id": "r1", "body": "text", **{f"k{n}": n for n in range(999)}}) + "\n").encode(),
+        [],
+        "{tmp}/r.jsonl line 1 has 1,001 columns; at most 1,000 are read.",
+    ),
     # a clearer message, not a traceback: the fix is the encoding to pass
-    "UTF-16 without a byte-order mark": ("r.csv", "review_id,body\nr1,text\n".encode("utf-16-le"), [], "looks like UTF-16 text without a byte-order mark"),
+    "UTF-16 without a byte-order mark": (
+        "r.csv",
+        "review_id,body\nr1,text\n".encode("utf-16-le"),
+        [],
+        "looks like UTF-16 text without a byte-order mark",
+    ),
 }
 
 
@@ -219,11 +268,17 @@ def test_hostile_files_are_one_line_and_keep_the_collection(cli_home, tmp_path, 
     [
         (["index", "--input", "{folder}", "--collection", "x", "--format", "csv"], "is a folder, and --format csv reads one file"),
         (["index", "--input", "{csv}", "--collection", "x", "--format", "files"], "--format files reads documents (.txt"),
-        (["index", "--input", "{csv}", "--collection", "x", "--passage-overlap", "300"], "--passage-overlap must be a whole number from 0 to 199, not 300."),
+        (
+            ["index", "--input", "{csv}", "--collection", "x", "--passage-overlap", "300"],
+            "--passage-overlap must be a whole number from 0 to 199, not 300.",
+        ),
         # FAISS sets aside room for k results per question: 2**31 took 16 GB before the kernel killed the process.
         (["search", "battery", "--collection", "shop", "--top-k", str(2**31)], "--top-k must be a whole number from 1 to 1000"),
         (["search", "battery", "--collection", "shop", "--top-k", "1001"], "--top-k must be a whole number from 1 to 1000"),
-        (["eval", "retriever", "--collection", "shop", "--labels", "{csv}", "--k", "1", "5000"], "--k must be a whole number from 1 to 1000"),
+        (
+            ["eval", "retriever", "--collection", "shop", "--labels", "{csv}", "--k", "1", "5000"],
+            "--k must be a whole number from 1 to 1000",
+        ),
     ],
 )
 def test_flags_out_of_bounds_are_one_line(cli_home, tmp_path, capsys, argv, message):
@@ -240,9 +295,21 @@ def test_a_named_pipe_as_input_is_refused_rather_than_waited_on(cli_home, tmp_pa
     """Opening a named pipe waits for a writer: `index --input pipe.csv` hung for ever."""
     pipe = tmp_path / "pipe.csv"
     os.mkfifo(pipe)
-    command = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())", "index", "--input", str(pipe), "--collection", "p", "--no-embed"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from qa_system.cli import main; sys.exit(main())",
+        "index",
+        "--input",
+        str(pipe),
+        "--collection",
+        "p",
+        "--no-embed",
+    ]
     done = subprocess.run(command, env={**os.environ, "QA_HOME": str(cli_home.home)}, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and "is not a regular file (a named pipe, socket or device?)" in done.stderr and done.stderr.count("\n") == 1
+    assert (
+        done.returncode == 2 and "is not a regular file (a named pipe, socket or device?)" in done.stderr and done.stderr.count("\n") == 1
+    )
 
 
 def test_a_file_that_vanishes_while_its_folder_is_read_is_left_out_and_named(home, tmp_path):
@@ -284,7 +351,9 @@ def test_a_column_without_a_name_is_named_by_its_position(home, tmp_path):
 def test_collections_cc_v2_and_cc_underscore_v2_keep_their_own_bm25_caches(cli_home, tmp_path, capsys):
     """Their cache folders were both 'cc_v2' (characters replaced): deleting one deleted the other's cached index."""
     for name in ("cc.v2", "cc_v2"):
-        assert main(["index", "--input", str(write_csv(tmp_path / "r.csv")), "--collection", name, "--text-column", "body", "--no-embed"]) == 0
+        assert (
+            main(["index", "--input", str(write_csv(tmp_path / "r.csv")), "--collection", name, "--text-column", "body", "--no-embed"]) == 0
+        )
         assert main(["search", "battery", "--collection", name, "--top-k", "1"]) == 0
     assert cli_home.bm25_cache_of("cc.v2") != cli_home.bm25_cache_of("cc_v2")
     assert main(["collections", "--delete", "cc_v2"]) == 0
@@ -293,12 +362,32 @@ def test_collections_cc_v2_and_cc_underscore_v2_keep_their_own_bm25_caches(cli_h
 
 HOSTILE_LABELS = {
     "a SQuAD question with half a character": (
-        json.dumps({"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Apples are red.", "qas": [
-            {"id": "q1", "question": "What \udcff colour?", "answers": [{"text": "red", "answer_start": 11}]}]}]}]}),
+        json.dumps(
+            {
+                "version": "v2.0",
+                "data": [
+                    {
+                        "title": "T",
+                        "paragraphs": [
+                            {
+                                "context": "Apples are red.",
+                                "qas": [{"id": "q1", "question": "What \udcff colour?", "answers": [{"text": "red", "answer_start": 11}]}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ),
         "The question at data[0].paragraphs[0].qas[0] of {path} is not UTF-8 text: character 6 is a lone surrogate",
     ),
-    "SQuAD labels nested 100,000 deep": ('{"version": "v2.0", "data": ' + deeply_nested() + "}", "is neither SQuAD JSON nor MRQA JSON lines (maximum recursion depth"),
-    "MRQA labels nested 100,000 deep": ('{"header": {"dataset": "x"}}\n{"context": "c", "qas": ' + deeply_nested() + "}\n", "line 2 is not valid JSON (maximum recursion depth"),
+    "SQuAD labels nested 100,000 deep": (
+        '{"version": "v2.0", "data": ' + deeply_nested() + "}",
+        "is neither SQuAD JSON nor MRQA JSON lines (maximum recursion depth",
+    ),
+    "MRQA labels nested 100,000 deep": (
+        '{"header": {"dataset": "x"}}\n{"context": "c", "qas": ' + deeply_nested() + "}\n",
+        "line 2 is not valid JSON (maximum recursion depth",
+    ),
 }
 
 
@@ -347,7 +436,9 @@ def test_a_document_whose_id_is_another_documents_passage_id_replaces_nothing(ho
     assert report.passages == 7 and len(documents(home, "forged")) == 7
     assert sorted(p.meta["passage"] for p in passages["long"]) == [0, 1, 2, 3, 4]
     assert "zeppelin" in next(p.content for p in passages["long"] if p.meta["passage"] == 1)
-    assert [p.content for p in passages["long#1"]] == [FORGED[1]["text"]] and [p.content for p in passages["long%231"]] == [FORGED[2]["text"]]
+    assert [p.content for p in passages["long#1"]] == [FORGED[1]["text"]] and [p.content for p in passages["long%231"]] == [
+        FORGED[2]["text"]
+    ]
     assert len({p.id for ps in passages.values() for p in ps}) == 7
 
     again = ingest(home, tmp_path / "forged.jsonl", "forged", SHORT_PASSAGES, embed=False, progress=False)
@@ -382,19 +473,33 @@ def saved_by_an_older_version(settings, name: str, older: dict[str, str]) -> Non
 
 
 def test_a_collection_saved_with_unescaped_ids_is_read_and_saved_again_under_its_own_ids(home, tmp_path):
-    rows = [{"id": "a#b", "text": "The hinge squeaks.", "item_id": "P1"}, {"id": "x#0", "text": "The lid fits well.", "item_id": "P1"},
-            {"id": "p%q", "text": "The paint chips.", "item_id": "P2"}, {"id": "n", "text": "Plain review.", "item_id": "P2"}]  # fmt: skip
+    rows = [
+        {"id": "a#b", "text": "The hinge squeaks.", "item_id": "P1"},
+        {"id": "x#0", "text": "The lid fits well.", "item_id": "P1"},
+        {"id": "p%q", "text": "The paint chips.", "item_id": "P2"},
+        {"id": "n", "text": "Plain review.", "item_id": "P2"},
+    ]
     source = write_jsonl(tmp_path / "older.jsonl", rows)
     ingest(home, source, "older", SHORT_PASSAGES, embed=False, progress=False)
     saved_by_an_older_version(home, "older", {"a%23b": "a#b", "x%230": "x#0", "p%25q": "p%q"})
     assert sorted(documents(home, "older")) == ["a#b", "n", "p%q", "x#0"]  # still read as it was
 
     grown = write_jsonl(tmp_path / "grown.jsonl", [*rows[:1], *rows[2:], {"id": "x", "text": LONG_TEXT, "item_id": "P3"}])
-    with pytest.raises(QAError, match=r"Passage 'x#0' of document 'x' has the id under which document 'x#0' was saved by an older version; collection 'older' was left"):
+    with pytest.raises(
+        QAError,
+        match=r"Passage 'x#0' of document 'x' has the id under which document 'x#0' was saved by an older version; collection 'older' was left",
+    ):
         ingest(home, grown, "older", SHORT_PASSAGES, embed=False, progress=False)
     assert sorted(documents(home, "older")) == ["a#b", "n", "p%q", "x#0"]
 
-    again = ingest(home, write_jsonl(tmp_path / "all.jsonl", [*rows, {"id": "x", "text": LONG_TEXT, "item_id": "P3"}]), "older", SHORT_PASSAGES, embed=False, progress=False)
+    again = ingest(
+        home,
+        write_jsonl(tmp_path / "all.jsonl", [*rows, {"id": "x", "text": LONG_TEXT, "item_id": "P3"}]),
+        "older",
+        SHORT_PASSAGES,
+        embed=False,
+        progress=False,
+    )
     assert (again.added, again.unchanged, again.documents, again.passages) == (1, 4, 5, 9)
     assert sorted(documents(home, "older")) == ["a%23b", "n", "p%25q", "x#0", "x#1", "x#2", "x#3", "x#4", "x%230"]
     assert documents(home, "older")["x%230"].content == "The lid fits well." and documents(home, "older")["x#0"].meta["document_id"] == "x"

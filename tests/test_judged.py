@@ -13,7 +13,12 @@ from qa_system.errors import QAError
 from qa_system.evaluation.judged import Card, JudgedQuestion, JudgedSpan, judge_all, load_judged, summarize_judged, verdict
 
 READING = JudgedQuestion(
-    "e:K1:1", "K1", "Is it good for reading?", "yes", (JudgedSpan("it is great for reading books when no light is available"),), domain="electronics"
+    "e:K1:1",
+    "K1",
+    "Is it good for reading?",
+    "yes",
+    (JudgedSpan("it is great for reading books when no light is available"),),
+    domain="electronics",
 )
 OIL = JudgedQuestion("e:O1:2", "O1", "What is in it?", "yes", (JudgedSpan("the quality of Jarrow coconut oil"),), domain="electronics")
 VAGUE = JudgedQuestion("r:V1:3", "V1", "How is it the walk?", "partly", (JudgedSpan("a short walk to the river"),), domain="restaurants")
@@ -61,7 +66,10 @@ def test_a_first_card_without_a_stated_chance_has_no_calibration_figure():
 
 def test_judged_label_files_are_read_and_bad_lines_are_one_error(tmp_path):
     good = tmp_path / "judged.jsonl"
-    good.write_text(json.dumps({"id": "a", "item_id": "K1", "question": "Good?", "answerable": "yes", "answers": [{"text": "very good"}]}) + "\n\n", encoding="utf-8")
+    good.write_text(
+        json.dumps({"id": "a", "item_id": "K1", "question": "Good?", "answerable": "yes", "answers": [{"text": "very good"}]}) + "\n\n",
+        encoding="utf-8",
+    )
     (question,) = load_judged([good])
     assert question.spans == ["very good"] and question.item_id == "K1"
     cases = {
@@ -69,7 +77,7 @@ def test_judged_label_files_are_read_and_bad_lines_are_one_error(tmp_path):
         "unknown answerable": json.dumps({"id": "a", "question": "q", "answerable": "maybe", "answers": []}),
         "answerable without spans": json.dumps({"id": "a", "question": "q", "answerable": "yes", "answers": []}),
     }
-    for why, line in cases.items():
+    for line in cases.values():
         bad = tmp_path / "bad.jsonl"
         bad.write_text(line + "\n", encoding="utf-8")
         with pytest.raises(QAError, match="bad.jsonl, line 1"):

@@ -21,7 +21,9 @@ ANSWER = "The battery lasts a whole week on one charge"
 def test_a_span_grows_to_its_whole_phrase_and_no_further():
     text = "I never thought I would. It is great for reading books when no light is available, but the battery is weak."
     start = text.index("It is great")
-    assert text[slice(*phrase_bounds(text, start, start + len("It is great")))] == "It is great for reading books when no light is available"
+    assert (
+        text[slice(*phrase_bounds(text, start, start + len("It is great")))] == "It is great for reading books when no light is available"
+    )
     middle = text.index("battery")
     assert text[slice(*phrase_bounds(text, middle, middle + 7))] == "the battery is weak"
     run_on = " ".join(["word"] * (MAX_PHRASE_WORDS + 5))
@@ -45,9 +47,19 @@ def judged_records(count: int, seed: int = 0) -> tuple[list[dict], dict[str, Jud
                 start = content.index(word)
                 spans.append([start, start + len(word), rng.gauss(0, 1)])
             spans.sort(key=lambda s: -s[2])
-            documents.append({"id": f"{n}-{rank}", "content": content, "rank": rank, "score": 9.0 - rank, "null": rng.gauss(1.0, 1), "spans": spans})
+            documents.append(
+                {"id": f"{n}-{rank}", "content": content, "rank": rank, "score": 9.0 - rank, "null": rng.gauss(1.0, 1), "spans": spans}
+            )
         qid = f"q{n}"
-        records.append({"id": qid, "question": "How long does the battery last?", "item_id": f"item{n % 19}", "domain": "electronics", "modes": {MODE: documents}})
+        records.append(
+            {
+                "id": qid,
+                "question": "How long does the battery last?",
+                "item_id": f"item{n % 19}",
+                "domain": "electronics",
+                "modes": {MODE: documents},
+            }
+        )
         answers = () if kind == "no" else (JudgedSpan(ANSWER),)
         labels[qid] = JudgedQuestion(qid, f"item{n % 19}", "How long does the battery last?", kind, answers, domain="electronics")
     return records, labels
@@ -77,7 +89,7 @@ def test_the_judged_selector_answers_where_the_reviews_answer_and_its_chances_ar
     always_abstain = decisions["abstain_ok"].mean()
     assert overall["useful_first"] > max(always_answer, always_abstain) + 0.05
     assert overall["ece"] < 0.1
-    for x, y in info["calibration"].values():
+    for _, y in info["calibration"].values():
         assert all(b >= a for a, b in zip(y, y[1:])) and 0 <= min(y) and max(y) <= 1
 
 
@@ -88,7 +100,9 @@ def test_the_first_card_is_the_one_most_likely_to_be_right_and_reads_as_a_whole_
     documents = [Document(id="a", content=content), Document(id="b", content=FILLER + " It works.")]
     start = content.index("lasts a whole week")
     reading = ReaderOutput(
-        [SpanCandidate(0, start, start + 18, 4.0, 0), SpanCandidate(1, content.index("grey"), content.index("grey") + 4, 0.1, 0)], 0.5, {0: 0.5, 1: 1.0}
+        [SpanCandidate(0, start, start + 18, 4.0, 0), SpanCandidate(1, content.index("grey"), content.index("grey") + 4, 0.1, 0)],
+        0.5,
+        {0: 0.5, 1: 1.0},
     )
     answers = selector.run(query="How long does the battery last?", documents=documents, reading=reading)["answers"]
     assert answers[0].data == ANSWER and answers[0].meta["chosen"]

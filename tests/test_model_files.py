@@ -15,8 +15,14 @@ from qa_system.model_files import fingerprinted_files, model_fingerprint
 def model_dir(tmp_path):
     folder = tmp_path / "model"
     (folder / "1_Pooling").mkdir(parents=True)
-    for name, text in {"config.json": "{}", "model.safetensors": "weights", "tokenizer.json": "{}", "qa_system.json": '{"no_answer_threshold": 0.1}',
-                       "README.md": "card", "1_Pooling/config.json": "{}"}.items():
+    for name, text in {
+        "config.json": "{}",
+        "model.safetensors": "weights",
+        "tokenizer.json": "{}",
+        "qa_system.json": '{"no_answer_threshold": 0.1}',
+        "README.md": "card",
+        "1_Pooling/config.json": "{}",
+    }.items():
         (folder / name).write_text(text)
     return folder
 
@@ -26,7 +32,11 @@ def test_the_fingerprint_covers_what_the_model_computes_with(tmp_path):
     first = model_fingerprint(folder)
     assert len(first) == 16 and model_fingerprint(str(folder)) == first
     assert [p.relative_to(folder).as_posix() for p in fingerprinted_files(folder)] == [
-        "1_Pooling/config.json", "config.json", "model.safetensors", "qa_system.json", "tokenizer.json",
+        "1_Pooling/config.json",
+        "config.json",
+        "model.safetensors",
+        "qa_system.json",
+        "tokenizer.json",
     ]
     changes = {
         "weights": lambda: (folder / "model.safetensors").write_text("retrained"),
@@ -73,7 +83,9 @@ def test_no_files_no_fingerprint(tmp_path):
 def encoder_fingerprint_before(directory: Path) -> str:
     """ingestion.indexing.encoder_fingerprint before it became model_fingerprint (what saved manifests recorded)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name not in ("README.md", "qa_system.json") and not p.name.startswith(".")):
+    for path in sorted(
+        p for p in directory.rglob("*") if p.is_file() and p.name not in ("README.md", "qa_system.json") and not p.name.startswith(".")
+    ):
         digest.update(str(path.relative_to(directory)).encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()[:16]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from haystack import Document
-from helpers.models import LONG, tiny_model_dir
 
+from helpers.models import LONG, tiny_model_dir
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, onnx_cache
@@ -48,7 +48,9 @@ def reader(model: Path, cache: Path, **kwargs) -> ExtractiveReader:
 
 
 def answers(reader: ExtractiveReader) -> list[list[tuple]]:
-    return [[(a.data, a.document_offset.start if a.document_offset else None) for a in reader.run(q, DOCUMENTS)["answers"]] for q in QUESTIONS]
+    return [
+        [(a.data, a.document_offset.start if a.document_offset else None) for a in reader.run(q, DOCUMENTS)["answers"]] for q in QUESTIONS
+    ]
 
 
 def exports(cache: Path) -> list[Path]:
@@ -185,7 +187,18 @@ def test_a_build_killed_midway_leaves_nothing_in_place_and_its_leftovers_are_rem
 
 
 def test_ask_on_a_fresh_home_answers_with_the_onnx_reader(settings, tiny, builds, capsys, caplog):
-    argv = ["ask", "How is the sound?", "--item", "KINDLE", "--data-dir", str(settings.data_dir), "--home", str(settings.home), "--reader-model", str(tiny)]
+    argv = [
+        "ask",
+        "How is the sound?",
+        "--item",
+        "KINDLE",
+        "--data-dir",
+        str(settings.data_dir),
+        "--home",
+        str(settings.home),
+        "--reader-model",
+        str(tiny),
+    ]
     assert main(argv) == 0
     first_line = capsys.readouterr().out.splitlines()[0]
     assert first_line.endswith(", onnx int8)") and builds == [str(tiny)] and caplog.text.count(BUILDING) == 1
@@ -246,10 +259,14 @@ def test_the_int8_reader_gives_the_torch_readers_answers_on_real_questions(real_
         documents = [gold_document(question)]
         top = [r.run(question.question, documents)["answers"][0] for r in (torch_reader, onnx_reader)]
         same_decision += (top[0].data is None) == (top[1].data is None)
-        same_top += (top[0].data, top[0].document_offset and top[0].document_offset.start) == (top[1].data, top[1].document_offset and top[1].document_offset.start)
+        same_top += (top[0].data, top[0].document_offset and top[0].document_offset.start) == (
+            top[1].data,
+            top[1].document_offset and top[1].document_offset.start,
+        )
     assert same_decision / len(questions) >= 0.9 and same_top / len(questions) >= 0.85, (same_decision, same_top, len(questions))
-    print(f"int8 against torch on {len(questions)} electronics dev questions: same top answer {same_top}, same answer/no-answer decision {same_decision}")
-
+    print(
+        f"int8 against torch on {len(questions)} electronics dev questions: same top answer {same_top}, same answer/no-answer decision {same_decision}"
+    )
 
 
 def test_evaluation_reads_with_the_onnx_reader_and_says_so(settings, tiny, tmp_path, capsys):
@@ -270,7 +287,11 @@ def test_export_onnx_prebuilds_the_cached_export_or_writes_a_copy_elsewhere(sett
     assert builds == [str(tiny)]  # the first answer finds it built
     assert main(["export-onnx", *common, "--full-range"]) == 2
     error = capsys.readouterr().err
-    assert error.startswith("error: The cached export's int8 weights are chosen by this CPU") and "--output DIR" in error and len(error.strip().splitlines()) == 1
+    assert (
+        error.startswith("error: The cached export's int8 weights are chosen by this CPU")
+        and "--output DIR" in error
+        and len(error.strip().splitlines()) == 1
+    )
     assert main(["export-onnx", *common, "--output", str(tmp_path / "copy"), "--seven-bit"]) == 0
     assert f"--reader-onnx-model {tmp_path / 'copy'}" in capsys.readouterr().out
     assert json.loads((tmp_path / "copy" / "export.json").read_text())["reduce_range"] is True
@@ -279,6 +300,7 @@ def test_export_onnx_prebuilds_the_cached_export_or_writes_a_copy_elsewhere(sett
 def test_pruning_removes_only_exports_it_wrote_never_a_folder_that_shares_their_name(tmp_path):
     """A cache folder named in a pipeline YAML may hold the user's folders: one named like an export, without
     an export's listing of its own files, is never removed, while the oldest real export is."""
+
     def export(name: str, age: float) -> Path:
         folder = tmp_path / name
         folder.mkdir()

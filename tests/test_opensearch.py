@@ -13,9 +13,9 @@ import uuid
 import pytest
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
-from helpers.search_server import free_port
 
 import qa_system
+from helpers.search_server import free_port
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -248,7 +248,9 @@ def test_no_collection_addresses_or_replaces_the_index_behind_another_collection
     discard_opensearch_index(os_settings, staging)
     assert concrete_indices(os_settings, name) == [concrete]
     index = open_index(os_settings, name=name)
-    assert index.store.count_documents() == 3 and review_ids(build_retrieval_pipeline("bm25", os_settings, index=index), "kettle", top_k=3) == ["b-1"]
+    assert index.store.count_documents() == 3 and review_ids(
+        build_retrieval_pipeline("bm25", os_settings, index=index), "kettle", top_k=3
+    ) == ["b-1"]
 
 
 def test_manifest_update_of_the_index_in_service(os_settings, os_index, name):
@@ -304,11 +306,18 @@ def test_dense_pipeline_on_a_knn_server_filters_inside_the_vector_search(tmp_pat
     body = opensearch_index_body(384)
     assert body["settings"]["index"]["knn"] is True
     assert body["mappings"]["properties"]["embedding"] == {
-        "type": "knn_vector", "dimension": 384, "method": {"name": "hnsw", "space_type": "cosinesimil", "engine": "lucene"},
+        "type": "knn_vector",
+        "dimension": 384,
+        "method": {"name": "hnsw", "space_type": "cosinesimil", "engine": "lucene"},
     }
     assert "embedding" not in opensearch_index_body(None)["mappings"]["properties"]
     settings = Settings(home=tmp_path, store="opensearch", opensearch_url="http://127.0.0.1:9")
-    index = Index("opensearch", "subjqa-electronics", _opensearch_document_store(settings, "subjqa-electronics", body), {"embedding_model": settings.embedding_model})
+    index = Index(
+        "opensearch",
+        "subjqa-electronics",
+        _opensearch_document_store(settings, "subjqa-electronics", body),
+        {"embedding_model": settings.embedding_model},
+    )
     for retriever in ("dense", "hybrid"):
         dense = load_pipeline(retriever, index, settings).get_component("dense_retriever")
         assert type(dense).__name__ == "OpenSearchEmbeddingRetriever" and dense.to_dict()["init_parameters"]["efficient_filtering"] is True

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from helpers.subjqa import write_subjqa
 
 EXTRAS = {"files": ("pypdf", "trafilatura", "markdown_it", "mdit_plain"), "browser": ("selenium",)}
@@ -34,14 +35,14 @@ class NotInstalled:
 
 sys.meta_path.insert(0, NotInstalled())
 '''
-ANSWER = textwrap.dedent('''
+ANSWER = textwrap.dedent("""
     import json, sys
     import qa_system
     from qa_system.cli import main
 
     code = main(["ask", "Is it good for reading?", "--item", "KINDLE", "--retriever", "bm25", "--top-k", "2"])
     print(json.dumps({"code": code, "loaded": sorted(m for m in sys.modules if m.partition(".")[0] in BLOCKED)}))
-''')
+""")
 
 
 @pytest.fixture
@@ -52,9 +53,12 @@ def bare_install(tmp_path, tiny_reader):
     site.mkdir()
     (site / "sitecustomize.py").write_text(BLOCKER.format(blocked=blocked))
     env = {
-        **os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).resolve().parent.parent)]),
-        "QA_HOME": str(tmp_path / "home"), "QA_DATA_DIR": str(write_subjqa(tmp_path / "subjqa")),
-        "QA_READER_MODEL": str(tiny_reader), "QA_READER_BACKEND": "torch",
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).resolve().parent.parent)]),
+        "QA_HOME": str(tmp_path / "home"),
+        "QA_DATA_DIR": str(write_subjqa(tmp_path / "subjqa")),
+        "QA_READER_MODEL": str(tiny_reader),
+        "QA_READER_BACKEND": "torch",
     }
 
     def run(code: str) -> subprocess.CompletedProcess:
@@ -83,7 +87,9 @@ def test_without_the_files_extra_indexing_such_a_file_names_it(bare_install, tmp
     code = f"import sys\nfrom qa_system.cli import main\nsys.exit(main(['index', '--input', {str(document)!r}, '--collection', 'mine']))"
     result = bare_install(code)
     assert result.returncode == 2, result.stderr[-2000:]
-    assert result.stderr == f"error: Reading {suffix} files needs {packages}, which is not installed. Fix: pip install 'qa_system[files]'.\n"
+    assert (
+        result.stderr == f"error: Reading {suffix} files needs {packages}, which is not installed. Fix: pip install 'qa_system[files]'.\n"
+    )
 
 
 def test_without_the_files_extra_plain_text_still_indexes(bare_install, tmp_path):
@@ -96,6 +102,11 @@ def test_without_the_files_extra_plain_text_still_indexes(bare_install, tmp_path
 
 
 def test_without_the_browser_extra_bench_page_names_it(bare_install):
-    result = bare_install("import sys\nfrom qa_system.cli import main\nsys.exit(main(['bench', 'page', '--sessions', '1', '--seconds', '1']))")
+    result = bare_install(
+        "import sys\nfrom qa_system.cli import main\nsys.exit(main(['bench', 'page', '--sessions', '1', '--seconds', '1']))"
+    )
     assert result.returncode == 2, result.stderr[-2000:]
-    assert result.stderr == "error: Driving the page in a browser needs selenium, which is not installed. Fix: pip install 'qa_system[browser]'.\n"
+    assert (
+        result.stderr
+        == "error: Driving the page in a browser needs selenium, which is not installed. Fix: pip install 'qa_system[browser]'.\n"
+    )

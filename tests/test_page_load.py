@@ -7,8 +7,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 
@@ -18,7 +18,12 @@ from qa_system.cli import main as cli
 
 
 def test_the_page_acknowledgement_is_read_as_a_count():
-    assert [acknowledged_clicks(c) for c in ("Saved: right answer.", "Saved 12 clicks, the last: wrong answer.", "", "Thanks")] == [1, 12, 0, 0]
+    assert [acknowledged_clicks(c) for c in ("Saved: right answer.", "Saved 12 clicks, the last: wrong answer.", "", "Thanks")] == [
+        1,
+        12,
+        0,
+        0,
+    ]
 
 
 @contextmanager
@@ -60,7 +65,10 @@ def test_the_browsers_processes_are_kept_below_the_page_server_even_when_they_ra
         assert child.nice() == 7
 
 
-@pytest.mark.parametrize("flags, message", [(["--sessions", "0"], "--sessions must be"), (["--sessions", "17"], "sessions must be"), (["--seconds", "-1"], "--seconds")])
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--sessions", "0"], "--sessions must be"), (["--sessions", "17"], "sessions must be"), (["--seconds", "-1"], "--seconds")],
+)
 def test_bad_load_test_settings_are_one_line(flags, message, capsys, tmp_path):
     assert cli(["bench", "page", *flags, "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 from haystack import Pipeline
+
 from helpers.search_server import free_port
 from helpers.selector import synthetic_records
 from helpers.subjqa import SPLIT_ROWS, write_subjqa
-
 from qa_system.cli import main
 from qa_system.config import REPO_ROOT
 from qa_system.ingestion.indexing import build_index
@@ -47,10 +47,25 @@ def export(settings, tmp_path: Path, *flags: str) -> Path:
     """Run `qa-system export-pipeline` on the tiny SubjQA index; the written file's path."""
     build_index(settings, "electronics", embed=False, progress=False)
     output = tmp_path / "exported" / "extractive.yml"
-    code = main([
-        "export-pipeline", "extractive", "--output", str(output), "--data-dir", str(settings.data_dir), "--home", str(settings.home),
-        "--store", "memory", "--reader-model", str(SHIPPED_READER), "--reader-backend", "torch", *flags,
-    ])
+    code = main(
+        [
+            "export-pipeline",
+            "extractive",
+            "--output",
+            str(output),
+            "--data-dir",
+            str(settings.data_dir),
+            "--home",
+            str(settings.home),
+            "--store",
+            "memory",
+            "--reader-model",
+            str(SHIPPED_READER),
+            "--reader-backend",
+            "torch",
+            *flags,
+        ]
+    )
     assert code == 0
     return output
 
@@ -66,8 +81,10 @@ def test_the_exported_yaml_loads_with_pipeline_loads_and_answers(exported):
     assert "${" not in text and "$$" not in text  # no placeholder left: every setting resolved
     pipeline = Pipeline.loads(text, allowed_modules=["qa_system"])  # plain Haystack, nothing of qa_system.pipelines' loader
     assert set(pipeline.graph.nodes) == {"sparse_retriever", "reader"}  # no selector fits this reader: left out, as ask does
-    result = pipeline.run({"sparse_retriever": {"query": QUESTION, "filters": KINDLE}, "reader": {"query": QUESTION}},
-                          include_outputs_from={"sparse_retriever"})
+    result = pipeline.run(
+        {"sparse_retriever": {"query": QUESTION, "filters": KINDLE}, "reader": {"query": QUESTION}},
+        include_outputs_from={"sparse_retriever"},
+    )
     documents = result["sparse_retriever"]["documents"]
     assert len(documents) == 3 and {d.meta["item_id"] for d in documents} == {"KINDLE"}  # --top-k 3, the filter applied
     assert documents[0].meta["review_id"] == "r-kindle-1"
@@ -77,22 +94,30 @@ def test_the_exported_yaml_loads_with_pipeline_loads_and_answers(exported):
     assert "reading" in best.data or "screen" in best.data
 
 
-def test_hayhooks_sees_inputs_and_outputs_and_the_selector_stays_when_it_fits(settings, tmp_path, monkeypatch, selector_for_the_shipped_reader):
+def test_hayhooks_sees_inputs_and_outputs_and_the_selector_stays_when_it_fits(
+    settings, tmp_path, monkeypatch, selector_for_the_shipped_reader
+):
     monkeypatch.setenv("QA_SELECTOR_MODEL", str(selector_for_the_shipped_reader))
     definition = yaml.safe_load(export(settings, tmp_path, "--answers", "2").read_text(encoding="utf-8"))
-    assert definition["inputs"] == {"query": ["sparse_retriever.query", "reader.query", "selector.query"], "filters": ["sparse_retriever.filters"]}
+    assert definition["inputs"] == {
+        "query": ["sparse_retriever.query", "reader.query", "selector.query"],
+        "filters": ["sparse_retriever.filters"],
+    }
     assert definition["outputs"] == {"documents": "sparse_retriever.documents", "answers": "selector.answers"}
     assert definition["components"]["selector"]["init_parameters"]["top_k"] == 2
     pipeline = Pipeline.from_dict(definition, allowed_modules=["qa_system"])
-    answers = pipeline.run({"sparse_retriever": {"query": QUESTION, "filters": KINDLE}, "reader": {"query": QUESTION},
-                            "selector": {"query": QUESTION}})["selector"]["answers"]
+    answers = pipeline.run(
+        {"sparse_retriever": {"query": QUESTION, "filters": KINDLE}, "reader": {"query": QUESTION}, "selector": {"query": QUESTION}}
+    )["selector"]["answers"]
     assert answers and all(0 <= a.meta["probability"] <= 1 for a in answers)
 
 
 def test_export_refuses_a_directory_as_output_in_one_line(settings, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("QA_SELECTOR_MODEL", "none")
     build_index(settings, "electronics", embed=False, progress=False)
-    code = main(["export-pipeline", "extractive", "--output", str(tmp_path), "--data-dir", str(settings.data_dir), "--home", str(settings.home)])
+    code = main(
+        ["export-pipeline", "extractive", "--output", str(tmp_path), "--data-dir", str(settings.data_dir), "--home", str(settings.home)]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is a directory" in err and "Fix: name a file" in err and err.count("\n") == 1
@@ -125,14 +150,28 @@ def test_a_hayhooks_server_deploys_the_exported_pipeline_and_answers_on_loopback
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / "hayhooks.log"
     env = {**os.environ, "HAYSTACK_DESERIALIZATION_ALLOWLIST": "qa_system", "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-c", "from hayhooks.cli import hayhooks_cli; hayhooks_cli()", "run", "--host", "127.0.0.1", "--port", str(port),
-               "--pipelines-dir", str(tmp_path / "served"), "--without-monitoring", "--without-tracing"]
+    command = [
+        sys.executable,
+        "-c",
+        "from hayhooks.cli import hayhooks_cli; hayhooks_cli()",
+        "run",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--pipelines-dir",
+        str(tmp_path / "served"),
+        "--without-monitoring",
+        "--without-tracing",
+    ]
     (tmp_path / "served").mkdir()
     with log.open("w") as output:
         server = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT)
     try:
         _wait_until_up(server, url, log)
-        status, body = _request(f"{url}/deploy-yaml", {"name": "reviews", "source_code": exported.read_text(encoding="utf-8"), "save_file": False}, 120)
+        status, body = _request(
+            f"{url}/deploy-yaml", {"name": "reviews", "source_code": exported.read_text(encoding="utf-8"), "save_file": False}, 120
+        )
         assert status == 200, body
         status, body = _request(f"{url}/reviews/run", {"query": QUESTION, "filters": KINDLE}, 180)
         assert status == 200, body
@@ -171,28 +210,42 @@ def test_the_documented_hayhooks_commands_answer_through_the_selector(settings, 
     # The tiny corpus, its e-reader under the product id the docs ask about, with a review that answers its question.
     answering = {"review": f"{READING} ANSWERNOTFOUND", "human_ans_spans": READING[:27], "human_ans_indices": "(0, 27)"}
     splits = {
-        split: [{**row, "item_id": row["item_id"].replace("KINDLE", "B0074BW614"), **(answering if row["review_id"] == "r-kindle-1" else {})} for row in rows]
+        split: [
+            {**row, "item_id": row["item_id"].replace("KINDLE", "B0074BW614"), **(answering if row["review_id"] == "r-kindle-1" else {})}
+            for row in rows
+        ]
         for split, rows in SPLIT_ROWS.items()
-    }  # fmt: skip
+    }
     settings = settings.model_copy(update={"data_dir": write_subjqa(tmp_path / "subjqa-readme", splits)})
     build_index(settings, "electronics", embed=False, progress=False)
     port = str(free_port())
     bin_dir = str(Path(sys.executable).parent)  # the venv's qa-system and hayhooks
     env = {
-        **os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO_ROOT), "HAYHOOKS_PORT": port,
-        "QA_DATA_DIR": str(settings.data_dir), "QA_HOME": str(settings.home), "QA_READER_BACKEND": "torch",
-    }  # fmt: skip
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO_ROOT),
+        "HAYHOOKS_PORT": port,
+        "QA_DATA_DIR": str(settings.data_dir),
+        "QA_HOME": str(settings.home),
+        "QA_READER_BACKEND": "torch",
+    }
     env.pop("QA_SELECTOR_MODEL", None)
 
     def shell(line: str, timeout: float) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", "-c", line.replace("1416", port)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["bash", "-c", line.replace("1416", port)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+        )
 
     exported = shell(export_line, 300)
     assert exported.returncode == 0, exported.stderr
-    assert "selector" in yaml.safe_load((tmp_path / "served" / "reviews.yml").read_text(encoding="utf-8"))["components"]  # the shipped selector fits
+    assert (
+        "selector" in yaml.safe_load((tmp_path / "served" / "reviews.yml").read_text(encoding="utf-8"))["components"]
+    )  # the shipped selector fits
     log = tmp_path / "hayhooks.log"
     with log.open("w") as output:
-        server = subprocess.Popen(["bash", "-c", run_line.removesuffix("&").replace("1416", port)], cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            ["bash", "-c", run_line.removesuffix("&").replace("1416", port)], cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT
+        )
     try:
         _wait_until_up(server, f"http://127.0.0.1:{port}", log)
         deployed = shell(deploy_line, 300)
@@ -202,7 +255,9 @@ def test_the_documented_hayhooks_commands_answer_through_the_selector(settings, 
         body = json.loads(answered.stdout)
         answers = body["result"]["selector"]["answers"]
         assert [a["meta"]["chosen"] for a in answers].count(True) == 1 and all(0 <= a["meta"]["probability"] <= 1 for a in answers)
-        assert answers[0]["meta"]["chosen"] and answers[0]["data"].startswith("It is very good for reading")  # the selector answers, with the whole phrase
+        assert answers[0]["meta"]["chosen"] and answers[0]["data"].startswith(
+            "It is very good for reading"
+        )  # the selector answers, with the whole phrase
         assert answers[0]["document"]["meta"]["item_id"] == "B0074BW614"
     finally:
         server.terminate()
@@ -214,10 +269,32 @@ def test_a_hybrid_retrieval_pipeline_exports_with_the_saved_embeddings_and_ranks
 
     build_index(settings, "electronics", embed=True, progress=False)
     output = tmp_path / "hybrid.yml"
-    assert main(["export-pipeline", "retrieval", "--retriever", "hybrid", "--top-k", "3", "--output", str(output),
-                 "--data-dir", str(settings.data_dir), "--home", str(settings.home), "--store", "memory"]) == 0
+    assert (
+        main(
+            [
+                "export-pipeline",
+                "retrieval",
+                "--retriever",
+                "hybrid",
+                "--top-k",
+                "3",
+                "--output",
+                str(output),
+                "--data-dir",
+                str(settings.data_dir),
+                "--home",
+                str(settings.home),
+                "--store",
+                "memory",
+            ]
+        )
+        == 0
+    )
     definition = yaml.safe_load(output.read_text(encoding="utf-8"))
-    assert definition["inputs"] == {"query": ["sparse_retriever.query", "query_embedder.text"], "filters": ["sparse_retriever.filters", "dense_retriever.filters"]}
+    assert definition["inputs"] == {
+        "query": ["sparse_retriever.query", "query_embedder.text"],
+        "filters": ["sparse_retriever.filters", "dense_retriever.filters"],
+    }
     assert definition["outputs"] == {"documents": "fusion.documents"}
     pipeline = Pipeline.loads(output.read_text(encoding="utf-8"), allowed_modules=["qa_system"])
     question = "How is the bass?"
@@ -235,16 +312,39 @@ def test_a_cache_dir_named_in_the_yaml_keeps_everything_the_retriever_did_not_sa
     monkeypatch.setattr(bm25, "CACHED_INDEXES", 1)  # the retriever keeps only its newest index: nothing else may go
     build_index(settings, "electronics", embed=False, progress=False)
     output = tmp_path / "bm25.yml"
-    assert main(["export-pipeline", "retrieval", "--retriever", "bm25", "--top-k", "3", "--output", str(output),
-                 "--data-dir", str(settings.data_dir), "--home", str(settings.home), "--store", "memory"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "export-pipeline",
+                "retrieval",
+                "--retriever",
+                "bm25",
+                "--top-k",
+                "3",
+                "--output",
+                str(output),
+                "--data-dir",
+                str(settings.data_dir),
+                "--home",
+                str(settings.home),
+                "--store",
+                "memory",
+            ]
+        )
+        == 0
+    )
     definition = yaml.safe_load(output.read_text(encoding="utf-8"))
     mine = tmp_path / "my-files"
     definition["components"]["sparse_retriever"]["init_parameters"]["cache_dir"] = str(mine)
     kept = {
-        "photos/cat.jpg": "jpeg", "thesis/chapter1.tex": "tex", "taxes/2023.csv": "csv", "notes.txt": "notes",
+        "photos/cat.jpg": "jpeg",
+        "thesis/chapter1.tex": "tex",
+        "taxes/2023.csv": "csv",
+        "notes.txt": "notes",
         "0123456789abcdef0123456789abcdef/params.index.json": "mine, named like a digest",  # an md5-named folder of the user's
-        ".partial-20240101/draft.txt": "draft", ".notes~999999~backup": "a hidden file named like a dead writer's",
-    }  # fmt: skip
+        ".partial-20240101/draft.txt": "draft",
+        ".notes~999999~backup": "a hidden file named like a dead writer's",
+    }
     for name, text in kept.items():
         (mine / name).parent.mkdir(parents=True, exist_ok=True)
         (mine / name).write_text(text, encoding="utf-8")
@@ -268,14 +368,19 @@ def test_a_pipeline_serialises_no_deployment_setting_and_no_machine_path(setting
     from qa_system.reading.reader import ExtractiveReader
 
     monkeypatch.chdir(REPO_ROOT)  # the reader named relatively, as a hub id would be
-    served = settings.with_(reader_model="models/reader-minilm-subjqa", selector_model="none", reader_backend="torch", reader_batch_windows=8)
+    served = settings.with_(
+        reader_model="models/reader-minilm-subjqa", selector_model="none", reader_backend="torch", reader_batch_windows=8
+    )
     build_index(served, "electronics", embed=False, progress=False)
     pipeline = build_qa_pipeline("bm25", served, answer_stage="extractive")
     reader = pipeline.pipeline.get_component("reader")
     assert (reader.backend, reader.batch_windows, reader.onnx_cache) == ("torch", 8, str(served.reader_onnx_cache))  # handed over
     definition = yaml.safe_load(pipeline.pipeline.dumps())
     deployment = {*ExtractiveReader.RUNTIME_SETTINGS, "device", "cache_dir"}
-    assert {name: sorted(deployment & set(c["init_parameters"])) for name, c in definition["components"].items()} == {"sparse_retriever": ["cache_dir"], "reader": []}
+    assert {name: sorted(deployment & set(c["init_parameters"])) for name, c in definition["components"].items()} == {
+        "sparse_retriever": ["cache_dir"],
+        "reader": [],
+    }
     assert definition["components"]["sparse_retriever"]["init_parameters"]["cache_dir"] is None  # the collection's own is the machine's
 
     def strings(value):
@@ -289,7 +394,9 @@ def test_a_pipeline_serialises_no_deployment_setting_and_no_machine_path(setting
     assert machine == []
     assert answers_of(pipeline)  # and it still reads with what was handed over
     for template in PIPELINES_DIR.glob("*.yml"):
-        assert not re.search(r"onnx_cache|onnx_model|batch_wait_ms|batch_windows|reader_backend|device:|cache_dir", template.read_text(encoding="utf-8")), template.name
+        assert not re.search(
+            r"onnx_cache|onnx_model|batch_wait_ms|batch_windows|reader_backend|device:|cache_dir", template.read_text(encoding="utf-8")
+        ), template.name
 
 
 def answers_of(pipeline) -> list:

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 from helpers.models import tiny_model_dir
 from helpers.training import REVIEW, labelled
-
 from qa_system.cli import main
 from qa_system.progress import Progress, duration, track, training_progress
 
@@ -121,12 +120,19 @@ def test_index_input_into_a_log_prints_progress_lines_not_silence(tmp_path, caps
     monkeypatch.setattr(qa_system.progress, "LOG_EVERY_S", 0)  # a line for every document: a long job, in short
     monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
     source = tmp_path / "reviews.csv"
-    source.write_text("id,text,product\n" + "".join(f"r{i},review number {i} says the battery lasts {i} days,P{i % 3}\n" for i in range(40)))
-    assert main(["index", "--input", str(source), "--collection", "mine", "--id-column", "id", "--item-column", "product", "--no-embed"]) == 0
+    source.write_text(
+        "id,text,product\n" + "".join(f"r{i},review number {i} says the battery lasts {i} days,P{i % 3}\n" for i in range(40))
+    )
+    assert (
+        main(["index", "--input", str(source), "--collection", "mine", "--id-column", "id", "--item-column", "product", "--no-embed"]) == 0
+    )
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("indexing mine: ")]
     assert len(lines) == 41, err
-    assert all(re.fullmatch(r"indexing mine: [\d,]+ documents \(~\d+% of the source\), [\d,.]+ documents/s(, \S+ left)?(, embedded \d+)?", line) for line in lines[:-1]), lines
+    assert all(
+        re.fullmatch(r"indexing mine: [\d,]+ documents \(~\d+% of the source\), [\d,.]+ documents/s(, \S+ left)?(, embedded \d+)?", line)
+        for line in lines[:-1]
+    ), lines
     assert [int(re.search(r"(\d+) documents", line)[1]) for line in lines[:-1]] == list(range(1, 41))
     assert re.fullmatch(r"indexing mine: done, 40 documents in \d+s, [\d,.]+ documents/s, embedded 0", lines[-1]), lines[-1]
 
@@ -134,7 +140,6 @@ def test_index_input_into_a_log_prints_progress_lines_not_silence(tmp_path, caps
 def test_reader_training_into_a_log_prints_its_steps_with_rate_and_loss(tmp_path, capsys, monkeypatch):
     """A real (tiny) train_reader run with stderr not a terminal: a line per step here, the trainer's own printing gone."""
     import qa_system.progress
-
     from qa_system.sources.squad import write_squad
     from qa_system.sources.subjqa import GoldAnswer
     from qa_system.training.reader import TrainingConfig, train_reader

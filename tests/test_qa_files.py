@@ -5,8 +5,8 @@ import json
 
 import pandas as pd
 import pytest
-from helpers.qa_files import CONTEXT, MRQA_QAS, mrqa_lines, span
 
+from helpers.qa_files import CONTEXT, MRQA_QAS, mrqa_lines, span
 from qa_system.errors import QAError
 from qa_system.sources.qa_files import labelled_questions, read_qa_file, read_qa_files
 
@@ -19,7 +19,11 @@ def squad_json(qas, version="v2.0", context=CONTEXT, title="t"):
 
 
 def qa(qid, question, answer=None, impossible=None):
-    record = {"id": qid, "question": question, "answers": [] if answer is None else [{"text": answer, "answer_start": CONTEXT.index(answer)}]}
+    record = {
+        "id": qid,
+        "question": question,
+        "answers": [] if answer is None else [{"text": answer, "answer_start": CONTEXT.index(answer)}],
+    }
     if impossible is not None:
         record["is_impossible"] = impossible
     return record
@@ -57,7 +61,10 @@ def test_a_span_off_by_one_character_is_caught(tmp_path):
     [
         (mrqa_lines(MRQA_QAS) + "{not json\n", "line 3 is not valid JSON"),
         (mrqa_lines([{"question": "?", "detected_answers": []}]), "line 2.qas[0] has no 'qid'. Fix: fix that record (MRQA format)."),
-        (mrqa_lines([{"qid": "a", "question": "?", "detected_answers": [{"text": "x", "char_spans": [[1, "2"]]}]}]), "has a char span that is not [start, end]"),
+        (
+            mrqa_lines([{"qid": "a", "question": "?", "detected_answers": [{"text": "x", "char_spans": [[1, "2"]]}]}]),
+            "has a char span that is not [start, end]",
+        ),
         (mrqa_lines([MRQA_QAS[0], MRQA_QAS[0]]), "repeats the question id 'm1'"),
     ],
 )
@@ -116,7 +123,9 @@ def test_unreadable_files_are_one_line_errors(tmp_path, content, message):
 def test_questions_are_deduplicated_by_id_across_files_with_a_report_per_file(tmp_path):
     # As SQuAD 2.0 dev and 1.1 dev: the answerable questions of the first are questions of the second, same ids.
     (tmp_path / "dev-v2.json").write_text(squad_json([qa("q1", "how long?", "6000 hours", False), qa("q2", "price?", impossible=True)]))
-    (tmp_path / "dev-v1.json").write_text(squad_json([qa("q1", "how long?", "6000 hours"), qa("q3", "what is great?", "Battery")], version="1.1"))
+    (tmp_path / "dev-v1.json").write_text(
+        squad_json([qa("q1", "how long?", "6000 hours"), qa("q3", "what is great?", "Battery")], version="1.1")
+    )
     (tmp_path / "toy.jsonl").write_text(mrqa_lines(MRQA_QAS))
     reports = read_qa_files([tmp_path / "dev-v2.json", tmp_path / "dev-v1.json", tmp_path / "toy.jsonl"])
     assert [[e.id for e in r.examples] for r in reports] == [["q1", "q2"], ["q3"], ["m1", "m2"]]
@@ -126,9 +135,16 @@ def test_questions_are_deduplicated_by_id_across_files_with_a_report_per_file(tm
         "0 question(s) without a located answer, 0 answer(s) not located"
     )
     assert reports[2].as_dict() == {
-        "file": "toy.jsonl", "format": "MRQA", "used": 2, "unanswerable": 0, "duplicates": 0,
-        "skipped_questions": 1, "unlocated_answers": 1, "dev_questions": 0, "dev_dropped": False,
-    }  # fmt: skip
+        "file": "toy.jsonl",
+        "format": "MRQA",
+        "used": 2,
+        "unanswerable": 0,
+        "duplicates": 0,
+        "skipped_questions": 1,
+        "unlocated_answers": 1,
+        "dev_questions": 0,
+        "dev_dropped": False,
+    }
 
     # Training files' questions that are dev questions: counted, and dropped when asked.
     kept, dropped = (read_qa_files([tmp_path / "dev-v1.json"], dev_ids={"q1", "q3"}, drop_dev=drop) for drop in (False, True))
@@ -160,7 +176,9 @@ def test_examples_become_labelled_questions_for_the_evaluation_runners(tmp_path)
 def test_the_shared_qa_files(real_data_dir):
     """The ~21,200 distinct SQuAD questions of the three SQuAD files; every MRQA span located."""
     data = real_data_dir.parent
-    squad = read_qa_files([data / "squad" / "dev-v2.0.json", data / "squad" / "dev-v1.1.json", data / "squad" / "train-v2.0-first10articles.json"])
+    squad = read_qa_files(
+        [data / "squad" / "dev-v2.0.json", data / "squad" / "dev-v1.1.json", data / "squad" / "train-v2.0-first10articles.json"]
+    )
     assert [r.read.format for r in squad] == ["SQuAD v2.0", "SQuAD v1.1", "SQuAD v2.0"]
     assert [len(r.examples) for r in squad] == [11873, 4642, 4719] and squad[1].duplicates == 5928
     assert sum(r.unanswerable for r in squad) == 5945 + 348
@@ -171,21 +189,62 @@ def test_the_shared_qa_files(real_data_dir):
 def test_the_commands_read_any_format_and_report_per_file(tmp_path, tiny_reader, capsys):
     from qa_system.cli import main
 
-    (tmp_path / "squad.json").write_text(squad_json([qa("q1", "how long does the battery last?", "6000 hours"), qa("q2", "price?", impossible=True)]))
+    (tmp_path / "squad.json").write_text(
+        squad_json([qa("q1", "how long does the battery last?", "6000 hours"), qa("q2", "price?", impossible=True)])
+    )
     (tmp_path / "toy.jsonl").write_text(mrqa_lines(MRQA_QAS))
     argv = [
-        "train-reader", "--no-subjqa", "--train-file", str(tmp_path / "toy.jsonl"), str(tmp_path / "toy.jsonl"), "--dev-file", str(tmp_path / "squad.json"),
-        "--base-model", str(tiny_reader), "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
-        "--max-seq-length", "64", "--doc-stride", "16", "--home", str(tmp_path / "home"),
-    ]  # fmt: skip
+        "train-reader",
+        "--no-subjqa",
+        "--train-file",
+        str(tmp_path / "toy.jsonl"),
+        str(tmp_path / "toy.jsonl"),
+        "--dev-file",
+        str(tmp_path / "squad.json"),
+        "--base-model",
+        str(tiny_reader),
+        "--output",
+        str(tmp_path / "reader"),
+        "--epochs",
+        "1",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-seq-length",
+        "64",
+        "--doc-stride",
+        "16",
+        "--home",
+        str(tmp_path / "home"),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"train {tmp_path / 'toy.jsonl'} (MRQA): used 2 questions (2 answerable, 0 unanswerable); dropped 0 duplicate(s)" in out
-    assert "used 0 questions (0 answerable, 0 unanswerable); dropped 2 duplicate(s) of earlier files, 1 question(s) without a located answer" in out
+    assert (
+        "used 0 questions (0 answerable, 0 unanswerable); dropped 2 duplicate(s) of earlier files, 1 question(s) without a located answer"
+        in out
+    )
     assert f"dev {tmp_path / 'squad.json'} (SQuAD v2.0): used 2 questions (1 answerable, 1 unanswerable)" in out
 
     report_dir = tmp_path / "report"
-    assert main(["eval", "reader", "--labels", str(tmp_path / "toy.jsonl"), "--reader", str(tmp_path / "reader"), "--out", str(report_dir), "--home", str(tmp_path / "home")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "reader",
+                "--labels",
+                str(tmp_path / "toy.jsonl"),
+                "--reader",
+                str(tmp_path / "reader"),
+                "--out",
+                str(report_dir),
+                "--home",
+                str(tmp_path / "home"),
+            ]
+        )
+        == 0
+    )
     report = json.loads((report_dir / "report.json").read_text())
     assert (report["labels"], report["format"], report["collection"], report["questions"]) == (str(tmp_path / "toy.jsonl"), "MRQA", None, 2)
     assert report["title"] == "Reader evaluation: toy.jsonl (MRQA) (gold context)"
@@ -196,15 +255,29 @@ def test_the_commands_read_any_format_and_report_per_file(tmp_path, tiny_reader,
     (tmp_path / "bad.json").write_text("question,answer\n")
     assert main(["eval", "reader", "--labels", str(tmp_path / "bad.json"), "--home", str(tmp_path / "home")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "is neither SQuAD JSON nor MRQA JSON lines" in err and len(err.strip().splitlines()) == 1  # before any model loads
+    assert (
+        err.startswith("error: ") and "is neither SQuAD JSON nor MRQA JSON lines" in err and len(err.strip().splitlines()) == 1
+    )  # before any model loads
     with pytest.raises(SystemExit):  # one door: --labels took over from --file
         main(["eval", "reader", "--file", str(tmp_path / "toy.jsonl")])
 
 
-@pytest.mark.parametrize("name, content", [
-    ("squad.json", squad_json([qa("q1", "how long does the battery last?", "6000 hours"), qa("q2", "price?", impossible=True), qa("q3", "what is great?", "Battery")])),
-    ("toy.jsonl", mrqa_lines(MRQA_QAS)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        (
+            "squad.json",
+            squad_json(
+                [
+                    qa("q1", "how long does the battery last?", "6000 hours"),
+                    qa("q2", "price?", impossible=True),
+                    qa("q3", "what is great?", "Battery"),
+                ]
+            ),
+        ),
+        ("toy.jsonl", mrqa_lines(MRQA_QAS)),
+    ],
+)
 def test_eval_reader_labels_scores_a_file_as_eval_reader_file_did(tmp_path, tiny_reader, name, content):
     """`--labels FILE` without a collection gives the figures that `--file FILE` gave: each question read with
     its own context, as ``read_qa_file`` and ``labelled_questions`` make them (what --file ran)."""
@@ -215,7 +288,20 @@ def test_eval_reader_labels_scores_a_file_as_eval_reader_file_did(tmp_path, tiny
     path = tmp_path / name
     path.write_text(content)
     out = tmp_path / "report"
-    argv = ["eval", "reader", "--labels", str(path), "--reader", str(tiny_reader), "--reader-backend", "torch", "--out", str(out), "--home", str(tmp_path / "home")]
+    argv = [
+        "eval",
+        "reader",
+        "--labels",
+        str(path),
+        "--reader",
+        str(tiny_reader),
+        "--reader-backend",
+        "torch",
+        "--out",
+        str(out),
+        "--home",
+        str(tmp_path / "home"),
+    ]
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from haystack import Document, Pipeline
+
 from helpers.down_server import DownServer
 from helpers.models import LONG, tiny_model_dir
-
 from qa_system.errors import QAError
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, SpanCandidate, encode_windows
 from qa_system.reading.reader import deduplicate
@@ -117,7 +117,12 @@ def test_no_answer_wins_when_the_threshold_says_so(model_dir):
 
 
 def test_deduplicate_keeps_the_best_of_overlapping_spans_per_document():
-    spans = [SpanCandidate(0, 0, 10, 1.0, 0), SpanCandidate(0, 5, 12, 2.0, 1), SpanCandidate(1, 5, 12, 0.5, 2), SpanCandidate(0, 12, 14, 0.1, 1)]
+    spans = [
+        SpanCandidate(0, 0, 10, 1.0, 0),
+        SpanCandidate(0, 5, 12, 2.0, 1),
+        SpanCandidate(1, 5, 12, 0.5, 2),
+        SpanCandidate(0, 12, 14, 0.1, 1),
+    ]
     assert deduplicate(spans) == [spans[1], spans[2], spans[3]]
 
 
@@ -132,7 +137,11 @@ def test_concurrent_runs_read_like_one_after_the_other(model_dir):
     """The API runs one reader from several threads: its tokenizer's settings must not leak between runs
     (they did: about 1 run in 150 read a ragged batch and failed)."""
     reader = ExtractiveReader(model=str(model_dir))
-    documents = [Document(content="The battery lasts about ten hours."), Document(content="Sound is great. " * 4), Document(content="Cheap.")]
+    documents = [
+        Document(content="The battery lasts about ten hours."),
+        Document(content="Sound is great. " * 4),
+        Document(content="Cheap."),
+    ]
     questions = [f"How long does the battery last {'really ' * (i % 5)}?" for i in range(10)]
     expected = {q: reader.predict(q, documents) for q in questions}
     failures: list[str] = []
@@ -180,7 +189,13 @@ def load_in_fresh_process(model_id: str, hub: str, cache: Path, probe: bool = Tr
         f"try:\n    model.load_qa_model({model_id!r})\nexcept QAError as error:\n    print(error)\n    sys.exit(2)\nprint('loaded')\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}  # the hub is asked, and is down
-    done = subprocess.run([sys.executable, "-c", code], env={**env, "HF_ENDPOINT": hub, "HF_HUB_CACHE": str(cache)}, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "HF_ENDPOINT": hub, "HF_HUB_CACHE": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return done.returncode, done.stdout.strip()
 
 
@@ -219,7 +234,9 @@ def test_a_cached_hub_model_still_loads_when_the_hub_is_unreachable(tmp_path, mo
     (repo / "refs" / "main").write_text(commit)
     with DownServer() as hub:
         code, output = load_in_fresh_process("someone/tiny-reader", hub.url, tmp_path / "hub-cache")
-    assert (code, output) == (0, "loaded") and hub.requests.count("HEAD /") == 1 and model_requests(hub) == [], hub.requests  # one probe, then the cache
+    assert (code, output) == (0, "loaded") and hub.requests.count("HEAD /") == 1 and model_requests(hub) == [], (
+        hub.requests
+    )  # one probe, then the cache
 
 
 def test_tuned_threshold_is_the_default_and_an_explicit_one_wins(model_dir, tmp_path):
@@ -251,7 +268,9 @@ def labelled(qid, answers, context, subjective=False):
     from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
 
     golds = [GoldAnswer(text, context.index(text)) for text in answers]
-    return LabelledQuestion(qid, "battery?", "B1", qid, f"electronics/test/{qid}", "electronics", "test", golds, subjective, context=context)
+    return LabelledQuestion(
+        qid, "battery?", "B1", qid, f"electronics/test/{qid}", "electronics", "test", golds, subjective, context=context
+    )
 
 
 def test_reader_and_pipeline_evaluation_records_and_summary(model_dir):

@@ -75,7 +75,7 @@ def test_relative_links_in_readme_and_docs_point_at_files():
 
 
 def test_link_finder_sees_links_and_skips_code():
-    text = "[a](docs/x.md) ![b](img.png \"t\") [c](https://e.org) [d](#here) `[e](no.md)`\n```\n[f](no.md)\n```\n[g](y.md#part)"
+    text = '[a](docs/x.md) ![b](img.png "t") [c](https://e.org) [d](#here) `[e](no.md)`\n```\n[f](no.md)\n```\n[g](y.md#part)'
     assert relative_links(text) == ["docs/x.md", "img.png", "y.md"]
 
 

@@ -5,8 +5,8 @@ import os
 
 import pandas as pd
 import pytest
-from helpers.reports import png, write
 
+from helpers.reports import png, write
 from qa_system.errors import QAError
 from qa_system.evaluation.report import MAX_FIGURE_PIXELS, figure_bytes, find_reports, markdown_table, read_report, reports_folder
 from qa_system.safe_text import WORD_JOINER
@@ -63,7 +63,13 @@ def test_figures_are_checked_before_they_are_shown(tmp_path):
     (report / "bomb.png").write_bytes(png(20_000, 20_000))  # 400 million pixels: Pillow itself refuses to open it
     (report / "big.png").write_bytes(png(6_000, 6_000))  # 36 million: Pillow opens it, the page does not
     assert 6_000 * 6_000 > MAX_FIGURE_PIXELS
-    for name, problem in (("fake.png", "not an image"), ("cut.png", "not an image"), ("report.csv", "not an image"), ("bomb.png", "too large"), ("big.png", "too large")):
+    for name, problem in (
+        ("fake.png", "not an image"),
+        ("cut.png", "not an image"),
+        ("report.csv", "not an image"),
+        ("bomb.png", "too large"),
+        ("big.png", "too large"),
+    ):
         with pytest.raises(QAError, match=f"The figure {name} is {problem}"):
             figure_bytes(report / name)
 

@@ -6,9 +6,9 @@ import os
 import pandas as pd
 import pytest
 from haystack import Document, Pipeline
+
 from helpers.ingestion import COLUMNS, write_csv
 from helpers.subjqa import write_subjqa
-
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion.indexing import build_index
@@ -113,8 +113,11 @@ def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, c
     home = Settings.from_env(home=tmp_path / "home", store="memory", data_dir=tmp_path / "no-subjqa")  # the collection's documents only
     ingest(home, write_csv(tmp_path / "reviews.csv"), "labelled", COLUMNS, embed=False, progress=False)
     labels = tmp_path / "labels.csv"
-    labels.write_text("question,answer,document_id\nHow long does the battery last?,a whole week,r1\nIs the screen dim in sunlight?,,r2\n"
-                      "What broke?,The cable broke,r4\nHow is the bass?,deep bass,r3\n", encoding="utf-8")
+    labels.write_text(
+        "question,answer,document_id\nHow long does the battery last?,a whole week,r1\nIs the screen dim in sunlight?,,r2\n"
+        "What broke?,The cable broke,r4\nHow is the bass?,deep bass,r3\n",
+        encoding="utf-8",
+    )
     monkeypatch.setenv("QA_HOME", str(home.home))
     monkeypatch.setenv("QA_DATA_DIR", str(home.data_dir))
     monkeypatch.delenv("QA_STORE", raising=False)
@@ -141,8 +144,32 @@ def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, c
     same = tune_bm25(home, "electronics", labels=load_labels(labels, home, "labelled"))
     assert len(same) == 64 and same.loc[same["recommended"], ["k1", "b"]].values.tolist() == [[1.2, 0.75]]
     squad = tmp_path / "own.json"
-    squad.write_text(json.dumps({"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "It lasts a whole week.", "qas": [
-        {"id": "q1", "question": "How long?", "is_impossible": False, "answers": [{"text": "a whole week", "answer_start": 9}]}]}]}]}), encoding="utf-8")
+    squad.write_text(
+        json.dumps(
+            {
+                "version": "v2.0",
+                "data": [
+                    {
+                        "title": "T",
+                        "paragraphs": [
+                            {
+                                "context": "It lasts a whole week.",
+                                "qas": [
+                                    {
+                                        "id": "q1",
+                                        "question": "How long?",
+                                        "is_impossible": False,
+                                        "answers": [{"text": "a whole week", "answer_start": 9}],
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
     with pytest.raises(QAError, match="read without a collection"):
         tune_bm25(home, "electronics", labels=load_labels(squad))
     # So does the retriever evaluation (it searched the SubjQA domain's index, which this home does not even have).
@@ -175,14 +202,21 @@ def test_a_review_in_two_splits_is_found_once_under_either_split_by_every_retrie
             pipeline = build_retrieval_pipeline(retriever, indexed[backend])
             for split in ("dev", "test"):
                 found = pipeline.run("How is the sound?", item_id="KINDLE", split=split, top_k=5)["documents"]
-                assert [(d.id, d.meta["split"]) for d in found] == [("electronics/r-kindle-3", ["dev", "test"])], (backend, retriever, split)
+                assert [(d.id, d.meta["split"]) for d in found] == [("electronics/r-kindle-3", ["dev", "test"])], (
+                    backend,
+                    retriever,
+                    split,
+                )
             # No split filter: the product's three reviews, each once.
             product = pipeline.run("How is the sound?", item_id="KINDLE", top_k=5)["documents"]
             assert sorted(d.meta["review_id"] for d in product) == ["r-kindle-1", "r-kindle-2", "r-kindle-3"], (backend, retriever)
             # Other operators go through the same matcher: "in" finds a review by any of its splits.
             in_dev = pipeline.run("sound", filters=make_filters(item_id="KINDLE", split=["dev"]), top_k=5)["documents"]
             assert [d.meta["review_id"] for d in in_dev] == ["r-kindle-3"], (backend, retriever)
-            assert pipeline.run("sound", filters=make_filters(item_id="MOUSE", split="dev"), top_k=5)["documents"] == [], (backend, retriever)
+            assert pipeline.run("sound", filters=make_filters(item_id="MOUSE", split="dev"), top_k=5)["documents"] == [], (
+                backend,
+                retriever,
+            )
 
 
 def test_list_valued_meta_matches_by_element_where_haystack_compares_whole_lists():
@@ -202,8 +236,14 @@ def test_list_valued_meta_matches_by_element_where_haystack_compares_whole_lists
     assert stock.filter_documents(test) == []
     # Ours: by element, as Elasticsearch matches an array field.
     cases = [
-        ("==", "test", True), ("==", "train", False), ("in", ["train", "dev"], True), ("in", ["train"], False),
-        ("!=", "test", False), ("!=", "train", True), ("not in", ["dev"], False), ("not in", ["train"], True),
+        ("==", "test", True),
+        ("==", "train", False),
+        ("in", ["train", "dev"], True),
+        ("in", ["train"], False),
+        ("!=", "test", False),
+        ("!=", "train", True),
+        ("not in", ["dev"], False),
+        ("not in", ["train"], True),
         ("==", ["dev", "test"], True),  # the whole list, as Haystack reads it
     ]
     for operator, value, expected in cases:
@@ -263,14 +303,20 @@ def _library_calls():
         "eval-retriever-limit": (lambda s: evaluate_retrievers(s, retrievers=["bm25"], limit=-1), "limit must be a whole number"),
         "eval-retriever-k": (lambda s: evaluate_retrievers(s, retrievers=["bm25"], ks=[1, 0]), "k must be a whole number"),
         "eval-reader-top-k": (lambda s: evaluate_readers(s, [s.reader_model], top_k=0), "top_k must be a whole number"),
-        "eval-pipeline-threshold": (lambda s: evaluate_pipelines(s, [s.reader_model], no_answer_threshold=float("nan")), "no_answer_threshold must be a finite"),
+        "eval-pipeline-threshold": (
+            lambda s: evaluate_pipelines(s, [s.reader_model], no_answer_threshold=float("nan")),
+            "no_answer_threshold must be a finite",
+        ),
         "eval-rag-limit": (lambda s: evaluate_rag(s, limit=0, progress=False), "limit must be a whole number"),
         "tune-bm25-limit": (lambda s: tune_bm25(s, "electronics", limit=-1), "limit must be a whole number"),
         "fit-limit": (lambda s: dev_questions(s, "electronics", "dev", limit=-1), "limit must be a whole number"),
         "bench-sizes": (lambda s: run_bench(s, sizes=[0]), "sizes must be a whole number"),
         "reader-top-k": (lambda s: ExtractiveReader(s.reader_model, top_k=-1), "top_k must be a whole number"),
         "reader-config": (lambda s: TrainingConfig(epochs=0), "epochs must be a whole number"),
-        "retriever-config": (lambda s: RetrieverTrainingConfig(learning_rate=float("inf")), "learning_rate must be a finite number above 0"),
+        "retriever-config": (
+            lambda s: RetrieverTrainingConfig(learning_rate=float("inf")),
+            "learning_rate must be a finite number above 0",
+        ),
         "reranker-weight": (lambda s: AnswerabilityRanker(retriever_weight=1.5), "retriever_weight must be a finite number from 0 to 1"),
         "reader-warmup": (lambda s: TrainingConfig(warmup_ratio=1.5), "warmup_ratio must be a finite number from 0 to 1"),
         "settings": (lambda s: s.with_(num_beams=0), "num_beams must be a whole number"),
@@ -289,9 +335,7 @@ def test_counts_are_checked_by_every_library_entry_point(settings, call):
 def test_dense_and_hybrid_find_the_semantic_match(indexed):
     # No shared word with the gold review: BM25 cannot tell, the encoder can.
     for retriever in ("dense", "hybrid"):
-        result = build_retrieval_pipeline(retriever, indexed["memory"]).run(
-            "Did the cable break?", item_id="HEADPHONES", top_k=2
-        )
+        result = build_retrieval_pipeline(retriever, indexed["memory"]).run("Did the cable break?", item_id="HEADPHONES", top_k=2)
         assert review_ids(result)[0] == "r-phones-2", retriever
     hybrid = build_retrieval_pipeline("hybrid", indexed["memory"]).run("Did the cable break?", item_id="HEADPHONES")
     assert all(len(d.meta["retriever_scores"]) == 2 for d in hybrid["documents"])
@@ -436,7 +480,9 @@ def test_pipelines_of_the_embedded_stores_cache_their_bm25_index_per_collection(
     settings = indexed["memory"]
     pipeline = build_retrieval_pipeline("bm25", settings, index=open_index(settings, "electronics"))
     assert review_ids(pipeline.run("bass", item_id="HEADPHONES", top_k=1)) == ["r-phones-1"]
-    [electronics] = [p for p in settings.bm25_cache_of("subjqa-electronics").iterdir() if not p.name.startswith(".")]  # for the next process
+    [electronics] = [
+        p for p in settings.bm25_cache_of("subjqa-electronics").iterdir() if not p.name.startswith(".")
+    ]  # for the next process
     # Another collection re-indexed again and again keeps its own two newest and never pushes this one out.
     shop_cache = settings.bm25_cache_of("shop")
     for version in range(4):

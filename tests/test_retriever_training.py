@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from haystack import Document
-from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 
+from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion.indexing import build_index, open_or_build_index
@@ -18,6 +18,7 @@ from qa_system.pipelines import check_embeddings
 from qa_system.retrieval.encoders import tuned_encoders
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, fusion_grid, ranking_scores
 from qa_system.retrieval.rerank import mix
+from qa_system.sources import load_subjqa
 from qa_system.training.retriever import (
     RetrieverTrainingConfig,
     TrainingData,
@@ -26,7 +27,6 @@ from qa_system.training.retriever import (
     train_retriever,
     training_data,
 )
-from qa_system.sources import load_subjqa
 
 WORDS = "the screen battery sound bass cord mouse scroll wheel shipping reading good how is it".split()
 
@@ -43,7 +43,14 @@ def tiny_encoder(directory: Path, seed: int = 0) -> str:
     tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(dict.fromkeys(tokens))}, do_lower_case=True)
     tokenizer.save_pretrained(directory)
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     BertModel(config).save_pretrained(directory)
     return str(directory)
 
@@ -116,7 +123,9 @@ def test_two_training_steps_save_an_encoder_the_retriever_reloads(tmp_path, sett
     from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
 
     out = tmp_path / "retriever"
-    config = RetrieverTrainingConfig(encoders=kind, epochs=1, max_steps=2, batch_size=2, hard_negatives=0, learning_rate=1e-3, max_seq_length=64)
+    config = RetrieverTrainingConfig(
+        encoders=kind, epochs=1, max_steps=2, batch_size=2, hard_negatives=0, learning_rate=1e-3, max_seq_length=64
+    )
     result = train_retriever(["electronics"], encoder, out, config, settings, progress=False)
     assert result.best_epoch == 1 and result.history[0]["epoch"] == 0 and result.history[1]["steps"] == 2
     info = json.loads((out / "qa_system.json").read_text())
@@ -153,7 +162,9 @@ def stop_after(steps: int):
 
 @pytest.mark.parametrize("kind", ["question", "separate"])
 def test_an_interrupted_run_resumes_from_its_checkpoint_where_it_stopped(tmp_path, settings, encoder, kind):
-    config = RetrieverTrainingConfig(encoders=kind, epochs=3, batch_size=2, hard_negatives=0, learning_rate=1e-3, checkpoint_steps=1, patience=3)
+    config = RetrieverTrainingConfig(
+        encoders=kind, epochs=3, batch_size=2, hard_negatives=0, learning_rate=1e-3, checkpoint_steps=1, patience=3
+    )
     whole = train_retriever(["electronics"], encoder, tmp_path / "whole", config, settings, progress=False)
     assert whole.finished and whole.steps == 6 and [h["epoch"] for h in whole.history] == [0, 1, 2, 3]
     assert not (tmp_path / "whole" / "checkpoints").exists()  # a finished run keeps no checkpoints
@@ -168,19 +179,28 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_where_it_stopped(tmp_pat
     info = json.loads((out / "qa_system.json").read_text())
     assert info["steps"] == 6 and len(info["history"]) == 4
     # Batches, learning-rate schedule, optimiser state and random generators come back: the weights are the uninterrupted run's.
-    for model in (["query", "passage"] if kind == "separate" else ["."]):
+    for model in ["query", "passage"] if kind == "separate" else ["."]:
         assert np.allclose(_weights(out / model), _weights(tmp_path / "whole" / model), atol=1e-6)
     with pytest.raises(QAError, match="No checkpoint to resume from"):
         train_retriever(["electronics"], encoder, out, config, settings, progress=False, resume_from="last")
     with pytest.raises(QAError, match="was saved by a run with other settings"):
         train_retriever(["electronics"], encoder, tmp_path / "again", config, settings, progress=False, callbacks=[stop_after(2)])
-        train_retriever(["electronics"], encoder, tmp_path / "again", RetrieverTrainingConfig(encoders=kind, epochs=2, batch_size=2, hard_negatives=0),
-                        settings, progress=False, resume_from="last")
+        train_retriever(
+            ["electronics"],
+            encoder,
+            tmp_path / "again",
+            RetrieverTrainingConfig(encoders=kind, epochs=2, batch_size=2, hard_negatives=0),
+            settings,
+            progress=False,
+            resume_from="last",
+        )
 
 
 def test_training_errors_are_one_line(tmp_path, settings, encoder):
     with pytest.raises(QAError, match="Could not load the base model"):
-        train_retriever(["electronics"], str(tmp_path / "missing"), tmp_path / "out", RetrieverTrainingConfig(max_steps=1), settings, progress=False)
+        train_retriever(
+            ["electronics"], str(tmp_path / "missing"), tmp_path / "out", RetrieverTrainingConfig(max_steps=1), settings, progress=False
+        )
     with pytest.raises(QAError, match="Unknown encoder kind"):
         train_retriever(["electronics"], encoder, tmp_path / "out", RetrieverTrainingConfig(encoders="both"), settings, progress=False)
     with pytest.raises(QAError, match="no trained retriever encoder"):
@@ -263,7 +283,14 @@ def tuned_setup(tmp_path, tiny_subjqa, tiny_reader, encoder):
     settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", embedding_model=encoder, reader_model=str(tiny_reader))
     build_index(settings, "electronics", progress=False)
     model = tmp_path / "retriever"
-    train_retriever(["electronics"], encoder, model, RetrieverTrainingConfig(epochs=1, max_steps=2, batch_size=2, hard_negatives=0), settings, progress=False)
+    train_retriever(
+        ["electronics"],
+        encoder,
+        model,
+        RetrieverTrainingConfig(epochs=1, max_steps=2, batch_size=2, hard_negatives=0),
+        settings,
+        progress=False,
+    )
     return settings, model
 
 
@@ -318,13 +345,30 @@ def test_evaluating_hybrid_never_writes_to_the_index(tuned_setup, tmp_path, monk
     from qa_system.cli import main
 
     settings, _ = tuned_setup
-    for name, value in {"QA_HOME": settings.home, "QA_DATA_DIR": settings.data_dir, "QA_EMBEDDING_MODEL": settings.embedding_model,
-                        "QA_READER_MODEL": settings.reader_model, "QA_READER_BACKEND": "torch"}.items():
+    for name, value in {
+        "QA_HOME": settings.home,
+        "QA_DATA_DIR": settings.data_dir,
+        "QA_EMBEDDING_MODEL": settings.embedding_model,
+        "QA_READER_MODEL": settings.reader_model,
+        "QA_READER_BACKEND": "torch",
+    }.items():
         monkeypatch.setenv(name, str(value))
     evaluations = [
         ["eval", "pipeline", "--retriever", "hybrid", "--split", "test", "--out", str(tmp_path / "pipeline")],
         ["eval", "pipeline", "--retriever", "hybrid", "--split", "dev", "--out", str(tmp_path / "pipeline-dev")],
-        ["eval", "retriever", "--retriever", "hybrid", "hybrid+rerank", "--split", "test", "--k", "1", "--out", str(tmp_path / "retriever")],
+        [
+            "eval",
+            "retriever",
+            "--retriever",
+            "hybrid",
+            "hybrid+rerank",
+            "--split",
+            "test",
+            "--k",
+            "1",
+            "--out",
+            str(tmp_path / "retriever"),
+        ],
     ]
     before = manifest_bytes(settings)
     assert before
@@ -376,8 +420,17 @@ def test_a_shared_encoder_variant_reads_its_own_index(tmp_path, tiny_subjqa, enc
 
     settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", embedding_model=encoder)
     model = tmp_path / "shared"
-    train_retriever(["electronics"], encoder, model, RetrieverTrainingConfig(encoders="shared", epochs=1, max_steps=1, batch_size=2, hard_negatives=0), settings, progress=False)
-    result = evaluate_retrievers(settings, "electronics", "test", ["dense", "dense-ft"], ks=(1,), out_dir=tmp_path / "report", tuned_model=model)
+    train_retriever(
+        ["electronics"],
+        encoder,
+        model,
+        RetrieverTrainingConfig(encoders="shared", epochs=1, max_steps=1, batch_size=2, hard_negatives=0),
+        settings,
+        progress=False,
+    )
+    result = evaluate_retrievers(
+        settings, "electronics", "test", ["dense", "dense-ft"], ks=(1,), out_dir=tmp_path / "report", tuned_model=model
+    )
     # k = 1 retrieves one review per question; chance is still exact, from the candidates the filters allow.
     assert list(result["metrics"]["retriever"].unique()) == ["dense", "dense-ft", CHANCE]
     report = json.loads((tmp_path / "report" / "report.json").read_text())
@@ -389,7 +442,22 @@ def test_cli_trains_fits_and_refuses_unknown_variants(tmp_path, tiny_subjqa, enc
 
     common = ["--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--embedding-model", encoder]
     out = tmp_path / "retriever"
-    args = ["--domain", "electronics", "--output", str(out), "--epochs", "1", "--max-steps", "1", "--batch-size", "2", "--hard-negatives", "0", "--threads", "1"]
+    args = [
+        "--domain",
+        "electronics",
+        "--output",
+        str(out),
+        "--epochs",
+        "1",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--hard-negatives",
+        "0",
+        "--threads",
+        "1",
+    ]
     assert main(["train-retriever", *common, *args]) == 0
     assert f"Use it with --query-embedding-model {out}" in capsys.readouterr().out
     assert main(["train-retriever", *common, *args, "--resume-from", "last"]) == 2  # a finished run keeps no checkpoint

@@ -4,8 +4,8 @@ import re
 import string
 
 import pytest
-from helpers.text import shown
 
+from helpers.text import shown
 from qa_system.safe_text import WORD_JOINER, html_text, markdown_literal
 
 HOSTILE = [
@@ -14,7 +14,7 @@ HOSTILE = [
     ":red[red] :red-background[x] :material/warning: :smile: $x^2$ $$y$$ a | b | c",
     "setext\n===\n- item\n1. item\n+ item\n[ref]: http://evil\n<https://evil> &amp; &lt;b&gt; \\*",
     "www.evil.com HTTPS://EVIL.COM ftp://evil mail me@evil.com xmpp:me@evil.com",
-    "plain text, with 7\" screens and 100% of 3 reviews",
+    'plain text, with 7" screens and 100% of 3 reviews',
 ]
 # GitHub's autolink literals, as mdast-util-gfm-autolink-literal finds them in (already unescaped) text.
 AUTOLINK_URL = re.compile(r"(https?://|www(?=\.))([-.\w]+)([^ \t\r\n]*)", re.IGNORECASE)
@@ -41,4 +41,4 @@ def test_markdown_literal_examples():
 
 
 def test_html_text_escapes_content_and_attributes():
-    assert html_text('<img src="x" onerror=\'y\'> & co') == "&lt;img src=&quot;x&quot; onerror=&#x27;y&#x27;&gt; &amp; co"
+    assert html_text("<img src=\"x\" onerror='y'> & co") == "&lt;img src=&quot;x&quot; onerror=&#x27;y&#x27;&gt; &amp; co"

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 from haystack import Document, Pipeline
-from helpers.selector import synthetic_records
 
+from helpers.selector import synthetic_records
 from qa_system.reading.reader import ReaderOutput, SpanCandidate
 from qa_system.reading.selection import SELECTOR_FILE, AnswerSelector, decide, group_candidates, read_documents, selector_fits_reader
 from qa_system.reading.selection_features import Candidate
@@ -65,7 +65,10 @@ def test_the_component_round_trips_through_a_yaml_pipeline_and_answers_with_prob
     pipeline.add_component("selector", AnswerSelector(model=str(folder), top_k=2))
     loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["qa_system"])
     assert yaml.safe_load(loaded.dumps()) == yaml.safe_load(pipeline.dumps())
-    documents = [Document(id="a", content="battery lasts a week. screen sharp."), Document(id="b", content="the battery lasts a week, really.")]
+    documents = [
+        Document(id="a", content="battery lasts a week. screen sharp."),
+        Document(id="b", content="the battery lasts a week, really."),
+    ]
     reading = reading_of(documents, [(0, 0, 20, 5.0), (1, 4, 24, 4.5), (0, 22, 34, 1.0)], [0.5, 1.0])
     answers = loaded.run({"selector": {"query": "how is the battery?", "documents": documents, "reading": reading}})["selector"]["answers"]
     assert len(answers) == 3 and sum(a.data is None for a in answers) == 1
@@ -92,25 +95,39 @@ def test_answers_come_by_their_chance_of_being_right_and_the_first_is_the_choice
     """The decision (expected F1s) and the probabilities (two calibrations fitted apart) can disagree: the
     decision answered, and its answer was put above a "no answer" with a higher chance of being right."""
     folder, _ = trained_selector
-    documents = [Document(id="a", content="battery lasts a week. screen sharp."), Document(id="b", content="the battery lasts a week, really.")]
+    documents = [
+        Document(id="a", content="battery lasts a week. screen sharp."),
+        Document(id="b", content="the battery lasts a week, really."),
+    ]
     reading = reading_of(documents, [(0, 0, 20, 6.0), (1, 4, 24, 5.5), (0, 22, 34, 1.0)], [-2.0, -1.0])
     selector = AnswerSelector(model=str(recalibrated(folder, tmp_path, 0.3, 0.6)), top_k=3)
     selector.warm_up()
-    assert selector._selector.choose("how is the battery?", read_documents(documents, reading))[3].answer is not None  # it decides to answer
+    assert (
+        selector._selector.choose("how is the battery?", read_documents(documents, reading))[3].answer is not None
+    )  # it decides to answer
     answers = selector.run("how is the battery?", documents, reading)["answers"]
     scores = [a.score for a in answers]
     assert scores == sorted(scores, reverse=True) and answers[0].data is None and scores[0] == 0.6
     assert [a.meta["chosen"] for a in answers] == [True] + [False] * (len(answers) - 1)
     # Agreeing, the decision comes first; at equal chances too.
     for answer_p, no_answer_p in ((0.7, 0.2), (0.5, 0.5)):
-        agreeing = AnswerSelector(model=str(recalibrated(folder, tmp_path, answer_p, no_answer_p)), top_k=3).run("how is the battery?", documents, reading)["answers"]
-        assert agreeing[0].data is not None and agreeing[0].meta["chosen"] and [a.score for a in agreeing] == sorted((a.score for a in agreeing), reverse=True)
+        agreeing = AnswerSelector(model=str(recalibrated(folder, tmp_path, answer_p, no_answer_p)), top_k=3).run(
+            "how is the battery?", documents, reading
+        )["answers"]
+        assert (
+            agreeing[0].data is not None
+            and agreeing[0].meta["chosen"]
+            and [a.score for a in agreeing] == sorted((a.score for a in agreeing), reverse=True)
+        )
 
 
 def test_every_answers_meta_is_plain_json(trained_selector):
     """``chosen`` was a numpy.bool_: Hayhooks (and any JSON encoder) answered 500 on every question."""
     folder, _ = trained_selector
-    documents = [Document(id="a", content="battery lasts a week. screen sharp."), Document(id="b", content="the battery lasts a week, really.")]
+    documents = [
+        Document(id="a", content="battery lasts a week. screen sharp."),
+        Document(id="b", content="the battery lasts a week, really."),
+    ]
     reading = reading_of(documents, [(0, 0, 20, 5.0), (1, 4, 24, 4.5), (0, 22, 34, 1.0)], [0.5, 1.0])
     answers = AnswerSelector(model=str(folder), top_k=3).run("how is the battery?", documents, reading)["answers"]
     assert len(answers) >= 2
@@ -179,7 +196,9 @@ def test_cross_fitting_reads_each_question_with_a_reader_that_never_trained_on_i
     assert all(d["id"].startswith("electronics/r-kindle") for d in by_id["q1"]["modes"]["product"])  # BM25 over its product's reviews
     # Done work is kept: a second call trains nothing and reads nothing again.
     stamp = (tmp_path / "work" / "fold-0" / "reader" / "model.safetensors").stat().st_mtime_ns
-    assert cross_fit_readers(settings, str(tiny_reader), tmp_path / "work", ["electronics"], folds=2, config=config, progress=False) == records
+    assert (
+        cross_fit_readers(settings, str(tiny_reader), tmp_path / "work", ["electronics"], folds=2, config=config, progress=False) == records
+    )
     assert (tmp_path / "work" / "fold-0" / "reader" / "model.safetensors").stat().st_mtime_ns == stamp
 
 
@@ -190,8 +209,19 @@ def test_train_selector_command_fits_a_selector_for_the_configured_reader(tmp_pa
     monkeypatch.setenv("QA_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("QA_HOME", str(settings.home))
     monkeypatch.setenv("QA_READER_BACKEND", "torch")
-    argv = ["train-selector", "--domain", "electronics", "--general-reader", str(tiny_reader), "--folds", "2",
-            "--reader-model", str(tiny_reader), "--output", str(tmp_path / "selector")]
+    argv = [
+        "train-selector",
+        "--domain",
+        "electronics",
+        "--general-reader",
+        str(tiny_reader),
+        "--folds",
+        "2",
+        "--reader-model",
+        str(tiny_reader),
+        "--output",
+        str(tmp_path / "selector"),
+    ]
     assert main(argv) == 0
     info = json.loads((tmp_path / "selector" / SELECTOR_FILE).read_text())
     assert info["reader_fingerprint"] == model_fingerprint(tiny_reader) and info["questions"] == 3

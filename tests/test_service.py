@@ -5,12 +5,11 @@ opening the collection it is told to without indexing SubjQA."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
-from helpers.subjqa import write_subjqa
 from streamlit.testing.v1 import AppTest
 
+from helpers.subjqa import write_subjqa
 from qa_system.cli import build_parser
 from qa_system.cli import main as cli
 from qa_system.config import Settings

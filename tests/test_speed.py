@@ -13,14 +13,23 @@ import numpy as np
 import pytest
 from haystack import Document
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+
 from helpers.models import LONG, tiny_model_dir
 from helpers.subjqa import REVIEWS, SPLIT_ROWS, write_subjqa
-
 from qa_system.bench.corpus import SYNTHETIC_PRODUCT_SIZE, synthetic_reviews
 from qa_system.bench.retrieval import K1, haystack_store, same_scoring_bm25
 from qa_system.cli import main
 from qa_system.errors import QAError
-from qa_system.reading.onnx import FP32_FILE, INT8_FILE, check_export, cpuinfo_field, export_onnx, has_full_range_weights, int8_dot_product, length_buckets
+from qa_system.reading.onnx import (
+    FP32_FILE,
+    INT8_FILE,
+    check_export,
+    cpuinfo_field,
+    export_onnx,
+    has_full_range_weights,
+    int8_dot_product,
+    length_buckets,
+)
 from qa_system.reading.reader import ExtractiveReader, encode_windows
 from qa_system.retrieval import FAISSFilteredEmbeddingRetriever, make_filters
 from qa_system.stores import new_faiss_store
@@ -44,7 +53,9 @@ def test_synthetic_reviews_are_deterministic_and_grouped_in_products(reviews):
     assert max(products.values()) == SYNTHETIC_PRODUCT_SIZE and len(products) == -(-300 // SYNTHETIC_PRODUCT_SIZE)
 
 
-@pytest.mark.parametrize("query", ["battery lasts", "the sound is tinny and quiet", "great for reading at night?", "bass bass bass", "zzz unknown"])
+@pytest.mark.parametrize(
+    "query", ["battery lasts", "the sound is tinny and quiet", "great for reading at night?", "bass bass bass", "zzz unknown"]
+)
 def test_bm25s_ranks_exactly_like_haystack_in_memory_bm25(reviews, query):
     store = haystack_store("speed-test")
     store.write_documents(reviews)
@@ -124,7 +135,9 @@ def test_onnx_fp32_reader_gives_the_torch_readers_answers(exported):
 def test_onnx_int8_reader_stays_close_to_fp32(exported):
     model, export = exported
     torch_reader = ExtractiveReader(model=str(model), backend="torch", max_seq_length=64, doc_stride=16)
-    int8 = ExtractiveReader(model=str(model), backend="onnx", onnx_model=export, max_seq_length=64, doc_stride=16)  # a directory: its int8 model
+    int8 = ExtractiveReader(
+        model=str(model), backend="onnx", onnx_model=export, max_seq_length=64, doc_stride=16
+    )  # a directory: its int8 model
     for reader in (torch_reader, int8):
         reader.warm_up()
     assert int8._onnx.path.name == INT8_FILE
@@ -250,10 +263,29 @@ def test_bench_command_writes_its_report(exported, tiny_subjqa, tmp_path, capsys
     model, _ = exported
     encoder = tiny_encoder(tmp_path / "encoder")
     out = tmp_path / "bench"
-    code = main([
-        "bench", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--reader-model", str(model),
-        "--embedding-model", str(encoder), "--sizes", "8", "80", "--queries", "3", "--budget", "0.5", "--skip-rag", "--out", str(out),
-    ])
+    code = main(
+        [
+            "bench",
+            "--data-dir",
+            str(tiny_subjqa),
+            "--home",
+            str(tmp_path / "home"),
+            "--reader-model",
+            str(model),
+            "--embedding-model",
+            str(encoder),
+            "--sizes",
+            "8",
+            "80",
+            "--queries",
+            "3",
+            "--budget",
+            "0.5",
+            "--skip-rag",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     for name in ("report.json", "report.md", "report.csv", "latency_vs_corpus_size.png", "reader.png"):
         assert (out / name).is_file(), name
@@ -269,7 +301,11 @@ def test_bench_command_writes_its_report(exported, tiny_subjqa, tmp_path, capsys
     assert {"one call per question", "4 questions per call", "8 questions per call"} <= {schedule for _, schedule in scheduling}
     assert scheduling["ONNX fp32", "8 questions per call"]["max_logit_change"] < 1e-4
     assert all(row["questions_per_s"] > 0 and row["ratio_to_one_call_per_question"] > 0 for row in scheduling.values())
-    assert all(row["ratio_to_one_call_per_question"] == 1 and row["max_logit_change"] == 0 for (_, s), row in scheduling.items() if s == "one call per question")
+    assert all(
+        row["ratio_to_one_call_per_question"] == 1 and row["max_logit_change"] == 0
+        for (_, s), row in scheduling.items()
+        if s == "one call per question"
+    )
     assert report["machine"]["physical_cores"] >= 1 and "target" in capsys.readouterr().out
     assert isinstance(report["machine"]["int8_dot_product"], list)
     assert "- int8 dot-product instructions: " in (out / "report.md").read_text()
@@ -293,11 +329,38 @@ def test_bench_refuses_a_corpus_too_small_for_its_questions(tiny_subjqa, tmp_pat
 
 def test_bench_ingest_times_index_input_on_a_csv_of_reviews(tiny_subjqa, tmp_path, capsys):
     home, out = tmp_path / "home", tmp_path / "bench-ingest"
-    assert main(["bench", "ingest", "--data-dir", str(tiny_subjqa), "--home", str(home), "--store", "memory", "--rows", "20", "--embed-rows", "0", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "ingest",
+                "--data-dir",
+                str(tiny_subjqa),
+                "--home",
+                str(home),
+                "--store",
+                "memory",
+                "--rows",
+                "20",
+                "--embed-rows",
+                "0",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     (run,) = json.loads((out / "report.json").read_text())["metrics"]
-    assert (run["run"], run["rows"], run["added"], run["embedded"]) == ("BM25 only", 20, 20, 0)  # the 6 real reviews, then 14 synthetic ones
+    assert (run["run"], run["rows"], run["added"], run["embedded"]) == (
+        "BM25 only",
+        20,
+        20,
+        0,
+    )  # the 6 real reviews, then 14 synthetic ones
     assert run["documents_per_s"] > 0 and run["peak_rss_mb"] > 0 and "documents_per_s" in capsys.readouterr().out
-    assert (home / "indexes" / "memory").is_dir() and not list((home / "indexes" / "memory").glob("bench-ingest-*"))  # its collection is deleted at the end
+    assert (home / "indexes" / "memory").is_dir() and not list(
+        (home / "indexes" / "memory").glob("bench-ingest-*")
+    )  # its collection is deleted at the end
 
 
 def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny_subjqa, tmp_path, capsys):
@@ -310,7 +373,25 @@ def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny
     reviews, left_out = real_reviews(settings, bench_questions(settings))
     assert sorted({d.meta["domain"] for d in reviews}) == ["books", "electronics"] and left_out == ["books: no train split"]
     out = tmp_path / "bench-ingest"
-    assert main(["bench", "ingest", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--rows", "20", "--embed-rows", "0", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "ingest",
+                "--data-dir",
+                str(tiny_subjqa),
+                "--home",
+                str(tmp_path / "home"),
+                "--rows",
+                "20",
+                "--embed-rows",
+                "0",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "left out of the corpus: books: no train split" in capsys.readouterr().err
     assert "left out of the corpus: books: no train split" in (out / "report.md").read_text()
     assert json.loads((out / "report.json").read_text())["metrics"][0]["added"] == 20
@@ -319,7 +400,20 @@ def test_a_domain_with_only_dev_and_test_is_benched_and_what_it_lacks_named(tiny
 def test_bench_ingest_reuses_its_csv_only_when_made_from_the_same_data_and_seed(tiny_subjqa, tmp_path, capsys):
     """`bench ingest` reuses its CSV for the same data and seed, and writes a new one for another seed (or --data-dir) rather than timing the old one again."""
     out = tmp_path / "bench-ingest"
-    argv = ["bench", "ingest", "--data-dir", str(tiny_subjqa), "--home", str(tmp_path / "home"), "--rows", "20", "--embed-rows", "0", "--out", str(out)]
+    argv = [
+        "bench",
+        "ingest",
+        "--data-dir",
+        str(tiny_subjqa),
+        "--home",
+        str(tmp_path / "home"),
+        "--rows",
+        "20",
+        "--embed-rows",
+        "0",
+        "--out",
+        str(out),
+    ]
     written = {}
     for seed in ("0", "0", "1"):
         assert main([*argv, "--seed", seed]) == 0
@@ -334,7 +428,11 @@ def test_the_benchmarks_are_one_family(gone, capsys):
 
     parser = build_parser()
     assert parser.parse_args(["bench"]).func.__name__ == "cmd_bench"
-    assert {parser.parse_args(["bench", name]).func.__name__ for name in ("page", "api", "ingest")} == {"cmd_bench_page", "cmd_bench_api", "cmd_bench_ingest"}
+    assert {parser.parse_args(["bench", name]).func.__name__ for name in ("page", "api", "ingest")} == {
+        "cmd_bench_page",
+        "cmd_bench_api",
+        "cmd_bench_ingest",
+    }
     with pytest.raises(SystemExit):
         parser.parse_args([gone])
     assert f"invalid choice: '{gone}'" in capsys.readouterr().err

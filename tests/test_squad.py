@@ -70,7 +70,12 @@ def squad_file(tmp_path, qas, context=REVIEW):
 
 def test_offsets_that_do_not_match_are_counted_and_reported(tmp_path):
     qas = [
-        {"id": "a", "question": "?", "answers": [{"text": "battery", "answer_start": 4}, {"text": "battery", "answer_start": 0}], "is_impossible": False},
+        {
+            "id": "a",
+            "question": "?",
+            "answers": [{"text": "battery", "answer_start": 4}, {"text": "battery", "answer_start": 0}],
+            "is_impossible": False,
+        },
         {"id": "b", "question": "?", "answers": [{"text": "nothing", "answer_start": 3}]},
     ]
     examples, report = read_squad(squad_file(tmp_path, qas))
@@ -84,8 +89,14 @@ def test_offsets_that_do_not_match_are_counted_and_reported(tmp_path):
     "qas, message",
     [
         ([{"id": "a", "answers": []}], "data[0].paragraphs[0].qas[0] has no 'question'"),
-        ([{"id": "a", "question": "?", "answers": [{"text": "x", "answer_start": "4"}]}], "qas[0].answers[0].answer_start has the wrong type"),
-        ([{"id": "a", "question": "?", "answers": [{"text": "battery", "answer_start": 4}], "is_impossible": True}], "marked impossible but has answers"),
+        (
+            [{"id": "a", "question": "?", "answers": [{"text": "x", "answer_start": "4"}]}],
+            "qas[0].answers[0].answer_start has the wrong type",
+        ),
+        (
+            [{"id": "a", "question": "?", "answers": [{"text": "battery", "answer_start": 4}], "is_impossible": True}],
+            "marked impossible but has answers",
+        ),
         ([{"id": "a", "question": "?", "answers": []}, {"id": "a", "question": "?", "answers": []}], "repeats the question id 'a'"),
     ],
 )
@@ -119,7 +130,9 @@ def test_subjqa_export_is_valid_squad(tmp_path):
 
 def articles_file(path, count=40):
     """``count`` one-paragraph articles (products), two questions each."""
-    write_squad([question(f"q{i}-{j}", [GoldAnswer("about 6000 hours", 18)], item=f"group-{i}") for i in range(count) for j in range(2)], path)
+    write_squad(
+        [question(f"q{i}-{j}", [GoldAnswer("about 6000 hours", 18)], item=f"group-{i}") for i in range(count) for j in range(2)], path
+    )
     return path
 
 
@@ -142,4 +155,7 @@ def test_held_out_split_and_samples_keep_whole_articles_the_same_on_every_call(t
     assert len(examples) == 2 * len(titles(sample))  # whole articles, every question kept
     assert sample_articles(train, tmp_path / "again", 50, salt="rehearse").read_text() == sample.read_text()
     assert titles(sample_articles(train, tmp_path / "other", 50, salt="other")) != titles(sample)  # the salt picks another sample
-    assert titles(sample_articles(train, tmp_path / "all", 100)) == titles(train) and titles(sample_articles(train, tmp_path / "none", 0)) == []
+    assert (
+        titles(sample_articles(train, tmp_path / "all", 100)) == titles(train)
+        and titles(sample_articles(train, tmp_path / "none", 0)) == []
+    )

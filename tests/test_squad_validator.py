@@ -14,19 +14,36 @@ from qa_system.sources import mrqa, squad_documents
 from qa_system.sources.records import IngestOptions, ReadCounts
 from qa_system.sources.squad import checked_field, checked_list, load_squad_json, read_squad, squad_paragraphs
 
-GOOD = {"version": "v2.0", "data": [{"title": " Kindle ", "paragraphs": [
-    {"context": "Great for reading at night.", "qas": [{"id": "q1", "question": "Good for reading?", "answers": [{"text": "Great for reading", "answer_start": 0}]}]},
-    {"context": "   ", "qas": []},
-]}]}
+GOOD = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": " Kindle ",
+            "paragraphs": [
+                {
+                    "context": "Great for reading at night.",
+                    "qas": [{"id": "q1", "question": "Good for reading?", "answers": [{"text": "Great for reading", "answer_start": 0}]}],
+                },
+                {"context": "   ", "qas": []},
+            ],
+        }
+    ],
+}
 
 BAD = {
     "not JSON": (b"{not json", "is not valid JSON (line 1:"),
     "nested too deeply": (b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nests JSON arrays or objects too deeply to read"),
     "no data list": (b'{"version": "v2.0"}', "has no top-level 'data' list."),
     "an article without paragraphs": (json.dumps({"data": [{"title": "t"}]}).encode(), "data[0] has no 'paragraphs'."),
-    "a context that is not text": (json.dumps({"data": [{"paragraphs": [{"context": 3, "qas": []}]}]}).encode(), "data[0].paragraphs[0].context has the wrong type (int)."),
-    "half a character in a context": (b'{"data": [{"paragraphs": [{"context": "a \\ud800 b", "qas": []}]}]}', "The context at data[0].paragraphs[0] of"),
-    "not UTF-8": ("{\"data\": [{\"paragraphs\": [{\"context\": \"caf\u00e9\", \"qas\": []}]}]}".encode("latin-1"), "is not utf-8 text"),
+    "a context that is not text": (
+        json.dumps({"data": [{"paragraphs": [{"context": 3, "qas": []}]}]}).encode(),
+        "data[0].paragraphs[0].context has the wrong type (int).",
+    ),
+    "half a character in a context": (
+        b'{"data": [{"paragraphs": [{"context": "a \\ud800 b", "qas": []}]}]}',
+        "The context at data[0].paragraphs[0] of",
+    ),
+    "not UTF-8": ('{"data": [{"paragraphs": [{"context": "caf\u00e9", "qas": []}]}]}'.encode("latin-1"), "is not utf-8 text"),
 }
 
 
@@ -39,7 +56,9 @@ def test_the_documents_and_the_labels_of_a_file_come_from_the_same_paragraphs(tm
     paragraphs = list(squad_paragraphs(load_squad_json(data, "file.json"), "file.json"))
     assert [(p.title, p.where) for p in paragraphs] == [(" Kindle ", "data[0].paragraphs[0]"), (" Kindle ", "data[0].paragraphs[1]")]
     records = documents(data)
-    assert [(r.text, r.item_id) for r in records] == [("Great for reading at night.", "Kindle")]  # the empty context is counted, not indexed
+    assert [(r.text, r.item_id) for r in records] == [
+        ("Great for reading at night.", "Kindle")
+    ]  # the empty context is counted, not indexed
     path = tmp_path / "file.json"
     path.write_bytes(b"\xef\xbb\xbf" + data)  # a byte-order mark is fine for both
     examples, report = read_squad(path)

@@ -4,12 +4,12 @@ import json
 
 import pytest
 from haystack import Document
+
 from helpers.models import tiny_model_dir, tiny_tokenizer
 from helpers.training import REVIEW
-
+from qa_system.metrics.no_answer import DevPrediction, scores_at, tune_no_answer_threshold
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
 from qa_system.sources.squad import read_squad
-from qa_system.metrics.no_answer import DevPrediction, scores_at, tune_no_answer_threshold
 from qa_system.training.reader import TrainingConfig, train_reader
 from qa_system.training.reader_data import training_features
 
@@ -125,8 +125,17 @@ def mrqa_file(path, qids=("m1", "m2")):
     """MRQA JSON lines over REVIEW (inclusive span ends), contexts joined MRQA-style with [PAR]."""
     context = "[TLE] kindle [PAR] " + REVIEW
     start = context.index("battery lasts")
-    qas = [{"qid": qid, "question": "how is the battery?", "detected_answers": [{"text": "battery lasts", "char_spans": [[start, start + 12]]}]} for qid in qids]
-    path.write_text(json.dumps({"header": {"dataset": "Toy", "split": "train"}}) + "\n" + json.dumps({"context": context, "qas": qas}) + "\n")
+    qas = [
+        {
+            "qid": qid,
+            "question": "how is the battery?",
+            "detected_answers": [{"text": "battery lasts", "char_spans": [[start, start + 12]]}],
+        }
+        for qid in qids
+    ]
+    path.write_text(
+        json.dumps({"header": {"dataset": "Toy", "split": "train"}}) + "\n" + json.dumps({"context": context, "qas": qas}) + "\n"
+    )
     return path
 
 
@@ -158,9 +167,13 @@ def test_a_window_without_the_first_answer_is_labelled_with_another_occurrence(t
 
     tokenizer = tiny_tokenizer(tmp_path / "tok")
     context = "the battery lasts 6000 hours. " + "it is a cheap screen and the sound is bad. " * 6 + "the battery lasts."
-    example = SquadExample("q", "t", "how is the battery?", context, [("battery lasts", context.rindex("battery lasts")), ("battery lasts", 4)], False)
+    example = SquadExample(
+        "q", "t", "how is the battery?", context, [("battery lasts", context.rindex("battery lasts")), ("battery lasts", 4)], False
+    )
     features = training_features(tokenizer, [example], max_seq_length=48, doc_stride=16)
-    labelled = [tokenizer.decode(f["input_ids"][f["start_positions"] : f["end_positions"] + 1]) for f in features if f["start_positions"] != 0]
+    labelled = [
+        tokenizer.decode(f["input_ids"][f["start_positions"] : f["end_positions"] + 1]) for f in features if f["start_positions"] != 0
+    ]
     # The first window holds only the second-listed occurrence: labelled with it rather than "no answer".
     assert features[0]["start_positions"] != 0 and len(labelled) >= 2 and set(labelled) == {"battery lasts"}
 
@@ -175,7 +188,10 @@ def test_training_files_report_what_they_gave(tmp_path, squad_files, capsys):
     train_reader([first, second, squad_files[0]], [dev], str(base), tmp_path / "out", config, progress=False, drop_dev_questions=True)
     out = capsys.readouterr().out
     assert f"train {second} (MRQA): used 1 questions (1 answerable, 0 unanswerable); dropped 1 duplicate(s) of earlier files" in out
-    assert f"train {squad_files[0]} (SQuAD v2.0): used 3 questions (2 answerable, 1 unanswerable)" in out and "1 dev question(s) dropped" in out
+    assert (
+        f"train {squad_files[0]} (SQuAD v2.0): used 3 questions (2 answerable, 1 unanswerable)" in out
+        and "1 dev question(s) dropped" in out
+    )
     info = json.loads((tmp_path / "out" / MODEL_INFO_FILE).read_text())
     assert info["train_questions"] == 6 and [d["used"] for d in info["train_data"]] == [2, 1, 3]
     assert info["train_data"][2]["dev_questions"] == 1 and info["train_data"][2]["dev_dropped"] is True
@@ -195,7 +211,16 @@ def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every
     train_reader([squad_files[0]], [squad_files[1]], str(general), specialised, config, progress=False)
 
     out = tmp_path / "mixed"
-    result = interpolate_readers(general, specialised, out, [squad_files[1]], weights=(0.0, 0.5, 1.0), report_files=[squad_files[0]], max_seq_length=48, doc_stride=16)
+    result = interpolate_readers(
+        general,
+        specialised,
+        out,
+        [squad_files[1]],
+        weights=(0.0, 0.5, 1.0),
+        report_files=[squad_files[0]],
+        max_seq_length=48,
+        doc_stride=16,
+    )
     f1s = [trial["prior_weighted_f1"] for trial in result.trials]
     assert [trial["weight"] for trial in result.trials] == [0.0, 0.5, 1.0]
     assert result.weight == (0.0, 0.5, 1.0)[f1s.index(max(f1s))]  # the first of the best
@@ -207,7 +232,9 @@ def test_interpolating_two_stages_keeps_the_weight_best_on_dev_and_records_every
     predictions = dev_predictions(saved, read_qa_file(squad_files[1])[0])
     threshold, _ = tune_no_answer_threshold(predictions, json.loads((specialised / MODEL_INFO_FILE).read_text())["no_answer_prior"])
     assert result.trials[-1]["no_answer_threshold"] == threshold
-    assert result.trials[-1]["dev"]["pooled"] == scores_at(predictions, threshold, json.loads((specialised / MODEL_INFO_FILE).read_text())["no_answer_prior"])
+    assert result.trials[-1]["dev"]["pooled"] == scores_at(
+        predictions, threshold, json.loads((specialised / MODEL_INFO_FILE).read_text())["no_answer_prior"]
+    )
     assert all(set(trial["reported"]) == {"train.json"} for trial in result.trials)
 
     g, s, mixed = (load_file(str(d / "model.safetensors")) for d in (general, specialised, out))
@@ -247,10 +274,34 @@ def test_train_reader_interpolate_mixes_with_the_base_model(tmp_path, squad_file
 
     base = tiny_model_dir(tmp_path / "base")
     argv = [
-        "train-reader", "--home", str(tmp_path / "home"), "--no-subjqa", "--train-file", str(squad_files[0]), "--dev-file", str(squad_files[1]),
-        "--base-model", str(base), "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
-        "--max-seq-length", "48", "--doc-stride", "16", "--interpolate", "0.5", "1", "--no-answer-prior", "0.4",
-    ]  # fmt: skip
+        "train-reader",
+        "--home",
+        str(tmp_path / "home"),
+        "--no-subjqa",
+        "--train-file",
+        str(squad_files[0]),
+        "--dev-file",
+        str(squad_files[1]),
+        "--base-model",
+        str(base),
+        "--output",
+        str(tmp_path / "reader"),
+        "--epochs",
+        "1",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-seq-length",
+        "48",
+        "--doc-stride",
+        "16",
+        "--interpolate",
+        "0.5",
+        "1",
+        "--no-answer-prior",
+        "0.4",
+    ]
     assert main(argv) == 0
     assert "Saved its mix with" in capsys.readouterr().out
     info = json.loads((tmp_path / "reader" / MODEL_INFO_FILE).read_text())
@@ -319,10 +370,29 @@ def test_auto_device_trains_on_the_cpu_here_and_an_absent_gpu_is_refused_in_one_
     assert training_device("auto") == training_device("cpu") == "cpu"
     base = tiny_model_dir(tmp_path / "base")
     argv = [
-        "train-reader", "--home", str(tmp_path / "home"), "--no-subjqa", "--train-file", str(squad_files[0]), "--dev-file", str(squad_files[1]),
-        "--base-model", str(base), "--output", str(tmp_path / "reader"), "--epochs", "1", "--max-steps", "1", "--batch-size", "2",
-        "--max-seq-length", "48", "--doc-stride", "16",
-    ]  # fmt: skip
+        "train-reader",
+        "--home",
+        str(tmp_path / "home"),
+        "--no-subjqa",
+        "--train-file",
+        str(squad_files[0]),
+        "--dev-file",
+        str(squad_files[1]),
+        "--base-model",
+        str(base),
+        "--output",
+        str(tmp_path / "reader"),
+        "--epochs",
+        "1",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-seq-length",
+        "48",
+        "--doc-stride",
+        "16",
+    ]
     capsys.readouterr()  # the tiny model's save progress
     for device in ("cuda", "cuda:1"):
         assert main([*argv, "--device", device]) == 2

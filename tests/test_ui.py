@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from haystack import GeneratedAnswer
-from helpers.text import shown
-from helpers.ui import TIMEOUT, answer_cards, ask, button, cards_html, messages
 from streamlit.testing.v1 import AppTest
 
 import qa_system.serving.pipeline_cache as service_module  # the page's pipelines are the service's: a RAG generator stands in there
+from helpers.text import shown
+from helpers.ui import TIMEOUT, answer_cards, ask, button, cards_html, messages
 from qa_system.cli import main as cli
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.serving.answer_views import rank_answers
@@ -31,7 +31,9 @@ def test_ask_shows_answer_cards_highlighted_at_the_readers_offsets(page, app_env
     products = at.selectbox(key="product").options
     assert products[:2] == ["All documents", "KINDLE"]  # then the most reviewed first (3 reviews: r-kindle-3, in dev and test, once)
     ask(at, "How is the bass?", "HEADPHONES")
-    assert at.sidebar.caption[0].value == "6 reviews · BM25 only"  # the collection's size beside its picker; embedded when a dense question needs it
+    assert (
+        at.sidebar.caption[0].value == "6 reviews · BM25 only"
+    )  # the collection's size beside its picker; embedded when a dense question needs it
     assert not at.exception and not at.error
     spans = [v for v in at.session_state["asked"].answers if v.kind == "span"]
     cards = answer_cards(at)
@@ -77,7 +79,9 @@ def test_switching_retriever_and_pipeline(page, monkeypatch):
         def run(self, question, **kwargs):
             output = self.retrieval.run(question, **kwargs)
             given = [replace(d, meta={**d.meta, "source_index": i, "referenced": i == 1}) for i, d in enumerate(output["documents"], 1)]
-            answer = GeneratedAnswer(data="The cord breaks [1].", query=question, documents=given, meta={"cited_document_ids": [given[0].id]})
+            answer = GeneratedAnswer(
+                data="The cord breaks [1].", query=question, documents=given, meta={"cited_document_ids": [given[0].id]}
+            )
             return {**output, "answers": [answer]}
 
     def build(retriever, settings, index=None, answer_stage="extractive"):
@@ -142,7 +146,9 @@ def test_feedback_is_stored_in_sqlite_and_exported_as_squad(page, app_env):
     vote(at, 2, "correct", "wrong").run()  # two clicks in one rerun, and a rerun repeating them: two rows
     assert "Saved 3 clicks, the last: wrong answer." in [c.value for c in at.caption]
     with sqlite3.connect(f"{app_env['QA_HOME']}/feedback.sqlite") as connection:
-        rows = connection.execute('SELECT question, answer, document_id, start, "end", verdict, created FROM feedback ORDER BY id').fetchall()
+        rows = connection.execute(
+            'SELECT question, answer, document_id, start, "end", verdict, created FROM feedback ORDER BY id'
+        ).fetchall()
     spans = [v for v in views if v.kind == "span"]
     first = spans[0]
     assert rows[0][:6] == ("How is the bass?", first.text, first.document.id, first.start, first.end, "correct") and rows[0][6]
@@ -210,7 +216,9 @@ def test_an_answer_from_other_settings_says_so(page):
     at.radio(key="retriever").set_value("dense")
     at.slider(key="top_k").set_value(2).run()
     notes = [shown(i.value) for i in at.info]
-    assert notes == ["The answers below come from other settings (retriever: BM25 (keywords), reviews to read: 5). Press Ask to update them."]
+    assert notes == [
+        "The answers below come from other settings (retriever: BM25 (keywords), reviews to read: 5). Press Ask to update them."
+    ]
     button(at, "Ask").click().run()
     assert not at.info and at.session_state["asked"].pipeline.startswith("dense")
 
@@ -238,7 +246,10 @@ def test_a_question_over_the_limit_is_refused_on_the_page_with_the_apis_message(
     with pytest.raises(QAError) as refused:  # the check /query and /feedback answer 422 with
         check_length(too_long)
     at = ask(page(), too_long, "HEADPHONES")
-    assert not at.exception and messages(at) == str(refused.value) == "The question is 1001 characters long. Fix: ask in at most 1000 characters."
+    assert (
+        not at.exception
+        and messages(at) == str(refused.value) == "The question is 1001 characters long. Fix: ask in at most 1000 characters."
+    )
     assert at.session_state["asked"] is None and not answer_cards(at)
 
 
@@ -318,7 +329,9 @@ def test_the_dashboard_keeps_its_folder_and_report_across_a_visit_to_the_search_
     reports = tmp_path / "reports"
     monkeypatch.setenv("QA_DATA_DIR", app_env["QA_DATA_DIR"])
     for name in ("bm25", "dense"):
-        assert cli(["eval", "retriever", "--split", "test", "--retriever", name, "--k", "1", "--out", str(reports / "retriever" / name)]) == 0
+        assert (
+            cli(["eval", "retriever", "--split", "test", "--retriever", name, "--k", "1", "--out", str(reports / "retriever" / name)]) == 0
+        )
     assert cli(["eval", "retriever", "--split", "dev", "--retriever", "bm25", "--k", "1", "--out", str(reports / "other")]) == 0
     at = page({"QA_REPORTS_DIR": str(reports)}).switch_page("dashboard.py").run()
     at.text_input(key="reports_dir").input("retriever").run()
@@ -360,9 +373,13 @@ def test_a_review_card_names_every_split_its_review_is_in():
     import cards
     from haystack import Document
 
-    both = unescape(cards.review_source(Document(id="electronics/r1", content="x", meta={"review_id": "r1", "item_id": "B1", "split": ["dev", "test"]})))
+    both = unescape(
+        cards.review_source(Document(id="electronics/r1", content="x", meta={"review_id": "r1", "item_id": "B1", "split": ["dev", "test"]}))
+    )
     assert both.endswith("B1 · dev + test splits")
-    one = unescape(cards.review_source(Document(id="electronics/r2", content="x", meta={"review_id": "r2", "item_id": "B1", "split": ["train"]})))
+    one = unescape(
+        cards.review_source(Document(id="electronics/r2", content="x", meta={"review_id": "r2", "item_id": "B1", "split": ["train"]}))
+    )
     assert one.endswith("B1 · train split")
 
 
@@ -370,12 +387,16 @@ def test_a_review_card_shows_the_whole_id_and_a_very_long_one_keeps_its_end_and_
     import cards
     from haystack import Document
 
-    source = unescape(cards.review_source(Document(id="d", content="x", meta={"document_id": "drugscom-train-161290", "item_id": "Valsartan"})))
+    source = unescape(
+        cards.review_source(Document(id="d", content="x", meta={"document_id": "drugscom-train-161290", "item_id": "Valsartan"}))
+    )
     assert source.startswith('review <span title="drugscom-train-161290">drugscom-train-161290</span>')
     digest = "4a6aa9c7" * 8  # an id made from the text's hash
     source = unescape(cards.review_source(Document(id="d", content="x", meta={"document_id": digest})))
     shown = source.split(">", 1)[1].split("<", 1)[0]
-    assert f'title="{digest}"' in source and "…" in shown and digest.startswith(shown.split("…")[0]) and digest.endswith(shown.split("…")[1])
+    assert (
+        f'title="{digest}"' in source and "…" in shown and digest.startswith(shown.split("…")[0]) and digest.endswith(shown.split("…")[1])
+    )
 
 
 def test_an_answer_card_shows_the_selectors_chance_the_reviews_saying_it_and_a_close_call():
@@ -384,10 +405,14 @@ def test_an_answer_card_shows_the_selectors_chance_the_reviews_saying_it_and_a_c
 
     from qa_system.serving.answer_views import answer_cards, answer_views
 
-    review = Document(id="d1", content="It is great for reading books. Great for reading at night.", meta={"review_id": "r1", "item_id": "B1"})
+    review = Document(
+        id="d1", content="It is great for reading books. Great for reading at night.", meta={"review_id": "r1", "item_id": "B1"}
+    )
     spans = [{"document_id": "d1", "start": 6, "end": 29}, {"document_id": "d2", "start": 0, "end": 10}]
     meta = {"probability": 0.52, "chosen": True, "close_call": True, "support": 2, "spans": spans}
-    answer = ExtractedAnswer(query="q", score=0.52, data="great for reading books", document=review, document_offset=ExtractedAnswer.Span(6, 29), meta=meta)
+    answer = ExtractedAnswer(
+        query="q", score=0.52, data="great for reading books", document=review, document_offset=ExtractedAnswer.Span(6, 29), meta=meta
+    )
     null = ExtractedAnswer(query="q", score=0.48, data=None, meta={"probability": 0.48, "chosen": False, "close_call": True})
     views = answer_views([answer, null])
     html = unescape(cards.answer_card(views[0], answer_cards(views)[0]))
@@ -398,10 +423,14 @@ def test_an_answer_card_shows_the_selectors_chance_the_reviews_saying_it_and_a_c
 def test_a_withheld_generated_answer_is_shown_as_text_with_why():
     import cards
 
-    hostile = {"text": "<script>alert(1)</script> **bold** [x](javascript:alert(1))", "reason": "only 20% of its content words occur <b>there</b>"}
+    hostile = {
+        "text": "<script>alert(1)</script> **bold** [x](javascript:alert(1))",
+        "reason": "only 20% of its content words occur <b>there</b>",
+    }
     html = cards.withheld_card(hostile)
     assert "<script>" not in html and "<b>there</b>" not in html
     assert escape(hostile["text"]) in html and "generated, withheld" in html
+
 
 # ------------------------------------------------------------------------------------ collections
 

@@ -4,8 +4,8 @@ headless Chromium (Debian's chromium + chromium-driver, never a downloaded brows
 import time
 
 import pytest
-from helpers.subjqa import write_subjqa
 
+from helpers.subjqa import write_subjqa
 from qa_system.bench.browser import ANSWER_CARD, ask_in_browser, chromium_paths, headless_chromium
 from qa_system.serving.webapp import serve
 
@@ -62,7 +62,11 @@ def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flag
             wait.until(lambda d: not alerts())
             for page in ("Evaluation dashboard", "Ask the reviews"):
                 page_link(page).click()
-                wait.until(lambda d: d.find_elements("css selector", ANSWER_CARD if page == "Ask the reviews" else "input[aria-label='Reports folder']"))
+                wait.until(
+                    lambda d: d.find_elements(
+                        "css selector", ANSWER_CARD if page == "Ask the reviews" else "input[aria-label='Reports folder']"
+                    )
+                )
             assert option("Dense (meaning)").find_element("css selector", "input").is_selected()
             assert driver.find_element("css selector", "input[aria-label='Question']").get_attribute("value") == "How is the bass?"
             assert driver.current_url.endswith("/?item=HEADPHONES&q=How+is+the+bass%3F") and alerts() == []
@@ -107,8 +111,13 @@ def test_the_collection_stays_chosen_when_the_page_lists_its_collections_again(t
             for rerun in range(600):  # a bound, far above the ~10 s of reruns it takes
                 label = ("Dense (meaning)", "BM25 (keywords)")[rerun % 2]
                 driver.find_element("xpath", f"//label[.//p[normalize-space()='{label}']]").click()
-                wait(driver, lambda d: d.find_element("xpath", f"//label[.//p[normalize-space()='{label}']]//input").is_selected()
-                     and not d.find_elements("css selector", "[data-testid='stStatusWidget']"))  # fmt: skip
+                wait(
+                    driver,
+                    lambda d: (
+                        d.find_element("xpath", f"//label[.//p[normalize-space()='{label}']]//input").is_selected()
+                        and not d.find_elements("css selector", "[data-testid='stStatusWidget']")
+                    ),
+                )
                 sidebar = driver.find_element("css selector", "[data-testid='stSidebar']").text
                 warnings += [a.text for a in driver.find_elements("css selector", "[data-testid='stAlert']") if "no collection" in a.text]
                 listed_again += "6 reviews" in sidebar

@@ -4,15 +4,13 @@ tables, broken report files. Each is a message on a page that keeps showing the 
 """
 
 import json
-import os
 import sys
 
-import pandas as pd
 import pytest
-from helpers.reports import png, write
-from helpers.text import shown
 from streamlit.testing.v1 import AppTest
 
+from helpers.reports import png, write
+from helpers.text import shown
 from qa_system.serving.webapp import APP
 
 sys.path.insert(0, str(APP.parent))  # the page imports its helpers (kept) from ui/
@@ -43,7 +41,9 @@ def tables(at: AppTest) -> list[str]:
     return [shown(m.value) for m in at.markdown if m.value.startswith("| ")]
 
 
-@pytest.mark.parametrize("folder, reason", [("a" * 300, "File name too long"), ("a\x00b", "embedded null byte"), ("x/" + "a" * 10_000, "File name too long")])
+@pytest.mark.parametrize(
+    "folder, reason", [("a" * 300, "File name too long"), ("a\x00b", "embedded null byte"), ("x/" + "a" * 10_000, "File name too long")]
+)
 def test_a_folder_name_the_system_refuses_is_a_message(root, folder, reason):
     at = dashboard(folder=folder)
     assert not at.exception
@@ -69,7 +69,10 @@ def test_figures_that_are_not_images_are_messages_and_the_rest_of_the_report_is_
 
 
 def test_a_line_break_in_a_reports_column_or_cell_keeps_its_table_whole(root):
-    rows = [{"group": "all", "retriever\rname": "bm25\rdense", "recall\r\n@1": 0.5}, {"group": "x\ry", "retriever\rname": "a\u2028b", "recall\r\n@1": 0.25}]
+    rows = [
+        {"group": "all", "retriever\rname": "bm25\rdense", "recall\r\n@1": 0.5},
+        {"group": "x\ry", "retriever\rname": "a\u2028b", "recall\r\n@1": 0.25},
+    ]
     (root / "r").mkdir()
     (root / "r" / "report.json").write_text(json.dumps({"title": "Breaks", "metrics": rows}), encoding="utf-8")
     at = dashboard()

@@ -12,8 +12,8 @@ import time
 import urllib.parse
 
 import pytest
-from helpers.subjqa import write_subjqa
 
+from helpers.subjqa import write_subjqa
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
 from qa_system.safe_text import WORD_JOINER
 from qa_system.serving.webapp import serve
@@ -60,7 +60,9 @@ def test_every_click_of_concurrent_users_is_one_row(tmp_path, tiny_reader):
             assert rows == [("correct", SESSIONS * CLICKS)]
 
             def saved(driver) -> list[str]:
-                return [c.text for c in driver.find_elements("css selector", "[data-testid='stCaptionContainer']") if c.text.startswith("Saved")]
+                return [
+                    c.text for c in driver.find_elements("css selector", "[data-testid='stCaptionContainer']") if c.text.startswith("Saved")
+                ]
 
             for driver in drivers:  # each page acknowledges its six clicks, no more
                 WebDriverWait(driver, 30).until(lambda d: saved(d) == [f"Saved {CLICKS} clicks, the last: right answer."])
@@ -84,9 +86,11 @@ def test_a_feedback_database_that_cannot_be_written_is_one_message_shown_as_text
     blocker.parent.mkdir()
     blocker.write_text("not a folder")
     env = {
-        "QA_DATA_DIR": str(write_subjqa(tmp_path / "subjqa")), "QA_HOME": str(tmp_path / "home"), "QA_READER_MODEL": str(tiny_reader),
+        "QA_DATA_DIR": str(write_subjqa(tmp_path / "subjqa")),
+        "QA_HOME": str(tmp_path / "home"),
+        "QA_READER_MODEL": str(tiny_reader),
         "QA_FEEDBACK_DB": str(blocker / "feedback.sqlite"),
-    }  # fmt: skip
+    }
     with serve(env, log=tmp_path / "streamlit.log") as url:
         driver = headless_chromium(tmp_path / "chromium", 1200, 1000)
         try:
@@ -94,11 +98,18 @@ def test_a_feedback_database_that_cannot_be_written_is_one_message_shown_as_text
             driver.find_element("xpath", "(//button[.//*[normalize-space()='Right']])[1]").click()
 
             def alerts(d) -> list:
-                return [a for a in d.find_elements("css selector", "[data-testid='stMain'] [data-testid='stAlert']") if "cannot be used" in a.text]
+                return [
+                    a
+                    for a in d.find_elements("css selector", "[data-testid='stMain'] [data-testid='stAlert']")
+                    if "cannot be used" in a.text
+                ]
 
             alert = WebDriverWait(driver, 120).until(alerts)[0]
             # Shown as written (markdown_literal keeps "http:" from becoming a link with an invisible word joiner).
-            assert hostile in alert.text.replace(WORD_JOINER, "") and "Fix: point QA_FEEDBACK_DB at a file this process can write." in alert.text
+            assert (
+                hostile in alert.text.replace(WORD_JOINER, "")
+                and "Fix: point QA_FEEDBACK_DB at a file this process can write." in alert.text
+            )
             assert not alert.find_elements("css selector", "img, strong, em, a")  # the path's Markdown and HTML stayed text
             assert "Traceback" not in driver.find_element("tag name", "body").text
             assert not [c for c in driver.find_elements("css selector", "[data-testid='stCaptionContainer']") if c.text.startswith("Saved")]

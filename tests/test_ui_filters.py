@@ -4,7 +4,8 @@ collection of the user's own with a rating column (typed at ingestion)."""
 from pathlib import Path
 
 import pytest
-from helpers.filters import OPTIONS, rating, write_reviews
+
+from helpers.filters import OPTIONS, write_reviews
 from helpers.ui import answer_cards, ask, cards_html, messages
 
 
@@ -30,9 +31,9 @@ def test_a_rating_filter_on_the_page_and_the_rating_on_its_cards(page, rated_col
     reviews = [h for h in cards_html(at) if 'class="qa-review"' in h and "qa-answer" not in h]
     assert len(reviews) == len(documents)
     for document, card in zip(documents, reviews):
-        assert f'overall <b>{document.meta["overall"]}</b>' in card and f'reviewTime <b>{document.meta["reviewTime"]}</b>' in card
+        assert f"overall <b>{document.meta['overall']}</b>" in card and f"reviewTime <b>{document.meta['reviewTime']}</b>" in card
     spans = [c for c in answer_cards(at) if "qa-span" in c]
-    assert spans and all('overall <b>' in card for card in spans)
+    assert spans and all("overall <b>" in card for card in spans)
 
 
 def test_metadata_is_shown_as_text_and_a_bad_filter_is_a_message(page, rated_collection, app_env, tmp_path):
@@ -40,7 +41,9 @@ def test_metadata_is_shown_as_text_and_a_bad_filter_is_a_message(page, rated_col
     from qa_system.ingestion import IngestOptions, ingest
 
     source = tmp_path / "hostile.csv"
-    source.write_text('text,note\nThe kettle boils water fast.,"<img src=x onerror=alert(1)> **bold** [x](http://a.test)"\n', encoding="utf-8")
+    source.write_text(
+        'text,note\nThe kettle boils water fast.,"<img src=x onerror=alert(1)> **bold** [x](http://a.test)"\n', encoding="utf-8"
+    )
     settings = Settings.from_env(home=Path(app_env["QA_HOME"]), data_dir=Path(app_env["QA_DATA_DIR"]))
     ingest(settings, source, "hostile-meta", IngestOptions(), embed=False, progress=False)
     at = ask(page(collection="hostile-meta"), "Does it boil water?")

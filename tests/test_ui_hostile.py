@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from helpers.page_driver import ask_on_page, click, page_text, upload, wait
 from helpers.subjqa import COLUMNS, SPLIT_ROWS, write_subjqa
-
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths
 from qa_system.config import REPO_ROOT
 from qa_system.evaluation.report import write_report
@@ -32,8 +32,7 @@ pytestmark = [
 ]
 # 1x1 transparent PNG: what the attacker's server answers, so that a fetched image would load.
 PNG = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
 )
 
 
@@ -65,7 +64,7 @@ class Recorder(ThreadingHTTPServer):
 def hostile_text(origin: str) -> str:
     """Markdown, HTML and Streamlit directives; a blank line first, which ends an HTML block in Markdown."""
     return (
-        f"Great for reading. ![p]({origin}/p.png)\n\n# HEADING\n\n**bold** :red[red] <img src=\"{origin}/img.png\"> "
+        f'Great for reading. ![p]({origin}/p.png)\n\n# HEADING\n\n**bold** :red[red] <img src="{origin}/img.png"> '
         f"[link]({origin}/phish) {origin}/auto"
     )
 
@@ -77,9 +76,16 @@ def hostile_rows(origin: str) -> list[dict]:
         values = dict.fromkeys(COLUMNS, "")
         start = review.index(span)
         values.update(
-            item_id="HOSTILE", domain="electronics", q_review_id="q-hostile", question="Is it good for reading?", is_ques_subjective="True",
-            review_id="r-hostile", review=review, human_ans_spans=span, human_ans_indices=f"({start}, {start + len(span)})",
-        )  # fmt: skip
+            item_id="HOSTILE",
+            domain="electronics",
+            q_review_id="q-hostile",
+            question="Is it good for reading?",
+            is_ques_subjective="True",
+            review_id="r-hostile",
+            review=review,
+            human_ans_spans=span,
+            human_ans_indices=f"({start}, {start + len(span)})",
+        )
         rows.append(values)
     return rows
 
@@ -92,9 +98,13 @@ def write_hostile_report(directory: Path, origin: str, outside_png: Path) -> Non
     axes.plot([1, 2], [1, 2])
     metrics = pd.DataFrame([{"group": "all", f"![c]({origin}/cell.png)": 0.5, "retriever": f"**bm25** [x]({origin}/cell-link)"}])
     write_report(
-        directory, f"Report ![t]({origin}/title.png) **T** :red[r]", metrics, summary={"split": f"![s]({origin}/summary.png)"},
-        figures={"plot.png": figure}, notes=[f"note ![x](/etc/hostname) ![r]({origin}/note.png) [n]({origin}/note-link)"],
-    )  # fmt: skip
+        directory,
+        f"Report ![t]({origin}/title.png) **T** :red[r]",
+        metrics,
+        summary={"split": f"![s]({origin}/summary.png)"},
+        figures={"plot.png": figure},
+        notes=[f"note ![x](/etc/hostname) ![r]({origin}/note.png) [n]({origin}/note-link)"],
+    )
     markdown = directory / "report.md"
     # Image references outside the report: an absolute path, a relative escape, a symlink inside it.
     (directory / "escape.png").symlink_to(outside_png)
@@ -144,7 +154,12 @@ def site(tmp_path_factory, long_reader, recorder):
     write_report(outside / "other-user", "Other user's report", pd.DataFrame([{"group": "all", "x": 1}]), summary={})
     write_hostile_report(root / "reports" / "hostile", recorder.origin, secret)
     write_broken_report(root / "reports" / "broken")
-    env = {"QA_DATA_DIR": str(data), "QA_HOME": str(root / "home"), "QA_READER_MODEL": str(long_reader), "QA_REPORTS_DIR": str(root / "reports")}
+    env = {
+        "QA_DATA_DIR": str(data),
+        "QA_HOME": str(root / "home"),
+        "QA_READER_MODEL": str(long_reader),
+        "QA_REPORTS_DIR": str(root / "reports"),
+    }
     with serve(env, log=root / "streamlit.log") as url:
         yield url, root
 
@@ -184,7 +199,13 @@ def test_hostile_reviews_and_labels_are_shown_as_text(site, browser, recorder):
     browser.find_element("xpath", "//summary[.//p[contains(., 'Retrieved reviews')]]").click()
     idle(browser)
     text = page_text(browser)
-    for literal in ("# HEADING", "**bold** :red[red]", f'<img src="{recorder.origin}/img.png">', f"[link]({recorder.origin}/phish)", f"![p]({recorder.origin}/p.png)"):
+    for literal in (
+        "# HEADING",
+        "**bold** :red[red]",
+        f'<img src="{recorder.origin}/img.png">',
+        f"[link]({recorder.origin}/phish)",
+        f"![p]({recorder.origin}/p.png)",
+    ):
         assert text.count(literal) >= 2, literal  # the annotators' review and the retrieved one, each in full
     assert f"“[link]({recorder.origin}/phish)”" in text and f"“![p]({recorder.origin}/p.png)”" in text  # the annotators' answers
     assert_nothing_interpreted(browser, recorder)
@@ -229,7 +250,9 @@ def test_a_hostile_dashboard_link_is_refused_as_text(site, browser, recorder):
     folder = f"../[Your session expired: click here]({recorder.origin}/phish) ![p]({recorder.origin}/p.png) # HEADING"
     report = f"hostile/../../![r]({recorder.origin}/report.png)"
     browser.get(f"{url}/dashboard?{urllib.parse.urlencode({'folder': folder, 'report': report})}")
-    alert = wait(browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "outside the reports folder" in a.text])
+    alert = wait(
+        browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "outside the reports folder" in a.text]
+    )
     idle(browser)
     assert not browser.find_elements("css selector", "[data-testid='stSelectbox']")  # nothing listed from a linked folder outside the root
     assert f"[Your session expired: click here]({recorder.origin}/phish)" in alert[0].text.replace(WORD_JOINER, "")  # quoted, as text
@@ -241,7 +264,9 @@ def test_a_hostile_upload_is_shown_as_text(site, browser, recorder, tmp_path):
     url, _ = site
     item = f"EVIL [Your session expired]({recorder.origin}/phish)"
     path = tmp_path / "evil [link](javascript:alert(1)) **bold** <img src=x onerror=alert(1)>.csv"
-    pd.DataFrame([{"product": item, "text": hostile_text(recorder.origin)}, {"product": item, "text": "Great for reading at night."}]).to_csv(path, index=False)
+    pd.DataFrame(
+        [{"product": item, "text": hostile_text(recorder.origin)}, {"product": item, "text": "Great for reading at night."}]
+    ).to_csv(path, index=False)
     upload(browser, url, path, **{"Product column": "product"})
     wait(browser, lambda d: "2 added" in page_text(d))
     assert path.name in page_text(browser)  # the file's name in the report, as text
@@ -268,7 +293,11 @@ def test_a_hostile_file_name_in_the_upload_progress_is_text(site, browser, recor
     wait(browser, lambda d: f"Reading {path.name}" in sidebar(d), timeout=60)
     assert_nothing_interpreted(browser, recorder)
     assert browser.find_elements("css selector", "[data-testid='stSidebar'] a[href^='javascript']") == []
-    assert not [b.text for b in browser.find_elements("css selector", "[data-testid='stSidebar'] strong, [data-testid='stSidebar'] b") if b.text.startswith(("bold", "B"))]
+    assert not [
+        b.text
+        for b in browser.find_elements("css selector", "[data-testid='stSidebar'] strong, [data-testid='stSidebar'] b")
+        if b.text.startswith(("bold", "B"))
+    ]
     wait(browser, lambda d: "3,000 added" in page_text(d) or "3000 added" in page_text(d), timeout=240)  # done before the next test
 
 

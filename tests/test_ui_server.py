@@ -10,8 +10,8 @@ import time
 
 import psutil
 import pytest
-from helpers.subjqa import write_subjqa
 
+from helpers.subjqa import write_subjqa
 from qa_system.config import REPO_ROOT
 from qa_system.serving.webapp import free_port, healthy
 
@@ -56,8 +56,11 @@ def test_a_stop_signal_stops_the_page_server_and_frees_its_port(tmp_path, signum
         # Its own session: a group signal reaches the CLI and Streamlit, never pytest.
         cli = subprocess.Popen(
             [*CLI, "ui", "--port", str(port), "--address", "127.0.0.1"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     servers: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 120

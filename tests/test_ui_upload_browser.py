@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from helpers.page_driver import ask_on_page, page_text, selected, upload, wait
 from helpers.subjqa import write_subjqa
-
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
 from qa_system.config import Settings
 from qa_system.ingestion import list_collections
@@ -38,9 +38,11 @@ def site(tmp_path_factory):
     """(page URL, tmp folder, settings of the server's QA_HOME)."""
     root = tmp_path_factory.mktemp("upload")
     env = {
-        "QA_DATA_DIR": str(write_subjqa(root / "subjqa")), "QA_HOME": str(root / "home"),
-        "QA_READER_MODEL": str(SHIPPED_READER), "QA_READER_BACKEND": "torch",
-    }  # fmt: skip
+        "QA_DATA_DIR": str(write_subjqa(root / "subjqa")),
+        "QA_HOME": str(root / "home"),
+        "QA_READER_MODEL": str(SHIPPED_READER),
+        "QA_READER_BACKEND": "torch",
+    }
     with serve(env, log=root / "streamlit.log") as url:
         yield url, root, Settings.from_env(home=root / "home", data_dir=root / "subjqa")
 
@@ -51,8 +53,17 @@ def test_a_file_that_is_not_a_table_is_refused_in_one_line(site, browser):
     broken.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8)
     upload(browser, url, broken)
     # Read in the same look as found: a rerun may redraw the alert between two reads (its text then reads empty).
-    message = wait(browser, lambda d: next((m.text for m in d.find_elements("css selector", "[data-testid='stAlert'] [data-testid='stMarkdownContainer']")
-                                            if "broken.csv" in m.text), None))
+    message = wait(
+        browser,
+        lambda d: next(
+            (
+                m.text
+                for m in d.find_elements("css selector", "[data-testid='stAlert'] [data-testid='stMarkdownContainer']")
+                if "broken.csv" in m.text
+            ),
+            None,
+        ),
+    )
     assert len(message.strip().splitlines()) == 1 and "Fix:" in message  # one line naming the problem and the fix
     assert "broken" not in [info.name for info in list_collections(settings)]  # nothing was created
 
@@ -70,7 +81,14 @@ def test_an_uploaded_csv_is_indexed_and_answers_with_a_highlighted_span(site, br
     assert infos["lamp-reviews"].documents == 4 and infos["lamp-reviews"].encoder is not None
     assert "collection=lamp-reviews" in browser.current_url  # a reload or a link keeps the collection
     # The new collection is picked, its most reviewed product first: ask about it.
-    wait(browser, lambda d: selected(d, "Collection") == "lamp-reviews" and "4 documents" in d.find_element("css selector", "[data-testid='stSidebar']").text and selected(d, "Product") == "LAMP-1")
+    wait(
+        browser,
+        lambda d: (
+            selected(d, "Collection") == "lamp-reviews"
+            and "4 documents" in d.find_element("css selector", "[data-testid='stSidebar']").text
+            and selected(d, "Product") == "LAMP-1"
+        ),
+    )
     ask_on_page(browser, "Is it good for reading?")
     first = wait(browser, lambda d: d.find_elements("css selector", f"{ANSWER_CARD}.qa-span"))[0]
     # The first answer is a span of the review that says so, highlighted inside that review's text.

@@ -8,8 +8,8 @@ come from ``qa_system.serving.answer_views`` segments, i.e. from the reader's ch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import unescape
-from typing import Sequence
 
 from haystack import Document
 
@@ -73,8 +73,13 @@ def review_source(document: Document) -> str:
     review_id = str(meta.get("review_id") or meta.get("document_id") or document.id)
     shown = shown_id(review_id)
     splits = split_names(document)
-    parts = [html_text(meta.get("item_id") or ""), html_text(f"{' + '.join(splits)} split{'s' if len(splits) > 1 else ''}") if splits else ""]
-    return " · ".join([f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts), *metadata_parts(document)])
+    parts = [
+        html_text(meta.get("item_id") or ""),
+        html_text(f"{' + '.join(splits)} split{'s' if len(splits) > 1 else ''}") if splits else "",
+    ]
+    return " · ".join(
+        [f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts), *metadata_parts(document)]
+    )
 
 
 def metadata_parts(document: Document) -> list[str]:
@@ -114,14 +119,20 @@ def answer_card(view: AnswerView, card: AnswerCard, window: int = 220, extra_chi
         body = f'<div class="qa-hint">{html_text(hint)}</div>' if hint else ""
         return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join([*chips, *extra_chips])}</div>{body}</div>'
     below = card.heading == BELOW_HEADING
-    support = [chip(f"said in {view.support} reviews", "unknown", "Reviews that give this answer, in words close enough to count as one.")] if view.support > 1 else []
+    support = (
+        [chip(f"said in {view.support} reviews", "unknown", "Reviews that give this answer, in words close enough to count as one.")]
+        if view.support > 1
+        else []
+    )
     chips = [*score_chips(card, "unknown" if below else view.level), *support, *extra_chips]
     head = f'<span class="qa-rank">{html_text(card.heading)}</span><span class="qa-answer-text">{html_text(card.text)}</span>'
     hint = f'<div class="qa-hint">{html_text(card.note)}</div>' if card.note else ""
     if view.kind == "span" and view.document is not None:
         body = f'{hint}<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document)}</div>'
     else:
-        sources = "".join(f"<li>[{html_text(d.meta.get('source_index', i))}] {review_source(d)}</li>" for i, d in enumerate(view.sources, 1))
+        sources = "".join(
+            f"<li>[{html_text(d.meta.get('source_index', i))}] {review_source(d)}</li>" for i, d in enumerate(view.sources, 1)
+        )
         body = f'{hint}<div class="qa-source">{f"Generated from the retrieved reviews; cites:<ul>{sources}</ul>" if sources else "Generated; it cites none of the retrieved reviews."}</div>'
     return f'<div class="qa-answer qa-{view.kind}"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
 
@@ -130,7 +141,7 @@ def withheld_card(withheld: dict) -> str:
     """A generated answer the reviews it cites do not support: its text, struck through, and why it is not the answer."""
     return (
         '<div class="qa-answer qa-noanswer"><div class="qa-answer-head"><span class="qa-answer-text"><s>'
-        f'{html_text(withheld["text"])}</s></span>{chip("generated, withheld", "low")}</div>'
+        f"{html_text(withheld['text'])}</s></span>{chip('generated, withheld', 'low')}</div>"
         f'<div class="qa-hint">Not shown as the answer: {html_text(withheld["reason"])}. The reader\'s answers below come from the reviews themselves.</div></div>'
     )
 
@@ -150,5 +161,5 @@ def timings_line(timings: dict[str, float], pipeline: str) -> str:
     components = " · ".join(f"{html_text(name)} {ms(seconds)}" for name, seconds in timings.items() if not name.endswith("_s"))
     return (
         f'<div class="qa-timings">Answered in <b>{ms(timings["total_s"])}</b>: retrieval <b>{ms(timings["retrieval_s"])}</b>, '
-        f'answering <b>{ms(timings["answer_s"])}</b> &nbsp;·&nbsp; {html_text(pipeline)}: {components}</div>'
+        f"answering <b>{ms(timings['answer_s'])}</b> &nbsp;·&nbsp; {html_text(pipeline)}: {components}</div>"
     )

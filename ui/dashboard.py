@@ -102,9 +102,11 @@ def main() -> None:
         st.error(markdown_literal(error), icon=WARNING)
         return
     requested = st.text_input(
-        "Reports folder", key="reports_dir", placeholder="all reports",
+        "Reports folder",
+        key="reports_dir",
+        placeholder="all reports",
         help=f"A folder under {markdown_literal(root)} (QA_REPORTS_DIR), searched recursively for report.json files.",
-    ).strip()  # fmt: skip
+    ).strip()
     keep_widgets("dashboard", KEPT_WIDGETS)
     st.query_params.from_dict({"folder": requested} if requested else {})
     try:
@@ -115,7 +117,10 @@ def main() -> None:
     reports = find_reports(folder)
     if not reports:
         st.info(f"No reports under {markdown_literal(folder)} yet. Write some with, for example:")
-        st.code(f"qa-system eval retriever --split test --out {folder}/retriever\nqa-system eval pipeline --split test --out {folder}/pipeline", language="bash")
+        st.code(
+            f"qa-system eval retriever --split test --out {folder}/retriever\nqa-system eval pipeline --split test --out {folder}/pipeline",
+            language="bash",
+        )
         return
     pick_report(reports, root)
     # Labelled by folder alone: a select box's label must not change while its option stays (see search.py's

@@ -8,7 +8,8 @@ default and a Session State value warns.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import streamlit as st
 

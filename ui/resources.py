@@ -4,7 +4,7 @@ memory budget, uploads and the reader's export are the service's; only their dis
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import streamlit as st
 
@@ -29,7 +29,9 @@ def store_choices() -> list[str]:
         settings = Settings.from_env()
     except QAError:  # said by the page when it reads its settings
         return ["memory"]
-    servers = [store for store, field in (("elasticsearch", "es_url"), ("opensearch", "opensearch_url")) if field in settings.model_fields_set]
+    servers = [
+        store for store, field in (("elasticsearch", "es_url"), ("opensearch", "opensearch_url")) if field in settings.model_fields_set
+    ]
     return list(dict.fromkeys([settings.store, "memory", *servers]))
 
 
@@ -70,18 +72,22 @@ def _progress_bar_until_done(task: BackgroundTask, opening: str, now: Callable[[
 def open_index(settings: Settings, collection: str) -> Index:
     """The collection's index, opened by the service (a SubjQA one built on first use, with its progress)."""
     return _follow(
-        service(settings).opening(collection), "Opening the review index…",
-        lambda done, total: f"First start: embedding {total} reviews for search ({done}/{total}). Later starts load the saved index in seconds.",
-    )  # fmt: skip
+        service(settings).opening(collection),
+        "Opening the review index…",
+        lambda done, total: (
+            f"First start: embedding {total} reviews for search ({done}/{total}). Later starts load the saved index in seconds."
+        ),
+    )
 
 
 def prepare_fast_reader(settings: Settings) -> None:
     """The reader's int8 ONNX export, built into the cache on the first question (about half a minute,
     once per model version), with its progress; when it cannot be built the reader warns and uses PyTorch."""
     _follow(
-        service(settings).preparing_reader(), "Preparing the fast reader…",
+        service(settings).preparing_reader(),
+        "Preparing the fast reader…",
         lambda done, total: f"First question: building the int8 ONNX reader, once per model version (step {done} of {total}).",
-    )  # fmt: skip
+    )
 
 
 class Upload:

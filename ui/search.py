@@ -58,17 +58,44 @@ COLLECTION_SHOWN = "collection_shown"  # the collection the product and answer b
 UPLOAD_IN_PROGRESS = "upload_in_progress"  # the upload this visitor follows
 UPLOADED = "uploaded"  # the summary of the upload just done
 # The widgets whose values survive a visit to the dashboard (``kept``), and their defaults.
-KEPT_WIDGETS = ("stage", "retriever", "top_k", "top_k_reader", "tuned_threshold", "threshold", "store", "filter", "collection", "evaluation", "split", "product", "question")
-WIDGET_DEFAULTS = {"top_k": TOP_K_RETRIEVER, "top_k_reader": 3, "tuned_threshold": True, "threshold": 0.0, "filter": "", "evaluation": False, "split": "test"}
+KEPT_WIDGETS = (
+    "stage",
+    "retriever",
+    "top_k",
+    "top_k_reader",
+    "tuned_threshold",
+    "threshold",
+    "store",
+    "filter",
+    "collection",
+    "evaluation",
+    "split",
+    "product",
+    "question",
+)
+WIDGET_DEFAULTS = {
+    "top_k": TOP_K_RETRIEVER,
+    "top_k_reader": 3,
+    "tuned_threshold": True,
+    "threshold": 0.0,
+    "filter": "",
+    "evaluation": False,
+    "split": "test",
+}
 FILTER_HELP = (
     'Only documents whose metadata pass this filter (JSON, Haystack\'s syntax), e.g. {"field": "meta.rating", "operator": ">=", "value": 4}; '
     'several: {"operator": "AND", "conditions": [...]}. Numbers and ISO dates of an uploaded file are kept as such. Empty: no filter.'
 )
 # The settings an answer depends on, as the page names them (see stale_settings).
 SETTING_NAMES = {
-    "answer_stage": "answers", "retriever": "retriever", "top_k": "reviews to read", "top_k_reader": "answers to show",
-    "no_answer_threshold": "no-answer threshold", "store": "document store", "filter_text": "metadata filter",
-}  # fmt: skip
+    "answer_stage": "answers",
+    "retriever": "retriever",
+    "top_k": "reviews to read",
+    "top_k_reader": "answers to show",
+    "no_answer_threshold": "no-answer threshold",
+    "store": "document store",
+    "filter_text": "metadata filter",
+}
 
 
 @dataclass(frozen=True)
@@ -110,19 +137,42 @@ def sidebar() -> Options:
     with st.sidebar:
         st.subheader("Settings")
         stages = [stage for stage in STAGE_LABELS if stage in ANSWER_STAGES]
-        stage = st.radio("Answers", stages, format_func=STAGE_LABELS.get, key="stage", help="Extractive: a span copied from a review. RAG: a generated sentence citing the reviews.")
-        retriever = st.radio("Retriever", RETRIEVERS, format_func=RETRIEVER_LABELS.get, key="retriever", help="How the reviews to read are found.")
+        stage = st.radio(
+            "Answers",
+            stages,
+            format_func=STAGE_LABELS.get,
+            key="stage",
+            help="Extractive: a span copied from a review. RAG: a generated sentence citing the reviews.",
+        )
+        retriever = st.radio(
+            "Retriever", RETRIEVERS, format_func=RETRIEVER_LABELS.get, key="retriever", help="How the reviews to read are found."
+        )
         top_k = st.slider("Reviews to read (retriever top-k)", 1, 10, key="top_k")
         top_k_reader, threshold = 1, None
         if stage == "extractive":
             top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, key="top_k_reader")
             if not st.toggle("Reader's tuned no-answer threshold", key="tuned_threshold"):
                 threshold = st.slider(
-                    "No-answer threshold", -10.0, 10.0, step=0.5, key="threshold",
+                    "No-answer threshold",
+                    -10.0,
+                    10.0,
+                    step=0.5,
+                    key="threshold",
                     help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
-                )  # fmt: skip
-        store = st.selectbox("Document store", resources.store_choices(), key="store", help="Elasticsearch is offered when QA_ES_URL is set, OpenSearch when QA_OPENSEARCH_URL is.")
-        filter_text = st.text_area("Metadata filter (JSON)", key="filter", height=80, placeholder='{"field": "meta.rating", "operator": ">=", "value": 4}', help=FILTER_HELP)
+                )
+        store = st.selectbox(
+            "Document store",
+            resources.store_choices(),
+            key="store",
+            help="Elasticsearch is offered when QA_ES_URL is set, OpenSearch when QA_OPENSEARCH_URL is.",
+        )
+        filter_text = st.text_area(
+            "Metadata filter (JSON)",
+            key="filter",
+            height=80,
+            placeholder='{"field": "meta.rating", "operator": ">=", "value": 4}',
+            help=FILTER_HELP,
+        )
     return Options(stage, retriever, top_k, top_k_reader, threshold, store, filter_text.strip())
 
 
@@ -166,9 +216,12 @@ def collection_panel(settings: Settings, options: Options) -> Options:
     with st.sidebar:
         st.divider()
         collection = st.selectbox(
-            "Collection", list(available), key=COLLECTION, format_func=collection_label,
+            "Collection",
+            list(available),
+            key=COLLECTION,
+            format_func=collection_label,
             help="A named index of documents: the SubjQA reviews the page starts with, or what `qa-system index --input` or an upload below added.",
-        )  # fmt: skip
+        )
         st.caption(collection_caption(available[collection]))
         st.session_state[COLLECTION_SHOWN] = collection
         if collection != next(iter(available)):  # the URL names it, so that a reload or a link keeps it
@@ -179,7 +232,9 @@ def collection_panel(settings: Settings, options: Options) -> Options:
         evaluation, split = False, "test"
         if collection == PAGE_COLLECTION:  # the labelled questions are SubjQA's
             st.divider()
-            evaluation = st.toggle("Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers.")
+            evaluation = st.toggle(
+                "Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers."
+            )
             split = st.selectbox("Labelled split", SPLITS, key="split") if evaluation else "test"
     return replace(options, collection=collection, evaluation=evaluation, split=split)
 
@@ -188,23 +243,51 @@ def upload_form(settings: Settings) -> None:
     """A CSV / JSON lines file into a collection (a new one, or an update of one uploaded before), with progress."""
     with st.expander("Add your own documents", icon=":material/upload_file:"):
         with st.form("upload", border=False):
-            file = st.file_uploader("CSV, TSV or JSON lines file", type=UPLOAD_TYPES, help="One document (e.g. a review) per row; other columns are kept.")
-            name = st.text_input("Collection name", placeholder="from the file's name", help="Lowercase letters, digits, '-', '_' and '.'. An existing name is updated.")
+            file = st.file_uploader(
+                "CSV, TSV or JSON lines file", type=UPLOAD_TYPES, help="One document (e.g. a review) per row; other columns are kept."
+            )
+            name = st.text_input(
+                "Collection name",
+                placeholder="from the file's name",
+                help="Lowercase letters, digits, '-', '_' and '.'. An existing name is updated.",
+            )
             text_column = st.text_input("Text column", placeholder="text, or review", help="The column holding the document's text.")
-            item_column = st.text_input("Product column", placeholder="none: ask about all documents", help="Optional: the column naming what a document is about.")
-            id_column = st.text_input("Id column", placeholder="none: a hash of the text", help="Optional: the column of unique document ids.")
-            encoding = st.selectbox("Encoding", ["utf-8", "latin-1", "cp1252"], help="How the file's text is encoded (UTF-8 with or without BOM is read as UTF-8).")
-            embed = st.checkbox("Embed for dense and hybrid search", value=True, help="Slower: the encoder reads every document (tens per second on a laptop's CPU).")
+            item_column = st.text_input(
+                "Product column", placeholder="none: ask about all documents", help="Optional: the column naming what a document is about."
+            )
+            id_column = st.text_input(
+                "Id column", placeholder="none: a hash of the text", help="Optional: the column of unique document ids."
+            )
+            encoding = st.selectbox(
+                "Encoding",
+                ["utf-8", "latin-1", "cp1252"],
+                help="How the file's text is encoded (UTF-8 with or without BOM is read as UTF-8).",
+            )
+            embed = st.checkbox(
+                "Embed for dense and hybrid search",
+                value=True,
+                help="Slower: the encoder reads every document (tens per second on a laptop's CPU).",
+            )
             submitted = st.form_submit_button("Index the file", icon=":material/upload:")
         if submitted:
             if file is None:
                 st.warning("Choose a file first.", icon=WARNING)
                 return
             collection = name.strip() or collection_name_from(file.name)
-            options = IngestOptions(text_column=text_column.strip() or None, item_column=item_column.strip() or None, id_column=id_column.strip() or None, encoding=encoding)
+            options = IngestOptions(
+                text_column=text_column.strip() or None,
+                item_column=item_column.strip() or None,
+                id_column=id_column.strip() or None,
+                encoding=encoding,
+            )
             started = resources.start_upload(settings, file, collection, options, embed)
             if started is None:
-                st.warning(markdown_literal(f"Another upload into '{collection}' is being indexed. Fix: wait until it is done, then upload again."), icon=WARNING)
+                st.warning(
+                    markdown_literal(
+                        f"Another upload into '{collection}' is being indexed. Fix: wait until it is done, then upload again."
+                    ),
+                    icon=WARNING,
+                )
                 return
             st.session_state[UPLOAD_IN_PROGRESS] = started
         if (upload := st.session_state.get(UPLOAD_IN_PROGRESS)) is None:
@@ -276,7 +359,9 @@ def search_form(counts: dict[str, int]) -> bool:
         products.insert(0, st.session_state[PRODUCT])
     with st.form("ask", border=False):
         product, question, button = st.columns([3, 6, 1], vertical_alignment="bottom")
-        product.selectbox("Product", products, key=PRODUCT, help="Type to search by item id.", format_func=lambda item: product_label(item, counts))
+        product.selectbox(
+            "Product", products, key=PRODUCT, help="Type to search by item id.", format_func=lambda item: product_label(item, counts)
+        )
         question.text_input("Question", key=QUESTION, placeholder="e.g. Is it good for reading?")
         return button.form_submit_button("Ask", type="primary", width="stretch")
 
@@ -291,10 +376,18 @@ def ask(settings: Settings, options: Options) -> None:
     service = resources.service(settings)
     try:
         asked = Question(
-            question, item, collection=options.collection, retriever=options.retriever, mode=options.answer_stage, top_k=options.top_k,
-            split=gold.split if gold else None, top_k_reader=options.top_k_reader, no_answer_threshold=options.no_answer_threshold,
-            filters=parse_filters(options.filter_text), all_products=item is None,
-        )  # fmt: skip
+            question,
+            item,
+            collection=options.collection,
+            retriever=options.retriever,
+            mode=options.answer_stage,
+            top_k=options.top_k,
+            split=gold.split if gold else None,
+            top_k_reader=options.top_k_reader,
+            no_answer_threshold=options.no_answer_threshold,
+            filters=parse_filters(options.filter_text),
+            all_products=item is None,
+        )
         service.check(asked)  # a refused question is said before the reader's first export
         if options.answer_stage == "extractive":
             with contextlib.suppress(QAError):  # a reader that does not load: ask says so, with the reviews still shown
@@ -309,11 +402,15 @@ def ask(settings: Settings, options: Options) -> None:
     if unanswered := output.get("answer_stage_error"):
         warning = f"{unanswered} Showing the closest reviews without answers."
     elif options.answer_stage == "extractive" and settings.reader_backend == "onnx" and output.get("reader_backend") == "torch":
-        warning = "The fast int8 ONNX reader could not be built here (the server's log says why): these answers come from the PyTorch reader."
+        warning = (
+            "The fast int8 ONNX reader could not be built here (the server's log says why): these answers come from the PyTorch reader."
+        )
     link_to(options.collection, item, question.strip(), resources.default_collection(settings))
     run = st.session_state[RUNS] = st.session_state.get(RUNS, 0) + 1
     views = answer_views(output.get("answers", []))
-    st.session_state[ASKED] = Asked(run, question.strip(), item, output["documents"], views, output["timings"], output["pipeline"], gold, warning, options)
+    st.session_state[ASKED] = Asked(
+        run, question.strip(), item, output["documents"], views, output["timings"], output["pipeline"], gold, warning, options
+    )
 
 
 def link_to(collection: str, item: str | None, question: str, default: str) -> None:
@@ -333,10 +430,18 @@ def record_feedback(service: QAService, asked: Asked, view: AnswerView, verdict:
     document = view.document or next(iter(view.sources or asked.documents), None)
     try:
         service.record_feedback(
-            asked.options.collection, document.id if document is not None else None, verdict=verdict, question=asked.question,
-            answer=view.text, start=view.start, end=view.end, score=view.score, pipeline=asked.pipeline,
-            labelled_question_id=asked.gold.id if asked.gold else None, click_id=click_id,
-        )  # fmt: skip
+            asked.options.collection,
+            document.id if document is not None else None,
+            verdict=verdict,
+            question=asked.question,
+            answer=view.text,
+            start=view.start,
+            end=view.end,
+            score=view.score,
+            pipeline=asked.pipeline,
+            labelled_question_id=asked.gold.id if asked.gold else None,
+            click_id=click_id,
+        )
     except QAError as error:  # said in the card: a click reruns only its buttons (a fragment)
         st.warning(markdown_literal(error), icon=WARNING)
         return False
@@ -401,7 +506,9 @@ def show_answers(service: QAService, asked: Asked) -> None:
     folded = [(view, card) for view, card in shown if card.folded]
     if folded:
         spans = sum(card.kind != "no_answer" for _, card in folded)
-        with st.expander(f"{spans} more candidate(s) rated below “no answer”{f' ({ranked.no_answer.score_label})' if ranked.no_answer.score_label else ''}"):
+        with st.expander(
+            f"{spans} more candidate(s) rated below “no answer”{f' ({ranked.no_answer.score_label})' if ranked.no_answer.score_label else ''}"
+        ):
             for view, card in folded:
                 answer_card(service, asked, view, card)
 
@@ -417,8 +524,14 @@ def show_gold(asked: Asked) -> None:
             texts = " · ".join(f"“{a.text}”" for a in gold.answers)
             st.markdown(f"**{markdown_literal(texts)}** · {kind} question · {markdown_literal(gold.id)}")
         rank = gold_rank(gold, asked.documents)
-        st.caption(f"Its review was retrieved at rank {rank} of {len(asked.documents)}." if rank else "Its review was not retrieved, so the reader never saw it.")
-        review = Document(id=gold.document_id, content=gold.context, meta={"review_id": gold.review_id, "item_id": gold.item_id, "split": [gold.split]})
+        st.caption(
+            f"Its review was retrieved at rank {rank} of {len(asked.documents)}."
+            if rank
+            else "Its review was not retrieved, so the reader never saw it."
+        )
+        review = Document(
+            id=gold.document_id, content=gold.context, meta={"review_id": gold.review_id, "item_id": gold.item_id, "split": [gold.split]}
+        )
         st.html(cards.review_card(review, [(a.start, a.end) for a in gold.located_answers]))
 
 
@@ -442,7 +555,12 @@ def stale_settings(asked: Asked, options: Options) -> list[str]:
     """The settings that changed since the answer shown was computed, as 'name: the value it used'."""
     if asked.options is None:
         return []
-    labels = {"answer_stage": STAGE_LABELS, "retriever": RETRIEVER_LABELS, "no_answer_threshold": {None: "the reader's tuned one"}, "filter_text": {"": "none"}}
+    labels = {
+        "answer_stage": STAGE_LABELS,
+        "retriever": RETRIEVER_LABELS,
+        "no_answer_threshold": {None: "the reader's tuned one"},
+        "filter_text": {"": "none"},
+    }
     used = {name: getattr(asked.options, name) for name in SETTING_NAMES}
     changed = [name for name, value in used.items() if getattr(options, name) != value]
     return [f"{SETTING_NAMES[name]}: {labels.get(name, {}).get(used[name], used[name])}" for name in changed]
@@ -464,9 +582,15 @@ def main() -> None:
         options = collection_panel(settings, options)
         keep_widgets("search", KEPT_WIDGETS)
         if options.collection == PAGE_COLLECTION:
-            st.caption("Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews).")
+            st.caption(
+                "Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews)."
+            )
         else:
-            st.caption(markdown_literal(f"Pick a product (or all documents) and ask a question: the answer comes straight out of the documents of collection {options.collection}."))
+            st.caption(
+                markdown_literal(
+                    f"Pick a product (or all documents) and ask a question: the answer comes straight out of the documents of collection {options.collection}."
+                )
+            )
         if uploaded := st.session_state.pop(UPLOADED, None):
             st.success("  \n".join(markdown_literal(line.strip()) for line in uploaded), icon=":material/task_alt:")
         index = resources.open_index(settings, options.collection)
@@ -478,7 +602,12 @@ def main() -> None:
     counts = index.item_counts()
     init_from_url(counts)
     if options.evaluation:
-        st.button("Random labelled question", icon=":material/casino:", on_click=pick_random_question, args=(settings, options.split, list(counts)))
+        st.button(
+            "Random labelled question",
+            icon=":material/casino:",
+            on_click=pick_random_question,
+            args=(settings, options.split, list(counts)),
+        )
     if notice := st.session_state.pop(NOTICE, None):
         st.warning(markdown_literal(notice), icon=WARNING)
     asked_now = search_form(counts) | st.session_state.pop(ASK_NOW, False)
@@ -491,7 +620,10 @@ def main() -> None:
     if st.query_params.get("q") != asked.question:  # the link names the answer shown (a page switch drops it)
         link_to(options.collection, asked.item_id, asked.question, resources.default_collection(settings))
     if stale := stale_settings(asked, options):
-        st.info(markdown_literal(f"The answers below come from other settings ({', '.join(stale)}). Press Ask to update them."), icon=":material/info:")
+        st.info(
+            markdown_literal(f"The answers below come from other settings ({', '.join(stale)}). Press Ask to update them."),
+            icon=":material/info:",
+        )
     if asked.warning:
         st.warning(markdown_literal(asked.warning), icon=WARNING)
     show_timings(asked)

@@ -10,7 +10,7 @@ page records the clicks it has not recorded yet (``qa_system.serving.feedback.un
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import streamlit as st
 

@@ -17,9 +17,10 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import httpx
 import numpy as np
@@ -48,7 +49,9 @@ class LoadResult:
     health: list[float] = field(default_factory=list)
     server_total_s: list[float] = field(default_factory=list)  # the pipeline's own total_s
     load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and the end (a shared machine)
-    records: list[dict[str, float]] = field(default_factory=list)  # per answered request: when (s into the run), latency and the server's timings
+    records: list[dict[str, float]] = field(
+        default_factory=list
+    )  # per answered request: when (s into the run), latency and the server's timings
     memory: list[tuple[float, float]] = field(default_factory=list)  # (s into the run, server RSS in MB), from /health
 
     def over_time(self, bin_s: float = 10.0) -> pd.DataFrame:
@@ -59,11 +62,19 @@ class LoadResult:
         for start in np.arange(0.0, max(self.seconds, bin_s), bin_s):
             got = requests[(requests.t >= start) & (requests.t < start + bin_s)]
             rss = memory[(memory.t >= start) & (memory.t < start + bin_s)].memory_mb
-            rows.append({
-                "server": self.label, "from_s": round(float(start)), "answered": int(got.latency_s.notna().sum()), "throughput_qps": round(got.latency_s.notna().sum() / bin_s, 2),
-                "p50_ms": _ms(got.latency_s, 50), "p95_ms": _ms(got.latency_s, 95), "queue_p50_ms": _ms(got.queue_s, 50),
-                "reader_queue_p50_ms": _ms(got.reader_queue_s, 50), "memory_mb": round(float(rss.max()), 1) if rss.notna().any() else float("nan"),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "server": self.label,
+                    "from_s": round(float(start)),
+                    "answered": int(got.latency_s.notna().sum()),
+                    "throughput_qps": round(got.latency_s.notna().sum() / bin_s, 2),
+                    "p50_ms": _ms(got.latency_s, 50),
+                    "p95_ms": _ms(got.latency_s, 95),
+                    "queue_p50_ms": _ms(got.queue_s, 50),
+                    "reader_queue_p50_ms": _ms(got.reader_queue_s, 50),
+                    "memory_mb": round(float(rss.max()), 1) if rss.notna().any() else float("nan"),
+                }
+            )
         return pd.DataFrame(rows)
 
     def row(self) -> dict[str, Any]:
@@ -72,18 +83,31 @@ class LoadResult:
         timing = pd.DataFrame(self.records or [{}], columns=["retrieval_s", "answer_s", "queue_s", "reader_queue_s"])
         memory = [mb for _, mb in self.memory]
         return {
-            "server": self.label, "clients": self.clients, "seconds": round(self.seconds, 3), "answered": len(self.latencies),
-            "errors": sum(self.errors.values()), "throughput_qps": round(len(self.latencies) / self.seconds, 2),
-            "p50_ms": _ms(self.latencies, 50), "p95_ms": _ms(self.latencies, 95), "p99_ms": _ms(self.latencies, 99),
-            "pipeline_p50_ms": _ms(self.server_total_s, 50), "pipeline_p95_ms": _ms(self.server_total_s, 95),
-            "retrieval_p50_ms": _ms(timing.retrieval_s, 50), "answer_p50_ms": _ms(timing.answer_s, 50),
-            "queue_p50_ms": _ms(timing.queue_s, 50), "queue_p95_ms": _ms(timing.queue_s, 95),
-            "reader_queue_p50_ms": _ms(timing.reader_queue_s, 50), "reader_queue_p95_ms": _ms(timing.reader_queue_s, 95),
-            "health_p50_ms": _ms(self.health, 50), "health_max_ms": _ms(self.health, 100),
-            "memory_start_mb": memory[0] if memory else float("nan"), "memory_max_mb": max(memory, default=float("nan")),
+            "server": self.label,
+            "clients": self.clients,
+            "seconds": round(self.seconds, 3),
+            "answered": len(self.latencies),
+            "errors": sum(self.errors.values()),
+            "throughput_qps": round(len(self.latencies) / self.seconds, 2),
+            "p50_ms": _ms(self.latencies, 50),
+            "p95_ms": _ms(self.latencies, 95),
+            "p99_ms": _ms(self.latencies, 99),
+            "pipeline_p50_ms": _ms(self.server_total_s, 50),
+            "pipeline_p95_ms": _ms(self.server_total_s, 95),
+            "retrieval_p50_ms": _ms(timing.retrieval_s, 50),
+            "answer_p50_ms": _ms(timing.answer_s, 50),
+            "queue_p50_ms": _ms(timing.queue_s, 50),
+            "queue_p95_ms": _ms(timing.queue_s, 95),
+            "reader_queue_p50_ms": _ms(timing.reader_queue_s, 50),
+            "reader_queue_p95_ms": _ms(timing.reader_queue_s, 95),
+            "health_p50_ms": _ms(self.health, 50),
+            "health_max_ms": _ms(self.health, 100),
+            "memory_start_mb": memory[0] if memory else float("nan"),
+            "memory_max_mb": max(memory, default=float("nan")),
             "memory_end_mb": memory[-1] if memory else float("nan"),
-            "load_average_start": round(self.load_average[0], 1), "load_average_end": round(self.load_average[1], 1),
-        }  # fmt: skip
+            "load_average_start": round(self.load_average[0], 1),
+            "load_average_end": round(self.load_average[1], 1),
+        }
 
 
 def _ms(values, q: float) -> float:
@@ -93,7 +117,9 @@ def _ms(values, q: float) -> float:
     return round(1000 * float(np.percentile(values, q)), 1) if len(values) else float("nan")
 
 
-def load_test(url: str, questions: Sequence[dict], clients: int, seconds: float, label: str, token: str | None = None, warmup: int = 1) -> LoadResult:
+def load_test(
+    url: str, questions: Sequence[dict], clients: int, seconds: float, label: str, token: str | None = None, warmup: int = 1
+) -> LoadResult:
     """``clients`` threads asking ``questions`` (request bodies, taken in turn) for ``seconds``; each first asks ``warmup`` uncounted."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     result = LoadResult(label, clients, seconds)
@@ -126,9 +152,13 @@ def load_test(url: str, questions: Sequence[dict], clients: int, seconds: float,
                         result.latencies.append(elapsed)
                         timings = response.json()["timings"]
                         result.server_total_s.append(timings["total_s"])
-                        result.records.append({
-                            "t": began - run_began[0], "latency_s": elapsed, **{k: timings.get(k, np.nan) for k in ("total_s", "retrieval_s", "answer_s", "queue_s", "reader_queue_s")},
-                        })  # fmt: skip
+                        result.records.append(
+                            {
+                                "t": began - run_began[0],
+                                "latency_s": elapsed,
+                                **{k: timings.get(k, np.nan) for k in ("total_s", "retrieval_s", "answer_s", "queue_s", "reader_queue_s")},
+                            }
+                        )
 
     def probe() -> None:
         with httpx.Client(base_url=url, timeout=60) as http:
@@ -203,7 +233,14 @@ def run_api_bench(
             results.append(load_test(server, bodies, clients, seconds, f"{backend} reader", settings.api_token))
     table = pd.DataFrame([r.row() for r in results])
     over_time = pd.concat([r.over_time() for r in results], ignore_index=True)
-    summary: dict[str, Any] = {"machine": machine(settings.device), "questions": len(bodies), "domain": domain, "split": split, "top_k": top_k, "retriever": retriever or settings.retriever}
+    summary: dict[str, Any] = {
+        "machine": machine(settings.device),
+        "questions": len(bodies),
+        "domain": domain,
+        "split": split,
+        "top_k": top_k,
+        "retriever": retriever or settings.retriever,
+    }
     if len(results) == 2:
         first, second = table.iloc[0], table.iloc[1]
         summary["ratios"] = {
@@ -217,9 +254,13 @@ def run_api_bench(
         f"each about its own product, top_k {top_k}); latency measured by the client; a GET /health probe every {HEALTH_EVERY_S} s meanwhile.",
         f"{summary['machine']['logical_cpus']} CPUs, shared with other jobs: the load average at each run's start and end is in the table; compare ratios under similar load.",
     ]
-    notes.append("queue: waiting for an API worker thread; reader_queue: waiting for the reader's inference lane (other questions' windows); "
-                 "pipeline: the server's own time for a question (retrieval + answer); memory: the server's RSS, from GET /health.")
-    write_report(out_dir, "API load test", table, summary, {"over_time.png": over_time_plot(over_time)}, {"Over time": over_time}, notes=notes)
+    notes.append(
+        "queue: waiting for an API worker thread; reader_queue: waiting for the reader's inference lane (other questions' windows); "
+        "pipeline: the server's own time for a question (retrieval + answer); memory: the server's RSS, from GET /health."
+    )
+    write_report(
+        out_dir, "API load test", table, summary, {"over_time.png": over_time_plot(over_time)}, {"Over time": over_time}, notes=notes
+    )
     return table
 
 

@@ -16,9 +16,14 @@ from pathlib import Path
 from qa_system.errors import QAError
 
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
 # What the page shows once an answer (or "no answer") has been rendered.
 ANSWER_CARD = ".qa-answer"
 

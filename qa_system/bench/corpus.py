@@ -14,8 +14,8 @@ perturbed by seeded noise and renormalised. The report says which vectors are re
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import numpy as np
 from haystack import Document
@@ -31,7 +31,9 @@ VECTOR_NOISE = 0.02
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def real_reviews(settings: Settings, questions: Sequence[LabelledQuestion], question_domain: str = "electronics") -> tuple[list[Document], list[str]]:
+def real_reviews(
+    settings: Settings, questions: Sequence[LabelledQuestion], question_domain: str = "electronics"
+) -> tuple[list[Document], list[str]]:
     """Every provided SubjQA review: first those of the questions' products (test split first), then
     the rest of their domain, then the other domains, so that a small corpus still holds the reviews
     the questions are about; and what was left out ("books: no train split"), to be named in the report.
@@ -53,7 +55,9 @@ def real_reviews(settings: Settings, questions: Sequence[LabelledQuestion], ques
     return sorted(documents, key=lambda d: (rank[d.meta["domain"]], d.meta["item_id"] not in products, not in_split(d, "test"))), left_out
 
 
-def bench_questions(settings: Settings, domain: str = "electronics", split: str = "test", limit: int | None = None) -> list[LabelledQuestion]:
+def bench_questions(
+    settings: Settings, domain: str = "electronics", split: str = "test", limit: int | None = None
+) -> list[LabelledQuestion]:
     """The first ``limit`` labelled questions of a domain's split (all with None): the questions the benchmark asks."""
     return load_subjqa(domain, split, settings.data_dir).questions[:limit]
 
@@ -72,7 +76,12 @@ def synthetic_reviews(sources: Sequence[Document], count: int, seed: int = 0) ->
     for i, size in enumerate(sizes):
         content = " ".join(pool[j] for j in picks[cursor : cursor + size])
         cursor += size
-        meta = {"item_id": f"SYN{i // SYNTHETIC_PRODUCT_SIZE:06d}", "review_id": f"syn-{seed}-{i}", "domain": SYNTHETIC_DOMAIN, "split": SYNTHETIC_DOMAIN}
+        meta = {
+            "item_id": f"SYN{i // SYNTHETIC_PRODUCT_SIZE:06d}",
+            "review_id": f"syn-{seed}-{i}",
+            "domain": SYNTHETIC_DOMAIN,
+            "split": SYNTHETIC_DOMAIN,
+        }
         documents.append(Document(content=content, meta=meta))
     return documents
 

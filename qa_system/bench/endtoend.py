@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from haystack import Document, Pipeline
@@ -49,7 +50,12 @@ def _stock(store: Any, model: str) -> Callable[[LabelledQuestion], dict[str, flo
     def run(question: LabelledQuestion) -> dict[str, float]:
         start = time.perf_counter()
         with component_timings() as timings:
-            pipeline.run({"retriever": {"query": question.question, "filters": make_filters(item_id=question.item_id)}, "reader": {"query": question.question}})
+            pipeline.run(
+                {
+                    "retriever": {"query": question.question, "filters": make_filters(item_id=question.item_id)},
+                    "reader": {"query": question.question},
+                }
+            )
         total = time.perf_counter() - start
         return {**timings, "retrieval_s": total - timings["reader"], "answer_s": timings["reader"], "total_s": total}
 
@@ -101,7 +107,9 @@ def bench_tier(
     return _rows(tier, timings), _stage_rows(tier, timings), notes
 
 
-def _rag(settings: Settings, index: Index, questions: Sequence[LabelledQuestion], progress: Callable[[str], None]) -> tuple[Timing | None, str]:
+def _rag(
+    settings: Settings, index: Index, questions: Sequence[LabelledQuestion], progress: Callable[[str], None]
+) -> tuple[Timing | None, str]:
     if "rag" not in ANSWER_STAGES:
         return None, "RAG end-to-end: skipped, this version has no 'rag' answer stage."
     progress(f"end-to-end: RAG on {len(questions)} questions")
@@ -111,7 +119,10 @@ def _rag(settings: Settings, index: Index, questions: Sequence[LabelledQuestion]
         timing = compare({PROJECT_RAG: run}, questions)[PROJECT_RAG]
     except QAError as error:
         return None, f"RAG end-to-end: skipped ({error})."
-    return timing, f"RAG end-to-end: {timing.calls} questions with the {settings.generator} generator, compared with the ONNX extractive pipeline."
+    return (
+        timing,
+        f"RAG end-to-end: {timing.calls} questions with the {settings.generator} generator, compared with the ONNX extractive pipeline.",
+    )
 
 
 def _rows(tier: int, timings: dict[str, Timing]) -> list[dict]:
@@ -120,11 +131,20 @@ def _rows(tier: int, timings: dict[str, Timing]) -> list[dict]:
         baseline = BASELINES.get(name, STOCK)
         base = timings[baseline]
         stage = {key: [1000 * t[key] for t in timing.outputs] for key in ("retrieval_s", "answer_s")}
-        rows.append({
-            "corpus": tier, "pipeline": name, "queries": timing.calls, "p50_ms": timing.p50_ms, "p95_ms": timing.p95_ms,
-            "retrieval_p50_ms": float(np.median(stage["retrieval_s"])), "answer_p50_ms": float(np.median(stage["answer_s"])),
-            "baseline": baseline, "p50_ratio": timing.p50_ms / base.p50_ms, "p95_ratio": timing.p95_ms / base.p95_ms,
-        })
+        rows.append(
+            {
+                "corpus": tier,
+                "pipeline": name,
+                "queries": timing.calls,
+                "p50_ms": timing.p50_ms,
+                "p95_ms": timing.p95_ms,
+                "retrieval_p50_ms": float(np.median(stage["retrieval_s"])),
+                "answer_p50_ms": float(np.median(stage["answer_s"])),
+                "baseline": baseline,
+                "p50_ratio": timing.p50_ms / base.p50_ms,
+                "p95_ratio": timing.p95_ms / base.p95_ms,
+            }
+        )
     return rows
 
 
@@ -136,8 +156,14 @@ def _stage_rows(tier: int, timings: dict[str, Timing]) -> list[dict]:
         components = [k for k in timing.outputs[0] if not k.endswith("_s")]
         for component in components:
             seconds = [t.get(component, 0.0) for t in timing.outputs]
-            rows.append({
-                "corpus": tier, "pipeline": name, "component": component, "p50_ms": 1000 * float(np.median(seconds)),
-                "mean_ms": 1000 * float(np.mean(seconds)), "share": sum(seconds) / total,
-            })
+            rows.append(
+                {
+                    "corpus": tier,
+                    "pipeline": name,
+                    "component": component,
+                    "p50_ms": 1000 * float(np.median(seconds)),
+                    "mean_ms": 1000 * float(np.mean(seconds)),
+                    "share": sum(seconds) / total,
+                }
+            )
     return rows

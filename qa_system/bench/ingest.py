@@ -14,8 +14,8 @@ import itertools
 import json
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pandas as pd
 
@@ -69,10 +69,20 @@ print(json.dumps({**report.as_dict(), "peak_rss_mb": peak / 1024}))
 
 def measure_ingest(settings: Settings, path: str | Path, collection: str, embed: bool) -> dict:
     """Ingest ``path`` into ``collection`` in a fresh Python process: its report and peak memory (Linux)."""
-    overrides = json.dumps({"home": str(settings.home), "store": settings.store, "embedding_model": settings.embedding_model,
-                            "es_url": settings.es_url, "opensearch_url": settings.opensearch_url,
-                            "embedding_backend": settings.embedding_backend, "device": settings.device})
-    done = subprocess.run([sys.executable, "-c", _WORKER, overrides, str(path), collection, "1" if embed else "0"], capture_output=True, text=True)
+    overrides = json.dumps(
+        {
+            "home": str(settings.home),
+            "store": settings.store,
+            "embedding_model": settings.embedding_model,
+            "es_url": settings.es_url,
+            "opensearch_url": settings.opensearch_url,
+            "embedding_backend": settings.embedding_backend,
+            "device": settings.device,
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER, overrides, str(path), collection, "1" if embed else "0"], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise RuntimeError(f"the ingestion worker failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -96,8 +106,13 @@ def _change_one_row(source: Path, target: Path) -> None:
 
 
 def run_ingest_bench(
-    settings: Settings, out_dir: str | Path, rows: int = 100_000, embed_rows: int | None = None, seed: int = 0,
-    keep: bool = False, progress: Callable[[str], None] = print,
+    settings: Settings,
+    out_dir: str | Path,
+    rows: int = 100_000,
+    embed_rows: int | None = None,
+    seed: int = 0,
+    keep: bool = False,
+    progress: Callable[[str], None] = print,
 ) -> pd.DataFrame:
     """Index a ``rows``-row CSV BM25-only, its first ``embed_rows`` rows with embeddings (0: none) by each embedding
     backend (float32 PyTorch, then int8 ONNX: documents/s side by side), then re-run the int8 one unchanged and with
@@ -127,8 +142,12 @@ def run_ingest_bench(
         changed = out / f"reviews-{embed_rows}-changed.csv"
         _change_one_row(embedded, changed)
         name = f"bench-ingest-{embed_rows}-dense"
-        runs += [("with embeddings, float32", embedded, f"{name}-float32", True, "torch"), ("with embeddings, int8", embedded, name, True, "onnx"),
-                 ("unchanged re-run", embedded, name, True, "onnx"), ("one row changed", changed, name, True, "onnx")]  # fmt: skip
+        runs += [
+            ("with embeddings, float32", embedded, f"{name}-float32", True, "torch"),
+            ("with embeddings, int8", embedded, name, True, "onnx"),
+            ("unchanged re-run", embedded, name, True, "onnx"),
+            ("one row changed", changed, name, True, "onnx"),
+        ]
         _prepare_encoders(settings)
     results = []
     for label, path, collection, embed, backend in runs:
@@ -137,9 +156,30 @@ def run_ingest_bench(
         progress(f"{label}: indexing {path.name} into '{collection}'")
         run_settings = settings.with_(embedding_backend=backend)
         result = measure_ingest(run_settings, path, collection, embed)
-        results.append({"run": label, "store": settings.store, "embedding": indexing_backend(backend, settings.device) if embed else "-", "rows": result["read"], **{k: result[k] for k in (
-            "added", "changed", "unchanged", "embedded_documents", "embedded", "passages", "seconds", "embedding_s", "documents_per_s", "peak_rss_mb")},
-            "embedded_documents_per_s": result["embedded_documents"] / result["embedding_s"] if result["embedding_s"] else float("nan")})  # fmt: skip
+        results.append(
+            {
+                "run": label,
+                "store": settings.store,
+                "embedding": indexing_backend(backend, settings.device) if embed else "-",
+                "rows": result["read"],
+                **{
+                    k: result[k]
+                    for k in (
+                        "added",
+                        "changed",
+                        "unchanged",
+                        "embedded_documents",
+                        "embedded",
+                        "passages",
+                        "seconds",
+                        "embedding_s",
+                        "documents_per_s",
+                        "peak_rss_mb",
+                    )
+                },
+                "embedded_documents_per_s": result["embedded_documents"] / result["embedding_s"] if result["embedding_s"] else float("nan"),
+            }
+        )
         progress(f"  {results[-1]}")
     if not keep:
         for collection in {collection for _, _, collection, _, _ in runs}:
@@ -147,10 +187,20 @@ def run_ingest_bench(
     table = pd.DataFrame(results)
     speeds = dict(zip(table["run"], table["embedded_documents_per_s"]))
     int8_speedup = speeds.get("with embeddings, int8", float("nan")) / speeds.get("with embeddings, float32", float("nan"))
-    progress(f"embedding documents/s: float32 {speeds.get('with embeddings, float32', float('nan')):.1f}, int8 {speeds.get('with embeddings, int8', float('nan')):.1f} ({int8_speedup:.2f}x)")
+    progress(
+        f"embedding documents/s: float32 {speeds.get('with embeddings, float32', float('nan')):.1f}, int8 {speeds.get('with embeddings, int8', float('nan')):.1f} ({int8_speedup:.2f}x)"
+    )
     write_report(
-        out, f"Ingestion speed and memory: {rows} rows", table, summary={"machine": machine(settings.device), "seed": seed, "rows": rows, "embed_rows": embed_rows,
-                                                                           "embedding_int8_speedup": int8_speedup},
+        out,
+        f"Ingestion speed and memory: {rows} rows",
+        table,
+        summary={
+            "machine": machine(settings.device),
+            "seed": seed,
+            "rows": rows,
+            "embed_rows": embed_rows,
+            "embedding_int8_speedup": int8_speedup,
+        },
         notes=[
             f"A CSV of SubjQA reviews enlarged with synthetic ones made of real review sentences, columns {', '.join(COLUMNS)}; "
             "`qa-system index --input` reads it with --text-column opinion_text --id-column opinion_id --item-column asin.",

@@ -12,8 +12,9 @@ import os
 import platform
 import resource
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -157,7 +158,7 @@ class MemorySampler:
         except psutil.Error:  # the process ended: the samples so far stand
             return
 
-    def __enter__(self) -> "MemorySampler":
+    def __enter__(self) -> MemorySampler:
         self.began = time.monotonic()
         self._thread.start()
         return self

@@ -22,9 +22,9 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -132,10 +132,15 @@ class PageLoadResult:
         for begin in np.arange(0.0, max(self.elapsed_s, bin_s), bin_s):
             times = [r.answer_s for r in self.answered if r.asked_at is not None and begin <= r.asked_at - self.started < begin + bin_s]
             rss = [mb for t, mb in self.memory if begin <= t < begin + bin_s]
-            rows.append({
-                "from_s": round(float(begin)), "answered": len(times), "answer_p50_ms": round(1000 * float(np.percentile(times, 50))) if times else None,
-                "answer_p95_ms": round(1000 * float(np.percentile(times, 95))) if times else None, "memory_mb": max(rss) if rss else None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "from_s": round(float(begin)),
+                    "answered": len(times),
+                    "answer_p50_ms": round(1000 * float(np.percentile(times, 50))) if times else None,
+                    "answer_p95_ms": round(1000 * float(np.percentile(times, 95))) if times else None,
+                    "memory_mb": max(rss) if rss else None,
+                }
+            )
         return pd.DataFrame(rows)
 
     def total(self, field: str) -> int:
@@ -167,7 +172,11 @@ class PageLoadResult:
             ("sessions (browsers asking and clicking at once)", self.sessions, ""),
             ("questions answered", len(self.answered), f"{len(self.rounds) - len(self.answered)} got no answer in time"),
             ("questions answered per minute", round(60 * len(self.answered) / self.elapsed_s, 1), "all sessions together"),
-            ("answer time p50 (ms)", self.percentile_ms("answer_s", 50), "Ask pressed -> first answer card on screen, timed in the browser"),
+            (
+                "answer time p50 (ms)",
+                self.percentile_ms("answer_s", 50),
+                "Ask pressed -> first answer card on screen, timed in the browser",
+            ),
             ("answer time p95 (ms)", self.percentile_ms("answer_s", 95), ""),
             ("answer time max (ms)", self.percentile_ms("answer_s", 100), ""),
             ("pipeline time p50 (ms)", self.percentile_ms("pipeline_s", 50), "the page's 'Answered in': retrieval + reader"),
@@ -245,7 +254,7 @@ class BrowserPriority:
             if self._stop.wait(self.every_s):
                 return
 
-    def __enter__(self) -> "BrowserPriority":
+    def __enter__(self) -> BrowserPriority:
         if self.nice:
             self._thread.start()
         return self
@@ -385,14 +394,19 @@ def run_page_load(
                 session.wait_ready(max(timeout_s, 600))
             cold_s, key, _ = opened[0].ask()
             if key is None:
-                raise QAError(f"The page gave no answer within {timeout_s:.0f} s.", f"see {out / 'streamlit.log'}, or raise --timeout on a slow machine.")
+                raise QAError(
+                    f"The page gave no answer within {timeout_s:.0f} s.",
+                    f"see {out / 'streamlit.log'}, or raise --timeout on a slow machine.",
+                )
             progress(f"first answer (models loaded) in {cold_s:.1f} s; {sessions} sessions ask and click for {seconds:.0f} s")
             load_at_start = [round(x, 2) for x in os.getloadavg()]  # the machine may be shared: the figures depend on it
             drivers = [session.driver.service.process.pid for session in opened]
             with MemorySampler(server.pid) as memory, BrowserPriority(drivers, browser_nice):
                 start = memory.began
                 threads = [
-                    threading.Thread(target=s.run, args=(start + seconds, clicks, random.Random(seed + s.number), rounds), name=f"page-load-{s.number}")
+                    threading.Thread(
+                        target=s.run, args=(start + seconds, clicks, random.Random(seed + s.number), rounds), name=f"page-load-{s.number}"
+                    )
                     for s in opened
                 ]
                 for thread in threads:
@@ -405,9 +419,19 @@ def run_page_load(
                 session.close()
     stored = Counter(f.item_id for f in FeedbackStore(feedback_db).all()) if feedback_db.exists() else Counter()
     result = PageLoadResult(sorted(rounds, key=lambda r: r.session), dict(stored), sessions, elapsed_s, cold_s, memory.samples, start)
-    summary = {"settings": {"sessions": sessions, "seconds": seconds, "clicks_per_answer": clicks, "split": split, "store": settings.store,
-                            "reader": settings.reader_model, "reader_backend": settings.reader_backend},
-               "load_average_at_start": load_at_start, "machine": machine(settings.device)}  # fmt: skip
+    summary = {
+        "settings": {
+            "sessions": sessions,
+            "seconds": seconds,
+            "clicks_per_answer": clicks,
+            "split": split,
+            "store": settings.store,
+            "reader": settings.reader_model,
+            "reader_backend": settings.reader_backend,
+        },
+        "load_average_at_start": load_at_start,
+        "machine": machine(settings.device),
+    }
     _write(out, result, summary, seconds, clicks, split, browser_nice)
     return result
 
@@ -424,7 +448,8 @@ def _write(out: Path, result: PageLoadResult, summary: dict, seconds: float, cli
         "Each click the page acknowledges ('Saved N clicks') must be a row of the feedback database (feedback.sqlite here).",
         "Memory: the RSS of the page's server process (Streamlit and its children), sampled every second.",
         f"The browsers ran at nice {browser_nice}, the page server at 0: they share its machine here, where users' browsers would not."
-        if browser_nice else "The browsers ran at the page server's priority, on its machine.",
+        if browser_nice
+        else "The browsers ran at the page server's priority, on its machine.",
     ]
     records = pd.DataFrame([asdict(r) for r in result.rounds], columns=[f.name for f in fields(Round)])
     per_session = records.groupby(["session", "item_id"], as_index=False).agg(
@@ -432,9 +457,16 @@ def _write(out: Path, result: PageLoadResult, summary: dict, seconds: float, cli
     )
     per_session["stored (product)"] = per_session["item_id"].map(lambda item: result.stored.get(item, 0))
     over_time = result.over_time()
-    write_report(out, "Page load: concurrent browser sessions asking and clicking feedback", result.table(), summary,
-                 {"over_time.png": over_time_plot(over_time)}, sections={"sessions": per_session, "over time": over_time},
-                 records=records, notes=notes)  # fmt: skip
+    write_report(
+        out,
+        "Page load: concurrent browser sessions asking and clicking feedback",
+        result.table(),
+        summary,
+        {"over_time.png": over_time_plot(over_time)},
+        sections={"sessions": per_session, "over time": over_time},
+        records=records,
+        notes=notes,
+    )
 
 
 def over_time_plot(over_time: pd.DataFrame):

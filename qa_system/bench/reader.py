@@ -12,9 +12,10 @@ import json
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from haystack import Document
@@ -137,14 +138,24 @@ def _reader_rows(timings: dict[str, Timing], questions: Sequence[LabelledQuestio
     rows = []
     for name, timing in timings.items():
         clock = clocks.get(name)
-        rows.append({
-            "reader": name, "questions": timing.calls,
-            "windows_per_question": float(np.mean(clock.windows)) if clock else float("nan"),
-            "p50_ms": timing.p50_ms, "p95_ms": timing.p95_ms, "mean_ms": 1000 * float(np.mean(timing.seconds)),
-            "baseline": HAYSTACK_READER, "p50_ratio": timing.p50_ms / baseline.p50_ms, "p95_ratio": timing.p95_ms / baseline.p95_ms,
-            "em": em[name], "f1": f1[name], "em_minus_torch_fp32": em[name] - em[TORCH], "f1_minus_torch_fp32": f1[name] - f1[TORCH],
-            "same_top1_as_torch_fp32": float(np.mean([a == b for a, b in zip(timing.outputs, timings[TORCH].outputs)])),
-        })
+        rows.append(
+            {
+                "reader": name,
+                "questions": timing.calls,
+                "windows_per_question": float(np.mean(clock.windows)) if clock else float("nan"),
+                "p50_ms": timing.p50_ms,
+                "p95_ms": timing.p95_ms,
+                "mean_ms": 1000 * float(np.mean(timing.seconds)),
+                "baseline": HAYSTACK_READER,
+                "p50_ratio": timing.p50_ms / baseline.p50_ms,
+                "p95_ratio": timing.p95_ms / baseline.p95_ms,
+                "em": em[name],
+                "f1": f1[name],
+                "em_minus_torch_fp32": em[name] - em[TORCH],
+                "f1_minus_torch_fp32": f1[name] - f1[TORCH],
+                "same_top1_as_torch_fp32": float(np.mean([a == b for a, b in zip(timing.outputs, timings[TORCH].outputs)])),
+            }
+        )
     return rows
 
 
@@ -154,16 +165,23 @@ def _profile_rows(timings: dict[str, Timing], clocks: dict[str, StageClock]) -> 
         total, model, spans = (np.asarray(x) for x in (timings[name].seconds, clock.model_s, clock.spans_s))
         stages = {"tokenisation": total - model - spans, "model": model, "post-processing (span search)": spans}
         for stage, seconds in stages.items():
-            rows.append({
-                "reader": name, "stage": stage, "mean_ms": 1000 * float(seconds.mean()), "p50_ms": 1000 * float(np.median(seconds)),
-                "share": float(seconds.sum() / total.sum()),
-                "windows_per_s": float(sum(clock.windows) / model.sum()) if stage == "model" else float("nan"),
-                "tokens_per_window": float(sum(clock.tokens) / sum(clock.windows)) if stage == "model" else float("nan"),
-            })
+            rows.append(
+                {
+                    "reader": name,
+                    "stage": stage,
+                    "mean_ms": 1000 * float(seconds.mean()),
+                    "p50_ms": 1000 * float(np.median(seconds)),
+                    "share": float(seconds.sum() / total.sum()),
+                    "windows_per_s": float(sum(clock.windows) / model.sum()) if stage == "model" else float("nan"),
+                    "tokens_per_window": float(sum(clock.tokens) / sum(clock.windows)) if stage == "model" else float("nan"),
+                }
+            )
     return rows
 
 
-def operator_profile(readers: dict[str, Any], questions: Sequence[LabelledQuestion], contexts: Sequence[list[Document]], limit: int = 50) -> list[dict]:
+def operator_profile(
+    readers: dict[str, Any], questions: Sequence[LabelledQuestion], contexts: Sequence[list[Document]], limit: int = 50
+) -> list[dict]:
     """Where the ONNX readers' model time goes, by operator type (ONNX Runtime's own kernel profiler).
 
     Each ONNX reader's windows for the first ``limit`` questions run through a profiling session of
@@ -188,13 +206,19 @@ def operator_profile(readers: dict[str, Any], questions: Sequence[LabelledQuesti
         total = sum(kernel_us.values())
         rows += [
             {"reader": name, "operator": op, "share": us / total, "ms_per_question": us / 1000 / len(asked)}
-            for op, us in kernel_us.most_common() if us / total >= 0.001
+            for op, us in kernel_us.most_common()
+            if us / total >= 0.001
         ]
     return rows
 
 
-def scheduling(readers: dict[str, Any], questions: Sequence[LabelledQuestion], contexts: Sequence[list[Document]], limit: int = 100,
-               batches: Sequence[int] = (4, 8)) -> list[dict]:
+def scheduling(
+    readers: dict[str, Any],
+    questions: Sequence[LabelledQuestion],
+    contexts: Sequence[list[Document]],
+    limit: int = 100,
+    batches: Sequence[int] = (4, 8),
+) -> list[dict]:
     """What the ways of sharing the cores among concurrent questions buy, per ONNX reader, on the same windows.
 
     - one call per question with one intra-op thread per physical core (how the served lane reads);
@@ -216,7 +240,11 @@ def scheduling(readers: dict[str, Any], questions: Sequence[LabelledQuestion], c
         if not isinstance(reader, ExtractiveReader) or reader._onnx is None:
             continue
         encodings = [reader.encode(q.question, docs)[1] for q, docs in list(zip(questions, contexts))[:limit]]
-        encodings = [{k: np.asarray(v) for k, v in e.items() if k in ("input_ids", "attention_mask", "token_type_ids")} for e in encodings if e is not None]
+        encodings = [
+            {k: np.asarray(v) for k, v in e.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            for e in encodings
+            if e is not None
+        ]
         if not encodings:
             continue
         whole = OnnxQAModel(reader._onnx.path, threads=cores)
@@ -238,10 +266,22 @@ def scheduling(readers: dict[str, Any], questions: Sequence[LabelledQuestion], c
         ways |= {f"{size} questions per call, {cores} threads": batched(size) for size in batches}
         for way, run in ways.items():
             seconds, outputs = min((timed(run)[::-1] for _ in range(2)), key=lambda pair: pair[0])
-            change = max(float(np.abs(a[np.isfinite(a)] - b[np.isfinite(a)]).max(initial=0.0)) for out, ref in zip(outputs, reference) for a, b in zip(out, ref))
-            rows.append({"reader": name, "schedule": way, "questions": len(encodings), "questions_per_s": len(encodings) / seconds,
-                         "ms_per_question": 1000 * seconds / len(encodings), "max_logit_change": change})
+            change = max(
+                float(np.abs(a[np.isfinite(a)] - b[np.isfinite(a)]).max(initial=0.0))
+                for out, ref in zip(outputs, reference)
+                for a, b in zip(out, ref)
+            )
+            rows.append(
+                {
+                    "reader": name,
+                    "schedule": way,
+                    "questions": len(encodings),
+                    "questions_per_s": len(encodings) / seconds,
+                    "ms_per_question": 1000 * seconds / len(encodings),
+                    "max_logit_change": change,
+                }
+            )
         first = rows[-len(ways)]["questions_per_s"]
-        for row in rows[-len(ways):]:
+        for row in rows[-len(ways) :]:
             row["ratio_to_one_call_per_question"] = row["questions_per_s"] / first
     return rows

@@ -35,19 +35,50 @@ def acceptance(reader: pd.DataFrame, retrieval: pd.DataFrame, end_to_end: pd.Dat
         delta = fast[f"{metric}_minus_torch_fp32"]
         checks.append(_check(f"reader {metric.upper()}, {ONNX_INT8} minus {TORCH} (points)", delta, "within +-1", abs(delta) <= 1.0))
     for _, row in end_to_end[end_to_end["pipeline"] == PROJECT_ONNX].iterrows():
-        checks.append(_check(f"end-to-end p50, BM25 top-3 + {ONNX_INT8}, {row['corpus']} reviews", row["p50_ms"], "<= 200 ms", row["p50_ms"] <= 200, " ms"))
+        checks.append(
+            _check(
+                f"end-to-end p50, BM25 top-3 + {ONNX_INT8}, {row['corpus']} reviews",
+                row["p50_ms"],
+                "<= 200 ms",
+                row["p50_ms"] <= 200,
+                " ms",
+            )
+        )
     for _, row in end_to_end[end_to_end["pipeline"] == PROJECT_SELECTOR].iterrows():
-        checks.append(_check(f"end-to-end p50 with the answer selector / without, {row['corpus']} reviews", row["p50_ratio"], "<= 1.2", row["p50_ratio"] <= 1.2, "x"))
+        checks.append(
+            _check(
+                f"end-to-end p50 with the answer selector / without, {row['corpus']} reviews",
+                row["p50_ratio"],
+                "<= 1.2",
+                row["p50_ratio"] <= 1.2,
+                "x",
+            )
+        )
     largest = retrieval["corpus"].max()
-    bm25 = retrieval[(retrieval["retriever"] == "BM25") & (retrieval["corpus"] == largest) & (retrieval["system"] == FAST_BM25)].set_index("filter")
+    bm25 = retrieval[(retrieval["retriever"] == "BM25") & (retrieval["corpus"] == largest) & (retrieval["system"] == FAST_BM25)].set_index(
+        "filter"
+    )
     if "none" in bm25.index:
         row = bm25.loc["none"]
-        checks.append(_check(f"BM25 queries/s at {largest} reviews, {FAST_BM25} / {HAYSTACK}", row["qps_ratio"], ">= 100", row["qps_ratio"] >= 100, "x"))
-        checks.append(_check(f"BM25 same top-10 as {HAYSTACK} at {largest} reviews (share of queries)", row["same_top10"], "= 1", row["same_top10"] == 1.0))
+        checks.append(
+            _check(
+                f"BM25 queries/s at {largest} reviews, {FAST_BM25} / {HAYSTACK}", row["qps_ratio"], ">= 100", row["qps_ratio"] >= 100, "x"
+            )
+        )
+        checks.append(
+            _check(
+                f"BM25 same top-10 as {HAYSTACK} at {largest} reviews (share of queries)",
+                row["same_top10"],
+                "= 1",
+                row["same_top10"] == 1.0,
+            )
+        )
     for kind in ("product", "synthetic product"):
         if kind in bm25.index:
             row = bm25.loc[kind]
-            checks.append(_check(f"BM25 p50 with a {kind} filter at {largest} reviews", row["p50_ms"], "<= 5 ms", row["p50_ms"] <= 5, " ms"))
+            checks.append(
+                _check(f"BM25 p50 with a {kind} filter at {largest} reviews", row["p50_ms"], "<= 5 ms", row["p50_ms"] <= 5, " ms")
+            )
     return pd.DataFrame(checks)
 
 
@@ -58,13 +89,25 @@ def latency_plot(retrieval: pd.DataFrame, end_to_end: pd.DataFrame) -> plt.Figur
     for (retriever, system, kind), rows in retrieval.groupby(["retriever", "system", "filter"]):
         rows = rows.sort_values("corpus")
         left.plot(rows["corpus"], rows["p50_ms"], styles.get(kind, "-"), marker="o", label=f"{retriever}: {system} ({kind})")
-    left.set(xscale="log", yscale="log", xlabel="reviews in the corpus", ylabel="p50 latency (ms)", title="Retrieval, top-10 (filter in brackets)")
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel="reviews in the corpus",
+        ylabel="p50 latency (ms)",
+        title="Retrieval, top-10 (filter in brackets)",
+    )
     left.legend(fontsize=6)
     for pipeline, rows in end_to_end.groupby("pipeline"):
         rows = rows.sort_values("corpus")
         right.plot(rows["corpus"], rows["p50_ms"], marker="o", label=pipeline)
     right.axhline(200, color="grey", linestyle="--", label="200 ms")
-    right.set(xscale="log", yscale="log", xlabel="reviews in the corpus", ylabel="p50 latency (ms)", title="End to end, top-3 reviews of the product")
+    right.set(
+        xscale="log",
+        yscale="log",
+        xlabel="reviews in the corpus",
+        ylabel="p50 latency (ms)",
+        title="End to end, top-3 reviews of the product",
+    )
     right.legend(fontsize=7)
     return figure
 
@@ -88,4 +131,6 @@ def write(out_dir: Path, tables: dict[str, pd.DataFrame], summary: dict[str, Any
         "latency_vs_corpus_size.png": latency_plot(tables["retrieval"], tables["end_to_end"]),
         "reader.png": reader_plot(tables["reader"], tables["reader_profile"]),
     }
-    return write_report(out_dir, "Benchmark: indexing, retrieval, reader and end-to-end latency", checks, summary, figures, tables, notes=notes)
+    return write_report(
+        out_dir, "Benchmark: indexing, retrieval, reader and end-to-end latency", checks, summary, figures, tables, notes=notes
+    )

@@ -11,8 +11,9 @@ InMemoryEmbeddingRetriever with the pre-filtered FAISS retriever over a Flat (ex
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from haystack import Document
@@ -35,16 +36,26 @@ HAYSTACK = "Haystack in-memory"
 def haystack_store(name: str) -> InMemoryDocumentStore:
     """Haystack's in-memory store set to Lucene's BM25 (BM25Plus without its delta) and cosine similarity."""
     return InMemoryDocumentStore(
-        bm25_algorithm="BM25Plus", bm25_parameters={"k1": K1, "b": B, "delta": 0.0},
-        embedding_similarity_function="cosine", index=name, shared=False,
+        bm25_algorithm="BM25Plus",
+        bm25_parameters={"k1": K1, "b": B, "delta": 0.0},
+        embedding_similarity_function="cosine",
+        index=name,
+        shared=False,
     )
 
 
 def same_scoring_bm25(store: Any, top_k: int = TOP_K) -> BM25sRetriever:
     """bm25s configured to rank exactly as ``haystack_store``'s BM25 (see the module doc)."""
     return BM25sRetriever(
-        store, top_k=top_k, k1=K1, b=B, method="lucene", stemmer_language=None, stopwords=None,
-        return_unmatched=False, token_pattern=_DEFAULT_BM25_TOKENIZATION_REGEX,
+        store,
+        top_k=top_k,
+        k1=K1,
+        b=B,
+        method="lucene",
+        stemmer_language=None,
+        stopwords=None,
+        return_unmatched=False,
+        token_pattern=_DEFAULT_BM25_TOKENIZATION_REGEX,
     )
 
 
@@ -84,17 +95,30 @@ def agreement(baseline: Timing, other: Timing) -> tuple[float, float]:
     return float(identical), float(overlap)
 
 
-def _rows(tier: int, retriever: str, kind: str, timings: dict[str, Timing], baseline: str, exact: set[str], filter_docs: float) -> list[dict]:
+def _rows(
+    tier: int, retriever: str, kind: str, timings: dict[str, Timing], baseline: str, exact: set[str], filter_docs: float
+) -> list[dict]:
     rows = []
     for system, timing in timings.items():
         identical, overlap = agreement(timings[baseline], timing) if system != baseline else (1.0, 1.0)
-        rows.append({
-            "corpus": tier, "retriever": retriever, "system": system, "filter": kind, "docs_per_filter": filter_docs,
-            "queries": timing.calls, "queries_per_s": timing.per_second, "p50_ms": timing.p50_ms, "p95_ms": timing.p95_ms,
-            "baseline": baseline, "qps_ratio": timing.per_second / timings[baseline].per_second,
-            "p50_ratio": timing.p50_ms / timings[baseline].p50_ms,
-            "same_top10": identical if system in exact | {baseline} else float("nan"), "top10_overlap": overlap,
-        })
+        rows.append(
+            {
+                "corpus": tier,
+                "retriever": retriever,
+                "system": system,
+                "filter": kind,
+                "docs_per_filter": filter_docs,
+                "queries": timing.calls,
+                "queries_per_s": timing.per_second,
+                "p50_ms": timing.p50_ms,
+                "p95_ms": timing.p95_ms,
+                "baseline": baseline,
+                "qps_ratio": timing.per_second / timings[baseline].per_second,
+                "p50_ratio": timing.p50_ms / timings[baseline].p50_ms,
+                "same_top10": identical if system in exact | {baseline} else float("nan"),
+                "top10_overlap": overlap,
+            }
+        )
     return rows
 
 
@@ -117,10 +141,18 @@ def bench_tier(
     indexing: list[dict] = []
 
     def index_row(stage: str, system: str, seconds: float, baseline: str, baseline_seconds: float) -> None:
-        indexing.append({
-            "corpus": tier, "stage": stage, "system": system, "documents": len(documents), "seconds": seconds,
-            "docs_per_s": len(documents) / seconds, "baseline": baseline, "speed_ratio": baseline_seconds / seconds,
-        })
+        indexing.append(
+            {
+                "corpus": tier,
+                "stage": stage,
+                "system": system,
+                "documents": len(documents),
+                "seconds": seconds,
+                "docs_per_s": len(documents) / seconds,
+                "baseline": baseline,
+                "speed_ratio": baseline_seconds / seconds,
+            }
+        )
 
     progress(f"[{tier}] indexing: Haystack in-memory store")
     store = haystack_store(f"bench-{tier}")
@@ -157,13 +189,18 @@ def bench_tier(
         progress(f"[{tier}] BM25 queries, filter: {kind}")
         timings = compare(
             {name: (lambda r: lambda q: _ids(r.run(query=q.text, filters=q.filters)["documents"]))(r) for name, r in bm25_systems.items()},
-            inputs, budget_s,
+            inputs,
+            budget_s,
         )
         retrieval += _rows(tier, "BM25", kind, timings, HAYSTACK, {"bm25s, same scoring"}, filter_docs)
         progress(f"[{tier}] dense queries, filter: {kind}")
         timings = compare(
-            {name: (lambda r: lambda q: _ids(r.run(query_embedding=q.vector, filters=q.filters)["documents"]))(r) for name, r in dense_systems.items()},
-            inputs, budget_s,
+            {
+                name: (lambda r: lambda q: _ids(r.run(query_embedding=q.vector, filters=q.filters)["documents"]))(r)
+                for name, r in dense_systems.items()
+            },
+            inputs,
+            budget_s,
         )
         retrieval += _rows(tier, "dense", kind, timings, HAYSTACK, {"FAISS Flat, pre-filtered"}, filter_docs)
     return indexing, retrieval, store

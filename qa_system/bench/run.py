@@ -11,8 +11,8 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -102,19 +102,26 @@ def run_bench(
         del documents, store
         gc.collect()
 
-    tables.update({
-        "end_to_end": pd.DataFrame(e2e_rows),
-        "end_to_end_stages": pd.DataFrame(stage_rows),
-        "retrieval": pd.DataFrame(retrieval_rows[1:]),
-        "query_embedding": pd.DataFrame(retrieval_rows[:1]),
-        "indexing": pd.DataFrame(indexing),
-        "memory": pd.DataFrame(memory),
-    })  # fmt: skip
+    tables.update(
+        {
+            "end_to_end": pd.DataFrame(e2e_rows),
+            "end_to_end_stages": pd.DataFrame(stage_rows),
+            "retrieval": pd.DataFrame(retrieval_rows[1:]),
+            "query_embedding": pd.DataFrame(retrieval_rows[:1]),
+            "indexing": pd.DataFrame(indexing),
+            "memory": pd.DataFrame(memory),
+        }
+    )
     at_end = machine(settings.device)
     summary = {
         **_setup(settings, at_start, at_end, export_dir),
-        "sizes": sizes, "queries": len(questions), "reader_questions": len(reader_qs), "budget_s": budget_s, "seed": seed,
-        "embedded_for_real": len(sample), "seconds": round(time.time() - started, 1),
+        "sizes": sizes,
+        "queries": len(questions),
+        "reader_questions": len(reader_qs),
+        "budget_s": budget_s,
+        "seed": seed,
+        "embedded_for_real": len(sample),
+        "seconds": round(time.time() - started, 1),
     }
     counts = {"questions": len(questions), "reader_questions": len(reader_qs), "reviews": len(real), "embedded": len(sample)}
     return report.write(Path(out_dir), tables, summary, [*_notes(at_start, at_end, counts, seed, budget_s, left_out), *notes])
@@ -131,7 +138,10 @@ def _corpus_and_questions(settings: Settings, smallest: int, queries: int, progr
     questions = corpus.bench_questions(settings, limit=queries)
     needed = sum(1 for d in real if d.meta["domain"] == "electronics" and in_split(d, "test"))
     if not questions or smallest < needed:
-        raise QAError(f"The smallest corpus ({smallest}) must hold the {needed} electronics test reviews the questions are about.", f"use --sizes of at least {needed}.")
+        raise QAError(
+            f"The smallest corpus ({smallest}) must hold the {needed} electronics test reviews the questions are about.",
+            f"use --sizes of at least {needed}.",
+        )
     return real, left_out, questions
 
 
@@ -140,21 +150,30 @@ def _embed(settings: Settings, sample: Sequence) -> tuple[dict[str, list[float]]
     from qa_system.ingestion.indexing import embed_documents, settings_embedder
 
     embedder = settings_embedder(settings)  # loaded (an ONNX export built) before the clock starts
-    embedded, seconds = timed(lambda: embed_documents(sample, settings.embedding_model, settings.batch_size, progress=False, embedder=embedder))
+    embedded, seconds = timed(
+        lambda: embed_documents(sample, settings.embedding_model, settings.batch_size, progress=False, embedder=embedder)
+    )
     return {d.id: d.embedding for d in embedded}, seconds
 
 
-def _bench_readers(settings: Settings, export_dir: Path, reviews: Sequence, questions: Sequence, progress: Callable[[str], None]) -> dict[str, pd.DataFrame]:
+def _bench_readers(
+    settings: Settings, export_dir: Path, reviews: Sequence, questions: Sequence, progress: Callable[[str], None]
+) -> dict[str, pd.DataFrame]:
     """Haystack's reader against the project's backends on the same weights: speed and EM/F1, a profile, and per-operator times."""
     contexts = reader.top_reviews(reviews, questions)
-    readers = {reader.HAYSTACK_READER: reader.haystack_reader(settings.reader_model), **reader.project_readers(settings.reader_model, export_dir)}
+    readers = {
+        reader.HAYSTACK_READER: reader.haystack_reader(settings.reader_model),
+        **reader.project_readers(settings.reader_model, export_dir),
+    }
     reader_rows, profile_rows, _ = reader.bench_readers(readers, questions, contexts, progress)
     operator_rows = reader.operator_profile(readers, questions, contexts)
     progress("reader: sharing the cores among concurrent questions (lanes, batches)")
     return {
-        "reader": pd.DataFrame(reader_rows), "reader_profile": pd.DataFrame(profile_rows), "reader_operators": pd.DataFrame(operator_rows),
+        "reader": pd.DataFrame(reader_rows),
+        "reader_profile": pd.DataFrame(profile_rows),
+        "reader_operators": pd.DataFrame(operator_rows),
         "reader_scheduling": pd.DataFrame(reader.scheduling(readers, questions, contexts)),
-    }  # fmt: skip
+    }
 
 
 def _memory_at(stage: str) -> dict:
@@ -165,18 +184,35 @@ def _memory_at(stage: str) -> dict:
 def _real_embedding_row(documents: int, seconds: float) -> dict:
     """The indexing table's row of the reviews embedded for real (its own baseline)."""
     return {
-        "corpus": documents, "stage": "dense embedding (real, MiniLM)", "system": "qa_system DocumentEmbedder (QA_EMBEDDING_BACKEND)",
-        "documents": documents, "seconds": seconds, "docs_per_s": documents / seconds, "baseline": "itself", "speed_ratio": 1.0,
-    }  # fmt: skip
+        "corpus": documents,
+        "stage": "dense embedding (real, MiniLM)",
+        "system": "qa_system DocumentEmbedder (QA_EMBEDDING_BACKEND)",
+        "documents": documents,
+        "seconds": seconds,
+        "docs_per_s": documents / seconds,
+        "baseline": "itself",
+        "speed_ratio": 1.0,
+    }
 
 
 def _query_embedding_row(timing: Timing) -> dict:
     """The retrieval table's first row: embedding the questions (its own baseline), whatever the corpus."""
     return {
-        "corpus": 0, "retriever": "dense", "system": "query embedding (MiniLM)", "filter": "-", "docs_per_filter": float("nan"),
-        "queries": timing.calls, "queries_per_s": timing.per_second, "p50_ms": timing.p50_ms, "p95_ms": timing.p95_ms,
-        "baseline": "itself", "qps_ratio": 1.0, "p50_ratio": 1.0, "same_top10": float("nan"), "top10_overlap": float("nan"),
-    }  # fmt: skip
+        "corpus": 0,
+        "retriever": "dense",
+        "system": "query embedding (MiniLM)",
+        "filter": "-",
+        "docs_per_filter": float("nan"),
+        "queries": timing.calls,
+        "queries_per_s": timing.per_second,
+        "p50_ms": timing.p50_ms,
+        "p95_ms": timing.p95_ms,
+        "baseline": "itself",
+        "qps_ratio": 1.0,
+        "p50_ratio": 1.0,
+        "same_top10": float("nan"),
+        "top10_overlap": float("nan"),
+    }
 
 
 def _setup(settings: Settings, at_start: dict, at_end: dict, export_dir: Path) -> dict:
@@ -186,10 +222,16 @@ def _setup(settings: Settings, at_start: dict, at_end: dict, export_dir: Path) -
     return {
         "machine": at_start,
         "load_average_at_end": at_end["load_average_1_5_15"],
-        "threads": {"onnxruntime_intra_op": physical_cores(), "torch": torch.get_num_threads(), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "not set")},
+        "threads": {
+            "onnxruntime_intra_op": physical_cores(),
+            "torch": torch.get_num_threads(),
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "not set"),
+        },
         "libraries": library_versions(),
-        "reader_model": settings.reader_model, "onnx_export": str(export_dir), "embedding_model": settings.embedding_model,
-    }  # fmt: skip
+        "reader_model": settings.reader_model,
+        "onnx_export": str(export_dir),
+        "embedding_model": settings.embedding_model,
+    }
 
 
 def _notes(at_start: dict, at_end: dict, counts: dict[str, int], seed: int, budget_s: float, left_out: Sequence[str]) -> list[str]:

@@ -41,13 +41,23 @@ def cmd_search(args: argparse.Namespace) -> None:
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, filters=args.filter)
     documents = result["documents"]
     name = args.retriever + (" + re-ranking" if args.rerank else "")
-    print(terminal_text(f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"))
+    print(
+        terminal_text(
+            f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"
+        )
+    )
     for rank, document in enumerate(documents, 1):
         meta = document.meta
         snippet = textwrap.shorten(terminal_text(document.content or ""), width=args.width, placeholder=" ...")
         splits = " + ".join(split_names(document))
         own = ", ".join(f"{key} {value}" for key, value in user_metadata(meta).items())  # the source's columns: rating, date, ...
-        print(terminal_text(f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}" + (f", {splits}" if splits else "") + (f"; {own})" if own else ")")))
+        print(
+            terminal_text(
+                f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}"
+                + (f", {splits}" if splits else "")
+                + (f"; {own})" if own else ")")
+            )
+        )
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
@@ -92,25 +102,37 @@ def cmd_ask(args: argparse.Namespace) -> None:
         _ask_rag(pipeline, args)
         return
     result = pipeline.run(
-        args.question, item_id=args.item, split=args.split, top_k=args.top_k,
-        top_k_reader=args.answers, no_answer_threshold=args.no_answer_threshold, filters=args.filter,
+        args.question,
+        item_id=args.item,
+        split=args.split,
+        top_k=args.top_k,
+        top_k_reader=args.answers,
+        no_answer_threshold=args.no_answer_threshold,
+        filters=args.filter,
     )
     timings = result["timings"]
-    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-                        f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})"))
+    print(
+        terminal_text(
+            f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})"
+        )
+    )
     _print_spans(result["answers"], args)
 
 
 def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     """`qa-system ask --url`: the answers of a running `qa-system api` (its models already loaded), printed as `ask` prints its own."""
-    from qa_system.serving.client import ask_server
-
     from qa_system.serving.answer_views import AnswerCard
+    from qa_system.serving.client import ask_server
 
     body = ask_server(args.url, _question(args), token)
     timings = body["timings"]
-    print(terminal_text(f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-                        f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})"))
+    print(
+        terminal_text(
+            f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})"
+        )
+    )
     tty = sys.stdout.isatty()
     _print_withheld(next((a["withheld"] for a in body["answers"] if a.get("withheld")), None))
     for answer in body["answers"]:  # the server's cards: the labels and notes every door shows
@@ -131,13 +153,24 @@ def _question(args: argparse.Namespace):
     # Only a collection named on purpose is sent (--domain's default is cli.main's), else the server's default.
     domains = None if getattr(args, "domain_default", False) else args.domain
     if domains and len(domains) > 1:
-        raise QAError(f"--domain names {len(domains)} domains, and a server answers from one collection.", "pass one --domain (or --collection) with --url or in the shell.")
+        raise QAError(
+            f"--domain names {len(domains)} domains, and a server answers from one collection.",
+            "pass one --domain (or --collection) with --url or in the shell.",
+        )
     collection = args.collection or (domains[0] if domains else None)
     return Question(
-        args.question, args.item, collection, retriever=args.retriever, mode=args.mode, top_k=args.top_k, split=args.split,
-        top_k_reader=args.answers if args.mode == "extractive" else None, no_answer_threshold=args.no_answer_threshold,
-        filters=getattr(args, "filter", None), all_products=args.item is None,  # no --item: every document, as `ask` reads them
-    )  # fmt: skip
+        args.question,
+        args.item,
+        collection,
+        retriever=args.retriever,
+        mode=args.mode,
+        top_k=args.top_k,
+        split=args.split,
+        top_k_reader=args.answers if args.mode == "extractive" else None,
+        no_answer_threshold=args.no_answer_threshold,
+        filters=getattr(args, "filter", None),
+        all_products=args.item is None,  # no --item: every document, as `ask` reads them
+    )
 
 
 def cmd_shell(args: argparse.Namespace) -> None:
@@ -153,7 +186,12 @@ def cmd_shell(args: argparse.Namespace) -> None:
         names = [ServedCollection(args.collection)] if args.collection else [ServedCollection(d, subjqa_domain=True) for d in args.domain]
         service = QAService(settings, names, any_collection=True)
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
-    print(terminal_text(f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, ':quit' ends."), file=sys.stderr)
+    print(
+        terminal_text(
+            f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, ':quit' ends."
+        ),
+        file=sys.stderr,
+    )
     for line in sys.stdin:
         line = line.strip()
         if line in (":quit", ":q"):
@@ -176,14 +214,22 @@ def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
         return
     result = service.ask(_question(args))
     timings = result["timings"]
-    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-                        f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})"))
+    print(
+        terminal_text(
+            f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})"
+        )
+    )
     _print_spans(result["answers"], args)
 
 
 def _print_withheld(withheld: dict | None) -> None:
     if withheld:  # the grounding check: the reviews cited do not say what was generated
-        print(terminal_text(f"A (generated, withheld): {withheld['text']}\n   Withheld: {withheld['reason']}. The extractive answers instead:"))
+        print(
+            terminal_text(
+                f"A (generated, withheld): {withheld['text']}\n   Withheld: {withheld['reason']}. The extractive answers instead:"
+            )
+        )
 
 
 def _print_spans(answers, args: argparse.Namespace) -> None:
@@ -210,7 +256,9 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     if args.stream:
         print("A: ", end="", flush=True)
     stream = (lambda chunk: print(terminal_text(chunk.content), end="", flush=True)) if args.stream else None
-    result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream, filters=args.filter)
+    result = pipeline.run(
+        args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream, filters=args.filter
+    )
     answer = result["answers"][0]
     meta, timings = answer.meta, result["timings"]
     if args.stream:
@@ -228,12 +276,16 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
         print(terminal_text(f"   {answer_cards(answer_views([answer]))[0].note}"))
     tokens = meta["usage"].get("completion_tokens")
     speed = f", {tokens / timings['generator']:.1f} tokens/s" if tokens and timings.get("generator") else ""
-    print(f"   (retrieval {1000 * timings['retrieval_s']:.0f} ms, prompt {1000 * timings.get('prompt_builder', 0):.0f} ms, "
-          f"generation {timings.get('generator', 0):.1f} s{speed})")
+    print(
+        f"   (retrieval {1000 * timings['retrieval_s']:.0f} ms, prompt {1000 * timings.get('prompt_builder', 0):.0f} ms, "
+        f"generation {timings.get('generator', 0):.1f} s{speed})"
+    )
     prompt = meta["prompt"]
     if prompt.get("truncated"):
         shortened = ", ".join(f"[{n}]" for n in prompt["truncated_reviews"]) or "none"
-        print(f"   (prompt cut to {prompt['budget_tokens']} tokens: reviews shortened {shortened}; {len(prompt['dropped_document_ids'])} dropped)")
+        print(
+            f"   (prompt cut to {prompt['budget_tokens']} tokens: reviews shortened {shortened}; {len(prompt['dropped_document_ids'])} dropped)"
+        )
     for heading, cited in (("Cited reviews", True), ("Also given", False)):
         documents = [d for d in answer.documents if d.meta["referenced"] is cited]
         if documents:
@@ -243,7 +295,6 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
             snippet = textwrap.shorten(terminal_text(document.content or ""), width=max(2 * args.context, 10), placeholder=" ...")
             print(terminal_text(f"[{document.meta['source_index']}] {document_label(document)}  ({document.meta.get('item_id')})"))
             print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
-
 
 
 def register(commands, options: Options) -> None:
@@ -256,7 +307,9 @@ def register(commands, options: Options) -> None:
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--filter", type=filter_json, help=FILTER_HELP)
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
+    p.add_argument(
+        "--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)"
+    )
     p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER)
     p.add_argument("--width", type=count("--width", 3), default=400, help="characters of each review to print")
     p.set_defaults(func=cmd_search)
@@ -268,21 +321,42 @@ def register(commands, options: Options) -> None:
     p.add_argument("--item", type=text("the item id"), help=f"product (item_id) to ask about, e.g. {DEFAULT_ITEM}")
     p.add_argument("--split", help="only reviews of this split")
     p.add_argument("--filter", type=filter_json, help=FILTER_HELP)
-    p.add_argument("--mode", choices=["extractive", "rag"], default="extractive", help="answer stage: extracted span, or generated answer citing the reviews")
+    p.add_argument(
+        "--mode",
+        choices=["extractive", "rag"],
+        default="extractive",
+        help="answer stage: extracted span, or generated answer citing the reviews",
+    )
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability before answering")
     p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews to retrieve")
     p.add_argument("--answers", type=count("--answers"), default=3, help="answers to show (extractive)")
-    p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"), help="logit margin an answer needs over 'no answer' (default: tuned; extractive)")
-    p.add_argument("--context", type=count("--context", 0), default=150, help="characters of review shown around each answer (rag: half the snippet of each review)")
+    p.add_argument(
+        "--no-answer-threshold",
+        type=number("--no-answer-threshold"),
+        help="logit margin an answer needs over 'no answer' (default: tuned; extractive)",
+    )
+    p.add_argument(
+        "--context",
+        type=count("--context", 0),
+        default=150,
+        help="characters of review shown around each answer (rag: half the snippet of each review)",
+    )
     p.add_argument("--stream", action="store_true", help="print the generated answer as it is written (rag)")
-    p.add_argument("--url", help="ask a running `qa-system api` at this URL (e.g. http://127.0.0.1:8000; QA_API_TOKEN is sent) instead of loading the models here")
+    p.add_argument(
+        "--url",
+        help="ask a running `qa-system api` at this URL (e.g. http://127.0.0.1:8000; QA_API_TOKEN is sent) instead of loading the models here",
+    )
     p.set_defaults(func=cmd_ask)
 
-    p = commands.add_parser("shell", parents=[options.common, options.generation], help="answer questions typed line by line, the models loaded once")
+    p = commands.add_parser(
+        "shell", parents=[options.common, options.generation], help="answer questions typed line by line, the models loaded once"
+    )
     options.domain(p)
     options.collection(p)
-    p.add_argument("--item", type=text("the item id"), help=f"product (item_id) to ask about first, e.g. {DEFAULT_ITEM} (':item ID' changes it)")
+    p.add_argument(
+        "--item", type=text("the item id"), help=f"product (item_id) to ask about first, e.g. {DEFAULT_ITEM} (':item ID' changes it)"
+    )
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive")
     p.add_argument("--retriever", choices=RETRIEVERS)
     p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews to retrieve")

@@ -12,10 +12,28 @@ from qa_system.errors import QAError
 
 def _print_answer_metrics(result: dict, out: Path) -> None:
     metrics = result["metrics"]
-    shown = metrics[metrics["group"].isin(["all", "answerable", "unanswerable", "gold review retrieved", "gold review not retrieved", "always no answer"])]
+    shown = metrics[
+        metrics["group"].isin(
+            ["all", "answerable", "unanswerable", "gold review retrieved", "gold review not retrieved", "always no answer"]
+        )
+    ]
     keys = [c for c in ("system", "candidates", "gold") if c in metrics]
     calibrated = ["ece"] if metrics["ece"].notna().any() else []  # only the answer selector's scores are probabilities
-    columns = [*keys, "group", "questions", "em", "f1", "no_answer_f1", "f1_top_k", "answered", "answered_right", "answered_wrong", "abstained_wrong", *calibrated, "latency_ms"]
+    columns = [
+        *keys,
+        "group",
+        "questions",
+        "em",
+        "f1",
+        "no_answer_f1",
+        "f1_top_k",
+        "answered",
+        "answered_right",
+        "answered_wrong",
+        "abstained_wrong",
+        *calibrated,
+        "latency_ms",
+    ]
     print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
     print("Read with: " + ", ".join(f"{system} {backend}" for system, backend in result["reader_backends"].items()))
     thresholds = result.get("thresholds")
@@ -29,7 +47,10 @@ def _print_answer_metrics(result: dict, out: Path) -> None:
 def _one_domain(args: argparse.Namespace) -> str:
     """The one SubjQA --domain an evaluation reads (one report per domain: a second was silently left out before)."""
     if len(args.domain) > 1:
-        raise QAError(f"An evaluation reads one domain; got {len(args.domain)} (--domain {' '.join(args.domain)}).", "run the command once per domain, each with its own --out.")
+        raise QAError(
+            f"An evaluation reads one domain; got {len(args.domain)} (--domain {' '.join(args.domain)}).",
+            "run the command once per domain, each with its own --out.",
+        )
     return args.domain[0]
 
 
@@ -48,10 +69,16 @@ def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, need
     if args.labels is None:
         manifest = collection_manifest(settings, args.collection)
         if not manifest.get("domains"):
-            raise QAError(f"Collection '{args.collection}' has no labels of its own.", "pass --labels FILE (CSV question,answer,document_id[,item_id], SQuAD JSON or MRQA JSON lines).")
+            raise QAError(
+                f"Collection '{args.collection}' has no labels of its own.",
+                "pass --labels FILE (CSV question,answer,document_id[,item_id], SQuAD JSON or MRQA JSON lines).",
+            )
         return None, open_collection(settings, args.collection, embeddings), manifest["domains"][0]
     if args.collection is None and needs_index:
-        raise QAError("Retrieval is evaluated on a collection.", "add --collection NAME (index the labelled documents with `qa-system index --input FILE --collection NAME`).")
+        raise QAError(
+            "Retrieval is evaluated on a collection.",
+            "add --collection NAME (index the labelled documents with `qa-system index --input FILE --collection NAME`).",
+        )
     labels = load_labels(args.labels, settings, args.collection)
     return labels, open_collection(settings, args.collection, embeddings) if needs_index else None, None
 
@@ -63,7 +90,9 @@ def cmd_eval_reader(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     readers = args.reader or [settings.reader_model]
     labels, _, domain = _what_to_evaluate(args, settings, embeddings=False, needs_index=False)
-    result = evaluate_readers(settings, readers, domain, args.split, args.top_k, args.out, args.limit, args.no_answer_threshold, labels=labels)
+    result = evaluate_readers(
+        settings, readers, domain, args.split, args.top_k, args.out, args.limit, args.no_answer_threshold, labels=labels
+    )
     _print_answer_metrics(result, args.out)
 
 
@@ -75,8 +104,20 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
     readers = args.reader or [settings.reader_model]
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=args.retriever != "bm25")
     result = evaluate_pipelines(
-        settings, readers, args.retriever, domain, args.split, args.top_k_retriever, args.top_k,
-        args.out, args.limit, args.no_answer_threshold, args.candidates, labels=labels, index=index, golds=args.gold,
+        settings,
+        readers,
+        args.retriever,
+        domain,
+        args.split,
+        args.top_k_retriever,
+        args.top_k,
+        args.out,
+        args.limit,
+        args.no_answer_threshold,
+        args.candidates,
+        labels=labels,
+        index=index,
+        golds=args.gold,
     )
     _print_answer_metrics(result, args.out)
 
@@ -88,13 +129,38 @@ def cmd_eval_rag(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=args.retriever != "bm25")
     result = evaluate_rag(
-        settings, args.retriever, domain, args.split, args.top_k_retriever, args.out, args.limit, args.compare_extractive, labels=labels, index=index
+        settings,
+        args.retriever,
+        domain,
+        args.split,
+        args.top_k_retriever,
+        args.out,
+        args.limit,
+        args.compare_extractive,
+        labels=labels,
+        index=index,
     )
     metrics = result["metrics"]
-    columns = ["system", "group", "questions", "em", "f1", "sas", "no_answer_accuracy", "citation_precision", "support", "withheld",
-               "retrieval_ms", "prompt_ms", "generation_ms", "tokens_per_s"]
+    columns = [
+        "system",
+        "group",
+        "questions",
+        "em",
+        "f1",
+        "sas",
+        "no_answer_accuracy",
+        "citation_precision",
+        "support",
+        "withheld",
+        "retrieval_ms",
+        "prompt_ms",
+        "generation_ms",
+        "tokens_per_s",
+    ]
     print(metrics[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
-    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, rag_metrics.png, latency.png, predictions-*.json, gold.json)")
+    print(
+        f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, rag_metrics.png, latency.png, predictions-*.json, gold.json)"
+    )
 
 
 def cmd_eval_annotators(args: argparse.Namespace) -> None:
@@ -116,8 +182,18 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=any(not r.startswith("bm25") for r in args.retriever))
     result = evaluate_retrievers(
-        settings, domain, args.split, args.retriever, args.k, out_dir=args.out, limit=args.limit, tuned_model=args.tuned_model,
-        candidates=args.candidates, labels=labels, index=index, golds=args.gold,
+        settings,
+        domain,
+        args.split,
+        args.retriever,
+        args.k,
+        out_dir=args.out,
+        limit=args.limit,
+        tuned_model=args.tuned_model,
+        candidates=args.candidates,
+        labels=labels,
+        index=index,
+        golds=args.gold,
     )
     for note in result["notes"]:
         print(note)
@@ -142,7 +218,6 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
     )
 
 
-
 def candidate_protocol(text: str) -> str:
     """argparse type of --candidates: the library's check, an unknown protocol one line (exit 2)."""
     from qa_system.evaluation.retrieval import check_candidates
@@ -153,16 +228,23 @@ def candidate_protocol(text: str) -> str:
 def gold_option(p: argparse.ArgumentParser) -> None:
     """Add ``--gold`` (annotated: the question's own review's answers; pooled: those of every review it was asked of)."""
     p.add_argument(
-        "--gold", nargs="+", choices=GOLD_PROTOCOLS, default=["annotated"],
+        "--gold",
+        nargs="+",
+        choices=GOLD_PROTOCOLS,
+        default=["annotated"],
         help="annotated: the question's own review's answers (default); pooled: the answers of every review of the product the "
-             "same question was asked of (unanswerable only if none has one); both: side by side",
+        "same question was asked of (unanswerable only if none has one); both: side by side",
     )
 
 
 def candidates_option(p: argparse.ArgumentParser) -> None:
     """Add ``--candidates`` (the candidate protocols, ``split`` by default) to a command's parser."""
     p.add_argument(
-        "--candidates", nargs="+", type=candidate_protocol, metavar="{" + ",".join(CANDIDATE_PROTOCOLS) + "}", default=["split"],
+        "--candidates",
+        nargs="+",
+        type=candidate_protocol,
+        metavar="{" + ",".join(CANDIDATE_PROTOCOLS) + "}",
+        default=["split"],
         help="which reviews a question is asked of: split = its product's reviews in its split (the reference chapter's), "
         "product = all its product's reviews (the search page's); both = side by side in one report",
     )
@@ -177,7 +259,10 @@ def cmd_eval_judged(args: argparse.Namespace) -> None:
     paired = {"--selector": args.selector or [settings.selector_model], "--top-k-retriever": args.top_k_retriever or [None]}
     for flag, values in paired.items():
         if len(values) not in (1, len(readers)):
-            raise QAError(f"{len(readers)} --reader and {len(values)} {flag} given.", f"give one {flag} for all readers, or one per --reader, in the same order.")
+            raise QAError(
+                f"{len(readers)} --reader and {len(values)} {flag} given.",
+                f"give one {flag} for all readers, or one per --reader, in the same order.",
+            )
     selectors, depths = ([values[0]] * len(readers) if len(values) == 1 else values for values in paired.values())
     systems = [JudgedSystem(reader, selector, top_k) for reader, selector, top_k in zip(readers, selectors, depths)]
     questions = load_judged(args.labels)[: args.limit]
@@ -189,14 +274,29 @@ def cmd_eval_judged(args: argparse.Namespace) -> None:
 def _register_judged(stages, options: Options) -> None:
     """Add `eval judged` to the `eval` stages."""
     p = stages.add_parser(
-        "judged", parents=[options.common],
+        "judged",
+        parents=[options.common],
         help="the first card users read, judged over every document of the product: useful, right, wrong, abstentions, top 3, calibration",
     )
-    p.add_argument("--labels", type=Path, nargs="+", required=True, metavar="FILE", help="judged questions, JSON lines (see the docs' judged label format)")
+    p.add_argument(
+        "--labels",
+        type=Path,
+        nargs="+",
+        required=True,
+        metavar="FILE",
+        help="judged questions, JSON lines (see the docs' judged label format)",
+    )
     options.collection(p)
     p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
-    p.add_argument("--selector", nargs="+", help="their answer selectors, one for all or one per --reader ('none': the reader decides alone)")
-    p.add_argument("--top-k-retriever", nargs="+", type=depth("--top-k-retriever"), help="reviews read per question, one for all or one per --reader (default: the settings')")
+    p.add_argument(
+        "--selector", nargs="+", help="their answer selectors, one for all or one per --reader ('none': the reader decides alone)"
+    )
+    p.add_argument(
+        "--top-k-retriever",
+        nargs="+",
+        type=depth("--top-k-retriever"),
+        help="reviews read per question, one for all or one per --reader (default: the settings')",
+    )
     p.add_argument("--out", type=Path, default=Path("reports/judged"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_judged)
@@ -204,11 +304,19 @@ def _register_judged(stages, options: Options) -> None:
 
 def _register_annotators(stages, options: Options) -> None:
     """Add `eval annotators` to the `eval` stages."""
-    p = stages.add_parser("annotators", parents=[options.common], help="how far SubjQA's annotators agree: the human reference beside a model's EM / F1")
+    p = stages.add_parser(
+        "annotators", parents=[options.common], help="how far SubjQA's annotators agree: the human reference beside a model's EM / F1"
+    )
     options.domain(p)
     p.add_argument("--split", default="test")
-    p.add_argument("--predictions", nargs="+", type=Path, default=[], metavar="FILE",
-                   help="predictions-*.json that `eval reader|pipeline` wrote for this split: each scored in an annotator's seat (the same gold)")
+    p.add_argument(
+        "--predictions",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="predictions-*.json that `eval reader|pipeline` wrote for this split: each scored in an annotator's seat (the same gold)",
+    )
     p.add_argument("--out", type=Path, default=Path("reports/annotators"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_annotators)
@@ -221,18 +329,26 @@ def register(commands, options: Options) -> None:
 
     def own_labels(p: argparse.ArgumentParser) -> None:
         options.collection(p)
-        p.add_argument("--labels", type=Path, help="your labels: CSV (question,answer,document_id[,item_id]; empty answer = none), SQuAD v1.1 / v2.0 JSON "
-                                                   "or MRQA JSON lines, their documents in --collection (the reader alone: without it, each question's own context)")
+        p.add_argument(
+            "--labels",
+            type=Path,
+            help="your labels: CSV (question,answer,document_id[,item_id]; empty answer = none), SQuAD v1.1 / v2.0 JSON "
+            "or MRQA JSON lines, their documents in --collection (the reader alone: without it, each question's own context)",
+        )
 
     p = stages.add_parser(
-        "retriever", parents=[options.common],
+        "retriever",
+        parents=[options.common],
         help="recall@k, MRR, MAP (strict and chapter definitions); hybrid and +rerank use what `qa-system fit-fusion` stored, else the defaults",
     )
     options.domain(p)
     own_labels(p)
     p.add_argument("--split", default="test")
     p.add_argument(
-        "--retriever", nargs="+", default=list(RETRIEVERS), metavar="VARIANT",
+        "--retriever",
+        nargs="+",
+        default=list(RETRIEVERS),
+        metavar="VARIANT",
         help="bm25, dense, hybrid, dense-ft, hybrid-ft (-ft: the fine-tuned encoder), each optionally +rerank, e.g. hybrid-ft+rerank",
     )
     p.add_argument("--tuned-model", type=Path, help="fine-tuned encoder of the -ft variants (default models/retriever-minilm-subjqa)")
@@ -257,7 +373,8 @@ def register(commands, options: Options) -> None:
     answer_eval_options(p, "reports/reader")
     p.set_defaults(func=cmd_eval_reader)
     p = stages.add_parser(
-        "pipeline", parents=[options.common],
+        "pipeline",
+        parents=[options.common],
         help="EM / F1 of retriever + reader with per-product filters (and at the no-answer threshold `qa-system fit-threshold` stored, if any)",
     )
     answer_eval_options(p, "reports/pipeline")
@@ -266,13 +383,19 @@ def register(commands, options: Options) -> None:
     candidates_option(p)
     gold_option(p)
     p.set_defaults(func=cmd_eval_pipeline)
-    p = stages.add_parser("rag", parents=[options.common, options.generation], help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency")
+    p = stages.add_parser(
+        "rag",
+        parents=[options.common, options.generation],
+        help="generated answers: F1, SAS, no-answer accuracy, citation precision, latency",
+    )
     options.domain(p)
     own_labels(p)
     p.add_argument("--split", default="test")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--top-k-retriever", type=depth("--top-k-retriever"), default=3, help="reviews in the prompt")
-    p.add_argument("--compare-extractive", action="store_true", help="also run the extractive pipeline (--reader-model) on the same questions")
+    p.add_argument(
+        "--compare-extractive", action="store_true", help="also run the extractive pipeline (--reader-model) on the same questions"
+    )
     p.add_argument("--out", type=Path, default=Path("reports/rag"))
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_rag)
@@ -281,7 +404,9 @@ def register(commands, options: Options) -> None:
 
     _register_annotators(stages, options)
 
-    p = commands.add_parser("tune-bm25", parents=[options.common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)")
+    p = commands.add_parser(
+        "tune-bm25", parents=[options.common], help="score BM25 analyzers and k1 / b on a labelled split (per-product filters)"
+    )
     options.domain(p)
     own_labels(p)
     p.add_argument("--split", default="dev")

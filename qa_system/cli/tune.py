@@ -18,8 +18,17 @@ def cmd_fit_threshold(args: argparse.Namespace) -> None:
     readers = args.reader or [settings.reader_model]
     for domain in args.domain:
         fits = fit_pipeline_thresholds(
-            settings, readers, args.retriever, domain, args.split, args.top_k_retriever, args.top_k, args.candidates, args.limit, args.out,
-        )  # fmt: skip
+            settings,
+            readers,
+            args.retriever,
+            domain,
+            args.split,
+            args.top_k_retriever,
+            args.top_k,
+            args.candidates,
+            args.limit,
+            args.out,
+        )
         for fit in fits.to_dict("records"):
             print(
                 f"{domain}: {fit['system']}, {fit['candidates']} candidates: no-answer threshold {fit['threshold']:.3f} "
@@ -31,9 +40,10 @@ def cmd_fit_threshold(args: argparse.Namespace) -> None:
 def register(commands, options: Options) -> None:
     """Add `fit-threshold` to the command line."""
     p = commands.add_parser(
-        "fit-threshold", parents=[options.common],
+        "fit-threshold",
+        parents=[options.common],
         help="fit the pipeline's no-answer threshold on dev for a retriever, depth and candidate protocol, and keep it in the index",
-    )  # fmt: skip
+    )
     options.domain(p)
     p.add_argument("--split", default="dev", help="the split to fit on (dev only)")
     p.add_argument("--reader", nargs="+", help="reader models (default: the configured reader)")

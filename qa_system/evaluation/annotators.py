@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
@@ -32,7 +32,6 @@ from qa_system.evaluation.report import write_report
 from qa_system.ingestion.labels import evaluation_questions
 from qa_system.metrics.squad import best_scores, gold_answers
 from qa_system.sources.subjqa import LabelledQuestion
-
 
 ANNOTATOR, NO_ANSWER = "held-out annotator", "always no answer"
 PREDICTIONS_FIX = "pass the predictions-*.json that `qa-system eval reader|pipeline` wrote for the same domain and split, without --limit."
@@ -69,8 +68,17 @@ def held_out_annotations(questions: Sequence[LabelledQuestion], predictions: dic
             seat = {ANNOTATOR: annotation, NO_ANSWER: "", **{system: answers[question.id] for system, answers in predictions.items()}}
             for system, prediction in seat.items():
                 em, f1 = best_scores(prediction, golds)
-                rows.append({"id": question.id, "annotation": i, "system": system, "prediction": prediction,
-                             "answerable": golds != [""], "em": em, "f1": f1})
+                rows.append(
+                    {
+                        "id": question.id,
+                        "annotation": i,
+                        "system": system,
+                        "prediction": prediction,
+                        "answerable": golds != [""],
+                        "em": em,
+                        "f1": f1,
+                    }
+                )
     return pd.DataFrame(rows, columns=["id", "annotation", "system", "prediction", "answerable", "em", "f1"])
 
 
@@ -84,13 +92,24 @@ def answerability_agreement(questions: Sequence[LabelledQuestion]) -> dict[str, 
         per_question.append(sum(c * (c - 1) for c in counts.values()) / (n * (n - 1)))
         categories.update(counts)
     if not per_question:
-        return {"questions": 0, "agreement": float("nan"), "chance_agreement": float("nan"), "kappa": float("nan"), "span_share": float("nan")}
+        return {
+            "questions": 0,
+            "agreement": float("nan"),
+            "chance_agreement": float("nan"),
+            "kappa": float("nan"),
+            "span_share": float("nan"),
+        }
     total = sum(categories.values())
     chance = sum((c / total) ** 2 for c in categories.values())
     agreement = sum(per_question) / len(per_question)
     kappa = (agreement - chance) / (1 - chance) if chance < 1 else float("nan")
-    return {"questions": len(per_question), "agreement": agreement, "chance_agreement": chance, "kappa": kappa,
-            "span_share": categories[True] / total}
+    return {
+        "questions": len(per_question),
+        "agreement": agreement,
+        "chance_agreement": chance,
+        "kappa": kappa,
+        "span_share": categories[True] / total,
+    }
 
 
 def summarize_annotators(records: pd.DataFrame) -> pd.DataFrame:
@@ -98,13 +117,28 @@ def summarize_annotators(records: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for system, of_system in records.groupby("system", sort=False):
         groups = {"all": of_system, "answerable": of_system[of_system["answerable"]], "unanswerable": of_system[~of_system["answerable"]]}
-        rows += [{"system": system, "group": name, "annotations": len(g), "em": g["em"].mean(), "f1": g["f1"].mean(),
-                  "answered": (g["prediction"] != "").mean()} for name, g in groups.items()]
+        rows += [
+            {
+                "system": system,
+                "group": name,
+                "annotations": len(g),
+                "em": g["em"].mean(),
+                "f1": g["f1"].mean(),
+                "answered": (g["prediction"] != "").mean(),
+            }
+            for name, g in groups.items()
+        ]
     return pd.DataFrame(rows)
 
 
-def evaluate_annotators(settings: Settings, domain: str = "electronics", split: str = "test", out_dir: str | Path | None = None,
-                        limit: int | None = None, predictions: Sequence[str | Path] = ()) -> dict:
+def evaluate_annotators(
+    settings: Settings,
+    domain: str = "electronics",
+    split: str = "test",
+    out_dir: str | Path | None = None,
+    limit: int | None = None,
+    predictions: Sequence[str | Path] = (),
+) -> dict:
     """Agreement of a SubjQA split's annotators, and each predictions file scored in an annotator's seat (the same gold);
     writes report.json / .csv / .md and records.csv to ``out_dir`` when given."""
     questions, what, source = evaluation_questions(settings, domain, split, None, limit)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -32,7 +32,14 @@ import pandas as pd
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.evaluation.gold import check_golds, pooled_answers, pooled_documents, pooled_share, rescored
-from qa_system.evaluation.reader import evaluate_pipeline, evaluate_reader, readers_own_decision, right_answers, squad_predictions, summarize_answers
+from qa_system.evaluation.reader import (
+    evaluate_pipeline,
+    evaluate_reader,
+    readers_own_decision,
+    right_answers,
+    squad_predictions,
+    summarize_answers,
+)
 from qa_system.evaluation.report import write_report
 from qa_system.ingestion.labels import Labels, evaluation_index, evaluation_questions
 from qa_system.metrics.calibration import reliability_diagram, reliability_table
@@ -87,7 +94,15 @@ def _reliability(runs: list[Run]) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def _write(out_dir, title, runs: list[Run], questions: list[LabelledQuestion], summary: dict, notes: list[str], sections: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+def _write(
+    out_dir,
+    title,
+    runs: list[Run],
+    questions: list[LabelledQuestion],
+    summary: dict,
+    notes: list[str],
+    sections: dict[str, pd.DataFrame] | None = None,
+) -> pd.DataFrame:
     """The metrics of every run, one table; with ``out_dir``, the report, gold.json, predictions and plots written there."""
     tables = []
     for columns, records in runs:
@@ -109,7 +124,10 @@ def _write(out_dir, title, runs: list[Run], questions: list[LabelledQuestion], s
     reliability = _reliability(runs)
     if reliability:
         figures["reliability.png"] = reliability_diagram(reliability, title=f"Reliability: {title}")
-        sections = {**(sections or {}), "reliability (10 bins)": pd.concat([t.assign(system=name) for name, t in reliability.items()], ignore_index=True)}
+        sections = {
+            **(sections or {}),
+            "reliability (10 bins)": pd.concat([t.assign(system=name) for name, t in reliability.items()], ignore_index=True),
+        }
     all_records = pd.concat([records.assign(**columns) for columns, records in runs], ignore_index=True)
     write_report(out_dir, title, metrics, summary=summary, figures=figures, sections=sections, records=all_records, notes=notes)
     return metrics
@@ -137,11 +155,11 @@ def scored_against(records: pd.DataFrame, gold: str, questions: Sequence[Labelle
 
 
 NOTES = [
-    "EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer \"\".",
+    'EM and F1 as the official SQuAD v2.0 script; a question whose annotators marked no span has the single gold answer "".',
     f"answered_right / answered_wrong / abstained_wrong: shares of questions answered with F1 >= {RIGHT_F1}, answered otherwise "
     "(a wrong span, or any span where there is none), and left unanswered although they had an answer; the rest abstained rightly.",
     "'+selector': the answer selector decides (reading/selection.py); its answers' scores are probabilities of being right, "
-    f"and ece is their expected calibration error (10 equal-width bins; right = F1 >= {RIGHT_F1}, or \"no answer\" to a question "
+    f'and ece is their expected calibration error (10 equal-width bins; right = F1 >= {RIGHT_F1}, or "no answer" to a question '
     "without one). Without '+selector', the reader decides alone at its no-answer threshold; its scores are not probabilities.",
     "no_answer_f1: each group's own \"always no answer\" F1, the baseline to read that group's f1 against.",
 ]
@@ -183,7 +201,14 @@ def evaluate_readers(
         f"top-k: the best of the top {top_k} answers, the no-answer being one of the candidates.",
     ]
     summary = {**source, "questions": len(questions), "readers": list(readers), "top_k": top_k, "reader_backends": backends}
-    metrics = _write(out_dir, f"Reader evaluation: {what} (gold {gold})", [({"system": system}, r) for system, r in records.items()], questions, summary, notes)
+    metrics = _write(
+        out_dir,
+        f"Reader evaluation: {what} (gold {gold})",
+        [({"system": system}, r) for system, r in records.items()],
+        questions,
+        summary,
+        notes,
+    )
     return {"metrics": metrics, "records": records, "reader_backends": backends}
 
 
@@ -200,7 +225,8 @@ def fit_no_answer_threshold(records: pd.DataFrame, no_answer_prior: float | None
     unanswerable than its train and test splits).
     """
     predictions = [
-        DevPrediction(gap, *best_scores(span, gold), *best_scores("", gold)) for gap, span, gold in zip(records["gap"], records["best_span"], records["gold"])
+        DevPrediction(gap, *best_scores(span, gold), *best_scores("", gold))
+        for gap, span, gold in zip(records["gap"], records["best_span"], records["gold"])
     ]
     threshold, weighted_f1 = tune_no_answer_threshold(predictions, no_answer_prior)
     return {"threshold": threshold, "no_answer_prior": no_answer_prior, "weighted_f1": weighted_f1, "questions": len(records)}
@@ -217,19 +243,29 @@ def at_threshold(records: pd.DataFrame, threshold: float) -> pd.DataFrame:
     return changed.assign(em=[em for em, _ in scores], f1=[f1 for _, f1 in scores])
 
 
-def _tuned_threshold_run(records: pd.DataFrame, fit: dict, reader: ExtractiveReader, system: str, protocol: str) -> tuple[pd.DataFrame, dict]:
+def _tuned_threshold_run(
+    records: pd.DataFrame, fit: dict, reader: ExtractiveReader, system: str, protocol: str
+) -> tuple[pd.DataFrame, dict]:
     """The reader's answers re-decided at a dev-fitted threshold, and the thresholds table's row comparing both."""
     own = readers_own_decision(records)
     tuned = at_threshold(own, fit["threshold"])
     row = {
-        "system": system, "candidates": protocol, "reader_threshold": reader.threshold, "dev_tuned_threshold": fit["threshold"],
-        "fitted_on": fit["fitted_on"], "no_answer_prior": fit["no_answer_prior"], "dev_questions": fit["questions"],
-        "f1_reader_threshold": own["f1"].mean(), "f1_dev_tuned": tuned["f1"].mean(),
+        "system": system,
+        "candidates": protocol,
+        "reader_threshold": reader.threshold,
+        "dev_tuned_threshold": fit["threshold"],
+        "fitted_on": fit["fitted_on"],
+        "no_answer_prior": fit["no_answer_prior"],
+        "dev_questions": fit["questions"],
+        "f1_reader_threshold": own["f1"].mean(),
+        "f1_dev_tuned": tuned["f1"].mean(),
     }
     return tuned, row
 
 
-def _pipeline_notes(labels, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds) -> list[str]:
+def _pipeline_notes(
+    labels, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds
+) -> list[str]:
     from qa_system.evaluation.retrieval import CANDIDATES
     from qa_system.tuning.fusion import fits_in_force
 
@@ -314,7 +350,11 @@ def evaluate_pipelines(
             backends[system] = reader.active_backend  # known once the reader has run
             setting = no_answer_setting(retriever, top_k_retriever, protocol)
             # A fit made now is for this run only: `qa-system fit-threshold` stores fits (tuning/threshold.py).
-            fit = {**fit_no_answer_threshold(readers_own_decision(read), prior), "fitted_on": f"{domain} {split}"} if tune_threshold else no_answer_fit(index, settings, setting, model)
+            fit = (
+                {**fit_no_answer_threshold(readers_own_decision(read), prior), "fitted_on": f"{domain} {split}"}
+                if tune_threshold
+                else no_answer_fit(index, settings, setting, model)
+            )
             systems = decisions(system, read, selector)
             if fit is not None:
                 tuned, row = _tuned_threshold_run(read, fit, reader, system, protocol)
@@ -326,14 +366,26 @@ def evaluate_pipelines(
                     columns = {"system": name, "candidates": protocol, **({"gold": gold} if len(golds) > 1 or gold != "annotated" else {})}
                     runs.append((columns, scored_against(run, gold, questions)))
     threshold_table = pd.DataFrame(thresholds)
-    notes = _pipeline_notes(labels, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds)
+    notes = _pipeline_notes(
+        labels, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds
+    )
     summary = {
-        **source, "index": index.name, "questions": len(questions), "retriever": retriever, "candidates": protocols, "golds": golds,
-        "top_k_retriever": top_k_retriever, "top_k": top_k, "readers": list(readers), "reader_backends": backends,
+        **source,
+        "index": index.name,
+        "questions": len(questions),
+        "retriever": retriever,
+        "candidates": protocols,
+        "golds": golds,
+        "top_k_retriever": top_k_retriever,
+        "top_k": top_k,
+        "readers": list(readers),
+        "reader_backends": backends,
         "gold_review_retrieved": {f"{s} ({p})": float(r["gold_retrieved"].mean()) for (s, p), r in records.items()},
     }
     title = f"Pipeline evaluation: {what} ({retriever} top-{top_k_retriever} + reader)"
-    metrics = _write(out_dir, title, runs, questions, summary, notes, sections={"no-answer thresholds": threshold_table} if thresholds else None)
+    metrics = _write(
+        out_dir, title, runs, questions, summary, notes, sections={"no-answer thresholds": threshold_table} if thresholds else None
+    )
     return {"metrics": metrics, "records": records, "thresholds": threshold_table, "reader_backends": backends}
 
 

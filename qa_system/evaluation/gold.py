@@ -11,7 +11,7 @@ retrieval, are those reviews that hold an answer (all of them when none does).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -65,8 +65,12 @@ def rescored(records: pd.DataFrame, golds: dict[str, list[str]], documents: dict
     top = [best_scores(p, g) for p, g in zip(records["prediction"], gold)]
     top_k = [[best_scores(p, g) for p in predictions] for predictions, g in zip(records["predictions"], gold)]
     changed = records.assign(
-        gold=gold, answerable=[g != [""] for g in gold], em=[e for e, _ in top], f1=[f for _, f in top],
-        em_top_k=[max(e for e, _ in s) for s in top_k], f1_top_k=[max(f for _, f in s) for s in top_k],
+        gold=gold,
+        answerable=[g != [""] for g in gold],
+        em=[e for e, _ in top],
+        f1=[f for _, f in top],
+        em_top_k=[max(e for e, _ in s) for s in top_k],
+        f1_top_k=[max(f for _, f in s) for s in top_k],
     )
     if documents is not None and "source_documents" in records:
         changed["gold_retrieved"] = [bool(documents[str(i)] & set(ids)) for i, ids in zip(records["id"], records["source_documents"])]

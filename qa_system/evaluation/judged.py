@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import pandas as pd
 
 from qa_system.errors import QAError
 from qa_system.metrics.calibration import expected_calibration_error, reliability_table
-from qa_system.metrics.squad import f1 as token_f1, normalize_answer
+from qa_system.metrics.squad import f1 as token_f1
+from qa_system.metrics.squad import normalize_answer
 
 ANSWERABLE = ("yes", "partly", "no")
 VERDICTS = ("right", "wrong", "abstain-ok", "abstain-missed")
@@ -92,12 +93,18 @@ def _judged(row: object, where: str) -> JudgedQuestion:
     if not isinstance(answers, list) or not all(isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
         raise QAError(f"{where}: answers is not a list of objects with a text.", LABELS_FIX)
     if row["answerable"] != "no" and not any(a["text"].strip() for a in answers):
-        raise QAError(f"{where}: answerable is {row['answerable']}, but no answer span is given.", "add the spans that answer it, or mark it no.")
+        raise QAError(
+            f"{where}: answerable is {row['answerable']}, but no answer span is given.", "add the spans that answer it, or mark it no."
+        )
     item_id = row.get("item_id")
     return JudgedQuestion(
-        id=row["id"], item_id=str(item_id) if item_id not in (None, "") else None, question=row["question"], answerable=row["answerable"],
+        id=row["id"],
+        item_id=str(item_id) if item_id not in (None, "") else None,
+        question=row["question"],
+        answerable=row["answerable"],
         answers=tuple(JudgedSpan(a["text"], a.get("review_id"), a.get("start"), a.get("end")) for a in answers),
-        domain=str(row.get("domain") or ""), best=row.get("best") if isinstance(row.get("best"), int) else None,
+        domain=str(row.get("domain") or ""),
+        best=row.get("best") if isinstance(row.get("best"), int) else None,
     )
 
 
@@ -106,7 +113,9 @@ def _lines(lines: Iterable[str], path: Path) -> Iterable[str]:
     try:
         yield from lines
     except UnicodeDecodeError as error:
-        raise QAError(f"{path.name} is not UTF-8 text (byte {error.start} of a line cannot be read).", "save the labels as UTF-8 JSON lines.") from None
+        raise QAError(
+            f"{path.name} is not UTF-8 text (byte {error.start} of a line cannot be read).", "save the labels as UTF-8 JSON lines."
+        ) from None
 
 
 def load_judged(paths: Iterable[str | Path]) -> list[JudgedQuestion]:
@@ -131,7 +140,9 @@ def load_judged(paths: Iterable[str | Path]) -> list[JudgedQuestion]:
                     raise QAError(f"{where}: JSON nested too deeply to be a judged question.", LABELS_FIX) from None
                 question = _judged(row, where)
                 if question.id in seen:
-                    raise QAError(f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id.")
+                    raise QAError(
+                        f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id."
+                    )
                 seen[question.id] = where
                 questions.append(question)
     if not questions:
@@ -164,17 +175,28 @@ def judge(judged: JudgedQuestion, cards: Sequence[Card]) -> dict:
     first_verdict = verdict(first, judged)
     top3 = [verdict(card, judged) for card in cards[:3]]
     return {
-        "id": judged.id, "domain": judged.domain, "item_id": judged.item_id, "question": judged.question, "answerable": judged.answerable,
-        "first": "" if first.no_answer else first.text, "verdict": first_verdict, "useful": first_verdict in ("right", "abstain-ok"),
+        "id": judged.id,
+        "domain": judged.domain,
+        "item_id": judged.item_id,
+        "question": judged.question,
+        "answerable": judged.answerable,
+        "first": "" if first.no_answer else first.text,
+        "verdict": first_verdict,
+        "useful": first_verdict in ("right", "abstain-ok"),
         "chance": first.chance if first.chance is not None else math.nan,
-        "right_top3": "right" in top3, "useful_top3": any(v in ("right", "abstain-ok") for v in top3),
+        "right_top3": "right" in top3,
+        "useful_top3": any(v in ("right", "abstain-ok") for v in top3),
         "cards": json.dumps([{"text": c.text, "chance": c.chance} for c in cards], ensure_ascii=False),
-    }  # fmt: skip
+    }
 
 
 def summarize_judged(records: pd.DataFrame) -> pd.DataFrame:
     """Per domain and overall: the shares of each first-card verdict, useful first, right within three, ECE."""
-    groups = [("all", records)] + [(domain, part) for domain, part in records.groupby("domain", sort=True)] if records["domain"].nunique() > 1 else [("all", records)]
+    groups = (
+        [("all", records)] + [(domain, part) for domain, part in records.groupby("domain", sort=True)]
+        if records["domain"].nunique() > 1
+        else [("all", records)]
+    )
     rows = []
     for name, part in groups:
         row = {"set": name, "questions": len(part), "useful_first": part["useful"].mean()}
@@ -204,7 +226,12 @@ class JudgedRun:
         return reliability_table(self.records["chance"], self.records["useful"])
 
 
-def judge_all(system: str, questions: Sequence[JudgedQuestion], ask: Callable[[JudgedQuestion], list[Card]], on_question: Callable[[], None] | None = None) -> JudgedRun:
+def judge_all(
+    system: str,
+    questions: Sequence[JudgedQuestion],
+    ask: Callable[[JudgedQuestion], list[Card]],
+    on_question: Callable[[], None] | None = None,
+) -> JudgedRun:
     """Ask every question (``ask`` gives the cards a door shows, best first) and judge the cards."""
     records = []
     for question in questions:
@@ -270,22 +297,35 @@ def evaluate_judged(
     by_collection: dict[str | None, list[JudgedQuestion]] = {}
     for question in questions:
         if collection is None and not question.domain:
-            raise QAError(f"Judged question {question.id!r} names no domain and no --collection was given.", "pass --collection NAME, or give each line a SubjQA domain.")
+            raise QAError(
+                f"Judged question {question.id!r} names no domain and no --collection was given.",
+                "pass --collection NAME, or give each line a SubjQA domain.",
+            )
         by_collection.setdefault(collection or question.domain, []).append(question)
     indexes = {
-        name: open_collection(settings, name, embeddings) if collection is not None else open_or_build_index(settings, name, embeddings=embeddings, progress=progress)
+        name: open_collection(settings, name, embeddings)
+        if collection is not None
+        else open_or_build_index(settings, name, embeddings=embeddings, progress=progress)
         for name in by_collection
     }
     runs = []
     bar = tqdm(total=len(questions) * len(systems), desc="judged questions", unit="q", disable=not progress)
     for system in systems:
-        configured = settings.model_copy(update={"reader_model": system.reader, "selector_model": system.selector, "top_k_retriever": system.top_k or settings.top_k_retriever})
+        configured = settings.model_copy(
+            update={
+                "reader_model": system.reader,
+                "selector_model": system.selector,
+                "top_k_retriever": system.top_k or settings.top_k_retriever,
+            }
+        )
         records = []
         for name, part in by_collection.items():
             pipeline = build_qa_pipeline(configured.retriever, configured, index=indexes[name], answer_stage="extractive")
 
             def ask(question: JudgedQuestion, pipeline=pipeline) -> list[Card]:
-                result = pipeline.run(question.question, item_id=question.item_id, top_k=configured.top_k_retriever, top_k_reader=configured.top_k_reader)
+                result = pipeline.run(
+                    question.question, item_id=question.item_id, top_k=configured.top_k_retriever, top_k_reader=configured.top_k_reader
+                )
                 return answer_cards(result.get("answers", []))
 
             records.append(judge_all(system.label, part, ask, on_question=bar.update).records)
@@ -298,7 +338,9 @@ def evaluate_judged(
 
 def judged_table(runs: Sequence[JudgedRun]) -> pd.DataFrame:
     """Every run's summary, one table (the system's name first)."""
-    return pd.concat([run.summary.assign(system=run.system) for run in runs], ignore_index=True).pipe(lambda t: t[["system", *[c for c in t if c != "system"]]])
+    return pd.concat([run.summary.assign(system=run.system) for run in runs], ignore_index=True).pipe(
+        lambda t: t[["system", *[c for c in t if c != "system"]]]
+    )
 
 
 def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], questions: Sequence[JudgedQuestion]) -> Path:
@@ -307,8 +349,12 @@ def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], question
     from qa_system.metrics.calibration import reliability_diagram
 
     tables = {run.system: table for run in runs if (table := run.reliability()) is not None and not table.empty}
-    figures = {"reliability.png": reliability_diagram(tables, title="First card: stated chance against judged usefulness")} if tables else {}
-    sections = {"reliability (10 bins)": pd.concat([t.assign(system=name) for name, t in tables.items()], ignore_index=True)} if tables else {}
+    figures = (
+        {"reliability.png": reliability_diagram(tables, title="First card: stated chance against judged usefulness")} if tables else {}
+    )
+    sections = (
+        {"reliability (10 bins)": pd.concat([t.assign(system=name) for name, t in tables.items()], ignore_index=True)} if tables else {}
+    )
     answerable = pd.Series([q.answerable for q in questions]).value_counts().to_dict()
     notes = [
         "Each question asked as the doors ask it; the cards judged over every document of the product (judged label format).",
@@ -317,4 +363,13 @@ def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], question
         f"Questions: {len(questions)} ({', '.join(f'{k} {v}' for k, v in sorted(answerable.items()))}).",
     ]
     records = pd.concat([run.records.assign(system=run.system) for run in runs], ignore_index=True)
-    return write_report(out_dir, "Judged questions: the first card as a user reads it", judged_table(runs), {"systems": [r.system for r in runs]}, figures, sections, records, notes)
+    return write_report(
+        out_dir,
+        "Judged questions: the first card as a user reads it",
+        judged_table(runs),
+        {"systems": [r.system for r in runs]},
+        figures,
+        sections,
+        records,
+        notes,
+    )

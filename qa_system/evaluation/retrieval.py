@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -46,7 +46,13 @@ from qa_system.retrieval.filters import make_filters
 from qa_system.sources import LabelledQuestion
 from qa_system.stores.meta_filters import document_matches
 
-_BASES = {"bm25": ("bm25", False), "dense": ("dense", False), "hybrid": ("hybrid", False), "dense-ft": ("dense", True), "hybrid-ft": ("hybrid", True)}
+_BASES = {
+    "bm25": ("bm25", False),
+    "dense": ("dense", False),
+    "hybrid": ("hybrid", False),
+    "dense-ft": ("dense", True),
+    "hybrid-ft": ("hybrid", True),
+}
 CHANCE = "chance (random order)"  # the report's reference row: what ranking the candidates at random reaches
 VARIANTS = tuple(f"{base}{suffix}" for suffix in ("", "+rerank") for base in _BASES)
 _PROTOCOLS = {
@@ -98,7 +104,7 @@ class Variant:
     rerank: bool
 
     @classmethod
-    def parse(cls, name: str) -> "Variant":
+    def parse(cls, name: str) -> Variant:
         """The variant a name such as ``hybrid-ft+rerank`` stands for; a QAError lists the known ones."""
         from qa_system.errors import QAError
 
@@ -106,6 +112,7 @@ class Variant:
         if base not in _BASES or suffix not in ("", "rerank"):
             raise QAError(f"Unknown retriever variant '{name}'.", f"use one of: {', '.join(VARIANTS)}.")
         return cls(name, *_BASES[base], rerank=suffix == "rerank")
+
 
 Retrieve = Callable[[LabelledQuestion, int], list[Document]]
 
@@ -254,7 +261,9 @@ def evaluate_retrievers(
     pool = "pooled" in check_golds(golds)
     variants = [Variant.parse(name) for name in retrievers]
     if labels is not None and any(v.tuned for v in variants):
-        raise QAError("The -ft variants compare encoders on a SubjQA domain's index.", "evaluate a collection with bm25, dense, hybrid (+rerank).")
+        raise QAError(
+            "The -ft variants compare encoders on a SubjQA domain's index.", "evaluate a collection with bm25, dense, hybrid (+rerank)."
+        )
     questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     index = index or evaluation_index(settings, domain, labels, embeddings=any(v.retriever != "bm25" for v in variants))
     find_candidates = candidate_finder(index.store)
@@ -265,7 +274,14 @@ def evaluate_retrievers(
         run_index = _variant_index(settings, run_settings, domain, index)
         # The fusion and re-ranking that `qa-system fit-fusion` stored, else the defaults: an evaluation never writes to an index.
         fitted += _fitted_notes(run_settings, run_index, variant)
-        encoders.append({"variant": variant.name, "passage_encoder": run_settings.embedding_model, "question_encoder": run_settings.query_embedding_model or run_settings.embedding_model, "index": run_index.name})
+        encoders.append(
+            {
+                "variant": variant.name,
+                "passage_encoder": run_settings.embedding_model,
+                "question_encoder": run_settings.query_embedding_model or run_settings.embedding_model,
+                "index": run_index.name,
+            }
+        )
         pipeline = build_retrieval_pipeline(variant.retriever, run_settings, index=run_index, rerank=variant.rerank)
         by_protocol = []
         for protocol in protocols:
@@ -284,9 +300,18 @@ def evaluate_retrievers(
         if len(protocols) > 1:
             sections = {"candidates side by side": side_by_side(metrics, ks), **sections}
         summary = {
-            **source, "questions": len(questions), "candidates": protocols, "store": settings.store, "embedding_model": settings.embedding_model,
-            "fitted": fitted, "index": {"name": index.name, "documents": index.manifest.get("documents"), "build_timings": index.manifest.get("build_timings", {})},
-        }  # fmt: skip
+            **source,
+            "questions": len(questions),
+            "candidates": protocols,
+            "store": settings.store,
+            "embedding_model": settings.embedding_model,
+            "fitted": fitted,
+            "index": {
+                "name": index.name,
+                "documents": index.manifest.get("documents"),
+                "build_timings": index.manifest.get("build_timings", {}),
+            },
+        }
         notes = [*(labels.notes if labels else []), *_protocol_notes(len(questions), index, settings.store, pools), *fitted]
         _write_retrieval_report(out_dir, f"Retriever evaluation: {what}", metrics, ks, all_records, sections, summary, notes)
     return result
@@ -310,8 +335,14 @@ def _fitted_notes(run_settings, index, variant: Variant) -> list[str]:
 
 
 def _run_protocol(
-    variant: str, pipeline, protocol: str, questions: Sequence[LabelledQuestion], ks: Sequence[int], label: str,
-    find_candidates: Callable[[LabelledQuestion, str], list[Document]], pooled: dict[str, set[str]] | None = None,
+    variant: str,
+    pipeline,
+    protocol: str,
+    questions: Sequence[LabelledQuestion],
+    ks: Sequence[int],
+    label: str,
+    find_candidates: Callable[[LabelledQuestion, str], list[Document]],
+    pooled: dict[str, set[str]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A variant's retrieval ``pipeline`` under one candidate protocol: its per-question records and its metrics table."""
 
@@ -351,7 +382,9 @@ def _chance(reference: pd.DataFrame | None, ks: Sequence[int]) -> tuple[list[pd.
         chance.insert(0, "retriever", CHANCE)
         tables.append(chance)
         counts = records["n_candidates"]
-        pools.append(f"{protocol}: {CANDIDATES[protocol]}; {counts.mean():.1f} candidate reviews per question (median {counts.median():g}, max {counts.max()}).")
+        pools.append(
+            f"{protocol}: {CANDIDATES[protocol]}; {counts.mean():.1f} candidate reviews per question (median {counts.median():g}, max {counts.max()})."
+        )
     return tables, pools
 
 
@@ -372,8 +405,14 @@ def _protocol_notes(questions: int, index, store: str, pools: Sequence[str]) -> 
 
 
 def _write_retrieval_report(
-    out_dir, title: str, metrics: pd.DataFrame, ks: Sequence[int], all_records: dict[str, pd.DataFrame],
-    sections: dict[str, pd.DataFrame], summary: dict, notes: list[str],
+    out_dir,
+    title: str,
+    metrics: pd.DataFrame,
+    ks: Sequence[int],
+    all_records: dict[str, pd.DataFrame],
+    sections: dict[str, pd.DataFrame],
+    summary: dict,
+    notes: list[str],
 ) -> None:
     """Write the report: the metrics, recall@k plots under both definitions, every variant's records, ``sections`` and ``notes``."""
     from qa_system.evaluation.report import write_report

@@ -8,7 +8,8 @@ evaluation mode is built on these two functions.
 from __future__ import annotations
 
 import random
-from typing import Collection, NamedTuple, Sequence
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
 from haystack import Document
 
@@ -26,7 +27,10 @@ def random_question(
     """A uniformly drawn question of ``split``, limited to ``products`` (those the index holds)."""
     candidates = [q for q in questions if q.split == split and (products is None or q.item_id in products)]
     if not candidates:
-        raise QAError(f"There is no labelled question of split '{split}' for the indexed products.", "pick another split or index the domain's reviews.")
+        raise QAError(
+            f"There is no labelled question of split '{split}' for the indexed products.",
+            "pick another split or index the domain's reviews.",
+        )
     return (rng or random).choice(candidates)
 
 

@@ -10,8 +10,9 @@ says the prompt's no-answer phrase, or when there were no reviews to answer from
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 from haystack import Document, GeneratedAnswer, component, default_to_dict
 from haystack.dataclasses import ChatMessage
@@ -63,7 +64,9 @@ class CitedAnswerBuilder:
         return default_to_dict(self, no_answer_phrases=self.no_answer_phrases)
 
     @component.output_types(answers=list[GeneratedAnswer])
-    def run(self, query: str, replies: list[ChatMessage], documents: list[Document], prompt: dict[str, Any] | None = None) -> dict[str, list[GeneratedAnswer]]:
+    def run(
+        self, query: str, replies: list[ChatMessage], documents: list[Document], prompt: dict[str, Any] | None = None
+    ) -> dict[str, list[GeneratedAnswer]]:
         """The generator's first reply as one ``GeneratedAnswer`` citing the documents it names.
 
         :param query: the question.

@@ -33,9 +33,13 @@ def rag_pipeline_values(settings: Settings) -> dict[str, str]:
     model = generator_model(settings)
     if settings.generator == "openai":
         if not settings.generator_base_url:
-            raise QAError("The openai generator needs the server's url.", "pass --base-url http://127.0.0.1:8080/v1 (or set QA_GENERATOR_BASE_URL).")
+            raise QAError(
+                "The openai generator needs the server's url.", "pass --base-url http://127.0.0.1:8080/v1 (or set QA_GENERATOR_BASE_URL)."
+            )
         if settings.num_beams != 1:
-            raise QAError("Beam search (num_beams) is not part of the OpenAI protocol.", "drop --num-beams, or use a local generator (smollm2 or hf).")
+            raise QAError(
+                "Beam search (num_beams) is not part of the OpenAI protocol.", "drop --num-beams, or use a local generator (smollm2 or hf)."
+            )
         generation = {"max_tokens": settings.max_new_tokens, "temperature": settings.temperature}
         init = {"model": model, "api_base_url": settings.generator_base_url, "generation_kwargs": generation}
         generator_type, tokenizer = OPENAI_GENERATOR, None

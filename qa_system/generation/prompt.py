@@ -10,7 +10,8 @@ lowest-ranked reviews are dropped instead. The prompt meta says what was cut.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from haystack import Document, component, default_to_dict
 from haystack.dataclasses import ChatMessage
@@ -79,8 +80,12 @@ class ReviewPromptBuilder:
     def to_dict(self) -> dict[str, Any]:
         """The component's settings, serialised for a pipeline YAML."""
         return default_to_dict(
-            self, tokenizer=self.tokenizer, context_length=self.context_length, max_new_tokens=self.max_new_tokens,
-            min_review_tokens=self.min_review_tokens, system_prompt=self.system_prompt,
+            self,
+            tokenizer=self.tokenizer,
+            context_length=self.context_length,
+            max_new_tokens=self.max_new_tokens,
+            min_review_tokens=self.min_review_tokens,
+            system_prompt=self.system_prompt,
         )
 
     @property
@@ -123,7 +128,7 @@ class ReviewPromptBuilder:
             "budget_tokens": self.budget,
             "truncated": len(texts) < len(given) or bool(truncated),
             "truncated_reviews": truncated,
-            "dropped_document_ids": [d.id for d in given[len(texts):]],
+            "dropped_document_ids": [d.id for d in given[len(texts) :]],
         }
         return {"messages": messages, "documents": given[: len(texts)], "prompt": meta}
 
@@ -147,6 +152,12 @@ class ReviewPromptBuilder:
             if keep == 1 or all(share >= min(length, self.min_review_tokens) for share, length in zip(allotted, lengths)):
                 break
         if allotted[0] <= 0:
-            raise QAError(f"No room is left for any review in the generator's context (budget {self.budget} tokens).", "lower max_new_tokens or raise QA_GENERATOR_CONTEXT.")
-        fitted = [text if share >= length else fmt.truncate(text, share) + TRUNCATION_MARK for text, share, length in zip(texts, allotted, lengths)]
+            raise QAError(
+                f"No room is left for any review in the generator's context (budget {self.budget} tokens).",
+                "lower max_new_tokens or raise QA_GENERATOR_CONTEXT.",
+            )
+        fitted = [
+            text if share >= length else fmt.truncate(text, share) + TRUNCATION_MARK
+            for text, share, length in zip(texts, allotted, lengths)
+        ]
         return fitted, [number for number, (share, length) in enumerate(zip(allotted, lengths), 1) if share < length]

@@ -21,6 +21,21 @@ from qa_system.ingestion.splitting import PassageSplitter, source_span, source_t
 from qa_system.sources.records import IngestOptions
 
 __all__ = [
-    "CollectionInfo", "IngestOptions", "IngestProgress", "IngestReport", "PassageSplitter", "check_collection_name", "check_own_collection_name",
-    "collection_info", "collection_manifest", "collection_name_from", "delete_collection", "document_text", "ingest", "list_collections", "open_collection", "source_span", "source_text",
+    "CollectionInfo",
+    "IngestOptions",
+    "IngestProgress",
+    "IngestReport",
+    "PassageSplitter",
+    "check_collection_name",
+    "check_own_collection_name",
+    "collection_info",
+    "collection_manifest",
+    "collection_name_from",
+    "delete_collection",
+    "document_text",
+    "ingest",
+    "list_collections",
+    "open_collection",
+    "source_span",
+    "source_text",
 ]

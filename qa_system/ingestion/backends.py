@@ -18,8 +18,8 @@ the way ``stores`` does for every index:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
@@ -84,7 +84,9 @@ def staged_batches(staging: Path) -> Iterator[list[Document]]:
         yield batch
 
 
-def commit(settings: Settings, name: str, staging: Path, replaced: set[str], replaced_passages: list[str], manifest: dict, rebuild: bool) -> int:
+def commit(
+    settings: Settings, name: str, staging: Path, replaced: set[str], replaced_passages: list[str], manifest: dict, rebuild: bool
+) -> int:
     """Swap in the collection's next version: the saved passages except those of the ``replaced``
     documents (``replaced_passages``), plus the staged ones; returns how many passages it holds.
     ``rebuild``: keep none of the saved passages (their vectors or splits are out of date)."""

@@ -14,10 +14,11 @@ import io
 import json
 import tempfile
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from qa_system.config import Settings
 from qa_system.disk_cache import taking_turns
@@ -59,8 +60,15 @@ def create_collection(settings: Settings, name: str) -> dict:
     with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         if saved_manifest(settings, name) is not None:
             raise Conflict(f"A collection named '{name}' exists already.", "add documents to it, or pick another name.")
-        now = datetime.now(timezone.utc).isoformat()
-        manifest = {"input": {"source": "documents added over HTTP"}, "created": now, "updated": now, "source_documents": 0, "item_counts": {}, "meta_types": {}}
+        now = datetime.now(UTC).isoformat()
+        manifest = {
+            "input": {"source": "documents added over HTTP"},
+            "created": now,
+            "updated": now,
+            "source_documents": 0,
+            "item_counts": {},
+            "meta_types": {},
+        }
         staging = settings.index_dir / "staging"
         staging.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=staging, prefix=".empty-", suffix=".jsonl") as empty:
@@ -71,13 +79,19 @@ def create_collection(settings: Settings, name: str) -> dict:
 def documents_file(rows: Sequence[Any]) -> io.BytesIO:
     """Documents sent as JSON objects, as the JSON lines file `index --input` reads (each object a line, the first one's keys the columns)."""
     if not isinstance(rows, list) or not rows:
-        raise QAError("'documents' is empty or not a list.", 'send {"documents": [{"id": "r1", "text": "...", "item_id": "P1", "rating": 5}, ...]}.')
+        raise QAError(
+            "'documents' is empty or not a list.", 'send {"documents": [{"id": "r1", "text": "...", "item_id": "P1", "rating": 5}, ...]}.'
+        )
     if len(rows) > MAX_DOCUMENTS:
-        raise QAError(f"{len(rows)} documents in one request; at most {MAX_DOCUMENTS} are taken.", "send them in several requests, or as a file.")
+        raise QAError(
+            f"{len(rows)} documents in one request; at most {MAX_DOCUMENTS} are taken.", "send them in several requests, or as a file."
+        )
     lines = []
     for position, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise QAError(f"documents[{position}] is a {type(row).__name__}, not an object.", 'send objects such as {"text": "...", "rating": 5}.')
+            raise QAError(
+                f"documents[{position}] is a {type(row).__name__}, not an object.", 'send objects such as {"text": "...", "rating": 5}.'
+            )
         line = json.dumps(row, ensure_ascii=False)
         try:
             line.encode("utf-8")
@@ -108,7 +122,10 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
     """Delete the documents ``ids`` (their source ids), or those with a passage that ``filters`` matches, with all their passages."""
     check_collection_name(name)
     if (ids is None) == (filters is None):
-        raise QAError("Name the documents to delete by 'ids' or by 'filters' (one of them).", 'send {"ids": ["r1", "r2"]} or {"filters": {"field": "meta.rating", "operator": "<", "value": 2}}.')
+        raise QAError(
+            "Name the documents to delete by 'ids' or by 'filters' (one of them).",
+            'send {"ids": ["r1", "r2"]} or {"filters": {"field": "meta.rating", "operator": "<", "value": 2}}.',
+        )
     if ids is not None and (not isinstance(ids, list) or not ids or len(ids) > MAX_DOCUMENTS or not all(isinstance(i, str) for i in ids)):
         raise QAError(f"'ids' must be a list of 1 to {MAX_DOCUMENTS} document ids (text).", 'send {"ids": ["r1", "r2"]}.')
     for document_id in ids or []:
@@ -118,7 +135,10 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
         if index is None:
             raise _unknown_collection(name)
         if index.manifest.get("domains"):
-            raise QAError(f"'{name}' is the SubjQA collection that `qa-system index --domain` builds; its documents are not changed one by one.", "change your own collections only.")
+            raise QAError(
+                f"'{name}' is the SubjQA collection that `qa-system index --domain` builds; its documents are not changed one by one.",
+                "change your own collections only.",
+            )
         report = DeleteReport(name)
         if ids is not None:
             found = _document_ids(index, {"field": "meta.document_id", "operator": "in", "value": list(ids)})
@@ -132,7 +152,9 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
 def _delete(index: Index, settings: Settings, documents: list[str], report: DeleteReport) -> None:
     """Delete every passage of ``documents`` and save the collection with its counts brought up to date."""
     passages = index.store.filter_documents({"field": "meta.document_id", "operator": "in", "value": documents}) if documents else []
-    items = Counter(item for item in {p.meta.get("document_id", p.id): p.meta.get("item_id") for p in passages}.values() if item is not None)
+    items = Counter(
+        item for item in {p.meta.get("document_id", p.id): p.meta.get("item_id") for p in passages}.values() if item is not None
+    )
     for begin in range(0, len(passages), DELETE_BATCH):
         index.store.delete_documents([p.id for p in passages[begin : begin + DELETE_BATCH]])
     report.deleted, report.passages_deleted = documents, len(passages)
@@ -141,6 +163,6 @@ def _delete(index: Index, settings: Settings, documents: list[str], report: Dele
     counts.subtract(items)
     report.passages = manifest["documents"] = index.store.count_documents()
     report.documents = manifest["source_documents"] = max(0, int(manifest.get("source_documents", 0)) - len(documents))
-    manifest.update(item_counts={item: n for item, n in counts.items() if n > 0}, updated=datetime.now(timezone.utc).isoformat())
+    manifest.update(item_counts={item: n for item, n in counts.items() if n > 0}, updated=datetime.now(UTC).isoformat())
     if documents:
         save_index(index, settings)

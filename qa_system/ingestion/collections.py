@@ -47,7 +47,10 @@ def check_collection_name(name: object) -> str:
     if not NAME_PATTERN.fullmatch(name):
         raise QAError(f"'{name}' is not a valid collection name.", NAME_FIX)
     if CONCRETE_INDEX_NAME.fullmatch(name):  # for every store: a name is the same collection whichever store serves it
-        raise QAError(f"'{name}' is named like the index behind a collection on a search server (NAME--TIME-ID).", "pick a name without '--' before a time, e.g. my-reviews.")
+        raise QAError(
+            f"'{name}' is named like the index behind a collection on a search server (NAME--TIME-ID).",
+            "pick a name without '--' before a time, e.g. my-reviews.",
+        )
     return name
 
 
@@ -118,7 +121,11 @@ def _local_names(settings: Settings) -> list[tuple[str, Path]]:
         folder = settings.index_dir / "memory"
         return [(p.stem, p) for p in sorted(folder.glob("*.json")) if not p.name.startswith(".")] if folder.is_dir() else []
     folder = settings.index_dir / "faiss"
-    return [(p.name, p) for p in sorted(folder.iterdir()) if not p.name.startswith(".") and (p / "manifest.json").is_file()] if folder.is_dir() else []
+    return (
+        [(p.name, p) for p in sorted(folder.iterdir()) if not p.name.startswith(".") and (p / "manifest.json").is_file()]
+        if folder.is_dir()
+        else []
+    )
 
 
 def _size(path: Path) -> int:
@@ -153,7 +160,9 @@ def list_collections(settings: Settings) -> list[CollectionInfo]:
                 continue
             infos.append(collection_info(name, settings.store, manifest, _size(path)))
         return infos
-    return [collection_info(name, settings.store, manifest, size) for name, (manifest, size) in sorted(_server_collections(settings).items())]
+    return [
+        collection_info(name, settings.store, manifest, size) for name, (manifest, size) in sorted(_server_collections(settings).items())
+    ]
 
 
 def _unknown(settings: Settings, name: str) -> QAError:
@@ -195,7 +204,9 @@ def collection_manifest(settings: Settings, name: str) -> dict:
     return manifest
 
 
-def open_collection(settings: Settings, name: str, embeddings: bool = False, progress: bool = True, on_progress: ProgressCallback | None = None) -> Index:
+def open_collection(
+    settings: Settings, name: str, embeddings: bool = False, progress: bool = True, on_progress: ProgressCallback | None = None
+) -> Index:
     """The collection ``name``: a SubjQA one re-indexed first when its source files changed (as ``--domain``), any other as saved."""
     check_collection_name(name)
     index = None if settings.store == "memory" else try_open_index(settings, name)
@@ -212,5 +223,7 @@ def document_text(index: Index, document_id: str) -> str:
     if not passages:  # a SubjQA review, or a collection indexed before passages had a document_id
         passages = index.store.filter_documents(filters={"field": "id", "operator": "==", "value": document_id})
     if not passages:
-        raise QAError(f"No document '{document_id}' in collection '{index.name}'.", "pick a document id that `qa-system search --collection` shows.")
+        raise QAError(
+            f"No document '{document_id}' in collection '{index.name}'.", "pick a document id that `qa-system search --collection` shows."
+        )
     return source_text(passages)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
@@ -45,12 +46,16 @@ class TorchSentenceEncoder:
         try:
             self.model = SentenceTransformer(model, device=device)
         except (OSError, ValueError) as error:
-            raise QAError(f"Could not load the embedding model '{model}' ({error}).", "pass a local model path or an id of the Hugging Face hub.") from error
+            raise QAError(
+                f"Could not load the embedding model '{model}' ({error}).", "pass a local model path or an id of the Hugging Face hub."
+            ) from error
         self.device = device
 
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """One float32 row per text, as ``SentenceTransformer.encode(normalize_embeddings=True)`` makes it."""
-        return self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        return self.model.encode(
+            list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
 
 
 def indexing_backend(backend: str, device: str = "auto") -> str:
@@ -165,6 +170,6 @@ class QueryEmbedder:
         return default_to_dict(self, model=self.model, backend=self.backend)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "QueryEmbedder":
+    def from_dict(cls, data: dict[str, Any]) -> QueryEmbedder:
         """The component from ``to_dict``'s output."""
         return default_from_dict(cls, data)

@@ -7,9 +7,9 @@ import logging
 import platform
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Sequence
 
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
@@ -88,7 +88,9 @@ def source_change(index: Index, settings: Settings) -> str | None:
     changed = []
     for key, path in current.items():
         stat, before = path.stat(), recorded[key]
-        if (stat.st_size, stat.st_mtime_ns) != (before["size"], before["mtime_ns"]) and source_state([path])[key]["sha256"] != before["sha256"]:
+        if (stat.st_size, stat.st_mtime_ns) != (before["size"], before["mtime_ns"]) and source_state([path])[key]["sha256"] != before[
+            "sha256"
+        ]:
             changed.append(path.name if path.parent.parent.name == "" else f"{path.parent.parent.name}/{path.name}")
     return f"{', '.join(changed)} changed" if changed else None
 
@@ -110,7 +112,9 @@ def embedding_backend(manifest: dict) -> str:
     return manifest.get("embedding_backend", LEGACY_BACKEND)
 
 
-def document_embedder(model: str, batch_size: int = 32, backend: str = "torch", device: str = "auto", cache: str | Path | None = None) -> DocumentEmbedder:
+def document_embedder(
+    model: str, batch_size: int = 32, backend: str = "torch", device: str = "auto", cache: str | Path | None = None
+) -> DocumentEmbedder:
     """A loaded passage embedder (unit-length vectors, so dot product = cosine in every store); ``.backend`` says
     which backend runs (onnx falls back to torch when its export cannot be built)."""
     return DocumentEmbedder(load_encoder(model, backend, device, cache), batch_size)
@@ -171,7 +175,7 @@ def build_index(
     name = name or index_name(domains)
     if splits is None:  # the splits every domain has (an unknown domain: all, so that loading names the problem)
         splits = [s for s in SPLITS if all(s in available_splits(settings.data_dir, d) for d in domains)] or SPLITS
-    manifest: dict = {"domains": domains, "splits": list(splits), "format": INDEX_FORMAT, "created": datetime.now(timezone.utc).isoformat()}
+    manifest: dict = {"domains": domains, "splits": list(splits), "format": INDEX_FORMAT, "created": datetime.now(UTC).isoformat()}
     if documents is None:
         documents = _subjqa_documents(settings, domains, splits, manifest)
     _check_replaceable(settings, name, documents, force)

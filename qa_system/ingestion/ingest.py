@@ -22,11 +22,12 @@ import platform
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO
 
 from haystack import Document
 
@@ -43,7 +44,7 @@ from qa_system.sources.files import SUFFIXES, read_files
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_lines, read_table
-from qa_system.stores import Index, opensearch_client, opensearch_has_knn, saved_manifest, TemporaryOwner, temporary_owner, temporary_prefix
+from qa_system.stores import Index, TemporaryOwner, opensearch_client, opensearch_has_knn, saved_manifest, temporary_owner, temporary_prefix
 
 BATCH = 256  # source documents per split / embed / stage step
 
@@ -104,11 +105,18 @@ class IngestReport:
         lines = [
             f"Collection '{self.collection}' ({self.store}): {self.documents} documents in {self.passages} passages.",
             f"  {self.read} read from {self.source}: {self.added} added, {self.changed} changed, {self.unchanged} unchanged; "
-            f"{self.deleted} deleted, {self.kept_missing} no longer in the source but kept" + ("" if not self.kept_missing else " (--sync deletes them)") + ".",
+            f"{self.deleted} deleted, {self.kept_missing} no longer in the source but kept"
+            + ("" if not self.kept_missing else " (--sync deletes them)")
+            + ".",
             f"  {self.embedded_documents} documents embedded ({self.embedded} passages); {self.seconds:.1f} s, {self.documents_per_s:,.1f} documents/s"
-            + (f" (embedding {self.embedding_s:.1f} s)" if self.embedding_s else "") + ".",
+            + (f" (embedding {self.embedding_s:.1f} s)" if self.embedding_s else "")
+            + ".",
         ]
-        skipped = [f"{n} {what}" for n, what in ((self.empty_rows, "empty rows"), (self.empty_texts, "empty texts"), (self.duplicates, "duplicate documents")) if n]
+        skipped = [
+            f"{n} {what}"
+            for n, what in ((self.empty_rows, "empty rows"), (self.empty_texts, "empty texts"), (self.duplicates, "duplicate documents"))
+            if n
+        ]
         if skipped:
             lines.append(f"  skipped: {', '.join(skipped)}.")
         if self.files_skipped:
@@ -117,7 +125,9 @@ class IngestReport:
             lines.append(f"  {len(self.links_skipped)} links to outside the folder not followed: {_first(self.links_skipped)}.")
         if self.files_unreadable:
             lines.append(f"  {len(self.files_unreadable)} files could not be read and were left out:")
-            lines += [f"    {entry}" for entry in self.files_unreadable[:LISTED]] + [f"    ... and {len(self.files_unreadable) - LISTED} more."] * (len(self.files_unreadable) > LISTED)
+            lines += [f"    {entry}" for entry in self.files_unreadable[:LISTED]] + [
+                f"    ... and {len(self.files_unreadable) - LISTED} more."
+            ] * (len(self.files_unreadable) > LISTED)
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
@@ -192,18 +202,38 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
         if not path.exists():
             raise QAError(f"{path} does not exist.", "pass an existing file or folder to --input.")
         if not path.is_file() and not path.is_dir():  # opening a named pipe waits for a writer: forever
-            raise QAError(f"{path} is not a regular file (a named pipe, socket or device?).", "save the data to a file and pass that file to --input.")
+            raise QAError(
+                f"{path} is not a regular file (a named pipe, socket or device?).", "save the data to a file and pass that file to --input."
+            )
         if path.is_dir() and options.format not in (None, "files"):
-            raise QAError(f"{path} is a folder, and --format {options.format} reads one file.", "pass the file itself, or leave out --format to read the folder's documents.")
+            raise QAError(
+                f"{path} is a folder, and --format {options.format} reads one file.",
+                "pass the file itself, or leave out --format to read the folder's documents.",
+            )
         if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
-            yield _Opened(read_files(path, options, counts), counts, str(path), "files", lambda: None, {"source": str(path), "path": str(path.resolve())})
+            yield _Opened(
+                read_files(path, options, counts),
+                counts,
+                str(path),
+                "files",
+                lambda: None,
+                {"source": str(path), "path": str(path.resolve())},
+            )
             return
         with path.open("rb") as binary:
             fmt = detect_format(path.name, binary, options.format)
             size = path.stat().st_size
             state = {"source": str(path), "path": str(path.resolve())}
             types = _column_types(fmt, binary, str(path), options)
-            yield _Opened(_records(fmt, binary, str(path), options, counts), counts, str(path), fmt, lambda: binary.tell() / size if size else None, state, types)
+            yield _Opened(
+                _records(fmt, binary, str(path), options, counts),
+                counts,
+                str(path),
+                fmt,
+                lambda: binary.tell() / size if size else None,
+                state,
+                types,
+            )
         return
     binary = source
     name = name or Path(str(getattr(source, "name", "") or "upload")).name
@@ -211,11 +241,22 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
         binary = io.BytesIO(binary.read())
     fmt = detect_format(name, binary, options.format)
     if fmt == "files":
-        raise QAError(f"{name}: documents (.txt, .md, .html, .pdf) are read from a path, not an upload.", "pass the file or its folder as --input, or upload a CSV / JSON lines file.")
+        raise QAError(
+            f"{name}: documents (.txt, .md, .html, .pdf) are read from a path, not an upload.",
+            "pass the file or its folder as --input, or upload a CSV / JSON lines file.",
+        )
     start, size = binary.tell(), binary.seek(0, os.SEEK_END)
     binary.seek(start)
     types = _column_types(fmt, binary, name, options)
-    yield _Opened(_records(fmt, binary, name, options, counts), counts, name, fmt, lambda: binary.tell() / size if size else None, {"source": name}, types)
+    yield _Opened(
+        _records(fmt, binary, name, options, counts),
+        counts,
+        name,
+        fmt,
+        lambda: binary.tell() / size if size else None,
+        {"source": name},
+        types,
+    )
 
 
 @dataclass
@@ -249,7 +290,9 @@ class _Saved:
 def _saved(settings: Settings, collection: str) -> _Saved:
     manifest = saved_manifest(settings, collection)
     if manifest is not None and manifest.get("domains"):
-        raise QAError(f"'{collection}' is the SubjQA collection that `qa-system index --domain` builds.", "give your data another --collection name.")
+        raise QAError(
+            f"'{collection}' is the SubjQA collection that `qa-system index --domain` builds.", "give your data another --collection name."
+        )
     documents, older_ids = {}, {}
     if manifest is not None:
         try:
@@ -278,9 +321,13 @@ def _rebuild_reasons(saved: _Saved, settings: Settings, embed: bool, splitter: d
     elif not embed and had_vectors:
         reasons.append("indexed without embeddings: the collection's vectors were dropped")
     elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings, backend=False):
-        reasons.append(f"the encoder changed ({saved.manifest.get('embedding_model')} -> {settings.embedding_model}): every document was re-embedded")
+        reasons.append(
+            f"the encoder changed ({saved.manifest.get('embedding_model')} -> {settings.embedding_model}): every document was re-embedded"
+        )
     elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings):
-        reasons.append(f"the embedding backend changed ({embedding_backend(saved.manifest)} -> {settings_embedder(settings).backend}): every document was re-embedded")
+        reasons.append(
+            f"the embedding backend changed ({embedding_backend(saved.manifest)} -> {settings_embedder(settings).backend}): every document was re-embedded"
+        )
     if saved.manifest.get("splitter") != splitter:
         reasons.append(f"the passage settings changed ({saved.manifest.get('splitter')} -> {splitter}): every document was split again")
     return reasons
@@ -334,7 +381,9 @@ def check_source(source: Source, options: IngestOptions = IngestOptions(), name:
         for record in opened.records:
             record.checked()
             if record.id is not None and record.id in seen:
-                raise QAError(f"{record.where}: the id '{record.id}' was already used by {seen[record.id]}.", "give every document a unique id.")
+                raise QAError(
+                    f"{record.where}: the id '{record.id}' was already used by {seen[record.id]}.", "give every document a unique id."
+                )
             seen[record.id or record.content_hash()] = record.where
     if not seen:
         raise QAError(f"{opened.name} holds no documents.", "check the file (and its text column and format).")
@@ -385,7 +434,15 @@ def _staging_file_dead(owner: TemporaryOwner, own_lock: Path) -> bool:
 class _Run:
     """One ingestion: the source read batch by batch into a staging file, then the commit."""
 
-    def __init__(self, settings: Settings, collection: str, options: IngestOptions, embed: bool, on_progress: ProgressCallback | None, notes: list[str]):
+    def __init__(
+        self,
+        settings: Settings,
+        collection: str,
+        options: IngestOptions,
+        embed: bool,
+        on_progress: ProgressCallback | None,
+        notes: list[str],
+    ):
         self.started, self.notes = time.perf_counter(), notes
         self.settings, self.collection, self.options, self.on_progress = settings, check_collection_name(collection), options, on_progress
         words = check_count(options.passage_words, "passage_words", 10)
@@ -396,7 +453,9 @@ class _Run:
             self.vector_search = opensearch_has_knn(opensearch_client(settings))
             embed = embed and self.vector_search
         if settings.store == "faiss" and not embed:
-            raise QAError("A FAISS collection holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory.")
+            raise QAError(
+                "A FAISS collection holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory."
+            )
         self.embed = embed
         self.saved = _saved(settings, collection)
         self.reasons = _rebuild_reasons(self.saved, settings, embed, self.splitter_state)
@@ -445,7 +504,11 @@ class _Run:
             saved = {}
             changed = [f"{column}: text -> {kind}" for column, kind in found.items() if kind != "text"]
         else:
-            changed = [f"{column}: {saved[column]} -> {kind}" for column, kind in found.items() if column in (saved or {}) and saved[column] != kind]
+            changed = [
+                f"{column}: {saved[column]} -> {kind}"
+                for column, kind in found.items()
+                if column in (saved or {}) and saved[column] != kind
+            ]
         self.types = {**(saved or {}), **found}
         if changed:
             self.reasons.append(f"the types of metadata columns changed ({', '.join(changed)}): every document was processed again")
@@ -546,7 +609,7 @@ class _Run:
 
     def _manifest(self, opened: _Opened, staging: Path) -> dict:
         old = self.saved.manifest or {}
-        now = datetime.now(timezone.utc).isoformat()
+        now = datetime.now(UTC).isoformat()
         manifest = {
             **{k: v for k, v in old.items() if k == "calibration"},  # fitted fusion / re-ranking stay
             "input": {**opened.state, "format": opened.format, "options": self.options.as_dict()},
@@ -561,7 +624,9 @@ class _Run:
         if self.vector_search is not None:
             manifest["vector_search"] = self.vector_search
         if self.embed:
-            manifest.update(embedding_model=self.settings.embedding_model, embedding_fingerprint=model_fingerprint(self.settings.embedding_model))
+            manifest.update(
+                embedding_model=self.settings.embedding_model, embedding_fingerprint=model_fingerprint(self.settings.embedding_model)
+            )
             # Nothing embedded in this run (no document changed): the saved vectors' backend stays.
             manifest["embedding_backend"] = self.embedder.backend if self.embedder is not None else embedding_backend(old)
             manifest["embedding_dim"] = _embedding_dim(staging) or old.get("embedding_dim")

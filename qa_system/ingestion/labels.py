@@ -60,7 +60,9 @@ def collection_documents(settings: Settings, collection: str) -> dict[str, _Docu
     return {i: _Document(source_text(parts), parts[0].meta.get("item_id")) for i, parts in passages.items()}
 
 
-def _question(qid: str, question: str, document_id: str, document: _Document, answers: list[str], domain: str) -> tuple[LabelledQuestion, int]:
+def _question(
+    qid: str, question: str, document_id: str, document: _Document, answers: list[str], domain: str
+) -> tuple[LabelledQuestion, int]:
     """The labelled question, and how many of its answers are not in the document's text."""
     located, missing = [], 0
     for text in dict.fromkeys(a for a in answers if a.strip()):
@@ -68,8 +70,16 @@ def _question(qid: str, question: str, document_id: str, document: _Document, an
         missing += start < 0
         located.append(GoldAnswer(text, start if start >= 0 else None))
     labelled = LabelledQuestion(
-        id=qid, question=question, item_id=document.item_id, review_id=document_id, document_id=document_id,
-        domain=domain, split=None, answers=located, is_subjective=False, context=document.text,
+        id=qid,
+        question=question,
+        item_id=document.item_id,
+        review_id=document_id,
+        document_id=document_id,
+        domain=domain,
+        split=None,
+        answers=located,
+        is_subjective=False,
+        context=document.text,
     )
     return labelled, missing
 
@@ -81,8 +91,10 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
             columns = [c.strip() for c in reader.fieldnames or []]
             missing = [c for c in CSV_COLUMNS if c not in columns]
             if missing:
-                raise QAError(f"{path} has no column(s) {', '.join(missing)}; its columns are: {', '.join(columns) or '(none)'}.",
-                              "write a header row: question,answer,document_id[,item_id].")
+                raise QAError(
+                    f"{path} has no column(s) {', '.join(missing)}; its columns are: {', '.join(columns) or '(none)'}.",
+                    "write a header row: question,answer,document_id[,item_id].",
+                )
             grouped: dict[tuple[str, str], dict] = {}
             for row in reader:
                 row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
@@ -94,7 +106,9 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
                         f"{path} line {reader.line_num}: document '{document_id}' is not in collection '{collection}'.",
                         "use the ids of the collection's documents (its --id-column values; `qa-system search --collection` shows them).",
                     )
-                entry = grouped.setdefault((row["question"], document_id), {"id": f"{path.stem}-{reader.line_num}", "answers": [], "item": row.get("item_id")})
+                entry = grouped.setdefault(
+                    (row["question"], document_id), {"id": f"{path.stem}-{reader.line_num}", "answers": [], "item": row.get("item_id")}
+                )
                 entry["answers"].append(row["answer"])
     except UnicodeDecodeError as error:
         raise QAError(f"{path} is not UTF-8 text ({error.reason}).", "re-save the labels file as UTF-8.") from None
@@ -116,19 +130,27 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
     ``collection``, or without one (SQuAD / MRQA) each question's own context."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise QAError(f"The labels file {path} does not exist.", "pass a CSV (question,answer,document_id[,item_id]), SQuAD JSON or MRQA JSON lines file to --labels.")
+        raise QAError(
+            f"The labels file {path} does not exist.",
+            "pass a CSV (question,answer,document_id[,item_id]), SQuAD JSON or MRQA JSON lines file to --labels.",
+        )
     documents = collection_documents(settings or Settings.from_env(), collection) if collection else None
     notes, missing = [], 0
     if path.suffix.lower() == ".csv":
         if documents is None:
-            raise QAError("CSV labels name their documents by id, so they need a collection.", "add --collection NAME (the collection those ids are in).")
+            raise QAError(
+                "CSV labels name their documents by id, so they need a collection.",
+                "add --collection NAME (the collection those ids are in).",
+            )
         questions, missing = _csv_labels(path, documents, collection)
         file_format = "CSV"
     else:
         examples, report = read_qa_file(path)
         file_format = report.format
         if report.skipped_questions or report.unlocated_answers:
-            notes.append(f"{path.name}: {report.unlocated_answers} answers not at their given offsets and {report.skipped_questions} questions left without one were left out.")
+            notes.append(
+                f"{path.name}: {report.unlocated_answers} answers not at their given offsets and {report.skipped_questions} questions left without one were left out."
+            )
         if documents is None:
             questions = labelled_questions(examples, path.name)
         else:
@@ -139,24 +161,35 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
                     unmatched += 1
                     continue
                 document_id = by_text[example.context]
-                labelled, absent = _question(example.id, example.question, document_id, documents[document_id], [text for text, _ in example.answers], collection)
+                labelled, absent = _question(
+                    example.id, example.question, document_id, documents[document_id], [text for text, _ in example.answers], collection
+                )
                 questions.append(labelled)
                 missing += absent
             if unmatched:
                 notes.append(f"{unmatched} questions whose context is no document of collection '{collection}' were left out.")
     if not questions:
         where = f" whose document is in collection '{collection}'" if collection else ""
-        raise QAError(f"{path} holds no labelled question{where}.", f"index the labelled documents first (`qa-system index --input {path} --collection {collection or 'NAME'}`), or check the file.")
+        raise QAError(
+            f"{path} holds no labelled question{where}.",
+            f"index the labelled documents first (`qa-system index --input {path} --collection {collection or 'NAME'}`), or check the file.",
+        )
     if missing:
         notes.append(f"{missing} answers are not found in their document's text (they still count, as text).")
     return Labels(questions, path, collection, file_format, notes)
 
 
-def evaluation_questions(settings: Settings, domain: str, split: str, labels: Labels | None = None, limit: int | None = None) -> tuple[list[LabelledQuestion], str, dict]:
+def evaluation_questions(
+    settings: Settings, domain: str, split: str, labels: Labels | None = None, limit: int | None = None
+) -> tuple[list[LabelledQuestion], str, dict]:
     """What an evaluation asks: the first ``limit`` questions of ``labels`` (your own), else of SubjQA's ``domain``
     ``split``; what they are, for a report's title; and where they come from, for its summary."""
     if labels is not None:
-        return labels.questions[:limit], labels.title, {"labels": str(labels.path), "format": labels.format, "collection": labels.collection}
+        return (
+            labels.questions[:limit],
+            labels.title,
+            {"labels": str(labels.path), "format": labels.format, "collection": labels.collection},
+        )
     return load_subjqa(domain, split, settings.data_dir).questions[:limit], f"SubjQA {domain} {split}", {"domain": domain, "split": split}
 
 

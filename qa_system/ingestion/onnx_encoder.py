@@ -21,10 +21,11 @@ import json
 import logging
 import re
 import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,8 +54,10 @@ def encoder_layout(model_dir: Path) -> dict[str, Any]:
     modules = json.loads((model_dir / "modules.json").read_text(encoding="utf-8")) if (model_dir / "modules.json").is_file() else []
     kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
     if kinds[:2] != ["Transformer", "Pooling"] or any(k != "Normalize" for k in kinds[2:]):
-        raise QAError(f"The encoder {model_dir} is not Transformer + Pooling (+ Normalize) ({', '.join(kinds) or 'no modules.json'}).",
-                      "use QA_EMBEDDING_BACKEND=torch for this encoder.")  # fmt: skip
+        raise QAError(
+            f"The encoder {model_dir} is not Transformer + Pooling (+ Normalize) ({', '.join(kinds) or 'no modules.json'}).",
+            "use QA_EMBEDDING_BACKEND=torch for this encoder.",
+        )
     pooling = json.loads((model_dir / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
     if "pooling_mode" in pooling:  # sentence-transformers 5.4+ writes one key: "mean", "cls", ... or a list of them
         named = pooling["pooling_mode"]
@@ -63,9 +66,16 @@ def encoder_layout(model_dir: Path) -> dict[str, Any]:
         others = [str(mode) for mode in named if mode not in ("mean", "cls")]
     else:  # the older layout: one boolean per mode
         modes = [name for name in ("cls_token", "mean_tokens") if pooling.get(f"pooling_mode_{name}")]
-        others = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v and k.removeprefix("pooling_mode_") not in ("cls_token", "mean_tokens")]
+        others = [
+            k
+            for k, v in pooling.items()
+            if k.startswith("pooling_mode_") and v and k.removeprefix("pooling_mode_") not in ("cls_token", "mean_tokens")
+        ]
     if len(modes) != 1 or others:
-        raise QAError(f"The encoder {model_dir} pools by {', '.join(modes + others) or 'nothing'}.", "use QA_EMBEDDING_BACKEND=torch for this encoder.")
+        raise QAError(
+            f"The encoder {model_dir} pools by {', '.join(modes + others) or 'nothing'}.",
+            "use QA_EMBEDDING_BACKEND=torch for this encoder.",
+        )
     config = model_dir / "sentence_bert_config.json"
     max_length = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length") if config.is_file() else None
     return {"pooling": "mean" if modes == ["mean_tokens"] else "cls", "normalize": "Normalize" in kinds, "max_seq_length": max_length}
@@ -156,24 +166,43 @@ def write_encoder_export(model: str | Path, directory: Path, reduce_range: bool 
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", message="Exporting aten::index")  # indices are never negative here
-        torch.onnx.export(_pooled_module(transformer, layout["pooling"], layout["normalize"]), tuple(sample[n] for n in names), str(raw),
-                          input_names=names, output_names=[OUTPUT_NAME], dynamic_axes=axes, opset_version=OPSET, dynamo=False)  # fmt: skip
+        torch.onnx.export(
+            _pooled_module(transformer, layout["pooling"], layout["normalize"]),
+            tuple(sample[n] for n in names),
+            str(raw),
+            input_names=names,
+            output_names=[OUTPUT_NAME],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
     config = transformer.config
     if config.model_type in FUSABLE_MODEL_TYPES:
         from onnxruntime.transformers import optimizer
 
-        optimizer.optimize_model(str(raw), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size).save_model_to_file(str(fused))
+        optimizer.optimize_model(
+            str(raw), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size
+        ).save_model_to_file(str(fused))
     else:
         raw.rename(fused)
     onnx.checker.check_model(str(fused))
     with _root_logging_kept():
-        quantize_dynamic(fused, int8, weight_type=QuantType.QInt8, per_channel=True, reduce_range=reduce_range,
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fmt: skip
+        quantize_dynamic(
+            fused,
+            int8,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=reduce_range,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
     raw.unlink(missing_ok=True)
     fused.unlink()
     tokenizer.save_pretrained(directory)
     info = {
-        "source": str(model), "model_fingerprint": model_fingerprint(model), "inputs": names, "layout": layout,
+        "source": str(model),
+        "model_fingerprint": model_fingerprint(model),
+        "inputs": names,
+        "layout": layout,
         "quantization": f"dynamic int8 (QInt8 weights{', 7-bit' if reduce_range else ''}, per output channel)",
         "export_settings": export_settings(reduce_range),
         "sizes": {f.name: f.stat().st_size for f in sorted(directory.iterdir()) if f.is_file()},
@@ -196,13 +225,18 @@ def cached_encoder_export(model: str | Path, cache: str | Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with taking_turns(f"{target}.lock", f"Waiting for another process building the ONNX encoder {target}."):
         if not is_complete(target):
-            logger.warning("First use of the encoder %s with the onnx backend: building its int8 ONNX export in %s, once per model version.", model, cache)
+            logger.warning(
+                "First use of the encoder %s with the onnx backend: building its int8 ONNX export in %s, once per model version.",
+                model,
+                cache,
+            )
             with built_folder(target, existing="replace", complete=is_complete) as staging:
                 write_encoder_export(model, staging, reduce_range)
     mark_used(target)
     name = re.escape(target.name[: -(KEY_LENGTH + 1)])
     same_model = (
-        p for p in cache.iterdir()
+        p
+        for p in cache.iterdir()
         if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name) and (p == target or written_here(p, EXPORT_INFO))
     )
     keep_most_recent(same_model, EXPORTS_PER_MODEL)
@@ -244,7 +278,9 @@ class OnnxSentenceEncoder:
         rows: list[np.ndarray] = [np.empty(0)] * len(texts)
         for begin in range(0, len(texts), batch_size):
             chosen = order[begin : begin + batch_size]
-            encoded = self.tokenizer([texts[i] for i in chosen], padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
+            encoded = self.tokenizer(
+                [texts[i] for i in chosen], padding=True, truncation=True, max_length=self.max_length, return_tensors="np"
+            )
             feeds = {name: encoded[name].astype(np.int64) for name in self.input_names}
             vectors = self.session.run([OUTPUT_NAME], feeds)[0]
             for i, vector in zip(chosen, vectors):
@@ -258,6 +294,8 @@ def load_onnx_encoder(model: str | Path, cache: str | Path, threads: int | None 
     try:
         return OnnxSentenceEncoder(directory, threads)
     except Exception as error:  # noqa: BLE001 - a damaged file of the right size: built again
-        logger.warning("The cached ONNX encoder %s does not load (%s): rebuilding it.", directory, str(error).splitlines()[0] if str(error) else error)
+        logger.warning(
+            "The cached ONNX encoder %s does not load (%s): rebuilding it.", directory, str(error).splitlines()[0] if str(error) else error
+        )
         (directory / EXPORT_INFO).unlink(missing_ok=True)
         return OnnxSentenceEncoder(cached_encoder_export(model, cache), threads)

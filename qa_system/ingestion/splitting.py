@@ -15,8 +15,8 @@ document's id is ever another document's passage id.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import accumulate
-from typing import Iterable
 
 from haystack import Document, component
 
@@ -89,9 +89,13 @@ class PassageSplitter:
         count = len(spans)
         return [
             {
-                "id": passage_id(document_id, number, count), "content": content, "blob": None,
+                "id": passage_id(document_id, number, count),
+                "content": content,
+                "blob": None,
                 "meta": {**meta, "document_id": document_id, "source_offset": start, "passage": number, "passages": count},
-                "score": None, "embedding": None, "sparse_embedding": None,
+                "score": None,
+                "embedding": None,
+                "sparse_embedding": None,
             }
             for number, (start, content) in enumerate(spans)
         ]

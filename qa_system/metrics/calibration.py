@@ -7,7 +7,7 @@ the bin's size. ``reliability_table`` gives the bins themselves, which ``reliabi
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,10 +25,15 @@ def reliability_table(confidence: Sequence[float], right: Sequence[float], bins:
     for i in range(bins):
         mask = which == i
         if mask.any():
-            rows.append({
-                "low": edges[i], "high": edges[i + 1], "questions": int(mask.sum()),
-                "confidence": float(confidence[mask].mean()), "right": float(right[mask].mean()),
-            })
+            rows.append(
+                {
+                    "low": edges[i],
+                    "high": edges[i + 1],
+                    "questions": int(mask.sum()),
+                    "confidence": float(confidence[mask].mean()),
+                    "right": float(right[mask].mean()),
+                }
+            )
     return pd.DataFrame(rows, columns=["low", "high", "questions", "confidence", "right"])
 
 

@@ -9,8 +9,8 @@ scores any threshold, both optionally for another share of unanswerable question
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -86,4 +86,10 @@ def scores_at(predictions: Sequence[DevPrediction], threshold: float, no_answer_
     em = np.mean([p.answer_em if a else p.null_em for p, a in zip(predictions, answered)])
     f1s = [p.answer_f1 if a else p.null_f1 for p, a in zip(predictions, answered)]
     weighted = np.average(f1s, weights=prior_weights(predictions, no_answer_prior))
-    return {"em": float(em), "f1": float(np.mean(f1s)), "answered": float(np.mean(answered)), "questions": len(predictions), "prior_weighted_f1": float(weighted)}
+    return {
+        "em": float(em),
+        "f1": float(np.mean(f1s)),
+        "answered": float(np.mean(answered)),
+        "questions": len(predictions),
+        "prior_weighted_f1": float(weighted),
+    }

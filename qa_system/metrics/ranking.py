@@ -8,8 +8,8 @@ expected to reach.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import comb
-from typing import Sequence
 
 import pandas as pd
 
@@ -56,11 +56,13 @@ def _chance_scores(records: pd.DataFrame, definition: str, ks: Sequence[int]) ->
         if hit or m == 0:
             rows.append({**{f"recall@{k}": float(hit) for k in ks}, "mrr": float(hit), "map": float(hit)})
             continue
-        rows.append({
-            **{f"recall@{k}": 1.0 if k >= n else 1 - comb(n - m, k) / comb(n, k) for k in ks},
-            "mrr": sum(comb(n - r, m - 1) / comb(n, m) / r for r in range(1, n - m + 2)),
-            "map": sum((1 + (i - 1) * (m - 1) / max(n - 1, 1)) / i for i in range(1, n + 1)) / n,
-        })
+        rows.append(
+            {
+                **{f"recall@{k}": 1.0 if k >= n else 1 - comb(n - m, k) / comb(n, k) for k in ks},
+                "mrr": sum(comb(n - r, m - 1) / comb(n, m) / r for r in range(1, n - m + 2)),
+                "map": sum((1 + (i - 1) * (m - 1) / max(n - 1, 1)) / i for i in range(1, n + 1)) / n,
+            }
+        )
     return pd.DataFrame(rows, index=records.index)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Sequence
+from collections.abc import Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)

@@ -30,7 +30,18 @@ from qa_system.pipelines.portable import SavedMemoryStore, export_pipeline
 from qa_system.pipelines.qa_pipeline import QAPipeline, build_qa_pipeline, build_retrieval_pipeline, check_embeddings, validate_question
 
 __all__ = [
-    "ANSWER_STAGES", "FUSION_CANDIDATES", "PIPELINES_DIR", "RERANK_CANDIDATES", "RETRIEVAL_OUTPUT", "QAPipeline", "SavedMemoryStore",
-    "build_qa_pipeline", "build_retrieval_pipeline", "check_embeddings", "export_pipeline", "load_pipeline", "render_pipeline_yaml",
+    "ANSWER_STAGES",
+    "FUSION_CANDIDATES",
+    "PIPELINES_DIR",
+    "RERANK_CANDIDATES",
+    "RETRIEVAL_OUTPUT",
+    "QAPipeline",
+    "SavedMemoryStore",
+    "build_qa_pipeline",
+    "build_retrieval_pipeline",
+    "check_embeddings",
+    "export_pipeline",
+    "load_pipeline",
+    "render_pipeline_yaml",
     "validate_question",
 ]

@@ -45,8 +45,10 @@ def _saved_documents(path: Path) -> list[Document]:
     try:
         stat = path.stat()
     except OSError as error:
-        raise QAError(f"The saved index {path} named by the pipeline cannot be read ({error.strerror}).",
-                      "build it with `qa-system index`, or export the pipeline again with the right --home.") from error
+        raise QAError(
+            f"The saved index {path} named by the pipeline cannot be read ({error.strerror}).",
+            "build it with `qa-system index`, or export the pipeline again with the right --home.",
+        ) from error
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     with _loading:
         if key not in _loaded:
@@ -71,7 +73,7 @@ class SavedMemoryStore(MultiValueInMemoryDocumentStore):
         return default_to_dict(self, path=self.path, index=self.index)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SavedMemoryStore":
+    def from_dict(cls, data: dict[str, Any]) -> SavedMemoryStore:
         """The store from ``to_dict``'s output (the file is read again)."""
         return default_from_dict(cls, data)
 
@@ -80,7 +82,10 @@ def _store_dict(index: Index, settings: Settings) -> dict[str, Any]:
     """How the exported YAML names the index's store: the saved file for memory, the server's index otherwise."""
     if index.backend == "memory":
         path = (settings.index_dir / "memory" / f"{index.name}.json").resolve()
-        return {"type": f"{SavedMemoryStore.__module__}.{SavedMemoryStore.__name__}", "init_parameters": {"path": str(path), "index": index.name}}
+        return {
+            "type": f"{SavedMemoryStore.__module__}.{SavedMemoryStore.__name__}",
+            "init_parameters": {"path": str(path), "index": index.name},
+        }
     return index.store.to_dict()
 
 
@@ -115,8 +120,13 @@ def _interface(pipeline: Pipeline, retrieval_output: str, answer_stage: str | No
 
 
 def export_pipeline(
-    retriever: str, index: Index, settings: Settings, answer_stage: str | None = "extractive", rerank: bool = False,
-    top_k: int | None = None, top_k_reader: int | None = None,
+    retriever: str,
+    index: Index,
+    settings: Settings,
+    answer_stage: str | None = "extractive",
+    rerank: bool = False,
+    top_k: int | None = None,
+    top_k_reader: int | None = None,
 ) -> str:
     """The pipeline ``build_qa_pipeline`` makes, as one Haystack YAML with every setting resolved.
 
@@ -126,7 +136,9 @@ def export_pipeline(
     ``top_k_reader`` (answers) default to the settings' ``top_k_retriever`` and ``top_k_reader``.
     """
     if index.backend not in PORTABLE_BACKENDS:
-        raise QAError(f"A pipeline over a {index.backend} index cannot be exported.", f"index into one of: {', '.join(PORTABLE_BACKENDS)} (--store).")
+        raise QAError(
+            f"A pipeline over a {index.backend} index cannot be exported.", f"index into one of: {', '.join(PORTABLE_BACKENDS)} (--store)."
+        )
     if answer_stage is not None and answer_stage not in ANSWER_STAGES:
         raise QAError(f"Unknown answer stage '{answer_stage}'.", f"use one of: {', '.join(ANSWER_STAGES)}.")
     pipeline = load_pipeline(retriever, index, settings, answer_stage, rerank)

@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from haystack import Pipeline
 from haystack.core.errors import PipelineRuntimeError
@@ -30,7 +31,7 @@ def validate_question(index: Index, query: object, item_id: str | None) -> None:
     check_question_length(query)
     check_text(item_id, "the item id")
     if not isinstance(query, str) or not query.strip():
-        raise QAError("The question is empty.", "type a question, e.g. \"Is it good for reading?\".")
+        raise QAError("The question is empty.", 'type a question, e.g. "Is it good for reading?".')
     counts = index.item_counts()
     if item_id is not None and counts and item_id not in counts:
         raise NotFound(f"Product '{item_id}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists.")
@@ -226,5 +227,9 @@ def check_embeddings(index: Index, settings: Settings, retriever: str = "dense")
         )
     # The backend may differ: the questions are embedded by the index's own (QueryEmbedder).
     if not embeddings_match(index, settings, backend=False):
-        how = f"with {stored}, not with the configured {settings.embedding_model}" if stored != settings.embedding_model else f"with an earlier version of {stored}"
+        how = (
+            f"with {stored}, not with the configured {settings.embedding_model}"
+            if stored != settings.embedding_model
+            else f"with an earlier version of {stored}"
+        )
         raise QAError(f"Index '{index.name}' was embedded {how}.", "re-run `qa-system index` to re-embed the reviews with the new encoder.")

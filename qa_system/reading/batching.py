@@ -136,12 +136,17 @@ class ReaderScheduler:
         return results
 
 
-def run_together(model: OnnxQAModel, encodings: list[dict[str, np.ndarray]], batch_size: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+def run_together(
+    model: OnnxQAModel, encodings: list[dict[str, np.ndarray]], batch_size: int
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
     """Every question's windows in calls grouped by length, each padded to its own longest window; each question's
     (start, end) logits shaped like its encoding (-inf on padding), and the number of calls made."""
     rows = [(j, w) for j, encoding in enumerate(encodings) for w in range(len(encoding["attention_mask"]))]
     lengths = np.array([int(encodings[j]["attention_mask"][w].sum()) for j, w in rows])
-    results = [(np.full(e["attention_mask"].shape, -np.inf, np.float32), np.full(e["attention_mask"].shape, -np.inf, np.float32)) for e in encodings]
+    results = [
+        (np.full(e["attention_mask"].shape, -np.inf, np.float32), np.full(e["attention_mask"].shape, -np.inf, np.float32))
+        for e in encodings
+    ]
     buckets = length_buckets(lengths, batch_size)
     for bucket in buckets:
         longest = int(lengths[bucket].max())
@@ -153,7 +158,10 @@ def run_together(model: OnnxQAModel, encodings: list[dict[str, np.ndarray]], bat
         start, end = model.session.run(list(OUTPUT_NAMES), feeds)
         for row, (j, w) in enumerate(rows[i] for i in bucket):
             tokens = _valid_columns(encodings[j]["attention_mask"], w)
-            results[j][0][w, tokens], results[j][1][w, tokens] = start[row, : tokens.stop - tokens.start], end[row, : tokens.stop - tokens.start]
+            results[j][0][w, tokens], results[j][1][w, tokens] = (
+                start[row, : tokens.stop - tokens.start],
+                end[row, : tokens.stop - tokens.start],
+            )
     return results, len(buckets)
 
 

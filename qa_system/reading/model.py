@@ -64,5 +64,7 @@ def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
             "pass a complete model directory (config, weights, tokenizer) or a model id reachable on the hub.",
         ) from error
     if not tokenizer.is_fast:
-        raise ModelLoadError(f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); offsets need it.")
+        raise ModelLoadError(
+            f"The tokenizer of '{name}' is not a fast tokenizer.", "use a model with a tokenizer.json (fast tokenizer); offsets need it."
+        )
     return tokenizer, model

@@ -33,9 +33,10 @@ import logging
 import shutil
 import threading
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -83,8 +84,14 @@ def _export_graph(model, tokenizer, names: list[str], target: Path, opset: int) 
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", message="Exporting aten::index")  # indices are never negative here
         torch.onnx.export(
-            model, tuple(sample[n] for n in names), str(target), input_names=names, output_names=list(OUTPUT_NAMES),
-            dynamic_axes=axes, opset_version=opset, dynamo=False,
+            model,
+            tuple(sample[n] for n in names),
+            str(target),
+            input_names=names,
+            output_names=list(OUTPUT_NAMES),
+            dynamic_axes=axes,
+            opset_version=opset,
+            dynamo=False,
         )
 
 
@@ -125,8 +132,12 @@ Report = Callable[[int, int], None]  # (steps done, steps in all)
 
 
 def write_export(
-    model: str | Path, directory: Path, opset: int = 17, reduce_range: bool | None = None,
-    report: Report | None = None, extra_info: dict[str, Any] | None = None,
+    model: str | Path,
+    directory: Path,
+    opset: int = 17,
+    reduce_range: bool | None = None,
+    report: Report | None = None,
+    extra_info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the fp32 and int8 graphs, tokenizer, ``qa_system.json`` and ``export.json`` (last) into the
     empty ``directory``; returns the export.json entries. ``reduce_range`` None: the CPU decides."""
@@ -152,17 +163,27 @@ def write_export(
     # DefaultTensorType: fused contrib ops carry no shape-inferred type; their outputs are float.
     with _root_logging_kept():
         quantize_dynamic(
-            directory / FP32_FILE, directory / INT8_FILE, weight_type=QuantType.QInt8, per_channel=True,
-            reduce_range=reduce_range, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            directory / FP32_FILE,
+            directory / INT8_FILE,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=reduce_range,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
     report(3, EXPORT_STEPS)
     tokenizer.save_pretrained(directory)
     if (Path(model) / MODEL_INFO_FILE).is_file():
         shutil.copyfile(Path(model) / MODEL_INFO_FILE, directory / MODEL_INFO_FILE)
     info = {
-        "source": str(model), "model_fingerprint": model_fingerprint(model), "inputs": names, "opset": opset,
-        "fused_operators": fused, "reduce_range": reduce_range, "quantization": f"dynamic int8 (QInt8 weights{', 7-bit' if reduce_range else ''}, per output channel)",
-        "onnxruntime": onnxruntime.__version__, "files": {"fp32": FP32_FILE, "int8": INT8_FILE},
+        "source": str(model),
+        "model_fingerprint": model_fingerprint(model),
+        "inputs": names,
+        "opset": opset,
+        "fused_operators": fused,
+        "reduce_range": reduce_range,
+        "quantization": f"dynamic int8 (QInt8 weights{', 7-bit' if reduce_range else ''}, per output channel)",
+        "onnxruntime": onnxruntime.__version__,
+        "files": {"fp32": FP32_FILE, "int8": INT8_FILE},
         # Sizes of everything written, so that a truncated file is found before it is loaded.
         "sizes": {f.name: f.stat().st_size for f in sorted(directory.iterdir()) if f.is_file()},
         **(extra_info or {}),
@@ -211,7 +232,9 @@ def check_export(model: str | Path, path: str | Path) -> Path:
     if recorded and current and recorded != current:
         raise QAError(f"The ONNX export {file} was made from another version of the reader model {model}.", f"{fix} again.")
     if file.name == INT8_FILE and has_full_range_weights(info) and not int8_dot_product():
-        logger.warning("The ONNX reader %s has full-range int8 weights, which lose accuracy on a CPU without VNNI: %s again for 7-bit ones.", file, fix)
+        logger.warning(
+            "The ONNX reader %s has full-range int8 weights, which lose accuracy on a CPU without VNNI: %s again for 7-bit ones.", file, fix
+        )
     return file
 
 
@@ -245,7 +268,9 @@ class OnnxQAModel:
         try:
             self.session = ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime raises its own untyped errors for bad files
-            raise QAError(f"Could not load the ONNX reader {path} ({str(error).splitlines()[0]}).", "re-run `qa-system export-onnx`.") from error
+            raise QAError(
+                f"Could not load the ONNX reader {path} ({str(error).splitlines()[0]}).", "re-run `qa-system export-onnx`."
+            ) from error
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.path = Path(path)
 

@@ -27,9 +27,10 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from qa_system.disk_cache import built_folder, keep_most_recent, listed_files, mark_used, taking_turns, temporary_prefix, written_here
 from qa_system.errors import QAError
@@ -121,7 +122,9 @@ def _write(model: str | Path, cache: Path, directory: Path, reduce_range: bool, 
         if done == 1:  # the model loaded: a model that does not load is its own error, said once
             logger.warning(
                 "First use of the reader %s: building its int8 ONNX export (%s weights) in %s, once per model version.",
-                model, "7-bit" if reduce_range else "full-range", cache,
+                model,
+                "7-bit" if reduce_range else "full-range",
+                cache,
             )
         if report is not None:
             report(done, total)
@@ -137,7 +140,8 @@ def _remove_older_exports(target: Path) -> None:
     mark_used(target)
     name = re.escape(target.name[: -(KEY_LENGTH + 1)])
     same_model = (
-        p for p in target.parent.iterdir()
+        p
+        for p in target.parent.iterdir()
         if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name) and (p == target or written_here(p, EXPORT_INFO))
     )
     for removed in keep_most_recent(same_model, EXPORTS_PER_MODEL):
@@ -167,7 +171,9 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def load_cached_reader(model: str | Path, cache: str | Path, threads: int | None = None, report: Report | None = None, providers: list | None = None):
+def load_cached_reader(
+    model: str | Path, cache: str | Path, threads: int | None = None, report: Report | None = None, providers: list | None = None
+):
     """Tokenizer, ONNX session and export directory of ``model``'s cached int8 export, built or
     rebuilt as needed; None, after a warning, when it cannot be built (the reader then uses PyTorch).
     With CUDA's ``providers`` the export's fp32 graph runs instead (int8 is a CPU's shortcut)."""

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from haystack import Document, ExtractedAnswer, component, default_from_dict, default_to_dict
@@ -155,26 +156,33 @@ class ExtractiveReader:
         self._default_threshold = 0.0
 
     @classmethod
-    def from_loaded(cls, model, tokenizer, **kwargs) -> "ExtractiveReader":
+    def from_loaded(cls, model, tokenizer, **kwargs) -> ExtractiveReader:
         """A reader around an already loaded PyTorch model and tokenizer (training, tests)."""
         reader = cls(backend="torch", **kwargs)
         reader._model, reader._tokenizer = model.eval(), tokenizer
         return reader
 
     @classmethod
-    def from_settings(cls, settings, model: str | Path | None = None, **kwargs) -> "ExtractiveReader":
+    def from_settings(cls, settings, model: str | Path | None = None, **kwargs) -> ExtractiveReader:
         """The reader of ``settings`` (or ``model``), with their backend, manual export and cache."""
         return cls(
-            model=model or settings.reader_model, backend=settings.reader_backend, onnx_model=settings.reader_onnx_model,
-            onnx_cache=settings.reader_onnx_cache, device=settings.device, **kwargs,
+            model=model or settings.reader_model,
+            backend=settings.reader_backend,
+            onnx_model=settings.reader_onnx_model,
+            onnx_cache=settings.reader_onnx_cache,
+            device=settings.device,
+            **kwargs,
         )
 
     # The machine's settings, not the pipeline's: ``to_dict`` leaves them out and ``use_runtime`` sets them,
     # by this parameter -> ``Settings`` field table (the pipeline loader reads it).
     RUNTIME_SETTINGS = {
-        "backend": "reader_backend", "onnx_model": "reader_onnx_model", "onnx_cache": "reader_onnx_cache",
-        "batch_wait_ms": "reader_batch_wait_ms", "batch_windows": "reader_batch_windows",
-    }  # fmt: skip
+        "backend": "reader_backend",
+        "onnx_model": "reader_onnx_model",
+        "onnx_cache": "reader_onnx_cache",
+        "batch_wait_ms": "reader_batch_wait_ms",
+        "batch_windows": "reader_batch_windows",
+    }
 
     def use_runtime(self, device: str, home: str | Path | None = None, **deployment: Any) -> None:
         """Read on ``device`` (a QA_DEVICE setting), with the machine's ``deployment`` settings (``RUNTIME_SETTINGS``'
@@ -186,7 +194,9 @@ class ExtractiveReader:
         self.device = check_device(device)
         if unknown := set(deployment) - set(self.RUNTIME_SETTINGS):
             raise TypeError(f"Not a deployment setting of the reader: {', '.join(sorted(unknown))}")
-        settled = ExtractiveReader(**{"model": self.model, "device": device, **{name: getattr(self, name) for name in self.RUNTIME_SETTINGS}, **deployment})
+        settled = ExtractiveReader(
+            **{"model": self.model, "device": device, **{name: getattr(self, name) for name in self.RUNTIME_SETTINGS}, **deployment}
+        )
         for name in self.RUNTIME_SETTINGS:  # checked as the constructor checks them
             setattr(self, name, getattr(settled, name))
 
@@ -281,7 +291,7 @@ class ExtractiveReader:
         )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ExtractiveReader":
+    def from_dict(cls, data: dict[str, Any]) -> ExtractiveReader:
         """The component from ``to_dict``'s output."""
         return default_from_dict(cls, data)
 
@@ -334,7 +344,9 @@ class ExtractiveReader:
             return [], None
         texts = [c for _, c in contents]
         with self._tokenizing:
-            return contents, encode_windows(self._tokenizer, [query] * len(texts), texts, self.max_seq_length, self.doc_stride, padding=True)
+            return contents, encode_windows(
+                self._tokenizer, [query] * len(texts), texts, self.max_seq_length, self.doc_stride, padding=True
+            )
 
     def _logits(self, encoding) -> tuple[np.ndarray, np.ndarray]:
         """Start and end logits of every window: the one step a different backend replaces."""

@@ -25,16 +25,18 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from haystack import Document, ExtractedAnswer, component, default_from_dict, default_to_dict
 
 from qa_system.errors import QAError, check_count
+from qa_system.metrics.squad import f1 as token_f1
+from qa_system.metrics.squad import normalize_answer
 from qa_system.model_files import model_fingerprint
-from qa_system.metrics.squad import f1 as token_f1, normalize_answer
 from qa_system.reading.reader import ReaderOutput
 from qa_system.reading.selection_features import Candidate, ReadDocument, answer_row, features
 
@@ -87,7 +89,10 @@ class SelectorModel:
         folder = Path(folder)
         path = folder / SELECTOR_FILE
         if not path.is_file():
-            raise QAError(f"No answer selector in {folder} ({SELECTOR_FILE} is missing).", "train one with `qa-system train-selector`, or pass --no-selector.")
+            raise QAError(
+                f"No answer selector in {folder} ({SELECTOR_FILE} is missing).",
+                "train one with `qa-system train-selector`, or pass --no-selector.",
+            )
         self.info = json.loads(path.read_text(encoding="utf-8"))
         self.span_features = self.info["span_features"]
         self.answer_features = self.info["answer_features"]
@@ -116,7 +121,7 @@ class SelectorModel:
         """``useful`` (judged labels: P(right) against P(saying "no answer" is right)) or ``expected_f1`` (the first selectors')."""
         return self.info.get("decision", EXPECTED_F1)
 
-    def choose(self, query: str, documents: Sequence[ReadDocument]) -> tuple[list[Candidate], np.ndarray, float, "Decision"]:
+    def choose(self, query: str, documents: Sequence[ReadDocument]) -> tuple[list[Candidate], np.ndarray, float, Decision]:
         """The candidate spans of the reviews read, each one's value if answered, the value of "no answer", and the decision.
 
         ``useful``: a span's value is its predicted chance of being right, and "no answer"'s the chance that
@@ -126,9 +131,13 @@ class SelectorModel:
         question, spans, rows = features(query, documents, phrases=self.info.get("phrases", False))
         span_scores = self.span_f1(rows)
         best = int(np.argmax(span_scores)) if spans else None
-        p = self.answerable(answer_row(question, rows[best] if best is not None else None, float(span_scores[best]) if best is not None else 0.0))
+        p = self.answerable(
+            answer_row(question, rows[best] if best is not None else None, float(span_scores[best]) if best is not None else 0.0)
+        )
         if self.decision == USEFUL:
-            answer = best if best is not None and self.answer_calibration(float(span_scores[best])) > self.no_answer_calibration(p) else None
+            answer = (
+                best if best is not None and self.answer_calibration(float(span_scores[best])) > self.no_answer_calibration(p) else None
+            )
             return spans, span_scores, p, Decision(answer, float(span_scores[best]) if best is not None else 0.0, p)
         decision = decide(span_scores, p)
         return spans, p * span_scores, decision.no_answer_value, decision
@@ -140,7 +149,6 @@ def same_answer(a: str, b: str) -> bool:
     if not a or not b:
         return False
     return a == b or f" {a} " in f" {b} " or f" {b} " in f" {a} " or token_f1(a, b) >= GROUPING_F1
-
 
 
 def group_candidates(spans: Sequence[Candidate], order: Sequence[int]) -> list[list[int]]:
@@ -226,12 +234,14 @@ class AnswerSelector:
         return default_to_dict(self, model=self.model, top_k=self.top_k, context_chars=self.context_chars)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AnswerSelector":
+    def from_dict(cls, data: dict[str, Any]) -> AnswerSelector:
         """The component from ``to_dict``'s output."""
         return default_from_dict(cls, data)
 
     @component.output_types(answers=list[ExtractedAnswer])
-    def run(self, query: str, documents: list[Document], reading: ReaderOutput, top_k: int | None = None) -> dict[str, list[ExtractedAnswer]]:
+    def run(
+        self, query: str, documents: list[Document], reading: ReaderOutput, top_k: int | None = None
+    ) -> dict[str, list[ExtractedAnswer]]:
         """The answers and "no answer" by their probability of being right, the first one ``chosen``.
 
         The decision compares expected F1s, the probabilities come from two calibrations fitted apart: where
@@ -250,7 +260,12 @@ class AnswerSelector:
             answers.append(self._answer(query, documents, spans, group, float(probability), group[0] == decision.answer))
         best_p = answers[0].score if answers else 0.0
         close = bool(abs(best_p - no_answer_p) < CLOSE_CALL)
-        no_answer = ExtractedAnswer(query=query, score=no_answer_p, data=None, meta={"probability": no_answer_p, "chosen": decision.answer is None, "close_call": close})
+        no_answer = ExtractedAnswer(
+            query=query,
+            score=no_answer_p,
+            data=None,
+            meta={"probability": no_answer_p, "chosen": decision.answer is None, "close_call": close},
+        )
         if answers:
             answers[0].meta["close_call"] = close
         ranked = sorted([*answers, no_answer], key=lambda a: (-a.score, not a.meta["chosen"]))
@@ -264,10 +279,21 @@ class AnswerSelector:
         begin, end = max(0, head.start - self.context_chars), min(len(content), head.end + self.context_chars)
         supporting = list(dict.fromkeys(documents[spans[i].document].id for i in group))
         return ExtractedAnswer(
-            query=query, score=probability, data=head.text, document=documents[head.document], context=content[begin:end],
-            document_offset=ExtractedAnswer.Span(head.start, head.end), context_offset=ExtractedAnswer.Span(head.start - begin, head.end - begin),
+            query=query,
+            score=probability,
+            data=head.text,
+            document=documents[head.document],
+            context=content[begin:end],
+            document_offset=ExtractedAnswer.Span(head.start, head.end),
+            context_offset=ExtractedAnswer.Span(head.start - begin, head.end - begin),
             meta={
-                "probability": probability, "chosen": bool(chosen), "logit": float(head.logit), "supporting_documents": supporting, "support": len(supporting),
-                "spans": [{"document_id": documents[spans[i].document].id, "start": int(spans[i].start), "end": int(spans[i].end)} for i in group],
+                "probability": probability,
+                "chosen": bool(chosen),
+                "logit": float(head.logit),
+                "supporting_documents": supporting,
+                "support": len(supporting),
+                "spans": [
+                    {"document_id": documents[spans[i].document].id, "start": int(spans[i].start), "end": int(spans[i].end)} for i in group
+                ],
             },
         )

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from qa_system.metrics.squad import f1 as token_f1, normalize_answer
+from qa_system.metrics.squad import f1 as token_f1
+from qa_system.metrics.squad import normalize_answer
 
 # Candidate spans the selector weighs: the best few of each review, and of the question.
 SPANS_PER_DOCUMENT = 4
@@ -117,7 +118,9 @@ def _sentence_bounds(content: str, start: int, end: int) -> tuple[float, float]:
     """Does the span start a sentence (or the text), and does it end one."""
     before = content[:start].rstrip()
     after = content[end:].lstrip()
-    return float(not before or before[-1] in _SENTENCE_END), float(not after or after[0] in _SENTENCE_END or content[end - 1 : end] in tuple(_SENTENCE_END))
+    return float(not before or before[-1] in _SENTENCE_END), float(
+        not after or after[0] in _SENTENCE_END or content[end - 1 : end] in tuple(_SENTENCE_END)
+    )
 
 
 def _sentence(content: str, start: int, end: int) -> str:
@@ -133,7 +136,9 @@ def _softmax(logits: Sequence[float]) -> list[float]:
     return [w / total for w in weights]
 
 
-def features(query: str, documents: Sequence[ReadDocument], phrases: bool = False) -> tuple[dict[str, float], list[Candidate], list[dict[str, float]]]:
+def features(
+    query: str, documents: Sequence[ReadDocument], phrases: bool = False
+) -> tuple[dict[str, float], list[Candidate], list[dict[str, float]]]:
     """(question features, candidate spans, one feature row per candidate: the question's features included);
     ``phrases``: the candidates are whole phrases (``candidates``)."""
     spans = candidates(documents, phrases)
@@ -161,40 +166,60 @@ def features(query: str, documents: Sequence[ReadDocument], phrases: bool = Fals
     rows = []
     for rank, (candidate, text, probability) in enumerate(zip(spans, normalized, probabilities)):
         document = documents[candidate.document]
-        others = [p for c, t, p in zip(spans, normalized, probabilities) if c.document != candidate.document and token_f1(t, text) >= AGREEMENT_F1]
+        others = [
+            p for c, t, p in zip(spans, normalized, probabilities) if c.document != candidate.document and token_f1(t, text) >= AGREEMENT_F1
+        ]
         starts, ends = _sentence_bounds(document.content, candidate.start, candidate.end)
         words = content_words(candidate.text)
         sentence_words = content_words(_sentence(document.content, candidate.start, candidate.end))
-        rows.append({
-            **question,
-            "logit": candidate.logit,
-            "gap": candidate.logit - null_min,
-            "own_gap": candidate.logit - document.null_logit,
-            "below_best": candidate.logit - best,
-            "probability": probability,
-            "rank": float(rank),
-            "rank_in_document": float(sum(1 for c in spans[:rank] if c.document == candidate.document)),
-            "document_rank": float(document.rank),
-            "document_null_above_min": document.null_logit - null_min,
-            # Relative, never raw: a BM25 score depends on the collection's size and words, which differ from training.
-            "relative_retrieval_score": document.retrieval_score / top_score if top_score else math.nan,
-            "span_words": float(len(candidate.text.split())),
-            "span_chars": float(len(candidate.text)),
-            "relative_position": candidate.start / max(len(document.content), 1),
-            "starts_sentence": starts,
-            "ends_sentence": ends,
-            "agreeing_documents": float(len({c.document for c, t in zip(spans, normalized) if c.document != candidate.document and token_f1(t, text) >= AGREEMENT_F1})),
-            "agreeing_probability": sum(others),
-            "question_overlap": len(words & question_words) / max(len(question_words), 1),
-            "sentence_question_overlap": len(sentence_words & question_words) / max(len(question_words), 1),
-        })
+        rows.append(
+            {
+                **question,
+                "logit": candidate.logit,
+                "gap": candidate.logit - null_min,
+                "own_gap": candidate.logit - document.null_logit,
+                "below_best": candidate.logit - best,
+                "probability": probability,
+                "rank": float(rank),
+                "rank_in_document": float(sum(1 for c in spans[:rank] if c.document == candidate.document)),
+                "document_rank": float(document.rank),
+                "document_null_above_min": document.null_logit - null_min,
+                # Relative, never raw: a BM25 score depends on the collection's size and words, which differ from training.
+                "relative_retrieval_score": document.retrieval_score / top_score if top_score else math.nan,
+                "span_words": float(len(candidate.text.split())),
+                "span_chars": float(len(candidate.text)),
+                "relative_position": candidate.start / max(len(document.content), 1),
+                "starts_sentence": starts,
+                "ends_sentence": ends,
+                "agreeing_documents": float(
+                    len(
+                        {
+                            c.document
+                            for c, t in zip(spans, normalized)
+                            if c.document != candidate.document and token_f1(t, text) >= AGREEMENT_F1
+                        }
+                    )
+                ),
+                "agreeing_probability": sum(others),
+                "question_overlap": len(words & question_words) / max(len(question_words), 1),
+                "sentence_question_overlap": len(sentence_words & question_words) / max(len(question_words), 1),
+            }
+        )
     return question, spans, rows
 
 
 # What the answerability model adds to the question's features: the best span's (best by the span model).
 BEST_SPAN_FEATURES = (
-    "gap", "own_gap", "probability", "agreeing_documents", "agreeing_probability", "span_words",
-    "question_overlap", "sentence_question_overlap", "document_rank", "relative_retrieval_score",
+    "gap",
+    "own_gap",
+    "probability",
+    "agreeing_documents",
+    "agreeing_probability",
+    "span_words",
+    "question_overlap",
+    "sentence_question_overlap",
+    "document_rank",
+    "relative_retrieval_score",
 )
 
 

@@ -234,7 +234,7 @@ class BM25sRetriever:
         )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BM25sRetriever":
+    def from_dict(cls, data: dict[str, Any]) -> BM25sRetriever:
         """The component from ``to_dict``'s data (left as it is), its document store rebuilt from its own serialisation."""
         store = data["init_parameters"]["document_store"]
         parameters = {**data["init_parameters"], "document_store": import_class_by_name(store["type"]).from_dict(store)}
@@ -266,7 +266,9 @@ def _save_index(bm25, path: Path) -> None:
         # The path names its content (a digest): one that another process saved first is the same index.
         with built_folder(path, existing="keep") as partial:
             bm25.save(str(partial), show_progress=False)
-            (partial / CACHE_MARKER).write_text("A BM25 index that qa_system's BM25sRetriever saved; it removes it when it is no longer used.\n", encoding="utf-8")
+            (partial / CACHE_MARKER).write_text(
+                "A BM25 index that qa_system's BM25sRetriever saved; it removes it when it is no longer used.\n", encoding="utf-8"
+            )
     except OSError as error:  # a read-only or full disk: the index in memory serves
         logger.info("BM25 index not cached at %s (%s).", path, error)
         return

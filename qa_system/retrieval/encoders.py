@@ -25,7 +25,9 @@ def tuned_encoders(model_dir: str | Path) -> tuple[str, str | None]:
 
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file() and not (model_dir / "passage").is_dir():
-        raise QAError(f"There is no trained retriever encoder at {model_dir}.", "train one with `qa-system train-retriever`, or pass its directory.")
+        raise QAError(
+            f"There is no trained retriever encoder at {model_dir}.", "train one with `qa-system train-retriever`, or pass its directory."
+        )
     info = read_model_info(model_dir)
     kind = info.get("encoders", "shared")
     if kind == "separate":

@@ -109,7 +109,7 @@ class FAISSFilteredEmbeddingRetriever:
         return default_to_dict(self, document_store=self.document_store.to_dict(), top_k=self.top_k)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "FAISSFilteredEmbeddingRetriever":
+    def from_dict(cls, data: dict[str, Any]) -> FAISSFilteredEmbeddingRetriever:
         """The component from ``to_dict``'s data, its FAISS store rebuilt from its own serialisation."""
         from haystack_integrations.document_stores.faiss import FAISSDocumentStore
 

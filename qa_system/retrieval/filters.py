@@ -11,18 +11,34 @@ Elasticsearch and OpenSearch.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from haystack import Document
 
-from qa_system.stores.filter_checks import FILTER_FIX, check_collection_filters, check_filters, combine_filters, filter_fields, parse_filters
+from qa_system.stores.filter_checks import (
+    FILTER_FIX,
+    check_collection_filters,
+    check_filters,
+    combine_filters,
+    filter_fields,
+    parse_filters,
+)
 from qa_system.stores.meta_filters import document_matches
 
 __all__ = [
-    "FILTERABLE_FIELDS", "FILTER_FIX", "MetaPostings", "check_collection_filters", "check_filters", "combine_filters", "equality_conditions",
-    "filter_fields", "make_filters", "parse_filters",
-]  # fmt: skip
+    "FILTERABLE_FIELDS",
+    "FILTER_FIX",
+    "MetaPostings",
+    "check_collection_filters",
+    "check_filters",
+    "combine_filters",
+    "equality_conditions",
+    "filter_fields",
+    "make_filters",
+    "parse_filters",
+]
 
 FILTERABLE_FIELDS = ("item_id", "split", "domain", "review_id")
 
@@ -80,10 +96,11 @@ class MetaPostings:
         if wanted == []:
             return None
         if wanted is None:
-            return np.asarray(sorted(position for position, document in self._documents if document_matches(filters, document)), dtype="int64")
+            return np.asarray(
+                sorted(position for position, document in self._documents if document_matches(filters, document)), dtype="int64"
+            )
         positions = None
         for key, value in wanted:
             posting = self._postings.get((key, value), np.empty(0, dtype="int64"))
             positions = posting if positions is None else np.intersect1d(positions, posting, assume_unique=True)
         return positions
-

@@ -10,8 +10,9 @@ it on a dev split).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
@@ -74,9 +75,7 @@ class RankFusion:
     weight is tied to its retriever.
     """
 
-    def __init__(
-        self, mode: str = "minmax", k: float = 60.0, sparse_weight: float = 0.5, dense_weight: float = 0.5, top_k: int = 10
-    ):
+    def __init__(self, mode: str = "minmax", k: float = 60.0, sparse_weight: float = 0.5, dense_weight: float = 0.5, top_k: int = 10):
         if mode not in ("minmax", "rrf"):
             raise ValueError(f"Unknown fusion mode '{mode}'; use 'minmax' or 'rrf'.")
         self.mode, self.k, self.sparse_weight, self.dense_weight, self.top_k = mode, k, sparse_weight, dense_weight, top_k
@@ -99,10 +98,12 @@ class RankFusion:
 
     def to_dict(self) -> dict[str, Any]:
         """The component's settings, serialised for a pipeline YAML."""
-        return default_to_dict(self, mode=self.mode, k=self.k, sparse_weight=self.sparse_weight, dense_weight=self.dense_weight, top_k=self.top_k)
+        return default_to_dict(
+            self, mode=self.mode, k=self.k, sparse_weight=self.sparse_weight, dense_weight=self.dense_weight, top_k=self.top_k
+        )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RankFusion":
+    def from_dict(cls, data: dict[str, Any]) -> RankFusion:
         """The component from ``to_dict``'s data."""
         return default_from_dict(cls, data)
 
@@ -153,7 +154,9 @@ def ranking_scores(rankings: Iterable[tuple[list[Document], str]]) -> tuple[floa
     return (hits / count, reciprocal / count) if count else (0.0, 0.0)
 
 
-def fit_fusion(candidates: Sequence[RankedCandidates], grid: Sequence[FusionParameters] | None = None) -> tuple[FusionParameters, dict[str, float]]:
+def fit_fusion(
+    candidates: Sequence[RankedCandidates], grid: Sequence[FusionParameters] | None = None
+) -> tuple[FusionParameters, dict[str, float]]:
     """The grid point with the best recall@1, then MRR, then the most even weights; and its (recall@1, MRR)."""
     best, best_key = None, None
     for parameters in grid or fusion_grid():

@@ -37,7 +37,9 @@ def mix(documents: list[Document], answerability: list[float], retriever_weight:
     retrieval = minmax_normalise([d.score or 0.0 for d in documents])
     reading = minmax_normalise(answerability)
     scored = [
-        replace(d, score=retriever_weight * r + (1 - retriever_weight) * a, meta={**d.meta, "retrieval_score": d.score, "answerability": raw})
+        replace(
+            d, score=retriever_weight * r + (1 - retriever_weight) * a, meta={**d.meta, "retrieval_score": d.score, "answerability": raw}
+        )
         for d, r, a, raw in zip(documents, retrieval, reading, answerability)
     ]
     return sorted(scored, key=lambda d: -d.score)
@@ -52,7 +54,14 @@ class AnswerabilityRanker:
     :param top_k: documents returned.
     """
 
-    def __init__(self, model: str | Path | None = None, retriever_weight: float = 0.5, top_k: int = 10, max_seq_length: int = 384, doc_stride: int = 128):
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        retriever_weight: float = 0.5,
+        top_k: int = 10,
+        max_seq_length: int = 384,
+        doc_stride: int = 128,
+    ):
         self.model = str(model) if model is not None else None
         self.retriever_weight = check_number(retriever_weight, "retriever_weight", 0, maximum=1)
         self.top_k = top_k
@@ -90,11 +99,15 @@ class AnswerabilityRanker:
     def to_dict(self) -> dict[str, Any]:
         """The component's settings, serialised for a pipeline YAML."""
         return default_to_dict(
-            self, model=self.model, retriever_weight=self.retriever_weight, top_k=self.top_k,
-            max_seq_length=self.max_seq_length, doc_stride=self.doc_stride,
+            self,
+            model=self.model,
+            retriever_weight=self.retriever_weight,
+            top_k=self.top_k,
+            max_seq_length=self.max_seq_length,
+            doc_stride=self.doc_stride,
         )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AnswerabilityRanker":
+    def from_dict(cls, data: dict[str, Any]) -> AnswerabilityRanker:
         """The component from ``to_dict``'s data."""
         return default_from_dict(cls, data)

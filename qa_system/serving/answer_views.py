@@ -10,9 +10,10 @@ appears twice, and nothing when the reader's span does not match the text exactl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from html import unescape
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a client of a running server prints cards without importing Haystack
     from haystack import Document
@@ -95,9 +96,7 @@ PROBABILITY_HELP = {
         "The answer selector's probability that this answer is right (its words match an annotator's answer at F1 0.5 or more), "
         "calibrated on questions it never saw: of the answers shown with 80%, about 8 in 10 were right."
     ),
-    "no_answer": (
-        "The answer selector's probability that these reviews do not answer the question, calibrated on questions it never saw."
-    ),
+    "no_answer": ("The answer selector's probability that these reviews do not answer the question, calibrated on questions it never saw."),
 }
 
 
@@ -329,7 +328,7 @@ class AnswerCard:
         return asdict(self)
 
     @classmethod
-    def of(cls, card: dict[str, Any]) -> "AnswerCard":
+    def of(cls, card: dict[str, Any]) -> AnswerCard:
         """A card from ``as_dict``'s JSON, fields a newer server adds left out."""
         return cls(**{f.name: card[f.name] for f in fields(cls) if f.name in card})
 
@@ -358,9 +357,18 @@ def answer_cards(views: Sequence[AnswerView]) -> list[AnswerCard]:
         if view.kind == "no_answer":
             note = ranked.close_call if ranked.abstains else ""
             note = note or (ranked.no_answer_note() if view is ranked.no_answer else "")
-            cards.append(AnswerCard(
-                "no_answer", 0, "", NO_ANSWER_TEXT, view.score_label, view.score_help, note, folded=not ranked.abstains and view is ranked.no_answer,
-            ))  # fmt: skip
+            cards.append(
+                AnswerCard(
+                    "no_answer",
+                    0,
+                    "",
+                    NO_ANSWER_TEXT,
+                    view.score_label,
+                    view.score_help,
+                    note,
+                    folded=not ranked.abstains and view is ranked.no_answer,
+                )
+            )
             continue
         number += 1
         below = any(view is other for other in ranked.below)
@@ -369,8 +377,18 @@ def answer_cards(views: Sequence[AnswerView]) -> list[AnswerCard]:
             note = " ".join(filter(None, [note, *(f"{flag}." for flag in view.meta.get("flags", []))]))
         source, product = _source(view)
         heading = BELOW_HEADING if view is best_below else f"{number}."
-        cards.append(AnswerCard(
-            view.kind, number, heading, view.shown_text or "", view.score_label, view.score_help, note,
-            folded=below and view is not best_below, source=source, product=product,
-        ))  # fmt: skip
+        cards.append(
+            AnswerCard(
+                view.kind,
+                number,
+                heading,
+                view.shown_text or "",
+                view.score_label,
+                view.score_help,
+                note,
+                folded=below and view is not best_below,
+                source=source,
+                product=product,
+            )
+        )
     return cards

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, check_count, check_number
@@ -21,7 +22,9 @@ def check_question(question: Question, index: Index, collection: str) -> Questio
     validate_question(index, question.query, question.item_id)
     products = index.item_counts()
     if question.all_products and question.item_id is not None:
-        raise QAError(f"The question names the product '{question.item_id}' and asks about all products.", "send item_id or all_products, not both.")
+        raise QAError(
+            f"The question names the product '{question.item_id}' and asks about all products.", "send item_id or all_products, not both."
+        )
     if question.item_id is None and products and not question.all_products:
         raise QAError(
             f"The question names no product (item_id), and collection '{collection}' holds {len(products)} products.",
@@ -34,7 +37,9 @@ def check_question(question: Question, index: Index, collection: str) -> Questio
     return question
 
 
-def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None, reader_backend: str | None = None, device: str | None = None) -> str:
+def pipeline_label(
+    settings: Settings, retriever: str, answer_stage: str | None, reader_backend: str | None = None, device: str | None = None
+) -> str:
     """Which pipeline produced an answer, as feedback records it, and on which device:
     "bm25 + extractive (reader-minilm-subjqa, onnx int8) on cpu" (``device`` None: the settings' device, resolved)."""
     from qa_system.devices import resolve_device
@@ -47,12 +52,20 @@ def pipeline_label(settings: Settings, retriever: str, answer_stage: str | None,
 def run_question(pipeline: QAPipeline, question: Question, streaming_callback=None) -> dict[str, Any]:
     """``pipeline``'s result for ``question``, asked with every setting the question carries."""
     return pipeline.run(
-        question.query, item_id=question.item_id, split=question.split, top_k=question.top_k, top_k_reader=question.top_k_reader,
-        no_answer_threshold=question.no_answer_threshold, streaming_callback=streaming_callback, filters=question.filters,
-    )  # fmt: skip
+        question.query,
+        item_id=question.item_id,
+        split=question.split,
+        top_k=question.top_k,
+        top_k_reader=question.top_k_reader,
+        no_answer_threshold=question.no_answer_threshold,
+        streaming_callback=streaming_callback,
+        filters=question.filters,
+    )
 
 
-def answer_stage_or_retrieval(pipeline: Callable[[str | None], QAPipeline], mode: str | None, fallback: bool) -> tuple[QAPipeline, dict[str, str]]:
+def answer_stage_or_retrieval(
+    pipeline: Callable[[str | None], QAPipeline], mode: str | None, fallback: bool
+) -> tuple[QAPipeline, dict[str, str]]:
     """``pipeline(mode)``; with ``fallback``, when that answer stage cannot be built (a reader that does not load), the
     retrieval pipeline and ``{"answer_stage_error": why}``: the retrieved documents are still shown."""
     try:

@@ -9,7 +9,8 @@ reads its progress, and leaving does not stop it.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Generic, Hashable, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 Report = Callable[[int, int], None]  # report(done, total)

@@ -87,7 +87,10 @@ def _exchange(url: str, body: dict, headers: dict, deadline_s: float, max_bytes:
     if isinstance(error, QAError):
         raise error
     if isinstance(error, httpx.HTTPError):
-        raise Unavailable(f"Cannot reach the API at {url} ({type(error).__name__}: {error}).", "start it with `qa-system api`, or pass the --url it serves on.") from None
+        raise Unavailable(
+            f"Cannot reach the API at {url} ({type(error).__name__}: {error}).",
+            "start it with `qa-system api`, or pass the --url it serves on.",
+        ) from None
     if error is not None:
         raise error
     return done["reply"]
@@ -139,27 +142,49 @@ def _checked_reply(reply: Any, url: str) -> dict[str, Any]:
 
     need(isinstance(reply, dict), "a JSON object")
     timings = reply.get("timings")
-    need(isinstance(timings, dict) and all(number(timings.get(k)) for k in ("retrieval_s", "answer_s")), "its timings (retrieval_s, answer_s)")
+    need(
+        isinstance(timings, dict) and all(number(timings.get(k)) for k in ("retrieval_s", "answer_s")),
+        "its timings (retrieval_s, answer_s)",
+    )
     need(number(timings.get("queue_s", 0)), "a number of seconds in queue_s")
     need(all(isinstance(reply.get(k), str) for k in ("collection", "pipeline")), "the collection and pipeline it answered with")
     need(reply.get("item_id") is None or isinstance(reply.get("item_id"), str), "the product (item_id) as text")
     documents, answers = reply.get("documents"), reply.get("answers")
-    need(isinstance(documents, list) and all(isinstance(d, dict) and isinstance(d.get("id"), str) and isinstance(d.get("meta", {}), dict) for d in documents),
-         "a list of documents, each with an id")  # fmt: skip
+    need(
+        isinstance(documents, list)
+        and all(isinstance(d, dict) and isinstance(d.get("id"), str) and isinstance(d.get("meta", {}), dict) for d in documents),
+        "a list of documents, each with an id",
+    )
     need(all(number(d.get("meta", {}).get("passages", 1)) for d in documents), "a number as each document's passages")
-    need(isinstance(answers, list) and all(isinstance(a, dict) and a.get("kind") in ANSWER_KINDS for a in answers), f"a list of answers, each of a kind ({', '.join(ANSWER_KINDS)})")
+    need(
+        isinstance(answers, list) and all(isinstance(a, dict) and a.get("kind") in ANSWER_KINDS for a in answers),
+        f"a list of answers, each of a kind ({', '.join(ANSWER_KINDS)})",
+    )
     for answer in answers:
-        need(all(answer.get(k) is None or number(answer.get(k)) for k in ("probability", "score")), "numbers as the answers' probability and score")
+        need(
+            all(answer.get(k) is None or number(answer.get(k)) for k in ("probability", "score")),
+            "numbers as the answers' probability and score",
+        )
         card = answer.get("card")
-        need(isinstance(card, dict) and all(isinstance(card.get(k, ""), str) for k in CARD_TEXTS) and isinstance(card.get("number"), int), "each answer's card (its heading, text, label and note as text)")
+        need(
+            isinstance(card, dict) and all(isinstance(card.get(k, ""), str) for k in CARD_TEXTS) and isinstance(card.get("number"), int),
+            "each answer's card (its heading, text, label and note as text)",
+        )
         supporting = answer.get("supporting_document_ids", [])
         need(isinstance(supporting, list) and all(isinstance(i, str) for i in supporting), "each answer's supporting document ids as text")
         if answer["kind"] == "span":
             fields = (answer.get("text"), answer.get("context"), answer.get("start"), answer.get("end"), answer.get("context_start"))
-            need(isinstance(fields[0], str) and isinstance(fields[1], str) and all(isinstance(v, int) and not isinstance(v, bool) for v in fields[2:]),
-                 "each span's text, context and offsets")  # fmt: skip
+            need(
+                isinstance(fields[0], str)
+                and isinstance(fields[1], str)
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in fields[2:]),
+                "each span's text, context and offsets",
+            )
             need(answer.get("document_id") is None or isinstance(answer.get("document_id"), str), "each span's document id as text")
         elif answer["kind"] == "generated":
             cited = answer.get("cited_document_ids")
-            need(isinstance(answer.get("text"), str) and isinstance(cited, list) and all(isinstance(i, str) for i in cited), "the generated answer's text and cited ids")
+            need(
+                isinstance(answer.get("text"), str) and isinstance(cited, list) and all(isinstance(i, str) for i in cited),
+                "the generated answer's text and cited ids",
+            )
     return reply

@@ -16,8 +16,9 @@ import itertools
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from qa_system.config import Settings
 from qa_system.errors import Conflict, NotFound, QAError, Unavailable
@@ -53,7 +54,15 @@ class Change:
 
     def status(self) -> dict[str, Any]:
         """``running`` (with progress), ``done`` (with the ingestion report) or ``failed`` (with the one-line error and its status)."""
-        out: dict[str, Any] = {"task_id": self.id, "collection": self.collection, "documents": self.documents, "status": "running", "report": None, "error": None, "error_status": None}
+        out: dict[str, Any] = {
+            "task_id": self.id,
+            "collection": self.collection,
+            "documents": self.documents,
+            "status": "running",
+            "report": None,
+            "error": None,
+            "error_status": None,
+        }
         done = self.progress.documents if self.progress else 0
         out["progress"] = {"documents": done, "embedded": self.progress.embedded if self.progress else 0}
         if self.task is None or not self.task.wait(0):
@@ -90,7 +99,9 @@ class DocumentChanges:
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", "pick one that GET /collections lists.")
         if manifest.get("domains"):
-            raise QAError(f"'{name}' is a SubjQA collection.", "delete your own collections only (`qa-system collections --delete` deletes any).")
+            raise QAError(
+                f"'{name}' is a SubjQA collection.", "delete your own collections only (`qa-system collections --delete` deletes any)."
+            )
         self._refuse_while_running(name)
         self.service.forget(name)
         info = delete_collection(self.settings, name)
@@ -101,7 +112,7 @@ class DocumentChanges:
         check_own_collection_name(name)
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
-            raise NotFound(f"No collection named '{name}'.", f"create it first: POST /collections with {{\"name\": \"{name}\"}}.")
+            raise NotFound(f"No collection named '{name}'.", f'create it first: POST /collections with {{"name": "{name}"}}.')
         documents = check_source(io.BytesIO(source), options, file_name)
         with self._lock:
             self._refuse_while_running(name)
@@ -113,7 +124,9 @@ class DocumentChanges:
                 change.progress = progress
 
             try:
-                done = ingest(self.settings, io.BytesIO(source), name, options, name=file_name, sync=sync, progress=False, on_progress=progressed)
+                done = ingest(
+                    self.settings, io.BytesIO(source), name, options, name=file_name, sync=sync, progress=False, on_progress=progressed
+                )
                 self.service.reopen(name)
                 return done.as_dict()
             finally:
@@ -136,13 +149,18 @@ class DocumentChanges:
         """The status of a change started by ``add``; NotFound for an id this server does not know."""
         change = self._tasks.get(task_id)
         if change is None:
-            raise NotFound(f"No task '{task_id}' on this server.", "poll the task_id that adding documents returned (tasks are kept until the server restarts).")
+            raise NotFound(
+                f"No task '{task_id}' on this server.",
+                "poll the task_id that adding documents returned (tasks are kept until the server restarts).",
+            )
         return change.status()
 
     def _refuse_while_running(self, name: str) -> None:
         running = self._running.get(name)
         if running is not None:
-            raise Conflict(f"Documents are being added to '{name}' (task {running.id}).", f"wait until GET /tasks/{running.id} says done, then retry.")
+            raise Conflict(
+                f"Documents are being added to '{name}' (task {running.id}).", f"wait until GET /tasks/{running.id} says done, then retry."
+            )
 
     def _keep(self, change: Change) -> None:
         self._tasks[change.id] = change

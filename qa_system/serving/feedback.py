@@ -25,11 +25,12 @@ import json
 import os
 import sqlite3
 import tempfile
+from collections.abc import Collection, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, fields, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Collection, Iterator
+from typing import Any
 
 from qa_system.errors import QAError, Unavailable, check_text
 from qa_system.sources.squad import SquadReport, to_squad
@@ -86,14 +87,14 @@ class Feedback:
     id: int | None = None
 
     @classmethod
-    def about(cls, document: Any, **values: Any) -> "Feedback":
+    def about(cls, document: Any, **values: Any) -> Feedback:
         """A click on an answer shown with ``document`` (a Haystack Document, or None): its id, review id
         and text are kept, so that the export needs no index. ``values``: the other fields."""
         if document is not None:
             values = {"review_id": document.meta.get("review_id"), "context": document.content, **values, "document_id": document.id}
         return cls(**{"document_id": None, **values})
 
-    def validated(self) -> "Feedback":
+    def validated(self) -> Feedback:
         """The feedback, once its text is UTF-8, its verdict known, its question given and a span's offsets inside its review; else a QAError."""
         for field in fields(self):
             check_text(getattr(self, field.name), f"the feedback's {field.name}")
@@ -116,7 +117,12 @@ class Feedback:
     @property
     def located(self) -> bool:
         """A span that is its review's text at its offsets (plain slicing would also take -10:-1, or an empty 50:5)."""
-        return self.is_span and self.context is not None and 0 <= self.start < self.end <= len(self.context) and self.context[self.start : self.end] == self.answer
+        return (
+            self.is_span
+            and self.context is not None
+            and 0 <= self.start < self.end <= len(self.context)
+            and self.context[self.start : self.end] == self.answer
+        )
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,7 @@ class FeedbackStore:
         whose ``click_id`` is stored already is not stored again (the stored one is returned)."""
         feedback = feedback.validated()
         values = {f.name: getattr(feedback, f.name) for f in fields(Feedback) if f.name != "id"}
-        values["created"] = feedback.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        values["created"] = feedback.created or datetime.now(UTC).isoformat(timespec="seconds")
         columns = ", ".join(f'"{name}"' for name in values)
         insert = f"INSERT INTO feedback ({columns}) VALUES ({', '.join('?' * len(values))}) ON CONFLICT (click_id) DO NOTHING"
         with self._connection() as connection:

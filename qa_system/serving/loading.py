@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from qa_system.errors import QAError, Unavailable
 from qa_system.serving.background import BackgroundTask, Report

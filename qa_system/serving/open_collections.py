@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 from qa_system.config import Settings
 from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
@@ -64,7 +64,9 @@ class OpenCollections:
         """The task embedding ``collection`` for dense and hybrid questions (every caller shares it and its progress:
         reviews embedded, out of all); the embedded index replaces the open one when done."""
         served = self.resolve(collection)
-        return self.tasks.get_or_start(("embed", served.name), lambda report: self._embed_now(served.name, report), name=f"embed-{served.name}")
+        return self.tasks.get_or_start(
+            ("embed", served.name), lambda report: self._embed_now(served.name, report), name=f"embed-{served.name}"
+        )
 
     def _embed_now(self, name: str, report: Report | None = None) -> Index:
         while True:
@@ -102,10 +104,19 @@ class OpenCollections:
             while len(self._open) > 1 and sum(size for _, size in self._open.values()) > self.budget_bytes:
                 oldest = next(iter(self._open))
                 freed = self._close(oldest)
-                logger.info("Closed collection '%s' (about %d MB) to stay within QA_COLLECTION_MEMORY_MB=%d.", oldest, freed // 2**20, self.settings.collection_memory_mb)
+                logger.info(
+                    "Closed collection '%s' (about %d MB) to stay within QA_COLLECTION_MEMORY_MB=%d.",
+                    oldest,
+                    freed // 2**20,
+                    self.settings.collection_memory_mb,
+                )
         if size > self.budget_bytes:
-            logger.warning("Collection '%s' alone takes about %d MB, over QA_COLLECTION_MEMORY_MB=%d: it stays open, the others are closed.",
-                           name, size // 2**20, self.settings.collection_memory_mb)  # fmt: skip
+            logger.warning(
+                "Collection '%s' alone takes about %d MB, over QA_COLLECTION_MEMORY_MB=%d: it stays open, the others are closed.",
+                name,
+                size // 2**20,
+                self.settings.collection_memory_mb,
+            )
         return True
 
     def _close(self, name: str) -> int:

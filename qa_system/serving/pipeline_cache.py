@@ -8,7 +8,7 @@ for other pipelines go on.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from qa_system.config import Settings
 from qa_system.pipelines import QAPipeline, build_qa_pipeline
@@ -55,4 +55,3 @@ class PipelineCache:
         """Drop the pipelines over ``index_name`` (closed; called under ``lock``)."""
         for key in [key for key in self.built if key[0] == index_name]:
             del self.built[key]
-

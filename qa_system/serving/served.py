@@ -48,7 +48,9 @@ class ServedCollection:
         a SubjQA index is embedded (again, when its encoder changed) before it is returned."""
         embeddings = embeddings_at_start(settings) if embeddings is None else embeddings
         domain = self.name if self.subjqa_domain else self.name.removeprefix("subjqa-")
-        if self.subjqa_domain or (domain != self.name and (settings.data_dir / domain).is_dir() and saved_manifest(settings, self.name) is None):
+        if self.subjqa_domain or (
+            domain != self.name and (settings.data_dir / domain).is_dir() and saved_manifest(settings, self.name) is None
+        ):
             return open_or_build_index(settings, domain, embeddings=embeddings, progress=False, on_progress=on_progress)
         return open_saved_collection(settings, self.name, embeddings=embeddings, progress=False, on_progress=on_progress)
 
@@ -131,7 +133,9 @@ class Catalogue:
     def remove(self, name: str) -> None:
         """Stop serving ``name`` (it was deleted); the default collection (named first) stays."""
         if name == self.names[0]:
-            raise QAError(f"'{name}' is the server's default collection.", "delete another collection, or serve another one first (--collection).")
+            raise QAError(
+                f"'{name}' is the server's default collection.", "delete another collection, or serve another one first (--collection)."
+            )
         with self.lock:
             self.served.pop(name, None)
             self._listed = None
@@ -169,14 +173,23 @@ def collection_summary(name: str, index: Index) -> dict:
     split into), products, encoder."""
     info = collection_info(index.name, index.backend, index.manifest)
     return {
-        "name": name, "index": index.name, "store": index.backend, "kind": info.kind, "documents": info.documents, "passages": info.passages,
-        "products": len(index.item_counts()), "embedding_model": index.embedding_model, "created": index.manifest.get("created"),
-    }  # fmt: skip
+        "name": name,
+        "index": index.name,
+        "store": index.backend,
+        "kind": info.kind,
+        "documents": info.documents,
+        "passages": info.passages,
+        "products": len(index.item_counts()),
+        "embedding_model": index.embedding_model,
+        "created": index.manifest.get("created"),
+    }
 
 
 def stored_document(index: Index, document_id: str, collection: str) -> Document:
     """The document ``document_id`` of ``index`` (the collection named ``collection``); NotFound when it holds none."""
     found = index.store.filter_documents({"field": "id", "operator": "==", "value": document_id})
     if not found:
-        raise NotFound(f"No document '{document_id}' in collection '{collection}'.", "send the document_id of an answer this collection gave.")
+        raise NotFound(
+            f"No document '{document_id}' in collection '{collection}'.", "send the document_id of an answer this collection gave."
+        )
     return found[0]

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from haystack import Document
 
@@ -30,12 +31,21 @@ from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
 from qa_system.serving.loading import Loading
 from qa_system.serving.open_collections import OpenCollections
 from qa_system.serving.pipeline_cache import PipelineCache
-from qa_system.serving.uploads import Uploads
+
 # The doors import these from here too.
 from qa_system.serving.question import MAX_QUESTION_CHARS, Question, check_length  # noqa: F401
 from qa_system.serving.served import (
-    DEFAULT_COLLECTIONS, PAGE_COLLECTION, PAGE_DOMAIN, Catalogue, ServedCollection, collection_summary, embeddings_at_start, stored_document, needs_embedding,
-)  # fmt: skip  # noqa: F401
+    DEFAULT_COLLECTIONS,
+    PAGE_COLLECTION,  # noqa: F401
+    PAGE_DOMAIN,
+    Catalogue,
+    ServedCollection,
+    collection_summary,
+    embeddings_at_start,  # noqa: F401
+    needs_embedding,
+    stored_document,
+)
+from qa_system.serving.uploads import Uploads
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index
 
@@ -56,9 +66,13 @@ class QAService:
     """
 
     def __init__(
-        self, settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, retry_first_s: float = 2.0, retry_max_s: float = 60.0,
+        self,
+        settings: Settings,
+        collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS,
+        retry_first_s: float = 2.0,
+        retry_max_s: float = 60.0,
         any_collection: bool = False,
-    ):  # fmt: skip
+    ):
         self.settings = settings
         self.catalogue = Catalogue(settings, collections, any_collection)
         self.feedback = FeedbackStore(settings.feedback_db)
@@ -82,7 +96,7 @@ class QAService:
         """Serve ``collection`` too (listed after those served already)."""
         self.catalogue.serve(collection)
 
-    def start(self) -> "QAService":
+    def start(self) -> QAService:
         """Load in the background (``status()`` follows it); returns at once. Started again (a second door
         of one process), it goes on loading, or loads again when that failed."""
         self.loading.start(lambda report: self.load(report))
@@ -182,17 +196,23 @@ class QAService:
         """The document ``document_id`` of a collection (None: the default one); NotFound when it holds no such document."""
         return stored_document(self.index(collection), document_id, collection or self.names[0])
 
-    def start_upload(self, source, collection: str, options: IngestOptions, embed: bool, on_progress: Callable[[IngestProgress], None]) -> BackgroundTask[IngestReport] | None:
+    def start_upload(
+        self, source, collection: str, options: IngestOptions, embed: bool, on_progress: Callable[[IngestProgress], None]
+    ) -> BackgroundTask[IngestReport] | None:
         """``source`` indexed into ``collection`` in the background (``Uploads.start``); None while another upload into it runs."""
         return self.uploads.start(source, collection, options, embed, on_progress)
 
     def preparing_reader(self) -> BackgroundTask[Path | None]:
         """The task building the reader's int8 ONNX export into the cache (once per model version; finished when built)."""
-        return self._tasks.get_or_start(("reader-onnx-export",), lambda report: prepare_reader(self.settings, report), name="reader-onnx-export")
+        return self._tasks.get_or_start(
+            ("reader-onnx-export",), lambda report: prepare_reader(self.settings, report), name="reader-onnx-export"
+        )
 
     def labelled_questions(self) -> list[LabelledQuestion]:
         """The labelled SubjQA questions of the page's domain (read once)."""
-        return self._tasks.get_or_start(("labelled",), lambda report: load_subjqa(PAGE_DOMAIN, SPLITS, self.settings.data_dir).questions).result()
+        return self._tasks.get_or_start(
+            ("labelled",), lambda report: load_subjqa(PAGE_DOMAIN, SPLITS, self.settings.data_dir).questions
+        ).result()
 
     def pipeline(self, collection: str | None, retriever: str | None, mode: str | None) -> QAPipeline:
         """The pipeline for (collection, retriever, answer stage), built on first use and shared afterwards. A dense or
@@ -215,7 +235,9 @@ class QAService:
         without answers, and ``answer_stage_error`` says why."""
         self.check(question)
         retriever = question.retriever or self.settings.retriever
-        pipeline, fallback = answer_stage_or_retrieval(lambda mode: self.pipeline(question.collection, retriever, mode), question.mode, retrieval_fallback)
+        pipeline, fallback = answer_stage_or_retrieval(
+            lambda mode: self.pipeline(question.collection, retriever, mode), question.mode, retrieval_fallback
+        )
         result = run_question(pipeline, question, streaming_callback)
         label = pipeline_label(self.settings, retriever, question.mode, result.get("reader_backend"), result.get("device"))
         return {**result, **fallback, "pipeline": label}
@@ -236,7 +258,9 @@ _services: dict[tuple[Settings, tuple[ServedCollection, ...]], QAService] = {}
 _services_lock = threading.Lock()
 
 
-def shared_service(settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, any_collection: bool = False) -> QAService:
+def shared_service(
+    settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, any_collection: bool = False
+) -> QAService:
     """The process's one ``QAService`` for ``settings`` and ``collections``: the API and the page started in one
     process with the same ones (and every visitor of the page) share its collections, pipelines and readers;
     ``any_collection`` lets it open any collection of the store."""

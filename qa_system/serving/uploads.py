@@ -3,7 +3,7 @@ when its visitor leaves, and the collection's open version closed when it is don
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from qa_system.config import Settings
 from qa_system.ingestion import IngestOptions, IngestProgress, IngestReport, ingest
@@ -26,13 +26,24 @@ class Uploads:
     def __init__(self, settings: Settings, tasks: TaskRegistry, changed: Callable[[str], None]):
         self.settings, self.tasks, self.changed = settings, tasks, changed
 
-    def start(self, source, collection: str, options: IngestOptions, embed: bool, on_progress: Callable[[IngestProgress], None]) -> BackgroundTask[IngestReport] | None:
+    def start(
+        self, source, collection: str, options: IngestOptions, embed: bool, on_progress: Callable[[IngestProgress], None]
+    ) -> BackgroundTask[IngestReport] | None:
         """``source`` (an uploaded file) indexed into ``collection`` in the background; None while another upload into
         it runs. The collection is left as it was when it fails (``ingest`` swaps it in at the end); when done, the
         open one is closed, so the next question reads the new version."""
 
         def work(report: Report) -> IngestReport:
-            done = ingest(self.settings, source, collection, options, name=getattr(source, "name", None), embed=embed, progress=False, on_progress=on_progress)
+            done = ingest(
+                self.settings,
+                source,
+                collection,
+                options,
+                name=getattr(source, "name", None),
+                embed=embed,
+                progress=False,
+                on_progress=on_progress,
+            )
             self.changed(collection)
             return done
 

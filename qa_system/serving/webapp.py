@@ -18,9 +18,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from qa_system.config import REPO_ROOT, Settings
 from qa_system.errors import QAError
@@ -35,17 +36,30 @@ def streamlit_command(port: int = 8501, address: str = "localhost", headless: bo
     collection: Streamlit's full ``gc.collect()`` after every script run walks the loaded models' and documents'
     objects, and under eight sessions took about 40% of the page server's CPU, profiled; Python's own GC still runs)."""
     return [
-        sys.executable, "-m", "streamlit", "run", str(APP),
-        "--server.port", str(port),
-        "--server.address", address,
-        "--server.headless", str(headless).lower(),
-        "--server.fileWatcherType", "auto" if watch else "none",
-        "--runner.postScriptGC", "false",
-        "--browser.gatherUsageStats", "false",
-        "--client.toolbarMode", "viewer",
-        "--theme.base", "light",
-        "--theme.primaryColor", "#c2410c",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.port",
+        str(port),
+        "--server.address",
+        address,
+        "--server.headless",
+        str(headless).lower(),
+        "--server.fileWatcherType",
+        "auto" if watch else "none",
+        "--runner.postScriptGC",
+        "false",
+        "--browser.gatherUsageStats",
+        "false",
+        "--client.toolbarMode",
+        "viewer",
+        "--theme.base",
+        "light",
+        "--theme.primaryColor",
+        "#c2410c",
+    ]
 
 
 def settings_environment(overrides: Mapping[str, Any]) -> dict[str, str]:
@@ -110,7 +124,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_process(command: list[str], health_url: str, name: str, env: Mapping[str, str] | None = None, log: Path | None = None, timeout: float = 120) -> Iterator[subprocess.Popen]:
+def serve_process(
+    command: list[str], health_url: str, name: str, env: Mapping[str, str] | None = None, log: Path | None = None, timeout: float = 120
+) -> Iterator[subprocess.Popen]:
     """``command`` running until the block ends (terminated, killed after 15 s); yields once ``health_url`` answers 200."""
     output = open(log, "w", encoding="utf-8") if log else subprocess.DEVNULL
     process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
@@ -120,7 +136,9 @@ def serve_process(command: list[str], health_url: str, name: str, env: Mapping[s
             if process.poll() is not None:
                 raise QAError(f"{name} exited with code {process.returncode} before serving.", f"see its log{f' in {log}' if log else ''}.")
             if time.monotonic() > deadline:
-                raise QAError(f"{name} did not answer on {health_url} within {timeout:.0f} s.", "see its log, or raise the timeout on a slow machine.")
+                raise QAError(
+                    f"{name} did not answer on {health_url} within {timeout:.0f} s.", "see its log, or raise the timeout on a slow machine."
+                )
             time.sleep(0.3)
         yield process
     finally:

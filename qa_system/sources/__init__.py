@@ -15,4 +15,17 @@ from qa_system.sources.subjqa import (
     split_names,
 )
 
-__all__ = ["SPLITS", "GoldAnswer", "LabelledQuestion", "LoadReport", "SubjQA", "available_domains", "available_splits", "clean_review", "in_split", "split_names", "load_subjqa", "source_files"]
+__all__ = [
+    "SPLITS",
+    "GoldAnswer",
+    "LabelledQuestion",
+    "LoadReport",
+    "SubjQA",
+    "available_domains",
+    "available_splits",
+    "clean_review",
+    "in_split",
+    "split_names",
+    "load_subjqa",
+    "source_files",
+]

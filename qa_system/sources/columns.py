@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 COLUMN_TYPES = ("integer", "number", "date", "text")
 _INTEGER = re.compile(r"-?(0|[1-9]\d{0,15})")

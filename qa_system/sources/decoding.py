@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import codecs
 import io
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO
 
 from qa_system.errors import QAError
 
@@ -60,7 +61,9 @@ def text_encoding(binary: IO[bytes], name: str, encoding: str, fix: str) -> str:
     if kind is None and b"\x00" in head and not encoding.startswith("utf-16"):
         order = _utf16_without_mark(head)
         if order is not None:
-            raise QAError(f"{name} looks like UTF-16 text without a byte-order mark (every other byte is NUL).", f"pass --encoding utf-16-{order}.")
+            raise QAError(
+                f"{name} looks like UTF-16 text without a byte-order mark (every other byte is NUL).", f"pass --encoding utf-16-{order}."
+            )
         kind = "binary data (it holds NUL bytes)"
     if kind is not None:
         raise QAError(f"{name} is not a text file: it looks like {kind}.", fix)

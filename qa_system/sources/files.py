@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from haystack.dataclasses import ByteStream
 
@@ -33,9 +33,12 @@ for _library in ("haystack.components.converters", "pypdf"):
 # The optional packages (the `files` extra: pip install 'qa_system[files]') that Haystack's converter of each kind needs.
 FILES_EXTRA = "pip install 'qa_system[files]'"
 _CONVERTER_PACKAGES = {
-    ".pdf": ("pypdf",), ".html": ("trafilatura",), ".htm": ("trafilatura",),
-    ".md": ("markdown_it", "mdit_plain"), ".markdown": ("markdown_it", "mdit_plain"),
-}  # fmt: skip
+    ".pdf": ("pypdf",),
+    ".html": ("trafilatura",),
+    ".htm": ("trafilatura",),
+    ".md": ("markdown_it", "mdit_plain"),
+    ".markdown": ("markdown_it", "mdit_plain"),
+}
 
 
 def check_converters(suffixes: Iterable[str]) -> None:
@@ -67,7 +70,9 @@ def _converter(suffix: str):
 
 def _decode(data: bytes, path: Path, encoding: str) -> str:
     if b"\x00" in data[:8192] and not encoding.startswith("utf-16"):
-        raise QAError(f"{path} is not a text file (it holds NUL bytes).", "leave it out of the folder, or give it its real suffix (.pdf, ...).")
+        raise QAError(
+            f"{path} is not a text file (it holds NUL bytes).", "leave it out of the folder, or give it its real suffix (.pdf, ...)."
+        )
     try:
         return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
     except UnicodeDecodeError as error:
@@ -81,7 +86,9 @@ def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as error:  # gone since the folder was listed, or not readable
-        raise QAError(f"{path} could not be read ({error.strerror or error}).", "check that it exists and can be read, or leave it out.") from None
+        raise QAError(
+            f"{path} could not be read ({error.strerror or error}).", "check that it exists and can be read, or leave it out."
+        ) from None
 
 
 def convert(path: Path, encoding: str = "utf-8") -> str:
@@ -94,10 +101,14 @@ def convert(path: Path, encoding: str = "utf-8") -> str:
         converter = _converter(suffix)
         documents = converter.run(sources=[ByteStream(data)])["documents"]
         if not documents:
-            raise QAError(f"{path} could not be read as a PDF (damaged or encrypted?).", "repair or decrypt it, or leave it out of the folder.")
+            raise QAError(
+                f"{path} could not be read as a PDF (damaged or encrypted?).", "repair or decrypt it, or leave it out of the folder."
+            )
         text = documents[0].content or ""
         if not text.replace("\f", "").strip():
-            raise QAError(f"{path} has no text layer (a scanned PDF?).", "run OCR on it first (e.g. ocrmypdf), or leave it out of the folder.")
+            raise QAError(
+                f"{path} has no text layer (a scanned PDF?).", "run OCR on it first (e.g. ocrmypdf), or leave it out of the folder."
+            )
         return text
     text = _decode(data, path, encoding)
     converter = _converter(suffix)
@@ -116,7 +127,9 @@ def _sidecar(path: Path) -> dict:
     try:
         meta = json.loads(_read(sidecar).decode("utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise QAError(f"{sidecar} is not valid JSON ({error}).", 'write a JSON object of metadata, e.g. {"item_id": "B0074BW614"}.') from None
+        raise QAError(
+            f"{sidecar} is not valid JSON ({error}).", 'write a JSON object of metadata, e.g. {"item_id": "B0074BW614"}.'
+        ) from None
     if not isinstance(meta, dict):
         raise QAError(f"{sidecar} is not a JSON object.", 'write a JSON object of metadata, e.g. {"item_id": "B0074BW614"}.')
     return meta
@@ -127,7 +140,10 @@ def document_files(root: Path, counts: ReadCounts) -> list[Path]:
     and links that lead outside ``root`` are named and not followed."""
     if root.is_file():
         if root.suffix.lower() not in SUFFIXES:  # only with --format files
-            raise QAError(f"--format files reads documents ({', '.join(SUFFIXES)}), and {root} is none.", "leave out --format (the file's name tells it), or pass csv, tsv, jsonl or squad.")
+            raise QAError(
+                f"--format files reads documents ({', '.join(SUFFIXES)}), and {root} is none.",
+                "leave out --format (the file's name tells it), or pass csv, tsv, jsonl or squad.",
+            )
         return [root]
     inside = root.resolve()
     files = []
@@ -163,7 +179,9 @@ def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterat
         except QAError as error:
             if root.is_file():
                 raise
-            counts.files_unreadable.append(f"{relative}: {error.problem.removeprefix(f'{path} ').rstrip('.')}")  # one file does not sink the folder
+            counts.files_unreadable.append(
+                f"{relative}: {error.problem.removeprefix(f'{path} ').rstrip('.')}"
+            )  # one file does not sink the folder
             continue
         if record is None:
             counts.empty_texts += 1

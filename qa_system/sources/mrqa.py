@@ -16,8 +16,8 @@ without any span is skipped. MRQA questions are all answerable. Files are read b
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from qa_system.errors import QAError
 from qa_system.metrics.squad import normalize_answer
@@ -35,7 +35,9 @@ def parse_mrqa(lines: Iterable[str], path: Path) -> tuple[list[SquadExample], Sq
         try:
             record = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as error:  # RecursionError: nested thousands deep
-            raise QAError(f"{path}: line {number} is not valid JSON ({error}).", "pass an MRQA JSON lines file: one JSON object per line.") from error
+            raise QAError(
+                f"{path}: line {number} is not valid JSON ({error}).", "pass an MRQA JSON lines file: one JSON object per line."
+            ) from error
         if isinstance(record, dict) and isinstance(record.get("header"), dict):
             dataset = str(record["header"].get("dataset", dataset))
             continue
@@ -66,7 +68,10 @@ def _located_answers(qa: dict, qid: str, where: str, context: str, path: Path, r
         text = checked_field(detected, "text", str, f"{where}.detected_answers[{i}]", path, FORMAT)
         for span in checked_list(detected, "char_spans", f"{where}.detected_answers[{i}]", path, FORMAT):
             if not (isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in span)):
-                raise QAError(f"{path}: {where}.detected_answers[{i}] has a char span that is not [start, end]: {str(span)[:40]}.", "fix that record (MRQA format).")
+                raise QAError(
+                    f"{path}: {where}.detected_answers[{i}] has a char span that is not [start, end]: {str(span)[:40]}.",
+                    "fix that record (MRQA format).",
+                )
             start, end = span
             segment = context[start : end + 1] if 0 <= start <= end < len(context) else ""
             if segment.strip() and _key(segment) == _key(text):

@@ -15,9 +15,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Sequence
 
 from qa_system.errors import QAError
 from qa_system.sources.mrqa import parse_mrqa
@@ -45,7 +45,11 @@ class FileReport:
 
     def summary(self) -> str:
         """One line for people: what the file gave, and what was dropped or skipped and why."""
-        dev = f"; {self.dev_questions} dev question(s) {'dropped' if self.dev_dropped else 'kept (also in a dev file)'}" if self.dev_questions else ""
+        dev = (
+            f"; {self.dev_questions} dev question(s) {'dropped' if self.dev_dropped else 'kept (also in a dev file)'}"
+            if self.dev_questions
+            else ""
+        )
         return (
             f"{self.path} ({self.read.format}): used {len(self.examples)} questions ({len(self.examples) - self.unanswerable} answerable, "
             f"{self.unanswerable} unanswerable); dropped {self.duplicates} duplicate(s) of earlier files, "
@@ -55,9 +59,15 @@ class FileReport:
     def as_dict(self) -> dict:
         """The report as JSON-ready data (a training run records it)."""
         return {
-            "file": self.path.name, "format": self.read.format, "used": len(self.examples), "unanswerable": self.unanswerable,
-            "duplicates": self.duplicates, "skipped_questions": self.read.skipped_questions, "unlocated_answers": self.read.unlocated_answers,
-            "dev_questions": self.dev_questions, "dev_dropped": self.dev_dropped,
+            "file": self.path.name,
+            "format": self.read.format,
+            "used": len(self.examples),
+            "unanswerable": self.unanswerable,
+            "duplicates": self.duplicates,
+            "skipped_questions": self.read.skipped_questions,
+            "unlocated_answers": self.read.unlocated_answers,
+            "dev_questions": self.dev_questions,
+            "dev_dropped": self.dev_dropped,
         }
 
 
@@ -139,8 +149,16 @@ def labelled_questions(examples: Sequence[SquadExample], source: str) -> list[La
         answers = [GoldAnswer(text, start) for text, start in example.answers]
         questions.append(
             LabelledQuestion(
-                example.id, example.question, example.title, context_id, f"{example.title}/{context_id}",
-                source, "file", answers, is_subjective=False, context=example.context,
+                example.id,
+                example.question,
+                example.title,
+                context_id,
+                f"{example.title}/{context_id}",
+                source,
+                "file",
+                answers,
+                is_subjective=False,
+                context=example.context,
             )
         )
     return questions

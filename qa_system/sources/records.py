@@ -12,12 +12,12 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Union
+from typing import IO
 
 from qa_system.errors import QAError, check_text
 
 # A source: a path (file or folder), or an open binary file (an upload) with a name to tell its kind.
-Source = Union[str, Path, IO[bytes]]
+Source = str | Path | IO[bytes]
 # Longest text a single document may have (a 10 MB one becomes about 9,000 passages); a longer one is
 # refused with the limit in the message, before anything is split or embedded.
 MAX_DOCUMENT_CHARS = 32_000_000
@@ -66,10 +66,18 @@ class Record:
         """The record, once all its text is known to be UTF-8: JSON can escape half a character ("\\ud800"),
         which no tokenizer, store or file takes (it was a traceback at the content hash)."""
         try:
-            for what, value in (("text", self.text), ("id", self.id), ("item", self.item_id), *(("metadata", f"{k}{v}") for k, v in self.meta.items())):
+            for what, value in (
+                ("text", self.text),
+                ("id", self.id),
+                ("item", self.item_id),
+                *(("metadata", f"{k}{v}") for k, v in self.meta.items()),
+            ):
                 check_text(value, f"the {what} of {self.where}")  # "the ...": its capital never alters a file name
         except QAError as error:
-            raise QAError(error.problem, "write the file as UTF-8 text, without \\ud800-\\udfff escapes (half a character), or leave that document out.") from None
+            raise QAError(
+                error.problem,
+                "write the file as UTF-8 text, without \\ud800-\\udfff escapes (half a character), or leave that document out.",
+            ) from None
         return self
 
     def content_hash(self) -> str:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from qa_system.errors import QAError, check_text
 from qa_system.sources.decoding import check_encoding
@@ -161,7 +162,9 @@ def load_squad_json(data: bytes, name: str | Path, encoding: str = "utf-8") -> d
     try:
         squad = json.loads(data.decode("utf-8-sig" if check_encoding(encoding) == "utf-8" else encoding))
     except UnicodeDecodeError as error:
-        raise QAError(f"{name} is not {encoding} text ({error.reason}).", "pass --encoding with the file's encoding, or re-save it as UTF-8.") from None
+        raise QAError(
+            f"{name} is not {encoding} text ({error.reason}).", "pass --encoding with the file's encoding, or re-save it as UTF-8."
+        ) from None
     except json.JSONDecodeError as error:
         raise QAError(f"{name} is not valid JSON (line {error.lineno}: {error.msg}).", SQUAD_FIX) from None
     except RecursionError:  # arrays in arrays thousands deep: no SQuAD file, and json's parser recurses
@@ -235,7 +238,9 @@ def _example(qa: dict, qid: str, where: str, title: str, context: str, path: Pat
     if not isinstance(is_impossible, bool):
         raise QAError(f"{path}: {where} (id {qid}) has a non-boolean is_impossible.", "use true or false.")
     if is_impossible and answers:
-        raise QAError(f"{path}: {where} (id {qid}) is marked impossible but has answers.", "remove its answers or set is_impossible to false.")
+        raise QAError(
+            f"{path}: {where} (id {qid}) is marked impossible but has answers.", "remove its answers or set is_impossible to false."
+        )
     if not is_impossible and not answers:
         report.skipped_questions += 1
         return None

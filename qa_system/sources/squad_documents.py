@@ -7,11 +7,11 @@ validator (``sources.squad``: ``load_squad_json``, ``squad_paragraphs``).
 
 from __future__ import annotations
 
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, check_text_length
 from qa_system.sources.squad import load_squad_json, squad_paragraphs
-
 
 
 def squad_record(title: str, context: str, where: str) -> Record:

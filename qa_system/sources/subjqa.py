@@ -22,9 +22,9 @@ import ast
 import csv
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 from haystack import Document
 
@@ -343,7 +343,10 @@ def _csv_rows(data_dir: Path, domains: Sequence[str], splits: Sequence[str]) -> 
         for split in splits:
             path = data_dir / domain / "splits" / f"{split}.csv"
             if not path.is_file():
-                raise QAError(f"No '{split}' split for domain '{domain}' ({path} is missing).", f"use one of: {', '.join(available_splits(data_dir, domain) or SPLITS)}.")
+                raise QAError(
+                    f"No '{split}' split for domain '{domain}' ({path} is missing).",
+                    f"use one of: {', '.join(available_splits(data_dir, domain) or SPLITS)}.",
+                )
             sources.append((domain, split, _read_csv(path)))
     return sources
 
@@ -360,14 +363,18 @@ def _hub_rows(name: str, domains: Sequence[str], splits: Sequence[str]) -> list[
     try:
         from datasets import load_dataset
     except ImportError as error:
-        raise QAError("Loading SubjQA from the hub needs the 'datasets' package.", "pip install datasets, or pass a data directory.") from error
+        raise QAError(
+            "Loading SubjQA from the hub needs the 'datasets' package.", "pip install datasets, or pass a data directory."
+        ) from error
 
     def rows(domain: str, split: str) -> Iterator[dict]:
         split_name = "validation" if split == "dev" else split
         try:
             dataset = load_dataset(name, domain, split=split_name)
         except Exception as error:  # the hub client raises many types; all mean "cannot load"
-            raise QAError(f"Could not load '{name}' ({domain}/{split}) from the hub: {error}.", "check the network, or pass a local data directory.") from error
+            raise QAError(
+                f"Could not load '{name}' ({domain}/{split}) from the hub: {error}.", "check the network, or pass a local data directory."
+            ) from error
         for record in dataset:
             answers = record["answers"]
             base = {

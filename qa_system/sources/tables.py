@@ -12,7 +12,8 @@ import csv
 import itertools
 import json
 from collections import Counter
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 from qa_system.errors import QAError
 from qa_system.sources.decoding import decoded, text_encoding
@@ -23,7 +24,9 @@ TABLE_FIX = "pass a CSV / TSV file (or JSON lines), saved as text; export spread
 # Columns a file may have: every other one is metadata of every document, and a search server maps at most
 # 1,000 fields an index; a header of 40,000 columns (349 KB) is a mistake, not a table to index.
 MAX_COLUMNS = 1000
-COLUMNS_FIX = "keep the columns you need (the text, the id, the product and the metadata to filter by), e.g. in a spreadsheet, and export it again."
+COLUMNS_FIX = (
+    "keep the columns you need (the text, the id, the product and the metadata to filter by), e.g. in a spreadsheet, and export it again."
+)
 
 
 def repeated_names(names: list[str]) -> list[str]:
@@ -41,7 +44,9 @@ def _columns(available: list[str], options: IngestOptions, name: str) -> tuple[s
     shown = ", ".join(available) if available else "(none)"
     text = options.text_column or next((c for c in DEFAULT_TEXT_COLUMNS if c in available), None)
     if text is None:
-        raise QAError(f"{name} has no 'text' or 'review' column; its columns are: {shown}.", "pass --text-column with the column that holds the text.")
+        raise QAError(
+            f"{name} has no 'text' or 'review' column; its columns are: {shown}.", "pass --text-column with the column that holds the text."
+        )
     for flag, column in (("--text-column", text), ("--id-column", options.id_column), ("--item-column", options.item_column)):
         if column is not None and column not in available:
             raise QAError(f"{name} has no column '{column}' ({flag}); its columns are: {shown}.", f"pass {flag} with one of those columns.")
@@ -59,7 +64,10 @@ def _record(values: dict, columns: tuple[str, str | None, str | None], where: st
     if id_column is not None:
         record_id = meta_value(values.get(id_column) or "").strip()
         if not record_id:
-            raise QAError(f"{where} has an empty id (--id-column {id_column}).", "give every row an id, or leave out --id-column to identify rows by their content.")
+            raise QAError(
+                f"{where} has an empty id (--id-column {id_column}).",
+                "give every row an id, or leave out --id-column to identify rows by their content.",
+            )
     if item_column is not None:
         item = meta_value(values.get(item_column) or "").strip() or None
     meta = {meta_key(k): meta_value(v) for k, v in values.items() if k not in columns and v not in (None, "")}
@@ -95,7 +103,9 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
             _check_column_count(len(header), f"The header of {name}")
             repeated = repeated_names(header)
             if repeated:
-                raise QAError(f"{name} repeats the column name(s) {', '.join(repeated)}.", "give every column a unique name in the header row.")
+                raise QAError(
+                    f"{name} repeats the column name(s) {', '.join(repeated)}.", "give every column a unique name in the header row."
+                )
             columns = _columns(header, options, name)
             while True:
                 line = header_start + reader.line_num + 1
@@ -116,7 +126,9 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
                 if record is not None:
                     yield record
         except csv.Error as error:
-            raise QAError(f"{name} line {header_start + reader.line_num} is not readable CSV ({error}).", "repair that line, or check --format.") from error
+            raise QAError(
+                f"{name} line {header_start + reader.line_num} is not readable CSV ({error}).", "repair that line, or check --format."
+            ) from error
 
 
 def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
@@ -135,11 +147,20 @@ def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts
             try:
                 values = json.loads(line)
             except json.JSONDecodeError as error:
-                raise QAError(f"{name} line {number} is not JSON ({error.msg}).", "write one JSON object per line (JSON lines), or pass --format squad for a SQuAD file.") from None
+                raise QAError(
+                    f"{name} line {number} is not JSON ({error.msg}).",
+                    "write one JSON object per line (JSON lines), or pass --format squad for a SQuAD file.",
+                ) from None
             except RecursionError:  # json's parser recurses: arrays in arrays thousands deep
-                raise QAError(f"{name} line {number} nests JSON arrays or objects too deeply to read.", "write one flat JSON object per line, e.g. {\"text\": \"...\"}.") from None
+                raise QAError(
+                    f"{name} line {number} nests JSON arrays or objects too deeply to read.",
+                    'write one flat JSON object per line, e.g. {"text": "..."}.',
+                ) from None
             if not isinstance(values, dict):
-                raise QAError(f"{name} line {number} is a JSON {type(values).__name__}, not an object.", "write one JSON object per line, e.g. {\"text\": \"...\"}.")
+                raise QAError(
+                    f"{name} line {number} is a JSON {type(values).__name__}, not an object.",
+                    'write one JSON object per line, e.g. {"text": "..."}.',
+                )
             _check_column_count(len(values), f"{name} line {number}")
             if columns is None:  # the first object's keys are the file's columns
                 columns = _columns(list(values), options, name)

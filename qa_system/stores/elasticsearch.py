@@ -6,6 +6,7 @@ from qa_system.config import Settings
 from qa_system.errors import Unavailable
 from qa_system.stores.index import MANIFEST_KEY, Index
 
+
 def elasticsearch_client(settings: Settings):
     """An Elasticsearch client on ``settings.es_url``, after checking the server answers."""
     from elasticsearch import Elasticsearch

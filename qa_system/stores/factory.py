@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -47,7 +47,9 @@ def saved_manifest(settings: Settings, name: str) -> dict | None:
     try:
         return _memory_manifest(path)
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
-        raise QAError(f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path}).") from error
+        raise QAError(
+            f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path})."
+        ) from error
 
 
 def saved_document_count(settings: Settings, name: str) -> int | None:

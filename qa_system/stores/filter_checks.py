@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from qa_system.errors import QAError, check_text
 from qa_system.sources.columns import is_iso_date
-
 
 # What the index adds to every passage of a collection of your own, and what a SubjQA review carries.
 PASSAGE_META = ("document_id", "content_hash", "source_offset", "passage", "passages")
@@ -26,7 +26,8 @@ ORDERING = (">", ">=", "<", "<=")
 MAX_FILTER_CONDITIONS = 100
 MAX_FILTER_DEPTH = 8
 FILTER_FIX = (
-    'write a condition {"field": "meta.rating", "operator": ">=", "value": 4} (operators ' + ", ".join(COMPARISONS)
+    'write a condition {"field": "meta.rating", "operator": ">=", "value": 4} (operators '
+    + ", ".join(COMPARISONS)
     + '), or {"operator": "AND" | "OR" | "NOT", "conditions": [...]} of them.'
 )
 
@@ -68,7 +69,10 @@ def _check_condition(condition: dict, where: str, types: Mapping[str, str], fiel
         raise QAError(f"The filter's condition {where} on '{field}' has no 'value'.", FILTER_FIX)
     if operator in ("in", "not in"):
         if not isinstance(value, list) or not all(_is_scalar(v) for v in value):
-            raise QAError(f"The filter's '{operator}' on '{field}' needs a list of values, not {value!r}.", 'write e.g. {"field": "meta.rating", "operator": "in", "value": [4, 5]}.')
+            raise QAError(
+                f"The filter's '{operator}' on '{field}' needs a list of values, not {value!r}.",
+                'write e.g. {"field": "meta.rating", "operator": "in", "value": [4, 5]}.',
+            )
         values = value
     elif not _is_scalar(value):
         raise QAError(f"The filter's '{operator}' on '{field}' needs a number, text, true/false or null, not {value!r}.", FILTER_FIX)
@@ -85,18 +89,29 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
     """'>' and friends compare numbers with numbers, and dates (ISO 8601 text) with dates."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not number and not isinstance(value, str):
-        raise QAError(f"The filter's '{operator}' on '{field}' needs a number or an ISO date, not {value!r}.", 'write e.g. {"field": "meta.rating", "operator": ">=", "value": 4}.')
+        raise QAError(
+            f"The filter's '{operator}' on '{field}' needs a number or an ISO date, not {value!r}.",
+            'write e.g. {"field": "meta.rating", "operator": ">=", "value": 4}.',
+        )
     if kind == "text":
         raise QAError(
             f"The filter compares '{field}' with '{operator}', but the collection holds text there.",
             f"filter '{field}' with == or in, or re-index a column that holds only numbers or ISO dates.",
         )
     if kind in ("integer", "number") and not number:
-        raise QAError(f"The filter compares '{field}', a number, with the text {value!r}.", f"compare it with a number, e.g. {{\"field\": \"{field}\", \"operator\": \"{operator}\", \"value\": 4}}.")
+        raise QAError(
+            f"The filter compares '{field}', a number, with the text {value!r}.",
+            f'compare it with a number, e.g. {{"field": "{field}", "operator": "{operator}", "value": 4}}.',
+        )
     if kind == "date" and number:
-        raise QAError(f"The filter compares '{field}', a date, with the number {value!r}.", f"compare it with an ISO date, e.g. \"2024-01-31\".")
+        raise QAError(
+            f"The filter compares '{field}', a date, with the number {value!r}.", 'compare it with an ISO date, e.g. "2024-01-31".'
+        )
     if isinstance(value, str) and not is_iso_date(value):
-        raise QAError(f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.", "compare with a number, or an ISO date such as \"2024-01-31\".")
+        raise QAError(
+            f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.",
+            'compare with a number, or an ISO date such as "2024-01-31".',
+        )
 
 
 def filter_fields(manifest: Mapping[str, Any]) -> set[str] | None:
@@ -133,13 +148,18 @@ def check_filters(filters: Any, types: Mapping[str, str] | None = None, fields: 
             raise QAError(f"The filter's condition {where} is a {type(node).__name__}, not an object.", FILTER_FIX)
         conditions[0] += 1
         if depth > MAX_FILTER_DEPTH or conditions[0] > MAX_FILTER_CONDITIONS:
-            raise QAError(f"The filter has more than {MAX_FILTER_CONDITIONS} conditions or {MAX_FILTER_DEPTH} levels.", "write a shorter filter.")
+            raise QAError(
+                f"The filter has more than {MAX_FILTER_CONDITIONS} conditions or {MAX_FILTER_DEPTH} levels.", "write a shorter filter."
+            )
         if "field" in node:
             _check_condition(node, where, types or {}, fields)
             return
         extra = set(node) - {"operator", "conditions"}
         if node.get("operator") not in LOGICAL or extra:
-            raise QAError(f"The filter's condition {where} is neither a comparison (field, operator, value) nor AND / OR / NOT of conditions.", FILTER_FIX)
+            raise QAError(
+                f"The filter's condition {where} is neither a comparison (field, operator, value) nor AND / OR / NOT of conditions.",
+                FILTER_FIX,
+            )
         children = node.get("conditions")
         if not isinstance(children, list) or not children:
             raise QAError(f"The filter's {node['operator']} {where} needs a non-empty list of 'conditions'.", FILTER_FIX)
@@ -160,4 +180,3 @@ def combine_filters(*filters: dict | None) -> dict | None:
     if not conditions:
         return None
     return conditions[0] if len(conditions) == 1 else {"operator": "AND", "conditions": conditions}
-

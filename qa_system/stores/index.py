@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 MANIFEST_KEY = "qa_system"
 # What every SubjQA collection's name starts with (``index_name``).

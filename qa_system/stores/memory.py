@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -15,6 +16,7 @@ from qa_system.disk_cache import atomic_file, remove_leftovers
 from qa_system.errors import QAError
 from qa_system.stores.index import MANIFEST_KEY, Index
 from qa_system.stores.meta_filters import MultiValueInMemoryDocumentStore
+
 
 def _memory_path(settings: Settings, name: str) -> Path:
     return settings.index_dir / "memory" / f"{name}.json"
@@ -54,7 +56,9 @@ def _load_memory(settings: Settings, name: str) -> Index | None:
         manifest = _checked_manifest(data)
         documents = [Document.from_dict(d) for d in data["documents"]]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
-        raise QAError(f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path}).") from error
+        raise QAError(
+            f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path})."
+        ) from error
     store = new_memory_store(name)
     store.load_documents(documents)
     return Index("memory", name, store, manifest)

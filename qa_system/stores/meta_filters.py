@@ -112,15 +112,24 @@ class MultiValueInMemoryDocumentStore(InMemoryDocumentStore):
         return {"field": "id", "operator": "in", "value": [d.id for d in self.storage.values() if document_matches(filters, d)]}
 
     def embedding_retrieval(
-        self, query_embedding: list[float], filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False, return_embedding: bool | None = False
+        self,
+        query_embedding: list[float],
+        filters: dict[str, Any] | None = None,
+        top_k: int = 10,
+        scale_score: bool = False,
+        return_embedding: bool | None = False,
     ) -> list[Document]:
         """Haystack's vector search, over the documents ``filters`` allows (matched as ``filter_documents`` does)."""
         by_id = self._by_id(filters)
         if by_id is not None and not by_id["value"]:
             return []
-        return super().embedding_retrieval(query_embedding, filters=by_id, top_k=top_k, scale_score=scale_score, return_embedding=return_embedding)
+        return super().embedding_retrieval(
+            query_embedding, filters=by_id, top_k=top_k, scale_score=scale_score, return_embedding=return_embedding
+        )
 
-    def bm25_retrieval(self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False) -> list[Document]:
+    def bm25_retrieval(
+        self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False
+    ) -> list[Document]:
         """Haystack's BM25 search, over the documents ``filters`` allows (matched as ``filter_documents`` does)."""
         self._count_terms()
         by_id = self._by_id(filters)

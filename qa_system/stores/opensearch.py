@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from datetime import UTC
 from typing import Any
 
 from qa_system.config import Settings
@@ -61,7 +62,9 @@ def opensearch_client(settings: Settings):
     try:
         OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=5, max_retries=0).info()
     except (AuthenticationException, AuthorizationException) as error:
-        raise QAError(f"OpenSearch at {url} refused the request ({error.status_code}).", "set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD.") from None
+        raise QAError(
+            f"OpenSearch at {url} refused the request ({error.status_code}).", "set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD."
+        ) from None
     except Exception:  # the client raises many types for bad URLs and refused connections
         raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
     return OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=60)
@@ -97,8 +100,13 @@ def _opensearch_document_store(settings: Settings, index: str, body: dict | None
     dim = body.get("mappings", {}).get("properties", {}).get("embedding", {}).get("dimension", 768)
     # create_index=False: opening a name must never create an index (it would take the alias's name).
     return CheckedOpenSearchDocumentStore(
-        hosts=settings.opensearch_url, index=index, create_index=False, embedding_dim=dim,
-        mappings=body.get("mappings"), settings=body.get("settings"), timeout=60,
+        hosts=settings.opensearch_url,
+        index=index,
+        create_index=False,
+        embedding_dim=dim,
+        mappings=body.get("mappings"),
+        settings=body.get("settings"),
+        timeout=60,
     )
 
 
@@ -108,13 +116,16 @@ def _store_index(store) -> str:
 
 def new_opensearch_index(settings: Settings, name: str, embedding_dim: int | None):
     """A store on a new, empty concrete index beside the alias ``name`` (which it does not touch yet)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
     from uuid import uuid4
 
     client = opensearch_client(settings)
     if embedding_dim is not None and not opensearch_has_knn(client):
-        raise QAError(f"OpenSearch at {settings.opensearch_url} has no k-NN plugin, so it cannot store review vectors.", "index without vectors (--no-embed) or use a server with the k-NN plugin.")
-    concrete = f"{name}--{datetime.now(timezone.utc):%Y%m%d%H%M%S}-{uuid4().hex[:6]}"
+        raise QAError(
+            f"OpenSearch at {settings.opensearch_url} has no k-NN plugin, so it cannot store review vectors.",
+            "index without vectors (--no-embed) or use a server with the k-NN plugin.",
+        )
+    concrete = f"{name}--{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid4().hex[:6]}"
     body = opensearch_index_body(embedding_dim)
     client.indices.create(index=concrete, body=body)
     return _opensearch_document_store(settings, concrete, body)
@@ -126,7 +137,9 @@ def discard_opensearch_index(settings: Settings, store) -> None:
 
     concrete = _store_index(store)
     try:
-        OpenSearch(hosts=settings.opensearch_url, http_auth=_opensearch_auth(), timeout=60).indices.delete(index=concrete, ignore_unavailable=True)
+        OpenSearch(hosts=settings.opensearch_url, http_auth=_opensearch_auth(), timeout=60).indices.delete(
+            index=concrete, ignore_unavailable=True
+        )
     except Exception as error:  # noqa: BLE001
         logger.warning("Could not delete the unfinished OpenSearch index %s (%s); delete it by hand.", concrete, error)
 
@@ -146,12 +159,17 @@ def _check_not_behind_an_alias(client, name: str) -> None:
     from opensearchpy.exceptions import NotFoundError
 
     try:
-        aliases = client.indices.get_alias(index=name).get(name, {}).get("aliases", {})  # keyed by ``name`` only when it is a concrete index
+        aliases = (
+            client.indices.get_alias(index=name).get(name, {}).get("aliases", {})
+        )  # keyed by ``name`` only when it is a concrete index
     except NotFoundError:
         return
     if aliases:
         owner = sorted(aliases)[0]
-        raise QAError(f"'{name}' is the search server index behind the collection '{owner}', not a collection.", f"use the collection's name, '{owner}'.")
+        raise QAError(
+            f"'{name}' is the search server index behind the collection '{owner}', not a collection.",
+            f"use the collection's name, '{owner}'.",
+        )
 
 
 def delete_opensearch_index(settings: Settings, name: str) -> None:

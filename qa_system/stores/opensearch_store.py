@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-
 from typing import Any
 
 from haystack.core.serialization import generate_qualified_class_name
@@ -22,7 +21,9 @@ from opensearchpy.exceptions import RequestError
 
 from qa_system.errors import QAError
 
-FILTER_VALUE_FIX = 'compare each field with a value of its type: a whole number from -2^63 to 2^63-1, a number, or an ISO date such as "2024-01-31".'
+FILTER_VALUE_FIX = (
+    'compare each field with a value of its type: a whole number from -2^63 to 2^63-1, a number, or an ISO date such as "2024-01-31".'
+)
 # Elasticsearch quotes a value it cannot take as its UTF-8 bytes in hex: "Value [[31 30 30]] is out of range for a long".
 _HEX_BYTES = re.compile(r"\[\[((?:[0-9a-f]{2} ?)+)\]\]")
 

@@ -60,7 +60,9 @@ def soft_cross_entropy(student, teacher, mask, temperature: float):
     return temperature**2 * torch.where(mask, pointwise, 0.0).sum(dim=-1).mean()
 
 
-def distillation_loss(student_start, student_end, teacher_start, teacher_end, start_positions, end_positions, mask, temperature: float, alpha: float) -> DistillationLoss:
+def distillation_loss(
+    student_start, student_end, teacher_start, teacher_end, start_positions, end_positions, mask, temperature: float, alpha: float
+) -> DistillationLoss:
     """alpha * hard + (1 - alpha) * soft, each the mean of its start and end terms (see the module's docstring).
 
     Logits are (batch, window length); ``mask`` marks the answerable positions ([CLS] and context).
@@ -68,7 +70,10 @@ def distillation_loss(student_start, student_end, teacher_start, teacher_end, st
     import torch.nn.functional as F
 
     hard = (F.cross_entropy(student_start, start_positions) + F.cross_entropy(student_end, end_positions)) / 2
-    soft = (soft_cross_entropy(student_start, teacher_start, mask, temperature) + soft_cross_entropy(student_end, teacher_end, mask, temperature)) / 2
+    soft = (
+        soft_cross_entropy(student_start, teacher_start, mask, temperature)
+        + soft_cross_entropy(student_end, teacher_end, mask, temperature)
+    ) / 2
     return DistillationLoss(alpha * hard + (1 - alpha) * soft, hard, soft)
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,10 @@ def interpolate_readers(
     # Copies: a state_dict shares its tensors with the model, which each trial overwrites.
     start, end = ({k: v.detach().clone() for k, v in m.state_dict().items()} for m in (general_model, model))
     if start.keys() != end.keys() or any(start[k].shape != end[k].shape for k in end):
-        raise QAError(f"'{specialised}' was not trained from '{general}': their weights differ in shape.", "interpolate a reader with the reader it was fine-tuned from.")
+        raise QAError(
+            f"'{specialised}' was not trained from '{general}': their weights differ in shape.",
+            "interpolate a reader with the reader it was fine-tuned from.",
+        )
     info = read_model_info(specialised)
     prior = info.get("no_answer_prior")
     dev_sets = {report.path: report.examples for report in read_qa_files(dev_files)}
@@ -82,18 +86,37 @@ def interpolate_readers(
         metrics[POOLED] = scores_at(pooled, threshold, prior)
         answerable = [p.answer_f1 for p in pooled if not p.unanswerable]
         reported = {path.name: scores_at(dev_predictions(reader, examples), threshold) for path, examples in report_sets.items()}
-        trials.append({
-            "weight": weight, "no_answer_threshold": threshold, "prior_weighted_f1": metrics[POOLED]["prior_weighted_f1"],
-            "answerable_f1_always_answering": float(np.mean(answerable)) if answerable else None, "dev": metrics, "reported": reported,
-        })
+        trials.append(
+            {
+                "weight": weight,
+                "no_answer_threshold": threshold,
+                "prior_weighted_f1": metrics[POOLED]["prior_weighted_f1"],
+                "answerable_f1_always_answering": float(np.mean(answerable)) if answerable else None,
+                "dev": metrics,
+                "reported": reported,
+            }
+        )
         print(json.dumps(trials[-1]), flush=True)
         if best is None or metrics[POOLED]["prior_weighted_f1"] > best.dev_metrics[POOLED]["prior_weighted_f1"]:
             best = InterpolationResult(Path(output_dir), weight, threshold, metrics, trials)
     with torch.no_grad():
         model.load_state_dict(mix(best.weight))
-    save_reader(model, tokenizer, output_dir, {
-        **info, "no_answer_threshold": best.no_answer_threshold, "dev_metrics": best.dev_metrics,
-        "interpolation": {"general": str(general), "general_training": provenance(str(general)), "specialised": str(specialised),
-                          "weight": best.weight, "selected_on": f"{POOLED}, prior-weighted F1", "trials": trials},
-    })
+    save_reader(
+        model,
+        tokenizer,
+        output_dir,
+        {
+            **info,
+            "no_answer_threshold": best.no_answer_threshold,
+            "dev_metrics": best.dev_metrics,
+            "interpolation": {
+                "general": str(general),
+                "general_training": provenance(str(general)),
+                "specialised": str(specialised),
+                "weight": best.weight,
+                "selected_on": f"{POOLED}, prior-weighted F1",
+                "trials": trials,
+            },
+        },
+    )
     return best

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,17 +35,38 @@ from qa_system.reading.selection_features import features
 from qa_system.training.selector import FeatureNames, _answer_rows, _isotonic, _read_document, read_documents_record
 
 # Few judged questions: small, strongly regularised trees.
-JUDGED_PARAMETERS = dict(n_estimators=150, learning_rate=0.05, num_leaves=7, min_child_samples=20, subsample=0.8, subsample_freq=1,
-                         colsample_bytree=0.8, reg_lambda=1.0, verbose=-1, random_state=0)
+JUDGED_PARAMETERS = dict(
+    n_estimators=150,
+    learning_rate=0.05,
+    num_leaves=7,
+    min_child_samples=20,
+    subsample=0.8,
+    subsample_freq=1,
+    colsample_bytree=0.8,
+    reg_lambda=1.0,
+    verbose=-1,
+    random_state=0,
+)
 MODE = "product"  # the reviews a user's question is asked of: the product's, as the doors ask
 
 
-def read_judged(reader: ExtractiveReader, questions: Sequence[JudgedQuestion], retrieve: Callable[[JudgedQuestion], list[Document]], progress: bool = True) -> list[dict]:
+def read_judged(
+    reader: ExtractiveReader,
+    questions: Sequence[JudgedQuestion],
+    retrieve: Callable[[JudgedQuestion], list[Document]],
+    progress: bool = True,
+) -> list[dict]:
     """One record per judged question: what the reader made of each review ``retrieve`` gave for it."""
     from qa_system.progress import track
 
     return [
-        {"id": q.id, "question": q.question, "item_id": q.item_id, "domain": q.domain, "modes": {MODE: read_documents_record(reader, q.question, retrieve(q))}}
+        {
+            "id": q.id,
+            "question": q.question,
+            "item_id": q.item_id,
+            "domain": q.domain,
+            "modes": {MODE: read_documents_record(reader, q.question, retrieve(q))},
+        }
         for q in track(questions, "reading the judged questions", "questions", enabled=progress)
     ]
 
@@ -58,7 +80,9 @@ def judged_frames(records: Sequence[dict], judged: dict[str, JudgedQuestion]) ->
         keys = {"key": record["id"], "id": record["id"], "mode": MODE, "domain": record["domain"], "item": record["item_id"]}
         questions.append({**question, **keys, "answerable": label.answerable != "yes"})
         for candidate, row in zip(candidates, rows):
-            spans.append({**row, **keys, "answerable": True, "f1": float(label.answerable != "no" and is_right(candidate.text, label.spans))})
+            spans.append(
+                {**row, **keys, "answerable": True, "f1": float(label.answerable != "no" and is_right(candidate.text, label.spans))}
+            )
     return pd.DataFrame(questions), pd.DataFrame(spans)
 
 
@@ -74,12 +98,21 @@ def _out_of_fold(rows: pd.DataFrame, columns: list[str], target: pd.Series, grou
 
     predicted = pd.Series(np.nan, index=rows.index)
     for train, test in GroupKFold(folds).split(rows, groups=groups):
-        predicted.iloc[test] = _classifier(rows.iloc[train], columns, target.iloc[train], parameters).predict_proba(rows.iloc[test][columns])[:, 1]
+        predicted.iloc[test] = _classifier(rows.iloc[train], columns, target.iloc[train], parameters).predict_proba(
+            rows.iloc[test][columns]
+        )[:, 1]
     return predicted
 
 
-def fit_judged_selector(questions: pd.DataFrame, spans: pd.DataFrame, output_dir: str | Path, reader: dict[str, Any], folds: int = 5,
-                        parameters: dict = JUDGED_PARAMETERS, provenance: dict[str, Any] | None = None) -> pd.DataFrame:
+def fit_judged_selector(
+    questions: pd.DataFrame,
+    spans: pd.DataFrame,
+    output_dir: str | Path,
+    reader: dict[str, Any],
+    folds: int = 5,
+    parameters: dict = JUDGED_PARAMETERS,
+    provenance: dict[str, Any] | None = None,
+) -> pd.DataFrame:
     """Fit both models on all rows and the calibrations on out-of-fold predictions; write them to ``output_dir``.
 
     :returns: each question's out-of-fold decision: the best candidate's chance and whether it is right,
@@ -97,18 +130,32 @@ def fit_judged_selector(questions: pd.DataFrame, spans: pd.DataFrame, output_dir
     _classifier(spans, names.span, spans["f1"], parameters).booster_.save_model(str(output_dir / "span.txt"))
     _classifier(answers, names.answer, abstain_ok, parameters).booster_.save_model(str(output_dir / "answerable.txt"))
     info = {
-        **reader, "decision": USEFUL, "phrases": True, "span_model": "span.txt", "answer_model": "answerable.txt",
-        "question_features": names.question, "span_features": names.span, "answer_features": names.answer, "parameters": parameters, "folds": folds,
+        **reader,
+        "decision": USEFUL,
+        "phrases": True,
+        "span_model": "span.txt",
+        "answer_model": "answerable.txt",
+        "question_features": names.question,
+        "span_features": names.span,
+        "answer_features": names.answer,
+        "parameters": parameters,
+        "folds": folds,
         "calibration": {"answer": answer_calibration, "no_answer": no_answer_calibration},
-        "training": provenance or {}, "questions": int(questions["id"].nunique()), "rows": {"questions": len(questions), "spans": len(spans)},
+        "training": provenance or {},
+        "questions": int(questions["id"].nunique()),
+        "rows": {"questions": len(questions), "spans": len(spans)},
     }
     (output_dir / SELECTOR_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
     chance_right = np.interp(answers["best_span_f1"], *answer_calibration)
     chance_none = np.interp(no_answer_oof, *no_answer_calibration)
     answered = chance_right > chance_none
     return questions[["id", "domain", "item"]].assign(
-        chance_right=chance_right, right=answers["best_f1_true"].astype(bool), chance_no_answer=chance_none, abstain_ok=abstain_ok,
-        answered=answered, useful=np.where(answered, answers["best_f1_true"].astype(bool), abstain_ok),
+        chance_right=chance_right,
+        right=answers["best_f1_true"].astype(bool),
+        chance_no_answer=chance_none,
+        abstain_ok=abstain_ok,
+        answered=answered,
+        useful=np.where(answered, answers["best_f1_true"].astype(bool), abstain_ok),
         chance=np.where(answered, chance_right, chance_none),
     )
 
@@ -119,9 +166,15 @@ def summarize_out_of_fold(decisions: pd.DataFrame) -> pd.DataFrame:
 
     rows = []
     for name, part in [("all", decisions), *decisions.groupby("domain")]:
-        rows.append({
-            "set": name, "questions": len(part), "useful_first": part["useful"].mean(), "answered": part["answered"].mean(),
-            "right": (part["answered"] & part["right"]).mean(), "wrong": (part["answered"] & ~part["right"]).mean(),
-            "ece": expected_calibration_error(part["chance"], part["useful"]) if len(part) else math.nan,
-        })
+        rows.append(
+            {
+                "set": name,
+                "questions": len(part),
+                "useful_first": part["useful"].mean(),
+                "answered": part["answered"].mean(),
+                "right": (part["answered"] & part["right"]).mean(),
+                "wrong": (part["answered"] & ~part["right"]).mean(),
+                "ece": expected_calibration_error(part["chance"], part["useful"]) if len(part) else math.nan,
+            }
+        )
     return pd.DataFrame(rows)

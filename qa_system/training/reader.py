@@ -25,9 +25,10 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,10 +39,18 @@ from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reproducibility import machine, seed_everything
 from qa_system.sources.qa_files import read_qa_file, read_qa_files
-from qa_system.training.progress import quiet_progress
 from qa_system.training.distillation import DistillationConfig, DistillationLoss, check_same_tokenizer, distillation_loss
+from qa_system.training.progress import quiet_progress
 from qa_system.training.reader_data import (
-    LABELS, POOLED, dev_predictions, length_grouped_order, no_answer_share, pad_batch, provenance, save_reader, training_features,
+    LABELS,
+    POOLED,
+    dev_predictions,
+    length_grouped_order,
+    no_answer_share,
+    pad_batch,
+    provenance,
+    save_reader,
+    training_features,
 )
 
 PathLike = str | Path
@@ -74,7 +83,9 @@ class TrainingConfig:
         check_number(self.warmup_ratio, "warmup_ratio", 0, maximum=1)
         check_number(self.weight_decay, "weight_decay", 0)
         if self.doc_stride >= self.max_seq_length:
-            raise QAError(f"doc_stride ({self.doc_stride}) must be smaller than max_seq_length ({self.max_seq_length}).", "lower doc_stride.")
+            raise QAError(
+                f"doc_stride ({self.doc_stride}) must be smaller than max_seq_length ({self.max_seq_length}).", "lower doc_stride."
+            )
 
 
 @dataclass
@@ -100,11 +111,14 @@ class _Selection:
 
 
 def training_device(setting: str = "auto") -> str:
-    """"cpu" or "cuda" for the Trainer, from the one device setting (``devices.resolve_device``: an absent GPU is
+    """ "cpu" or "cuda" for the Trainer, from the one device setting (``devices.resolve_device``: an absent GPU is
     refused there). The Trainer trains on the first GPU it sees, so another one is chosen with CUDA_VISIBLE_DEVICES."""
     device = resolve_device(setting)
     if device not in ("cpu", "cuda:0"):
-        raise QAError(f"Training runs on the first GPU it sees; {setting} names GPU {device[5:]}.", f"set CUDA_VISIBLE_DEVICES={device[5:]} and use --device cuda.")
+        raise QAError(
+            f"Training runs on the first GPU it sees; {setting} names GPU {device[5:]}.",
+            f"set CUDA_VISIBLE_DEVICES={device[5:]} and use --device cuda.",
+        )
     return "cpu" if device == "cpu" else "cuda"
 
 
@@ -137,8 +151,14 @@ def _loss(model, teacher, batch, distillation: DistillationConfig | None):
         return DistillationLoss(loss, loss, torch.zeros(()))
     student = model(**inputs)
     return distillation_loss(
-        student.start_logits, student.end_logits, *teacher(inputs),
-        batch["start_positions"], batch["end_positions"], batch["span_mask"], distillation.temperature, distillation.alpha,
+        student.start_logits,
+        student.end_logits,
+        *teacher(inputs),
+        batch["start_positions"],
+        batch["end_positions"],
+        batch["span_mask"],
+        distillation.temperature,
+        distillation.alpha,
     )
 
 
@@ -162,7 +182,11 @@ def _trainer_class():
 
         def log(self, logs: dict[str, float], *args, **kwargs) -> None:
             if self._parts and "loss" in logs:
-                logs = {**logs, "hard_loss": float(np.mean([h for h, _ in self._parts])), "soft_loss": float(np.mean([s for _, s in self._parts]))}
+                logs = {
+                    **logs,
+                    "hard_loss": float(np.mean([h for h, _ in self._parts])),
+                    "soft_loss": float(np.mean([s for _, s in self._parts])),
+                }
                 self._parts = []
             super().log(logs, *args, **kwargs)
 
@@ -196,8 +220,14 @@ def _epoch_losses(log_history: list[dict[str, Any]], epoch: int, distilled: bool
     return losses
 
 
-def _selection_callback(evaluate: Callable[[int, int, list], dict], save_best: Callable[[dict, _Selection], None], selected: str,
-                        patience: int, selection: _Selection, began: float):
+def _selection_callback(
+    evaluate: Callable[[int, int, list], dict],
+    save_best: Callable[[dict, _Selection], None],
+    selected: str,
+    patience: int,
+    selection: _Selection,
+    began: float,
+):
     """A ``TrainerCallback``: after each epoch, read dev, keep the model if it is the best so far, stop when stale; saved with each checkpoint."""
     from transformers import TrainerCallback
 
@@ -207,7 +237,10 @@ def _selection_callback(evaluate: Callable[[int, int, list], dict], save_best: C
             selection.history.append(record)
             print(json.dumps(record), flush=True)
             # Prior-weighted: plain F1 on dev splits more often unanswerable than train (SubjQA's) rewards abstaining.
-            if selection.best is None or record["dev"][selected]["prior_weighted_f1"] > selection.best["dev"][selected]["prior_weighted_f1"]:
+            if (
+                selection.best is None
+                or record["dev"][selected]["prior_weighted_f1"] > selection.best["dev"][selected]["prior_weighted_f1"]
+            ):
                 selection.best, selection.stale = record, 0
                 save_best(record, selection)
             else:
@@ -235,7 +268,9 @@ def resume_point(resume_from: PathLike | None, output_dir: PathLike) -> Path | N
         return found[-1]
     point = Path(resume_from)
     if not (point / "trainer_state.json").is_file():
-        raise QAError(f"{point} is not a training checkpoint (no trainer_state.json).", f"pass a checkpoint-N folder from {checkpoints}, or 'last'.")
+        raise QAError(
+            f"{point} is not a training checkpoint (no trainer_state.json).", f"pass a checkpoint-N folder from {checkpoints}, or 'last'."
+        )
     return point
 
 
@@ -246,12 +281,27 @@ def _training_arguments(config: TrainingConfig, checkpoints: Path, total_steps: 
     # bf16 autocast where the GPU has it (the Trainer keeps fp32 weights and the loss in fp32); fp32 elsewhere.
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     return TrainingArguments(
-        output_dir=str(checkpoints), per_device_train_batch_size=config.batch_size, learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay, max_steps=total_steps, lr_scheduler_type="linear",
-        warmup_steps=int(config.warmup_ratio * total_steps), max_grad_norm=1.0, seed=config.seed,
-        save_strategy="steps", save_steps=config.checkpoint_steps, save_total_limit=2,
-        logging_strategy="steps", logging_steps=1, report_to=[], use_cpu=device == "cpu", bf16=bf16, disable_tqdm=not progress,
-        dataloader_num_workers=0, eval_strategy="no", remove_unused_columns=False,  # span_mask is no model input but the loss needs it
+        output_dir=str(checkpoints),
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay,
+        max_steps=total_steps,
+        lr_scheduler_type="linear",
+        warmup_steps=int(config.warmup_ratio * total_steps),
+        max_grad_norm=1.0,
+        seed=config.seed,
+        save_strategy="steps",
+        save_steps=config.checkpoint_steps,
+        save_total_limit=2,
+        logging_strategy="steps",
+        logging_steps=1,
+        report_to=[],
+        use_cpu=device == "cpu",
+        bf16=bf16,
+        disable_tqdm=not progress,
+        dataloader_num_workers=0,
+        eval_strategy="no",
+        remove_unused_columns=False,  # span_mask is no model input but the loss needs it
     )
 
 
@@ -268,7 +318,9 @@ def _read_training_files(train_files, dev_files, select_on, drop_dev_questions):
         for report in reports:
             print(f"{kind} {report.summary()}", flush=True)
     if not any(report.examples for report in train_reports):
-        raise QAError("The training files hold no usable question.", "check them with read_qa_file; every answer needs a valid offset in its context.")
+        raise QAError(
+            "The training files hold no usable question.", "check them with read_qa_file; every answer needs a valid offset in its context."
+        )
     return dev_reports, dev_sets, POOLED if select_on == POOLED else select_on.name, train_reports
 
 
@@ -282,7 +334,13 @@ def _dev_evaluator(model, reader: ExtractiveReader, dev_sets: dict, dev_files, p
         threshold, _ = tune_no_answer_threshold(pooled, prior)
         metrics = {path.name: scores_at(predictions, threshold, prior) for path, predictions in per_file.items()}
         metrics[POOLED] = scores_at(pooled, threshold, prior)
-        return {"epoch": epoch, "steps": step, **_epoch_losses(log_history, epoch, distilled), "no_answer_threshold": threshold, "dev": metrics}
+        return {
+            "epoch": epoch,
+            "steps": step,
+            **_epoch_losses(log_history, epoch, distilled),
+            "no_answer_threshold": threshold,
+            "dev": metrics,
+        }
 
     return evaluate
 
@@ -324,7 +382,9 @@ def train_reader(
     :returns: where the best model is, its epoch, threshold and dev metrics per file.
     """
     if not train_files or not dev_files:
-        raise QAError("train_reader needs at least one training file and one dev file.", "pass SQuAD or MRQA files (see `qa-system export-squad`).")
+        raise QAError(
+            "train_reader needs at least one training file and one dev file.", "pass SQuAD or MRQA files (see `qa-system export-squad`)."
+        )
     no_answer_prior = check_number(no_answer_prior, "no_answer_prior", 0, maximum=1, optional=True)
     device = training_device(device)
     output_dir = Path(output_dir)
@@ -339,25 +399,53 @@ def train_reader(
     total_steps = min(math.ceil(len(features) / config.batch_size) * config.epochs, config.max_steps or math.inf)
     prior = no_answer_share(train_examples) if no_answer_prior is None else no_answer_prior
     info_base = {
-        "no_answer_prior": prior, "base_model": base_model, "base_model_training": provenance(base_model),
-        "train_files": [Path(p).name for p in train_files], "train_questions": len(train_examples), "train_windows": len(features),
-        "train_data": [report.as_dict() for report in train_reports], "dev_files": [p.name for p in dev_sets],
-        "dev_data": [report.as_dict() for report in dev_reports], "threshold_tuned_on": [Path(p).name for p in dev_files],
-        "selected_on": selected, "hyperparameters": asdict(config), "trainer": "transformers.Trainer", "machine": machine(device),
+        "no_answer_prior": prior,
+        "base_model": base_model,
+        "base_model_training": provenance(base_model),
+        "train_files": [Path(p).name for p in train_files],
+        "train_questions": len(train_examples),
+        "train_windows": len(features),
+        "train_data": [report.as_dict() for report in train_reports],
+        "dev_files": [p.name for p in dev_sets],
+        "dev_data": [report.as_dict() for report in dev_reports],
+        "threshold_tuned_on": [Path(p).name for p in dev_files],
+        "selected_on": selected,
+        "hyperparameters": asdict(config),
+        "trainer": "transformers.Trainer",
+        "machine": machine(device),
         "distillation": None if distillation is None else {**asdict(distillation), "teacher_training": provenance(distillation.teacher)},
     }
-    selection = _Selection(**json.loads((resume / SELECTION_STATE).read_text(encoding="utf-8"))) if resume and (resume / SELECTION_STATE).is_file() else _Selection()
+    selection = (
+        _Selection(**json.loads((resume / SELECTION_STATE).read_text(encoding="utf-8")))
+        if resume and (resume / SELECTION_STATE).is_file()
+        else _Selection()
+    )
 
     def save_best(record: dict, state: _Selection) -> None:
         seconds = state.seconds_before + time.time() - began
-        save_reader(model, tokenizer, output_dir, {**info_base, "no_answer_threshold": record["no_answer_threshold"], "best_epoch": record["epoch"],
-                                                    "dev_metrics": record["dev"], "history": state.history, "training_seconds": seconds})
+        save_reader(
+            model,
+            tokenizer,
+            output_dir,
+            {
+                **info_base,
+                "no_answer_threshold": record["no_answer_threshold"],
+                "best_epoch": record["epoch"],
+                "dev_metrics": record["dev"],
+                "history": state.history,
+                "training_seconds": seconds,
+            },
+        )
 
     reader = ExtractiveReader.from_loaded(model, tokenizer, max_seq_length=config.max_seq_length, doc_stride=config.doc_stride)
     evaluate = _dev_evaluator(model, reader, dev_sets, dev_files, prior, distillation is not None)
     trainer = _trainer_class()(
-        model=model, args=_training_arguments(config, checkpoints, int(total_steps), progress, device), train_dataset=features,
-        data_collator=lambda batch: pad_batch(batch, tokenizer), teacher=_teacher(distillation, tokenizer, device), distillation=distillation,
+        model=model,
+        args=_training_arguments(config, checkpoints, int(total_steps), progress, device),
+        train_dataset=features,
+        data_collator=lambda batch: pad_batch(batch, tokenizer),
+        teacher=_teacher(distillation, tokenizer, device),
+        distillation=distillation,
         callbacks=[_selection_callback(evaluate, save_best, selected, config.patience, selection, began), *callbacks],
     )
     quiet_progress(trainer, progress, "training the reader")  # a progress bar or log lines, not a printed line per step

@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import json
 import random
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from haystack import Document
 
@@ -71,7 +72,9 @@ def training_features(tokenizer, examples: Sequence[SquadExample], max_seq_lengt
     rather than "no answer" when it does not (MRQA lists every occurrence of an answer).
     ``span_mask`` marks the positions a reader can answer with ([CLS] and the context), for distillation.
     """
-    encoding = encode_windows(tokenizer, [e.question for e in examples], [e.context for e in examples], max_seq_length, doc_stride, padding=False)
+    encoding = encode_windows(
+        tokenizer, [e.question for e in examples], [e.context for e in examples], max_seq_length, doc_stride, padding=False
+    )
     context_id = context_sequence_id(tokenizer)
     names = [n for n in ("input_ids", "token_type_ids", "attention_mask") if n in encoding]
     features = []

@@ -39,9 +39,10 @@ import random
 import shutil
 import time
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from haystack import Document
@@ -192,10 +193,17 @@ def product_batches(data: TrainingData, batch_size: int, hard_negatives: int, rn
             picks = _unused(data.reviews_of_product[pair.product], used, hard_negatives, rng)
             picks += _unused(data.reviews_of_domain[pair.product[0]], used | set(picks), hard_negatives - len(picks), rng)
             if len(picks) < hard_negatives:
-                raise QAError(f"The {pair.product[0]} reviews are too few for {hard_negatives} hard negatives per question.", "lower --hard-negatives.")
+                raise QAError(
+                    f"The {pair.product[0]} reviews are too few for {hard_negatives} hard negatives per question.",
+                    "lower --hard-negatives.",
+                )
             used.update(picks)
             negatives.append(picks)
-        batches.append(Batch([p.question for p in chosen], [p.document_id for p in chosen], [list(c) for c in zip(*negatives)] if hard_negatives else []))
+        batches.append(
+            Batch(
+                [p.question for p in chosen], [p.document_id for p in chosen], [list(c) for c in zip(*negatives)] if hard_negatives else []
+            )
+        )
     return batches
 
 
@@ -214,7 +222,9 @@ def encode(model, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
     return model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
 
 
-def dev_recall(query_model, passages: np.ndarray, questions: Sequence[LabelledQuestion], documents: Sequence[Document], label: str = "dev") -> dict[str, float]:
+def dev_recall(
+    query_model, passages: np.ndarray, questions: Sequence[LabelledQuestion], documents: Sequence[Document], label: str = "dev"
+) -> dict[str, float]:
     """Strict recall@1/3 and MRR with per-product and split filters; ``passages`` are the documents' vectors.
 
     The same records and metrics as ``evaluate_retrievers``; only the ranking is computed from
@@ -249,7 +259,9 @@ def load_encoder(name_or_path: str, max_seq_length: int | None = None, what: str
         model = SentenceTransformer(str(name_or_path), device=device)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise QAError(f"Could not load the {what} '{name_or_path}': {detail}", "pass a sentence-transformers model directory or a hub id.") from error
+        raise QAError(
+            f"Could not load the {what} '{name_or_path}': {detail}", "pass a sentence-transformers model directory or a hub id."
+        ) from error
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
     return model
@@ -266,7 +278,9 @@ def indexed_vectors(settings: Settings, domains: Sequence[str], encoder: str) ->
     for domain in domains:
         index = try_open_index(settings, index_name(domain))
         if index is not None and embeddings_match(index, wanted):
-            vectors.update({d.id: np.asarray(d.embedding, dtype=np.float32) for d in index.store.filter_documents() if d.embedding is not None})
+            vectors.update(
+                {d.id: np.asarray(d.embedding, dtype=np.float32) for d in index.store.filter_documents() if d.embedding is not None}
+            )
     return vectors
 
 
@@ -315,8 +329,15 @@ class Encoders:
         return encode(self.passage, [d.content or "" for d in documents])
 
 
-def load_encoders(config: RetrieverTrainingConfig, base_model: str, query_base_model: str | None, settings: Settings,
-                  domains: Sequence[str], reviews: dict[str, str], resume_from: Path | None = None) -> Encoders:
+def load_encoders(
+    config: RetrieverTrainingConfig,
+    base_model: str,
+    query_base_model: str | None,
+    settings: Settings,
+    domains: Sequence[str],
+    reviews: dict[str, str],
+    resume_from: Path | None = None,
+) -> Encoders:
     """The base encoders (a separate passage encoder resumed from its checkpoint), and the frozen review vectors."""
     import torch
 
@@ -334,7 +355,10 @@ def load_encoders(config: RetrieverTrainingConfig, base_model: str, query_base_m
     known = indexed_vectors(settings, domains, base_model)
     missing = [i for i in reviews if i not in known]
     if missing:
-        print(f"encoding {len(missing)} reviews with the frozen passage encoder ({len(reviews) - len(missing)} taken from saved indexes)", flush=True)
+        print(
+            f"encoding {len(missing)} reviews with the frozen passage encoder ({len(reviews) - len(missing)} taken from saved indexes)",
+            flush=True,
+        )
         known.update(zip(missing, encode(passage, [reviews[i] for i in missing])))
     return Encoders("question", query, passage, {i: torch.from_numpy(np.asarray(known[i], dtype=np.float32)) for i in reviews})
 
@@ -368,7 +392,7 @@ class FixedBatches:
     def __init__(self, batches: list[list[int]]):
         self.batches = batches
 
-    def __call__(self, dataset, **kwargs) -> "FixedBatches":
+    def __call__(self, dataset, **kwargs) -> FixedBatches:
         return self
 
     def __iter__(self):
@@ -426,8 +450,17 @@ class EpochSelection(TrainerCallback):
     epoch's encoders are saved to ``output_dir``; training stops after ``patience`` epochs without gain. Its record
     goes into every checkpoint (``SELECTION_FILE``) and comes back with ``restore``."""
 
-    def __init__(self, encoders: Encoders, dev_sets: dict, evaluate_at: dict[int, int], output_dir: Path, info: dict[str, Any], patience: int):
-        self.encoders, self.dev_sets, self.evaluate_at, self.output_dir, self.info, self.patience = encoders, dev_sets, evaluate_at, output_dir, info, patience
+    def __init__(
+        self, encoders: Encoders, dev_sets: dict, evaluate_at: dict[int, int], output_dir: Path, info: dict[str, Any], patience: int
+    ):
+        self.encoders, self.dev_sets, self.evaluate_at, self.output_dir, self.info, self.patience = (
+            encoders,
+            dev_sets,
+            evaluate_at,
+            output_dir,
+            info,
+            patience,
+        )
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
         self.stale = 0
@@ -440,8 +473,12 @@ class EpochSelection(TrainerCallback):
         for model in self.encoders.learning:
             model.eval()
         with torch.inference_mode():
-            metrics = {domain: dev_recall(self.encoders.query, self.encoders.passages(documents), questions, documents, label=f"{label} {domain} dev")
-                       for domain, (questions, documents) in self.dev_sets.items()}
+            metrics = {
+                domain: dev_recall(
+                    self.encoders.query, self.encoders.passages(documents), questions, documents, label=f"{label} {domain} dev"
+                )
+                for domain, (questions, documents) in self.dev_sets.items()
+            }
         for model in self.encoders.learning:
             model.train()
         metrics["mean"] = {k: float(np.mean([m[k] for m in metrics.values()])) for k in ("recall@1", "recall@3", "mrr")}
@@ -458,7 +495,9 @@ class EpochSelection(TrainerCallback):
         if epoch is None:
             return
         metrics = self.evaluate(f"epoch {epoch}")
-        self.history.append({"epoch": epoch, "steps": state.global_step, "train_loss": float(np.mean(self.losses)) if self.losses else None, "dev": metrics})
+        self.history.append(
+            {"epoch": epoch, "steps": state.global_step, "train_loss": float(np.mean(self.losses)) if self.losses else None, "dev": metrics}
+        )
         self.losses = []
         print(json.dumps(self.history[-1]), flush=True)
         if self.best is None or _selection_key(metrics) > _selection_key(self.best["dev"]):
@@ -475,37 +514,68 @@ class EpochSelection(TrainerCallback):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if self.encoders.kind == "separate":
             self.encoders.passage.save(str(checkpoint / "passage"))
-        record = {"history": self.history, "best": self.best, "stale": self.stale, "losses": self.losses, "hyperparameters": self.info["hyperparameters"]}
+        record = {
+            "history": self.history,
+            "best": self.best,
+            "stale": self.stale,
+            "losses": self.losses,
+            "hyperparameters": self.info["hyperparameters"],
+        }
         (checkpoint / SELECTION_FILE).write_text(json.dumps(record, default=str), encoding="utf-8")
 
     def restore(self, checkpoint: Path) -> None:
         """The record of the run that wrote ``checkpoint``; a QAError when that run had other settings."""
         record = json.loads((checkpoint / SELECTION_FILE).read_text(encoding="utf-8"))
         if record["hyperparameters"] != json.loads(json.dumps(self.info["hyperparameters"], default=str)):
-            raise QAError(f"{checkpoint} was saved by a run with other settings ({record['hyperparameters']}).", "resume with the same flags, or start afresh.")
+            raise QAError(
+                f"{checkpoint} was saved by a run with other settings ({record['hyperparameters']}).",
+                "resume with the same flags, or start afresh.",
+            )
         self.history, self.best, self.stale, self.losses = record["history"], record["best"], record["stale"], record["losses"]
 
 
-def _training_arguments(config: RetrieverTrainingConfig, checkpoints: Path, total_steps: int, batches: list[list[int]], progress: bool, device: str = "cpu"):
+def _training_arguments(
+    config: RetrieverTrainingConfig, checkpoints: Path, total_steps: int, batches: list[list[int]], progress: bool, device: str = "cpu"
+):
     from sentence_transformers.sentence_transformer.training_args import SentenceTransformerTrainingArguments
 
     return SentenceTransformerTrainingArguments(
-        output_dir=str(checkpoints), learning_rate=config.learning_rate, weight_decay=config.weight_decay, max_steps=total_steps,
-        lr_scheduler_type="linear", warmup_steps=int(config.warmup_ratio * total_steps), max_grad_norm=1.0, seed=config.seed,
-        batch_sampler=FixedBatches(batches), save_strategy="steps", save_steps=config.checkpoint_steps,
-        save_total_limit=2, logging_strategy="steps", logging_steps=1, report_to=[], use_cpu=not is_cuda(device), disable_tqdm=not progress,
-        dataloader_num_workers=0, eval_strategy="no", remove_unused_columns=False,
-    )  # fmt: skip
+        output_dir=str(checkpoints),
+        learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay,
+        max_steps=total_steps,
+        lr_scheduler_type="linear",
+        warmup_steps=int(config.warmup_ratio * total_steps),
+        max_grad_norm=1.0,
+        seed=config.seed,
+        batch_sampler=FixedBatches(batches),
+        save_strategy="steps",
+        save_steps=config.checkpoint_steps,
+        save_total_limit=2,
+        logging_strategy="steps",
+        logging_steps=1,
+        report_to=[],
+        use_cpu=not is_cuda(device),
+        disable_tqdm=not progress,
+        dataloader_num_workers=0,
+        eval_strategy="no",
+        remove_unused_columns=False,
+    )
 
 
 def _dev_sets(data: SubjQA, domains: Sequence[str]) -> dict[str, tuple[list[LabelledQuestion], list[Document]]]:
     dev_sets = {
-        domain: ([q for q in data.questions if q.split == "dev" and q.domain == domain], [d for d in data.documents if in_split(d, "dev") and d.meta["domain"] == domain])
+        domain: (
+            [q for q in data.questions if q.split == "dev" and q.domain == domain],
+            [d for d in data.documents if in_split(d, "dev") and d.meta["domain"] == domain],
+        )
         for domain in domains
     }
     dev_sets = {domain: dev for domain, dev in dev_sets.items() if dev[0]}
     if not dev_sets:
-        raise QAError(f"No dev questions in {', '.join(domains)}: nothing to select the epoch on.", "train on domains that have a dev split.")
+        raise QAError(
+            f"No dev questions in {', '.join(domains)}: nothing to select the epoch on.", "train on domains that have a dev split."
+        )
     return dev_sets
 
 
@@ -514,13 +584,20 @@ def _run_info(config, base_model, query_base_model, domains, train, dev_sets, ou
 
     frozen = config.encoders == "question"
     return {
-        "base_model": base_model, "query_base_model": query_base_model, "encoders": config.encoders,
-        "passage_encoder": base_model if frozen else None, "passage_fingerprint": model_fingerprint(base_model) if frozen else None,
-        "domains": list(domains), "train_questions": len(train.pairs),
+        "base_model": base_model,
+        "query_base_model": query_base_model,
+        "encoders": config.encoders,
+        "passage_encoder": base_model if frozen else None,
+        "passage_fingerprint": model_fingerprint(base_model) if frozen else None,
+        "domains": list(domains),
+        "train_questions": len(train.pairs),
         "held_out": "train reviews that are also dev reviews, with their questions (SubjQA dev copies train)",
-        "dev_questions": {domain: len(dev[0]) for domain, dev in dev_sets.items()}, "hyperparameters": asdict(config),
-        "machine": machine(), "output_dir": str(output_dir), "trainer": "sentence-transformers SentenceTransformerTrainer",
-    }  # fmt: skip
+        "dev_questions": {domain: len(dev[0]) for domain, dev in dev_sets.items()},
+        "hyperparameters": asdict(config),
+        "machine": machine(),
+        "output_dir": str(output_dir),
+        "trainer": "sentence-transformers SentenceTransformerTrainer",
+    }
 
 
 def train_retriever(
@@ -572,16 +649,32 @@ def train_retriever(
         selection.history.append({"epoch": 0, "steps": 0, "dev": selection.evaluate("base model")})
         print(json.dumps(selection.history[-1]), flush=True)
     trainer = SentenceTransformerTrainer(
-        model=encoders.query, args=_training_arguments(config, output_dir / CHECKPOINTS, total_steps, batches, progress, resolve_device(settings.device)),
-        train_dataset=Dataset.from_dict(columns), loss=ReviewRankingLoss(encoders, config.scale), data_collator=ReviewCollator(encoders, reviews),
+        model=encoders.query,
+        args=_training_arguments(config, output_dir / CHECKPOINTS, total_steps, batches, progress, resolve_device(settings.device)),
+        train_dataset=Dataset.from_dict(columns),
+        loss=ReviewRankingLoss(encoders, config.scale),
+        data_collator=ReviewCollator(encoders, reviews),
         callbacks=[selection, *callbacks],
-    )  # fmt: skip
+    )
     quiet_progress(trainer, progress, "training the question encoder")  # the progress and one line per epoch say enough
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finished = trainer.state.global_step >= total_steps or selection.stale >= config.patience
-    result = RetrieverTrainingResult(output_dir, selection.best["epoch"], selection.best["dev"], selection.history, time.time() - began, trainer.state.global_step, finished)
+    result = RetrieverTrainingResult(
+        output_dir,
+        selection.best["epoch"],
+        selection.best["dev"],
+        selection.history,
+        time.time() - began,
+        trainer.state.global_step,
+        finished,
+    )
     if finished:
-        info = {**read_model_info(output_dir), "history": selection.history, "training_seconds": result.seconds, "steps": trainer.state.global_step}
+        info = {
+            **read_model_info(output_dir),
+            "history": selection.history,
+            "training_seconds": result.seconds,
+            "steps": trainer.state.global_step,
+        }
         write_model_info(output_dir, info)
         shutil.rmtree(output_dir / CHECKPOINTS, ignore_errors=True)
     return result
@@ -605,7 +698,11 @@ def model_card(info: dict[str, Any]) -> str:
     domain_args = " ".join(f"--domain {d}" for d in domains)
     output = info["output_dir"]
     flagged = ("epochs", "batch_size", "learning_rate", "seed", "hard_negatives", "max_seq_length", "patience", "max_steps")
-    hyper_args = " ".join(f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}" for k, v in info["hyperparameters"].items() if k in flagged and v is not None)
+    hyper_args = " ".join(
+        f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
+        for k, v in info["hyperparameters"].items()
+        if k in flagged and v is not None
+    )
     hyper_args += f" --threads {machine.get('torch_threads')}"
     if info["encoders"] == "question":
         flags = f"--query-embedding-model {output}"
@@ -614,20 +711,20 @@ def model_card(info: dict[str, Any]) -> str:
         passage = f"{output}/passage" if info["encoders"] == "separate" else output
         flags = f"--embedding-model {passage}" + (f" --query-embedding-model {output}/query" if info["encoders"] == "separate" else "")
         usage = f"qa-system index {domain_args} {flags}   # re-embeds the reviews with this encoder"
-    return f"""# Dense retriever encoder fine-tuned on SubjQA ({', '.join(domains)})
+    return f"""# Dense retriever encoder fine-tuned on SubjQA ({", ".join(domains)})
 
-A sentence-transformers bi-encoder ({info['encoders']} encoders) for the dense retriever of `qa_system`:
+A sentence-transformers bi-encoder ({info["encoders"]} encoders) for the dense retriever of `qa_system`:
 questions and reviews are embedded, and a product's reviews are ranked by cosine similarity.
 
-- **Base model**: `{info['base_model']}`{f" (questions: `{info['query_base_model']}`)" if info.get('query_base_model') else ''}
-- **Data**: SubjQA train splits of {', '.join(domains)}: {info['train_questions']} (question, own review) pairs.
-  Held out: {info['held_out']}.
+- **Base model**: `{info["base_model"]}`{f" (questions: `{info['query_base_model']}`)" if info.get("query_base_model") else ""}
+- **Data**: SubjQA train splits of {", ".join(domains)}: {info["train_questions"]} (question, own review) pairs.
+  Held out: {info["held_out"]}.
 - **Loss**: MultipleNegativesRankingLoss over batches that keep a product's questions together, so the in-batch
   negatives include the other reviews of the same product in the same split, plus
-  {info['hyperparameters']['hard_negatives']} more such review(s) per question; no review twice in a batch.
+  {info["hyperparameters"]["hard_negatives"]} more such review(s) per question; no review twice in a batch.
 - **Selection**: the epoch with the best mean strict recall@1 on the dev splits (per-product and split filters);
-  best epoch: {info['best_epoch']}.
-- **Training time**: {minutes:.1f} min on {machine.get('processor')} ({machine.get('cpu_count')} CPU cores, {machine.get('torch_threads')} torch threads, torch {machine.get('torch')}, {machine.get('device')}).
+  best epoch: {info["best_epoch"]}.
+- **Training time**: {minutes:.1f} min on {machine.get("processor")} ({machine.get("cpu_count")} CPU cores, {machine.get("torch_threads")} torch threads, torch {machine.get("torch")}, {machine.get("device")}).
 
 ## Dev strict recall per epoch
 
@@ -645,6 +742,6 @@ questions and reviews are embedded, and a product's reviews are ranked by cosine
 {usage}
 qa-system fit-fusion --domain electronics --rerank {flags}   # hybrid fusion and re-ranking fitted on dev
 qa-system eval retriever --domain electronics --retriever bm25 dense dense-ft hybrid-ft hybrid-ft+rerank --tuned-model {output}
-qa-system train-retriever {domain_args} --encoders {info['encoders']} {hyper_args} --output {output}   # rebuilds this model
+qa-system train-retriever {domain_args} --encoders {info["encoders"]} {hyper_args} --output {output}   # rebuilds this model
 ```
 """

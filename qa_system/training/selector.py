@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,15 +36,24 @@ from qa_system.reading.selection_features import ReadDocument, answer_row, featu
 MODES = ("gold", "split", "product")
 
 _KEYS = ("key", "id", "mode", "domain", "item")
-PARAMETERS = dict(n_estimators=300, learning_rate=0.03, num_leaves=15, min_child_samples=40, subsample=0.8, subsample_freq=1,
-                  colsample_bytree=0.8, reg_lambda=1.0, verbose=-1)
+PARAMETERS = dict(
+    n_estimators=300,
+    learning_rate=0.03,
+    num_leaves=15,
+    min_child_samples=40,
+    subsample=0.8,
+    subsample_freq=1,
+    colsample_bytree=0.8,
+    reg_lambda=1.0,
+    verbose=-1,
+)
 
 Retrieve = Callable[[Any, str], list[Document]]
 
 
 def fold_of(domain: str, item_id: str, folds: int) -> int:
     """The fold of a product: decided by a hash of its domain and id, so the same on every machine and run."""
-    return int(hashlib.sha256(f"{domain}:{item_id}".encode("utf-8")).hexdigest(), 16) % folds
+    return int(hashlib.sha256(f"{domain}:{item_id}".encode()).hexdigest(), 16) % folds
 
 
 def read_documents_record(reader: ExtractiveReader, question: str, documents: Sequence[Document]) -> list[dict[str, Any]]:
@@ -53,22 +63,39 @@ def read_documents_record(reader: ExtractiveReader, question: str, documents: Se
     for span in output.spans:
         spans.setdefault(span.document, []).append([span.start, span.end, span.logit])
     return [
-        {"id": d.id, "content": d.content or "", "rank": i, "score": d.score, "null": output.document_nulls.get(i), "spans": spans.get(i, [])}
+        {
+            "id": d.id,
+            "content": d.content or "",
+            "rank": i,
+            "score": d.score,
+            "null": output.document_nulls.get(i),
+            "spans": spans.get(i, []),
+        }
         for i, d in enumerate(documents)
     ]
 
 
-def read_questions(reader: ExtractiveReader, questions: Sequence[Any], retrieve: Retrieve, modes: Sequence[str] = MODES, progress: bool = True) -> list[dict]:
+def read_questions(
+    reader: ExtractiveReader, questions: Sequence[Any], retrieve: Retrieve, modes: Sequence[str] = MODES, progress: bool = True
+) -> list[dict]:
     """One record per question: its gold answers and, per mode, the documents read (``retrieve(question, mode)``)."""
     from qa_system.progress import track
 
     records = []
     for question in track(questions, "reading for the selector", "questions", enabled=progress):
         modes_read = {mode: read_documents_record(reader, question.question, retrieve(question, mode)) for mode in modes}
-        records.append({
-            "id": question.id, "question": question.question, "item_id": question.item_id, "domain": question.domain,
-            "split": question.split, "gold": question.answer_texts, "no_answer": question.no_answer, "modes": modes_read,
-        })
+        records.append(
+            {
+                "id": question.id,
+                "question": question.question,
+                "item_id": question.item_id,
+                "domain": question.domain,
+                "split": question.split,
+                "gold": question.answer_texts,
+                "no_answer": question.no_answer,
+                "modes": modes_read,
+            }
+        )
     return records
 
 
@@ -84,7 +111,13 @@ def selector_frames(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame
         null_f1 = best_scores("", record["gold"])[1]
         for mode, documents in record["modes"].items():
             question, candidates, rows = features(record["question"], [_read_document(d) for d in documents])
-            keys = {"key": f"{record['id']}|{mode}", "id": record["id"], "mode": mode, "domain": record["domain"], "item": record["item_id"]}
+            keys = {
+                "key": f"{record['id']}|{mode}",
+                "id": record["id"],
+                "mode": mode,
+                "domain": record["domain"],
+                "item": record["item_id"],
+            }
             questions.append({**question, **keys, "answerable": not record["no_answer"], "null_f1": null_f1})
             for candidate, row in zip(candidates, rows):
                 spans.append({**row, **keys, "answerable": not record["no_answer"], "f1": best_scores(candidate.text, record["gold"])[1]})
@@ -100,7 +133,7 @@ class FeatureNames:
     answer: list[str]
 
     @classmethod
-    def of(cls, questions: pd.DataFrame, spans: pd.DataFrame) -> "FeatureNames":
+    def of(cls, questions: pd.DataFrame, spans: pd.DataFrame) -> FeatureNames:
         """The feature columns of ``selector_frames``' two tables (and the answerability model's, made from them)."""
         question = [c for c in questions.columns if c not in (*_KEYS, "answerable", "null_f1")]
         span = [c for c in spans.columns if c not in (*_KEYS, "answerable", "f1")]
@@ -121,7 +154,9 @@ def _answer_rows(questions: pd.DataFrame, spans: pd.DataFrame, predicted: pd.Ser
     rows = []
     for key, question in zip(questions["key"], questions[names.question].to_dict("records")):
         head = best.loc[key] if key in best.index else None
-        rows.append(answer_row(question, None if head is None else head[names.span].to_dict(), 0.0 if head is None else float(head["predicted"])))
+        rows.append(
+            answer_row(question, None if head is None else head[names.span].to_dict(), 0.0 if head is None else float(head["predicted"]))
+        )
     frame = pd.DataFrame(rows, index=questions.index)[names.answer]
     return frame.assign(best_f1_true=[float(best.loc[k, "f1"]) if k in best.index else 0.0 for k in questions["key"]])
 
@@ -142,7 +177,9 @@ def _answer_model(answers: pd.DataFrame, answerable: pd.Series, names: FeatureNa
     return lightgbm.LGBMClassifier(**parameters).fit(answers[names.answer], answerable)
 
 
-def out_of_fold(questions: pd.DataFrame, answers: pd.DataFrame, names: FeatureNames, folds: int = 5, parameters: dict = PARAMETERS) -> pd.DataFrame:
+def out_of_fold(
+    questions: pd.DataFrame, answers: pd.DataFrame, names: FeatureNames, folds: int = 5, parameters: dict = PARAMETERS
+) -> pd.DataFrame:
     """Each question's decision by models that never saw its product (``answers``: ``_answer_rows`` of out-of-fold
     span predictions): P(answerable), the best span's predicted and true F1, both options' values, the decision, its F1."""
     from sklearn.model_selection import GroupKFold
@@ -169,8 +206,15 @@ def _isotonic(values: Sequence[float], right: Sequence[float]) -> list[list[floa
     return [fitted.X_thresholds_.tolist(), fitted.y_thresholds_.tolist()]
 
 
-def fit_selector(questions: pd.DataFrame, spans: pd.DataFrame, output_dir: str | Path, reader: dict[str, Any], folds: int = 5,
-                 parameters: dict = PARAMETERS, provenance: dict[str, Any] | None = None) -> pd.DataFrame:
+def fit_selector(
+    questions: pd.DataFrame,
+    spans: pd.DataFrame,
+    output_dir: str | Path,
+    reader: dict[str, Any],
+    folds: int = 5,
+    parameters: dict = PARAMETERS,
+    provenance: dict[str, Any] | None = None,
+) -> pd.DataFrame:
     """Fit both models on all rows and the calibrations on out-of-fold decisions; write them to ``output_dir``.
 
     The answerability model learns from out-of-fold span predictions: what the span model says of
@@ -188,10 +232,22 @@ def fit_selector(questions: pd.DataFrame, spans: pd.DataFrame, output_dir: str |
     _answer_model(answers, questions["answerable"], names, parameters).booster_.save_model(str(output_dir / "answerable.txt"))
     right = (oof["best_f1_true"] >= RIGHT_F1) & oof["answerable"]
     info = {
-        **reader, "span_model": "span.txt", "answer_model": "answerable.txt", "question_features": names.question,
-        "span_features": names.span, "answer_features": names.answer, "right_f1": RIGHT_F1, "parameters": parameters, "folds": folds,
-        "calibration": {"answer": _isotonic(oof["answer_value"], right), "no_answer": _isotonic(oof["no_answer_value"], ~oof["answerable"])},
-        "training": provenance or {}, "questions": int(questions["id"].nunique()), "rows": {"questions": len(questions), "spans": len(spans)},
+        **reader,
+        "span_model": "span.txt",
+        "answer_model": "answerable.txt",
+        "question_features": names.question,
+        "span_features": names.span,
+        "answer_features": names.answer,
+        "right_f1": RIGHT_F1,
+        "parameters": parameters,
+        "folds": folds,
+        "calibration": {
+            "answer": _isotonic(oof["answer_value"], right),
+            "no_answer": _isotonic(oof["no_answer_value"], ~oof["answerable"]),
+        },
+        "training": provenance or {},
+        "questions": int(questions["id"].nunique()),
+        "rows": {"questions": len(questions), "spans": len(spans)},
     }
     (output_dir / SELECTOR_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
     return oof
@@ -234,8 +290,17 @@ def _subjqa_retrieve(settings, domains: Sequence[str]) -> Callable[[Any, str], l
     return retrieve
 
 
-def cross_fit_readers(settings, general_reader: str, work_dir: str | Path, domains: Sequence[str], folds: int = 5,
-                      config: Any = None, rehearsal: Sequence[str | Path] = (), modes: Sequence[str] = MODES, progress: bool = True) -> list[dict]:
+def cross_fit_readers(
+    settings,
+    general_reader: str,
+    work_dir: str | Path,
+    domains: Sequence[str],
+    folds: int = 5,
+    config: Any = None,
+    rehearsal: Sequence[str | Path] = (),
+    modes: Sequence[str] = MODES,
+    progress: bool = True,
+) -> list[dict]:
     """Train one reader per fold from ``general_reader`` (the SubjQA stage of the default recipe) and read its fold.
 
     SubjQA's train questions that are not dev questions are cut by product (``folds_of``); fold k's
@@ -262,18 +327,34 @@ def cross_fit_readers(settings, general_reader: str, work_dir: str | Path, domai
     for fold in folds_of(questions, folds):
         fold_dir = work_dir / f"fold-{fold.number}"
         fold_dir.mkdir(parents=True, exist_ok=True)
-        (fold_dir / "fold.json").write_text(json.dumps({"fold": fold.number, "folds": folds, "trained_on": fold.trained_on, "reads": fold.reads}), encoding="utf-8")
+        (fold_dir / "fold.json").write_text(
+            json.dumps({"fold": fold.number, "folds": folds, "trained_on": fold.trained_on, "reads": fold.reads}), encoding="utf-8"
+        )
         reader_dir = fold_dir / "reader"
         if not (reader_dir / "qa_system.json").is_file() or (reader_dir / CHECKPOINTS).exists():
             write_squad([by_id[i] for i in fold.trained_on], fold_dir / "train.json")
             resume = "last" if any((reader_dir / CHECKPOINTS).glob("checkpoint-*")) else None
-            train_reader([fold_dir / "train.json", *rehearsal], dev_files, general_reader, reader_dir, config or TrainingConfig(epochs=1, learning_rate=5e-5),
-                         select_on=POOLED, drop_dev_questions=True, no_answer_prior=prior, progress=progress, resume_from=resume)
-        records += _fold_records(settings, reader_dir, [by_id[i] for i in fold.reads], retrieve, modes, fold_dir / "records.jsonl", progress)
+            train_reader(
+                [fold_dir / "train.json", *rehearsal],
+                dev_files,
+                general_reader,
+                reader_dir,
+                config or TrainingConfig(epochs=1, learning_rate=5e-5),
+                select_on=POOLED,
+                drop_dev_questions=True,
+                no_answer_prior=prior,
+                progress=progress,
+                resume_from=resume,
+            )
+        records += _fold_records(
+            settings, reader_dir, [by_id[i] for i in fold.reads], retrieve, modes, fold_dir / "records.jsonl", progress
+        )
     return records
 
 
-def _fold_records(settings, reader_dir: Path, questions: Sequence[Any], retrieve, modes: Sequence[str], path: Path, progress: bool) -> list[dict]:
+def _fold_records(
+    settings, reader_dir: Path, questions: Sequence[Any], retrieve, modes: Sequence[str], path: Path, progress: bool
+) -> list[dict]:
     """The fold reader's records of its own questions, read once and kept in ``path``."""
     if path.is_file():
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

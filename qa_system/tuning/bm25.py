@@ -18,9 +18,9 @@ BM25's defaults are the setting this picked on electronics dev (see README); ano
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -78,7 +78,9 @@ def score_setting(store: InMemoryDocumentStore, questions: Sequence, setting: BM
     retriever = BM25sRetriever(store, **asdict(setting))
 
     def retrieve(question, depth: int):
-        return retriever.run(question.question, filters=make_filters(item_id=question.item_id, split=question.split), top_k=depth)["documents"]
+        return retriever.run(question.question, filters=make_filters(item_id=question.item_id, split=question.split), top_k=depth)[
+            "documents"
+        ]
 
     metrics = retrieval_metrics(run_retriever(questions, retrieve, depth=10, progress=False), ks=(1, 3)).set_index(["definition", "group"])
     scores = {}
@@ -89,8 +91,14 @@ def score_setting(store: InMemoryDocumentStore, questions: Sequence, setting: BM
 
 
 def tune_bm25(
-    settings: Settings, domain: str, split: str = "dev", out_dir: str | Path | None = None, grid: Sequence[BM25Setting] | None = None,
-    limit: int | None = None, labels: Labels | None = None, index: Index | None = None,
+    settings: Settings,
+    domain: str,
+    split: str = "dev",
+    out_dir: str | Path | None = None,
+    grid: Sequence[BM25Setting] | None = None,
+    limit: int | None = None,
+    labels: Labels | None = None,
+    index: Index | None = None,
 ) -> pd.DataFrame:
     """One row per setting with its scores, best first (``RANK_BY``), the recommended one flagged; written as a report when ``out_dir`` is given.
 
@@ -127,7 +135,9 @@ def tune_bm25(
             summary={**source, "questions": len(questions), "rank_by": list(RANK_BY), "best": best.to_dict()},
             notes=[
                 *(labels.notes if labels else []),
-                f"{len(questions)} questions, each asked with filters item_id = its product" + ("" if labels else f" and split = {split}") + f", over {scope}.",
+                f"{len(questions)} questions, each asked with filters item_id = its product"
+                + ("" if labels else f" and split = {split}")
+                + f", over {scope}.",
                 f"Ranked by {', then '.join(RANK_BY)}; differences of one question are {1 / len(questions):.3f}.",
                 f"Recommended: {describe(best)} ({RULE}).",
             ],

@@ -18,7 +18,8 @@ dev split a fitted combination is never worse than its best part.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from haystack import Pipeline
 
@@ -64,7 +65,7 @@ def sparse_setting(pipeline: Pipeline) -> dict[str, Any]:
 
 def dev_questions(settings: Settings, domain: str, split: str, limit: int | None = None) -> list[LabelledQuestion]:
     """The first ``limit`` labelled questions of a domain's split to fit on (all with None); a QAError when there are none."""
-    questions = load_subjqa(domain, split, settings.data_dir).questions[:check_count(limit, "limit", optional=True)]
+    questions = load_subjqa(domain, split, settings.data_dir).questions[: check_count(limit, "limit", optional=True)]
     if not questions:
         raise QAError(f"The {domain} {split} split has no questions to fit on.", "pick a domain and split with labelled questions.")
     return questions
@@ -84,7 +85,11 @@ def fit_fusion_on_dev(settings: Settings, domain: str, index: Index, split: str 
     candidates = []
     for question in track(questions, f"fusion candidates ({domain} {split})", "questions"):
         ask = dict(item_id=question.item_id, split=question.split, top_k=FUSION_CANDIDATES)
-        candidates.append(RankedCandidates(sparse.run(question.question, **ask)["documents"], dense.run(question.question, **ask)["documents"], question.document_id))
+        candidates.append(
+            RankedCandidates(
+                sparse.run(question.question, **ask)["documents"], dense.run(question.question, **ask)["documents"], question.document_id
+            )
+        )
     parameters, scores = fit_fusion(candidates)
     fit = {
         **parameters.as_dict(),
@@ -102,7 +107,13 @@ def fit_fusion_on_dev(settings: Settings, domain: str, index: Index, split: str 
 
 
 def fit_rerank_on_dev(
-    settings: Settings, domain: str, index: Index, retriever: str = "hybrid", split: str = "dev", limit: int | None = None, weights: Sequence[float] = RERANK_WEIGHTS
+    settings: Settings,
+    domain: str,
+    index: Index,
+    retriever: str = "hybrid",
+    split: str = "dev",
+    limit: int | None = None,
+    weights: Sequence[float] = RERANK_WEIGHTS,
 ) -> dict[str, Any]:
     """Fit the answerability re-ranker's retriever weight for ``retriever`` on ``split``; store and return it.
 
@@ -155,7 +166,9 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
         fit = fits(index, settings).get("fusion")
         if not fit:
             default = FusionParameters()
-            notes.append(f"fusion {default.mode} (sparse weight {default.sparse_weight:.2f}, dense weight {default.dense_weight:.2f}): the defaults, no fit stored; {refit}.")
+            notes.append(
+                f"fusion {default.mode} (sparse weight {default.sparse_weight:.2f}, dense weight {default.dense_weight:.2f}): the defaults, no fit stored; {refit}."
+            )
         else:
             dev = fit["dev"]
             stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings ({fit.get('sparse')}): {refit} again"

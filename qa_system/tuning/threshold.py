@@ -11,8 +11,8 @@ Fitting is refused on any split but dev.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
@@ -49,9 +49,19 @@ def fit_pipeline_thresholds(
     # The evaluation checks every argument (dev only, counts, protocols) before any work.
     index = index or evaluation_index(settings, domain, None, embeddings=retriever != "bm25")
     result = evaluate_pipelines(
-        settings, readers, retriever, domain, split, top_k_retriever, top_k, out_dir, limit,
-        candidates=candidates, tune_threshold=True, index=index,
-    )  # fmt: skip
+        settings,
+        readers,
+        retriever,
+        domain,
+        split,
+        top_k_retriever,
+        top_k,
+        out_dir,
+        limit,
+        candidates=candidates,
+        tune_threshold=True,
+        index=index,
+    )
     prior = no_answer_share(load_subjqa(domain, "train", settings.data_dir).questions)
     fits, rows = {}, []
     for model in readers:

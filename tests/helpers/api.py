@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import uvicorn
+
 from helpers.openai_stub import MODEL
 from helpers.subjqa import write_subjqa
-
 from qa_system.config import Settings
 from qa_system.serving.webapp import free_port
 
@@ -23,9 +23,17 @@ def api_settings_for(root: Path, tiny_reader: Path, generator_url: str, **more) 
     """Settings of a REST API under test: the tiny corpus and reader (PyTorch), the OpenAI stub at ``generator_url``
     as the generator, no rate limit; ``more`` settings beside them."""
     return Settings.from_env(
-        data_dir=write_subjqa(root / "subjqa"), home=root / "home", store="memory", reader_model=str(tiny_reader), reader_backend="torch",
-        generator="openai", generator_base_url=generator_url, generator_model=MODEL, api_rate_limit=0, **more,
-    )  # fmt: skip
+        data_dir=write_subjqa(root / "subjqa"),
+        home=root / "home",
+        store="memory",
+        reader_model=str(tiny_reader),
+        reader_backend="torch",
+        generator="openai",
+        generator_base_url=generator_url,
+        generator_model=MODEL,
+        api_rate_limit=0,
+        **more,
+    )
 
 
 @contextmanager

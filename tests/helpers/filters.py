@@ -21,5 +21,15 @@ def write_reviews(path: Path, rows: int = 40, helpful: str | None = None) -> Pat
         writer.writerow(["reviewerID", "asin", "reviewText", "overall", "reviewTime", "zip", "price"])
         for n in range(rows):
             text = f"Review {n}: the battery lasts {n} hours and the screen is sharp."
-            writer.writerow([f"R{n:03d}", f"P{n % 2}", text, rating(n), f"2013-{1 + n % 12:02d}-{1 + n % 28:02d}", f"0{n:04d}", f"{n}.5" if n % 2 else str(n)])
+            writer.writerow(
+                [
+                    f"R{n:03d}",
+                    f"P{n % 2}",
+                    text,
+                    rating(n),
+                    f"2013-{1 + n % 12:02d}-{1 + n % 28:02d}",
+                    f"0{n:04d}",
+                    f"{n}.5" if n % 2 else str(n),
+                ]
+            )
     return path

@@ -27,7 +27,14 @@ def tiny_model_dir(directory: Path, question_answering: bool = True, max_positio
     from transformers import BertConfig, BertForQuestionAnswering, BertModel
 
     tokenizer = tiny_tokenizer(directory)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=max_positions)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+    )
     torch.manual_seed(0)
     model = (BertForQuestionAnswering if question_answering else BertModel)(config)
     model.save_pretrained(directory)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 MODEL = "stub-model"
 
@@ -17,11 +18,24 @@ def _completion(text: str, body: dict[str, Any]) -> dict[str, Any]:
     prompt_words = sum(len(str(m.get("content", "")).split()) for m in body["messages"])
     usage = {"prompt_tokens": prompt_words, "completion_tokens": len(text.split()), "total_tokens": prompt_words + len(text.split())}
     message = {"role": "assistant", "content": text}
-    return {"id": "stub", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
+    return {
+        "id": "stub",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": usage,
+    }
 
 
 def _chunk(body: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-    chunk = {"id": "stub", "object": "chat.completion.chunk", "created": 0, "model": body["model"], "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+    chunk = {
+        "id": "stub",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": body["model"],
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
     return f"data: {json.dumps(chunk)}\n\n".encode()
 
 
@@ -94,7 +108,7 @@ class OpenAIStub:
             self.server.handle_request()
         self.server.server_close()
 
-    def __enter__(self) -> "OpenAIStub":
+    def __enter__(self) -> OpenAIStub:
         self.thread.start()
         return self
 

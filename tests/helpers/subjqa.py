@@ -7,9 +7,25 @@ import csv
 from pathlib import Path
 
 COLUMNS = [
-    "item_id", "domain", "nn_mod", "nn_asp", "query_mod", "query_asp", "q_review_id", "q_reviews_id", "question",
-    "question_subj_level", "ques_subj_score", "is_ques_subjective", "review_id", "review", "human_ans_spans",
-    "human_ans_indices", "answer_subj_level", "ans_subj_score", "is_ans_subjective",
+    "item_id",
+    "domain",
+    "nn_mod",
+    "nn_asp",
+    "query_mod",
+    "query_asp",
+    "q_review_id",
+    "q_reviews_id",
+    "question",
+    "question_subj_level",
+    "ques_subj_score",
+    "is_ques_subjective",
+    "review_id",
+    "review",
+    "human_ans_spans",
+    "human_ans_indices",
+    "answer_subj_level",
+    "ans_subj_score",
+    "is_ans_subjective",
 ]
 
 REVIEWS = {
@@ -36,8 +52,14 @@ def row(split_qid: str, question: str, review_id: str, span: str, start: int | N
         start = text.index(span)
     values = dict.fromkeys(COLUMNS, "")
     values.update(
-        item_id=item_id, domain="electronics", q_review_id=split_qid, question=question,
-        is_ques_subjective=str(subjective), review_id=review_id, review=text, human_ans_spans=span,
+        item_id=item_id,
+        domain="electronics",
+        q_review_id=split_qid,
+        question=question,
+        is_ques_subjective=str(subjective),
+        review_id=review_id,
+        review=text,
+        human_ans_spans=span,
         human_ans_indices=f"({start}, {start + len(span)})",
     )
     return values

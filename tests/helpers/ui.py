@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from helpers.text import shown
 from streamlit.testing.v1 import AppTest
+
+from helpers.text import shown
 
 TIMEOUT = 120
 

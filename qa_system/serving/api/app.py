@@ -19,8 +19,8 @@ The routes are in ``routes/``; what they share: ``served_api`` (the service and 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Sequence
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -39,7 +39,14 @@ from qa_system.serving.documents import DocumentChanges
 from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, ServedCollection, shared_service
 
 # In the order /docs lists them.
-ROUTERS = (health.router, collection_routes.router, questions.router, feedback.router, health.metrics_router, collection_routes.documents_router)
+ROUTERS = (
+    health.router,
+    collection_routes.router,
+    questions.router,
+    feedback.router,
+    health.metrics_router,
+    collection_routes.documents_router,
+)
 
 
 @asynccontextmanager
@@ -49,7 +56,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.api.stop()
 
 
-def create_app(settings: Settings | None = None, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, service: QAService | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, service: QAService | None = None
+) -> FastAPI:
     """The app; it starts loading ``service`` (default: the process's shared QAService of ``collections``, which a
     page in this process uses too) when the server starts."""
     settings = settings or Settings.from_env()
@@ -66,20 +75,25 @@ def create_app(settings: Settings | None = None, collections: Sequence[ServedCol
     add_error_handlers(app)
     paths = frozenset(route.path for route in app.routes if hasattr(route, "path"))  # the docs' and ours
     app.add_middleware(
-        Guarded, token=settings.api_token, rate_limit=settings.api_rate_limit, max_body_bytes=settings.api_max_body_bytes,
+        Guarded,
+        token=settings.api_token,
+        rate_limit=settings.api_rate_limit,
+        max_body_bytes=settings.api_max_body_bytes,
         max_upload_bytes=settings.api_max_upload_bytes if settings.api_documents else None,
-    )  # fmt: skip
+    )
     app.add_middleware(Contained)
     app.add_middleware(Metered, metrics=metrics, paths=paths)  # refusals are counted too
     if settings.cors_origins:  # outermost: a browser's preflight carries no token, and every answer (errors too) gets its headers
         app.add_middleware(
-            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "PUT", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "Accept"], expose_headers=["Retry-After", "X-Feedback-Summary"], max_age=600,
-        )  # fmt: skip
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Accept"],
+            expose_headers=["Retry-After", "X-Feedback-Summary"],
+            max_age=600,
+        )
     app.state.api = ServedAPI(settings, service, metrics)
     app.state.service, app.state.metrics = service, metrics
     app.state.documents = DocumentChanges(settings, service)
     app.openapi = with_event_schemas(app)
     return app
-
-

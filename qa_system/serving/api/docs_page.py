@@ -31,7 +31,10 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> str:
     parts = [f'<h3><span class="method">{escape(method)}</span><code>{escape(path)}</code> {escape(operation.get("summary", ""))}</h3>']
     if operation.get("description"):
         parts.append(f"<pre>{escape(operation['description'])}</pre>")
-    parameters = [f"<code>{escape(str(p.get('name')))}</code> ({escape(str(p.get('in')))}){': ' + escape(p['description']) if p.get('description') else ''}" for p in operation.get("parameters", [])]
+    parameters = [
+        f"<code>{escape(str(p.get('name')))}</code> ({escape(str(p.get('in')))}){': ' + escape(p['description']) if p.get('description') else ''}"
+        for p in operation.get("parameters", [])
+    ]
     if parameters:
         parts.append("<p>Parameters: " + "; ".join(parameters) + "</p>")
     bodies = []
@@ -40,7 +43,9 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> str:
         bodies.append(f"<code>{escape(kind)}</code>" + (f' (<a href="#schema-{escape(name)}">{escape(name)}</a>)' if name else ""))
     if bodies:
         parts.append("<p>Body: " + ", ".join(bodies) + "</p>")
-    statuses = [f"{escape(str(status))} {escape(answer.get('description', ''))}" for status, answer in operation.get("responses", {}).items()]
+    statuses = [
+        f"{escape(str(status))} {escape(answer.get('description', ''))}" for status, answer in operation.get("responses", {}).items()
+    ]
     if statuses:
         parts.append("<p>Answers: " + "; ".join(statuses) + "</p>")
     return "\n".join(parts)
@@ -57,12 +62,23 @@ def docs_page(schema: dict[str, Any]) -> str:
         if method in _METHODS
     ]
     components = schema.get("components", {}).get("schemas", {})
-    schemas = [f'<h3 id="schema-{escape(name)}">{escape(name)}</h3>\n<pre>{escape(json.dumps(body, indent=2))}</pre>' for name, body in sorted(components.items())]
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{escape(title)}</h1>", f"<pre>{escape(info.get('description', ''))}</pre>",
-        '<p>The complete schema, for any OpenAPI viewer or client generator: <a href="/openapi.json">/openapi.json</a>.</p>',
-        "<h2>Routes</h2>", *sections, "<h2>Schemas</h2>", *schemas, "</body></html>",
-    ])  # fmt: skip
+    schemas = [
+        f'<h3 id="schema-{escape(name)}">{escape(name)}</h3>\n<pre>{escape(json.dumps(body, indent=2))}</pre>'
+        for name, body in sorted(components.items())
+    ]
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+            f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
+            f"<h1>{escape(title)}</h1>",
+            f"<pre>{escape(info.get('description', ''))}</pre>",
+            '<p>The complete schema, for any OpenAPI viewer or client generator: <a href="/openapi.json">/openapi.json</a>.</p>',
+            "<h2>Routes</h2>",
+            *sections,
+            "<h2>Schemas</h2>",
+            *schemas,
+            "</body></html>",
+        ]
+    )

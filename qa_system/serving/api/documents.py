@@ -13,7 +13,7 @@ import json
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,9 +35,16 @@ FILE_SUFFIXES = {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "squad": ".jso
 class DocumentsRequest(BaseModel):
     """Documents to add or update, each an object as a line of a JSON lines file: its text, id, product and metadata."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"documents": [{"id": "r1", "text": "The battery lasts two days.", "item_id": "P1", "rating": 5}]}]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"documents": [{"id": "r1", "text": "The battery lasts two days.", "item_id": "P1", "rating": 5}]}]
+        },
+    )
 
-    documents: list[dict[str, Any]] = Field(description="the first object's keys are the columns; numbers and ISO dates stay typed (filterable)")
+    documents: list[dict[str, Any]] = Field(
+        description="the first object's keys are the columns; numbers and ISO dates stay typed (filterable)"
+    )
 
 
 class CollectionRequest(BaseModel):
@@ -83,7 +90,9 @@ class TaskOut(BaseModel):
     documents: int = Field(description="documents in the request")
     status: str = Field(description="running | done | failed")
     progress: dict[str, int] = Field(description="documents read and passages embedded so far")
-    report: dict[str, Any] | None = Field(description="done: what changed (added, changed, unchanged, deleted, ...), as `qa-system index --input` reports it")
+    report: dict[str, Any] | None = Field(
+        description="done: what changed (added, changed, unchanged, deleted, ...), as `qa-system index --input` reports it"
+    )
     error: str | None = Field(description="failed: one line naming the problem and the fix")
     error_status: int | None = Field(description="failed: the status a request doing this at once would have had")
 
@@ -94,7 +103,9 @@ UPLOAD_BODY = {
     "content": {
         "application/json": {"schema": {"$ref": "#/components/schemas/DocumentsRequest"}},
         **{kind: {"schema": {"type": "string", "format": "binary"}} for kind in FILE_FORMATS},
-        "application/octet-stream": {"schema": {"type": "string", "format": "binary", "description": "a file whose format `format` or `filename` names"}},
+        "application/octet-stream": {
+            "schema": {"type": "string", "format": "binary", "description": "a file whose format `format` or `filename` names"}
+        },
     },
 }
 
@@ -134,7 +145,9 @@ async def _json(request: Request, model: type[BaseModel]) -> Any:
     try:
         return model.model_validate(await request.json())
     except json.JSONDecodeError as error:
-        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": error.msg}}]) from None
+        raise RequestValidationError(
+            [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": error.msg}}]
+        ) from None
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from None
 
@@ -157,11 +170,14 @@ async def upload(
         id_column = options.id_column or ("id" if "id" in first else None)
         item_column = options.item_column or ("item_id" if "item_id" in first else None)
         lines = await request.app.state.api.changing_documents(documents_file, rows)  # a long list's JSON: not on the event loop
-        return lines.getvalue(), IngestOptions(**{**options.as_dict(), "format": "jsonl", "id_column": id_column, "item_column": item_column}), "documents.jsonl"
+        return (
+            lines.getvalue(),
+            IngestOptions(**{**options.as_dict(), "format": "jsonl", "id_column": id_column, "item_column": item_column}),
+            "documents.jsonl",
+        )
     fmt = fmt or FILE_FORMATS.get(kind)
     name = filename or f"{collection}{FILE_SUFFIXES.get(fmt or '', '')}"
     return body, IngestOptions(**{**options.as_dict(), "format": fmt}), name
-
 
 
 # ------------------------------------------------------------------------------------- endpoints
@@ -188,7 +204,9 @@ async def add_documents(
     format: str | None = Query(None, description="a file's format (csv, tsv, jsonl, squad); default: from the content type or filename"),  # noqa: A002
     filename: str | None = Query(None, description="the file's name, for messages and the report (and its format, by its suffix)"),
     text_column: str | None = Query(None, description="as --text-column (default: text, else review)"),
-    id_column: str | None = Query(None, description="as --id-column (default for JSON: id, when the documents have one; else a hash of the content)"),
+    id_column: str | None = Query(
+        None, description="as --id-column (default for JSON: id, when the documents have one; else a hash of the content)"
+    ),
     item_column: str | None = Query(None, description="as --item-column (default for JSON: item_id, when the documents have one)"),
     encoding: str = Query("utf-8", description="a file's text encoding"),
     sync: bool = Query(False, description="also delete the documents that are not in this request (as --sync)"),
@@ -217,7 +235,10 @@ async def delete_document(name: str, document_id: str, request: Request, documen
     report = await request.app.state.api.changing_documents(documents.delete, name, [document_id], None)
     logged(request, f"{len(report.deleted)} documents deleted from collection '{name}'")
     if report.not_found:
-        raise HTTPException(404, f"No document '{document_id}' in collection '{name}'. Fix: send an id the collection holds (GET /query's documents show them).")
+        raise HTTPException(
+            404,
+            f"No document '{document_id}' in collection '{name}'. Fix: send an id the collection holds (GET /query's documents show them).",
+        )
     return DeleteOut(**report.as_dict())
 
 
@@ -231,15 +252,47 @@ def register(router: APIRouter, dependencies: list, errors) -> None:
     guarded = (401, 403, 429, 503)
     routes = [
         ("/collections", create_collection, "POST", 201, CollectionChanged, "create an empty collection", (409, 413, 422)),
-        ("/collections/{name}", delete_collection, "DELETE", 200, CollectionChanged, "delete a collection and its documents", (404, 409, 422)),
-        ("/collections/{name}/documents", add_documents, "POST", 202, TaskOut, "add or update documents (in the background)", (404, 409, 413, 422)),
-        ("/collections/{name}/documents/delete", delete_documents, "POST", 200, DeleteOut, "delete documents by id or by filter", (404, 409, 413, 422)),
+        (
+            "/collections/{name}",
+            delete_collection,
+            "DELETE",
+            200,
+            CollectionChanged,
+            "delete a collection and its documents",
+            (404, 409, 422),
+        ),
+        (
+            "/collections/{name}/documents",
+            add_documents,
+            "POST",
+            202,
+            TaskOut,
+            "add or update documents (in the background)",
+            (404, 409, 413, 422),
+        ),
+        (
+            "/collections/{name}/documents/delete",
+            delete_documents,
+            "POST",
+            200,
+            DeleteOut,
+            "delete documents by id or by filter",
+            (404, 409, 413, 422),
+        ),
         ("/collections/{name}/documents/{document_id}", delete_document, "DELETE", 200, DeleteOut, "delete one document", (404, 409, 422)),
         ("/tasks/{task_id}", task, "GET", 200, TaskOut, "the status of documents being added", (404,)),
     ]
     for path, endpoint, method, status, model, summary, statuses in routes:
         extra = {"requestBody": UPLOAD_BODY} if endpoint is add_documents else None
         router.add_api_route(
-            path, endpoint, methods=[method], status_code=status, response_model=model, summary=summary, tags=["documents"],
-            dependencies=dependencies, responses=errors(*guarded, *statuses), openapi_extra=extra,
-        )  # fmt: skip
+            path,
+            endpoint,
+            methods=[method],
+            status_code=status,
+            response_model=model,
+            summary=summary,
+            tags=["documents"],
+            dependencies=dependencies,
+            responses=errors(*guarded, *statuses),
+            openapi_extra=extra,
+        )

@@ -14,7 +14,8 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.responses import JSONResponse
@@ -36,19 +37,29 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("qa_api_requests", "HTTP requests answered, by route and status", ["method", "route", "status"], registry=self.registry)
+        self.requests = Counter(
+            "qa_api_requests", "HTTP requests answered, by route and status", ["method", "route", "status"], registry=self.registry
+        )
         self.latency = Histogram(
-            "qa_api_request_duration_seconds", "Time from a request to the end of its response", ["method", "route"],
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )  # fmt: skip
+            "qa_api_request_duration_seconds",
+            "Time from a request to the end of its response",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.in_flight = Gauge("qa_api_requests_in_flight", "Requests being answered", registry=self.registry)
         self.stages = Histogram(
-            "qa_api_stage_duration_seconds", "Seconds per stage of the answered questions (queue: waiting for a worker thread)", ["stage"],
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )  # fmt: skip
+            "qa_api_stage_duration_seconds",
+            "Seconds per stage of the answered questions (queue: waiting for a worker thread)",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.generations_stopped = Counter(
-            "qa_api_generations_stopped", "Answers stopped because their client left before the end (a RAG answer stops at its next piece of text)", registry=self.registry,
-        )  # fmt: skip
+            "qa_api_generations_stopped",
+            "Answers stopped because their client left before the end (a RAG answer stops at its next piece of text)",
+            registry=self.registry,
+        )
         self.ready = Gauge("qa_api_ready", "1 once the models and indexes are loaded", registry=self.registry)
 
     def render(self) -> bytes:
@@ -168,11 +179,20 @@ class Guarded:
         if self.limiter and (path not in UNLIMITED_PATHS or not authorized):
             wait = self.limiter.take(client_of(scope))
             if wait:
-                message = f"Too many requests from this client (limit {self.limiter.capacity:.0f} a minute). Fix: retry in {math.ceil(wait)} s."
+                message = (
+                    f"Too many requests from this client (limit {self.limiter.capacity:.0f} a minute). Fix: retry in {math.ceil(wait)} s."
+                )
                 await refuse(429, message, scope, receive, send, {"Retry-After": str(math.ceil(wait))})
                 return
         if not authorized:
-            await refuse(401, "A bearer token is required. Fix: send the header 'Authorization: Bearer <QA_API_TOKEN>'.", scope, receive, send, {"WWW-Authenticate": "Bearer"})
+            await refuse(
+                401,
+                "A bearer token is required. Fix: send the header 'Authorization: Bearer <QA_API_TOKEN>'.",
+                scope,
+                receive,
+                send,
+                {"WWW-Authenticate": "Bearer"},
+            )
             return
         upload = is_upload(scope)
         limit = self.max_upload_bytes if upload else self.max_body_bytes
@@ -183,7 +203,11 @@ class Guarded:
             await refuse(400, f"{cut} Fix: send the whole body again; nothing was changed.", scope, receive, send)
             return
         if body is None:
-            fix = "send the documents in several requests (QA_API_MAX_UPLOAD_BYTES" if upload else "send a shorter question (QA_API_MAX_BODY_BYTES"
+            fix = (
+                "send the documents in several requests (QA_API_MAX_UPLOAD_BYTES"
+                if upload
+                else "send a shorter question (QA_API_MAX_BODY_BYTES"
+            )
             message = f"The request body is larger than {limit} bytes. Fix: {fix} sets the limit)."
             await refuse(413, message, scope, receive, send)
             return

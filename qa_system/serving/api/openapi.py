@@ -4,7 +4,8 @@ JSON body), and the /docs page that shows it without loading anything from elsew
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
@@ -39,7 +40,10 @@ def with_event_schemas(app: FastAPI) -> Callable[[], dict[str, Any]]:
         for operation in (op for item in schema["paths"].values() for op in item.values()):
             invalid = operation.get("responses", {}).get("422", {})
             if "HTTPValidationError" in json.dumps(invalid):
-                operation["responses"]["422"] = {"description": ERROR_MEANINGS[422], "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
+                operation["responses"]["422"] = {
+                    "description": ERROR_MEANINGS[422],
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+                }
         for name in ("HTTPValidationError", "ValidationError"):
             components.pop(name, None)
         return schema

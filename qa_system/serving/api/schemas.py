@@ -28,7 +28,6 @@ CONTEXT_CHARS = 100
 MAX_OFFSET = 2**31 - 1
 
 
-
 def _library_check(check, value: Any, *args: Any, **kwargs: Any) -> Any:
     """The library's check; its QAError becomes the ValueError pydantic reports (one line, see app.py)."""
     try:
@@ -63,23 +62,37 @@ Verdict = Annotated[Literal[tuple(VERDICTS)], _utf8]  # type: ignore[valid-type]
 class QueryRequest(BaseModel):
     """A question about a product, and how to answer it."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]})
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"query": "Is it good for reading?", "item_id": "B0074BW614"}]}
+    )
 
     query: Text = Field(description="the question")
-    item_id: Text | None = Field(None, description="the product asked about (GET /products lists them); left out with all_products, or in a collection without products")
-    all_products: bool = Field(False, description="ask every document of the collection (the page's 'All documents'); each answer's card names its product")
+    item_id: Text | None = Field(
+        None,
+        description="the product asked about (GET /products lists them); left out with all_products, or in a collection without products",
+    )
+    all_products: bool = Field(
+        False, description="ask every document of the collection (the page's 'All documents'); each answer's card names its product"
+    )
     collection: Text | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
     mode: Mode = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")
     top_k: Count("top_k", 1, MAX_TOP_K) = Field(TOP_K_RETRIEVER, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
-    top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)")
-    no_answer_threshold: Number("no_answer_threshold") = Field(None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one")
+    top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(
+        3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)"
+    )
+    no_answer_threshold: Number("no_answer_threshold") = Field(
+        None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one"
+    )
     filters: Filters = Field(
-        None, description="only documents whose metadata pass this filter, in Haystack's syntax: a condition {field: 'meta.<name>', operator: "
+        None,
+        description="only documents whose metadata pass this filter, in Haystack's syntax: a condition {field: 'meta.<name>', operator: "
         "==, !=, >, >=, <, <=, in or not in, value}, or {operator: AND | OR | NOT, conditions: [...]}; ANDed with item_id",
         examples=[FILTERS_EXAMPLE],
-    )  # fmt: skip
-    stream: bool = Field(False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)")
+    )
+    stream: bool = Field(
+        False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)"
+    )
 
 
 class CardOut(BaseModel):
@@ -88,7 +101,9 @@ class CardOut(BaseModel):
     kind: str
     number: int = Field(description="the answer's rank among the answers (0 for 'no answer')")
     heading: str = Field(description="'1.', empty for 'no answer', or a heading for the best span beside an abstention")
-    text: str = Field(description="the answer as shown: HTML entities of the stored review decoded (start / end point into the stored text), or 'No answer in these reviews'")
+    text: str = Field(
+        description="the answer as shown: HTML entities of the stored review decoded (start / end point into the stored text), or 'No answer in these reviews'"
+    )
     label: str = Field(description="its score named as what it is: '72% chance right', 'reader score 0.87'")
     help: str = Field(description="what the label means (a tooltip)")
     note: str = Field(description="a close call, what a 'no answer' means here, or a generated answer's flags; empty when none")
@@ -100,14 +115,26 @@ class CardOut(BaseModel):
 class AnswerOut(BaseModel):
     """One answer: a span copied from a review (with its offsets and context), the 'no answer' prediction, or a generated answer citing reviews."""
 
-    kind: Literal["span", "no_answer", "generated"] = Field(description="span: copied from a review; no_answer: the reviews hold none; generated: RAG")
+    kind: Literal["span", "no_answer", "generated"] = Field(
+        description="span: copied from a review; no_answer: the reviews hold none; generated: RAG"
+    )
     text: str | None = Field(description="the answer; null for no_answer")
-    score: float | None = Field(description="the answer's score (0-1): its probability when `probability` is set, else the reader's ranking score; null for generated answers")
-    probability: float | None = Field(None, description="the answer selector's calibrated probability that this answer (or 'no answer') is right; null where the score is no probability")
+    score: float | None = Field(
+        description="the answer's score (0-1): its probability when `probability` is set, else the reader's ranking score; null for generated answers"
+    )
+    probability: float | None = Field(
+        None,
+        description="the answer selector's calibrated probability that this answer (or 'no answer') is right; null where the score is no probability",
+    )
     close_call: bool = Field(False, description="the best answer and 'no answer' are about as likely to be right")
-    supporting_document_ids: list[str] = Field(default_factory=list, description="span: every document that gives this answer (the answer selector groups them)")
+    supporting_document_ids: list[str] = Field(
+        default_factory=list, description="span: every document that gives this answer (the answer selector groups them)"
+    )
     document_id: str | None = Field(None, description="span: the document the answer is in")
-    review_id: str | None = Field(None, description="span: the id of the review (the source document) the answer is in: SubjQA's review id, or the id an ingested document was given")
+    review_id: str | None = Field(
+        None,
+        description="span: the id of the review (the source document) the answer is in: SubjQA's review id, or the id an ingested document was given",
+    )
     start: int | None = Field(None, description="span: character offset of the answer in the document's content")
     end: int | None = Field(None, description="span: character offset just after the answer")
     context: str | None = Field(None, description="span: the text around the answer")
@@ -118,21 +145,33 @@ class AnswerOut(BaseModel):
     card: CardOut | None = Field(None, description="the answer as the page and the CLI show it")
 
     @classmethod
-    def of(cls, view: AnswerView, card: AnswerCard | None = None) -> "AnswerOut":
+    def of(cls, view: AnswerView, card: AnswerCard | None = None) -> AnswerOut:
         """The answer body of a library ``AnswerView`` (and its ``AnswerCard``): a span's document, offsets and context, or a generated answer's citations."""
         out = cls(
-            kind=view.kind, text=view.text, score=view.score, probability=view.probability, close_call=bool(view.meta.get("close_call")),
-            supporting_document_ids=view.meta.get("supporting_documents", []), no_answer_reason=view.meta.get("no_answer_reason"), withheld=view.withheld,
+            kind=view.kind,
+            text=view.text,
+            score=view.score,
+            probability=view.probability,
+            close_call=bool(view.meta.get("close_call")),
+            supporting_document_ids=view.meta.get("supporting_documents", []),
+            no_answer_reason=view.meta.get("no_answer_reason"),
+            withheld=view.withheld,
             card=CardOut(**card.as_dict()) if card is not None else None,
         )
         if view.kind == "span":
             content = view.document.content or ""
             begin = view.meta.get("context_start", max(0, view.start - CONTEXT_CHARS))
             finish = view.meta.get("context_end", min(len(content), view.end + CONTEXT_CHARS))
-            out = out.model_copy(update={
-                "document_id": view.document.id, "review_id": review_id(view.document), "start": view.start,
-                "end": view.end, "context": content[begin:finish], "context_start": begin,
-            })  # fmt: skip
+            out = out.model_copy(
+                update={
+                    "document_id": view.document.id,
+                    "review_id": review_id(view.document),
+                    "start": view.start,
+                    "end": view.end,
+                    "context": content[begin:finish],
+                    "context_start": begin,
+                }
+            )
         elif view.kind == "generated":
             out = out.model_copy(update={"cited_document_ids": [d.id for d in view.sources]})
         return out
@@ -153,7 +192,7 @@ class ReviewOut(BaseModel):
     meta: dict[str, Any]
 
     @classmethod
-    def of(cls, document: Document) -> "ReviewOut":
+    def of(cls, document: Document) -> ReviewOut:
         """The review body of a retrieved Haystack ``Document``."""
         return cls(id=document.id, score=document.score, content=document.content, meta=document.meta)
 
@@ -170,7 +209,9 @@ class QueryResponse(BaseModel):
     no_answer: bool = Field(description="the verdict: nothing ranks above 'no answer'")
     answers: list[AnswerOut] = Field(description="best first; the no_answer candidate sits at its rank")
     documents: list[ReviewOut] = Field(description="the retrieved reviews, best first")
-    timings: dict[str, float] = Field(description="seconds: retrieval_s, answer_s, total_s, queue_s (waiting for a worker) and per component")
+    timings: dict[str, float] = Field(
+        description="seconds: retrieval_s, answer_s, total_s, queue_s (waiting for a worker) and per component"
+    )
     device: str | None = Field(None, description="where the pipeline's models ran: cpu, or cuda:N")
 
 
@@ -200,7 +241,7 @@ class CollectionOut(BaseModel):
     created: str | None
 
     @classmethod
-    def of(cls, info: dict[str, Any]) -> "CollectionOut":
+    def of(cls, info: dict[str, Any]) -> CollectionOut:
         """The body of one of ``QAService.collections()``, without the server's paths."""
         return cls(**{**info, "embedding_model": public_model_name(info.get("embedding_model"))})
 
@@ -228,8 +269,12 @@ class FeedbackRequest(BaseModel):
     verdict: Verdict = Field(description="; ".join(f"{k}: {v}" for k, v in VERDICTS.items()))
     question: Text
     answer: Text | None = Field(None, description="the answer's text; null for the 'no answer' prediction")
-    start: Count("start", 0, MAX_OFFSET, optional=True) = Field(None, ge=0, le=MAX_OFFSET, description="span: its start offset, as the query returned it")
-    end: Count("end", 0, MAX_OFFSET, optional=True) = Field(None, ge=0, le=MAX_OFFSET, description="span: its end offset (just after the answer)")
+    start: Count("start", 0, MAX_OFFSET, optional=True) = Field(
+        None, ge=0, le=MAX_OFFSET, description="span: its start offset, as the query returned it"
+    )
+    end: Count("end", 0, MAX_OFFSET, optional=True) = Field(
+        None, ge=0, le=MAX_OFFSET, description="span: its end offset (just after the answer)"
+    )
     document_id: Text | None = Field(None, description="the answer's document; for 'no answer' or a generated answer, the closest review")
     collection: Text | None = None
     score: Number("score") = None
@@ -246,7 +291,7 @@ class FeedbackOut(BaseModel):
     click_id: str | None
 
     @classmethod
-    def of(cls, feedback: Feedback) -> "FeedbackOut":
+    def of(cls, feedback: Feedback) -> FeedbackOut:
         """The response body of stored ``Feedback``."""
         return cls(id=feedback.id, created=feedback.created, verdict=feedback.verdict, click_id=feedback.click_id)
 
@@ -260,12 +305,15 @@ class HealthOut(BaseModel):
     device: str = Field(description="where the models run (QA_DEVICE resolved): cpu, or cuda:N")
     progress: dict[str, int] | None = Field(None, description="loading: reviews embedded so far (done, total) on a first start")
     waiting: dict[str, str | float] | None = Field(
-        None, description="loading: the search server is unreachable; `error` says which and how to fix it, `retry_in_s` when the load tries again",
-    )  # fmt: skip
+        None,
+        description="loading: the search server is unreachable; `error` says which and how to fix it, `retry_in_s` when the load tries again",
+    )
     error: str | None = Field(None, description="failed: why")
     load_s: float | None = None
     memory_mb: float | None = Field(None, description="the server process's resident memory (RSS), in MB")
-    open_collections: list[str] | None = Field(None, description="the collections open now, least recently used first (QA_COLLECTION_MEMORY_MB bounds them)")
+    open_collections: list[str] | None = Field(
+        None, description="the collections open now, least recently used first (QA_COLLECTION_MEMORY_MB bounds them)"
+    )
 
 
 class TokenEvent(BaseModel):
@@ -288,14 +336,17 @@ EVENT_STREAM_SCHEMA = {
     "answer is written, then one `result` (data: QueryResponse) or `error` (data: StreamErrorEvent); a comment line `: keep-alive` "
     "every 15 s while there is nothing else to send. `x-events` names each event's data schema.",
     "x-events": {
-        "token": {"$ref": "#/components/schemas/TokenEvent"}, "result": {"$ref": "#/components/schemas/QueryResponse"},
+        "token": {"$ref": "#/components/schemas/TokenEvent"},
+        "result": {"$ref": "#/components/schemas/QueryResponse"},
         "error": {"$ref": "#/components/schemas/StreamErrorEvent"},
     },
-}  # fmt: skip
+}
 SQUAD_SCHEMA = {
-    "type": "object", "required": ["version", "data"], "description": "SQuAD v2.0: articles of paragraphs of questions with their answers",
+    "type": "object",
+    "required": ["version", "data"],
+    "description": "SQuAD v2.0: articles of paragraphs of questions with their answers",
     "properties": {"version": {"type": "string"}, "data": {"type": "array", "items": {"type": "object"}}},
-}  # fmt: skip
+}
 
 
 class ErrorOut(BaseModel):

@@ -8,8 +8,9 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated, Any, AsyncIterator, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, Security
 from fastapi.responses import Response
@@ -100,11 +101,18 @@ class ServedAPI:
             self.metrics.stages.labels(stage.removesuffix("_s")).observe(timings[stage])
         views = answer_views(result.get("answers", []))
         return QueryResponse(
-            query=question.query, collection=question.collection or self.service.names[0], item_id=question.item_id,
-            retriever=question.retriever or self.settings.retriever, mode=question.mode, pipeline=result["pipeline"],
-            no_answer=rank_answers(views).abstains, answers=[AnswerOut.of(v, c) for v, c in zip(views, answer_cards(views))],
-            documents=[ReviewOut.of(d) for d in result["documents"]], timings=timings, device=result.get("device"),
-        )  # fmt: skip
+            query=question.query,
+            collection=question.collection or self.service.names[0],
+            item_id=question.item_id,
+            retriever=question.retriever or self.settings.retriever,
+            mode=question.mode,
+            pipeline=result["pipeline"],
+            no_answer=rank_answers(views).abstains,
+            answers=[AnswerOut.of(v, c) for v, c in zip(views, answer_cards(views))],
+            documents=[ReviewOut.of(d) for d in result["documents"]],
+            timings=timings,
+            device=result.get("device"),
+        )
 
     async def answer(self, question: Question, request: Request) -> QueryResponse | Response:
         """The answer to ``question``; a generated (RAG) one stops when the client leaves before its end."""
@@ -165,7 +173,9 @@ class ServedAPI:
                 waiting.cancel()
             if not run.done():
                 self.stop_generating(client_gone)
-                run.add_done_callback(lambda done: done.cancelled() or done.exception())  # the ClientGone is expected: not "never retrieved"
+                run.add_done_callback(
+                    lambda done: done.cancelled() or done.exception()
+                )  # the ClientGone is expected: not "never retrieved"
         try:
             result, queued = run.result()
         except QAError as error:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -21,7 +21,9 @@ logger = logging.getLogger(__name__)
 CLI = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())"]
 
 
-def run_api(settings: Settings, collections: Sequence[ServedCollection], host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+def run_api(
+    settings: Settings, collections: Sequence[ServedCollection], host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
+) -> None:
     """Serve until a stop signal (uvicorn finishes the requests in flight, for up to 10 s)."""
     import uvicorn
 
@@ -33,7 +35,9 @@ def run_api(settings: Settings, collections: Sequence[ServedCollection], host: s
             probe.bind((host, port))
         except OSError as error:
             raise QAError(f"Cannot listen on {host}:{port} ({error.strerror}).", "pass another --port, or stop what uses it.") from None
-    logger.info("API: http://%s:%s  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)", host, port)
+    logger.info(
+        "API: http://%s:%s  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)", host, port
+    )
     size_torch_threads(settings)
     uvicorn.run(create_app(settings, collections), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
 
@@ -52,9 +56,13 @@ def size_torch_threads(settings: Settings) -> int:
 
 
 @contextmanager
-def serve_api(env: Mapping[str, str] | None = None, args: Sequence[str] = (), log: Path | None = None, timeout: float = 300) -> Iterator[str]:
+def serve_api(
+    env: Mapping[str, str] | None = None, args: Sequence[str] = (), log: Path | None = None, timeout: float = 300
+) -> Iterator[str]:
     """``qa-system api ARGS`` on a free 127.0.0.1 port; yields its URL once /health answers ready."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with serve_process([*CLI, "api", "--host", "127.0.0.1", "--port", str(port), *args], f"{url}/health", "qa-system api", env, log, timeout):
+    with serve_process(
+        [*CLI, "api", "--host", "127.0.0.1", "--port", str(port), *args], f"{url}/health", "qa-system api", env, log, timeout
+    ):
         yield url

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 EVENT_STREAM = "text/event-stream"
 # How often a question in progress checks whether its (non-streaming) client is still connected.

@@ -17,18 +17,26 @@ documents_router = APIRouter(route_class=StrictJSONRoute)  # listed last in /doc
 
 
 @router.get(
-    "/collections", response_model=list[CollectionOut], dependencies=PROTECTED, tags=["data"], summary="the collections served, with their sizes",
+    "/collections",
+    response_model=list[CollectionOut],
+    dependencies=PROTECTED,
+    tags=["data"],
+    summary="the collections served, with their sizes",
     responses=errors(*GUARDED, 503),
-)  # fmt: skip
+)
 async def collections_(api: Served) -> list[CollectionOut]:
     """Every collection served, the default one first."""
     return [CollectionOut.of(info) for info in api.loaded().collections()]
 
 
 @router.get(
-    "/products", response_model=ProductsOut, dependencies=PROTECTED, tags=["data"], summary="a collection's products with their review counts",
+    "/products",
+    response_model=ProductsOut,
+    dependencies=PROTECTED,
+    tags=["data"],
+    summary="a collection's products with their review counts",
     responses=errors(*GUARDED, 404, 422, 503),
-)  # fmt: skip
+)
 async def products(
     api: Served,
     collection: str | None = Query(None, description="default: the first collection served"),

@@ -16,9 +16,17 @@ router = APIRouter(route_class=StrictJSONRoute)
 
 
 @router.post(
-    "/feedback", response_model=FeedbackOut, status_code=201, dependencies=PROTECTED, tags=["feedback"], summary="record a verdict on an answer",
-    responses={200: {"model": FeedbackOut, "description": "a repeated `click_id`: nothing new stored, the first click returned"}, **errors(*GUARDED, 404, 413, 422, 503)},
-)  # fmt: skip
+    "/feedback",
+    response_model=FeedbackOut,
+    status_code=201,
+    dependencies=PROTECTED,
+    tags=["feedback"],
+    summary="record a verdict on an answer",
+    responses={
+        200: {"model": FeedbackOut, "description": "a repeated `click_id`: nothing new stored, the first click returned"},
+        **errors(*GUARDED, 404, 413, 422, 503),
+    },
+)
 async def feedback(body: FeedbackRequest, api: Served) -> JSONResponse:
     """Store a user's verdict on one answer (the verdicts: see `verdict`): 201, or 200 for a `click_id` stored before."""
     values = body.model_dump(exclude={"collection", "document_id"})
@@ -33,9 +41,12 @@ async def feedback(body: FeedbackRequest, api: Served) -> JSONResponse:
 
 
 @router.get(
-    "/feedback/export", dependencies=PROTECTED, tags=["feedback"], summary="the confirmed answers as SQuAD v2 (train-reader's --train-file)",
+    "/feedback/export",
+    dependencies=PROTECTED,
+    tags=["feedback"],
+    summary="the confirmed answers as SQuAD v2 (train-reader's --train-file)",
     responses={200: {"content": {"application/json": {"schema": SQUAD_SCHEMA}}}, **errors(*GUARDED, 404, 503)},
-)  # fmt: skip
+)
 async def export_feedback(api: Served) -> JSONResponse:
     """The answers users confirmed, as a SQuAD v2 file; its summary in the `X-Feedback-Summary` header."""
     try:

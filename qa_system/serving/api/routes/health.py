@@ -16,25 +16,42 @@ metrics_router = APIRouter(route_class=StrictJSONRoute)  # listed after the othe
 
 
 @router.get(
-    "/health", response_model=HealthOut, tags=["service"], summary="ready (200) once the models and indexes are loaded, else 503",
-    responses={503: {"model": HealthOut, "description": "loading (with progress, or waiting for the search server) or failed (with the reason)"}, **errors()},
-)  # fmt: skip
+    "/health",
+    response_model=HealthOut,
+    tags=["service"],
+    summary="ready (200) once the models and indexes are loaded, else 503",
+    responses={
+        503: {"model": HealthOut, "description": "loading (with progress, or waiting for the search server) or failed (with the reason)"},
+        **errors(),
+    },
+)
 async def health(api: Served) -> JSONResponse:
     """The server's status: loading, ready or failed, the collections it serves and the reader's backend,
     its memory (RSS) and the collections open now."""
     status = api.status()
     memory_mb = round(psutil.Process().memory_info().rss / 2**20, 1)
     body = HealthOut(
-        **status, collections=api.service.names, reader_backend=api.settings.reader_backend, device=api.service.device, memory_mb=memory_mb,
+        **status,
+        collections=api.service.names,
+        reader_backend=api.settings.reader_backend,
+        device=api.service.device,
+        memory_mb=memory_mb,
         open_collections=list(api.service.open_collections()),
-    )  # fmt: skip
+    )
     return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)
 
 
 @metrics_router.get(
-    "/metrics", dependencies=PROTECTED, tags=["service"], summary="Prometheus metrics: requests, latency, stage times", response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string", "description": "Prometheus' text format (version 0.0.4)"}}}}, **errors(*GUARDED)},
-)  # fmt: skip
+    "/metrics",
+    dependencies=PROTECTED,
+    tags=["service"],
+    summary="Prometheus metrics: requests, latency, stage times",
+    response_class=PlainTextResponse,
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string", "description": "Prometheus' text format (version 0.0.4)"}}}},
+        **errors(*GUARDED),
+    },
+)
 async def metrics_(api: Served) -> Response:
     """The API's metrics in Prometheus' text format."""
     api.metrics.ready.set(api.service.ready)

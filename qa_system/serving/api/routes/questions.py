@@ -18,9 +18,13 @@ router = APIRouter(route_class=StrictJSONRoute)
 
 
 @router.post(
-    "/query", response_model=QueryResponse, dependencies=PROTECTED, tags=["answers"], summary="answer a question about a product",
+    "/query",
+    response_model=QueryResponse,
+    dependencies=PROTECTED,
+    tags=["answers"],
+    summary="answer a question about a product",
     responses={200: {"content": {EVENT_STREAM: {"schema": EVENT_STREAM_SCHEMA}}}, **errors(*GUARDED, 404, 413, 422, 503)},
-)  # fmt: skip
+)
 async def query(body: QueryRequest, request: Request, api: Served) -> Any:
     """The retrieved reviews and the answers read from them (or generated, citing them), with each stage's time.
 
