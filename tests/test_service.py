@@ -17,7 +17,8 @@ from qa_system.ingestion import IngestOptions, ingest
 from qa_system.serving.api import create_app
 from qa_system.serving.background import BackgroundTask
 from qa_system.serving.documents import DocumentChanges
-from qa_system.serving.service import QAService, ServedCollection, shared_service
+from qa_system.serving.service import QAService, ServedCollection
+from qa_system.serving.shared import shared_service
 from qa_system.serving.webapp import APP, settings_environment
 
 TIMEOUT = 120

@@ -13,7 +13,9 @@ from qa_system.errors import QAError
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.background import BackgroundTask
-from qa_system.serving.service import PAGE_COLLECTION, QAService, ServedCollection, shared_service
+from qa_system.serving.served import PAGE_COLLECTION
+from qa_system.serving.service import QAService, ServedCollection
+from qa_system.serving.shared import shared_service
 from qa_system.stores import Index
 
 

@@ -29,7 +29,8 @@ from qa_system.retrieval.filters import parse_filters
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerCard, AnswerView, answer_cards, answer_views, rank_answers
 from qa_system.serving.feedback import VERDICTS, FeedbackStore, unrecorded_clicks
-from qa_system.serving.service import ANSWER_STAGES, PAGE_COLLECTION, PAGE_DOMAIN, QAService, Question
+from qa_system.serving.served import PAGE_COLLECTION, PAGE_DOMAIN
+from qa_system.serving.service import ANSWER_STAGES, QAService, Question
 from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"

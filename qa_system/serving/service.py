@@ -11,7 +11,6 @@ background and ``status()`` follows it; every other method is thread-safe and bl
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,23 +24,19 @@ from qa_system.errors import QAError
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport
 from qa_system.pipelines import QAPipeline
 from qa_system.reading.onnx_cache import prepare_reader
-from qa_system.serving.answering import ANSWER_STAGES, answer_stage_or_retrieval, check_question, pipeline_label, run_question  # noqa: F401
+from qa_system.serving.answering import ANSWER_STAGES, answer_stage_or_retrieval, check_question, pipeline_label, run_question  # noqa: F401 - ANSWER_STAGES: for the page
 from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
 from qa_system.serving.feedback import Feedback, FeedbackExport, FeedbackStore
 from qa_system.serving.loading import Loading
 from qa_system.serving.open_collections import OpenCollections
 from qa_system.serving.pipeline_cache import PipelineCache
-
-# The doors import these from here too.
-from qa_system.serving.question import MAX_QUESTION_CHARS, Question, check_length  # noqa: F401
+from qa_system.serving.question import Question, check_length
 from qa_system.serving.served import (
     DEFAULT_COLLECTIONS,
-    PAGE_COLLECTION,  # noqa: F401
     PAGE_DOMAIN,
     Catalogue,
     ServedCollection,
     collection_summary,
-    embeddings_at_start,  # noqa: F401
     needs_embedding,
     stored_document,
 )
@@ -252,22 +247,3 @@ class QAService:
     def export_feedback(self) -> FeedbackExport:
         """The feedback as SQuAD v2, in memory: requests at once share no file."""
         return self.feedback.export()
-
-
-_services: dict[tuple[Settings, tuple[ServedCollection, ...]], QAService] = {}
-_services_lock = threading.Lock()
-
-
-def shared_service(
-    settings: Settings, collections: Sequence[ServedCollection] = DEFAULT_COLLECTIONS, any_collection: bool = False
-) -> QAService:
-    """The process's one ``QAService`` for ``settings`` and ``collections``: the API and the page started in one
-    process with the same ones (and every visitor of the page) share its collections, pipelines and readers;
-    ``any_collection`` lets it open any collection of the store."""
-    with _services_lock:
-        key = (settings, tuple(collections))
-        service = _services.get(key)
-        if service is None:
-            service = _services[key] = QAService(settings, collections)
-        service.any_collection |= any_collection
-        return service

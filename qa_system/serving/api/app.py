@@ -36,7 +36,8 @@ from qa_system.serving.api.routes import collections as collection_routes
 from qa_system.serving.api.routes import feedback, health, questions
 from qa_system.serving.api.served_api import ServedAPI
 from qa_system.serving.documents import DocumentChanges
-from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, ServedCollection, shared_service
+from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, ServedCollection
+from qa_system.serving.shared import shared_service
 
 # In the order /docs lists them.
 ROUTERS = (
