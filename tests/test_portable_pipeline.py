@@ -401,3 +401,30 @@ def test_a_pipeline_serialises_no_deployment_setting_and_no_machine_path(setting
 
 def answers_of(pipeline) -> list:
     return pipeline.run(QUESTION, item_id="KINDLE", top_k=2)["answers"]
+
+
+def test_an_exported_pipeline_names_no_path_of_this_machine_and_loads_under_another_home(settings, tmp_path, monkeypatch):
+    """The saved index is named relative to the qa_system home (QA_HOME where the file is loaded), the shipped
+    models as null (each component's default): the exported YAML holds no absolute path."""
+    from qa_system.pipelines import export_pipeline
+
+    index = build_index(settings, "electronics", embed=False, progress=False)
+    text = export_pipeline("bm25", index, settings, answer_stage="extractive")
+    definition = yaml.safe_load(text)
+    values = json.dumps(definition)
+    assert not re.search(r'"(/|~)', values) and str(settings.home) not in values and str(REPO_ROOT) not in values
+    store = definition["components"]["sparse_retriever"]["init_parameters"]["document_store"]["init_parameters"]
+    assert store["path"] == "indexes/memory/subjqa-electronics.json"
+    assert definition["components"]["reader"]["init_parameters"]["model"] is None
+    moved = tmp_path / "other-home"
+    (moved / "indexes").mkdir(parents=True)
+    os.rename(settings.home / "indexes" / "memory", moved / "indexes" / "memory")  # the home moved, the YAML did not change
+    monkeypatch.setenv("QA_HOME", str(moved))
+    loaded = Pipeline.loads(text, allowed_modules=["qa_system"])
+    item = {"field": "meta.item_id", "operator": "==", "value": "KINDLE"}
+    outputs = loaded.run(
+        {"sparse_retriever": {"query": QUESTION, "filters": item}, "reader": {"query": QUESTION}, "selector": {"query": QUESTION}},
+        include_outputs_from={"sparse_retriever"},
+    )
+    found = outputs["sparse_retriever"]["documents"]
+    assert found and all(d.meta["item_id"] == "KINDLE" for d in found)

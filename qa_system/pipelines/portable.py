@@ -17,6 +17,7 @@ The components are qa_system's, so Haystack's deserialisation allowlist must nam
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import yaml
 from haystack import Document, Pipeline, default_from_dict, default_to_dict
 
-from qa_system.config import Settings
+from qa_system.config import DEFAULT_HOME, Settings, default_reader_model, default_selector_model
 from qa_system.errors import QAError
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
 from qa_system.stores import Index
@@ -59,14 +60,26 @@ def _saved_documents(path: Path) -> list[Document]:
         return _loaded[key]
 
 
+# Models this project ships, written as null in an export: each component's default, wherever the project is installed.
+SHIPPED_MODELS = frozenset(str(Path(model).resolve()) for model in (default_reader_model(), default_selector_model()))
+
+
+def home_path(path: str | Path) -> Path:
+    """``path`` as given when absolute, else under the qa_system home of this machine (``QA_HOME``, else the
+    default): an exported pipeline names its index relative to the home, so the file moves between machines."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else Path(os.environ.get("QA_HOME") or DEFAULT_HOME).expanduser() / path
+
+
 class SavedMemoryStore(MultiValueInMemoryDocumentStore):
-    """The memory store of a saved index, filled from its file (``path``) when made: what an exported
-    pipeline's retrievers read. Several components naming one file share its documents."""
+    """The memory store of a saved index, filled from its file (``path``, relative to the qa_system home unless
+    absolute: ``home_path``) when made: what an exported pipeline's retrievers read. Several components naming
+    one file share its documents."""
 
     def __init__(self, path: str, index: str | None = None):
         super().__init__(index=index or Path(path).stem, shared=False, embedding_similarity_function="cosine")
         self.path = str(path)
-        self.load_documents(list(_saved_documents(Path(path))))
+        self.load_documents(list(_saved_documents(home_path(path))))
 
     def to_dict(self) -> dict[str, Any]:
         """The file it reads and the index's name, as Haystack serialises a store."""
@@ -82,9 +95,10 @@ def _store_dict(index: Index, settings: Settings) -> dict[str, Any]:
     """How the exported YAML names the index's store: the saved file for memory, the server's index otherwise."""
     if index.backend == "memory":
         path = (settings.index_dir / "memory" / f"{index.name}.json").resolve()
+        home = Path(settings.home).expanduser().resolve()
         return {
             "type": f"{SavedMemoryStore.__module__}.{SavedMemoryStore.__name__}",
-            "init_parameters": {"path": str(path), "index": index.name},
+            "init_parameters": {"path": str(path.relative_to(home) if path.is_relative_to(home) else path), "index": index.name},
         }
     return index.store.to_dict()
 
@@ -150,6 +164,10 @@ def export_pipeline(
         component = pipeline.get_component(name)
         for setting in [s for s in PORTABLE_DEPLOYMENT if s in getattr(component, "RUNTIME_SETTINGS", {})]:
             definition["components"][name]["init_parameters"][setting] = getattr(component, setting)
+    for component in definition["components"].values():  # the models this project ships: null, each component's default
+        parameters = component["init_parameters"]
+        if parameters.get("model") is not None and str(Path(str(parameters["model"])).resolve()) in SHIPPED_MODELS:
+            parameters["model"] = None
     _depths(definition, retriever, rerank, top_k or settings.top_k_retriever, top_k_reader or settings.top_k_reader)
     retrieval_output = "ranker" if rerank else RETRIEVAL_OUTPUT[retriever]
     definition["inputs"], definition["outputs"] = _interface(pipeline, retrieval_output, answer_stage)
