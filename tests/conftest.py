@@ -37,7 +37,9 @@ def tiny_subjqa(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, tiny_subjqa: Path) -> Settings:
+def settings(tmp_path: Path, tiny_subjqa: Path, monkeypatch) -> Settings:
+    # QA_HOME too: a pipeline exported from these settings and loaded in this process finds its index there.
+    monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
     return Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="memory")
 
 
