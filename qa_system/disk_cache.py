@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
@@ -287,6 +289,42 @@ def written_here(directory: Path, info_file: str) -> bool:
         return sizes is not None and {entry.name for entry in directory.iterdir()} <= {*sizes, info_file}
     except OSError:
         return False
+
+
+# Hex digits of the key in a keyed export's folder name, <model name>-<key>.
+KEY_LENGTH = 16
+
+
+def library_versions(names: Iterable[str]) -> dict[str, str | None]:
+    """The installed version of each package (None when it is not installed): part of what a build depends on."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def keyed_folder(cache: Path, model: str | Path, depends_on: dict, fallback: str) -> Path:
+    """``<cache>/<model name>-<key>``: the key hashes everything the build ``depends_on`` (the model's
+    fingerprint, the recipe, library versions), so a change of any of them builds anew beside the old one."""
+    key = hashlib.sha256(json.dumps(depends_on, sort_keys=True).encode()).hexdigest()
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(model).rstrip("/\\")).name)[:60] or fallback
+    return cache / f"{name}-{key[:KEY_LENGTH]}"
+
+
+def prune_keyed_folders(target: Path, keep: int, info_file: str) -> list[Path]:
+    """Keep the ``keep`` most recently used builds of ``target``'s model name (``target`` among them, marked used
+    now); only folders named ``keyed_folder``'s way that this code wrote (``written_here``) are ever removed."""
+    mark_used(target)
+    name = re.escape(target.name[: -(KEY_LENGTH + 1)])
+    same_model = (
+        p
+        for p in target.parent.iterdir()
+        if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name) and (p == target or written_here(p, info_file))
+    )
+    return keep_most_recent(same_model, keep)
 
 
 def keep_most_recent(entries: Iterable[Path], keep: int) -> list[Path]:

@@ -16,21 +16,18 @@ Texts are encoded longest-similar together, each batch padded to its own longest
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qa_system.devices import int8_dot_product, physical_cores
-from qa_system.disk_cache import built_folder, keep_most_recent, listed_files, mark_used, taking_turns, written_here
+from qa_system.disk_cache import built_folder, keyed_folder, library_versions, listed_files, mark_used, prune_keyed_folders, taking_turns
 from qa_system.errors import QAError
 from qa_system.model_files import model_files_dir, model_fingerprint
 
@@ -42,7 +39,6 @@ EXPORT_INFO = "export.json"
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "sentence_embedding"
 LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime")
-KEY_LENGTH = 16
 EXPORTS_PER_MODEL = 2
 FUSABLE_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
 logger = logging.getLogger(__name__)
@@ -83,20 +79,12 @@ def encoder_layout(model_dir: Path) -> dict[str, Any]:
 
 def export_settings(reduce_range: bool) -> dict[str, Any]:
     """What an export depends on besides the model: recipe, weights' range and library versions."""
-    versions = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return {"recipe": RECIPE, "opset": OPSET, "reduce_range": reduce_range, **versions}
+    return {"recipe": RECIPE, "opset": OPSET, "reduce_range": reduce_range, **library_versions(LIBRARIES)}
 
 
 def export_dir(model: str | Path, cache: Path, fingerprint: str, reduce_range: bool) -> Path:
     """``<cache>/<model name>-<key>``: the key hashes the model's fingerprint and the export settings."""
-    key = hashlib.sha256(json.dumps({"model": fingerprint, **export_settings(reduce_range)}, sort_keys=True).encode()).hexdigest()
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(model).rstrip("/\\")).name)[:60] or "encoder"
-    return cache / f"{name}-{key[:KEY_LENGTH]}"
+    return keyed_folder(cache, model, {"model": fingerprint, **export_settings(reduce_range)}, "encoder")
 
 
 def is_complete(directory: Path) -> bool:
@@ -232,14 +220,7 @@ def cached_encoder_export(model: str | Path, cache: str | Path) -> Path:
             )
             with built_folder(target, existing="replace", complete=is_complete) as staging:
                 write_encoder_export(model, staging, reduce_range)
-    mark_used(target)
-    name = re.escape(target.name[: -(KEY_LENGTH + 1)])
-    same_model = (
-        p
-        for p in cache.iterdir()
-        if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name) and (p == target or written_here(p, EXPORT_INFO))
-    )
-    keep_most_recent(same_model, EXPORTS_PER_MODEL)
+    prune_keyed_folders(target, EXPORTS_PER_MODEL, EXPORT_INFO)
     return target
 
 

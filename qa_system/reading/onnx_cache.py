@@ -20,19 +20,24 @@ build (the page builds several pipelines over one reader).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from qa_system.disk_cache import built_folder, keep_most_recent, listed_files, mark_used, taking_turns, temporary_prefix, written_here
+from qa_system.disk_cache import (
+    built_folder,
+    keyed_folder,
+    library_versions,
+    listed_files,
+    mark_used,
+    prune_keyed_folders,
+    taking_turns,
+    temporary_prefix,
+)
 from qa_system.errors import QAError
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.model import ModelLoadError
@@ -42,7 +47,6 @@ from qa_system.reading.onnx import EXPORT_INFO, FP32_FILE, INT8_FILE, Report, de
 RECIPE = 1
 OPSET = 17
 LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime")
-KEY_LENGTH = 16  # hex digits of the key in an export's folder name, <model name>-<key>
 EXPORTS_PER_MODEL = 2  # the newest export of a model name and the one before it
 logger = logging.getLogger(__name__)
 _failed: dict[tuple[Path, str], str] = {}  # (cache, model) -> why its export failed in this process
@@ -50,20 +54,12 @@ _failed: dict[tuple[Path, str], str] = {}  # (cache, model) -> why its export fa
 
 def export_settings(reduce_range: bool) -> dict[str, Any]:
     """What an export depends on besides the model: recipe, settings and library versions."""
-    versions = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return {"recipe": RECIPE, "opset": OPSET, "reduce_range": reduce_range, **versions}
+    return {"recipe": RECIPE, "opset": OPSET, "reduce_range": reduce_range, **library_versions(LIBRARIES)}
 
 
 def export_dir(model: str | Path, cache: Path, fingerprint: str, reduce_range: bool) -> Path:
     """``<cache>/<model name>-<key>``: the key hashes the model's fingerprint and the export settings."""
-    key = hashlib.sha256(json.dumps({"model": fingerprint, **export_settings(reduce_range)}, sort_keys=True).encode()).hexdigest()
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(model).rstrip("/\\")).name)[:60] or "reader"
-    return cache / f"{name}-{key[:KEY_LENGTH]}"
+    return keyed_folder(cache, model, {"model": fingerprint, **export_settings(reduce_range)}, "reader")
 
 
 def is_complete(directory: Path) -> bool:
@@ -137,14 +133,7 @@ def _write(model: str | Path, cache: Path, directory: Path, reduce_range: bool, 
 
 def _remove_older_exports(target: Path) -> None:
     """Keep the EXPORTS_PER_MODEL most recently used exports of ``target``'s model name (``target`` first)."""
-    mark_used(target)
-    name = re.escape(target.name[: -(KEY_LENGTH + 1)])
-    same_model = (
-        p
-        for p in target.parent.iterdir()
-        if p.is_dir() and re.fullmatch(f"{name}-[0-9a-f]{{{KEY_LENGTH}}}", p.name) and (p == target or written_here(p, EXPORT_INFO))
-    )
-    for removed in keep_most_recent(same_model, EXPORTS_PER_MODEL):
+    for removed in prune_keyed_folders(target, EXPORTS_PER_MODEL, EXPORT_INFO):
         logger.info("Removed the older ONNX export %s.", removed)
 
 
