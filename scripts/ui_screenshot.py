@@ -1,6 +1,6 @@
 """Screenshot of the search page answering a question, through headless Chromium (docs/screenshot.png).
 
-    python scripts/ui_screenshot.py --item B0074BW614 --question "How is the battery life?"
+    python scripts/ui_screenshot.py --item B0074BW614 --question "Is it good for reading?"
 
 Uses the settings of the environment (QA_*): the default index and the reader in models/.
 """
@@ -19,7 +19,7 @@ from qa_system.serving.webapp import serve
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--item", default="B0074BW614")
-    parser.add_argument("--question", default="How is the battery life?")
+    parser.add_argument("--question", default="Is it good for reading?")
     parser.add_argument("--out", type=Path, default=Path("docs/screenshot.png"))
     parser.add_argument("--size", default="1400x1250", help="browser window, WIDTHxHEIGHT")
     args = parser.parse_args()
