@@ -54,6 +54,13 @@ class CitedAnswerBuilder:
     and meta with the cited document ids, the prompt meta (truncation) and the token usage.
 
     :param no_answer_phrases: replies starting with one of these (normalised) mean "no answer".
+
+    Usage::
+
+        prompt = ReviewPromptBuilder().run(query=question, documents=docs)
+        replies = generator.run(messages=prompt["messages"])["replies"]
+        builder = CitedAnswerBuilder(no_answer_phrases=["I don't know"])
+        answer = builder.run(query=question, replies=replies, documents=prompt["documents"], prompt=prompt["prompt"])["answers"][0]
     """
 
     def __init__(self, no_answer_phrases: list[str] | None = None):

@@ -47,6 +47,12 @@ class LocalGenerator:
     :param streaming_callback: called with each new piece of text (greedy or sampling, not beams).
     The device (QA_DEVICE) is the machine's, not the pipeline's: ``use_runtime`` sets it; on a GPU the model
     generates in bfloat16 (float16 without it).
+
+    Usage::
+
+        generator = LocalGenerator(model="google/flan-t5-base", generation_kwargs={"max_new_tokens": 64})
+        messages = ReviewPromptBuilder(tokenizer="google/flan-t5-base").run(query=question, documents=docs)["messages"]
+        reply = generator.run(messages=messages)["replies"][0].text
     """
 
     def __init__(self, model: str, generation_kwargs: dict[str, Any] | None = None, streaming_callback: StreamingCallbackT | None = None):
@@ -145,6 +151,14 @@ class OpenAICompatibleGenerator:
     :param model: the model name the server serves.
     :param api_base_url: e.g. ``http://127.0.0.1:8080/v1`` (llama.cpp server, vLLM) or a hosted API.
     :param generation_kwargs: request fields such as ``max_tokens`` and ``temperature``.
+    :param api_key: the key sent to the server (default: ``OPENAI_API_KEY``, optional; a placeholder without it).
+    :param timeout: seconds a request may take before it fails.
+    :param max_retries: retries of a failed request (few, so that a dead endpoint fails fast).
+
+    Usage::
+
+        generator = OpenAICompatibleGenerator(model="smollm2", api_base_url="http://127.0.0.1:8080/v1")
+        replies = generator.run(messages=[ChatMessage.from_user("Is the battery good?")])["replies"]
     """
 
     def __init__(

@@ -93,6 +93,12 @@ class GroundingCheck:
     its reader: it cites no review, it repeated itself; ``grounding_flags``), its repeated sentences dropped;
     when it is withheld, each extractive answer returned carries ``meta["withheld"]``: the generated text, its
     support and the reason.
+
+    Usage::
+
+        check = GroundingCheck(min_support=0.75)
+        generated = CitedAnswerBuilder().run(query=question, replies=replies, documents=prompted)["answers"]
+        answers = check.run(answers=generated, extracted=selector_answers)["answers"]
     """
 
     def __init__(self, min_support: float = 0.75):

@@ -55,6 +55,12 @@ class ReviewPromptBuilder:
     :param max_new_tokens: tokens kept free for the answer.
     :param min_review_tokens: a review shortened below this is dropped instead.
     :param system_prompt: the instructions, including how to say that the reviews hold no answer.
+
+    Usage::
+
+        builder = ReviewPromptBuilder(tokenizer="google/flan-t5-base", context_length=1024, max_new_tokens=64)
+        result = builder.run(query="Is the battery good?", documents=docs)
+        messages, prompted, meta = result["messages"], result["documents"], result["prompt"]
     """
 
     def __init__(

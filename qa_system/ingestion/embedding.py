@@ -135,6 +135,12 @@ class QueryEmbedder:
     :param backend: "onnx" or "torch": the index's, so that questions and reviews are vectors of one kind.
     The device and the export cache are the machine's, not the pipeline's: ``use_runtime`` sets them
     (``load_pipeline`` passes the settings'); a pipeline loaded elsewhere uses ``auto`` and the default home.
+
+    Usage::
+
+        embedder = QueryEmbedder(model="sentence-transformers/all-MiniLM-L6-v2", backend="onnx")
+        vector = embedder.run(text="Is the battery good?")["embedding"]
+        documents = FAISSFilteredEmbeddingRetriever(document_store=store, top_k=5).run(query_embedding=vector)["documents"]
     """
 
     def __init__(self, model: str, backend: str = LEGACY_BACKEND):

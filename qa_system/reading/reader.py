@@ -90,9 +90,9 @@ class ExtractiveReader:
     :param onnx_model: a manual export (.onnx file or export directory) to use; None = the int8
         export built into ``onnx_cache`` on first use, or PyTorch with a warning when it cannot be built.
     :param onnx_cache: where automatic exports live; None = the default home's (``~/.cache/qa_system/models/reader-onnx``).
-    :param batch_wait_ms, batch_windows: the ONNX reader's scheduler (``reading.batching``), which every
-        reader of one export in a process shares: how long a call waits for other questions' windows
-        (where sharing a call is exact), and the most windows of several questions in one call.
+    :param batch_wait_ms: the ONNX reader's scheduler (``reading.batching``), which every reader of one export
+        in a process shares: how long a call waits for other questions' windows (where sharing a call is exact).
+    :param batch_windows: the same scheduler's most windows of several questions in one call.
     :param device: where it reads (``devices``: auto, cpu, cuda, cuda:N). On a GPU the ONNX backend runs the
         export's fp32 graph on ONNX Runtime's CUDA provider when this ONNX Runtime has it, else PyTorch reads
         there in bfloat16 (float16 without it) with float32 span logits. The machine's setting, not the

@@ -207,6 +207,12 @@ class AnswerSelector:
     ``meta``: ``probability`` (the same), ``supporting_documents`` (ids of every review saying it),
     ``spans`` (document id, start, end of each), ``close_call`` (the best answer and "no answer" are
     within ``CLOSE_CALL`` of each other), ``chosen`` (the first one: the decision, which its probability backs).
+
+    Usage::
+
+        selector = AnswerSelector(model="models/answer-selector", top_k=3)
+        reading = reader.run(query="Is the screen sharp?", documents=docs)["reading"]
+        answers = selector.run(query="Is the screen sharp?", documents=docs, reading=reading)["answers"]
     """
 
     def __init__(self, model: str | Path | None = None, top_k: int = 3, context_chars: int = 100):

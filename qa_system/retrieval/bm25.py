@@ -109,7 +109,8 @@ class BM25sRetriever:
 
     :param document_store: the store whose documents are searched (any Haystack document store).
     :param top_k: documents returned by default (0: none).
-    :param k1, b: BM25's term saturation and length normalisation.
+    :param k1: BM25's term saturation.
+    :param b: BM25's length normalisation.
     :param method: the BM25 variant (``bm25s``' names; "lucene" scores as Elasticsearch does).
     :param stemmer_language: the Snowball stemmer's language; None: no stemming.
     :param stopwords: "en" drops English stopwords; None keeps every word.

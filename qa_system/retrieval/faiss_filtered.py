@@ -33,6 +33,11 @@ class FAISSFilteredEmbeddingRetriever:
 
     :param document_store: the FAISS store to search.
     :param top_k: documents returned when ``run`` is not given its own.
+
+    With the question's vector from ``QueryEmbedder``::
+
+        vector = QueryEmbedder(model="sentence-transformers/all-MiniLM-L6-v2").run(text="Is the battery good?")["embedding"]
+        documents = retriever.run(query_embedding=vector, top_k=3)["documents"]
     """
 
     def __init__(self, document_store: Any, top_k: int = 10):

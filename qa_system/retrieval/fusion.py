@@ -73,6 +73,19 @@ class RankFusion:
     ``mode`` is "minmax" (weighted sum of min-max normalised scores) or "rrf" (weighted reciprocal
     rank fusion with constant ``k``). Named inputs rather than one variadic list, so that each
     weight is tied to its retriever.
+
+    :param mode: "minmax" or "rrf" (any other raises ``ValueError``).
+    :param k: the reciprocal rank fusion's constant (used by "rrf" only).
+    :param sparse_weight: weight of the sparse (BM25) ranking.
+    :param dense_weight: weight of the dense (embedding) ranking.
+    :param top_k: documents returned when ``run`` is not given its own.
+
+    Usage::
+
+        fusion = RankFusion(mode="rrf", k=60.0, sparse_weight=0.5, dense_weight=0.5, top_k=5)
+        sparse = bm25.run(query="Is the battery good?", filters=filters)["documents"]
+        dense = dense_retriever.run(query_embedding=vector, filters=filters)["documents"]
+        documents = fusion.run(sparse=sparse, dense=dense)["documents"]
     """
 
     def __init__(self, mode: str = "minmax", k: float = 60.0, sparse_weight: float = 0.5, dense_weight: float = 0.5, top_k: int = 10):

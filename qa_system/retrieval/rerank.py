@@ -52,6 +52,14 @@ class AnswerabilityRanker:
     :param model: extractive reader directory or hub id; None = the reader this project trains (models/).
     :param retriever_weight: weight of the normalised retriever score (1 - it goes to the reader).
     :param top_k: documents returned.
+    :param max_seq_length: tokens per window (question + review) of the reader.
+    :param doc_stride: tokens shared by consecutive windows of a long review.
+
+    Usage::
+
+        ranker = AnswerabilityRanker(model="models/reader-minilm-subjqa", retriever_weight=0.5, top_k=5)
+        ranker.warm_up()
+        documents = ranker.run(query="Is the screen sharp?", documents=retrieved)["documents"]
     """
 
     def __init__(
