@@ -192,18 +192,16 @@ def judge(judged: JudgedQuestion, cards: Sequence[Card]) -> dict:
 
 def summarize_judged(records: pd.DataFrame) -> pd.DataFrame:
     """Per domain and overall: the shares of each first-card verdict, useful first, right within three, ECE."""
-    groups = (
-        [("all", records)] + [(domain, part) for domain, part in records.groupby("domain", sort=True)]
-        if records["domain"].nunique() > 1
-        else [("all", records)]
-    )
+    groups = [("all", records)]
+    if records["domain"].nunique() > 1:  # one domain: its rows would repeat "all"
+        groups += list(records.groupby("domain", sort=True))
     rows = []
     for name, part in groups:
         row = {"set": name, "questions": len(part), "useful_first": part["useful"].mean()}
         row.update({verdict_name.replace("-", "_"): (part["verdict"] == verdict_name).mean() for verdict_name in VERDICTS})
         row["right_top3"], row["useful_top3"] = part["right_top3"].mean(), part["useful_top3"].mean()
-        stated = part["chance"].notna()
-        row["ece"] = expected_calibration_error(part.loc[stated, "chance"], part.loc[stated, "useful"]) if stated.all() else math.nan
+        stated = part["chance"].notna().all()  # a chance on every first card, or no calibration figure
+        row["ece"] = expected_calibration_error(part["chance"], part["useful"]) if stated else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
 
