@@ -95,7 +95,8 @@ def test_a_feedback_database_that_cannot_be_written_is_one_message_shown_as_text
         driver = headless_chromium(tmp_path / "chromium", 1200, 1000)
         try:
             ask_in_browser(driver, url, "How is the bass?", item="HEADPHONES")  # the page still answers
-            driver.find_element("xpath", "(//button[.//*[normalize-space()='Right']])[1]").click()
+            right = "(//button[.//*[normalize-space()='Right']])[1]"
+            WebDriverWait(driver, 120).until(lambda d: d.find_elements("xpath", right))[0].click()  # the buttons follow the card
 
             def alerts(d) -> list:
                 return [
