@@ -28,6 +28,9 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
     assert text[slice(*phrase_bounds(text, middle, middle + 7))] == "the battery is weak"
     run_on = " ".join(["word"] * (MAX_PHRASE_WORDS + 5))
     assert phrase_bounds(run_on, 5, 9) == (5, 9)  # a phrase too long to read as an answer: the span itself
+    escaped = "Check-in was slow. The rooms are always clean, spacious &amp; quiet at night; the pool is cold."
+    start = escaped.index("clean")
+    assert escaped[slice(*phrase_bounds(escaped, start, start + 5))] == "The rooms are always clean, spacious &amp; quiet at night"
 
 
 def judged_records(count: int, seed: int = 0) -> tuple[list[dict], dict[str, JudgedQuestion]]:

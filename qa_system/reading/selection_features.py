@@ -38,6 +38,8 @@ _WORD = re.compile(r"\w+")
 PHRASE_BREAK = re.compile(r"[.!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s")
 # A phrase longer than this (a review without punctuation) is not shown whole: the reader's own span is.
 MAX_PHRASE_WORDS = 40
+# An HTML entity left in stored text ("&amp;", "&#34;"): its semicolon does not end a phrase.
+_ENTITY = re.compile(r"&#?\w{1,8};")
 _SENTENCE_END = ".!?\n"
 
 
@@ -66,10 +68,11 @@ class Candidate:
 def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     """The whole phrase around a span (from the phrase break before it to the one after it), so that an answer
     reads "it is great for reading books", not "it is great"; the span itself when that phrase is too long."""
+    breaks = _ENTITY.sub(lambda entity: "x" * len(entity.group()), content)  # same length: offsets still hold
     left = 0
-    for mark in PHRASE_BREAK.finditer(content, 0, start):
+    for mark in PHRASE_BREAK.finditer(breaks, 0, start):
         left = mark.end()
-    after = PHRASE_BREAK.search(content, end)
+    after = PHRASE_BREAK.search(breaks, end)
     right = after.start() if after else len(content)
     while left < start and content[left].isspace():
         left += 1
