@@ -35,8 +35,8 @@ READER_BACKENDS = ("onnx", "torch")
 EMBEDDING_BACKENDS = ("onnx", "torch")
 # What `qa-system index --input` reads (see qa_system/ingestion): tables, JSON lines, SQuAD JSON, a folder of documents.
 INPUT_FORMATS = ("csv", "tsv", "jsonl", "squad", "files")
-# Reviews read per question unless asked otherwise: the answer selector was fitted reading the product's best five.
-TOP_K_RETRIEVER = 5
+# Reviews read per question unless asked otherwise: the answer selector was fitted reading the product's best eight.
+TOP_K_RETRIEVER = 8
 DEFAULT_ES_URL = "http://localhost:9200"
 DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
