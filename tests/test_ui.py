@@ -18,6 +18,7 @@ import qa_system.serving.pipeline_cache as service_module  # the page's pipeline
 from helpers.text import shown
 from helpers.ui import TIMEOUT, answer_cards, ask, button, cards_html, messages
 from qa_system.cli import main as cli
+from qa_system.config import TOP_K_RETRIEVER
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.serving.answer_views import rank_answers
 from qa_system.serving.webapp import APP
@@ -217,7 +218,7 @@ def test_an_answer_from_other_settings_says_so(page):
     at.slider(key="top_k").set_value(2).run()
     notes = [shown(i.value) for i in at.info]
     assert notes == [
-        "The answers below come from other settings (retriever: BM25 (keywords), reviews to read: 5). Press Ask to update them."
+        f"The answers below come from other settings (retriever: BM25 (keywords), reviews to read: {TOP_K_RETRIEVER}). Press Ask to update them."
     ]
     button(at, "Ask").click().run()
     assert not at.info and at.session_state["asked"].pipeline.startswith("dense")
