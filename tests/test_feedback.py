@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from helpers.training import tiny_training_argv
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.serving.feedback import MAX_NEW_CLICKS, Feedback, FeedbackStore, unrecorded_clicks
@@ -123,28 +124,7 @@ def test_the_export_trains_a_reader(store, tmp_path, settings, tiny_reader, caps
     out = tmp_path / "feedback.json"
     assert main(["export-feedback", "--home", str(settings.home), "--out", str(out)]) == 0
     assert "2 labelled questions (1 answerable, 1 impossible)" in capsys.readouterr().out
-    argv = [
-        "train-reader",
-        "--no-subjqa",
-        "--train-file",
-        str(out),
-        "--dev-file",
-        str(out),
-        "--base-model",
-        str(tiny_reader),
-        "--output",
-        str(tmp_path / "reader"),
-        "--epochs",
-        "1",
-        "--max-steps",
-        "1",
-        "--batch-size",
-        "2",
-        "--max-seq-length",
-        "64",
-        "--doc-stride",
-        "16",
-    ]
+    argv = tiny_training_argv([out], out, tiny_reader, tmp_path / "reader", max_seq_length=64)
     assert main(argv) == 0
     assert (tmp_path / "reader" / "config.json").is_file()
 

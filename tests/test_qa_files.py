@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from helpers.qa_files import CONTEXT, MRQA_QAS, mrqa_lines, span
+from helpers.training import tiny_training_argv
 from qa_system.errors import QAError
 from qa_system.sources.qa_files import labelled_questions, read_qa_file, read_qa_files
 
@@ -193,28 +194,9 @@ def test_the_commands_read_any_format_and_report_per_file(tmp_path, tiny_reader,
         squad_json([qa("q1", "how long does the battery last?", "6000 hours"), qa("q2", "price?", impossible=True)])
     )
     (tmp_path / "toy.jsonl").write_text(mrqa_lines(MRQA_QAS))
+    toy = tmp_path / "toy.jsonl"
     argv = [
-        "train-reader",
-        "--no-subjqa",
-        "--train-file",
-        str(tmp_path / "toy.jsonl"),
-        str(tmp_path / "toy.jsonl"),
-        "--dev-file",
-        str(tmp_path / "squad.json"),
-        "--base-model",
-        str(tiny_reader),
-        "--output",
-        str(tmp_path / "reader"),
-        "--epochs",
-        "1",
-        "--max-steps",
-        "1",
-        "--batch-size",
-        "2",
-        "--max-seq-length",
-        "64",
-        "--doc-stride",
-        "16",
+        *tiny_training_argv([toy, toy], tmp_path / "squad.json", tiny_reader, tmp_path / "reader", max_seq_length=64),
         "--home",
         str(tmp_path / "home"),
     ]

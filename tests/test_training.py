@@ -6,7 +6,7 @@ import pytest
 from haystack import Document
 
 from helpers.models import tiny_model_dir, tiny_tokenizer
-from helpers.training import REVIEW
+from helpers.training import REVIEW, tiny_training_argv
 from qa_system.metrics.no_answer import DevPrediction, scores_at, tune_no_answer_threshold
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader
 from qa_system.sources.squad import read_squad
@@ -269,19 +269,14 @@ def test_interpolation_refuses_bad_weights_and_unrelated_readers(tmp_path, squad
     assert not (tmp_path / "out").exists()
 
 
-def tiny_training_argv(tmp_path, squad_files, base) -> list[str]:
-    """`train-reader` of the tiny base model on the tiny SQuAD files: one step, short windows, into tmp_path/reader."""
-    files = ["--train-file", str(squad_files[0]), "--dev-file", str(squad_files[1]), "--base-model", str(base)]
-    sizes = ["--epochs", "1", "--max-steps", "1", "--batch-size", "2", "--max-seq-length", "48", "--doc-stride", "16"]
-    return ["train-reader", "--home", str(tmp_path / "home"), "--no-subjqa", *files, "--output", str(tmp_path / "reader"), *sizes]
-
-
 def test_train_reader_interpolate_mixes_with_the_base_model(tmp_path, squad_files, capsys):
     from qa_system.cli.main import main
 
     base = tiny_model_dir(tmp_path / "base")
     argv = [
-        *tiny_training_argv(tmp_path, squad_files, base),
+        *tiny_training_argv([squad_files[0]], squad_files[1], base, tmp_path / "reader"),
+        "--home",
+        str(tmp_path / "home"),
         "--interpolate",
         "0.5",
         "1",
@@ -355,7 +350,7 @@ def test_auto_device_trains_on_the_cpu_here_and_an_absent_gpu_is_refused_in_one_
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert training_device("auto") == training_device("cpu") == "cpu"
     base = tiny_model_dir(tmp_path / "base")
-    argv = tiny_training_argv(tmp_path, squad_files, base)
+    argv = [*tiny_training_argv([squad_files[0]], squad_files[1], base, tmp_path / "reader"), "--home", str(tmp_path / "home")]
     capsys.readouterr()  # the tiny model's save progress
     for device in ("cuda", "cuda:1"):
         assert main([*argv, "--device", device]) == 2

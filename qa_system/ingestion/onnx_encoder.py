@@ -19,8 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from qa_system.devices import int8_dot_product, physical_cores
 from qa_system.disk_cache import built_folder, keyed_folder, library_versions, listed_files, mark_used, prune_keyed_folders, taking_turns
 from qa_system.errors import QAError
 from qa_system.model_files import model_files_dir, model_fingerprint
+from qa_system.reading.onnx import root_logging_kept
 
 # Bump when write_encoder_export changes what it writes: every cached export is rebuilt.
 RECIPE = 1
@@ -114,24 +114,6 @@ def _pooled_module(transformer, pooling: str, normalize: bool):
     return Pooled().eval()
 
 
-@contextmanager
-def _root_logging_kept() -> Iterator[None]:
-    """``quantize_dynamic`` calls ``logging.basicConfig()`` (after which every library's debug logger prints)
-    and advises pre-processing, which is for CNNs: both undone."""
-    root = logging.getLogger()
-    handlers = root.handlers[:]
-
-    def advice(record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
-
-    root.addFilter(advice)
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.removeFilter(advice)
-
-
 def write_encoder_export(model: str | Path, directory: Path, reduce_range: bool | None = None) -> dict[str, Any]:
     """Export, fuse and int8-quantise the encoder into the empty ``directory``, with its tokenizer; export.json last."""
     import onnx
@@ -174,7 +156,7 @@ def write_encoder_export(model: str | Path, directory: Path, reduce_range: bool 
     else:
         raw.rename(fused)
     onnx.checker.check_model(str(fused))
-    with _root_logging_kept():
+    with root_logging_kept():
         quantize_dynamic(
             fused,
             int8,

@@ -110,7 +110,7 @@ def _fuse(source: Path, target: Path, config) -> dict[str, int]:
 
 
 @contextmanager
-def _root_logging_kept() -> Iterator[None]:
+def root_logging_kept() -> Iterator[None]:
     """``quantize_dynamic`` calls ``logging.basicConfig()``, after which every library's debug logger
     prints, and logs a warning on the root logger that has no fix here (pre-processing, for CNNs)."""
     root = logging.getLogger()
@@ -161,7 +161,7 @@ def write_export(
     onnx.checker.check_model(str(directory / FP32_FILE))
     report(2, EXPORT_STEPS)
     # DefaultTensorType: fused contrib ops carry no shape-inferred type; their outputs are float.
-    with _root_logging_kept():
+    with root_logging_kept():
         quantize_dynamic(
             directory / FP32_FILE,
             directory / INT8_FILE,

@@ -32,21 +32,10 @@ from qa_system.evaluation.judged import JudgedQuestion, is_right
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.selection import SELECTOR_FILE, USEFUL
 from qa_system.reading.selection_features import features
-from qa_system.training.selector import FeatureNames, _answer_rows, _isotonic, _read_document, read_documents_record
+from qa_system.training.selector import PARAMETERS, FeatureNames, _answer_rows, _isotonic, _read_document, read_documents_record
 
-# Few judged questions: small, strongly regularised trees.
-JUDGED_PARAMETERS = dict(
-    n_estimators=150,
-    learning_rate=0.05,
-    num_leaves=7,
-    min_child_samples=20,
-    subsample=0.8,
-    subsample_freq=1,
-    colsample_bytree=0.8,
-    reg_lambda=1.0,
-    verbose=-1,
-    random_state=0,
-)
+# Few judged questions: smaller trees than the SubjQA-fitted selector's, and fewer of them.
+JUDGED_PARAMETERS = {**PARAMETERS, "n_estimators": 150, "learning_rate": 0.05, "num_leaves": 7, "min_child_samples": 20, "random_state": 0}
 MODE = "product"  # the reviews a user's question is asked of: the product's, as the doors ask
 
 
