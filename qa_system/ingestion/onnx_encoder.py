@@ -29,7 +29,7 @@ from qa_system.devices import int8_dot_product, physical_cores
 from qa_system.disk_cache import built_folder, keyed_folder, library_versions, listed_files, mark_used, prune_keyed_folders, taking_turns
 from qa_system.errors import QAError
 from qa_system.model_files import model_files_dir, model_fingerprint
-from qa_system.reading.onnx import root_logging_kept
+from qa_system.quantization import quantize_int8
 
 # Bump when write_encoder_export changes what it writes: every cached export is rebuilt.
 RECIPE = 1
@@ -118,7 +118,6 @@ def write_encoder_export(model: str | Path, directory: Path, reduce_range: bool 
     """Export, fuse and int8-quantise the encoder into the empty ``directory``, with its tokenizer; export.json last."""
     import onnx
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from transformers import AutoModel, AutoTokenizer
 
     reduce_range = not int8_dot_product() if reduce_range is None else reduce_range
@@ -156,15 +155,7 @@ def write_encoder_export(model: str | Path, directory: Path, reduce_range: bool 
     else:
         raw.rename(fused)
     onnx.checker.check_model(str(fused))
-    with root_logging_kept():
-        quantize_dynamic(
-            fused,
-            int8,
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            reduce_range=reduce_range,
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
+    quantize_int8(fused, int8, reduce_range)
     raw.unlink(missing_ok=True)
     fused.unlink()
     tokenizer.save_pretrained(directory)

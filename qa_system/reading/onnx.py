@@ -33,8 +33,7 @@ import logging
 import shutil
 import threading
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ from qa_system.devices import INT8_DOT_PRODUCT_FLAGS, cpuinfo_field, int8_dot_pr
 from qa_system.disk_cache import built_folder
 from qa_system.errors import QAError
 from qa_system.model_files import model_fingerprint
+from qa_system.quantization import quantize_int8
 
 ONNX_SUBDIR = "onnx"  # default export location inside a local model directory
 FP32_FILE = "model.onnx"
@@ -109,24 +109,6 @@ def _fuse(source: Path, target: Path, config) -> dict[str, int]:
     return {op: n for op, n in optimized.get_fused_operator_statistics().items() if n}
 
 
-@contextmanager
-def root_logging_kept() -> Iterator[None]:
-    """``quantize_dynamic`` calls ``logging.basicConfig()``, after which every library's debug logger
-    prints, and logs a warning on the root logger that has no fix here (pre-processing, for CNNs)."""
-    root = logging.getLogger()
-    handlers = root.handlers[:]
-
-    def advice(record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
-
-    root.addFilter(advice)
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.removeFilter(advice)
-
-
 EXPORT_STEPS = 4  # model loaded, graph exported and fused, weights quantised, files written
 Report = Callable[[int, int], None]  # (steps done, steps in all)
 
@@ -143,7 +125,6 @@ def write_export(
     empty ``directory``; returns the export.json entries. ``reduce_range`` None: the CPU decides."""
     import onnx
     import onnxruntime
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from qa_system.reading.model import MODEL_INFO_FILE, load_qa_model
 
@@ -160,16 +141,7 @@ def write_export(
     (directory / "raw.onnx").unlink()
     onnx.checker.check_model(str(directory / FP32_FILE))
     report(2, EXPORT_STEPS)
-    # DefaultTensorType: fused contrib ops carry no shape-inferred type; their outputs are float.
-    with root_logging_kept():
-        quantize_dynamic(
-            directory / FP32_FILE,
-            directory / INT8_FILE,
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            reduce_range=reduce_range,
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
+    quantize_int8(directory / FP32_FILE, directory / INT8_FILE, reduce_range)
     report(3, EXPORT_STEPS)
     tokenizer.save_pretrained(directory)
     if (Path(model) / MODEL_INFO_FILE).is_file():
