@@ -300,7 +300,7 @@ def evaluate_pipelines(
     retriever: str = "bm25",
     domain: str = "electronics",
     split: str = "test",
-    top_k_retriever: int = 3,
+    top_k_retriever: int | None = None,
     top_k: int = 3,
     out_dir=None,
     limit: int | None = None,
@@ -313,6 +313,7 @@ def evaluate_pipelines(
 ) -> dict:
     """Retriever then each reader (and its answer selector), over the domain's index (or ``index``, e.g. a collection,
     with ``labels``: your own labelled questions), under each candidate protocol, scored under each gold definition.
+    ``top_k_retriever``: reviews read per question (default: the settings', as the doors read).
 
     ``tune_threshold`` (dev only): fit the no-answer threshold for each reader and protocol
     (``fit_no_answer_threshold``, unanswerable questions weighted to the domain's train share) for
@@ -325,7 +326,8 @@ def evaluate_pipelines(
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.retrieval.fitted import no_answer_fit, no_answer_setting
 
-    top_k_retriever, top_k = check_count(top_k_retriever, "top_k_retriever"), check_count(top_k, "top_k")
+    top_k_retriever = check_count(settings.top_k_retriever if top_k_retriever is None else top_k_retriever, "top_k_retriever")
+    top_k = check_count(top_k, "top_k")
     limit = check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
     protocols, golds = check_candidates(candidates), check_golds(golds)

@@ -31,7 +31,7 @@ def fit_pipeline_thresholds(
     retriever: str = "bm25",
     domain: str = "electronics",
     split: str = "dev",
-    top_k_retriever: int = 3,
+    top_k_retriever: int | None = None,
     top_k: int = 3,
     candidates: str | Sequence[str] = ("split",),
     limit: int | None = None,
@@ -43,10 +43,12 @@ def fit_pipeline_thresholds(
     Runs the pipeline evaluation of ``split`` (its report, with the dev-tuned rows, goes to
     ``out_dir`` when given) and keeps each fit in the index manifest, where ``qa-system eval
     pipeline`` of any split finds it. Returns one row per reader and protocol with the fit.
+    ``top_k_retriever``: reviews read per question (default: the settings', as the doors read).
 
     >>> fit_pipeline_thresholds(settings, [settings.reader_model], "hybrid", candidates=["split", "product"])  # doctest: +SKIP
     """
     # The evaluation checks every argument (dev only, counts, protocols) before any work.
+    top_k_retriever = settings.top_k_retriever if top_k_retriever is None else top_k_retriever
     index = index or evaluation_index(settings, domain, None, embeddings=retriever != "bm25")
     result = evaluate_pipelines(
         settings,
