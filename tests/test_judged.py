@@ -10,7 +10,17 @@ import pytest
 
 from qa_system.cli import main
 from qa_system.errors import QAError
-from qa_system.evaluation.judged import Card, JudgedQuestion, JudgedSpan, judge_all, load_judged, summarize_judged, verdict
+from qa_system.evaluation.judged import (
+    Card,
+    JudgedQuestion,
+    JudgedSpan,
+    JudgedSystem,
+    judge_all,
+    load_judged,
+    summarize_judged,
+    system_labels,
+    verdict,
+)
 
 READING = JudgedQuestion(
     "e:K1:1",
@@ -106,3 +116,12 @@ def test_a_label_file_that_is_not_utf8_or_nested_too_deep_is_one_error_and_a_bom
     bom = tmp_path / "bom.jsonl"
     bom.write_text('\ufeff{"id": "b", "question": "Good?", "answerable": "no"}\n', encoding="utf-8")
     assert load_judged([bom])[0].id == "b"
+
+
+def test_systems_with_selectors_of_the_same_folder_name_are_told_apart_in_reports():
+    systems = [JudgedSystem("models/reader", "old/answer-selector", 8), JudgedSystem("models/reader", "models/answer-selector", 8)]
+    assert system_labels([*systems, JudgedSystem("models/reader", "none")]) == [
+        "models/reader + old/answer-selector, top 8",
+        "models/reader + models/answer-selector, top 8",
+        "reader + no selector",
+    ]

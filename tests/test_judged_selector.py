@@ -72,8 +72,8 @@ def judged_records(count: int, seed: int = 0) -> tuple[list[dict], dict[str, Jud
 def judged_selector(tmp_path_factory):
     folder = tmp_path_factory.mktemp("judged-selector")
     records, labels = judged_records(240)
-    questions, spans = judged_frames(records, labels)
-    decisions = fit_judged_selector(questions, spans, folder, {"reader_fingerprint": "abc"}, folds=3)
+    questions, spans, texts = judged_frames(records, labels)
+    decisions = fit_judged_selector(questions, spans, texts, folder, {"reader_fingerprint": "abc"}, folds=3)
     return folder, decisions, spans
 
 
@@ -113,3 +113,58 @@ def test_the_first_card_is_the_one_most_likely_to_be_right_and_reads_as_a_whole_
     chances = [a.score for a in answers]
     assert chances == sorted(chances, reverse=True)
     json.dumps([a.meta for a in answers])  # plain types only: the API and Hayhooks encode them
+
+
+def test_the_fit_does_not_depend_on_the_order_of_the_labels(tmp_path):
+    records, labels = judged_records(120, seed=3)
+    fits = []
+    for name, order in (("forward", records), ("backward", records[::-1])):
+        fit_judged_selector(*judged_frames(order, labels), tmp_path / name, {}, folds=3)
+        fits.append(json.loads((tmp_path / name / SELECTOR_FILE).read_text())["calibration"])
+    assert fits[0] == fits[1]
+
+
+FACT = "How many hours does the battery last?"
+OPINION = "How is the screen?"
+FACT_REVIEW = "Setup was easy. The battery easily lasts 40 hours on a single charge, even with the screen at full brightness all day."
+OPINION_REVIEW = "Setup was easy. The screen is bright and sharp in sunlight. The box was plain."
+
+
+def shown_text_records(count: int) -> tuple[list[dict], dict[str, JudgedQuestion]]:
+    """Factual questions answered by a short span inside a long phrase, opinions answered by the whole phrase."""
+    rng = random.Random(1)
+    records, labels = [], {}
+    for n in range(count):
+        factual, answered = n % 2 == 0, n % 5 != 0
+        query, content = (FACT, FACT_REVIEW) if factual else (OPINION, OPINION_REVIEW)
+        span = "40 hours" if factual else "bright"
+        start = content.index(span)
+        other = content.index("Setup was easy")
+        spans = [[start, start + len(span), 3.0 + rng.gauss(0, 1)], [other, other + 14, rng.gauss(0, 1)]]
+        spans.sort(key=lambda s: -s[2])
+        documents = [{"id": f"{n}", "content": content, "rank": 0, "score": 5.0, "null": rng.gauss(1.0, 1), "spans": spans}]
+        qid = f"t{n}"
+        records.append({"id": qid, "question": query, "item_id": f"item{n % 17}", "domain": "electronics", "modes": {MODE: documents}})
+        answer = JudgedSpan("40 hours" if factual else "The screen is bright and sharp in sunlight")
+        labels[qid] = JudgedQuestion(
+            qid, f"item{n % 17}", query, "yes" if answered else "no", (answer,) if answered else (), domain="electronics"
+        )
+    return records, labels
+
+
+def test_a_card_shows_the_readers_own_span_where_that_reads_as_the_answer(tmp_path):
+    records, labels = shown_text_records(200)
+    questions, spans, texts = judged_frames(records, labels)
+    assert set(texts["span_right"]) == {True, False}  # "40 hours" right, its phrase too long; "bright" wrong, its phrase right
+    fit_judged_selector(questions, spans, texts, tmp_path, {}, folds=3)
+    assert json.loads((tmp_path / SELECTOR_FILE).read_text())["text_model"] == "text.txt"
+    selector = AnswerSelector(model=str(tmp_path), top_k=1)
+    for query, content, shown in ((FACT, FACT_REVIEW, "40 hours"), (OPINION, OPINION_REVIEW, "The screen is bright and sharp in sunlight")):
+        span = "40 hours" if query == FACT else "bright"
+        start = content.index(span)
+        reading = ReaderOutput([SpanCandidate(0, start, start + len(span), 4.0, 0)], 0.5, {0: 0.5})
+        answer = next(
+            a for a in selector.run(query=query, documents=[Document(id="a", content=content)], reading=reading)["answers"] if a.data
+        )
+        assert answer.data == shown
+        assert content[answer.document_offset.start : answer.document_offset.end] == shown  # offsets of the text shown

@@ -379,7 +379,9 @@ def register(commands, options: Options) -> None:
     )
     answer_eval_options(p, "reports/pipeline")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--top-k-retriever", type=depth("--top-k-retriever"), help="reviews read per question (default: the settings', QA_TOP_K_RETRIEVER)")
+    p.add_argument(
+        "--top-k-retriever", type=depth("--top-k-retriever"), help="reviews read per question (default: the settings', QA_TOP_K_RETRIEVER)"
+    )
     candidates_option(p)
     gold_option(p)
     p.set_defaults(func=cmd_eval_pipeline)

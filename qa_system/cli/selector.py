@@ -16,6 +16,8 @@ def cmd_train_selector(args: argparse.Namespace) -> None:
     from qa_system.training.selector import cross_fit_readers, fit_selector, selector_frames
 
     settings = settings_from_args(args)
+    if args.text_judged and not args.judged:
+        raise QAError("--text-judged teaches only the judged selector's text model.", "pass --judged FILE... beside it.")
     if args.judged:
         return _train_on_judged(args, settings)
     if args.general_reader is None:
@@ -47,18 +49,22 @@ def cmd_train_selector(args: argparse.Namespace) -> None:
 
 
 def _shown_path(path) -> str:
-    """A path as selector.json records it: relative to the repository (``../shared/...`` beside it), never this machine's."""
+    """A path as selector.json records it: relative to the repository (``../shared/...`` beside it), else its file
+    name alone, never this machine's."""
     import os
 
     from qa_system.config import REPO_ROOT
 
-    return os.path.relpath(Path(path).resolve(), REPO_ROOT)
+    relative = os.path.relpath(Path(path).resolve(), REPO_ROOT)
+    return relative if not relative.startswith(f"..{os.sep}..") else Path(path).name
 
 
 def _train_on_judged(args: argparse.Namespace, settings) -> None:
     """Read the judged questions with the configured reader over the reviews the pipeline retrieves, then fit the selector on them."""
+    import pandas as pd
+
     from qa_system.evaluation.judged import load_judged
-    from qa_system.ingestion import open_collection
+    from qa_system.ingestion import list_collections, open_collection
     from qa_system.ingestion.indexing import open_or_build_index
     from qa_system.model_files import model_fingerprint
     from qa_system.pipelines import build_retrieval_pipeline
@@ -67,22 +73,35 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
     from qa_system.training.judged_selector import fit_judged_selector, judged_frames, read_judged, summarize_out_of_fold
 
     questions = load_judged(args.judged)
+    text_questions = load_judged(args.text_judged) if args.text_judged else []
     pipelines: dict[str, object] = {}
 
+    own = {c.name for c in list_collections(settings)}
+
     def retrieve(question):
+        # A question's domain names its collection when one is called so (labels of several collections in one fit).
         name = args.collection or question.domain
         if name not in pipelines:
-            index = open_collection(settings, name, False) if args.collection else open_or_build_index(settings, name, embeddings=False)
+            mine = args.collection is not None or name in own
+            index = open_collection(settings, name, False) if mine else open_or_build_index(settings, name, embeddings=False)
             pipelines[name] = build_retrieval_pipeline("bm25", settings, index=index)
         return pipelines[name].run(question.question, filters=make_filters(item_id=question.item_id), top_k=settings.top_k_retriever)[
             "documents"
         ]
 
-    records = read_judged(ExtractiveReader.from_settings(settings), questions, retrieve)
-    frames = judged_frames(records, {q.id: q for q in questions})
+    extractive = ExtractiveReader.from_settings(settings)
+    labels = {q.id: q for q in [*questions, *text_questions]}
+    spans_questions, spans, texts = judged_frames(read_judged(extractive, questions, retrieve), labels)
+    if text_questions:
+        texts = pd.concat([texts, judged_frames(read_judged(extractive, text_questions, retrieve), labels)[2]], ignore_index=True)
     reader = {"reader": _shown_path(settings.reader_model), "reader_fingerprint": model_fingerprint(settings.reader_model)}
-    provenance = {"judged": [_shown_path(p) for p in args.judged], "top_k_retriever": settings.top_k_retriever, "retriever": "bm25"}
-    decisions = fit_judged_selector(*frames, args.output, reader, args.folds, provenance=provenance)
+    provenance = {
+        "judged": [_shown_path(p) for p in args.judged],
+        "text_judged": [_shown_path(p) for p in args.text_judged or []],
+        "top_k_retriever": settings.top_k_retriever,
+        "retriever": "bm25",
+    }
+    decisions = fit_judged_selector(spans_questions, spans, texts, args.output, reader, args.folds, provenance=provenance)
     print("Out-of-fold first cards on the judged training questions (a product's questions never seen by the models that decided them):")
     print(summarize_out_of_fold(decisions).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"Saved the answer selector for {settings.reader_model} to {args.output}; `qa-system eval judged` measures it.")
@@ -103,7 +122,16 @@ def register(commands, options: Options) -> None:
         nargs="+",
         type=Path,
         metavar="FILE",
-        help="fit on judged questions (JSON lines, the judged label format) read over the top --top-k-retriever reviews of each product",
+        help="fit on judged questions (JSON lines, the judged label format) read over the top --top-k-retriever reviews of each "
+        "product, in the collection named by --collection or by each question's domain (else that SubjQA domain)",
+    )
+    p.add_argument(
+        "--text-judged",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="with --judged: judged questions that teach only whether a card shows the reader's own span or its phrase "
+        "(e.g. factual questions, scripts/squadshifts_judged.py), not when to answer",
     )
     options.collection(p)
     p.add_argument("--general-reader", help="without --judged: the general-QA reader the configured reader's SubjQA stage started from")

@@ -48,7 +48,9 @@ def register(commands, options: Options) -> None:
     p.add_argument("--split", default="dev", help="the split to fit on (dev only)")
     p.add_argument("--reader", nargs="+", help="reader models (default: the configured reader)")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--top-k-retriever", type=depth("--top-k-retriever"), help="reviews read per question (default: the settings', QA_TOP_K_RETRIEVER)")
+    p.add_argument(
+        "--top-k-retriever", type=depth("--top-k-retriever"), help="reviews read per question (default: the settings', QA_TOP_K_RETRIEVER)"
+    )
     p.add_argument("--top-k", type=count("--top-k"), default=3, help="answers per question (top-k EM/F1 in the report)")
     candidates_option(p)
     p.add_argument("--out", type=Path, help="also write the dev report (with the dev-tuned rows) here")

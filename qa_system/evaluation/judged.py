@@ -124,7 +124,7 @@ def load_judged(paths: Iterable[str | Path]) -> list[JudgedQuestion]:
     seen: dict[str, str] = {}
     for path in map(Path, paths):
         if not path.is_file():
-            raise QAError(f"No judged label file {path}.", "pass --labels FILE.jsonl (one judged question a line).")
+            raise QAError(f"No judged label file {path}.", "pass the path of an existing JSON lines file (one judged question a line).")
         with path.open(encoding="utf-8-sig", errors="strict") as lines:
             for number, line in enumerate(_lines(lines, path), 1):
                 where = f"{path.name}, line {number}"
@@ -270,8 +270,17 @@ class JudgedSystem:
     @property
     def label(self) -> str:
         """The system's name in reports: its reader's and selector's folder names (and the documents read, when set)."""
-        name = f"{Path(self.reader).name} + {Path(self.selector).name if self.selector != 'none' else 'no selector'}"
+        return self.named(Path(self.reader).name, Path(self.selector).name)
+
+    def named(self, reader: str, selector: str) -> str:
+        name = f"{reader} + {selector if self.selector != 'none' else 'no selector'}"
         return name if self.top_k is None else f"{name}, top {self.top_k}"
+
+
+def system_labels(systems: Sequence[JudgedSystem]) -> list[str]:
+    """Each system's name in reports; two that would share one (folders of the same name) are named by their paths."""
+    short = [system.label for system in systems]
+    return [system.named(system.reader, system.selector) if short.count(label) > 1 else label for system, label in zip(systems, short)]
 
 
 def evaluate_judged(
@@ -308,7 +317,7 @@ def evaluate_judged(
     }
     runs = []
     bar = tqdm(total=len(questions) * len(systems), desc="judged questions", unit="q", disable=not progress)
-    for system in systems:
+    for system, label in zip(systems, system_labels(systems)):
         configured = settings.model_copy(
             update={
                 "reader_model": system.reader,
@@ -326,8 +335,8 @@ def evaluate_judged(
                 )
                 return answer_cards(result.get("answers", []))
 
-            records.append(judge_all(system.label, part, ask, on_question=bar.update).records)
-        runs.append(JudgedRun(system.label, pd.concat(records, ignore_index=True)))
+            records.append(judge_all(label, part, ask, on_question=bar.update).records)
+        runs.append(JudgedRun(label, pd.concat(records, ignore_index=True)))
     bar.close()
     if out_dir is not None:
         write_judged_report(out_dir, runs, questions)

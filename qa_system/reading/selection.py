@@ -8,7 +8,9 @@ training domains does not separate "this review answers it" from "it does not"
 ``selection_features`` with two small gradient-boosted models (LightGBM, saved as text, never pickled):
 
 * the **span model** predicts the F1 a candidate span scores when the question is answerable;
-* the **answerability model** predicts whether the reviews answer the question at all.
+* the **answerability model** predicts whether the reviews answer the question at all;
+* judged selectors add a **text model**: whether a card reads better as the reader's own span than as the
+  phrase it grew to (short spans answer factual questions, phrases opinions).
 
 It answers with the span of highest predicted F1 when P(answerable) x its F1 beats P(not
 answerable), the choice that maximises expected F1, and gives the answer and "no answer" the
@@ -38,7 +40,7 @@ from qa_system.metrics.squad import f1 as token_f1
 from qa_system.metrics.squad import normalize_answer
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.reader import ReaderOutput
-from qa_system.reading.selection_features import Candidate, ReadDocument, answer_row, features
+from qa_system.reading.selection_features import Candidate, ReadDocument, answer_row, features, shown_text_row
 
 SELECTOR_FILE = "selector.json"
 # "No answer" and the best answer this close in probability: the page says it is a close call.
@@ -81,7 +83,8 @@ class Calibration:
 
 
 class SelectorModel:
-    """The two LightGBM models, their feature order and the calibrations, read from a folder."""
+    """The LightGBM models (span, answerability, and the text model when there is one), their feature order
+    and the calibrations, read from a folder."""
 
     def __init__(self, folder: str | Path):
         import lightgbm
@@ -100,6 +103,11 @@ class SelectorModel:
         self.answer_model = lightgbm.Booster(model_file=str(folder / self.info["answer_model"]))
         self.answer_calibration = Calibration(*map(tuple, self.info["calibration"]["answer"]))
         self.no_answer_calibration = Calibration(*map(tuple, self.info["calibration"]["no_answer"]))
+        # Optional third model (judged selectors): does the reader's own span read better than its phrase.
+        text = self.info.get("text_model")
+        self.text_model = lightgbm.Booster(model_file=str(folder / text)) if text else None
+        self.text_features = self.info.get("text_features", [])
+        self.text_threshold = float(self.info.get("text_threshold", 0.5))
 
     @property
     def reader(self) -> str | None:
@@ -115,6 +123,21 @@ class SelectorModel:
         """The probability that the reviews read answer the question (``selection_features.answer_row``)."""
         matrix = np.array([[row[name] for name in self.answer_features]], dtype=float)
         return float(self.answer_model.predict(matrix)[0])
+
+    def shown(self, query: str, spans: Sequence[Candidate], documents: Sequence[ReadDocument]) -> list[Candidate]:
+        """Each candidate as a card shows it: its phrase, or the reader's own span where the text model finds that
+        likelier right ("around 30 hours" for "How long does the battery last?"). Chosen after scoring, so the
+        chances stay those of the phrases the models were fitted on."""
+        grown = [i for i, c in enumerate(spans) if c.span is not None]
+        if self.text_model is None or not grown:
+            return list(spans)
+        rows = [shown_text_row(query, spans[i], documents[spans[i].document].content) for i in grown]
+        p_span = self.text_model.predict(np.array([[row[name] for name in self.text_features] for row in rows], dtype=float))
+        shown = list(spans)
+        for i, p in zip(grown, p_span):
+            if p > self.text_threshold:
+                shown[i] = spans[i].as_read(documents[spans[i].document].content)
+        return shown
 
     @property
     def decision(self) -> str:
@@ -138,7 +161,8 @@ class SelectorModel:
             answer = (
                 best if best is not None and self.answer_calibration(float(span_scores[best])) > self.no_answer_calibration(p) else None
             )
-            return spans, span_scores, p, Decision(answer, float(span_scores[best]) if best is not None else 0.0, p)
+            shown = self.shown(query, spans, documents)
+            return shown, span_scores, p, Decision(answer, float(span_scores[best]) if best is not None else 0.0, p)
         decision = decide(span_scores, p)
         return spans, p * span_scores, decision.no_answer_value, decision
 
@@ -198,7 +222,7 @@ def read_documents(documents: Sequence[Document], reading: ReaderOutput) -> list
 class AnswerSelector:
     """Chooses one answer or none from the reader's candidates in every retrieved review (see the module doc).
 
-    :param model: the selector's folder (``selector.json`` and two LightGBM text models); None = the one
+    :param model: the selector's folder (``selector.json`` and the LightGBM models, saved as text); None = the one
         this project trains (``models/answer-selector``).
     :param top_k: answers returned beside "no answer" (groups of candidates that say the same thing).
     :param context_chars: characters of review kept on each side of an answer in ``context``.

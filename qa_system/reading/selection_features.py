@@ -34,6 +34,8 @@ _STOPWORDS = frozenset(
     "about any as so if not no yes your my our their me us them than then too very just also".split()
 )
 _WORD = re.compile(r"\w+")
+# "How long/many/much ...": a quantity asked for, answered in a few words.
+_HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
 # Where a phrase ends: a sentence's end, a semicolon, a dash between words, or a comma before a word that starts a new clause.
 PHRASE_BREAK = re.compile(r"[.!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s")
 # A phrase longer than this (a review without punctuation) is not shown whole: the reader's own span is.
@@ -56,13 +58,22 @@ class ReadDocument:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A span the selector may answer with (``document`` indexes the question's documents)."""
+    """A span the selector may answer with (``document`` indexes the question's documents); ``span``: the
+    reader's own span (start, end) that a phrase grew from, None when the candidate is that span."""
 
     document: int
     start: int
     end: int
     logit: float
     text: str
+    span: tuple[int, int] | None = None
+
+    def as_read(self, content: str) -> Candidate:
+        """The reader's own span, shown instead of the phrase it grew to."""
+        if self.span is None:
+            return self
+        start, end = self.span
+        return Candidate(self.document, start, end, self.logit, content[start:end])
 
 
 def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
@@ -89,11 +100,11 @@ def candidates(documents: Sequence[ReadDocument], phrases: bool = False) -> list
     spans = []
     for position, document in enumerate(documents):
         kept: dict[tuple[int, int], Candidate] = {}
-        for start, end, logit in document.spans:
-            if phrases:
-                start, end = phrase_bounds(document.content, start, end)
+        for span_start, span_end, logit in document.spans:
+            start, end = phrase_bounds(document.content, span_start, span_end) if phrases else (span_start, span_end)
             if (start, end) not in kept:
-                kept[start, end] = Candidate(position, start, end, logit, document.content[start:end])
+                grown = (span_start, span_end) if (start, end) != (span_start, span_end) else None
+                kept[start, end] = Candidate(position, start, end, logit, document.content[start:end], grown)
             if len(kept) == SPANS_PER_DOCUMENT:
                 break
         spans += kept.values()
@@ -103,6 +114,24 @@ def candidates(documents: Sequence[ReadDocument], phrases: bool = False) -> list
 def content_words(text: str) -> set[str]:
     """The words of ``text`` that carry meaning (lower case, stop words left out)."""
     return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS}
+
+
+def shown_text_row(query: str, candidate: Candidate, content: str) -> dict[str, float]:
+    """What tells whether a grown phrase or the reader's own span inside it reads as the answer: "around 30 hours"
+    answers "How long does the battery last?", "it is great for reading books" answers "Is it good for reading?"."""
+    start, end = candidate.span or (candidate.start, candidate.end)
+    span = content[start:end]
+    words = query.lower().split()
+    return {
+        **question_kind(query),
+        "q_how_much": float(words[:1] == ["how"] and len(words) > 1 and words[1] in _HOW_MUCH),
+        "q_who_when_where": float(words[:1] in (["who"], ["when"], ["where"], ["whom"], ["whose"], ["which"])),
+        "span_words": float(len(span.split())),
+        "phrase_words": float(len(candidate.text.split())),
+        "phrase_to_span_chars": len(candidate.text) / max(len(span), 1),
+        "logit": candidate.logit,
+        "span_has_digit": float(any(ch.isdigit() for ch in span)),
+    }
 
 
 def question_kind(query: str) -> dict[str, float]:
