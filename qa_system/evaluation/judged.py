@@ -273,6 +273,7 @@ class JudgedSystem:
         return self.named(Path(self.reader).name, Path(self.selector).name)
 
     def named(self, reader: str, selector: str) -> str:
+        """The system's name with its reader and selector called ``reader`` and ``selector``."""
         name = f"{reader} + {selector if self.selector != 'none' else 'no selector'}"
         return name if self.top_k is None else f"{name}, top {self.top_k}"
 
