@@ -125,3 +125,21 @@ def test_systems_with_selectors_of_the_same_folder_name_are_told_apart_in_report
         "models/reader + models/answer-selector, top 8",
         "reader + no selector",
     ]
+
+
+def test_judged_questions_are_asked_of_the_collection_their_domain_names(cli_home, tiny_reader, tmp_path):
+    from helpers.ingestion import COLUMNS, write_csv
+    from qa_system.ingestion import ingest
+
+    ingest(cli_home, write_csv(tmp_path / "reviews.csv"), "shop", COLUMNS)
+    line = {"domain": "shop", "item_id": "P1", "question": "How long does the battery last?", "split": "test", "answerable": "yes"}
+    answer = {"review_id": "r1", "start": 15, "end": 36, "text": "it lasts a whole week"}
+    labels = tmp_path / "judged.jsonl"
+    labels.write_text(
+        "".join(json.dumps({**line, "id": f"shop:P1:{n}", "answers": [answer], "best": 0}) + "\n" for n in range(3)), encoding="utf-8"
+    )
+    out = tmp_path / "report"
+    assert main(["eval", "judged", "--labels", str(labels), "--reader", str(tiny_reader), "--selector", "none", "--out", str(out)]) == 0
+    overall = next(m for m in json.loads((out / "report.json").read_text())["metrics"] if m["set"] == "all")
+    assert overall["questions"] == 3 and overall["system"] == f"{tiny_reader.name} + no selector"
+    assert overall["right"] + overall["wrong"] + overall["abstain_missed"] == pytest.approx(1.0)  # every card judged, none abstain-ok

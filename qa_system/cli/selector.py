@@ -63,9 +63,7 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
     """Read the judged questions with the configured reader over the reviews the pipeline retrieves, then fit the selector on them."""
     import pandas as pd
 
-    from qa_system.evaluation.judged import load_judged
-    from qa_system.ingestion import list_collections, open_collection
-    from qa_system.ingestion.indexing import open_or_build_index
+    from qa_system.evaluation.judged import judged_indexes, load_judged
     from qa_system.model_files import model_fingerprint
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.reading.reader import ExtractiveReader
@@ -74,20 +72,14 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
 
     questions = load_judged(args.judged)
     text_questions = load_judged(args.text_judged) if args.text_judged else []
-    pipelines: dict[str, object] = {}
-
-    own = {c.name for c in list_collections(settings)}
+    names = {args.collection or q.domain for q in [*questions, *text_questions]}
+    indexes = judged_indexes(settings, names, args.collection is not None, embeddings=False)
+    pipelines = {name: build_retrieval_pipeline("bm25", settings, index=index) for name, index in indexes.items()}
 
     def retrieve(question):
-        # A question's domain names its collection when one is called so (labels of several collections in one fit).
-        name = args.collection or question.domain
-        if name not in pipelines:
-            mine = args.collection is not None or name in own
-            index = open_collection(settings, name, False) if mine else open_or_build_index(settings, name, embeddings=False)
-            pipelines[name] = build_retrieval_pipeline("bm25", settings, index=index)
-        return pipelines[name].run(question.question, filters=make_filters(item_id=question.item_id), top_k=settings.top_k_retriever)[
-            "documents"
-        ]
+        return pipelines[args.collection or question.domain].run(
+            question.question, filters=make_filters(item_id=question.item_id), top_k=settings.top_k_retriever
+        )["documents"]
 
     extractive = ExtractiveReader.from_settings(settings)
     labels = {q.id: q for q in [*questions, *text_questions]}

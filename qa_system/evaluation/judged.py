@@ -284,6 +284,26 @@ def system_labels(systems: Sequence[JudgedSystem]) -> list[str]:
     return [system.named(system.reader, system.selector) if short.count(label) > 1 else label for system, label in zip(systems, short)]
 
 
+def judged_indexes(settings, names: Iterable[str], collections: bool, embeddings: bool, progress: bool = True) -> dict:
+    """The index each judged question is asked of, by name: the collection of that name when ``collections`` (the
+    user named it) or when one exists, else the SubjQA domain's index (built on first use)."""
+    from qa_system.ingestion import list_collections, open_collection
+    from qa_system.ingestion.indexing import open_or_build_index
+
+    names = list(names)
+    if not all(names):
+        raise QAError(
+            "A judged question names no domain and no --collection was given.", "pass --collection NAME, or give each line a domain."
+        )
+    own = set() if collections else {c.name for c in list_collections(settings)}
+    return {
+        name: open_collection(settings, name, embeddings)
+        if collections or name in own
+        else open_or_build_index(settings, name, embeddings=embeddings, progress=progress)
+        for name in names
+    }
+
+
 def evaluate_judged(
     settings,
     questions: Sequence[JudgedQuestion],
@@ -294,11 +314,10 @@ def evaluate_judged(
 ) -> list[JudgedRun]:
     """Ask every judged question of ``questions`` as the doors do (the configured retriever over the
     question's product, ``settings.top_k_retriever`` documents, the extractive pipeline) with each system,
-    and judge the cards. Questions are asked of ``collection``, or of the SubjQA collection of their domain."""
+    and judge the cards. Questions are asked of ``collection``, else of the collection their domain names, else of
+    their SubjQA domain's (``judged_indexes``)."""
     from tqdm.auto import tqdm
 
-    from qa_system.ingestion import open_collection
-    from qa_system.ingestion.indexing import open_or_build_index
     from qa_system.pipelines import build_qa_pipeline
 
     embeddings = settings.retriever != "bm25"
@@ -307,15 +326,10 @@ def evaluate_judged(
         if collection is None and not question.domain:
             raise QAError(
                 f"Judged question {question.id!r} names no domain and no --collection was given.",
-                "pass --collection NAME, or give each line a SubjQA domain.",
+                "pass --collection NAME, or give each line a domain: a collection's name or a SubjQA domain.",
             )
         by_collection.setdefault(collection or question.domain, []).append(question)
-    indexes = {
-        name: open_collection(settings, name, embeddings)
-        if collection is not None
-        else open_or_build_index(settings, name, embeddings=embeddings, progress=progress)
-        for name in by_collection
-    }
+    indexes = judged_indexes(settings, by_collection, collection is not None, embeddings, progress)
     runs = []
     bar = tqdm(total=len(questions) * len(systems), desc="judged questions", unit="q", disable=not progress)
     for system, label in zip(systems, system_labels(systems)):
