@@ -126,7 +126,7 @@ class SelectorModel:
 
     def shown(self, query: str, spans: Sequence[Candidate], documents: Sequence[ReadDocument]) -> list[Candidate]:
         """Each candidate as a card shows it: its phrase, or the reader's own span where the text model finds that
-        likelier right ("around 30 hours" for "How long does the battery last?"). Chosen after scoring, so the
+        likelier right ("30 hours" for "How long does the battery last?"). Chosen after scoring, so the
         chances stay those of the phrases the models were fitted on."""
         grown = [i for i, c in enumerate(spans) if c.span is not None]
         if self.text_model is None or not grown:

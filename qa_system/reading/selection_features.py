@@ -117,7 +117,7 @@ def content_words(text: str) -> set[str]:
 
 
 def shown_text_row(query: str, candidate: Candidate, content: str) -> dict[str, float]:
-    """What tells whether a grown phrase or the reader's own span inside it reads as the answer: "around 30 hours"
+    """What tells whether a grown phrase or the reader's own span inside it reads as the answer: "30 hours"
     answers "How long does the battery last?", "it is great for reading books" answers "Is it good for reading?"."""
     start, end = candidate.span or (candidate.start, candidate.end)
     span = content[start:end]

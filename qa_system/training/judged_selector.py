@@ -10,7 +10,7 @@ on the outputs of the reader over the reviews the pipeline retrieves (the produc
 * the **answerability model**: the chance that saying "no answer" is right (the reviews answer the
   question only partly, or not at all);
 * the **text model**: where a phrase grew from a shorter span of the reader and exactly one of the two is
-  right, the chance that it is the span ("around 30 hours" rather than "Battery lasts around 30 hours
+  right, the chance that it is the span ("30 hours" rather than "Battery lasts around 30 hours
   with noise cancelling on, so I charge them once a week").
 
 Its decision (``reading.selection``'s ``useful``) puts first whichever of the two calibrated chances is
