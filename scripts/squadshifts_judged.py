@@ -1,6 +1,8 @@
 """SQuADShifts-Amazon's held-out review groups as a collection and judged labels: factual questions on reviews.
 
-    python scripts/squadshifts_judged.py OUT_DIR [--data ../shared/data] [--measure-groups 13]
+    python scripts/squadshifts_judged.py [OUT_DIR] [--data ../shared/data] [--measure-groups 13]
+
+OUT_DIR defaults to ``squadshifts-judged`` in QA_HOME.
 
 Writes, from the fixed held-out slice (``qa_system.sources.squad.is_held_out``: whole groups of five reviews
 the shipped reader never trained on):
@@ -51,10 +53,14 @@ def judged_line(title: str, review_id: str, qa: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?", help="default: QA_HOME/squadshifts-judged")
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     parser.add_argument("--measure-groups", type=int, default=13)
     args = parser.parse_args()
+    if args.out is None:
+        from qa_system.config import Settings
+
+        args.out = Settings.from_env().home / "squadshifts-judged"
     amazon = json.loads((args.data / "squadshifts" / "amazon_reviews_v1.0.json").read_text(encoding="utf-8"))
     groups = [a for a in amazon["data"] if is_held_out(a["title"])]
     titles = sorted(a["title"] for a in groups)
@@ -74,7 +80,10 @@ def main() -> None:
         writer.writerows(reviews)
     for part, rows in lines.items():
         (args.out / f"judged-{part}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    print(f"{len(reviews)} reviews of {len(groups)} groups; {len(lines['fit'])} questions to fit on, {len(lines['measure'])} to measure on")
+    print(
+        f"{len(reviews)} reviews of {len(groups)} groups; {len(lines['fit'])} questions to fit on, {len(lines['measure'])} to measure on,"
+        f" in {args.out}"
+    )
 
 
 if __name__ == "__main__":
