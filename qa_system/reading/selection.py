@@ -107,7 +107,7 @@ class SelectorModel:
         text = self.info.get("text_model")
         self.text_model = lightgbm.Booster(model_file=str(folder / text)) if text else None
         self.text_features = self.info.get("text_features", [])
-        self.text_threshold = float(self.info.get("text_threshold", 0.5))
+        self.text_threshold = float(self.info["text_threshold"]) if text else None
 
     @property
     def reader(self) -> str | None:
