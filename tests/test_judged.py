@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -11,15 +12,18 @@ import pytest
 from qa_system.cli import main
 from qa_system.errors import QAError
 from qa_system.evaluation.judged import (
+    CARDS_TO_JUDGE,
     Card,
     JudgedQuestion,
     JudgedSpan,
     JudgedSystem,
     judge_all,
+    load_card_verdicts,
     load_judged,
     summarize_judged,
     system_labels,
     verdict,
+    write_judged_report,
 )
 
 READING = JudgedQuestion(
@@ -143,3 +147,90 @@ def test_judged_questions_are_asked_of_the_collection_their_domain_names(cli_hom
     overall = next(m for m in json.loads((out / "report.json").read_text())["metrics"] if m["set"] == "all")
     assert overall["questions"] == 3 and overall["system"] == f"{tiny_reader.name} + no selector"
     assert overall["right"] + overall["wrong"] + overall["abstain_missed"] == pytest.approx(1.0)  # every card judged, none abstain-ok
+
+
+LOCATION = JudgedQuestion(
+    "t:H1:5", "H1", "How is the location?", "yes", (JudgedSpan("Great location near Union Square"),), domain="tripadvisor"
+)
+
+
+def write_verdicts(path, *lines):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_a_card_verdict_decides_a_card_no_listed_span_matches(tmp_path):
+    labels = tmp_path / "judged.jsonl"
+    labels.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": q.id,
+                    "domain": q.domain,
+                    "question": q.question,
+                    "answerable": q.answerable,
+                    "answers": [{"text": s} for s in q.spans],
+                }
+            )
+            + "\n"
+            for q in (LOCATION, NOTHING)
+        ),
+        encoding="utf-8",
+    )
+    verdicts = write_verdicts(
+        tmp_path / "verdicts.jsonl",
+        {"id": LOCATION.id, "text": "The location was perfect for us", "acceptable": True, "note": "answers in other words"},
+        {"id": LOCATION.id, "text": "We stayed 5 nights", "acceptable": False},
+        {"id": LOCATION.id, "text": "Great location near Union Square", "acceptable": False},
+        {"id": NOTHING.id, "text": "sturdy enough", "acceptable": True},
+        {"id": "not:asked:here", "text": "anything", "acceptable": True},
+    )
+    location, nothing = load_judged([labels], [verdicts])
+    assert verdict(Card("The location was perfect for us"), LOCATION) == "wrong"  # without the verdict: no span matches
+    assert verdict(Card("the location was PERFECT for us!"), location) == "right"  # matched once normalised
+    assert verdict(Card("We stayed 5 nights"), location) == "wrong"
+    assert verdict(Card("Great location near Union Square"), location) == "right"  # a listed span wins over a verdict
+    assert verdict(Card("sturdy enough"), nothing) == "wrong"  # nothing answers it: no card is right
+    assert location.decided_by("a quiet street") is None and location.decided_by("We stayed 5 nights") == "verdict"
+
+
+def test_a_card_verdict_file_with_a_card_left_to_judge_or_judged_both_ways_is_one_error(tmp_path):
+    left = write_verdicts(tmp_path / "left.jsonl", {"id": "a", "text": "fine", "acceptable": None})
+    with pytest.raises(QAError, match="left.jsonl, line 1: acceptable is null"):
+        load_card_verdicts([left])
+    both = write_verdicts(
+        tmp_path / "both.jsonl", {"id": "a", "text": "Fine.", "acceptable": True}, {"id": "a", "text": "fine", "acceptable": False}
+    )
+    with pytest.raises(QAError, match="both.jsonl, line 2: judges the card of both.jsonl, line 1 the other way"):
+        load_card_verdicts([both])
+    not_object = tmp_path / "list.jsonl"
+    not_object.write_text("[1, 2]\n", encoding="utf-8")
+    with pytest.raises(QAError, match="list.jsonl, line 1: not an object"):
+        load_card_verdicts([not_object])
+    with pytest.raises(QAError, match="No card verdict file"):
+        load_card_verdicts([tmp_path / "missing.jsonl"])
+
+
+def test_the_report_lists_the_cards_left_to_judge_once_in_the_verdict_format(tmp_path):
+    judged_location = replace(LOCATION, cards={"location was perfect for us": True})
+    cards = {
+        LOCATION.id: [Card("The location was perfect for us", 0.7), Card("a quiet street", 0.4), Card(None, 0.2), Card("far away", 0.1)],
+        OIL.id: [Card("Jarrow", 0.6), Card("the quality of Jarrow coconut oil", 0.3)],
+    }
+    runs = [judge_all(name, [judged_location, OIL], lambda q: cards[q.id]) for name in ("one", "two")]
+    write_judged_report(tmp_path, runs, [judged_location, OIL])
+    lines = [json.loads(line) for line in (tmp_path / CARDS_TO_JUDGE).read_text(encoding="utf-8").splitlines()]
+    # within the first three, neither listed nor judged; "far away" is fourth; both runs showed the same cards, listed once
+    assert lines == [
+        {"id": LOCATION.id, "question": LOCATION.question, "text": "a quiet street", "acceptable": None},
+        {"id": OIL.id, "question": OIL.question, "text": "Jarrow", "acceptable": None},
+    ]
+    assert runs[0].records["first_by_card_verdict"].tolist() == [True, False]
+    assert "First cards decided by a card verdict (--verdicts): one 1, two 1." in (tmp_path / "report.md").read_text(encoding="utf-8")
+
+
+def test_train_selector_refuses_verdicts_without_judged_questions_in_one_line(tmp_path, capsys):
+    verdicts = write_verdicts(tmp_path / "v.jsonl", {"id": "a", "text": "fine", "acceptable": True})
+    assert main(["train-selector", "--verdicts", str(verdicts), "--home", str(tmp_path), "--output", str(tmp_path / "sel")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "--verdicts" in error and len(error.splitlines()) == 1

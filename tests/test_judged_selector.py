@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from haystack import Document
@@ -168,3 +169,17 @@ def test_a_card_shows_the_readers_own_span_where_that_reads_as_the_answer(tmp_pa
         )
         assert answer.data == shown
         assert content[answer.document_offset.start : answer.document_offset.end] == shown  # offsets of the text shown
+
+
+def test_a_card_verdict_labels_a_candidate_no_listed_span_matches():
+    records, labels = judged_records(12, seed=5)
+    shipping = "Shipping was quick"
+    with_verdicts = {qid: replace(label, cards={"shipping was quick": True}) for qid, label in labels.items()}
+    _, plain, _ = judged_frames(records, labels)
+    _, judged, _ = judged_frames(records, with_verdicts)
+    answered = [qid for qid, label in labels.items() if label.answerable != "no"]
+    # the phrase a card verdict accepts is right only on questions the reviews answer, and nothing else changes
+    assert len(shipping.split()) in set(plain["span_words"])
+    changed = judged["f1"] != plain["f1"]
+    assert changed.any() and (judged.loc[changed, "span_words"] == len(shipping.split())).all()
+    assert set(judged.loc[changed, "id"]) <= set(answered) and (judged.loc[changed, "f1"] == 1.0).all()

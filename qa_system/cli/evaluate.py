@@ -252,7 +252,7 @@ def candidates_option(p: argparse.ArgumentParser) -> None:
 
 def cmd_eval_judged(args: argparse.Namespace) -> None:
     """`qa-system eval judged`: the cards users read, judged over all documents of each product; prints the table and writes the report."""
-    from qa_system.evaluation.judged import JudgedSystem, evaluate_judged, judged_table, load_judged
+    from qa_system.evaluation.judged import CARDS_TO_JUDGE, JudgedSystem, evaluate_judged, judged_table, load_judged
 
     settings = settings_from_args(args)
     readers = args.reader or [settings.reader_model]
@@ -265,10 +265,10 @@ def cmd_eval_judged(args: argparse.Namespace) -> None:
             )
     selectors, depths = ([values[0]] * len(readers) if len(values) == 1 else values for values in paired.values())
     systems = [JudgedSystem(reader, selector, top_k) for reader, selector, top_k in zip(readers, selectors, depths)]
-    questions = load_judged(args.labels)[: args.limit]
+    questions = load_judged(args.labels, args.verdicts or [])[: args.limit]
     runs = evaluate_judged(settings, questions, systems, collection=args.collection, out_dir=args.out)
     print(judged_table(runs).to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
-    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, reliability.png)")
+    print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, reliability.png, {CARDS_TO_JUDGE})")
 
 
 def _register_judged(stages, options: Options) -> None:
@@ -285,6 +285,14 @@ def _register_judged(stages, options: Options) -> None:
         required=True,
         metavar="FILE",
         help="judged questions, JSON lines (see the docs' judged label format)",
+    )
+    p.add_argument(
+        "--verdicts",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="card verdicts, JSON lines: cards a person judged acceptable or not beyond the listed spans (the report's "
+        "cards-to-judge.jsonl, filled in)",
     )
     options.collection(p)
     p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")

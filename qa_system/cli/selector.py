@@ -18,6 +18,8 @@ def cmd_train_selector(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     if args.text_judged and not args.judged:
         raise QAError("--text-judged teaches only the judged selector's text model.", "pass --judged FILE... beside it.")
+    if args.verdicts and not args.judged:
+        raise QAError("--verdicts judges cards of judged questions.", "pass --judged FILE... beside it.")
     if args.judged:
         return _train_on_judged(args, settings)
     if args.general_reader is None:
@@ -70,8 +72,8 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
     from qa_system.retrieval.filters import make_filters
     from qa_system.training.judged_selector import fit_judged_selector, judged_frames, read_judged, summarize_out_of_fold
 
-    questions = load_judged(args.judged)
-    text_questions = load_judged(args.text_judged) if args.text_judged else []
+    questions = load_judged(args.judged, args.verdicts or [])
+    text_questions = load_judged(args.text_judged, args.verdicts or []) if args.text_judged else []
     names = {args.collection or q.domain for q in [*questions, *text_questions]}
     indexes = judged_indexes(settings, names, args.collection is not None, embeddings=False)
     pipelines = {name: build_retrieval_pipeline("bm25", settings, index=index) for name, index in indexes.items()}
@@ -90,6 +92,7 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
     provenance = {
         "judged": [_shown_path(p) for p in args.judged],
         "text_judged": [_shown_path(p) for p in args.text_judged or []],
+        **({"verdicts": [_shown_path(p) for p in args.verdicts]} if args.verdicts else {}),
         "top_k_retriever": settings.top_k_retriever,
         "retriever": "bm25",
     }
@@ -124,6 +127,13 @@ def register(commands, options: Options) -> None:
         metavar="FILE",
         help="with --judged: judged questions that teach only whether a card shows the reader's own span or its phrase "
         "(e.g. factual questions, scripts/squadshifts_judged.py), not when to answer",
+    )
+    p.add_argument(
+        "--verdicts",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="with --judged: card verdicts (JSON lines, as `eval judged --verdicts` reads them) that decide candidates beyond the listed spans",
     )
     options.collection(p)
     p.add_argument("--general-reader", help="without --judged: the general-QA reader the configured reader's SubjQA stage started from")

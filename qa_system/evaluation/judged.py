@@ -16,14 +16,22 @@ answer" where the documents answer partly or not at all; **abstain-missed** for 
 they answer. The first card is **useful** when it is right or abstain-ok. Beside the first card:
 right within the first three cards, and the calibration of the first card's stated chance
 against whether it was useful (ECE and a reliability table).
+
+The listed spans are never all the acceptable answers of a product with many reviews: a card that
+answers but words it otherwise ("The location was perfect for us" where another review's "Great
+location near Union Square" is listed) counts as wrong. **Card verdicts** close that gap the way
+pooled relevance judgments do in search evaluation: a person judges a card's text for one question
+(acceptable or not), once, and every later run reuses the verdict (``load_card_verdicts``). The report
+lists the answer cards that neither match a span nor have a verdict (``cards-to-judge.jsonl``), in the
+verdict file format with ``acceptable`` left to fill in. A listed span wins over a verdict.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -38,6 +46,8 @@ VERDICTS = ("right", "wrong", "abstain-ok", "abstain-missed")
 # A judged label file's longest line read: a question with its spans is a few kilobytes.
 MAX_LINE_CHARS = 1_000_000
 LABELS_FIX = "each line must be a JSON object with id, item_id, question, answerable (yes, partly or no) and answers (see the judged label format in the docs)."
+VERDICTS_FIX = "each line must be a JSON object with id (a judged question's), text (a card's) and acceptable (true or false)."
+CARDS_TO_JUDGE = "cards-to-judge.jsonl"
 
 
 @dataclass(frozen=True)
@@ -61,11 +71,27 @@ class JudgedQuestion:
     answers: tuple[JudgedSpan, ...] = ()
     domain: str = ""
     best: int | None = None
+    # Card verdicts: a card's text (normalised, ``metrics.squad.normalize_answer``) -> whether a person found it acceptable.
+    cards: Mapping[str, bool] = field(default_factory=dict, compare=False)
 
     @property
     def spans(self) -> list[str]:
         """The acceptable answers' texts."""
         return [answer.text for answer in self.answers]
+
+    def accepts(self, text: str) -> bool:
+        """Whether an answer card of this text is right: the documents answer, and it matches a listed span
+        (``is_right``) or a card verdict accepts it."""
+        if self.answerable == "no":
+            return False
+        return is_right(text, self.spans) or self.cards.get(normalize_answer(text), False)
+
+    def decided_by(self, text: str) -> str | None:
+        """What decides an answer card of this text: ``spans`` (nothing answers, or it matches a listed span), ``verdict``
+        (a person judged the card), or None (nothing: it counts as wrong, and is a card to judge)."""
+        if self.answerable == "no" or is_right(text, self.spans):
+            return "spans"
+        return "verdict" if normalize_answer(text) in self.cards else None
 
 
 @dataclass(frozen=True)
@@ -118,36 +144,63 @@ def _lines(lines: Iterable[str], path: Path) -> Iterable[str]:
         ) from None
 
 
-def load_judged(paths: Iterable[str | Path]) -> list[JudgedQuestion]:
-    """Judged questions from JSON lines files (blank lines skipped); a bad line is one QAError naming file and line."""
-    questions: list[JudgedQuestion] = []
-    seen: dict[str, str] = {}
+def _json_lines(paths: Iterable[str | Path], kind: str, each: str, fix: str) -> Iterable[tuple[object, str]]:
+    """Each non-blank line of JSON lines files, parsed, with where it stands ("file, line N"); a missing file or a line
+    that is not JSON is one QAError naming it."""
     for path in map(Path, paths):
         if not path.is_file():
-            raise QAError(f"No judged label file {path}.", "pass the path of an existing JSON lines file (one judged question a line).")
+            raise QAError(f"No {kind} file {path}.", f"pass the path of an existing JSON lines file ({each} a line).")
         with path.open(encoding="utf-8-sig", errors="strict") as lines:
             for number, line in enumerate(_lines(lines, path), 1):
                 where = f"{path.name}, line {number}"
                 if len(line) > MAX_LINE_CHARS:
-                    raise QAError(f"{where}: longer than {MAX_LINE_CHARS:,} characters.", LABELS_FIX)
+                    raise QAError(f"{where}: longer than {MAX_LINE_CHARS:,} characters.", fix)
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    yield json.loads(line), where
                 except json.JSONDecodeError as error:
-                    raise QAError(f"{where}: not JSON ({error.msg}).", LABELS_FIX) from None
+                    raise QAError(f"{where}: not JSON ({error.msg}).", fix) from None
                 except RecursionError:
-                    raise QAError(f"{where}: JSON nested too deeply to be a judged question.", LABELS_FIX) from None
-                question = _judged(row, where)
-                if question.id in seen:
-                    raise QAError(
-                        f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id."
-                    )
-                seen[question.id] = where
-                questions.append(question)
+                    raise QAError(f"{where}: JSON nested too deeply to be a {kind} line.", fix) from None
+
+
+def load_judged(paths: Iterable[str | Path], verdicts: Iterable[str | Path] = ()) -> list[JudgedQuestion]:
+    """Judged questions from JSON lines files (blank lines skipped), with the card verdicts of ``verdicts`` files
+    (``load_card_verdicts``); a bad line is one QAError naming file and line."""
+    questions: list[JudgedQuestion] = []
+    seen: dict[str, str] = {}
+    for row, where in _json_lines(paths, "judged label", "one judged question", LABELS_FIX):
+        question = _judged(row, where)
+        if question.id in seen:
+            raise QAError(f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id.")
+        seen[question.id] = where
+        questions.append(question)
     if not questions:
         raise QAError("The judged label files hold no question.", "pass files with one judged question a line.")
-    return questions
+    cards = load_card_verdicts(verdicts)
+    return [replace(q, cards=cards[q.id]) if q.id in cards else q for q in questions]
+
+
+def load_card_verdicts(paths: Iterable[str | Path]) -> dict[str, dict[str, bool]]:
+    """Card verdicts from JSON lines files, ``{"id": <judged question>, "text": <card>, "acceptable": true|false}`` a line
+    (other keys, such as a ``note``, are kept out): question id -> normalised card text -> acceptable. Two lines that
+    judge one card differently, or a line still to judge (``acceptable`` null), are one QAError naming the line."""
+    cards: dict[str, dict[str, bool]] = {}
+    seen: dict[tuple[str, str], str] = {}
+    for row, where in _json_lines(paths, "card verdict", "one card verdict", VERDICTS_FIX):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not isinstance(row.get("text"), str):
+            raise QAError(f"{where}: not an object with an id and a text.", VERDICTS_FIX)
+        acceptable = row.get("acceptable")
+        if not isinstance(acceptable, bool):
+            raise QAError(f"{where}: acceptable is {json.dumps(acceptable)}.", "judge the card (true or false), or leave the line out.")
+        text = normalize_answer(row["text"])
+        known = cards.setdefault(row["id"], {})
+        if known.get(text, acceptable) != acceptable:
+            raise QAError(f"{where}: judges the card of {seen[row['id'], text]} the other way.", "keep one verdict per card.")
+        known[text] = acceptable
+        seen.setdefault((row["id"], text), where)
+    return cards
 
 
 def is_right(text: str, spans: Sequence[str]) -> bool:
@@ -166,7 +219,7 @@ def verdict(card: Card, judged: JudgedQuestion) -> str:
     """right, wrong, abstain-ok or abstain-missed (see the module doc)."""
     if card.no_answer:
         return "abstain-missed" if judged.answerable == "yes" else "abstain-ok"
-    return "right" if judged.answerable != "no" and is_right(card.text or "", judged.spans) else "wrong"
+    return "right" if judged.accepts(card.text or "") else "wrong"
 
 
 def judge(judged: JudgedQuestion, cards: Sequence[Card]) -> dict:
@@ -174,6 +227,7 @@ def judge(judged: JudgedQuestion, cards: Sequence[Card]) -> dict:
     first = cards[0] if cards else Card(None)
     first_verdict = verdict(first, judged)
     top3 = [verdict(card, judged) for card in cards[:3]]
+    undecided = [card.text for card in cards[:3] if not card.no_answer and judged.decided_by(card.text or "") is None]
     return {
         "id": judged.id,
         "domain": judged.domain,
@@ -187,6 +241,8 @@ def judge(judged: JudgedQuestion, cards: Sequence[Card]) -> dict:
         "right_top3": "right" in top3,
         "useful_top3": any(v in ("right", "abstain-ok") for v in top3),
         "cards": json.dumps([{"text": c.text, "chance": c.chance} for c in cards], ensure_ascii=False),
+        "first_by_card_verdict": not first.no_answer and judged.decided_by(first.text or "") == "verdict",
+        "to_judge": json.dumps(undecided, ensure_ascii=False),
     }
 
 
@@ -366,7 +422,7 @@ def judged_table(runs: Sequence[JudgedRun]) -> pd.DataFrame:
 
 
 def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], questions: Sequence[JudgedQuestion]) -> Path:
-    """report.json / .csv / .md, records.csv (every question's cards and verdict) and reliability.png."""
+    """report.json / .csv / .md, records.csv (every question's cards and verdict), reliability.png and the cards to judge."""
     from qa_system.evaluation.report import write_report
     from qa_system.metrics.calibration import reliability_diagram
 
@@ -385,6 +441,12 @@ def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], question
         f"Questions: {len(questions)} ({', '.join(f'{k} {v}' for k, v in sorted(answerable.items()))}).",
     ]
     records = pd.concat([run.records.assign(system=run.system) for run in runs], ignore_index=True)
+    to_judge = write_cards_to_judge(Path(out_dir) / CARDS_TO_JUDGE, records, questions)
+    by_verdict = ", ".join(f"{run.system} {int(run.records['first_by_card_verdict'].sum())}" for run in runs)
+    notes.append(f"First cards decided by a card verdict (--verdicts): {by_verdict}.")
+    notes.append(
+        f"Answer cards within the first three that match no listed span and have no verdict (counted wrong): {to_judge}, in {CARDS_TO_JUDGE} to judge."
+    )
     return write_report(
         out_dir,
         "Judged questions: the first card as a user reads it",
@@ -395,3 +457,16 @@ def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], question
         records,
         notes,
     )
+
+
+def write_cards_to_judge(path: Path, records: pd.DataFrame, questions: Sequence[JudgedQuestion]) -> int:
+    """Each answer card within the first three that no listed span and no verdict decides, once, as a card verdict line
+    with ``acceptable`` null (to fill in: true or false); returns how many."""
+    asked = {q.id: q.question for q in questions}
+    lines = {}
+    for qid, texts in zip(records["id"], records["to_judge"]):
+        for text in json.loads(texts):
+            lines.setdefault((qid, normalize_answer(text)), {"id": qid, "question": asked.get(qid, ""), "text": text, "acceptable": None})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines.values()), encoding="utf-8")
+    return len(lines)

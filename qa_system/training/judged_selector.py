@@ -6,7 +6,7 @@ whether the reviews answer and which spans are acceptable. From them the selecto
 on the outputs of the reader over the reviews the pipeline retrieves (the product's, ``top_k``):
 
 * the **span model**: the chance that a candidate, grown to its whole phrase, is a right answer
-  (``judged.is_right``);
+  (``JudgedQuestion.accepts``: a listed span, or a card verdict);
 * the **answerability model**: the chance that saying "no answer" is right (the reviews answer the
   question only partly, or not at all);
 * the **text model**: where a phrase grew from a shorter span of the reader and exactly one of the two is
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from haystack import Document
 
-from qa_system.evaluation.judged import JudgedQuestion, is_right
+from qa_system.evaluation.judged import JudgedQuestion
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.selection import SELECTOR_FILE, USEFUL
 from qa_system.reading.selection_features import features, shown_text_row
@@ -81,11 +81,11 @@ def judged_frames(records: Sequence[dict], judged: dict[str, JudgedQuestion]) ->
         keys = {"key": record["id"], "id": record["id"], "mode": MODE, "domain": record["domain"], "item": record["item_id"]}
         questions.append({**question, **keys, "answerable": label.answerable != "yes"})
         for candidate, row in zip(candidates, rows):
-            right = label.answerable != "no" and is_right(candidate.text, label.spans)
+            right = label.accepts(candidate.text)
             spans.append({**row, **keys, "answerable": True, "f1": float(right)})
             if candidate.span is not None and label.answerable != "no":
                 content = documents[candidate.document].content
-                span_right = is_right(candidate.as_read(content).text, label.spans)
+                span_right = label.accepts(candidate.as_read(content).text)
                 if span_right != right:
                     texts.append({**shown_text_row(record["question"], candidate, content), **keys, "span_right": span_right})
     return pd.DataFrame(questions), pd.DataFrame(spans), pd.DataFrame(texts)
