@@ -167,7 +167,7 @@ def _json_lines(paths: Iterable[str | Path], kind: str, each: str, fix: str) -> 
 
 def load_judged(paths: Iterable[str | Path], verdicts: Iterable[str | Path] = ()) -> list[JudgedQuestion]:
     """Judged questions from JSON lines files (blank lines skipped), with the card verdicts of ``verdicts`` files
-    (``load_card_verdicts``); a bad line is one QAError naming file and line."""
+    (``load_card_verdicts``; those of questions not loaded are left out); a bad line is one QAError naming file and line."""
     questions: list[JudgedQuestion] = []
     seen: dict[str, str] = {}
     for row, where in _json_lines(paths, "judged label", "one judged question", LABELS_FIX):
@@ -184,7 +184,7 @@ def load_judged(paths: Iterable[str | Path], verdicts: Iterable[str | Path] = ()
 
 def load_card_verdicts(paths: Iterable[str | Path]) -> dict[str, dict[str, bool]]:
     """Card verdicts from JSON lines files, ``{"id": <judged question>, "text": <card>, "acceptable": true|false}`` a line
-    (other keys, such as a ``note``, are kept out): question id -> normalised card text -> acceptable. Two lines that
+    (other keys, such as a ``note``, are ignored): question id -> normalised card text -> acceptable. Two lines that
     judge one card differently, or a line still to judge (``acceptable`` null), are one QAError naming the line."""
     cards: dict[str, dict[str, bool]] = {}
     seen: dict[tuple[str, str], str] = {}
