@@ -227,7 +227,7 @@ def judge(judged: JudgedQuestion, cards: Sequence[Card]) -> dict:
     first = cards[0] if cards else Card(None)
     first_verdict = verdict(first, judged)
     top3 = [verdict(card, judged) for card in cards[:3]]
-    undecided = [card.text for card in cards[:3] if not card.no_answer and judged.decided_by(card.text or "") is None]
+    decided = [None if card.no_answer else judged.decided_by(card.text or "") for card in cards[:3]]
     return {
         "id": judged.id,
         "domain": judged.domain,
@@ -241,8 +241,8 @@ def judge(judged: JudgedQuestion, cards: Sequence[Card]) -> dict:
         "right_top3": "right" in top3,
         "useful_top3": any(v in ("right", "abstain-ok") for v in top3),
         "cards": json.dumps([{"text": c.text, "chance": c.chance} for c in cards], ensure_ascii=False),
-        "first_by_card_verdict": not first.no_answer and judged.decided_by(first.text or "") == "verdict",
-        "to_judge": json.dumps(undecided, ensure_ascii=False),
+        "first_by_card_verdict": bool(decided) and decided[0] == "verdict",
+        "to_judge": json.dumps([c.text for c, by in zip(cards, decided) if not c.no_answer and by is None], ensure_ascii=False),
     }
 
 
