@@ -183,3 +183,60 @@ def test_a_card_verdict_labels_a_candidate_no_listed_span_matches():
     changed = judged["f1"] != plain["f1"]
     assert changed.any() and (judged.loc[changed, "span_words"] == len(shipping.split())).all()
     assert set(judged.loc[changed, "id"]) <= set(answered) and (judged.loc[changed, "f1"] == 1.0).all()
+
+
+HOLD, CHARGE = "Is it comfortable to hold?", "Is it a long-lasting charge?"
+HOLD_PHRASE, CHARGE_PHRASE = "It fits my hand perfectly", "The battery goes for days"
+# Questions of one kind and length, phrases of one length that share no word with them, in either order: only their meaning tells them apart.
+ASPECT_REVIEWS = (
+    f"Shipping was quick. {HOLD_PHRASE}. {CHARGE_PHRASE}. The color is grey.",
+    f"Shipping was quick. {CHARGE_PHRASE}. {HOLD_PHRASE}. The color is grey.",
+)
+
+
+def aspect_reading(content: str, logits: tuple[float, float]) -> ReaderOutput:
+    """The reader's output with both phrases as spans of the review, of these logits."""
+    return ReaderOutput(
+        [SpanCandidate(0, content.index(p), content.index(p) + len(p), logit, 0) for p, logit in zip((HOLD_PHRASE, CHARGE_PHRASE), logits)],
+        0.5,
+        {0: 0.5},
+    )
+
+
+def aspect_records(count: int) -> tuple[list[dict], dict[str, JudgedQuestion]]:
+    """Each question read over a review that holds both answers, which the reader likes alike."""
+    rng = random.Random(2)
+    records, labels = [], {}
+    for n in range(count):
+        query, answer = (HOLD, HOLD_PHRASE) if n % 2 else (CHARGE, CHARGE_PHRASE)
+        content = ASPECT_REVIEWS[(n // 2) % 2]
+        spans = sorted(([s.start, s.end, 3.0 + rng.gauss(0, 1)] for s in aspect_reading(content, (0, 0)).spans), key=lambda s: -s[2])
+        documents = [{"id": f"{n}", "content": content, "rank": 0, "score": 5.0, "null": rng.gauss(1.0, 1), "spans": spans}]
+        qid = f"a{n}"
+        records.append({"id": qid, "question": query, "item_id": f"item{n % 13}", "domain": "electronics", "modes": {MODE: documents}})
+        labels[qid] = JudgedQuestion(qid, f"item{n % 13}", query, "yes", (JudgedSpan(answer),), domain="electronics")
+    return records, labels
+
+
+def test_phrase_similarity_puts_the_phrase_about_what_was_asked_first(tmp_path):
+    from qa_system.config import HUB_EMBEDDING_MODEL, default_embedding_model
+    from qa_system.reading.phrase_similarity import PhraseSimilarity
+
+    similarity = PhraseSimilarity(default_embedding_model(), "torch", "cpu")
+    closer, farther = similarity("Is the staff friendly?", ["the staff are incredible", "the rooms were clean"])
+    assert closer > farther
+    assert similarity.to_info() == {"model": HUB_EMBEDDING_MODEL, "backend": "torch"}  # never this machine's path
+
+    questions, spans, texts = judged_frames(*aspect_records(120), similarity)
+    fit_judged_selector(questions, spans, texts, tmp_path, {}, folds=3, similarity=similarity)
+    info = json.loads((tmp_path / SELECTOR_FILE).read_text())
+    assert "phrase_similarity" in info["span_features"] and "best_phrase_similarity" in info["answer_features"]
+    assert info["similarity"] == similarity.to_info()
+    selector = AnswerSelector(model=str(tmp_path), top_k=2)
+    selector.use_runtime("cpu")
+    for content in ASPECT_REVIEWS:
+        for logits in ((4.0, 4.0), (4.5, 4.0), (4.0, 4.5)):  # the reader likes either as much or a little more
+            for query, asked in ((HOLD, HOLD_PHRASE), (CHARGE, CHARGE_PHRASE)):
+                reading = aspect_reading(content, logits)
+                answers = selector.run(query=query, documents=[Document(id="a", content=content)], reading=reading)["answers"]
+                assert [a.data for a in answers if a.data][0] == asked

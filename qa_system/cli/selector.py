@@ -68,6 +68,7 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
     from qa_system.evaluation.judged import judged_indexes, load_judged
     from qa_system.model_files import model_fingerprint
     from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.reading.phrase_similarity import PhraseSimilarity
     from qa_system.reading.reader import ExtractiveReader
     from qa_system.retrieval.filters import make_filters
     from qa_system.training.judged_selector import fit_judged_selector, judged_frames, read_judged, summarize_out_of_fold
@@ -85,7 +86,9 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
 
     extractive = ExtractiveReader.from_settings(settings)
     labels = {q.id: q for q in [*questions, *text_questions]}
-    spans_questions, spans, texts = judged_frames(read_judged(extractive, questions, retrieve), labels)
+    # The configured sentence encoder says how close each phrase's meaning is to the question's; the selector records it.
+    similarity = PhraseSimilarity(settings.embedding_model, settings.embedding_backend, settings.device, settings.embedding_onnx_cache)
+    spans_questions, spans, texts = judged_frames(read_judged(extractive, questions, retrieve), labels, similarity)
     if text_questions:
         texts = pd.concat([texts, judged_frames(read_judged(extractive, text_questions, retrieve), labels)[2]], ignore_index=True)
     reader = {"reader": _shown_path(settings.reader_model), "reader_fingerprint": model_fingerprint(settings.reader_model)}
@@ -96,7 +99,9 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
         "top_k_retriever": settings.top_k_retriever,
         "retriever": "bm25",
     }
-    decisions = fit_judged_selector(spans_questions, spans, texts, args.output, reader, args.folds, provenance=provenance)
+    decisions = fit_judged_selector(
+        spans_questions, spans, texts, args.output, reader, args.folds, provenance=provenance, similarity=similarity
+    )
     print("Out-of-fold first cards on the judged training questions (a product's questions never seen by the models that decided them):")
     print(summarize_out_of_fold(decisions).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"Saved the answer selector for {settings.reader_model} to {args.output}; `qa-system eval judged` measures it.")

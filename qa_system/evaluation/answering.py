@@ -138,6 +138,7 @@ def answer_selector(settings: Settings, model: str, no_answer_threshold: float |
     if no_answer_threshold is not None or not selector_fits_reader(settings.selector_model, model):
         return None
     selector = AnswerSelector(model=settings.selector_model)
+    selector.use_runtime(settings.device, settings.home)
     selector.warm_up()
     return selector
 

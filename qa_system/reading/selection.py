@@ -39,6 +39,7 @@ from qa_system.errors import QAError, check_count
 from qa_system.metrics.squad import f1 as token_f1
 from qa_system.metrics.squad import normalize_answer
 from qa_system.model_files import model_fingerprint
+from qa_system.reading.phrase_similarity import PhraseSimilarity
 from qa_system.reading.reader import ReaderOutput
 from qa_system.reading.selection_features import Candidate, ReadDocument, answer_row, features, shown_text_row
 
@@ -86,7 +87,7 @@ class SelectorModel:
     """The LightGBM models (span, answerability, and the text model when there is one), their feature order
     and the calibrations, read from a folder."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, device: str = "auto", embedding_cache: str | Path | None = None):
         import lightgbm
 
         folder = Path(folder)
@@ -108,6 +109,9 @@ class SelectorModel:
         self.text_model = lightgbm.Booster(model_file=str(folder / text)) if text else None
         self.text_features = self.info.get("text_features", [])
         self.text_threshold = float(self.info["text_threshold"]) if text else None
+        # Judged selectors may also weigh how close each phrase's meaning is to the question's, by the encoder they were fitted with.
+        similarity = self.info.get("similarity")
+        self.similarity = PhraseSimilarity.from_info(similarity, device, embedding_cache) if similarity else None
 
     @property
     def reader(self) -> str | None:
@@ -151,11 +155,16 @@ class SelectorModel:
         the reviews do not answer (so saying so is right); the better of the two calibrated chances is chosen.
         ``expected_f1``: P(answerable) x the span's predicted F1 against P(not answerable) (``decide``).
         """
-        question, spans, rows = features(query, documents, phrases=self.info.get("phrases", False))
+        question, spans, rows = features(query, documents, phrases=self.info.get("phrases", False), similarity=self.similarity)
         span_scores = self.span_f1(rows)
         best = int(np.argmax(span_scores)) if spans else None
         p = self.answerable(
-            answer_row(question, rows[best] if best is not None else None, float(span_scores[best]) if best is not None else 0.0)
+            answer_row(
+                question,
+                rows[best] if best is not None else None,
+                float(span_scores[best]) if best is not None else 0.0,
+                similarity=self.similarity is not None,
+            )
         )
         if self.decision == USEFUL:
             answer = (
@@ -243,6 +252,7 @@ class AnswerSelector:
         self.model = str(model) if model is not None else None
         self.top_k = check_count(top_k, "top_k")
         self.context_chars = context_chars
+        self.device, self.embedding_cache = "auto", None
         self._selector: SelectorModel | None = None
 
     @property
@@ -254,10 +264,17 @@ class AnswerSelector:
 
         return default_selector_model()
 
+    def use_runtime(self, device: str, home: str | Path | None = None) -> None:
+        """Embed phrases (selectors fitted with ``phrase_similarity``) on ``device``, with the encoder exports under ``home``'s cache."""
+        from qa_system.config import embedding_onnx_cache
+
+        self.device, self.embedding_cache = device, None if home is None else embedding_onnx_cache(Path(home))
+        self._selector = None
+
     def warm_up(self) -> None:
         """Load the models (once)."""
         if self._selector is None:
-            self._selector = SelectorModel(self.model_dir)
+            self._selector = SelectorModel(self.model_dir, self.device, self.embedding_cache)
 
     def to_dict(self) -> dict[str, Any]:
         """The component's init parameters, as Haystack serialises a pipeline."""

@@ -6,7 +6,8 @@ reader's training domains (``../shared/notes/answer-decision-diagnostic.md``). T
 decides from more: how each review's spans compare with that review's own no-answer, the
 retriever's rank of the review and its score relative to the best one (a raw BM25 score depends on
 the collection), whether other reviews say the same thing, the span's length, position and
-sentence boundaries, and what kind of question it is. These are the
+sentence boundaries, what kind of question it is, and (judged selectors) how close the phrase's
+meaning is to the question's (``phrase_similarity``). These are the
 features, computed the same way at training time (from recorded reader outputs) and at serving
 time (from a ``ReaderOutput``).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from qa_system.metrics.squad import f1 as token_f1
@@ -169,11 +170,16 @@ def _softmax(logits: Sequence[float]) -> list[float]:
 
 
 def features(
-    query: str, documents: Sequence[ReadDocument], phrases: bool = False
+    query: str,
+    documents: Sequence[ReadDocument],
+    phrases: bool = False,
+    similarity: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
 ) -> tuple[dict[str, float], list[Candidate], list[dict[str, float]]]:
     """(question features, candidate spans, one feature row per candidate: the question's features included);
-    ``phrases``: the candidates are whole phrases (``candidates``)."""
+    ``phrases``: the candidates are whole phrases (``candidates``); ``similarity``: the cosine of the question with
+    each candidate's text (``phrase_similarity.PhraseSimilarity``), added to each row as ``SIMILARITY_FEATURE``."""
     spans = candidates(documents, phrases)
+    similarities = similarity(query, [c.text for c in spans]) if similarity is not None else None
     nulls = [d.null_logit for d in documents if math.isfinite(d.null_logit)] or [0.0]
     null_min, null_max = min(nulls), max(nulls)
     scores = [d.retrieval_score for d in documents if d.retrieval_score is not None]
@@ -237,6 +243,8 @@ def features(
                 "sentence_question_overlap": len(sentence_words & question_words) / max(len(question_words), 1),
             }
         )
+        if similarities is not None:
+            rows[-1][SIMILARITY_FEATURE] = float(similarities[rank])
     return question, spans, rows
 
 
@@ -253,8 +261,12 @@ BEST_SPAN_FEATURES = (
     "document_rank",
     "relative_retrieval_score",
 )
+# The span rows' feature that ``features`` adds when given a similarity.
+SIMILARITY_FEATURE = "phrase_similarity"
 
 
-def answer_row(question: dict[str, float], best: dict[str, float] | None, best_f1: float) -> dict[str, float]:
-    """The answerability model's features: the question's, the best span's predicted F1, and that span's own."""
-    return {**question, "best_span_f1": best_f1, **{f"best_{name}": best[name] if best else math.nan for name in BEST_SPAN_FEATURES}}
+def answer_row(question: dict[str, float], best: dict[str, float] | None, best_f1: float, similarity: bool = False) -> dict[str, float]:
+    """The answerability model's features: the question's, the best span's predicted F1, and that span's own (with
+    ``similarity``, its ``SIMILARITY_FEATURE`` too: does the best phrase talk about what was asked)."""
+    names = (*BEST_SPAN_FEATURES, SIMILARITY_FEATURE) if similarity else BEST_SPAN_FEATURES
+    return {**question, "best_span_f1": best_f1, **{f"best_{name}": best[name] if best else math.nan for name in names}}

@@ -32,6 +32,7 @@ import pandas as pd
 from haystack import Document
 
 from qa_system.evaluation.judged import JudgedQuestion
+from qa_system.reading.phrase_similarity import PhraseSimilarity
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.selection import SELECTOR_FILE, USEFUL
 from qa_system.reading.selection_features import features, shown_text_row
@@ -69,15 +70,17 @@ def read_judged(
     ]
 
 
-def judged_frames(records: Sequence[dict], judged: dict[str, JudgedQuestion]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def judged_frames(
+    records: Sequence[dict], judged: dict[str, JudgedQuestion], similarity: PhraseSimilarity | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Question rows (``answerable`` holds whether "no answer" is right), span rows (``f1``: whether the candidate, a whole
-    phrase, is right) and the text model's rows: each grown phrase of which exactly one of it and the reader's own span
-    is right (``span_right``)."""
+    phrase, is right; with ``similarity``, its ``phrase_similarity`` to the question) and the text model's rows: each grown
+    phrase of which exactly one of it and the reader's own span is right (``span_right``)."""
     questions, spans, texts = [], [], []
     for record in sorted(records, key=lambda r: r["id"]):  # the fit never depends on the order of the label files
         label = judged[record["id"]]
         documents = [_read_document(d) for d in record["modes"][MODE]]
-        question, candidates, rows = features(record["question"], documents, phrases=True)
+        question, candidates, rows = features(record["question"], documents, phrases=True, similarity=similarity)
         keys = {"key": record["id"], "id": record["id"], "mode": MODE, "domain": record["domain"], "item": record["item_id"]}
         questions.append({**question, **keys, "answerable": label.answerable != "yes"})
         for candidate, row in zip(candidates, rows):
@@ -120,8 +123,10 @@ def fit_judged_selector(
     folds: int = 5,
     parameters: dict = JUDGED_PARAMETERS,
     provenance: dict[str, Any] | None = None,
+    similarity: PhraseSimilarity | None = None,
 ) -> pd.DataFrame:
-    """Fit the span and answerability models on all rows, their calibrations on out-of-fold predictions of ``REPEATS``
+    """Fit the span and answerability models on all rows (``similarity``: the one ``judged_frames`` gave the span rows,
+    recorded so that the selector is served with it), their calibrations on out-of-fold predictions of ``REPEATS``
     random splits of the products pooled (one split moves the decisions by several questions in 100), and the text
     model on ``texts`` when it holds both outcomes; write them to ``output_dir``.
 
@@ -161,6 +166,7 @@ def fit_judged_selector(
         "span_features": names.span,
         "answer_features": names.answer,
         **text,
+        **({"similarity": similarity.to_info()} if similarity is not None else {}),
         "parameters": parameters,
         "folds": folds,
         "calibration": {"answer": answer_calibration, "no_answer": no_answer_calibration},
