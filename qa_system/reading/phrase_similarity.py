@@ -59,11 +59,15 @@ class PhraseSimilarity:
         """What a selector records of it: the model (portable) and the backend."""
         return {"model": _portable(self.model), "backend": self.backend}
 
+    def warm_up(self) -> None:
+        """Load the encoder (once per process, shared with the retriever's when it is the same)."""
+        if self._encoder is None:
+            self._encoder = load_encoder(self.model, self.backend, self.device, self.cache)
+
     def __call__(self, query: str, texts: Sequence[str]) -> list[float]:
         """The cosine of ``query`` with each of ``texts`` (unit-length vectors, so their dot product)."""
         if not texts:
             return []
-        if self._encoder is None:
-            self._encoder = load_encoder(self.model, self.backend, self.device, self.cache)
+        self.warm_up()
         vectors = np.asarray(self._encoder.encode([query, *texts], batch_size=32), dtype=np.float32)
         return (vectors[1:] @ vectors[0]).astype(float).tolist()

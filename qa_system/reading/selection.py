@@ -112,6 +112,8 @@ class SelectorModel:
         # Judged selectors may also weigh how close each phrase's meaning is to the question's, by the encoder they were fitted with.
         similarity = self.info.get("similarity")
         self.similarity = PhraseSimilarity.from_info(similarity, device, embedding_cache) if similarity else None
+        if self.similarity is not None:
+            self.similarity.warm_up()  # loaded with the models, so that the first question does not wait for it
 
     @property
     def reader(self) -> str | None:
