@@ -240,3 +240,81 @@ def test_phrase_similarity_puts_the_phrase_about_what_was_asked_first(tmp_path):
                 reading = aspect_reading(content, logits)
                 answers = selector.run(query=query, documents=[Document(id="a", content=content)], reading=reading)["answers"]
                 assert [a.data for a in answers if a.data][0] == asked
+
+
+BATTERY_QUESTIONS = (
+    "Does the battery last?",
+    "How long does the battery last?",
+    "Is the battery life good?",
+    "Does the battery hold a charge?",
+)
+BATTERY_ANSWERS = (
+    "It goes for days between charges",
+    "It runs all week without a charge",
+    "I only plug it in on Sundays",
+    "Lasts three days on one charge",
+)
+# Phrases that share the question's word and answer nothing: the untuned encoder likes many of them better.
+BATTERY_MENTIONS = (
+    "The battery cover feels cheap",
+    "The battery door is flimsy",
+    "The battery compartment is hard to open",
+    "The batteries were included",
+)
+
+
+def test_a_phrase_encoder_tuned_on_judged_phrases_prefers_what_answers_to_what_shares_a_word(tmp_path):
+    from qa_system.config import default_embedding_model
+    from qa_system.reading.phrase_similarity import PhraseSimilarity
+    from qa_system.training.phrase_encoder import PhraseExample, PhraseTuning, tune_phrase_encoder
+
+    def ordered(similarity):  # (question, answer, mention) triples where the answer is the closer
+        return sum(a > m for q in BATTERY_QUESTIONS for a in similarity(q, BATTERY_ANSWERS) for m in similarity(q, BATTERY_MENTIONS))
+
+    examples = [PhraseExample(q, f"item{n}", BATTERY_ANSWERS, BATTERY_MENTIONS) for n, q in enumerate(BATTERY_QUESTIONS)]
+    tuned = tune_phrase_encoder(
+        default_embedding_model(), examples, tmp_path / "tuned", PhraseTuning(epochs=8, learning_rate=1e-4), progress=False
+    )
+    before = ordered(PhraseSimilarity(default_embedding_model(), "torch", "cpu"))
+    after = ordered(PhraseSimilarity(str(tuned), "torch", "cpu"))
+    assert before < 48 and after >= 60  # of 64
+
+
+def test_a_tuned_phrase_encoder_is_cross_fitted_by_product_and_served_from_the_selectors_folder(tmp_path):
+    import shutil
+
+    from qa_system.config import default_embedding_model
+    from qa_system.reading.phrase_similarity import PhraseSimilarity
+    from qa_system.training.phrase_encoder import TUNING_FILE, PhraseTuning, cross_fitted_encoders, phrase_examples, tune_phrase_encoder
+
+    records, labels = aspect_records(60)
+    examples = phrase_examples(records, labels)
+    for example in examples:  # each question's phrase is right, the other aspect's wrong
+        asked, other = (HOLD_PHRASE, CHARGE_PHRASE) if example.question == HOLD else (CHARGE_PHRASE, HOLD_PHRASE)
+        assert example.right == (asked,) and other in example.wrong
+
+    tuning = PhraseTuning(epochs=1, batch_size=16)
+    folds = cross_fitted_encoders(default_embedding_model(), examples, tmp_path / "work", folds=2, tuning=tuning, progress=False)
+    assert set(folds) == {e.item_id for e in examples} and len(set(folds.values())) == 2
+    for path in set(folds.values()):  # each product's encoder was tuned without its questions
+        tuned_on = json.loads((path / TUNING_FILE).read_text())["questions"]
+        assert tuned_on == sum(folds[e.item_id] != path for e in examples)
+    again = cross_fitted_encoders(default_embedding_model(), examples, tmp_path / "work", folds=2, tuning=tuning, progress=False)
+    assert again == folds and all((p / TUNING_FILE).stat().st_mtime == (folds[i] / TUNING_FILE).stat().st_mtime for i, p in again.items())
+
+    served = tune_phrase_encoder(default_embedding_model(), examples, tmp_path / "selector" / "phrase-encoder", tuning, progress=False)
+    tuned = PhraseSimilarity(str(served), "torch", "cpu")
+    by_product = {item: PhraseSimilarity(str(path), "torch", "cpu") for item, path in folds.items()}
+    questions, spans, texts = judged_frames(records, labels, tuned, by_product)
+    fit_judged_selector(questions, spans, texts, tmp_path / "selector", {}, folds=3, similarity=tuned)
+    assert json.loads((tmp_path / "selector" / SELECTOR_FILE).read_text())["similarity"] == {"model": "phrase-encoder", "backend": "torch"}
+    moved = shutil.copytree(tmp_path / "selector", tmp_path / "elsewhere")  # the selector's folder carries its encoder
+    shutil.rmtree(tmp_path / "selector")
+    selector = AnswerSelector(model=str(moved), top_k=2)
+    selector.use_runtime("cpu")
+    content = ASPECT_REVIEWS[0]
+    for query, asked in ((HOLD, HOLD_PHRASE), (CHARGE, CHARGE_PHRASE)):
+        answers = selector.run(query=query, documents=[Document(id="a", content=content)], reading=aspect_reading(content, (4.0, 4.0)))[
+            "answers"
+        ]
+        assert [a.data for a in answers if a.data][0] == asked

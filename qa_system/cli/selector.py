@@ -20,6 +20,8 @@ def cmd_train_selector(args: argparse.Namespace) -> None:
         raise QAError("--text-judged teaches only the judged selector's text model.", "pass --judged FILE... beside it.")
     if args.verdicts and not args.judged:
         raise QAError("--verdicts judges cards of judged questions.", "pass --judged FILE... beside it.")
+    if args.tune_encoder and not args.judged:
+        raise QAError("--tune-encoder tunes the judged selector's phrase encoder.", "pass --judged FILE... beside it.")
     if args.judged:
         return _train_on_judged(args, settings)
     if args.general_reader is None:
@@ -86,9 +88,26 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
 
     extractive = ExtractiveReader.from_settings(settings)
     labels = {q.id: q for q in [*questions, *text_questions]}
-    # The configured sentence encoder says how close each phrase's meaning is to the question's; the selector records it.
-    similarity = PhraseSimilarity(settings.embedding_model, settings.embedding_backend, settings.device, settings.embedding_onnx_cache)
-    spans_questions, spans, texts = judged_frames(read_judged(extractive, questions, retrieve), labels, similarity)
+    records = read_judged(extractive, questions, retrieve)
+
+    def phrase_similarity(model) -> PhraseSimilarity:
+        return PhraseSimilarity(str(model), settings.embedding_backend, settings.device, settings.embedding_onnx_cache)
+
+    # A sentence encoder says how close each phrase's meaning is to the question's; the selector records it. The
+    # configured one as it is, or tuned on these questions (each product's rows scored by an encoder tuned without it).
+    similarity, by_product = phrase_similarity(settings.embedding_model), None
+    if args.tune_encoder:
+        from qa_system.devices import resolve_device
+        from qa_system.training.phrase_encoder import cross_fitted_encoders, phrase_examples, tune_phrase_encoder
+
+        examples, device = phrase_examples(records, labels), resolve_device(settings.device)
+        work_dir = args.work_dir or settings.home / "selector"
+        folds = cross_fitted_encoders(settings.embedding_model, examples, work_dir, args.folds, device=device)
+        by_product = {item: phrase_similarity(path) for item, path in folds.items()}
+        similarity = phrase_similarity(
+            tune_phrase_encoder(settings.embedding_model, examples, Path(args.output) / "phrase-encoder", device=device)
+        )
+    spans_questions, spans, texts = judged_frames(records, labels, similarity, by_product)
     if text_questions:
         texts = pd.concat([texts, judged_frames(read_judged(extractive, text_questions, retrieve), labels)[2]], ignore_index=True)
     reader = {"reader": _shown_path(settings.reader_model), "reader_fingerprint": model_fingerprint(settings.reader_model)}
@@ -98,6 +117,7 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
         **({"verdicts": [_shown_path(p) for p in args.verdicts]} if args.verdicts else {}),
         "top_k_retriever": settings.top_k_retriever,
         "retriever": "bm25",
+        **({"phrase_encoder": "tuned on the judged questions, cross-fitted by product"} if args.tune_encoder else {}),
     }
     decisions = fit_judged_selector(
         spans_questions, spans, texts, args.output, reader, args.folds, provenance=provenance, similarity=similarity
@@ -139,6 +159,12 @@ def register(commands, options: Options) -> None:
         type=Path,
         metavar="FILE",
         help="with --judged: card verdicts (JSON lines, as `eval judged --verdicts` reads them) that decide candidates beyond the listed spans",
+    )
+    p.add_argument(
+        "--tune-encoder",
+        action="store_true",
+        help="with --judged: fine-tune the configured sentence encoder on the judged phrases for the selector's phrase "
+        "similarity (one encoder per fold of --folds, kept in --work-dir, and the one served, saved beside the selector)",
     )
     options.collection(p)
     p.add_argument("--general-reader", help="without --judged: the general-QA reader the configured reader's SubjQA stage started from")

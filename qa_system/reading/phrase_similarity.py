@@ -51,13 +51,23 @@ class PhraseSimilarity:
         self._encoder = None
 
     @classmethod
-    def from_info(cls, info: dict[str, Any], device: str = "auto", cache: str | Path | None = None) -> PhraseSimilarity:
-        """The similarity a selector was fitted with (``to_info``'s record), on this machine."""
-        return cls(info["model"], info.get("backend", "onnx"), device, cache)
+    def from_info(
+        cls, info: dict[str, Any], device: str = "auto", cache: str | Path | None = None, folder: str | Path | None = None
+    ) -> PhraseSimilarity:
+        """The similarity a selector was fitted with (``to_info``'s record), on this machine; a model recorded relative
+        to the selector's ``folder`` (one tuned for it) is loaded from there."""
+        model = info["model"]
+        if folder is not None and not Path(model).is_absolute() and (Path(folder) / model).is_dir():
+            model = str(Path(folder) / model)
+        return cls(model, info.get("backend", "onnx"), device, cache)
 
-    def to_info(self) -> dict[str, str]:
-        """What a selector records of it: the model (portable) and the backend."""
-        return {"model": _portable(self.model), "backend": self.backend}
+    def to_info(self, folder: str | Path | None = None) -> dict[str, str]:
+        """What a selector in ``folder`` records of it: the model (portable: a hub id, or its path relative to ``folder``
+        when it lies inside) and the backend."""
+        model = _portable(self.model)
+        if folder is not None and Path(model).is_dir() and Path(model).resolve().is_relative_to(Path(folder).resolve()):
+            model = Path(model).resolve().relative_to(Path(folder).resolve()).as_posix()
+        return {"model": model, "backend": self.backend}
 
     def warm_up(self) -> None:
         """Load the encoder (once per process, shared with the retriever's when it is the same)."""

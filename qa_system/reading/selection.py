@@ -111,7 +111,7 @@ class SelectorModel:
         self.text_threshold = float(self.info["text_threshold"]) if text else None
         # Judged selectors may also weigh how close each phrase's meaning is to the question's, by the encoder they were fitted with.
         similarity = self.info.get("similarity")
-        self.similarity = PhraseSimilarity.from_info(similarity, device, embedding_cache) if similarity else None
+        self.similarity = PhraseSimilarity.from_info(similarity, device, embedding_cache, folder) if similarity else None
         if self.similarity is not None:
             self.similarity.warm_up()  # loaded with the models, so that the first question does not wait for it
 

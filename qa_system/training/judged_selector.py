@@ -71,16 +71,21 @@ def read_judged(
 
 
 def judged_frames(
-    records: Sequence[dict], judged: dict[str, JudgedQuestion], similarity: PhraseSimilarity | None = None
+    records: Sequence[dict],
+    judged: dict[str, JudgedQuestion],
+    similarity: PhraseSimilarity | None = None,
+    similarity_by_product: dict[str, PhraseSimilarity] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Question rows (``answerable`` holds whether "no answer" is right), span rows (``f1``: whether the candidate, a whole
-    phrase, is right; with ``similarity``, its ``phrase_similarity`` to the question) and the text model's rows: each grown
-    phrase of which exactly one of it and the reader's own span is right (``span_right``)."""
+    phrase, is right; with ``similarity``, its ``phrase_similarity`` to the question, by ``similarity_by_product``'s
+    encoder for the question's product where given) and the text model's rows: each grown phrase of which exactly one
+    of it and the reader's own span is right (``span_right``)."""
     questions, spans, texts = [], [], []
     for record in sorted(records, key=lambda r: r["id"]):  # the fit never depends on the order of the label files
         label = judged[record["id"]]
         documents = [_read_document(d) for d in record["modes"][MODE]]
-        question, candidates, rows = features(record["question"], documents, phrases=True, similarity=similarity)
+        scorer = (similarity_by_product or {}).get(record["item_id"], similarity)
+        question, candidates, rows = features(record["question"], documents, phrases=True, similarity=scorer)
         keys = {"key": record["id"], "id": record["id"], "mode": MODE, "domain": record["domain"], "item": record["item_id"]}
         questions.append({**question, **keys, "answerable": label.answerable != "yes"})
         for candidate, row in zip(candidates, rows):
@@ -166,7 +171,7 @@ def fit_judged_selector(
         "span_features": names.span,
         "answer_features": names.answer,
         **text,
-        **({"similarity": similarity.to_info()} if similarity is not None else {}),
+        **({"similarity": similarity.to_info(output_dir)} if similarity is not None else {}),
         "parameters": parameters,
         "folds": folds,
         "calibration": {"answer": answer_calibration, "no_answer": no_answer_calibration},
