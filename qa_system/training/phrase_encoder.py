@@ -142,12 +142,23 @@ def tune_phrase_encoder(
     quiet_progress(trainer, progress, f"tuning the phrase encoder on {len(examples)} questions")
     trainer.train()
     model.save(str(scratch / "model"))
+    store_in_half_precision(scratch / "model")
     info = {"key": key, "base_model": str(base_model), "questions": len(examples), "triplets": len(columns["anchor"]), **asdict(tuning)}
     (scratch / "model" / TUNING_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
     shutil.rmtree(output_dir, ignore_errors=True)
     (scratch / "model").rename(output_dir)
     shutil.rmtree(scratch, ignore_errors=True)
     return output_dir
+
+
+def store_in_half_precision(model_dir: Path) -> None:
+    """Keep the saved weights in float16: half the size on disk, loaded back as float32 (the config's dtype), and the
+    same vectors to about 1e-4."""
+    from safetensors.torch import load_file, save_file
+
+    for path in Path(model_dir).glob("*.safetensors"):
+        weights = load_file(str(path))
+        save_file({name: w.half() if w.is_floating_point() else w for name, w in weights.items()}, str(path), metadata={"format": "pt"})
 
 
 def cross_fitted_encoders(
