@@ -12,8 +12,9 @@ from haystack import Document
 from qa_system.evaluation.judged import JudgedQuestion, JudgedSpan
 from qa_system.reading.reader import ReaderOutput, SpanCandidate
 from qa_system.reading.selection import SELECTOR_FILE, USEFUL, AnswerSelector
-from qa_system.reading.selection_features import MAX_PHRASE_WORDS, phrase_bounds
+from qa_system.reading.selection_features import MAX_PHRASE_WORDS, features, phrase_bounds
 from qa_system.training.judged_selector import MODE, fit_judged_selector, judged_frames, summarize_out_of_fold
+from qa_system.training.selector import _read_document
 
 FILLER = "The box came on time. Shipping was quick. I bought it for my dad. The color is grey."
 ANSWER = "The battery lasts a whole week on one charge"
@@ -227,11 +228,11 @@ def test_phrase_similarity_puts_the_phrase_about_what_was_asked_first(tmp_path):
     assert closer > farther
     assert similarity.to_info() == {"model": HUB_EMBEDDING_MODEL, "backend": "torch"}  # never this machine's path
 
-    questions, spans, texts = judged_frames(*aspect_records(120), similarity)
-    fit_judged_selector(questions, spans, texts, tmp_path, {}, folds=3, similarity=similarity)
+    questions, spans, texts = judged_frames(*aspect_records(120), {"phrase_similarity": similarity})
+    fit_judged_selector(questions, spans, texts, tmp_path, {}, folds=3, similarities={"phrase_similarity": similarity})
     info = json.loads((tmp_path / SELECTOR_FILE).read_text())
     assert "phrase_similarity" in info["span_features"] and "best_phrase_similarity" in info["answer_features"]
-    assert info["similarity"] == similarity.to_info()
+    assert info["similarity"] == similarity.to_info() and "tuned_similarity" not in info
     selector = AnswerSelector(model=str(tmp_path), top_k=2)
     selector.use_runtime("cpu")
     for content in ASPECT_REVIEWS:
@@ -303,11 +304,22 @@ def test_a_tuned_phrase_encoder_is_cross_fitted_by_product_and_served_from_the_s
     assert again == folds and all((p / TUNING_FILE).stat().st_mtime == (folds[i] / TUNING_FILE).stat().st_mtime for i, p in again.items())
 
     served = tune_phrase_encoder(default_embedding_model(), examples, tmp_path / "selector" / "phrase-encoder", tuning, progress=False)
-    tuned = PhraseSimilarity(str(served), "torch", "cpu")
-    by_product = {item: PhraseSimilarity(str(path), "torch", "cpu") for item, path in folds.items()}
-    questions, spans, texts = judged_frames(records, labels, tuned, by_product)
-    fit_judged_selector(questions, spans, texts, tmp_path / "selector", {}, folds=3, similarity=tuned)
-    assert json.loads((tmp_path / "selector" / SELECTOR_FILE).read_text())["similarity"] == {"model": "phrase-encoder", "backend": "torch"}
+    untuned = PhraseSimilarity(default_embedding_model(), "torch", "cpu")
+    similarities = {"phrase_similarity": untuned, "tuned_phrase_similarity": PhraseSimilarity(str(served), "torch", "cpu")}
+    by_product = {item: {"tuned_phrase_similarity": PhraseSimilarity(str(path), "torch", "cpu")} for item, path in folds.items()}
+    questions, spans, texts = judged_frames(records, labels, similarities, by_product)
+    # A training row's tuned similarity is by its product's fold encoder, the other by the configured encoder.
+    first = records[0]
+    rows = spans[spans["id"] == first["id"]]
+    texts_of = [c.text for c in features(first["question"], [_read_document(d) for d in first["modes"][MODE]], phrases=True)[1]]
+    assert rows["tuned_phrase_similarity"].tolist() == pytest.approx(
+        by_product[first["item_id"]]["tuned_phrase_similarity"](first["question"], texts_of)
+    )
+    assert rows["phrase_similarity"].tolist() == pytest.approx(untuned(first["question"], texts_of))
+    fit_judged_selector(questions, spans, texts, tmp_path / "selector", {}, folds=3, similarities=similarities)
+    info = json.loads((tmp_path / "selector" / SELECTOR_FILE).read_text())
+    assert info["tuned_similarity"] == {"model": "phrase-encoder", "backend": "torch"}
+    assert info["similarity"] == untuned.to_info() and "best_tuned_phrase_similarity" in info["answer_features"]
     moved = shutil.copytree(tmp_path / "selector", tmp_path / "elsewhere")  # the selector's folder carries its encoder
     shutil.rmtree(tmp_path / "selector")
     selector = AnswerSelector(model=str(moved), top_k=2)

@@ -72,6 +72,7 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
     from qa_system.pipelines import build_retrieval_pipeline
     from qa_system.reading.phrase_similarity import PhraseSimilarity
     from qa_system.reading.reader import ExtractiveReader
+    from qa_system.reading.selection_features import SIMILARITY_FEATURE, TUNED_SIMILARITY_FEATURE
     from qa_system.retrieval.filters import make_filters
     from qa_system.training.judged_selector import fit_judged_selector, judged_frames, read_judged, summarize_out_of_fold
 
@@ -93,9 +94,9 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
     def phrase_similarity(model) -> PhraseSimilarity:
         return PhraseSimilarity(str(model), settings.embedding_backend, settings.device, settings.embedding_onnx_cache)
 
-    # A sentence encoder says how close each phrase's meaning is to the question's; the selector records it. The
-    # configured one as it is, or tuned on these questions (each product's rows scored by an encoder tuned without it).
-    similarity, by_product = phrase_similarity(settings.embedding_model), None
+    # A sentence encoder says how close each phrase's meaning is to the question's; the selector records it. With
+    # --tune-encoder, also one tuned on these questions (each product's rows scored by an encoder tuned without it).
+    similarities, by_product = {SIMILARITY_FEATURE: phrase_similarity(settings.embedding_model)}, {}
     if args.tune_encoder:
         from qa_system.devices import resolve_device
         from qa_system.training.phrase_encoder import cross_fitted_encoders, phrase_examples, tune_phrase_encoder
@@ -103,11 +104,11 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
         examples, device = phrase_examples(records, labels), resolve_device(settings.device)
         work_dir = args.work_dir or settings.home / "selector"
         folds = cross_fitted_encoders(settings.embedding_model, examples, work_dir, args.folds, device=device)
-        by_product = {item: phrase_similarity(path) for item, path in folds.items()}
-        similarity = phrase_similarity(
+        by_product = {item: {TUNED_SIMILARITY_FEATURE: phrase_similarity(path)} for item, path in folds.items()}
+        similarities[TUNED_SIMILARITY_FEATURE] = phrase_similarity(
             tune_phrase_encoder(settings.embedding_model, examples, Path(args.output) / "phrase-encoder", device=device)
         )
-    spans_questions, spans, texts = judged_frames(records, labels, similarity, by_product)
+    spans_questions, spans, texts = judged_frames(records, labels, similarities, by_product)
     if text_questions:
         texts = pd.concat([texts, judged_frames(read_judged(extractive, text_questions, retrieve), labels)[2]], ignore_index=True)
     reader = {"reader": _shown_path(settings.reader_model), "reader_fingerprint": model_fingerprint(settings.reader_model)}
@@ -120,7 +121,7 @@ def _train_on_judged(args: argparse.Namespace, settings) -> None:
         **({"phrase_encoder": "tuned on the judged questions, cross-fitted by product"} if args.tune_encoder else {}),
     }
     decisions = fit_judged_selector(
-        spans_questions, spans, texts, args.output, reader, args.folds, provenance=provenance, similarity=similarity
+        spans_questions, spans, texts, args.output, reader, args.folds, provenance=provenance, similarities=similarities
     )
     print("Out-of-fold first cards on the judged training questions (a product's questions never seen by the models that decided them):")
     print(summarize_out_of_fold(decisions).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -163,8 +164,8 @@ def register(commands, options: Options) -> None:
     p.add_argument(
         "--tune-encoder",
         action="store_true",
-        help="with --judged: fine-tune the configured sentence encoder on the judged phrases for the selector's phrase "
-        "similarity (one encoder per fold of --folds, kept in --work-dir, and the one served, saved beside the selector)",
+        help="with --judged: also weigh each phrase's similarity to the question by a copy of the configured sentence encoder "
+        "fine-tuned on the judged phrases (one per fold of --folds, kept in --work-dir, and the one served, saved beside the selector)",
     )
     options.collection(p)
     p.add_argument("--general-reader", help="without --judged: the general-QA reader the configured reader's SubjQA stage started from")

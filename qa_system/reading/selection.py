@@ -41,9 +41,19 @@ from qa_system.metrics.squad import normalize_answer
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.phrase_similarity import PhraseSimilarity
 from qa_system.reading.reader import ReaderOutput
-from qa_system.reading.selection_features import Candidate, ReadDocument, answer_row, features, shown_text_row
+from qa_system.reading.selection_features import (
+    SIMILARITY_FEATURE,
+    TUNED_SIMILARITY_FEATURE,
+    Candidate,
+    ReadDocument,
+    answer_row,
+    features,
+    shown_text_row,
+)
 
 SELECTOR_FILE = "selector.json"
+# Where selector.json records the encoder of each phrase-similarity feature (``PhraseSimilarity.to_info``).
+SIMILARITY_INFO_KEYS = {SIMILARITY_FEATURE: "similarity", TUNED_SIMILARITY_FEATURE: "tuned_similarity"}
 # "No answer" and the best answer this close in probability: the page says it is a close call.
 CLOSE_CALL = 0.15
 # Answers of two reviews are grouped as one when they share this much (token F1), or one holds the other.
@@ -109,11 +119,14 @@ class SelectorModel:
         self.text_model = lightgbm.Booster(model_file=str(folder / text)) if text else None
         self.text_features = self.info.get("text_features", [])
         self.text_threshold = float(self.info["text_threshold"]) if text else None
-        # Judged selectors may also weigh how close each phrase's meaning is to the question's, by the encoder they were fitted with.
-        similarity = self.info.get("similarity")
-        self.similarity = PhraseSimilarity.from_info(similarity, device, embedding_cache, folder) if similarity else None
-        if self.similarity is not None:
-            self.similarity.warm_up()  # loaded with the models, so that the first question does not wait for it
+        # Judged selectors may also weigh how close each phrase's meaning is to the question's, by the encoders they were fitted with.
+        self.similarities = {
+            feature: PhraseSimilarity.from_info(self.info[key], device, embedding_cache, folder)
+            for feature, key in SIMILARITY_INFO_KEYS.items()
+            if self.info.get(key)
+        }
+        for similarity in self.similarities.values():
+            similarity.warm_up()  # loaded with the models, so that the first question does not wait for it
 
     @property
     def reader(self) -> str | None:
@@ -157,7 +170,7 @@ class SelectorModel:
         the reviews do not answer (so saying so is right); the better of the two calibrated chances is chosen.
         ``expected_f1``: P(answerable) x the span's predicted F1 against P(not answerable) (``decide``).
         """
-        question, spans, rows = features(query, documents, phrases=self.info.get("phrases", False), similarity=self.similarity)
+        question, spans, rows = features(query, documents, phrases=self.info.get("phrases", False), similarities=self.similarities)
         span_scores = self.span_f1(rows)
         best = int(np.argmax(span_scores)) if spans else None
         p = self.answerable(
@@ -165,7 +178,7 @@ class SelectorModel:
                 question,
                 rows[best] if best is not None else None,
                 float(span_scores[best]) if best is not None else 0.0,
-                similarity=self.similarity is not None,
+                list(self.similarities),
             )
         )
         if self.decision == USEFUL:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from qa_system.metrics.squad import f1 as token_f1
@@ -173,13 +173,15 @@ def features(
     query: str,
     documents: Sequence[ReadDocument],
     phrases: bool = False,
-    similarity: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
+    similarities: Mapping[str, Callable[[str, Sequence[str]], Sequence[float]]] | None = None,
 ) -> tuple[dict[str, float], list[Candidate], list[dict[str, float]]]:
     """(question features, candidate spans, one feature row per candidate: the question's features included);
-    ``phrases``: the candidates are whole phrases (``candidates``); ``similarity``: the cosine of the question with
-    each candidate's text (``phrase_similarity.PhraseSimilarity``), added to each row as ``SIMILARITY_FEATURE``."""
+    ``phrases``: the candidates are whole phrases (``candidates``); ``similarities``: by feature name (one of
+    ``SIMILARITY_FEATURES``), the cosine of the question with each candidate's text by one encoder
+    (``phrase_similarity.PhraseSimilarity``), added to each row under that name."""
     spans = candidates(documents, phrases)
-    similarities = similarity(query, [c.text for c in spans]) if similarity is not None else None
+    texts = [c.text for c in spans]
+    cosines = {name: score(query, texts) for name, score in (similarities or {}).items()}
     nulls = [d.null_logit for d in documents if math.isfinite(d.null_logit)] or [0.0]
     null_min, null_max = min(nulls), max(nulls)
     scores = [d.retrieval_score for d in documents if d.retrieval_score is not None]
@@ -243,8 +245,7 @@ def features(
                 "sentence_question_overlap": len(sentence_words & question_words) / max(len(question_words), 1),
             }
         )
-        if similarities is not None:
-            rows[-1][SIMILARITY_FEATURE] = float(similarities[rank])
+        rows[-1].update({name: float(values[rank]) for name, values in cosines.items()})
     return question, spans, rows
 
 
@@ -261,12 +262,17 @@ BEST_SPAN_FEATURES = (
     "document_rank",
     "relative_retrieval_score",
 )
-# The span rows' feature that ``features`` adds when given a similarity.
+# The span rows' features that ``features`` adds when given similarities: the cosine by the configured sentence
+# encoder, and by one tuned on judged phrases (``training.phrase_encoder``).
 SIMILARITY_FEATURE = "phrase_similarity"
+TUNED_SIMILARITY_FEATURE = "tuned_phrase_similarity"
+SIMILARITY_FEATURES = (SIMILARITY_FEATURE, TUNED_SIMILARITY_FEATURE)
 
 
-def answer_row(question: dict[str, float], best: dict[str, float] | None, best_f1: float, similarity: bool = False) -> dict[str, float]:
+def answer_row(
+    question: dict[str, float], best: dict[str, float] | None, best_f1: float, similarities: Sequence[str] = ()
+) -> dict[str, float]:
     """The answerability model's features: the question's, the best span's predicted F1, and that span's own (with
-    ``similarity``, its ``SIMILARITY_FEATURE`` too: does the best phrase talk about what was asked)."""
-    names = (*BEST_SPAN_FEATURES, SIMILARITY_FEATURE) if similarity else BEST_SPAN_FEATURES
+    ``similarities``, those similarity features too: does the best phrase talk about what was asked)."""
+    names = (*BEST_SPAN_FEATURES, *similarities)
     return {**question, "best_span_f1": best_f1, **{f"best_{name}": best[name] if best else math.nan for name in names}}

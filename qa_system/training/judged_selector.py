@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from haystack import Document
 from qa_system.evaluation.judged import JudgedQuestion
 from qa_system.reading.phrase_similarity import PhraseSimilarity
 from qa_system.reading.reader import ExtractiveReader
-from qa_system.reading.selection import SELECTOR_FILE, USEFUL
+from qa_system.reading.selection import SELECTOR_FILE, SIMILARITY_INFO_KEYS, USEFUL
 from qa_system.reading.selection_features import features, shown_text_row
 from qa_system.training.selector import _KEYS, PARAMETERS, FeatureNames, _answer_rows, _isotonic, _read_document, read_documents_record
 
@@ -73,19 +73,19 @@ def read_judged(
 def judged_frames(
     records: Sequence[dict],
     judged: dict[str, JudgedQuestion],
-    similarity: PhraseSimilarity | None = None,
-    similarity_by_product: dict[str, PhraseSimilarity] | None = None,
+    similarities: Mapping[str, PhraseSimilarity] | None = None,
+    similarities_by_product: Mapping[str, Mapping[str, PhraseSimilarity]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Question rows (``answerable`` holds whether "no answer" is right), span rows (``f1``: whether the candidate, a whole
-    phrase, is right; with ``similarity``, its ``phrase_similarity`` to the question, by ``similarity_by_product``'s
-    encoder for the question's product where given) and the text model's rows: each grown phrase of which exactly one
-    of it and the reader's own span is right (``span_right``)."""
+    phrase, is right; with ``similarities``, its similarity features by name, each by ``similarities_by_product``'s
+    encoder for the question's product where that gives one) and the text model's rows: each grown phrase of which
+    exactly one of it and the reader's own span is right (``span_right``)."""
     questions, spans, texts = [], [], []
     for record in sorted(records, key=lambda r: r["id"]):  # the fit never depends on the order of the label files
         label = judged[record["id"]]
         documents = [_read_document(d) for d in record["modes"][MODE]]
-        scorer = (similarity_by_product or {}).get(record["item_id"], similarity)
-        question, candidates, rows = features(record["question"], documents, phrases=True, similarity=scorer)
+        scorers = {**(similarities or {}), **(similarities_by_product or {}).get(record["item_id"], {})}
+        question, candidates, rows = features(record["question"], documents, phrases=True, similarities=scorers)
         keys = {"key": record["id"], "id": record["id"], "mode": MODE, "domain": record["domain"], "item": record["item_id"]}
         questions.append({**question, **keys, "answerable": label.answerable != "yes"})
         for candidate, row in zip(candidates, rows):
@@ -128,10 +128,10 @@ def fit_judged_selector(
     folds: int = 5,
     parameters: dict = JUDGED_PARAMETERS,
     provenance: dict[str, Any] | None = None,
-    similarity: PhraseSimilarity | None = None,
+    similarities: Mapping[str, PhraseSimilarity] | None = None,
 ) -> pd.DataFrame:
-    """Fit the span and answerability models on all rows (``similarity``: the one ``judged_frames`` gave the span rows,
-    recorded so that the selector is served with it), their calibrations on out-of-fold predictions of ``REPEATS``
+    """Fit the span and answerability models on all rows (``similarities``: those ``judged_frames`` gave the span rows,
+    recorded so that the selector is served with them), their calibrations on out-of-fold predictions of ``REPEATS``
     random splits of the products pooled (one split moves the decisions by several questions in 100), and the text
     model on ``texts`` when it holds both outcomes; write them to ``output_dir``.
 
@@ -171,7 +171,7 @@ def fit_judged_selector(
         "span_features": names.span,
         "answer_features": names.answer,
         **text,
-        **({"similarity": similarity.to_info(output_dir)} if similarity is not None else {}),
+        **{SIMILARITY_INFO_KEYS[name]: similarity.to_info(output_dir) for name, similarity in (similarities or {}).items()},
         "parameters": parameters,
         "folds": folds,
         "calibration": {"answer": answer_calibration, "no_answer": no_answer_calibration},

@@ -29,7 +29,7 @@ from qa_system.errors import check_count
 from qa_system.metrics.squad import RIGHT_F1, best_scores
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.selection import SELECTOR_FILE, decide
-from qa_system.reading.selection_features import SIMILARITY_FEATURE, ReadDocument, answer_row, features
+from qa_system.reading.selection_features import SIMILARITY_FEATURES, ReadDocument, answer_row, features
 
 # The settings a question is read in: its own review alone ("gold", as `eval reader`), or the top three
 # BM25 reviews of its product in its split or over all splits (as `eval pipeline --candidates split|product`).
@@ -137,8 +137,13 @@ class FeatureNames:
         """The feature columns of ``selector_frames``' two tables (and the answerability model's, made from them)."""
         question = [c for c in questions.columns if c not in (*_KEYS, "answerable", "null_f1")]
         span = [c for c in spans.columns if c not in (*_KEYS, "answerable", "f1")]
-        example = answer_row({c: 0.0 for c in question}, {c: 0.0 for c in span}, 0.0, similarity=SIMILARITY_FEATURE in span)
+        example = answer_row({c: 0.0 for c in question}, {c: 0.0 for c in span}, 0.0, [n for n in SIMILARITY_FEATURES if n in span])
         return cls(question, span, list(example))
+
+    @property
+    def similarities(self) -> list[str]:
+        """The phrase-similarity features among the span model's."""
+        return [name for name in SIMILARITY_FEATURES if name in self.span]
 
 
 def _span_model(spans: pd.DataFrame, names: FeatureNames, parameters: dict):
@@ -159,7 +164,7 @@ def _answer_rows(questions: pd.DataFrame, spans: pd.DataFrame, predicted: pd.Ser
                 question,
                 None if head is None else head[names.span].to_dict(),
                 0.0 if head is None else float(head["predicted"]),
-                similarity=SIMILARITY_FEATURE in names.span,
+                names.similarities,
             )
         )
     frame = pd.DataFrame(rows, index=questions.index)[names.answer]
