@@ -6,6 +6,7 @@ import json
 import random
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from haystack import Document
 
@@ -77,6 +78,33 @@ def judged_selector(tmp_path_factory):
     questions, spans, texts = judged_frames(records, labels)
     decisions = fit_judged_selector(questions, spans, texts, folder, {"reader_fingerprint": "abc"}, folds=3)
     return folder, decisions, spans
+
+
+def test_the_span_model_rates_a_phrase_higher_as_the_reader_likes_it_more(judged_selector):
+    import pandas as pd
+
+    from qa_system.training.judged_selector import JUDGED_PARAMETERS, _classifier, _span_parameters
+
+    folder, _, _ = judged_selector
+    monotone = json.loads((folder / SELECTOR_FILE).read_text())["span_monotone"]
+    assert monotone["logit"] == monotone["gap"] == 1 and monotone["document_rank"] == -1
+
+    # Noisy labels, as a few hundred judged questions give: unconstrained trees follow the noise up and down.
+    rng = np.random.default_rng(0)
+    columns = ["logit", "rank", "span_words"]
+    rows = pd.DataFrame(rng.normal(size=(600, 3)), columns=columns)
+    target = pd.Series((rows["logit"] + rng.normal(scale=2.0, size=600) > 0).astype(float))
+
+    def drops(parameters, column, sign):
+        model = _classifier(rows, columns, target, parameters)
+        varied = pd.DataFrame(np.repeat(rows.head(20).to_numpy()[:, None, :], 40, axis=1).reshape(-1, 3), columns=columns)
+        varied[column] = np.tile(np.linspace(-3, 3, 40), 20)
+        steps = np.diff(model.predict_proba(varied)[:, 1].reshape(20, 40), axis=1) * sign
+        return int((steps < -1e-12).sum())
+
+    assert drops(JUDGED_PARAMETERS, "logit", 1) > 0 and drops(JUDGED_PARAMETERS, "rank", -1) > 0
+    constrained = _span_parameters(JUDGED_PARAMETERS, columns)
+    assert drops(constrained, "logit", 1) == 0 and drops(constrained, "rank", -1) == 0
 
 
 def test_candidates_are_whole_phrases_labelled_by_the_judged_spans(judged_selector):

@@ -35,7 +35,7 @@ from qa_system.evaluation.judged import JudgedQuestion
 from qa_system.reading.phrase_similarity import PhraseSimilarity
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.reading.selection import SELECTOR_FILE, SIMILARITY_INFO_KEYS, USEFUL
-from qa_system.reading.selection_features import features, shown_text_row
+from qa_system.reading.selection_features import SIMILARITY_FEATURES, features, shown_text_row
 from qa_system.training.selector import _KEYS, PARAMETERS, FeatureNames, _answer_rows, _isotonic, _read_document, read_documents_record
 
 # Few judged questions: smaller trees than the SubjQA-fitted selector's, and fewer of them.
@@ -43,6 +43,14 @@ JUDGED_PARAMETERS = {**PARAMETERS, "n_estimators": 150, "learning_rate": 0.05, "
 MODE = "product"  # the reviews a user's question is asked of: the product's, as the doors ask
 # Random splits of the products whose out-of-fold predictions are pooled for the calibrations.
 REPEATS = 5
+# The span model may only rate a phrase higher as the reader likes it more, as other reviews or the question's words
+# and meaning agree with it, and lower as it or its review ranks lower: a shape every judged fit learns, kept from
+# the noise of a few hundred questions (fewer wrong first cards, out of fold and on the choose-on questions).
+SPAN_MONOTONE = {
+    **dict.fromkeys(("logit", "gap", "own_gap", "below_best", "probability", "agreeing_documents", "agreeing_probability"), 1),
+    **dict.fromkeys(("question_overlap", "sentence_question_overlap", "relative_retrieval_score", *SIMILARITY_FEATURES), 1),
+    **dict.fromkeys(("rank", "rank_in_document", "document_rank"), -1),
+}
 # A card shows the reader's own span instead of its phrase above this chance that the span is the right one of the
 # two. Chosen on the judged dev and test questions, whose listed answers are mostly phrases: the highest of 0.6, 0.7,
 # 0.8 that keeps their useful first cards within one question of phrases alone.
@@ -105,6 +113,11 @@ def _classifier(rows: pd.DataFrame, columns: list[str], target: pd.Series, param
     return lightgbm.LGBMClassifier(**parameters).fit(rows[columns], target.astype(int))
 
 
+def _span_parameters(parameters: dict, columns: list[str]) -> dict:
+    """``parameters`` with the span model's monotone constraints (``SPAN_MONOTONE``) for ``columns``."""
+    return {**parameters, "monotone_constraints": [SPAN_MONOTONE.get(c, 0) for c in columns], "monotone_constraints_method": "basic"}
+
+
 def _out_of_fold(
     rows: pd.DataFrame, columns: list[str], target: pd.Series, groups: pd.Series, folds: int, parameters: dict, seed: int
 ) -> pd.Series:
@@ -139,10 +152,11 @@ def fit_judged_selector(
         it is right, the chance that "no answer" is right and whether it is, and what was chosen.
     """
     names = FeatureNames.of(questions, spans)
+    span_parameters = _span_parameters(parameters, names.span)
     abstain_ok = questions["answerable"].astype(bool)  # in judged_frames, "answerable" holds whether "no answer" is right
     splits = []
     for repeat in range(REPEATS):
-        span_oof = _out_of_fold(spans, names.span, spans["f1"], spans["item"], folds, parameters, repeat)
+        span_oof = _out_of_fold(spans, names.span, spans["f1"], spans["item"], folds, span_parameters, repeat)
         answers = _answer_rows(questions, spans, span_oof, names)
         no_answer = _out_of_fold(answers, names.answer, abstain_ok, questions["item"], folds, parameters, repeat)
         splits.append((answers, no_answer))
@@ -153,7 +167,7 @@ def fit_judged_selector(
     )
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    _classifier(spans, names.span, spans["f1"], parameters).booster_.save_model(str(output_dir / "span.txt"))
+    _classifier(spans, names.span, spans["f1"], span_parameters).booster_.save_model(str(output_dir / "span.txt"))
     # Its rows hold the span model's out-of-fold predictions (the first split's): what it predicts for unseen questions.
     _classifier(splits[0][0], names.answer, abstain_ok, parameters).booster_.save_model(str(output_dir / "answerable.txt"))
     text = {}
@@ -173,6 +187,7 @@ def fit_judged_selector(
         **text,
         **{SIMILARITY_INFO_KEYS[name]: similarity.to_info(output_dir) for name, similarity in (similarities or {}).items()},
         "parameters": parameters,
+        "span_monotone": {name: SPAN_MONOTONE[name] for name in names.span if name in SPAN_MONOTONE},
         "folds": folds,
         "calibration": {"answer": answer_calibration, "no_answer": no_answer_calibration},
         "training": provenance or {},
