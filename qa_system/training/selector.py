@@ -137,13 +137,17 @@ class FeatureNames:
         """The feature columns of ``selector_frames``' two tables (and the answerability model's, made from them)."""
         question = [c for c in questions.columns if c not in (*_KEYS, "answerable", "null_f1")]
         span = [c for c in spans.columns if c not in (*_KEYS, "answerable", "f1")]
-        example = answer_row({c: 0.0 for c in question}, {c: 0.0 for c in span}, 0.0, [n for n in SIMILARITY_FEATURES if n in span])
+        example = answer_row({c: 0.0 for c in question}, {c: 0.0 for c in span}, 0.0, _similarities(span))
         return cls(question, span, list(example))
 
     @property
     def similarities(self) -> list[str]:
         """The phrase-similarity features among the span model's."""
-        return [name for name in SIMILARITY_FEATURES if name in self.span]
+        return _similarities(self.span)
+
+
+def _similarities(columns: list[str]) -> list[str]:
+    return [name for name in SIMILARITY_FEATURES if name in columns]
 
 
 def _span_model(spans: pd.DataFrame, names: FeatureNames, parameters: dict):
