@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from qa_system.evaluation.judged import JudgedQuestion
-from qa_system.reading.selection_features import features
+from qa_system.reading.selection_features import candidates
+from qa_system.training.judged_selector import MODE
 from qa_system.training.selector import _read_document
 
 TUNING_FILE = "phrase_tuning.json"
@@ -53,16 +54,16 @@ class PhraseExample:
     wrong: tuple[str, ...]
 
 
-def phrase_examples(records: Sequence[dict], judged: dict[str, JudgedQuestion], mode: str = "product") -> list[PhraseExample]:
+def phrase_examples(records: Sequence[dict], judged: dict[str, JudgedQuestion], mode: str = MODE) -> list[PhraseExample]:
     """For each record of ``judged_selector.read_judged``: the candidates grown to phrases, sorted into right and wrong
     by the question's label, and its listed spans among the right ones."""
     examples = []
     for record in sorted(records, key=lambda r: r["id"]):
         label = judged[record["id"]]
         documents = [_read_document(d) for d in record["modes"][mode]]
-        _, candidates, _ = features(record["question"], documents, phrases=True)
-        right = {c.text for c in candidates if label.accepts(c.text)} | set(label.spans if label.answerable != "no" else ())
-        wrong = {c.text for c in candidates} - right
+        texts = {c.text for c in candidates(documents, phrases=True)}
+        right = {text for text in texts if label.accepts(text)} | set(label.spans if label.answerable != "no" else ())
+        wrong = texts - right
         examples.append(PhraseExample(record["question"], record["item_id"], tuple(sorted(right)), tuple(sorted(wrong))))
     return examples
 
