@@ -8,6 +8,7 @@ from qa_system.serving.answer_views import (
     answer_cards,
     answer_view,
     answer_views,
+    chance_text,
     highlight_segments,
     rank_answers,
     score_level,
@@ -118,6 +119,12 @@ def test_the_selectors_probabilities_are_shown_as_chances_with_every_review_sayi
     assert "55% chance of being right" in abstained.no_answer_note() and "45%" in abstained.no_answer_note()
     clear = answer_views([span.__class__(**{**span.__dict__, "meta": {**meta, "close_call": False}}), none])
     assert rank_answers(clear).close_call == ""
+
+
+def test_a_chance_is_shown_as_a_percentage_short_of_certainty():
+    assert [chance_text(p) for p in (0.0, 0.004, 0.55, 0.996, 1.0)] == ["1%", "1%", "55%", "99%", "99%"]
+    none = ExtractedAnswer(query="q", score=1.0, data=None, meta={"probability": 1.0, "chosen": True})
+    assert answer_views([none])[0].score_label == "99% chance there is no answer here"
 
 
 def test_a_generated_answers_card_notes_its_grounding_flags():

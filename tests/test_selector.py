@@ -14,7 +14,7 @@ from qa_system.reading.reader import ReaderOutput, SpanCandidate
 from qa_system.reading.selection import SELECTOR_FILE, AnswerSelector, decide, group_candidates, read_documents, selector_fits_reader
 from qa_system.reading.selection_features import Candidate
 from qa_system.sources.subjqa import LabelledQuestion
-from qa_system.training.selector import fit_selector, folds_of, selector_frames
+from qa_system.training.selector import _isotonic, fit_selector, folds_of, selector_frames
 
 
 def question(qid: str, item: str, domain: str = "electronics") -> LabelledQuestion:
@@ -52,6 +52,15 @@ def test_the_selector_learns_what_the_threshold_cannot_see_and_its_probabilities
     assert (answered["best_f1_true"] >= 0.5).mean() > 0.8
     x, y = info["calibration"]["no_answer"]
     assert all(b >= a for a, b in zip(y, y[1:])) and 0 <= min(y) and max(y) <= 1
+
+
+def test_a_calibration_never_states_certainty_from_a_finite_sample():
+    # Three low scores all wrong, four high ones all right: with one right answer added at the lowest score and
+    # one wrong at the highest, the ends state 1/4 and 4/5.
+    x, y = _isotonic([0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9], [0, 0, 0, 1, 1, 1, 1])
+    assert y[0] == pytest.approx(1 / 4) and y[-1] == pytest.approx(4 / 5)
+    assert np.interp(0.0, x, y) == pytest.approx(1 / 4) and np.interp(1.0, x, y) == pytest.approx(4 / 5)
+    assert all(b >= a for a, b in zip(y, y[1:]))
 
 
 def reading_of(documents: list[Document], spans: list[tuple[int, int, int, float]], nulls: list[float]) -> ReaderOutput:

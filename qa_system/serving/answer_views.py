@@ -90,7 +90,7 @@ SCORE_HELP = {
 
 # The answer selector's scores are probabilities of being right, calibrated on held-out questions
 # (reading/selection.py): they are shown as chances, and only they are.
-PROBABILITY_LABELS = {"span": "{:.0%} chance right", "no_answer": "{:.0%} chance there is no answer here"}
+PROBABILITY_LABELS = {"span": "{} chance right", "no_answer": "{} chance there is no answer here"}
 PROBABILITY_HELP = {
     "span": (
         "The answer selector's probability that this answer is right (its words match an annotator's answer at F1 0.5 or more), "
@@ -98,6 +98,11 @@ PROBABILITY_HELP = {
     ),
     "no_answer": ("The answer selector's probability that these reviews do not answer the question, calibrated on questions it never saw."),
 }
+
+
+def chance_text(probability: float) -> str:
+    """A chance as a whole percentage between 1% and 99%: a chance fitted on finite data is never a certainty."""
+    return f"{min(max(round(probability * 100), 1), 99)}%"
 
 
 def score_level(score: float | None) -> str:
@@ -162,7 +167,7 @@ class AnswerView:
         """The score named as what it is: a chance where it is a probability ("72% chance right"), else
         the reader's score ("reader score 0.87", "no-answer score 0.96"); "" when there is none."""
         if self.probability is not None and self.kind in PROBABILITY_LABELS:
-            return PROBABILITY_LABELS[self.kind].format(self.probability)
+            return PROBABILITY_LABELS[self.kind].format(chance_text(self.probability))
         return f"{SCORE_LABELS.get(self.kind, 'score')} {self.score_text}" if self.score_text else ""
 
     @property
@@ -247,8 +252,8 @@ class RankedAnswers:
         if answer is None or answer.probability is None or self.no_answer is None or self.no_answer.probability is None:
             return ""
         return (
-            f"A close call: this answer has a {answer.probability:.0%} chance of being right, and \u201cno answer\u201d "
-            f"a {self.no_answer.probability:.0%} chance. Read the review before you rely on it."
+            f"A close call: this answer has a {chance_text(answer.probability)} chance of being right, and \u201cno answer\u201d "
+            f"a {chance_text(self.no_answer.probability)} chance. Read the review before you rely on it."
         )
 
     def no_answer_note(self) -> str:
@@ -264,8 +269,8 @@ class RankedAnswers:
             return ""
         if best.probability is not None and self.no_answer.probability is not None:
             return (
-                f"The best answer found has a {best.probability:.0%} chance of being right, \u201cno answer\u201d "
-                f"a {self.no_answer.probability:.0%} chance, so the answer is \u201cno answer\u201d. The span is shown below."
+                f"The best answer found has a {chance_text(best.probability)} chance of being right, \u201cno answer\u201d "
+                f"a {chance_text(self.no_answer.probability)} chance, so the answer is \u201cno answer\u201d. The span is shown below."
             )
         return (
             f"The reader's best span scores {best.score_text or 'less'}, below its no-answer score"

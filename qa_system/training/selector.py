@@ -213,10 +213,16 @@ def out_of_fold(
 
 
 def _isotonic(values: Sequence[float], right: Sequence[float]) -> list[list[float]]:
-    """An increasing map from ``values`` to the share right, as the points np.interp reads."""
+    """An increasing map from ``values`` to the share right, as the points np.interp reads.
+
+    One wrong answer at the highest value and one right answer at the lowest join the fit (Laplace's rule at
+    the ends): 20 candidates all right are no proof of certainty, so no card states 100% (or 0%).
+    """
     from sklearn.isotonic import IsotonicRegression
 
-    fitted = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(np.asarray(values, float), np.asarray(right, float))
+    x, y = np.asarray(values, float), np.asarray(right, float)
+    x, y = np.r_[x, x.min(), x.max()], np.r_[y, 1.0, 0.0]
+    fitted = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(x, y)
     return [fitted.X_thresholds_.tolist(), fitted.y_thresholds_.tolist()]
 
 
