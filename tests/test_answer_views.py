@@ -5,6 +5,7 @@ from haystack import Document, ExtractedAnswer, GeneratedAnswer
 from qa_system.serving.answer_views import (
     ELLIPSIS,
     Segment,
+    a_chance,
     answer_cards,
     answer_view,
     answer_views,
@@ -123,6 +124,14 @@ def test_the_selectors_probabilities_are_shown_as_chances_with_every_review_sayi
 
 def test_a_chance_is_shown_as_a_percentage_short_of_certainty():
     assert [chance_text(p) for p in (0.0, 0.004, 0.55, 0.996, 1.0)] == ["1%", "1%", "55%", "99%", "99%"]
+    assert [a_chance(p) for p in (0.72, 0.89, 0.08, 0.11, 0.18, 0.8)] == [
+        "a 72% chance",
+        "an 89% chance",
+        "an 8% chance",
+        "an 11% chance",
+        "an 18% chance",
+        "an 80% chance",
+    ]
     none = ExtractedAnswer(query="q", score=1.0, data=None, meta={"probability": 1.0, "chosen": True})
     assert answer_views([none])[0].score_label == "99% chance there is no answer here"
 

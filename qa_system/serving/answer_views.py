@@ -105,6 +105,13 @@ def chance_text(probability: float) -> str:
     return f"{min(max(round(probability * 100), 1), 99)}%"
 
 
+def a_chance(probability: float) -> str:
+    """The chance with its article, as it is read aloud: "a 72% chance", "an 89% chance"."""
+    text = chance_text(probability)
+    percent = int(text[:-1])
+    return f"{'an' if percent in (8, 11, 18) or 80 <= percent <= 89 else 'a'} {text} chance"
+
+
 def score_level(score: float | None) -> str:
     """high / medium / low, for colouring a score (a ranking signal, not a probability of being right)."""
     if score is None:
@@ -252,8 +259,8 @@ class RankedAnswers:
         if answer is None or answer.probability is None or self.no_answer is None or self.no_answer.probability is None:
             return ""
         return (
-            f"A close call: this answer has a {chance_text(answer.probability)} chance of being right, and \u201cno answer\u201d "
-            f"a {chance_text(self.no_answer.probability)} chance. Read the review before you rely on it."
+            f"A close call: this answer has {a_chance(answer.probability)} of being right, and \u201cno answer\u201d "
+            f"{a_chance(self.no_answer.probability)}. Read the review before you rely on it."
         )
 
     def no_answer_note(self) -> str:
@@ -269,8 +276,8 @@ class RankedAnswers:
             return ""
         if best.probability is not None and self.no_answer.probability is not None:
             return (
-                f"The best answer found has a {chance_text(best.probability)} chance of being right, \u201cno answer\u201d "
-                f"a {chance_text(self.no_answer.probability)} chance, so the answer is \u201cno answer\u201d. The span is shown below."
+                f"The best answer found has {a_chance(best.probability)} of being right, \u201cno answer\u201d "
+                f"{a_chance(self.no_answer.probability)}, so the answer is \u201cno answer\u201d. The span is shown below."
             )
         return (
             f"The reader's best span scores {best.score_text or 'less'}, below its no-answer score"
