@@ -100,16 +100,20 @@ PROBABILITY_HELP = {
 }
 
 
+def _percent(probability: float) -> int:
+    """A chance as a whole percentage between 1 and 99: a chance fitted on finite data is never a certainty."""
+    return min(max(round(probability * 100), 1), 99)
+
+
 def chance_text(probability: float) -> str:
-    """A chance as a whole percentage between 1% and 99%: a chance fitted on finite data is never a certainty."""
-    return f"{min(max(round(probability * 100), 1), 99)}%"
+    """A chance as it is shown: "72%" (``_percent``)."""
+    return f"{_percent(probability)}%"
 
 
 def a_chance(probability: float) -> str:
     """The chance with its article, as it is read aloud: "a 72% chance", "an 89% chance"."""
-    text = chance_text(probability)
-    percent = int(text[:-1])
-    return f"{'an' if percent in (8, 11, 18) or 80 <= percent <= 89 else 'a'} {text} chance"
+    percent = _percent(probability)
+    return f"{'an' if percent in (8, 11, 18) or 80 <= percent <= 89 else 'a'} {percent}% chance"
 
 
 def score_level(score: float | None) -> str:
