@@ -13,7 +13,14 @@ from qa_system.config import Settings, default_embedding_model
 from qa_system.errors import QAError
 from qa_system.ingestion.embedding import QueryEmbedder, TorchSentenceEncoder, load_encoder
 from qa_system.ingestion.indexing import build_index, embeddings_match
-from qa_system.ingestion.onnx_encoder import EXPORT_INFO, cached_encoder_export, encoder_layout, is_complete
+from qa_system.ingestion.onnx_encoder import (
+    EXPORT_INFO,
+    TOKENS_PER_BATCH,
+    cached_encoder_export,
+    encoder_layout,
+    is_complete,
+    token_batches,
+)
 from qa_system.pipelines import build_retrieval_pipeline
 from qa_system.serving.question import Question
 from qa_system.serving.service import QAService
@@ -47,6 +54,17 @@ def test_the_int8_export_embeds_as_sentence_transformers_does(onnx_cache):
     # Questions rank the sentences alike: each one's nearest sentence is the same under both backends.
     assert ((a @ a.T).argsort(axis=1)[:, -2] == (b @ b.T).argsort(axis=1)[:, -2]).all()
     assert int8.encode([]).shape[0] == 0
+
+
+def test_long_texts_are_batched_within_a_token_budget_and_a_question_with_its_phrases_in_one():
+    lengths = np.array([20] * 40 + [256] * 10)
+    batches = token_batches(lengths, batch_size=32)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))  # every text once
+    assert batches[0] == list(range(40, 48))  # longest first: eight 256-token passages fill the budget
+    assert all(len(b) <= 32 and len(b) * lengths[b].max() <= TOKENS_PER_BATCH for b in batches)
+    assert [len(b) for b in batches] == [8, 8, 32, 2]
+    # A question and its dozen candidate phrases: one batch, as the selector was fitted on.
+    assert token_batches(np.array([12] + [60] * 12), batch_size=32) == [list(range(1, 13)) + [0]]
 
 
 def test_the_export_is_cached_by_the_model_files_and_reused(onnx_cache, tmp_path):

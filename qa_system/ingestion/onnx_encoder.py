@@ -41,6 +41,9 @@ OUTPUT_NAME = "sentence_embedding"
 LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime")
 EXPORTS_PER_MODEL = 2
 FUSABLE_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
+# A batch's tokens, padding included: 8 passages of 256 tokens, while a question and its dozen candidate phrases
+# still share one batch. Measured on 2 cores: 256-token passages embed about 10% faster in batches of 8 than of 32.
+TOKENS_PER_BATCH = 2048
 logger = logging.getLogger(__name__)
 
 
@@ -225,21 +228,31 @@ class OnnxSentenceEncoder:
         self.directory = directory
 
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        """One float32 row per text; texts of similar length share a batch, padded to its own longest."""
+        """One float32 row per text; texts of similar length share a batch, padded to its own longest, of at most
+        ``batch_size`` texts and ``TOKENS_PER_BATCH`` tokens padding included."""
         texts = [str(t).strip() for t in texts]  # as sentence-transformers tokenises
-        lengths = np.array([len(t) for t in texts])
-        order = np.argsort(-lengths, kind="stable")
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length)
+        lengths = np.array([len(ids) for ids in encoded["input_ids"]])
         rows: list[np.ndarray] = [np.empty(0)] * len(texts)
-        for begin in range(0, len(texts), batch_size):
-            chosen = order[begin : begin + batch_size]
-            encoded = self.tokenizer(
-                [texts[i] for i in chosen], padding=True, truncation=True, max_length=self.max_length, return_tensors="np"
-            )
-            feeds = {name: encoded[name].astype(np.int64) for name in self.input_names}
-            vectors = self.session.run([OUTPUT_NAME], feeds)[0]
-            for i, vector in zip(chosen, vectors):
+        for chosen in token_batches(lengths, batch_size):
+            padded = self.tokenizer.pad({name: [encoded[name][i] for i in chosen] for name in self.input_names}, return_tensors="np")
+            feeds = {name: padded[name].astype(np.int64) for name in self.input_names}
+            for i, vector in zip(chosen, self.session.run([OUTPUT_NAME], feeds)[0]):
                 rows[i] = vector
-        return np.stack(rows).astype(np.float32, copy=False) if texts else np.zeros((0, 0), dtype=np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+
+def token_batches(lengths: np.ndarray, batch_size: int) -> list[list[int]]:
+    """Indexes of texts, longest first, in batches of at most ``batch_size`` texts whose padded size (texts times
+    the longest's tokens) stays within ``TOKENS_PER_BATCH``: on a CPU a batch of long texts runs faster small."""
+    batches: list[list[int]] = []
+    for i in np.argsort(-lengths, kind="stable").tolist():
+        if not batches or len(batches[-1]) == batch_size or (len(batches[-1]) + 1) * lengths[batches[-1][0]] > TOKENS_PER_BATCH:
+            batches.append([])
+        batches[-1].append(i)
+    return batches
 
 
 def load_onnx_encoder(model: str | Path, cache: str | Path, threads: int | None = None) -> OnnxSentenceEncoder:
