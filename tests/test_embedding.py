@@ -51,8 +51,12 @@ def test_the_int8_export_embeds_as_sentence_transformers_does(onnx_cache):
     assert a.shape == b.shape == (len(SENTENCES), 384) and b.dtype == np.float32
     assert np.allclose(np.linalg.norm(b, axis=1), 1, atol=1e-4)  # normalised inside the graph
     assert (a * b).sum(axis=1).min() > 0.97  # int8 weights: the same vector, give or take
-    # Questions rank the sentences alike: each one's nearest sentence is the same under both backends.
-    assert ((a @ a.T).argsort(axis=1)[:, -2] == (b @ b.T).argsort(axis=1)[:, -2]).all()
+    # Sentences rank alike: the similarities agree, and where float32 has a clear nearest sentence, so does int8.
+    similar32, similar8 = a @ a.T - 2 * np.eye(len(a)), b @ b.T - 2 * np.eye(len(b))
+    assert np.abs(similar32 - similar8).max() < 0.05
+    top2 = np.sort(similar32, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 0.03
+    assert clear.sum() >= 3 and (similar32.argmax(axis=1) == similar8.argmax(axis=1))[clear].all()
     assert int8.encode([]).shape[0] == 0
 
 
