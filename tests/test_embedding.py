@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 
 from qa_system.config import Settings, default_embedding_model
@@ -15,6 +16,7 @@ from qa_system.ingestion.embedding import QueryEmbedder, TorchSentenceEncoder, l
 from qa_system.ingestion.indexing import build_index, embeddings_match
 from qa_system.ingestion.onnx_encoder import (
     EXPORT_INFO,
+    INT8_FILE,
     TOKENS_PER_BATCH,
     cached_encoder_export,
     encoder_layout,
@@ -77,6 +79,10 @@ def test_the_export_is_cached_by_the_model_files_and_reused(onnx_cache, tmp_path
     info = json.loads((first / EXPORT_INFO).read_text(encoding="utf-8"))
     assert is_complete(first) and info["layout"] == {"pooling": "mean", "normalize": True, "max_seq_length": 256}
     assert info["model_fingerprint"] and "int8" in info["quantization"]
+    operators = {node.op_type for node in onnx.load(str(first / INT8_FILE)).graph.node}
+    # int8 matrix products; attention and the residual LayerNorm as plain operators, faster than their fused kernels
+    assert "DynamicQuantizeMatMul" in operators or "MatMulInteger" in operators
+    assert {"Softmax", "LayerNormalization"} <= operators and not operators & {"QAttention", "Attention", "SkipLayerNormalization"}
     built = (first / EXPORT_INFO).stat().st_mtime_ns
     assert cached_encoder_export(model, onnx_cache) == first and (first / EXPORT_INFO).stat().st_mtime_ns == built  # reused, not rebuilt
     (first / EXPORT_INFO).write_text("{}", encoding="utf-8")  # an export cut short is not complete

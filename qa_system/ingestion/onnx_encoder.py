@@ -85,7 +85,8 @@ def encoder_layout(model_dir: Path) -> dict[str, Any]:
 def fusion_options():
     """ONNX Runtime's BERT fusions except the attention and the residual add + LayerNorm: once the matrix products
     are int8, the fused Attention (QAttention) and SkipLayerNormalization kernels take most of the time on long texts;
-    left as plain operators, reviews embed about 10% faster on 2 cores (short questions about 0.2 ms slower)."""
+    left as plain operators, reviews embed about 10% faster on 2 cores, while a short question takes about 0.2 ms
+    longer and a question with its dozen candidate phrases about 3 ms."""
     from onnxruntime.transformers.fusion_options import FusionOptions
 
     options = FusionOptions("bert")
