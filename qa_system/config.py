@@ -142,11 +142,13 @@ class Settings(BaseSettings):
     reports_dir: Path = Path("reports")
     # REST API (`qa-system api`): a bearer token every request but /health and the docs must carry
     # (None: open, for loopback use), the largest request body, requests per minute per client
-    # (0: no limit), and how many questions are answered at once (the others wait in a queue).
+    # (0: no limit), how many questions are answered at once (the others wait in a queue), and in how
+    # many server processes, each with its own models and workers (several: a GPU or many cores).
     api_token: str | None = Field(default=None, repr=False)
     api_max_body_bytes: int = 64 * 1024
     api_rate_limit: int = 600
     api_workers: int = 4
+    api_processes: int = 1
     # Every door's service (serving/service.py): the memory its open collections may take, in MB; past
     # it the least recently used one is closed (and opened again when asked). The collection the
     # search page opens first (None: SubjQA electronics, indexed on first use).
@@ -218,6 +220,7 @@ class Settings(BaseSettings):
         "api_max_body_bytes",
         "api_rate_limit",
         "api_workers",
+        "api_processes",
         "api_max_upload_bytes",
         "collection_memory_mb",
         "reader_batch_windows",

@@ -92,11 +92,21 @@ def onnx_providers(device: str) -> list:
     return ["CPUExecutionProvider"]
 
 
+_core_share = 1  # processes that share the machine's cores (a server of several processes)
+
+
+def share_cores(processes: int) -> None:
+    """This process is one of ``processes`` that share the machine's cores: ``physical_cores`` is its part of them."""
+    global _core_share
+    _core_share = max(1, processes)
+
+
 def physical_cores() -> int:
-    """Physical cores (hyper-threads share one core's matrix units, so they do not help GEMMs)."""
+    """Physical cores (hyper-threads share one core's matrix units, so they do not help GEMMs), or this process's part
+    of them (``share_cores``): what its thread pools are sized to."""
     import psutil
 
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return max(1, (psutil.cpu_count(logical=False) or os.cpu_count() or 1) // _core_share)
 
 
 def read_cpuinfo() -> str:

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers.api import api_settings_for, running, sse_events, wait_ready
 from helpers.openai_stub import OpenAIStub
 from helpers.subjqa import write_subjqa
+from qa_system.bench.api import wait_all_ready
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -831,6 +832,32 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
     assert "API:" in (tmp_path / "api.log").read_text()
 
 
+def test_several_server_processes_share_the_port_and_answer_alike(api, api_settings, tmp_path):
+    env = {
+        "QA_DATA_DIR": str(api_settings.data_dir),
+        "QA_HOME": str(api_settings.home),
+        "QA_READER_MODEL": api_settings.reader_model,
+        "QA_READER_BACKEND": "torch",
+    }
+    alone = ask(api).json()["answers"]
+    with serve_api(env, args=["--rate-limit", "0", "--processes", "2", "--workers", "1"], log=tmp_path / "api.log", timeout=300) as url:
+        wait_all_ready(url, 2, timeout=240)  # each process loads on its own; a new connection may reach either
+        with ThreadPoolExecutor(4) as clients:  # a connection of its own each
+            answers = list(clients.map(lambda _: ask(url).json()["answers"], range(8)))
+    assert all(a == alone for a in answers)
+    log = (tmp_path / "api.log").read_text()
+    assert "Serving from 2 processes" in log and len(set(re.findall(r"Started server process \[(\d+)\]", log))) >= 2, log[-2000:]
+
+
+def test_document_routes_on_several_processes_are_refused_in_one_line(api_settings, capsys, monkeypatch):
+    monkeypatch.setenv("QA_HOME", str(api_settings.home))
+    monkeypatch.setenv("QA_API_DOCUMENTS", "1")
+    monkeypatch.setenv("QA_API_TOKEN", "secret-token-for-the-test")
+    assert main(["api", "--processes", "2", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "need a server of one process; 2 were asked for" in err and "--processes 1" in err and len(err.splitlines()) == 1
+
+
 def left_in_time_wait() -> int:
     """A loopback port that a server has just stopped serving on: its side of a connection waits out TIME_WAIT there."""
     with socket.socket() as listener:
@@ -906,6 +933,15 @@ def test_the_load_test_serves_the_configured_reader_by_default(api_settings, tmp
         api_settings.with_(reader_backend="onnx"), tmp_path / "bench", clients=1, seconds=1, questions=2, progress=lambda m: None
     )
     assert list(table["server"]) == ["onnx reader"] and table["answered"].iloc[0] >= 1 and table["errors"].iloc[0] == 0
+
+
+def test_the_load_test_measures_each_number_of_clients_in_turn(api, api_settings, tmp_path, monkeypatch):
+    monkeypatch.setenv("QA_DATA_DIR", str(api_settings.data_dir))
+    out = tmp_path / "bench-api"
+    assert main(["bench", "api", "--url", api, "--clients", "1", "2", "--seconds", "1", "--questions", "4", "--out", str(out)]) == 0
+    rows = json.loads((out / "report.json").read_text())["metrics"]
+    assert [(r["server"], r["clients"]) for r in rows] == [(f"{api}, 1 clients", 1), (f"{api}, 2 clients", 2)]
+    assert all(r["answered"] >= 1 and r["errors"] == 0 and 0 < r["p50_ms"] <= r["p99_ms"] for r in rows)
 
 
 def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):

@@ -116,3 +116,17 @@ def test_answers_say_which_device_ran_and_the_export_never_names_one(settings, t
     definition = yaml.safe_load(output.read_text(encoding="utf-8"))
     assert "device" not in keys(definition) and "cpu" not in values(definition)
     assert definition["components"]["query_embedder"]["init_parameters"] == {"model": settings.embedding_model, "backend": "torch"}
+
+
+def test_processes_sharing_the_machine_size_their_thread_pools_to_their_part():
+    from qa_system.devices import physical_cores, share_cores
+
+    whole = physical_cores()
+    try:
+        share_cores(2)
+        assert physical_cores() == max(1, whole // 2)
+        share_cores(10 * whole)  # more processes than cores: one thread each, never none
+        assert physical_cores() == 1
+    finally:
+        share_cores(1)
+    assert physical_cores() == whole

@@ -224,3 +224,25 @@ def test_build_index_refuses_in_the_python_api_too(indexed):
     keep_only(indexed, {"q2", "q5", "q9"})
     with pytest.raises(QAError, match="--force"):
         build_index(indexed, "electronics", embed=False, progress=False)
+
+
+def test_a_saved_vector_reads_back_as_the_float32_values_the_encoder_made():
+    import json
+
+    import numpy as np
+
+    from qa_system.stores.memory import document_line
+
+    vector = np.random.default_rng(0).standard_normal(384).astype(np.float32)
+    document = {
+        "id": "p1",
+        "content": 'A "quoted" review',
+        "meta": {"item_id": "B1", "split": ["train", "dev"]},
+        "embedding": vector.tolist(),
+    }
+    read = json.loads(document_line(document))
+    assert np.array_equal(np.asarray(read.pop("embedding"), dtype=np.float32), vector)
+    assert read == {k: v for k, v in document.items() if k != "embedding"}
+    # No vector, or one JSON cannot hold as numbers, is written as json.dumps writes it.
+    for other in ({"id": "p2", "embedding": None}, {"id": "p3", "embedding": [float("nan"), 1.0]}, {"id": "p4"}):
+        assert document_line(other) == json.dumps(other)

@@ -188,6 +188,18 @@ def load_test(
     return result
 
 
+def wait_all_ready(url: str, processes: int, timeout: float = 600) -> None:
+    """Until ``/health`` answers ready on ``4 x processes`` new connections in a row: each process loads on its own,
+    and a new connection may reach any of them."""
+    deadline, ready = time.monotonic() + timeout, 0
+    while ready < 4 * processes:
+        if time.monotonic() > deadline:
+            raise QAError(f"The server's {processes} processes were not all ready after {timeout:.0f} s.", "see its log (server-*.log).")
+        ready = ready + 1 if httpx.get(f"{url}/health", timeout=30).status_code == 200 else 0
+        if not ready:
+            time.sleep(0.5)
+
+
 def load_questions(settings: Settings, domain: str, split: str, limit: int, seed: int, retriever: str | None, top_k: int) -> list[dict]:
     """Up to ``limit`` distinct /query bodies (question and product) of a labelled split, shuffled with ``seed``."""
     questions = load_subjqa(domain, [split], settings.data_dir).questions
@@ -203,7 +215,7 @@ def run_api_bench(
     settings: Settings,
     out_dir: str | Path = "reports/bench-api",
     backends: Sequence[str] | None = None,
-    clients: int = 8,
+    clients: int | Sequence[int] = 8,
     seconds: float = 60.0,
     url: str | None = None,
     domain: str = "electronics",
@@ -213,24 +225,31 @@ def run_api_bench(
     top_k: int = 3,
     seed: int = 0,
     progress: Callable[[str], None] = print,
+    processes: int = 1,
 ) -> pd.DataFrame:
     """The load test against ``url``, or against a server started for each of ``backends`` (None: the configured
-    reader backend, as `qa-system api` serves it); writes a report to ``out_dir``."""
-    clients = check_count(clients, "clients", 1, 256)
+    reader backend, as `qa-system api` serves it) with ``processes`` processes, at each number of ``clients`` in
+    turn; writes a report to ``out_dir``."""
+    counts = [check_count(n, "clients", 1, 256) for n in ([clients] if isinstance(clients, int) else clients)]
+    processes = check_count(processes, "processes")
     backends = backends or (settings.reader_backend,)
     bodies = load_questions(settings, domain, split, check_count(questions, "questions"), seed, retriever, check_count(top_k, "top_k"))
     results = []
-    if url:
-        progress(f"{clients} clients for {seconds:.0f} s against {url}")
-        results.append(load_test(url, bodies, clients, seconds, url, settings.api_token))
+    named = (lambda label, n: f"{label}, {n} clients") if len(counts) > 1 else (lambda label, n: label)
+    for n in counts if url else []:
+        progress(f"{n} clients for {seconds:.0f} s against {url}")
+        results.append(load_test(url, bodies, n, seconds, named(url, n), settings.api_token))
     for backend in [] if url else backends:
-        env = settings_environment({**settings.model_dump(), "reader_backend": backend, "api_rate_limit": 0})
+        env = settings_environment({**settings.model_dump(), "reader_backend": backend, "api_rate_limit": 0, "api_processes": processes})
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        progress(f"starting qa-system api with the {backend} reader (log: {out / f'server-{backend}.log'})")
+        progress(f"starting qa-system api with the {backend} reader, {processes} process(es) (log: {out / f'server-{backend}.log'})")
         with serve_api(env, args=["--domain", domain], log=out / f"server-{backend}.log", timeout=1800) as server:
-            progress(f"{clients} clients for {seconds:.0f} s against the {backend} reader")
-            results.append(load_test(server, bodies, clients, seconds, f"{backend} reader", settings.api_token))
+            if processes > 1:
+                wait_all_ready(server, processes)
+            for n in counts:
+                progress(f"{n} clients for {seconds:.0f} s against the {backend} reader")
+                results.append(load_test(server, bodies, n, seconds, named(f"{backend} reader", n), settings.api_token))
     table = pd.DataFrame([r.row() for r in results])
     over_time = pd.concat([r.over_time() for r in results], ignore_index=True)
     summary: dict[str, Any] = {
@@ -240,6 +259,8 @@ def run_api_bench(
         "split": split,
         "top_k": top_k,
         "retriever": retriever or settings.retriever,
+        "server_processes": None if url else processes,
+        "workers_per_process": None if url else settings.api_workers,
     }
     if len(results) == 2:
         first, second = table.iloc[0], table.iloc[1]
@@ -250,13 +271,14 @@ def run_api_bench(
         }
     summary["errors"] = {r.label: r.errors for r in results}
     notes = [
-        f"{clients} concurrent clients, each asking POST /query back to back for {seconds:.0f} s ({len(bodies)} labelled {domain}/{split} questions, "
+        f"{' then '.join(map(str, counts))} concurrent clients, each asking POST /query back to back for {seconds:.0f} s ({len(bodies)} labelled {domain}/{split} questions, "
         f"each about its own product, top_k {top_k}); latency measured by the client; a GET /health probe every {HEALTH_EVERY_S} s meanwhile.",
         f"{summary['machine']['logical_cpus']} CPUs, shared with other jobs: the load average at each run's start and end is in the table; compare ratios under similar load.",
     ]
     notes.append(
         "queue: waiting for an API worker thread; reader_queue: waiting for the reader's inference lane (other questions' windows); "
-        "pipeline: the server's own time for a question (retrieval + answer); memory: the server's RSS, from GET /health."
+        "pipeline: the server's own time for a question (retrieval + answer); memory: the server's RSS, from GET /health"
+        + (" (of the one process that answered each probe)." if processes > 1 else ".")
     )
     write_report(
         out_dir, "API load test", table, summary, {"over_time.png": over_time_plot(over_time)}, {"Over time": over_time}, notes=notes

@@ -142,13 +142,16 @@ def run_ingest_bench(
         changed = out / f"reviews-{embed_rows}-changed.csv"
         _change_one_row(embedded, changed)
         name = f"bench-ingest-{embed_rows}-dense"
+        # On a GPU both backends embed with PyTorch there (int8 is a CPU's shortcut): the float32 run is not repeated.
+        updated, backend = (name, "onnx") if indexing_backend("onnx", settings.device) == "onnx" else (f"{name}-float32", "torch")
         runs += [
             ("with embeddings, float32", embedded, f"{name}-float32", True, "torch"),
-            ("with embeddings, int8", embedded, name, True, "onnx"),
-            ("unchanged re-run", embedded, name, True, "onnx"),
-            ("one row changed", changed, name, True, "onnx"),
+            *([("with embeddings, int8", embedded, name, True, "onnx")] if backend == "onnx" else []),
+            ("unchanged re-run", embedded, updated, True, backend),
+            ("one row changed", changed, updated, True, backend),
         ]
-        _prepare_encoders(settings)
+        if backend == "onnx":
+            _prepare_encoders(settings)
     results = []
     for label, path, collection, embed, backend in runs:
         if not label.endswith("re-run") and label != "one row changed" and any(c.name == collection for c in list_collections(settings)):
@@ -206,7 +209,7 @@ def run_ingest_bench(
             "`qa-system index --input` reads it with --text-column opinion_text --id-column opinion_id --item-column asin.",
             "Each run is a fresh Python process importing only the ingestion: peak_rss_mb is its peak resident memory (VmHWM); seconds include loading the encoder.",
             "embedded_documents_per_s: documents embedded per second of embedding (embedding_s, the encoder loaded and its int8 export built before): "
-            "sentence-transformers float32 (QA_EMBEDDING_BACKEND=torch) against the int8 ONNX export (onnx), on the same rows; on a GPU both are float32 PyTorch.",
+            "sentence-transformers float32 (QA_EMBEDDING_BACKEND=torch) against the int8 ONNX export (onnx), on the same rows; on a GPU both would be PyTorch there, so only the float32 run is made.",
             "The re-runs update the embedded collection: unchanged (nothing embedded or written), then with one row edited.",
             *([f"SubjQA left out of the corpus: {'; '.join(left_out)}."] if left_out else []),
         ],

@@ -80,6 +80,7 @@ def cmd_bench_api(args: argparse.Namespace) -> None:
         args.retriever,
         args.top_k,
         progress=lambda message: print(message, file=sys.stderr, flush=True),
+        processes=args.processes,
     )
     print(table.to_string(index=False))
     print(f"Report written to {args.out}/ (report.json, report.csv, report.md, server-*.log)")
@@ -160,7 +161,16 @@ def register(commands, options: Options) -> None:
         "api", parents=[options.common], help="load-test the REST API on loopback: throughput, latency percentiles, errors"
     )
     options.domain(p)
-    p.add_argument("--clients", type=count("--clients", 1, 256), default=8, help="concurrent clients, each asking back to back")
+    p.add_argument(
+        "--clients",
+        type=count("--clients", 1, 256),
+        nargs="+",
+        default=[8],
+        help="concurrent clients, each asking back to back; several counts are measured in turn on one server (e.g. 1 8 64)",
+    )
+    p.add_argument(
+        "--processes", type=count("--processes"), default=1, help="processes of the server started (`qa-system api --processes`)"
+    )
     p.add_argument("--seconds", type=number("--seconds", 0, above=True), default=60.0, help="how long the load lasts")
     p.add_argument(
         "--backends",

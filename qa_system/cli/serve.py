@@ -33,12 +33,17 @@ def cmd_api(args: argparse.Namespace) -> None:
     from qa_system.ingestion import collection_manifest
     from qa_system.serving.api import run_api
     from qa_system.serving.api.documents import check_guarded
+    from qa_system.serving.api.server import check_processes
     from qa_system.serving.service import DEFAULT_COLLECTIONS
 
     settings = settings_from_args(args).with_(
-        api_rate_limit=args.rate_limit, api_workers=args.workers, embed_at_start=args.embed_at_start or None
+        api_rate_limit=args.rate_limit,
+        api_workers=args.workers,
+        api_processes=args.processes,
+        embed_at_start=args.embed_at_start or None,
     )
     check_guarded(settings)
+    check_processes(settings)
     served = args.served or DEFAULT_COLLECTIONS
     for collection in served:  # a mistyped name is refused before the server starts (a domain is built on first start)
         if not collection.subjqa_domain:
@@ -113,6 +118,12 @@ def register(commands, options: Options) -> None:
         "the first --domain or --collection named is the default one",
     )
     p.add_argument("--workers", type=count("--workers"), help="questions answered at once, each in a thread (QA_API_WORKERS, default 4)")
+    p.add_argument(
+        "--processes",
+        type=count("--processes"),
+        help="server processes, each with its own models and --workers threads (QA_API_PROCESSES, default 1): more than one pays "
+        "on a GPU or many cores; questions only (the document routes need one process)",
+    )
     p.add_argument(
         "--rate-limit", type=count("--rate-limit", 0), help="requests a minute per client, 0 for none (QA_API_RATE_LIMIT, default 600)"
     )

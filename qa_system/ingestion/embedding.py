@@ -28,6 +28,7 @@ from qa_system.errors import QAError
 
 # What an index embedded before backends were recorded was embedded with.
 LEGACY_BACKEND = "torch"
+GPU_BATCH = 256  # texts per forward pass on a GPU at least: small batches leave it waiting on Python
 logger = logging.getLogger(__name__)
 _encoders: dict[tuple, Any] = {}
 _encoders_lock = threading.Lock()
@@ -53,6 +54,8 @@ class TorchSentenceEncoder:
 
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """One float32 row per text, as ``SentenceTransformer.encode(normalize_embeddings=True)`` makes it."""
+        if is_cuda(self.device):
+            batch_size = max(batch_size, GPU_BATCH)
         return self.model.encode(
             list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )

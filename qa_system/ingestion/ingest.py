@@ -45,6 +45,7 @@ from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_lines, read_table
 from qa_system.stores import Index, TemporaryOwner, opensearch_client, opensearch_has_knn, saved_manifest, temporary_owner, temporary_prefix
+from qa_system.stores.memory import document_line
 
 BATCH = 256  # source documents per split / embed / stage step
 
@@ -560,7 +561,7 @@ class _Run:
             report.embedded += len(passages)
             report.embedded_documents += len(self.batch)
         for passage in passages:
-            staged.write(json.dumps(passage) + "\n")
+            staged.write(document_line(passage) + "\n")
             if passage["id"] in self.saved.older_ids:
                 self.taken_ids[passage["id"]] = passage["meta"]["document_id"]
         report.staged += len(passages)

@@ -21,6 +21,7 @@ nothing; the three domains' dev splits together (50% unanswerable) are closer to
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -148,7 +149,7 @@ def _loss(model, teacher, batch, distillation: DistillationConfig | None):
     inputs = {k: v for k, v in batch.items() if k not in LABELS}
     if teacher is None:
         loss = model(**inputs, start_positions=batch["start_positions"], end_positions=batch["end_positions"]).loss
-        return DistillationLoss(loss, loss, torch.zeros(()))
+        return DistillationLoss(loss, loss, torch.zeros((), device=loss.device))
     student = model(**inputs)
     return distillation_loss(
         student.start_logits,
@@ -164,29 +165,28 @@ def _loss(model, teacher, batch, distillation: DistillationConfig | None):
 
 def _trainer_class():
     """``Trainer`` with the reader's loss (its own, or distilled from a teacher), logging the hard and soft parts too."""
+    import torch
     from transformers import Trainer
 
     class ReaderTrainer(Trainer):
         def __init__(self, *args, teacher=None, distillation: DistillationConfig | None = None, **kwargs):
             super().__init__(*args, **kwargs)
             self.teacher, self.distillation = teacher, distillation
-            self._parts: list[tuple[float, float]] = []
+            self._parts: list = []  # (hard, soft) loss tensors since the last log
 
         def _get_train_sampler(self, train_dataset=None):
             return _EpochSampler([len(f["input_ids"]) for f in self.train_dataset], self.args.train_batch_size, self.args.seed)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss = _loss(model, self.teacher, inputs, self.distillation)
-            self._parts.append((loss.hard.item(), loss.soft.item()))
+            # Kept as tensors until logged: reading a GPU value each step would wait for the GPU each step.
+            self._parts.append(torch.stack([loss.hard.detach().float(), loss.soft.detach().float()]))
             return (loss.total, None) if return_outputs else loss.total
 
         def log(self, logs: dict[str, float], *args, **kwargs) -> None:
             if self._parts and "loss" in logs:
-                logs = {
-                    **logs,
-                    "hard_loss": float(np.mean([h for h, _ in self._parts])),
-                    "soft_loss": float(np.mean([s for _, s in self._parts])),
-                }
+                hard, soft = torch.stack(self._parts).mean(dim=0).tolist()
+                logs = {**logs, "hard_loss": hard, "soft_loss": soft}
                 self._parts = []
             super().log(logs, *args, **kwargs)
 
@@ -294,12 +294,14 @@ def _training_arguments(config: TrainingConfig, checkpoints: Path, total_steps: 
         save_steps=config.checkpoint_steps,
         save_total_limit=2,
         logging_strategy="steps",
-        logging_steps=1,
+        logging_steps=1 if device == "cpu" else 25,  # each log waits for the GPU
         report_to=[],
         use_cpu=device == "cpu",
         bf16=bf16,
         disable_tqdm=not progress,
-        dataloader_num_workers=0,
+        # On a GPU, batches are padded in worker processes while it computes; on a CPU that would take its cores.
+        dataloader_num_workers=0 if device == "cpu" else 4,
+        dataloader_persistent_workers=device != "cpu",
         eval_strategy="no",
         remove_unused_columns=False,  # span_mask is no model input but the loss needs it
     )
@@ -443,7 +445,7 @@ def train_reader(
         model=model,
         args=_training_arguments(config, checkpoints, int(total_steps), progress, device),
         train_dataset=features,
-        data_collator=lambda batch: pad_batch(batch, tokenizer),
+        data_collator=functools.partial(pad_batch, tokenizer=tokenizer),  # picklable, for worker processes
         teacher=_teacher(distillation, tokenizer, device),
         distillation=distillation,
         callbacks=[_selection_callback(evaluate, save_best, selected, config.patience, selection, began), *callbacks],

@@ -1,9 +1,19 @@
 """Running the API: ``qa-system api`` in the foreground (uvicorn), or on a free loopback port for
-tests and the load test (``serve_api``, a child process stopped at the end of the block)."""
+tests and the load test (``serve_api``, a child process stopped at the end of the block).
+
+With ``api_processes`` above 1, uvicorn's worker processes share the port (the kernel hands each new
+connection to one of them), each with its own service, models and worker threads: Python runs one
+thread at a time per process, so a GPU that answers in a few milliseconds is kept busy only by
+several processes. They share the store as the page and the CLI do (a collection changed on disk is
+opened again); each counts its own rate limit and holds its own background tasks, so the document
+routes, whose uploads are followed by later requests, need a server of one process.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -13,12 +23,13 @@ from pathlib import Path
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.serving.api.app import create_app
-from qa_system.serving.service import ServedCollection
-from qa_system.serving.webapp import free_port, serve_process
+from qa_system.serving.service import QAService, ServedCollection
+from qa_system.serving.webapp import free_port, serve_process, settings_environment
 
 logger = logging.getLogger(__name__)
 
 CLI = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())"]
+SERVED_VARIABLE = "QA_API_SERVED"  # the served collections, handed to the worker processes
 
 
 def run_api(
@@ -38,14 +49,43 @@ def run_api(
     logger.info(
         "API: http://%s:%s  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)", host, port
     )
+    served = {"host": host, "port": port, "log_level": log_level, "timeout_graceful_shutdown": 10}
+    if settings.api_processes == 1:
+        size_torch_threads(settings)
+        uvicorn.run(create_app(settings, collections), **served)
+        return
+    check_processes(settings)
+    QAService(settings, collections).load()  # what each process would build at once, built here first: indexes, model exports
+    os.environ.update(settings_environment(settings.model_dump()))
+    os.environ[SERVED_VARIABLE] = json.dumps([[c.name, c.subjqa_domain] for c in collections])
+    logger.info("Serving from %d processes, each with %d worker threads.", settings.api_processes, settings.api_workers)
+    uvicorn.run(f"{__name__}:app_from_environment", factory=True, workers=settings.api_processes, **served)
+
+
+def app_from_environment():
+    """A worker process's app: the settings and served collections ``run_api`` handed down in the environment."""
+    from qa_system.devices import share_cores
+
+    settings = Settings.from_env()
+    share_cores(settings.api_processes)  # every thread pool of the process (ONNX Runtime's, PyTorch's) sized to its part
     size_torch_threads(settings)
-    uvicorn.run(create_app(settings, collections), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    return create_app(settings, [ServedCollection(name, domain) for name, domain in json.loads(os.environ[SERVED_VARIABLE])])
+
+
+def check_processes(settings: Settings) -> None:
+    """Several processes serve questions only: an upload is followed by requests that another process would answer."""
+    if settings.api_processes > 1 and settings.api_documents:
+        raise QAError(
+            f"The document routes (QA_API_DOCUMENTS=1) need a server of one process; {settings.api_processes} were asked for.",
+            "serve questions from several processes and documents from a second server with --processes 1 (they share the store).",
+        )
 
 
 def size_torch_threads(settings: Settings) -> int:
-    """PyTorch's threads per operation in a server that answers ``api_workers`` questions at once: the physical cores
-    shared among the workers (each runs its own torch operations: the question encoder, a torch reader), so that
-    workers x threads never exceeds the cores. The ONNX reader has its own lane (``reading.batching``)."""
+    """PyTorch's threads per operation in a server that answers ``api_workers`` questions at once: the process's
+    physical cores (``devices.share_cores``) shared among the workers (each runs its own torch operations: the question
+    encoder, a torch reader), so that workers x threads never exceeds the cores. The ONNX reader has its own lane
+    (``reading.batching``)."""
     import torch
 
     from qa_system.reading.onnx import physical_cores
