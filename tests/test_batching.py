@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from haystack import Document
 
@@ -100,3 +101,28 @@ def test_an_inference_error_reaches_every_waiting_question_and_the_lane_keeps_se
     with pytest.raises(Exception):  # noqa: B017 - whatever ONNX Runtime raises for it: the lane must survive any error
         reader._onnx.logits(encoding)
     assert_same(answers(reader, *QUESTIONS[1]), good)
+
+
+def test_a_torch_readers_lane_batches_concurrent_questions_within_the_tolerance(tiny_reader):
+    # The lane a PyTorch reader gets on a GPU, here on the CPU: whether questions may share calls is measured when it
+    # starts (fp32: yes), and each question then gets what the reader gives it alone.
+    from qa_system.reading.batching import MIX_TOLERANCE, ReaderScheduler, TorchQAModel, mixes_within_tolerance
+
+    reader = ExtractiveReader(tiny_reader, backend="torch")
+    reader.warm_up()
+    alone = [answers(reader, question, texts) for question, texts in QUESTIONS]
+    model = TorchQAModel(reader._model, Path(tiny_reader) / "torch")
+    assert model.input_names == ["input_ids", "attention_mask", "token_type_ids"] and mixes_within_tolerance(model)
+    reader._lane = lane = ReaderScheduler(model, wait_s=0.2, max_windows=256)
+    assert lane.mix and MIX_TOLERANCE == 1e-3
+    for question, texts in QUESTIONS:  # the lane's buckets against the plain path's batches, one question at a time
+        _, encoding = reader.encode(question, [Document(content=t) for t in texts])
+        plain_path = ExtractiveReader.from_loaded(reader._model, reader._tokenizer)
+        tokens = np.asarray(encoding["attention_mask"]) == 1  # the paths pad differently; padding is never read
+        for laned, plain in zip(lane.logits(encoding), plain_path._logits(encoding)):
+            assert laned[tokens] == pytest.approx(plain[tokens], abs=MIX_TOLERANCE)
+    calls_alone = lane.calls
+    for round_ in asked_together(reader):
+        for got, expected in zip(round_, alone):
+            assert_same(got, expected)
+    assert lane.calls - calls_alone < 3 * calls_alone  # the six questions shared calls

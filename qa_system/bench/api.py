@@ -195,7 +195,10 @@ def wait_all_ready(url: str, processes: int, timeout: float = 600) -> None:
     while ready < 4 * processes:
         if time.monotonic() > deadline:
             raise QAError(f"The server's {processes} processes were not all ready after {timeout:.0f} s.", "see its log (server-*.log).")
-        ready = ready + 1 if httpx.get(f"{url}/health", timeout=30).status_code == 200 else 0
+        health = httpx.get(f"{url}/health", timeout=30)
+        if health.status_code != 200 and health.json().get("status") == "failed":
+            raise QAError(f"A server process failed to load: {health.json().get('error')}", "see the server's log (server-*.log).")
+        ready = ready + 1 if health.status_code == 200 else 0
         if not ready:
             time.sleep(0.5)
 

@@ -15,6 +15,12 @@ The int8 export is not batch-invariant: its dynamic quantisation picks one activ
 call from the whole batch, so a window's logits depend on the windows beside it (up to 1.1 logits
 on the SubjQA reader, measured). There each question's windows run as their own calls, still in one
 lane and in arrival order: an answer never depends on who else asked at the same time.
+
+A PyTorch reader on a GPU gets a lane too (``TorchQAModel``): there batching questions pays most (a
+batch of 64 windows reads about 60 times as many windows a second as one). Whether its windows may
+share a call is measured when the lane starts: windows read alone and beside others must agree
+within ``MIX_TOLERANCE`` in every logit (half-precision kernels may pick other tilings for other
+batch shapes), else each question runs alone, as with int8.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qa_system.reading.onnx import OUTPUT_NAMES, OnnxQAModel, length_buckets
+from qa_system.reading.onnx import OUTPUT_NAMES, OnnxQAModel, bucketed_logits, length_buckets
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +56,61 @@ class Job:
         return len(self.encoding["attention_mask"])
 
 
-def batch_invariant(model: OnnxQAModel) -> bool:
-    """Whether a window's logits are the same whatever windows share its call: no dynamic (per call) quantisation."""
+MIX_TOLERANCE = 1e-3  # the most a logit may move when other questions' windows share its call
+
+
+class TorchQAModel:
+    """A PyTorch span model as the lane runs an ONNX session: ``session.run(OUTPUT_NAMES, feeds)`` -> float32
+    (start, end) logits, on the model's device, in its precision (``reader.on_device``)."""
+
+    def __init__(self, model, path: str | Path):
+        import inspect
+
+        self.model, self.path, self.session = model, Path(path), self
+        names = inspect.signature(model.forward).parameters  # e.g. DistilBERT takes no token_type_ids
+        self.input_names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in names]
+
+    def run(self, output_names, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        device = next(self.model.parameters()).device
+        with torch.inference_mode():
+            output = self.model(**{name: torch.as_tensor(feeds[name]).to(device) for name in self.input_names})
+        return [getattr(output, name).float().cpu().numpy() for name in output_names]
+
+    def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """As ``OnnxQAModel.logits``: by length bucket, -inf on padding."""
+        return bucketed_logits(self, self.input_names, encoding, batch_size)
+
+
+def batch_invariant(model: OnnxQAModel | TorchQAModel) -> bool:
+    """Whether a window's logits are the same whatever windows share its call: for an ONNX graph, no dynamic (per
+    call) quantisation; for a PyTorch model, measured (``mixes_within_tolerance``)."""
+    if isinstance(model, TorchQAModel):
+        return mixes_within_tolerance(model)
     return not any(node.op_type == "DynamicQuantizeLinear" for node in _graph_nodes(model))
+
+
+def mixes_within_tolerance(model: TorchQAModel, tolerance: float = MIX_TOLERANCE, seed: int = 0) -> bool:
+    """Whether windows of several lengths (up to 384 tokens), read alone and all in one call, agree within ``tolerance``
+    in every logit."""
+    rng = np.random.default_rng(seed)
+    vocabulary = int(model.model.config.vocab_size)
+    questions = []
+    for lengths in ([384, 200], [37], [300, 120, 64], [250]):
+        mask = np.zeros((len(lengths), max(lengths)), np.int64)
+        for row, length in enumerate(lengths):
+            mask[row, :length] = 1
+        ids = rng.integers(min(1000, vocabulary // 2), vocabulary, mask.shape) * mask
+        questions.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(mask)})
+    together, _ = run_together(model, questions, 64)
+    for question, (start, end) in zip(questions, together):
+        alone = model.logits(question, 1)
+        for mixed, single in zip((start, end), alone):
+            valid = np.isfinite(single)
+            if not np.array_equal(valid, np.isfinite(mixed)) or np.abs(mixed[valid] - single[valid]).max() > tolerance:
+                return False
+    return True
 
 
 def _graph_nodes(model: OnnxQAModel) -> list:
@@ -69,7 +127,7 @@ class ReaderScheduler:
     :param mix: whether windows of different questions may share a call; None: when the model is batch-invariant.
     """
 
-    def __init__(self, model: OnnxQAModel, wait_s: float = 0.003, max_windows: int = 64, mix: bool | None = None):
+    def __init__(self, model: OnnxQAModel | TorchQAModel, wait_s: float = 0.003, max_windows: int = 64, mix: bool | None = None):
         self.model, self.path = model, model.path
         self.wait_s, self.max_windows = wait_s, max_windows
         self.mix = batch_invariant(model) if mix is None else mix
@@ -175,9 +233,9 @@ _schedulers: dict[tuple[int, float, int], ReaderScheduler] = {}
 _lock = threading.Lock()
 
 
-def shared_scheduler(model: OnnxQAModel, wait_s: float = 0.003, max_windows: int = 64) -> ReaderScheduler:
-    """The process's scheduler of ``model`` (a session ``onnx.shared_session`` shares between readers): every
-    reader of one export reads through one lane."""
+def shared_scheduler(model: OnnxQAModel | TorchQAModel, wait_s: float = 0.003, max_windows: int = 64) -> ReaderScheduler:
+    """The process's scheduler of ``model`` (a session ``onnx.shared_session`` shares between readers, or a PyTorch
+    model on a GPU): every reader of one export reads through one lane."""
     key = (id(model), wait_s, max_windows)
     with _lock:
         if key not in _schedulers:

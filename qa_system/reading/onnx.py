@@ -248,18 +248,24 @@ class OnnxQAModel:
 
     def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
         """Logits shaped like ``encoding["input_ids"]`` (-inf on padding), computed bucket by bucket."""
-        mask = np.asarray(encoding["attention_mask"])
-        lengths = mask.sum(axis=1)
-        width = mask.shape[1]
-        right_padded = bool(mask[:, 0].all())  # padding on the right leaves the first column all ones
-        start = np.full(mask.shape, -np.inf, dtype=np.float32)
-        end = np.full(mask.shape, -np.inf, dtype=np.float32)
-        for rows in length_buckets(lengths, batch_size):
-            longest = int(lengths[rows].max())
-            columns = slice(0, longest) if right_padded else slice(width - longest, width)
-            feeds = {name: np.asarray(encoding[name])[rows, columns].astype(np.int64) for name in self.input_names}
-            start[rows, columns], end[rows, columns] = self.session.run(list(OUTPUT_NAMES), feeds)
-        return start, end
+        return bucketed_logits(self.session, self.input_names, encoding, batch_size)
+
+
+def bucketed_logits(session, input_names: list[str], encoding, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``session.run``'s (start, end) logits of every window, shaped like ``encoding["input_ids"]`` (-inf on padding),
+    computed by length bucket (``length_buckets``), each padded only to its own longest window."""
+    mask = np.asarray(encoding["attention_mask"])
+    lengths = mask.sum(axis=1)
+    width = mask.shape[1]
+    right_padded = bool(mask[:, 0].all())  # padding on the right leaves the first column all ones
+    start = np.full(mask.shape, -np.inf, dtype=np.float32)
+    end = np.full(mask.shape, -np.inf, dtype=np.float32)
+    for rows in length_buckets(lengths, batch_size):
+        longest = int(lengths[rows].max())
+        columns = slice(0, longest) if right_padded else slice(width - longest, width)
+        feeds = {name: np.asarray(encoding[name])[rows, columns].astype(np.int64) for name in input_names}
+        start[rows, columns], end[rows, columns] = session.run(list(OUTPUT_NAMES), feeds)
+    return start, end
 
 
 def length_buckets(lengths: np.ndarray, batch_size: int, quantum: int = BUCKET_TOKENS) -> list[np.ndarray]:

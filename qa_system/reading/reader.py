@@ -95,7 +95,8 @@ class ExtractiveReader:
     :param batch_windows: the same scheduler's most windows of several questions in one call.
     :param device: where it reads (``devices``: auto, cpu, cuda, cuda:N). On a GPU the ONNX backend runs the
         export's fp32 graph on ONNX Runtime's CUDA provider when this ONNX Runtime has it, else PyTorch reads
-        there in bfloat16 (float16 without it) with float32 span logits. The machine's setting, not the
+        there in bfloat16 (float16 without it) with float32 span logits, through a lane of its own that batches
+        concurrent questions' windows (``reading.batching``: the same scheduler settings). The machine's setting, not the
         pipeline's: ``to_dict`` leaves it out and ``use_runtime`` sets it, as it sets ``backend``, ``onnx_model``,
         ``onnx_cache`` and the scheduler's settings of a pipeline loaded from YAML (``RUNTIME_SETTINGS``).
 
@@ -152,7 +153,8 @@ class ExtractiveReader:
         # with two different ones: concurrent runs (the API's worker threads) would mix them (ragged arrays).
         self._tokenizing = threading.Lock()
         self._model = None
-        self._onnx = None
+        self._onnx = None  # the ONNX export's lane
+        self._lane = None  # a PyTorch model's lane, on a GPU
         self._default_threshold = 0.0
 
     @classmethod
@@ -231,6 +233,10 @@ class ExtractiveReader:
                 return
         self._tokenizer, model = load_qa_model(name)
         self._model = on_device(model.eval(), self._device)
+        if is_cuda(self._device):  # concurrent questions' windows share the GPU's calls (reading.batching)
+            from qa_system.reading.batching import TorchQAModel, shared_scheduler
+
+            self._lane = shared_scheduler(TorchQAModel(self._model, Path(name) / "torch"), self.batch_wait_ms / 1000, self.batch_windows)
         if Path(name).is_dir():
             self._default_threshold = float(read_model_info(name).get("no_answer_threshold", 0.0))
 
@@ -267,7 +273,7 @@ class ExtractiveReader:
     @property
     def queue_s(self) -> float:
         """How long the calling thread's last question waited for the shared inference lane (0 without one)."""
-        return getattr(self._onnx, "waited_s", 0.0)
+        return getattr(self._onnx or self._lane, "waited_s", 0.0)
 
     @property
     def threshold(self) -> float:
@@ -352,6 +358,8 @@ class ExtractiveReader:
         """Start and end logits of every window: the one step a different backend replaces."""
         if self._onnx is not None:
             return self._onnx.logits(encoding, self.batch_size)
+        if self._lane is not None:
+            return self._lane.logits(encoding, self.batch_size)
         import torch
 
         names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in encoding]

@@ -43,10 +43,21 @@ class Loading:
 
     def start(self, load: Callable[[Report], None]) -> None:
         """Run ``load`` in the background; started again, it goes on loading, or loads again when that failed."""
+
+        def logged(report: Report) -> None:  # /health says why too, but a server of several processes answers it from one
+            try:
+                load(report)
+            except QAError as error:
+                logger.error("Loading failed: %s", error)
+                raise
+            except Exception:
+                logger.exception("Loading failed.")
+                raise
+
         with self._lock:
             if self.task is None or self.task.failed:
                 self._stopping.clear()
-                self.task = BackgroundTask(load, name="qa-service-load")
+                self.task = BackgroundTask(logged, name="qa-service-load")
 
     def stop(self) -> None:
         """End a load that waits for its search server (the server process is shutting down)."""

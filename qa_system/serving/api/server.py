@@ -55,11 +55,20 @@ def run_api(
         uvicorn.run(create_app(settings, collections), **served)
         return
     check_processes(settings)
-    QAService(settings, collections).load()  # what each process would build at once, built here first: indexes, model exports
+    prepare_for_processes(settings, collections)
     os.environ.update(settings_environment(settings.model_dump()))
     os.environ[SERVED_VARIABLE] = json.dumps([[c.name, c.subjqa_domain] for c in collections])
     logger.info("Serving from %d processes, each with %d worker threads.", settings.api_processes, settings.api_workers)
     uvicorn.run(f"{__name__}:app_from_environment", factory=True, workers=settings.api_processes, **served)
+
+
+def prepare_for_processes(settings: Settings, collections: Sequence[ServedCollection]) -> None:
+    """What each process would build at once, built first: missing indexes, model exports. On the CPU, whatever the
+    device: a CUDA context here would hold GPU memory for nothing, and one a GPU in exclusive mode refuses the others."""
+    from qa_system.devices import is_cuda, resolve_device
+
+    on_gpu = is_cuda(resolve_device(settings.device))  # there the reader reads in PyTorch: no export to build
+    QAService(settings.with_(device="cpu", reader_backend="torch" if on_gpu else None), collections).load()
 
 
 def app_from_environment():
