@@ -124,15 +124,18 @@ def test_health_is_503_until_the_models_and_index_are_loaded(api, api_settings):
         )
 
 
-def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path):
+def test_a_failed_load_is_503_with_the_reason(api_settings, tmp_path, caplog):
     broken = api_settings.model_copy(update={"data_dir": tmp_path / "no-such-data", "home": tmp_path / "home"})
-    with running(create_app(broken)) as url:
+    with caplog.at_level("ERROR", logger="qa_system.serving.loading"), running(create_app(broken)) as url:
         deadline = time.monotonic() + 60
         while (health := httpx.get(f"{url}/health")).json()["status"] == "loading" and time.monotonic() < deadline:
             time.sleep(0.1)
         assert health.status_code == 503 and health.json()["status"] == "failed" and "no-such-data" in health.json()["error"]
         refused = ask(url)
         assert refused.status_code == 503 and refused.json()["detail"].startswith("The server failed to load: ")
+    # In the log too, in one line: a server of several processes answers /health from one of them.
+    (logged,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loading failed")]
+    assert "no-such-data" in logged and "\n" not in logged
 
 
 @pytest.mark.opensearch
