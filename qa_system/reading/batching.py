@@ -1,4 +1,4 @@
-"""The reader's scheduler: one inference lane per ONNX session, shared by every reader, pipeline and thread of a process.
+"""The reader's scheduler: one inference lane per ONNX session (or PyTorch model on a GPU), shared by every reader, pipeline and thread of a process.
 
 Concurrent questions (the API's worker threads, the page's visitors) used to call ONNX Runtime at
 the same time, each with one intra-op thread per core: four workers on two cores ran eight busy

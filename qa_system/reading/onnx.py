@@ -252,8 +252,8 @@ class OnnxQAModel:
 
 
 def bucketed_logits(session, input_names: list[str], encoding, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``session.run``'s (start, end) logits of every window, shaped like ``encoding["input_ids"]`` (-inf on padding),
-    computed by length bucket (``length_buckets``), each padded only to its own longest window."""
+    """``session.run``'s (start, end) logits of every window, shaped like ``encoding["input_ids"]``, computed by length
+    bucket (``length_buckets``), each padded only to its own longest window (-inf past it; padding is never read)."""
     mask = np.asarray(encoding["attention_mask"])
     lengths = mask.sum(axis=1)
     width = mask.shape[1]

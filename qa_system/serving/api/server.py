@@ -64,7 +64,8 @@ def run_api(
 
 def prepare_for_processes(settings: Settings, collections: Sequence[ServedCollection]) -> None:
     """What each process would build at once, built first: missing indexes, model exports. On the CPU, whatever the
-    device: a CUDA context here would hold GPU memory for nothing, and one a GPU in exclusive mode refuses the others."""
+    device: a CUDA context here would hold GPU memory for nothing, and a GPU in exclusive-process mode would refuse
+    every process after it."""
     from qa_system.devices import is_cuda, resolve_device
 
     on_gpu = is_cuda(resolve_device(settings.device))  # there the reader reads in PyTorch: no export to build
