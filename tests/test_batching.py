@@ -106,13 +106,13 @@ def test_an_inference_error_reaches_every_waiting_question_and_the_lane_keeps_se
 def test_a_torch_readers_lane_batches_concurrent_questions_within_the_tolerance(tiny_reader):
     # The lane a PyTorch reader gets on a GPU, here on the CPU: whether questions may share calls is measured when it
     # starts (fp32: yes), and each question then gets what the reader gives it alone.
-    from qa_system.reading.batching import MIX_TOLERANCE, ReaderScheduler, TorchQAModel, mixes_within_tolerance
+    from qa_system.reading.batching import MIX_TOLERANCE, ReaderScheduler, TorchQAModel, batched_deviation
 
     reader = ExtractiveReader(tiny_reader, backend="torch")
     reader.warm_up()
     alone = [answers(reader, question, texts) for question, texts in QUESTIONS]
     model = TorchQAModel(reader._model, Path(tiny_reader) / "torch")
-    assert model.input_names == ["input_ids", "attention_mask", "token_type_ids"] and mixes_within_tolerance(model)
+    assert model.input_names == ["input_ids", "attention_mask", "token_type_ids"] and batched_deviation(model) <= MIX_TOLERANCE
     reader._lane = lane = ReaderScheduler(model, wait_s=0.2, max_windows=256)
     assert lane.mix and MIX_TOLERANCE == 1e-3
     for question, texts in QUESTIONS:  # the lane's buckets against the plain path's batches, one question at a time

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from qa_system.ingestion.embedding import load_encoder
+from qa_system.ingestion.embedding import indexing_backend, load_encoder
 
 
 def _portable(model: str) -> str:
@@ -36,7 +36,7 @@ class PhraseSimilarity:
     """The cosine of a question with each of several texts, by one sentence encoder.
 
     :param model: a sentence-transformers id or path (the default: the dense retriever's all-MiniLM-L6-v2).
-    :param backend: "onnx" (int8 on the CPU) or "torch", as ``ingestion.embedding.load_encoder`` runs it.
+    :param backend: "onnx" (int8 on the CPU; PyTorch on a GPU) or "torch", as ``ingestion.embedding.load_encoder`` runs it.
     :param device: where torch runs (a QA_DEVICE setting).
     :param cache: the folder of ONNX exports (None: the default home's).
 
@@ -72,7 +72,9 @@ class PhraseSimilarity:
     def warm_up(self) -> None:
         """Load the encoder (once per process, shared with the retriever's when it is the same)."""
         if self._encoder is None:
-            self._encoder = load_encoder(self.model, self.backend, self.device, self.cache)
+            # int8 is a CPU's shortcut: on a GPU an encoder recorded as onnx runs in PyTorch there, as an index is
+            # embedded (its similarities move by about 0.01; 3 of the 120 judged first cards change, docs/experiments.md).
+            self._encoder = load_encoder(self.model, indexing_backend(self.backend, self.device), self.device, self.cache)
 
     def __call__(self, query: str, texts: Sequence[str]) -> list[float]:
         """The cosine of ``query`` with each of ``texts`` (unit-length vectors, so their dot product)."""
