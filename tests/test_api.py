@@ -821,13 +821,18 @@ def test_a_client_that_leaves_stops_the_generator_and_frees_its_worker(api_setti
         generator.drip_s = 0.0
 
 
-def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
-    env = {
+def command_environment(api_settings: Settings) -> dict[str, str]:
+    """What `qa-system api`, started as a command, needs to serve the tests' corpus."""
+    return {
         "QA_DATA_DIR": str(api_settings.data_dir),
         "QA_HOME": str(api_settings.home),
         "QA_READER_MODEL": api_settings.reader_model,
         "QA_READER_BACKEND": "torch",
     }
+
+
+def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
+    env = command_environment(api_settings)
     with serve_api(env, args=["--rate-limit", "0"], log=tmp_path / "api.log", timeout=180) as url:
         body = ask(url).json()
         assert body["documents"][0]["meta"]["review_id"] == "r-kindle-1"
@@ -836,12 +841,7 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
 
 
 def test_several_server_processes_share_the_port_and_answer_alike(api, api_settings, tmp_path):
-    env = {
-        "QA_DATA_DIR": str(api_settings.data_dir),
-        "QA_HOME": str(api_settings.home),
-        "QA_READER_MODEL": api_settings.reader_model,
-        "QA_READER_BACKEND": "torch",
-    }
+    env = command_environment(api_settings)
     alone = ask(api).json()["answers"]
     with serve_api(env, args=["--rate-limit", "0", "--processes", "2", "--workers", "1"], log=tmp_path / "api.log", timeout=300) as url:
         wait_all_ready(url, 2, timeout=240)  # each process loads on its own; a new connection may reach either
@@ -884,12 +884,7 @@ def test_the_api_restarts_at_once_on_the_port_it_just_left(api_settings, tmp_pat
     with socket.socket() as plain:  # what the check did: refused while the old connection waits
         with pytest.raises(OSError):
             plain.bind(("127.0.0.1", port))
-    env = {
-        "QA_DATA_DIR": str(api_settings.data_dir),
-        "QA_HOME": str(api_settings.home),
-        "QA_READER_MODEL": api_settings.reader_model,
-        "QA_READER_BACKEND": "torch",
-    }
+    env = command_environment(api_settings)
     command = [*CLI, "api", "--host", "127.0.0.1", "--port", str(port), "--rate-limit", "0"]
     with serve_process(command, f"http://127.0.0.1:{port}/health", "qa-system api", env, tmp_path / "api.log", timeout=180):
         assert ask(f"http://127.0.0.1:{port}").status_code == 200
