@@ -80,7 +80,7 @@ class TorchQAModel:
         return [getattr(output, name).float().cpu().numpy() for name in output_names]
 
     def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
-        """As ``OnnxQAModel.logits``: by length bucket, -inf on padding."""
+        """As ``OnnxQAModel.logits``: by length bucket (``onnx.bucketed_logits``)."""
         return bucketed_logits(self, self.input_names, encoding, batch_size)
 
 
