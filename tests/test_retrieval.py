@@ -49,6 +49,14 @@ def test_bm25_without_filters_returns_only_matching_reviews(indexed):
     assert all(d.score > 0 for d in result["documents"])
 
 
+def test_bm25_returns_documents_without_their_vectors_as_the_embedding_retrievers_do(indexed):
+    store = open_index(indexed["memory"], "electronics").store
+    stored = {d.id: d for d in store.filter_documents()}
+    found = BM25sRetriever(store).run("battery lasts", top_k=10)["documents"]
+    assert found and all(stored[d.id].embedding is not None and d.embedding is None for d in found)
+    assert all(d.content == stored[d.id].content and d.meta == stored[d.id].meta for d in found)
+
+
 def test_bm25_stems_and_keeps_stopwords_by_default(indexed):
     result = build_retrieval_pipeline("bm25", indexed["memory"]).run("the speaker", top_k=1)
     assert review_ids(result) == ["r-kindle-3"]  # "speaker" matches "speakers"

@@ -8,6 +8,7 @@ the gold answers ``[""]`` and the prediction ``""`` means "no answer".
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import string
 from collections.abc import Sequence
@@ -22,8 +23,10 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def _tokens(text: str) -> list[str]:
-    return normalize_answer(text).split() if text else []
+@functools.lru_cache(maxsize=8192)
+def _tokens(text: str) -> tuple[str, ...]:
+    """Normalised tokens; cached, since the answer selector compares every pair of a question's candidate spans."""
+    return tuple(normalize_answer(text).split()) if text else ()
 
 
 def exact_match(prediction: str, gold: str) -> float:

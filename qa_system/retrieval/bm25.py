@@ -190,7 +190,7 @@ class BM25sRetriever:
         :param query: the question.
         :param filters: Haystack metadata filters; the documents they allow are the only candidates.
         :param top_k: documents returned (default: the component's ``top_k``); 0 returns none.
-        :returns: ``{"documents": [...]}``, each with its BM25 score.
+        :returns: ``{"documents": [...]}``, each with its BM25 score (and without its vector).
         """
         self.warm_up()
         top_k = self.top_k if top_k is None else check_count(top_k, "top_k", 0)
@@ -211,7 +211,9 @@ class BM25sRetriever:
             best = candidate_scores >= kth_best
             rows, candidate_scores = rows[best], candidate_scores[best]
         order = np.lexsort((rows, -candidate_scores))[:top_k]  # score desc, then corpus order: deterministic
-        return {"documents": [replace(self._documents[rows[i]], score=float(candidate_scores[i])) for i in order]}
+        # Without their vectors, as the embedding retrievers return them: no later stage reads one, and the pipeline
+        # deep-copies every component's inputs (8 reviews' vectors were most of a question's copying).
+        return {"documents": [replace(self._documents[rows[i]], score=float(candidate_scores[i]), embedding=None) for i in order]}
 
     def use_cache_dir(self, folder: str | Path) -> None:
         """Save and load built indexes in ``folder`` (the machine's, e.g. the collection's own) unless the pipeline
