@@ -852,6 +852,15 @@ def test_several_server_processes_share_the_port_and_answer_alike(api, api_setti
     assert "Serving from 2 processes" in log and len(set(re.findall(r"Started server process \[(\d+)\]", log))) >= 2, log[-2000:]
 
 
+def test_several_processes_that_cannot_load_are_one_line_before_serving(api_settings, tmp_path, capsys, monkeypatch):
+    # The first process prepares what the others would build (in a process of its own): its error is the command's.
+    monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("QA_DATA_DIR", str(tmp_path / "no-such-data"))
+    assert main(["api", "--processes", "2", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-data does not exist" in err[0] and "Fix: pass --data-dir" in err[0]
+
+
 def test_document_routes_on_several_processes_are_refused_in_one_line(api_settings, capsys, monkeypatch):
     monkeypatch.setenv("QA_HOME", str(api_settings.home))
     monkeypatch.setenv("QA_API_DOCUMENTS", "1")

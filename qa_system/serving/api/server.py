@@ -63,13 +63,18 @@ def run_api(
 
 
 def prepare_for_processes(settings: Settings, collections: Sequence[ServedCollection]) -> None:
-    """What each process would build at once, built first: missing indexes, model exports. On the CPU, whatever the
-    device: a CUDA context here would hold GPU memory for nothing, and a GPU in exclusive-process mode would refuse
-    every process after it."""
-    from qa_system.devices import is_cuda, resolve_device
+    """What each process would build at once, built first: missing indexes, model exports, vectors asked for at start.
+    In a process of its own, on the configured device, that ends before the servers start: the supervising process
+    holds no models and no GPU memory."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    on_gpu = is_cuda(resolve_device(settings.device))  # there the reader reads in PyTorch: no export to build
-    QAService(settings.with_(device="cpu", reader_backend="torch" if on_gpu else None), collections).load()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as preparing:
+        preparing.submit(_load_service, settings, list(collections)).result()  # its QAError is raised here
+
+
+def _load_service(settings: Settings, collections: list[ServedCollection]) -> None:
+    QAService(settings, collections).load()
 
 
 def app_from_environment():
