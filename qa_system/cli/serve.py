@@ -33,7 +33,6 @@ def cmd_api(args: argparse.Namespace) -> None:
     from qa_system.ingestion import collection_manifest
     from qa_system.serving.api import run_api
     from qa_system.serving.api.documents import check_guarded
-    from qa_system.serving.api.server import check_processes
     from qa_system.serving.service import DEFAULT_COLLECTIONS
 
     settings = settings_from_args(args).with_(
@@ -43,7 +42,6 @@ def cmd_api(args: argparse.Namespace) -> None:
         embed_at_start=args.embed_at_start or None,
     )
     check_guarded(settings)
-    check_processes(settings)
     served = args.served or DEFAULT_COLLECTIONS
     for collection in served:  # a mistyped name is refused before the server starts (a domain is built on first start)
         if not collection.subjqa_domain:

@@ -67,6 +67,7 @@ class TorchQAModel:
         import inspect
 
         self.model, self.path, self.session = model, Path(path), self
+        self.device = next(model.parameters()).device
         names = inspect.signature(model.forward).parameters  # e.g. DistilBERT takes no token_type_ids
         self.input_names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in names]
 
@@ -74,9 +75,8 @@ class TorchQAModel:
         """The model's ``output_names`` (``OUTPUT_NAMES``) for ``feeds`` (int64 arrays by input name), in float32."""
         import torch
 
-        device = next(self.model.parameters()).device
         with torch.inference_mode():
-            output = self.model(**{name: torch.as_tensor(feeds[name]).to(device) for name in self.input_names})
+            output = self.model(**{name: torch.as_tensor(feeds[name]).to(self.device) for name in self.input_names})
         return [getattr(output, name).float().cpu().numpy() for name in output_names]
 
     def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +92,7 @@ def batch_invariant(model: OnnxQAModel | TorchQAModel) -> bool:
         mix = deviation <= MIX_TOLERANCE
         logger.info(
             "The reader's lane on %s: windows read beside others moved by up to %.2g logits; %s.",
-            next(model.model.parameters()).device,
+            model.device,
             deviation,
             "questions share calls" if mix else "each question is read alone",
         )
