@@ -14,18 +14,19 @@ import string
 from collections.abc import Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCTUATION = frozenset(string.punctuation)
+_NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
+@functools.lru_cache(maxsize=8192)
 def normalize_answer(text: str) -> str:
-    """Lower text and remove punctuation, articles and extra whitespace (SQuAD's normalisation)."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+    """Lower text and remove punctuation, articles and extra whitespace (SQuAD's normalisation); cached, since the
+    answer selector compares every pair of a question's candidate spans."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_NO_PUNCTUATION)).split())
 
 
 @functools.lru_cache(maxsize=8192)
 def _tokens(text: str) -> tuple[str, ...]:
-    """Normalised tokens; cached, since the answer selector compares every pair of a question's candidate spans."""
+    """Normalised tokens (cached, as ``normalize_answer``)."""
     return tuple(normalize_answer(text).split()) if text else ()
 
 
