@@ -126,3 +126,42 @@ def test_a_torch_readers_lane_batches_concurrent_questions_within_the_tolerance(
         for got, expected in zip(round_, alone):
             assert_same(got, expected)
     assert lane.calls - calls_alone < 3 * calls_alone  # the six questions shared calls
+
+
+def test_a_half_precision_reader_whose_windows_move_beside_others_reads_in_float32_and_shares_calls(caplog):
+    # On a GPU a PyTorch reader computes in bfloat16, whose kernels round every product to 8 bits of mantissa: the
+    # shipped reader's windows move by about 0.03 logits beside others (here on the CPU; a tiny model does not show
+    # it). The lane then reads in float32, where they stay within the tolerance, and questions share its calls.
+    import torch
+
+    from qa_system.config import default_reader_model
+    from qa_system.reading.batching import MIX_TOLERANCE, ReaderScheduler, TorchQAModel, batched_deviation
+    from qa_system.reading.model import load_qa_model
+    from qa_system.reading.reader import encode_windows
+
+    tokenizer, loaded = load_qa_model(default_reader_model())
+    questions = [encode_windows(tokenizer, [q] * len(texts), texts, 384, 128, padding=True) for q, texts in QUESTIONS]
+    alone = [TorchQAModel(loaded.eval(), Path("float32")).logits(question, 1) for question in questions]
+    model = TorchQAModel(loaded.to(torch.bfloat16), Path("bfloat16"), default_reader_model())
+    assert batched_deviation(model) > MIX_TOLERANCE
+    with caplog.at_level("INFO", logger="qa_system.reading.batching"):
+        lane = ReaderScheduler(model, wait_s=0.2, max_windows=256)
+    assert lane.mix and model.precision == "float32" and next(loaded.parameters()).dtype == torch.float32
+    assert "in bfloat16" in caplog.text and "in float32" in caplog.text and "questions share calls" in caplog.text
+    together: list = [None] * len(questions)
+    barrier = threading.Barrier(len(questions))
+
+    def ask(i: int) -> None:
+        barrier.wait()
+        together[i] = lane.logits(questions[i])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(questions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert lane.calls < len(questions)  # they shared calls
+    for question, got, expected in zip(questions, together, alone):
+        tokens = np.asarray(question["attention_mask"]) == 1
+        for laned, single in zip(got, expected):
+            assert laned[tokens] == pytest.approx(single[tokens], abs=MIX_TOLERANCE)

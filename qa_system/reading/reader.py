@@ -96,7 +96,8 @@ class ExtractiveReader:
     :param device: where it reads (``devices``: auto, cpu, cuda, cuda:N). On a GPU the ONNX backend runs the
         export's fp32 graph on ONNX Runtime's CUDA provider when this ONNX Runtime has it, else PyTorch reads
         there in bfloat16 (float16 without it) with float32 span logits, through a lane of its own that batches
-        concurrent questions' windows (``reading.batching``: the same scheduler settings). The machine's setting, not the
+        concurrent questions' windows, in float32 where 16 bits would make their logits depend on their batch-mates
+        (``reading.batching``: the same scheduler settings). The machine's setting, not the
         pipeline's: ``to_dict`` leaves it out and ``use_runtime`` sets it, as it sets ``backend``, ``onnx_model``,
         ``onnx_cache`` and the scheduler's settings of a pipeline loaded from YAML (``RUNTIME_SETTINGS``).
 
@@ -236,7 +237,9 @@ class ExtractiveReader:
         if is_cuda(self._device):  # concurrent questions' windows share the GPU's calls (reading.batching)
             from qa_system.reading.batching import TorchQAModel, shared_scheduler
 
-            self._lane = shared_scheduler(TorchQAModel(self._model, Path(name) / "torch"), self.batch_wait_ms / 1000, self.batch_windows)
+            self._lane = shared_scheduler(
+                TorchQAModel(self._model, Path(name) / "torch", name), self.batch_wait_ms / 1000, self.batch_windows
+            )
         if Path(name).is_dir():
             self._default_threshold = float(read_model_info(name).get("no_answer_threshold", 0.0))
 
