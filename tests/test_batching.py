@@ -129,7 +129,7 @@ def test_a_torch_readers_lane_batches_concurrent_questions_within_the_tolerance(
 
 
 def test_a_half_precision_reader_whose_windows_move_beside_others_reads_in_float32_and_shares_calls(caplog):
-    # On a GPU a PyTorch reader computes in bfloat16, whose kernels round every product to 8 bits of mantissa: the
+    # On a GPU a PyTorch reader computes in bfloat16, whose kernels round every layer's outputs to 8 bits of precision: the
     # shipped reader's windows move by about 0.03 logits beside others (here on the CPU; a tiny model does not show
     # it). The lane then reads in float32, where they stay within the tolerance, and questions share its calls.
     import torch

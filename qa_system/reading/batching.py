@@ -20,7 +20,7 @@ A PyTorch reader on a GPU gets a lane too (``TorchQAModel``): there batching que
 batch of 64 windows reads about 60 times as many windows a second as one). Whether its windows may
 share a call is measured when the lane starts: windows read alone and beside others must agree
 within ``MIX_TOLERANCE`` in every logit. Half-precision kernels pick other tilings for other batch
-shapes and round each product to 8 bits of mantissa, so they rarely do (the shipped reader in
+shapes and round each layer's outputs to 8 bits of precision, so they rarely do (the shipped reader in
 bfloat16 on a CPU: 0.03 logits); the lane then reads in float32, where they do (3e-6), and questions
 share calls. Only a model that moves in float32 too runs each question alone, as int8 does.
 """
