@@ -109,15 +109,17 @@ def batch_invariant(model: OnnxQAModel | TorchQAModel) -> bool:
     when its own precision moves them (module doc)."""
     if not isinstance(model, TorchQAModel):
         return not any(node.op_type == "DynamicQuantizeLinear" for node in _graph_nodes(model))
-    measured = [(model.precision, batched_deviation(model))]
-    if measured[-1][1] > MIX_TOLERANCE and model.precision != "float32":
+    deviation = batched_deviation(model)
+    measured = f"{deviation:.2g} in {model.precision}"
+    if deviation > MIX_TOLERANCE and model.precision != "float32":
         model.to_float32()
-        measured.append((model.precision, batched_deviation(model)))
-    mix = measured[-1][1] <= MIX_TOLERANCE
+        deviation = batched_deviation(model)
+        measured += f", {deviation:.2g} in float32"
+    mix = deviation <= MIX_TOLERANCE
     logger.info(
         "The reader's lane on %s: windows read beside others moved by up to %s logits; %s, %s.",
         model.device,
-        ", ".join(f"{deviation:.2g} in {precision}" for precision, deviation in measured),
+        measured,
         model.precision,
         "questions share calls" if mix else "each question is read alone",
     )
