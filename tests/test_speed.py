@@ -6,7 +6,10 @@ int8 approximately), and the bench command end to end on a tiny corpus with tiny
 """
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -436,3 +439,22 @@ def test_the_benchmarks_are_one_family(gone, capsys):
     with pytest.raises(SystemExit):
         parser.parse_args([gone])
     assert f"invalid choice: '{gone}'" in capsys.readouterr().err
+
+
+def test_the_gpu_rows_script_runs_here_on_the_cpu(tiny_subjqa, tmp_path):
+    """scripts/bench_gpu.sh, the one script a GPU machine runs, works end to end on the CPU: its index row's report
+    (the generated reviews left out of what it keeps) and its log, which names the device and the rows."""
+    out = tmp_path / "out"
+    env = {**os.environ, "DEVICE": "cpu", "REVIEWS": "20", "OUT": str(out), "PYTHON": sys.executable, "QA_DATA_DIR": str(tiny_subjqa)}
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.sh"
+    done = subprocess.run(["bash", str(script), "index"], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = {run["run"]: run for run in json.loads((out / "index" / "report.json").read_text())["metrics"]}
+    assert runs["with embeddings, float32"]["embedded_documents"] == 20 and runs["with embeddings, float32"]["embedding"] == "torch"
+    assert sorted(path.name for path in (out / "index").iterdir()) == ["report.json", "report.md"]
+    assert "device cpu, rows index" in (out / "run.log").read_text()
+
+    wrong = subprocess.run(["bash", str(script), "api", "inference"], env=env, capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and wrong.stderr.strip().splitlines() == [
+        "error: unknown row 'inference'. Fix: name api, index or train (or none for all three)."
+    ]

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Measures the rows of docs/results.md's "On a GPU" on this machine, each with the project's own command.
+#   scripts/bench_gpu.sh [api] [index] [train]     (default: all three, in that order)
+# api:   `qa-system bench api` at CLIENTS clients with PROCESSES server processes; if they do not all become ready,
+#        the same with one process, so that a run still measures something.
+# index: `qa-system bench ingest` of REVIEWS generated reviews, embedded on the device.
+# train: `qa-system train-reader`'s general stage on TRAIN_FILES, 2 epochs, batch 128.
+# Environment (defaults in brackets): DEVICE [cuda], OUT, where reports and a log go [reports/gpu], PROCESSES [12],
+# CLIENTS ["1 8 64"], LOAD_SECONDS, each client count's load [60], API_LIMIT and FALLBACK_LIMIT, the seconds that
+# the api row's first run and its one-process run may take [300, 240], REVIEWS [100000], TRAIN_FILES [the 8 QA
+# files of SHARED_DATA, ../shared/data], PYTHON [python3], and QA_* settings (QA_DATA_DIR: where SubjQA is).
+# An offline machine: wheels that scripts/offline_wheels.sh put in .whl are installed first (into /tmp/site), and
+# where the all-MiniLM-L6-v2 weights are missing, a stand-in of its architecture is put in the Hugging Face cache
+# (build_stand_in): it runs as fast as the real one, but its embeddings mean nothing, so it serves timings alone.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+rows=("$@")
+[ ${#rows[@]} -gt 0 ] || rows=(api index train)
+for row in "${rows[@]}"; do
+  case "$row" in
+    api | index | train) ;;
+    *) echo "error: unknown row '$row'. Fix: name api, index or train (or none for all three)." >&2; exit 2 ;;
+  esac
+done
+device=${DEVICE:-cuda}
+out=$(mkdir -p "${OUT:-reports/gpu}" && cd "${OUT:-reports/gpu}" && pwd)
+python=${PYTHON:-python3}
+log="$out/run.log"
+exec > >(tee -a "$log") 2>&1
+export PYTHONUNBUFFERED=1 HAYSTACK_TELEMETRY_ENABLED=False TOKENIZERS_PARALLELISM=true
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+qa=("$python" -c 'import sys; from qa_system.cli import main; sys.exit(main())')
+
+# all-MiniLM-L6-v2's architecture (BERT, 6 layers of 384, mean pooling) from the shipped reader's encoder, cached
+# under the hub id that the dense retriever and the answer selector's phrase encoder load.
+build_stand_in() {
+  "$python" - <<'EOF'
+import os
+from pathlib import Path
+from qa_system.config import HUB_EMBEDDING_MODEL, default_embedding_model
+if default_embedding_model() == HUB_EMBEDDING_MODEL:
+    from huggingface_hub.constants import HF_HUB_CACHE
+    from sentence_transformers import SentenceTransformer, models
+    repo = Path(HF_HUB_CACHE) / ("models--" + HUB_EMBEDDING_MODEL.replace("/", "--"))
+    revision = "0" * 40
+    if not (repo / "snapshots" / revision / "modules.json").exists():
+        word = models.Transformer("models/reader-minilm-subjqa", max_seq_length=256)
+        pooling = models.Pooling(word.get_word_embedding_dimension(), "mean")
+        SentenceTransformer(modules=[word, pooling, models.Normalize()]).save(str(repo / "snapshots" / revision))
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / "main").write_text(revision)
+    print(f"all-MiniLM-L6-v2 is not installed: a stand-in of its architecture (timings only) in {repo}")
+EOF
+}
+
+echo "== $(date -u +%FT%TZ) device $device, rows ${rows[*]}"
+nvidia-smi --query-gpu=name,compute_mode,memory.used,memory.total --format=csv 2>/dev/null || echo "no nvidia-smi"
+"$python" -c 'import torch, transformers, os; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__, "cpus", os.cpu_count())'
+build_stand_in || exit 1
+export HF_HUB_OFFLINE=1
+
+api_row() {
+  local processes=$1 limit=$2 name="api-$1"
+  echo "== api: ${CLIENTS:-1 8 64} clients, $processes process(es), ${LOAD_SECONDS:-60} s each (at most $limit s)"
+  timeout "$limit" "${qa[@]}" bench api --device "$device" --domain electronics --clients ${CLIENTS:-1 8 64} --seconds "${LOAD_SECONDS:-60}" \
+    --processes "$processes" --out "$out/$name"
+  local status=$?
+  # The server's log can be long: its start and its end say how it loaded and how it ended.
+  for server_log in "$out/$name"/server-*.log; do
+    [ -f "$server_log" ] || continue
+    { head -n 60 "$server_log"; echo "[...]"; tail -n 40 "$server_log"; } >"$server_log.part" && mv "$server_log.part" "$server_log"
+  done
+  rm -f "$out/$name"/report.csv "$out/$name"/over_time.png
+  return $status
+}
+
+for row in "${rows[@]}"; do
+  case "$row" in
+    api)
+      processes=${PROCESSES:-12}
+      api_row "$processes" "${API_LIMIT:-300}" || { [ "$processes" -gt 1 ] && api_row 1 "${FALLBACK_LIMIT:-240}"; }
+      ;;
+    index)
+      echo "== index: ${REVIEWS:-100000} reviews with embeddings"
+      timeout 600 "${qa[@]}" bench ingest --device "$device" --embedding-backend torch --rows "${REVIEWS:-100000}" \
+        --embed-rows "${REVIEWS:-100000}" --out "$out/index"
+      rm -f "$out/index"/report.csv "$out/index"/reviews-*  # the generated reviews
+      ;;
+    train)
+      data=${SHARED_DATA:-../shared/data}
+      read -r -a files <<<"${TRAIN_FILES:-$(ls "$data"/squad/*.json "$data"/squadshifts/*.json "$data"/mrqa/*.jsonl | tr '\n' ' ')}"
+      echo "== train: general stage on ${#files[@]} files"
+      "${qa[@]}" export-squad --domain electronics --split dev --out /tmp/subjqa-squad >/dev/null || exit 1
+      time timeout 600 "${qa[@]}" train-reader --no-subjqa --train-file "${files[@]}" --dev-file /tmp/subjqa-squad/electronics-dev.json \
+        --base-model models/reader-minilm-subjqa --epochs 2 --batch-size 128 --max-seq-length 384 --doc-stride 128 \
+        --device "$device" --checkpoint-steps 100000 --output /tmp/general-reader
+      ;;
+  esac
+done
+echo "== $(date -u +%FT%TZ) done"
