@@ -14,6 +14,9 @@ from qa_system.metrics.squad import best_scores, exact_match, f1, gold_answers, 
         ("x", "", 0.0, 0.0),
         ("", "6000 hours", 0.0, 0.0),
         ("The battery!", "battery", 1.0, 1.0),
+        # Repeated words count as often as both sides hold them: 2 shared of 4 predicted and 3 gold words.
+        ("good good good sound", "good good price", 0.0, 4 / 7),
+        ("sound sound", "good sound", 0.0, 0.5),
     ],
 )
 def test_pinned_cases(prediction, gold, em, f1_score):

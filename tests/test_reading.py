@@ -317,3 +317,30 @@ def test_shipped_reader_beats_the_no_answer_baseline_on_electronics_test():
     questions = load_subjqa("electronics", "test").questions
     summary = summarize_answers(evaluate_reader(questions, ExtractiveReader(), progress=False))
     assert summary.loc["all", "f1"] > summary.loc["always no answer", "f1"] + 0.05
+
+
+def test_windows_padded_by_the_reader_are_the_tokenizers_own_padding(model_dir):
+    """encode_windows pads a right-padding tokenizer's windows itself (faster): the same arrays, dtypes and sample map."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    questions, contexts = ["how is the battery?", "and the sound?"], [LONG, "Sound is GREAT, battery is bad."]
+    ours = encode_windows(tokenizer, questions, contexts, 64, 20, padding=True)
+    theirs = tokenizer(
+        questions,
+        contexts,
+        truncation="only_second",
+        max_length=64,
+        stride=20,  # what encode_windows strides by: the window leaves the review more than 40 tokens
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding="longest",
+        return_tensors="np",
+    )
+    assert len(ours["input_ids"]) > 3 and (ours["attention_mask"] == 0).any()  # several windows, the short one padded
+    for name in ("input_ids", "attention_mask", "token_type_ids", "overflow_to_sample_mapping"):
+        assert ours[name].dtype == theirs[name].dtype and np.array_equal(ours[name], theirs[name]), name
+    for window in range(len(ours["input_ids"])):
+        length = int(ours["attention_mask"][window].sum())
+        assert ours.sequence_ids(window) == theirs.sequence_ids(window)[:length]
+        assert [tuple(o) for o in ours["offset_mapping"][window]] == [tuple(o) for o in theirs["offset_mapping"][window][:length]]

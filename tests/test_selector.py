@@ -159,6 +159,26 @@ def test_spans_that_say_the_same_thing_are_grouped_best_first():
     assert group_candidates(spans, [3, 1, 0, 2]) == [[3], [1, 0, 2]]
 
 
+def test_a_candidate_is_agreed_with_by_the_spans_of_other_reviews_that_say_nearly_the_same():
+    from qa_system.reading.selection_features import ReadDocument, features
+
+    documents = [
+        ReadDocument("Great for reading books. Cheap price.", -1.0, [(0, 23, 3.0), (25, 36, 0.5)]),
+        ReadDocument("It is great for reading books!", -1.0, [(6, 29, 2.0)]),
+        ReadDocument("Good for reading. Great for reading books.", -1.0, [(18, 41, 1.0), (0, 16, 0.8)]),
+    ]
+    _, spans, rows = features("Is it good for reading?", documents)
+    texts = [span.text for span in spans]
+    assert texts == ["Great for reading books", "great for reading books", "Great for reading books", "Good for reading", "Cheap price"]
+    # Each of the three "great for reading books" is backed by the other two reviews, with their probabilities.
+    # "Good for reading" shares 2 of 3 and 4 words with those of reviews 0 and 1 (F1 4/7), its own review's aside.
+    assert [row["agreeing_documents"] for row in rows] == [2.0, 2.0, 2.0, 2.0, 0.0]
+    # Review 2's two spans both agree with the first candidate: its probability sums theirs, its documents count one.
+    assert rows[0]["agreeing_probability"] == pytest.approx(sum(row["probability"] for row in rows[1:4]))
+    assert rows[3]["agreeing_probability"] == pytest.approx(rows[0]["probability"] + rows[1]["probability"])
+    assert rows[4]["agreeing_probability"] == 0.0
+
+
 def test_decide_answers_only_when_answering_is_expected_to_score_more():
     assert decide(np.array([0.9, 0.2]), 0.8).answer == 0
     assert decide(np.array([0.9, 0.2]), 0.4).answer is None  # 0.36 < 0.6

@@ -30,6 +30,12 @@ def _tokens(text: str) -> tuple[str, ...]:
     return tuple(normalize_answer(text).split()) if text else ()
 
 
+@functools.lru_cache(maxsize=8192)
+def _token_counts(text: str) -> dict[str, int]:
+    """How often each normalised token occurs (cached; never changed by its callers)."""
+    return dict(collections.Counter(_tokens(text)))
+
+
 def exact_match(prediction: str, gold: str) -> float:
     """1.0 when the prediction equals the gold answer once both are normalised (``normalize_answer``), else 0.0."""
     return float(normalize_answer(prediction) == normalize_answer(gold))
@@ -41,8 +47,8 @@ def f1(prediction: str, gold: str) -> float:
     if not gold_tokens or not predicted_tokens:
         # If either is no-answer, F1 is 1 if they agree, 0 otherwise.
         return float(gold_tokens == predicted_tokens)
-    common = collections.Counter(gold_tokens) & collections.Counter(predicted_tokens)
-    overlap = sum(common.values())
+    predicted_counts = _token_counts(prediction)
+    overlap = sum(min(n, predicted_counts[token]) for token, n in _token_counts(gold).items() if token in predicted_counts)
     if overlap == 0:
         return 0.0
     precision, recall = overlap / len(predicted_tokens), overlap / len(gold_tokens)

@@ -49,6 +49,10 @@ class SpanCandidate:
     logit: float
     window: int
 
+    def __deepcopy__(self, memo: dict) -> SpanCandidate:
+        """Itself: it holds numbers alone and is frozen (a Haystack pipeline deep-copies every component's inputs)."""
+        return self
+
 
 @dataclass(frozen=True)
 class ReaderOutput:
@@ -462,16 +466,35 @@ def encode_windows(tokenizer, questions: list[str], contexts: list[str], max_seq
             "ask a shorter question, or use a reader with a larger max_seq_length.",
         )
     pair = (questions, contexts) if question_first else (contexts, questions)
-    return tokenizer(
+    # A right-padding tokenizer's windows are padded here: the same arrays as its own padding, for a third of the time.
+    # Left padding moves every position of a window, which the tokenizer's padding moves in its offsets too.
+    pad_here = padding and tokenizer.padding_side == "right"
+    encoding = tokenizer(
         *pair,
         truncation="only_second" if question_first else "only_first",
         max_length=max_seq_length,
         stride=min(doc_stride, room // 2),
         return_overflowing_tokens=True,
         return_offsets_mapping=True,
-        padding="longest" if padding else False,
-        return_tensors="np" if padding else None,
+        padding="longest" if padding and not pad_here else False,
+        return_tensors="np" if padding and not pad_here else None,
     )
+    if pad_here:
+        pad_right(encoding, tokenizer)
+    return encoding
+
+
+def pad_right(encoding, tokenizer) -> None:
+    """The model inputs of ``encoding``'s windows as int64 arrays, each window padded on the right to the longest one."""
+    longest = max(len(ids) for ids in encoding["input_ids"])
+    pads = {"input_ids": tokenizer.pad_token_id, "attention_mask": 0, "token_type_ids": tokenizer.pad_token_type_id}
+    for name, pad in pads.items():
+        if name in encoding:
+            padded = np.full((len(encoding[name]), longest), pad, dtype=np.int64)
+            for row, values in zip(padded, encoding[name]):
+                row[: len(values)] = values
+            encoding[name] = padded
+    encoding["overflow_to_sample_mapping"] = np.asarray(encoding["overflow_to_sample_mapping"], dtype=np.int64)
 
 
 def context_sequence_id(tokenizer) -> int:
@@ -491,12 +514,13 @@ def deduplicate(spans: list[SpanCandidate], sources: Sequence[tuple[str | None, 
     With ``sources`` (per document: its source document and offset there) spans are compared in the
     source document, so an answer read twice in the shared words of two overlapping passages is one answer.
     """
-    kept: list[tuple[Any, int, int]] = []  # (document, start, end) of the spans kept
+    kept: dict[Any, list[tuple[int, int]]] = {}  # per document, (start, end) of the spans kept
     unique: list[SpanCandidate] = []
     for span in sorted(spans, key=lambda s: s.logit, reverse=True):
         source, offset = sources[span.document] if sources is not None else (None, 0)
         document, start, end = span.document if source is None else source, span.start + offset, span.end + offset
-        if not any(k_document == document and k_start < end and start < k_end for k_document, k_start, k_end in kept):
-            kept.append((document, start, end))
+        document_kept = kept.setdefault(document, [])
+        if not any(k_start < end and start < k_end for k_start, k_end in document_kept):
+            document_kept.append((start, end))
             unique.append(span)
     return unique

@@ -14,6 +14,7 @@ time (from a ``ReaderOutput``).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -203,12 +204,10 @@ def features(
         "null_probability": probabilities[-1],
         "entropy": -sum(p * math.log(p) for p in probabilities if p > 0),
     }
+    agreeing = _agreeing(spans, normalized)
     rows = []
-    for rank, (candidate, text, probability) in enumerate(zip(spans, normalized, probabilities)):
+    for rank, (candidate, probability) in enumerate(zip(spans, probabilities)):
         document = documents[candidate.document]
-        others = [
-            p for c, t, p in zip(spans, normalized, probabilities) if c.document != candidate.document and token_f1(t, text) >= AGREEMENT_F1
-        ]
         starts, ends = _sentence_bounds(document.content, candidate.start, candidate.end)
         words = content_words(candidate.text)
         sentence_words = content_words(_sentence(document.content, candidate.start, candidate.end))
@@ -231,22 +230,25 @@ def features(
                 "relative_position": candidate.start / max(len(document.content), 1),
                 "starts_sentence": starts,
                 "ends_sentence": ends,
-                "agreeing_documents": float(
-                    len(
-                        {
-                            c.document
-                            for c, t in zip(spans, normalized)
-                            if c.document != candidate.document and token_f1(t, text) >= AGREEMENT_F1
-                        }
-                    )
-                ),
-                "agreeing_probability": sum(others),
+                "agreeing_documents": float(len({spans[other].document for other in agreeing[rank]})),
+                "agreeing_probability": sum(probabilities[other] for other in agreeing[rank]),
                 "question_overlap": len(words & question_words) / max(len(question_words), 1),
                 "sentence_question_overlap": len(sentence_words & question_words) / max(len(question_words), 1),
             }
         )
         rows[-1].update({name: float(values[rank]) for name, values in cosines.items()})
     return question, spans, rows
+
+
+def _agreeing(spans: Sequence[Candidate], normalized: Sequence[str]) -> list[list[int]]:
+    """For each candidate, the candidates of other documents that say nearly the same (token F1 >= AGREEMENT_F1), in
+    order; each pair is compared once, since F1 is symmetric."""
+    agreeing: list[list[int]] = [[] for _ in spans]
+    for first, second in itertools.combinations(range(len(spans)), 2):
+        if spans[first].document != spans[second].document and token_f1(normalized[first], normalized[second]) >= AGREEMENT_F1:
+            agreeing[first].append(second)
+            agreeing[second].append(first)
+    return agreeing
 
 
 # What the answerability model adds to the question's features: the best span's (best by the span model).
