@@ -466,8 +466,8 @@ def encode_windows(tokenizer, questions: list[str], contexts: list[str], max_seq
             "ask a shorter question, or use a reader with a larger max_seq_length.",
         )
     pair = (questions, contexts) if question_first else (contexts, questions)
-    # A right-padding tokenizer's windows are padded here: the same arrays as its own padding, for a third of the time.
-    # Left padding moves every position of a window, which the tokenizer's padding moves in its offsets too.
+    # A right-padding tokenizer's windows are padded here: the same arrays as its own padding, without its per-window
+    # Python. A left-padding one pads them itself: that shifts every position, in its encodings' sequence ids too.
     pad_here = padding and tokenizer.padding_side == "right"
     encoding = tokenizer(
         *pair,
