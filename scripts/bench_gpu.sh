@@ -40,7 +40,6 @@ qa=("$python" -c 'import sys; from qa_system.cli import main; sys.exit(main())')
 # under the hub id that the dense retriever and the answer selector's phrase encoder load.
 build_stand_in() {
   "$python" - <<'EOF'
-import os
 from pathlib import Path
 from qa_system.config import HUB_EMBEDDING_MODEL, default_embedding_model
 if default_embedding_model() == HUB_EMBEDDING_MODEL:
@@ -49,9 +48,12 @@ if default_embedding_model() == HUB_EMBEDDING_MODEL:
     repo = Path(HF_HUB_CACHE) / ("models--" + HUB_EMBEDDING_MODEL.replace("/", "--"))
     revision = "0" * 40
     if not (repo / "snapshots" / revision / "modules.json").exists():
+        import torch
+
         word = models.Transformer("models/reader-minilm-subjqa", max_seq_length=256)
+        word.auto_model.config.dtype = torch.float32  # as all-MiniLM-L6-v2 ships (the reader's file is 16-bit)
         pooling = models.Pooling(word.get_word_embedding_dimension(), "mean")
-        SentenceTransformer(modules=[word, pooling, models.Normalize()]).save(str(repo / "snapshots" / revision))
+        SentenceTransformer(modules=[word, pooling, models.Normalize()]).float().save(str(repo / "snapshots" / revision))
         (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / "main").write_text(revision)
     print(f"all-MiniLM-L6-v2 is not installed: a stand-in of its architecture (timings only) in {repo}")
