@@ -23,6 +23,7 @@ pytestmark = [
     pytest.mark.skipif(chromium_paths() is None, reason="Chromium and chromedriver are not installed (.ci/run installs them with apt-get)"),
 ]
 SESSIONS, CLICKS, GAP = 4, 6, 0.3  # with a plain Streamlit button, 20 of these 24 clicks were stored
+RIGHT_BUTTON = "(//button[.//*[normalize-space()='Right']])[1]"
 
 
 def test_every_click_of_concurrent_users_is_one_row(tmp_path, tiny_reader):
@@ -36,13 +37,13 @@ def test_every_click_of_concurrent_users_is_one_row(tmp_path, tiny_reader):
                 driver.get(f"{url}/?{urllib.parse.urlencode({'item': 'HEADPHONES', 'q': 'How is the bass?'})}")
             for driver in drivers:
                 WebDriverWait(driver, 120).until(lambda d: d.find_elements("css selector", ANSWER_CARD))
-            time.sleep(1)
             failures = []
 
             def click(driver):
                 try:
                     for _ in range(CLICKS):
-                        driver.find_element("xpath", "(//button[.//*[normalize-space()='Right']])[1]").click()
+                        # On a busy machine the buttons come a moment after the card, and again after each rerun.
+                        WebDriverWait(driver, 60).until(lambda d: d.find_elements("xpath", RIGHT_BUTTON))[0].click()
                         time.sleep(GAP)
                 except Exception as error:  # a thread's failure must fail the test
                     failures.append(error)
@@ -95,8 +96,7 @@ def test_a_feedback_database_that_cannot_be_written_is_one_message_shown_as_text
         driver = headless_chromium(tmp_path / "chromium", 1200, 1000)
         try:
             ask_in_browser(driver, url, "How is the bass?", item="HEADPHONES")  # the page still answers
-            right = "(//button[.//*[normalize-space()='Right']])[1]"
-            WebDriverWait(driver, 120).until(lambda d: d.find_elements("xpath", right))[0].click()  # the buttons follow the card
+            WebDriverWait(driver, 120).until(lambda d: d.find_elements("xpath", RIGHT_BUTTON))[0].click()  # the buttons follow the card
 
             def alerts(d) -> list:
                 return [
