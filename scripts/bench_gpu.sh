@@ -31,9 +31,9 @@ export PYTHONUNBUFFERED=1 HAYSTACK_TELEMETRY_ENABLED=False TOKENIZERS_PARALLELIS
 
 if ls .whl/*.whl >/dev/null 2>&1; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # qa_system from this checkout
 qa=("$python" -c 'import sys; from qa_system.cli import main; sys.exit(main())')
 
 # all-MiniLM-L6-v2's architecture (BERT, 6 layers of 384, mean pooling) from the shipped reader's encoder, cached
