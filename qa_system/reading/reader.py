@@ -469,6 +469,7 @@ def encode_windows(tokenizer, questions: list[str], contexts: list[str], max_seq
     # A right-padding tokenizer's windows are padded here: the same arrays as its own padding, without its per-window
     # Python. A left-padding one pads them itself: that shifts every position, in its encodings' sequence ids too.
     pad_here = padding and tokenizer.padding_side == "right"
+    tokenizer_pads = padding and not pad_here
     encoding = tokenizer(
         *pair,
         truncation="only_second" if question_first else "only_first",
@@ -476,8 +477,8 @@ def encode_windows(tokenizer, questions: list[str], contexts: list[str], max_seq
         stride=min(doc_stride, room // 2),
         return_overflowing_tokens=True,
         return_offsets_mapping=True,
-        padding="longest" if padding and not pad_here else False,
-        return_tensors="np" if padding and not pad_here else None,
+        padding="longest" if tokenizer_pads else False,
+        return_tensors="np" if tokenizer_pads else None,
     )
     if pad_here:
         pad_right(encoding, tokenizer)
