@@ -98,8 +98,11 @@ def api(api_settings) -> Iterator[str]:
         yield url
 
 
+QUESTION = {"query": "Is it good for reading?", "item_id": "KINDLE"}
+
+
 def ask(url: str, **body) -> httpx.Response:
-    return httpx.post(f"{url}/query", json={"query": "Is it good for reading?", "item_id": "KINDLE", **body}, timeout=60)
+    return httpx.post(f"{url}/query", json={**QUESTION, **body}, timeout=60)
 
 
 # ------------------------------------------------------------------------------ readiness and data
@@ -847,7 +850,21 @@ def test_several_server_processes_share_the_port_and_answer_alike(api, api_setti
         wait_all_ready(url, 2, timeout=240)  # each process loads on its own; a new connection may reach either
         with ThreadPoolExecutor(4) as clients:  # a connection of its own each
             answers = list(clients.map(lambda _: ask(url).json()["answers"], range(8)))
+        with httpx.Client(base_url=url, timeout=60) as alone_on_it:  # one request at a time: the connection is kept
+            kept = [alone_on_it.post("/query", json=QUESTION).headers.get("connection") for _ in range(3)]
+        # Four keep-alive clients on two processes of one worker each: a process answering two at once ends a connection.
+        barrier = threading.Barrier(4)
+
+        def keep_asking(_) -> list[tuple[int, str | None]]:
+            with httpx.Client(base_url=url, timeout=60) as http:
+                barrier.wait()
+                return [(r.status_code, r.headers.get("connection")) for r in (http.post("/query", json=QUESTION) for _ in range(4))]
+
+        with ThreadPoolExecutor(4) as clients:
+            replies = [reply for replies in clients.map(keep_asking, range(4)) for reply in replies]
     assert all(a == alone for a in answers)
+    assert kept == [None] * 3, kept  # HTTP/1.1 keeps a connection unless told "close"
+    assert {status for status, _ in replies} == {200} and {connection for _, connection in replies} == {"close", None}, replies
     log = (tmp_path / "api.log").read_text()
     assert "Serving from 2 processes" in log and len(set(re.findall(r"Started server process \[(\d+)\]", log))) >= 2, log[-2000:]
 
@@ -968,3 +985,18 @@ def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, 
     report = json.loads((out / "report.json").read_text())
     assert report["Over time"] and {"from_s", "throughput_qps", "p95_ms", "memory_mb"} <= set(report["Over time"][0])
     assert (out / "over_time.png").stat().st_size > 0
+
+
+def test_the_load_tests_clients_spread_over_processes_and_report_their_own_cpu(api, api_settings):
+    from qa_system.bench.api import load_questions, load_test
+
+    bodies = load_questions(api_settings, "electronics", "test", 4, 0, None, 3)
+    result = load_test(api, bodies, clients=3, seconds=2, label="spread", client_processes=2)
+    # Clients 0 and 2 asked from one process, client 1 from the other: every client's questions came back answered.
+    assert result.errors == {} and {r["client"] for r in result.records} == {0, 1, 2}
+    assert len(result.records) == len(result.latencies) == len(result.server_total_s)
+    assert all(0 <= r["t"] <= result.seconds for r in result.records) and [r["t"] for r in result.records] == sorted(
+        r["t"] for r in result.records
+    )
+    row = result.row()
+    assert row["answered"] == len(result.latencies) and 0 < row["client_cpu_pct"] < 100

@@ -1,19 +1,23 @@
 """`qa-system bench api`: a bounded load test of the REST API on loopback.
 
-``clients`` threads, each with its own keep-alive HTTP connection, ask ``POST /query`` back to back
-for ``seconds`` (the labelled questions of a SubjQA split, each about its own product, in a seeded
-order), while a probe asks ``GET /health`` twice a second: throughput, client-side latency
-percentiles, errors by kind, how long the health check took while the server was busy (it must
-not queue behind the questions), the pipeline's own times (retrieval, answering), the waits for a
-worker thread and for the reader's inference lane, and the server's memory (RSS, from /health) over
-the run: each as a table, and over time as a table and a plot (a soak test is a long ``--seconds``). For each reader backend asked for, a server is started for the run
-(``serve_api``, rate limit off) and stopped after it; ``url`` measures a running server instead.
+``clients`` threads (in processes of their own, 8 to a process), each with its own keep-alive HTTP
+connection, ask ``POST /query`` back to back for ``seconds`` (the labelled questions of a SubjQA
+split, each about its own product, in a seeded order), while a probe asks ``GET /health`` twice a
+second: throughput, client-side latency percentiles, errors by kind, how long the health check took
+while the server was busy (it must not queue behind the questions), the pipeline's own times
+(retrieval, answering), the waits for a worker thread and for the reader's inference lane, the
+server's memory (RSS, from /health) over the run and the clients' own CPU: each as a table, and over
+time as a table and a plot (a soak test is a long ``--seconds``). For each reader backend asked for,
+a server is started for the run (``serve_api``, rate limit off) and stopped after it; ``url``
+measures a running server instead.
 """
 
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
+import queue
 import random
 import threading
 import time
@@ -35,6 +39,7 @@ from qa_system.serving.webapp import settings_environment
 from qa_system.sources import load_subjqa
 
 HEALTH_EVERY_S = 0.5
+CLIENTS_PER_PROCESS = 8  # httpx takes about 2 ms of a core per answer: 8 clients at 50 answers/s each is a fifth of a core
 
 
 @dataclass
@@ -53,6 +58,7 @@ class LoadResult:
         default_factory=list
     )  # per answered request: when (s into the run), latency and the server's timings
     memory: list[tuple[float, float]] = field(default_factory=list)  # (s into the run, server RSS in MB), from /health
+    client_cpu: float = 0.0  # the busiest client process's CPU seconds per second of the run: near 1, it measured itself
 
     def over_time(self, bin_s: float = 10.0) -> pd.DataFrame:
         """Per ``bin_s`` seconds of the run: answers, throughput, latency p50 / p95, the waits, and the server's largest RSS."""
@@ -105,6 +111,7 @@ class LoadResult:
             "memory_start_mb": memory[0] if memory else float("nan"),
             "memory_max_mb": max(memory, default=float("nan")),
             "memory_end_mb": memory[-1] if memory else float("nan"),
+            "client_cpu_pct": round(100 * self.client_cpu, 1),
             "load_average_start": round(self.load_average[0], 1),
             "load_average_end": round(self.load_average[1], 1),
         }
@@ -118,74 +125,134 @@ def _ms(values, q: float) -> float:
 
 
 def load_test(
-    url: str, questions: Sequence[dict], clients: int, seconds: float, label: str, token: str | None = None, warmup: int = 1
+    url: str,
+    questions: Sequence[dict],
+    clients: int,
+    seconds: float,
+    label: str,
+    token: str | None = None,
+    warmup: int = 1,
+    client_processes: int | None = None,
 ) -> LoadResult:
-    """``clients`` threads asking ``questions`` (request bodies, taken in turn) for ``seconds``; each first asks ``warmup`` uncounted."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    """``clients`` clients asking ``questions`` (request bodies; client k asks k, k + clients, ...) for ``seconds``; each
+    first asks ``warmup`` uncounted. They are threads spread over ``client_processes`` processes (default: one per
+    ``CLIENTS_PER_PROCESS``), none of them this one: Python runs one thread at a time per process, and 64 clients in one
+    would measure the client as much as the server. The busiest client process's share of a core is reported
+    (``client_cpu_pct``)."""
+    processes = client_processes or -(-clients // CLIENTS_PER_PROCESS)
+    spawn = multiprocessing.get_context("spawn")
+    started, stop, results = spawn.Barrier(clients + 1, timeout=600), spawn.Event(), spawn.Queue()
+    asking = (url, questions, clients, token, warmup, started, stop)
+    children = [
+        spawn.Process(target=_ask_in_process, args=(results, range(first, clients, processes), *asking), daemon=True)
+        for first in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        started.wait()
+    except threading.BrokenBarrierError:
+        raise QAError("The load test's clients did not start.", "see the error above; check that the server answers.") from None
     result = LoadResult(label, clients, seconds)
-    lock = threading.Lock()
-    turn = itertools.count()  # next() on it is atomic: the clients share it
-    started = threading.Barrier(clients + 1, timeout=600)
-    stop = threading.Event()
-    run_began = [time.perf_counter()]  # set again when the counted run begins
+    run_began, load_before = time.time(), os.getloadavg()[0]
+    prober = threading.Thread(target=_probe, args=(url, result, run_began, stop), daemon=True)
+    prober.start()
+    time.sleep(seconds)
+    stop.set()
+    ended, result.load_average = time.time(), (load_before, os.getloadavg()[0])
+    try:
+        outcomes = [results.get(timeout=120) for _ in children]
+    except queue.Empty:
+        raise QAError("A client process of the load test ended without its results.", "see the error above.") from None
+    for child in children:
+        child.join(timeout=30)
+    prober.join(timeout=90)
+    run_began = min(run_began, *(outcome["began"] for outcome in outcomes))  # the first client to pass the barrier
+    result.seconds = ended - run_began
+    for outcome in outcomes:
+        for error, count in outcome["errors"].items():
+            result.errors[error] = result.errors.get(error, 0) + count
+        for record in outcome["records"]:
+            result.latencies.append(record["latency_s"])
+            result.server_total_s.append(record["total_s"])
+            result.records.append({**record, "t": record["t"] - run_began})
+    result.records.sort(key=lambda record: record["t"])
+    result.client_cpu = max(outcome["cpu_s"] for outcome in outcomes) / result.seconds
+    return result
 
-    def client() -> None:
+
+def _ask_in_turn(
+    client_ids: Sequence[int], url: str, questions: Sequence[dict], clients: int, token: str | None, warmup: int, started, stop
+) -> dict[str, Any]:
+    """``client_ids``' clients, a thread each with its own keep-alive connection, asking back to back from ``started``
+    (a barrier the caller passes too) until ``stop``: their answered requests (``t`` the time one began, in epoch
+    seconds; ``client`` who asked), errors by kind and the process's CPU seconds meanwhile."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    lock = threading.Lock()
+    records: list[dict[str, float]] = []
+    errors: dict[str, int] = {}
+    passed: list[tuple[float, float]] = []  # (time, process CPU) as each client passed the barrier
+
+    def client(k: int) -> None:
+        turns = (questions[(k + i * clients) % len(questions)] for i in itertools.count())
         with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
             for _ in range(warmup):  # the first requests build per-connection state; an error here shows in the run
                 try:
-                    http.post("/query", json=questions[next(turn) % len(questions)])
+                    http.post("/query", json=next(turns))
                 except httpx.HTTPError:
                     pass
             started.wait()
+            passed.append((time.time(), time.process_time()))
             while not stop.is_set():
-                began = time.perf_counter()
+                began, began_at = time.perf_counter(), time.time()
                 try:
-                    response = http.post("/query", json=questions[next(turn) % len(questions)])
+                    response = http.post("/query", json=next(turns))
                     error = None if response.status_code == 200 else f"HTTP {response.status_code}"
                 except httpx.HTTPError as failure:
                     response, error = None, type(failure).__name__
                 elapsed = time.perf_counter() - began
-                with lock:
-                    if error:
-                        result.errors[error] = result.errors.get(error, 0) + 1
-                    elif not stop.is_set():  # a request that ends after the deadline is not counted
-                        result.latencies.append(elapsed)
-                        timings = response.json()["timings"]
-                        result.server_total_s.append(timings["total_s"])
-                        result.records.append(
-                            {
-                                "t": began - run_began[0],
-                                "latency_s": elapsed,
-                                **{k: timings.get(k, np.nan) for k in ("total_s", "retrieval_s", "answer_s", "queue_s", "reader_queue_s")},
-                            }
-                        )
+                if error:
+                    with lock:
+                        errors[error] = errors.get(error, 0) + 1
+                elif not stop.is_set():  # a request that ends after the deadline is not counted
+                    timings = response.json()["timings"]
+                    record = {"t": began_at, "client": k, "latency_s": elapsed}
+                    record.update({k: timings.get(k, np.nan) for k in ("total_s", "retrieval_s", "answer_s", "queue_s", "reader_queue_s")})
+                    with lock:
+                        records.append(record)
 
-    def probe() -> None:
-        with httpx.Client(base_url=url, timeout=60) as http:
-            while not stop.wait(HEALTH_EVERY_S):
-                began = time.perf_counter()
-                try:
-                    response = http.get("/health")
-                except httpx.HTTPError:
-                    continue
-                result.health.append(time.perf_counter() - began)
-                if (memory_mb := response.json().get("memory_mb")) is not None:
-                    result.memory.append((began - run_began[0], memory_mb))
-
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in client_ids]
     for thread in threads:
         thread.start()
-    run_began[0] = time.perf_counter()
-    started.wait()
-    began, load_before = time.perf_counter(), os.getloadavg()[0]
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
-    time.sleep(seconds)
-    stop.set()
-    result.seconds, result.load_average = time.perf_counter() - began, (load_before, os.getloadavg()[0])
-    for thread in [*threads, prober]:
-        thread.join(timeout=90)
-    return result
+    for thread in threads:
+        thread.join()
+    began_at, cpu_began = min(passed)
+    return {"records": records, "errors": errors, "began": began_at, "cpu_s": time.process_time() - cpu_began}
+
+
+def _ask_in_process(results, client_ids: Sequence[int], *asking) -> None:
+    """``_ask_in_turn`` in a client process; its outcome goes back through ``results``. A client process that fails
+    breaks the barrier, so that the load test stops rather than waits."""
+    started = asking[5]
+    try:
+        results.put(_ask_in_turn(client_ids, *asking))
+    except BaseException:
+        started.abort()
+        raise
+
+
+def _probe(url: str, result: LoadResult, run_began: float, stop) -> None:
+    """``GET /health`` every ``HEALTH_EVERY_S`` until ``stop``: its latency and the server's memory."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        while not stop.wait(HEALTH_EVERY_S):
+            began = time.perf_counter()
+            try:
+                response = http.get("/health")
+            except httpx.HTTPError:
+                continue
+            result.health.append(time.perf_counter() - began)
+            if (memory_mb := response.json().get("memory_mb")) is not None:
+                result.memory.append((time.time() - run_began, memory_mb))
 
 
 def wait_all_ready(url: str, processes: int, timeout: float = 600) -> None:

@@ -30,7 +30,7 @@ from qa_system import __version__
 from qa_system.config import Settings
 from qa_system.serving.api import documents as document_routes
 from qa_system.serving.api.error_mapping import add_error_handlers
-from qa_system.serving.api.guards import Contained, Guarded, Metered, Metrics
+from qa_system.serving.api.guards import Contained, Guarded, Metered, Metrics, Spread
 from qa_system.serving.api.openapi import DESCRIPTION, docs, with_event_schemas
 from qa_system.serving.api.routes import collections as collection_routes
 from qa_system.serving.api.routes import feedback, health, questions
@@ -83,6 +83,8 @@ def create_app(
         max_upload_bytes=settings.api_max_upload_bytes if settings.api_documents else None,
     )
     app.add_middleware(Contained)
+    if settings.api_processes > 1:
+        app.add_middleware(Spread, workers=settings.api_workers)
     app.add_middleware(Metered, metrics=metrics, paths=paths)  # refusals are counted too
     if settings.cors_origins:  # outermost: a browser's preflight carries no token, and every answer (errors too) gets its headers
         app.add_middleware(

@@ -1,6 +1,7 @@
 """What stands in front of the endpoints: request metrics, unexpected errors, the bearer token, the
-per-client rate limit, the request size limit and whole bodies only (one cut short by a client that
-left is refused, never handed to an endpoint).
+per-client rate limit, the request size limit, whole bodies only (one cut short by a client that
+left is refused, never handed to an endpoint) and, in a server of several processes, the spreading of
+connections among them.
 
 They are plain ASGI middleware rather than FastAPI dependencies, so that they run before a body is
 parsed (an unauthenticated or oversized request is refused without reading it) and cover every path,
@@ -127,6 +128,37 @@ class Contained:
                 raise
             logger.exception("Internal error answering %s %s", scope["method"], scope["path"])
             await refuse(500, f"Internal error ({type(error).__name__}). Fix: see the server's log.", scope, receive, send)
+
+
+class Spread:
+    """Keeps a server's processes about equally busy: a process answering more requests than it has worker threads
+    ends the connection after the response (``Connection: close``).
+
+    uvicorn's processes share one listening socket and a keep-alive connection stays with the process that accepted
+    it, so a burst of clients can pin three times its share on one process while another idles. The client connects
+    again, and the process that takes the new connection first, most often one with time to spare, answers it. A
+    process within its share keeps its connections: a server with as many worker threads as clients settles.
+    """
+
+    def __init__(self, app: ASGIApp, workers: int):
+        self.app, self.workers = app, workers
+        self.answering = 0  # requests in this process, probes left out (the event loop's only: no lock)
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS:
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.start" and self.answering > self.workers:
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        self.answering += 1
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.answering -= 1
 
 
 class RateLimiter:
