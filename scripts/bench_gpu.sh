@@ -6,6 +6,7 @@
 # index: `qa-system bench ingest` of REVIEWS generated reviews, embedded on the device.
 # train: `qa-system train-reader`'s general stage on TRAIN_FILES, 2 epochs, batch 128.
 # Environment (defaults in brackets): DEVICE [cuda], OUT, where reports and a log go [reports/gpu], PROCESSES [12],
+# QA_API_WORKERS, each process's worker threads [6: 72 in all, so that 64 clients settle one per thread],
 # CLIENTS ["1 8 64"], LOAD_SECONDS, each client count's load [60], API_LIMIT and FALLBACK_LIMIT, the seconds that
 # the api row's first run and its one-process run may take [300, 240], REVIEWS [100000], TRAIN_FILES [the 8 QA
 # files of SHARED_DATA, ../shared/data], PYTHON [python3], and QA_* settings (QA_DATA_DIR: where SubjQA is).
@@ -68,8 +69,8 @@ export HF_HUB_OFFLINE=1
 
 api_row() {
   local processes=$1 limit=$2 name="api-$1"
-  echo "== api: ${CLIENTS:-1 8 64} clients, $processes process(es), ${LOAD_SECONDS:-60} s each (at most $limit s)"
-  timeout "$limit" "${qa[@]}" bench api --device "$device" --domain electronics --clients ${CLIENTS:-1 8 64} --seconds "${LOAD_SECONDS:-60}" \
+  echo "== api: ${CLIENTS:-1 8 64} clients, $processes process(es) of ${QA_API_WORKERS:-6} workers, ${LOAD_SECONDS:-60} s each (at most $limit s)"
+  QA_API_WORKERS=${QA_API_WORKERS:-6} timeout "$limit" "${qa[@]}" bench api --device "$device" --domain electronics --clients ${CLIENTS:-1 8 64} --seconds "${LOAD_SECONDS:-60}" \
     --processes "$processes" --out "$out/$name"
   local status=$?
   # The server's log can be long: its start and its end say how it loaded and how it ended.
