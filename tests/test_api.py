@@ -982,6 +982,7 @@ def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, 
     # The pipeline's own times, the waits and the server's memory, as a table and over the run (a table and a plot).
     assert 0 < row["pipeline_p50_ms"] <= row["pipeline_p95_ms"] and row["retrieval_p50_ms"] > 0 and row["queue_p50_ms"] >= 0
     assert row["reader_queue_p50_ms"] >= 0 and 0 < row["memory_start_mb"] <= row["memory_max_mb"]
+    assert 0 < row["client_cpu_pct"] < 100 and "client_cpu_pct: the busiest client process" in (out / "report.md").read_text()
     report = json.loads((out / "report.json").read_text())
     assert report["Over time"] and {"from_s", "throughput_qps", "p95_ms", "memory_mb"} <= set(report["Over time"][0])
     assert (out / "over_time.png").stat().st_size > 0

@@ -350,6 +350,10 @@ def run_api_bench(
         "pipeline: the server's own time for a question (retrieval + answer); memory: the server's RSS, from GET /health"
         + (" (of the one process that answered each probe)." if processes > 1 else ".")
     )
+    notes.append(
+        f"The clients run {CLIENTS_PER_PROCESS} to a process; client_cpu_pct: the busiest client process's share of one core "
+        "(near 100, the load test rather than the server set the pace)."
+    )
     write_report(
         out_dir, "API load test", table, summary, {"over_time.png": over_time_plot(over_time)}, {"Over time": over_time}, notes=notes
     )
