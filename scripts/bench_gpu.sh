@@ -10,7 +10,7 @@
 # CLIENTS ["1 8 64"], LOAD_SECONDS, each client count's load [60], API_LIMIT and FALLBACK_LIMIT, the seconds that
 # the api row's first run and its one-process run may take [300, 240], REVIEWS [100000], TRAIN_FILES [the 8 QA
 # files of SHARED_DATA, ../shared/data], PYTHON [python3], and QA_* settings (QA_DATA_DIR: where SubjQA is).
-# An offline machine: wheels that scripts/offline_wheels.sh put in .whl are installed first (into /tmp/site), and
+# An offline machine: wheels that scripts/offline_wheels.sh put in WHEELS [.whl] are installed first (into /tmp/site), and
 # where the all-MiniLM-L6-v2 weights are missing, a stand-in of its architecture is put in the Hugging Face cache
 # (build_stand_in): it runs as fast as the real one, but its embeddings mean nothing, so it serves timings alone.
 set -uo pipefail
@@ -30,8 +30,9 @@ log="$out/run.log"
 exec > >(tee -a "$log") 2>&1
 export PYTHONUNBUFFERED=1 HAYSTACK_TELEMETRY_ENABLED=False TOKENIZERS_PARALLELISM=true
 
-if ls .whl/*.whl >/dev/null 2>&1; then
-  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+wheels=${WHEELS:-.whl}
+if ls "$wheels"/*.whl >/dev/null 2>&1; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl || exit 1
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # qa_system from this checkout

@@ -217,7 +217,9 @@ def _ask_in_turn(
                 elif not stop.is_set():  # a request that ends after the deadline is not counted
                     timings = response.json()["timings"]
                     record = {"t": began_at, "client": k, "latency_s": elapsed}
-                    record.update({k: timings.get(k, np.nan) for k in ("total_s", "retrieval_s", "answer_s", "queue_s", "reader_queue_s")})
+                    record.update(
+                        {name: timings.get(name, np.nan) for name in ("total_s", "retrieval_s", "answer_s", "queue_s", "reader_queue_s")}
+                    )
                     with lock:
                         records.append(record)
 
@@ -230,12 +232,13 @@ def _ask_in_turn(
     return {"records": records, "errors": errors, "began": began_at, "cpu_s": time.process_time() - cpu_began}
 
 
-def _ask_in_process(results, client_ids: Sequence[int], *asking) -> None:
+def _ask_in_process(
+    results, client_ids: Sequence[int], url: str, questions: Sequence[dict], clients: int, token: str | None, warmup: int, started, stop
+) -> None:
     """``_ask_in_turn`` in a client process; its outcome goes back through ``results``. A client process that fails
     breaks the barrier, so that the load test stops rather than waits."""
-    started = asking[5]
     try:
-        results.put(_ask_in_turn(client_ids, *asking))
+        results.put(_ask_in_turn(client_ids, url, questions, clients, token, warmup, started, stop))
     except BaseException:
         started.abort()
         raise

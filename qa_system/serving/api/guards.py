@@ -135,7 +135,7 @@ class Spread:
     ends the connection after the response (``Connection: close``).
 
     uvicorn's processes share one listening socket and a keep-alive connection stays with the process that accepted
-    it, so a burst of clients can pin three times its share on one process while another idles. The client connects
+    it, so a burst of clients can leave one process twice its share or more while another idles. The client connects
     again, and the process that takes the new connection first, most often one with time to spare, answers it. A
     process within its share keeps its connections: a server with as many worker threads as clients settles.
     """
