@@ -62,6 +62,20 @@ def test_the_int8_export_embeds_as_sentence_transformers_does(onnx_cache):
     assert int8.encode([]).shape[0] == 0
 
 
+def test_the_float32_encoder_gives_sentence_transformers_own_vectors_in_the_texts_order():
+    """``TorchSentenceEncoder.encode`` runs the model's modules itself (sorted by length, in batches), not ``encode``."""
+    float32 = TorchSentenceEncoder(default_embedding_model(), "cpu")
+    texts = [*SENTENCES, "ok", "Great sound.", *reversed(SENTENCES)]
+    ours = float32.encode(texts, batch_size=3)  # several batches: the rows come back in the texts' order
+    theirs = float32.model.encode(texts, batch_size=3, normalize_embeddings=True, convert_to_numpy=True)
+    assert ours.dtype == np.float32 and ours.shape == theirs.shape == (len(texts), 384)
+    assert np.allclose(ours, theirs, atol=1e-6)
+    assert np.allclose(ours[0], ours[-1], atol=1e-6) and not np.allclose(ours[0], ours[1], atol=1e-2)
+    assert float32.encode([]).shape == (0, 384)
+    float32.model.train()  # a model put in training mode (dropout) elsewhere embeds as in eval mode all the same
+    assert np.allclose(float32.encode(texts[:3]), theirs[:3], atol=1e-6) and not float32.model.training
+
+
 def test_long_texts_are_batched_within_a_token_budget_and_a_question_with_its_phrases_in_one():
     lengths = np.array([20] * 40 + [256] * 10)
     batches = token_batches(lengths, batch_size=32)
