@@ -61,6 +61,8 @@ class TorchSentenceEncoder:
         import torch
 
         texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.model.get_embedding_dimension() or 0), dtype=np.float32)
         if is_cuda(self.device):
             batch_size = max(batch_size, GPU_BATCH)
         if self.model.training:  # put in training mode by someone else
@@ -73,8 +75,6 @@ class TorchSentenceEncoder:
                 features = {name: value.to(self.device) if isinstance(value, torch.Tensor) else value for name, value in features.items()}
                 vectors = torch.nn.functional.normalize(self.model(features)["sentence_embedding"], p=2, dim=1)
                 batches.append(vectors.float().cpu().numpy())
-        if not batches:
-            return np.zeros((0, self.model.get_embedding_dimension() or 0), dtype=np.float32)
         embeddings = np.empty((len(texts), batches[0].shape[1]), dtype=np.float32)
         embeddings[order] = np.concatenate(batches)
         return embeddings
