@@ -408,6 +408,44 @@ def test_bm25s_retriever_rebuilds_when_the_store_changes():
     assert retriever.run("pears", filters=make_filters(item_id="Y"))["documents"] == []
 
 
+# bm25s runs a JAX top-k as it is imported: this JAX records the JAX_PLATFORMS that it ran under.
+FAKE_JAX = {
+    "__init__.py": "import os\nimported_under = os.environ.get('JAX_PLATFORMS')\n",
+    "lax.py": "import os\nimport jax\n\ndef top_k(scores, k):\n    jax.top_k_under = os.environ.get('JAX_PLATFORMS')\n    return scores[:k], list(range(k))\n",
+}
+REPORT_JAX = (
+    "import json, os\n"
+    "from haystack import Document\n"
+    "from haystack.document_stores.in_memory import InMemoryDocumentStore\n"
+    "from qa_system.retrieval import BM25sRetriever\n"
+    "store = InMemoryDocumentStore()\n"
+    "store.write_documents([Document(content='the battery lasts two days')])\n"
+    "found = [d.content for d in BM25sRetriever(store).run('battery')['documents']]\n"
+    "import jax\n"
+    "print(json.dumps([found, jax.imported_under, jax.top_k_under, os.environ.get('JAX_PLATFORMS')]))\n"
+)
+
+
+@pytest.mark.parametrize("users_platforms", [None, "cuda"])
+def test_bm25s_keeps_jax_off_the_gpu_unless_the_user_chose_its_platforms(tmp_path, users_platforms):
+    """On a GPU, JAX's first use takes 75% of the GPU's memory: the reader and the encoders would find none left."""
+    import subprocess
+    import sys
+
+    for name, text in FAKE_JAX.items():
+        (tmp_path / "jax").mkdir(exist_ok=True)
+        (tmp_path / "jax" / name).write_text(text)
+    env = {key: value for key, value in os.environ.items() if key != "JAX_PLATFORMS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])
+    if users_platforms:
+        env["JAX_PLATFORMS"] = users_platforms
+    done = subprocess.run([sys.executable, "-c", REPORT_JAX], env=env, capture_output=True, text=True, check=True)
+    found, imported_under, top_k_under, left_set = json.loads(done.stdout.splitlines()[-1])
+    assert found == ["the battery lasts two days"]
+    assert imported_under == top_k_under == (users_platforms or "cpu")
+    assert left_set == users_platforms  # the process's environment as it was: its children choose for themselves
+
+
 def _store(*texts):
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
+import sys
 import unicodedata
 from dataclasses import replace
 from functools import lru_cache
@@ -44,6 +46,23 @@ BM25S_OPTIONAL_FILES = frozenset({"nonoccurrence_array.index.npy"})
 _OLDER_PARTIAL = re.compile(r"\.partial-[a-z0-9_]{8}")
 
 
+def _bm25s():
+    """The bm25s module, imported with JAX (when installed) kept on the CPU: bm25s runs a JAX top-k as it is imported,
+    and JAX's first use of a GPU takes 75% of its memory, which the reader and the encoders need (a server of
+    several processes would not start). This retriever computes its scores in NumPy; a JAX_PLATFORMS of the
+    user's own, or a JAX imported before, is left as it is."""
+    if "bm25s" in sys.modules or "jax" in sys.modules or "JAX_PLATFORMS" in os.environ:
+        import bm25s
+
+        return bm25s
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    try:
+        import bm25s
+    finally:
+        os.environ.pop("JAX_PLATFORMS", None)
+    return bm25s
+
+
 @lru_cache(maxsize=4)
 def _stemmer(language: str | None):
     if not language:
@@ -57,11 +76,9 @@ def _stemmer(language: str | None):
 def _stopwords(name: str | None) -> frozenset[str]:
     if not name:
         return frozenset()
-    from bm25s.stopwords import STOPWORDS_EN
-
     if name != "en":
         raise QAError(f"Unknown stopword list '{name}'.", "use 'en', or none (None).")
-    return frozenset(STOPWORDS_EN)
+    return frozenset(_bm25s().stopwords.STOPWORDS_EN)
 
 
 class Analyzer:
@@ -155,8 +172,7 @@ class BM25sRetriever:
             self._build()
 
     def _build(self) -> None:
-        import bm25s
-
+        bm25s = _bm25s()
         documents = [d for d in self.document_store.filter_documents() if d.content]
         cache_dir = self.cache_dir or self._machine_cache_dir
         cached = Path(cache_dir) / self._digest(documents) if cache_dir and documents else None
@@ -173,9 +189,7 @@ class BM25sRetriever:
 
     def _digest(self, documents: list[Document]) -> str:
         """Names the index of these documents (their order is the index's row order) under these settings."""
-        import bm25s
-
-        settings = [self.k1, self.b, self.method, self.stemmer_language, self.stopwords, self.token_pattern, bm25s.__version__]
+        settings = [self.k1, self.b, self.method, self.stemmer_language, self.stopwords, self.token_pattern, _bm25s().__version__]
         digest = hashlib.sha256(json.dumps(settings).encode())
         for document in documents:
             for text in (document.id, document.content):
@@ -246,12 +260,10 @@ class BM25sRetriever:
 
 def _load_index(path: Path, documents: int):
     """The index saved at ``path``, or None when there is none or it is unreadable (then it is rebuilt)."""
-    import bm25s
-
     if not path.is_dir():
         return None
     try:
-        bm25 = bm25s.BM25.load(str(path), show_progress=False)
+        bm25 = _bm25s().BM25.load(str(path), show_progress=False)
         if bm25.scores["num_docs"] != documents:
             raise ValueError(f"{bm25.scores['num_docs']} documents where {documents} were expected")
     except Exception as error:  # a damaged cache entry costs a rebuild, never a failed query
