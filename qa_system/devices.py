@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 from qa_system.errors import QAError
@@ -131,3 +132,18 @@ def int8_dot_product(cpuinfo: str | None = None) -> list[str]:
     cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
     flags = set((cpuinfo_field(cpuinfo, "flags") or cpuinfo_field(cpuinfo, "Features")).split())
     return [flag for flag in INT8_DOT_PRODUCT_FLAGS if flag in flags]
+
+
+def import_with_jax_on_cpu(name: str):
+    """Module ``name`` imported with JAX (when installed) kept on the CPU, for a module that uses JAX as it is imported
+    (bm25s): JAX's first use of a GPU takes 75% of its memory, which the reader and the encoders need (a server of
+    several processes would not start). A JAX_PLATFORMS of the user's own, or a JAX imported before, is left as it is."""
+    import importlib
+
+    if name in sys.modules or "jax" in sys.modules or "JAX_PLATFORMS" in os.environ:
+        return importlib.import_module(name)
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    try:
+        return importlib.import_module(name)
+    finally:
+        os.environ.pop("JAX_PLATFORMS", None)

@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-import sys
 import unicodedata
 from dataclasses import replace
 from functools import lru_cache
@@ -25,6 +23,7 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import import_class_by_name
 
+from qa_system.devices import import_with_jax_on_cpu
 from qa_system.disk_cache import built_folder, dead_leftovers, keep_most_recent, mark_used, temporary_owner, unused_for
 from qa_system.errors import QAError, check_count
 from qa_system.retrieval.filters import MetaPostings
@@ -47,20 +46,8 @@ _OLDER_PARTIAL = re.compile(r"\.partial-[a-z0-9_]{8}")
 
 
 def _bm25s():
-    """The bm25s module, imported with JAX (when installed) kept on the CPU: bm25s runs a JAX top-k as it is imported,
-    and JAX's first use of a GPU takes 75% of its memory, which the reader and the encoders need (a server of
-    several processes would not start). This retriever computes its scores in NumPy; a JAX_PLATFORMS of the
-    user's own, or a JAX imported before, is left as it is."""
-    if "bm25s" in sys.modules or "jax" in sys.modules or "JAX_PLATFORMS" in os.environ:
-        import bm25s
-
-        return bm25s
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    try:
-        import bm25s
-    finally:
-        os.environ.pop("JAX_PLATFORMS", None)
-    return bm25s
+    """The bm25s module: it runs a JAX top-k as it is imported, which would put JAX (when installed) on a GPU."""
+    return import_with_jax_on_cpu("bm25s")
 
 
 @lru_cache(maxsize=4)
