@@ -149,6 +149,9 @@ class Settings(BaseSettings):
     api_rate_limit: int = 600
     api_workers: int = 4
     api_processes: int = 1
+    # Several processes on a GPU share one model server that runs their models there (serving/model_server.py);
+    # QA_API_MODEL_SERVER=0: each process runs its own on the GPU.
+    api_model_server: bool = True
     # Every door's service (serving/service.py): the memory its open collections may take, in MB; past
     # it the least recently used one is closed (and opened again when asked). The collection the
     # search page opens first (None: SubjQA electronics, indexed on first use).

@@ -109,7 +109,12 @@ def load_encoder(model: str, backend: str = "onnx", device: str = "auto", cache:
             return _encoders[key]
         encoder = _onnx_or_none(model, cache) if backend == "onnx" else None
         if encoder is None:
-            encoder = TorchSentenceEncoder(model, resolve_device(device) if backend == "onnx" else resolved)
+            from qa_system.model_client import model_server
+
+            server = model_server()  # the API's model server runs PyTorch for every process (model_client)
+            encoder = (
+                server.encoder(model) if server else TorchSentenceEncoder(model, resolve_device(device) if backend == "onnx" else resolved)
+            )
         _encoders[key] = encoder
         return encoder
 

@@ -196,7 +196,7 @@ class ExtractiveReader:
         parameters: backend, manual export, export cache, scheduler); none of them changes a loaded reader."""
         from qa_system.devices import check_device
 
-        if self._model is not None or self._onnx is not None:
+        if self._loaded:
             return
         self.device = check_device(device)
         if unknown := set(deployment) - set(self.RUNTIME_SETTINGS):
@@ -218,9 +218,10 @@ class ExtractiveReader:
 
     def warm_up(self) -> None:
         """Load the model (once) on the device; the tuned threshold comes from the model directory when there is one."""
-        if self._model is not None or self._onnx is not None:
+        if self._loaded:
             return
         from qa_system.devices import is_cuda, onnx_providers, resolve_device
+        from qa_system.model_client import model_server
 
         name = self.model_name
         self._device = resolve_device(self.device)
@@ -237,13 +238,17 @@ class ExtractiveReader:
                 self._default_threshold = float(read_model_info(export_dir).get("no_answer_threshold", 0.0))
                 return
         self._tokenizer, model = load_qa_model(name)
-        self._model = on_device(model.eval(), self._device)
-        if is_cuda(self._device):  # concurrent questions' windows share the GPU's calls (reading.batching)
-            from qa_system.reading.batching import TorchQAModel, shared_scheduler
+        server = model_server()
+        if server is not None:  # the API's model server reads for every process (model_client)
+            self._lane = server.reader(name, self.batch_wait_ms / 1000, self.batch_windows)
+        else:
+            self._model = on_device(model.eval(), self._device)
+            if is_cuda(self._device):  # concurrent questions' windows share the GPU's calls (reading.batching)
+                from qa_system.reading.batching import TorchQAModel, shared_scheduler
 
-            self._lane = shared_scheduler(
-                TorchQAModel(self._model, Path(name) / "torch", name), self.batch_wait_ms / 1000, self.batch_windows
-            )
+                self._lane = shared_scheduler(
+                    TorchQAModel(self._model, Path(name) / "torch", name), self.batch_wait_ms / 1000, self.batch_windows
+                )
         if Path(name).is_dir():
             self._default_threshold = float(read_model_info(name).get("no_answer_threshold", 0.0))
 
@@ -260,9 +265,13 @@ class ExtractiveReader:
         return load_cached_reader(name, self.onnx_cache or reader_onnx_cache(DEFAULT_HOME), **on_gpu)
 
     @property
+    def _loaded(self) -> bool:
+        return self._model is not None or self._onnx is not None or self._lane is not None
+
+    @property
     def runs_on(self) -> str | None:
         """The device that reads once loaded ("cpu", "cuda:0"); None before ``warm_up``."""
-        return self._device if (self._model is not None or self._onnx is not None) else None
+        return self._device if self._loaded else None
 
     @property
     def active_backend(self) -> str | None:
@@ -273,9 +282,12 @@ class ExtractiveReader:
 
             return "onnx int8" if self._onnx.path.name == INT8_FILE else f"onnx ({self._onnx.path.name})"
         if self._model is not None:
-            dtype = next(self._model.parameters()).dtype
-            return "torch" if dtype == torch_float32() else f"torch {str(dtype).removeprefix('torch.')}"
-        return None
+            precision = str(next(self._model.parameters()).dtype).removeprefix("torch.")
+        elif self._lane is not None:  # the model server's
+            precision = self._lane.precision
+        else:
+            return None
+        return "torch" if precision == "float32" else f"torch {precision}"
 
     @property
     def queue_s(self) -> float:
@@ -426,13 +438,6 @@ class ExtractiveReader:
             context_offset=ExtractedAnswer.Span(span.start - context_start, span.end - context_start),
             meta={"logit": span.logit, "window": span.window, "context_start": context_start, "context_end": context_end},
         )
-
-
-def torch_float32():
-    """``torch.float32`` (torch imported when asked)."""
-    import torch
-
-    return torch.float32
 
 
 def on_device(model, device: str):

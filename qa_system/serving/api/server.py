@@ -2,9 +2,10 @@
 tests and the load test (``serve_api``, a child process stopped at the end of the block).
 
 With ``api_processes`` above 1, uvicorn's worker processes share the port (the kernel hands each new
-connection to one of them), each with its own service, models and worker threads: Python runs one
+connection to one of them), each with its own service and worker threads: Python runs one
 thread at a time per process, so a GPU that answers in a few milliseconds is kept busy only by
-several processes. They share the store as the page and the CLI do (a collection changed on disk is
+several processes. On a GPU their models run in one model server (``serving.model_server``), on a CPU
+in each process. They share the store as the page and the CLI do (a collection changed on disk is
 opened again); each counts its own rate limit and holds its own background tasks, so the document
 routes, whose uploads are followed by later requests, need a server of one process.
 """
@@ -17,12 +18,13 @@ import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.serving.api.app import create_app
+from qa_system.serving.model_server import ModelServer
 from qa_system.serving.service import QAService, ServedCollection
 from qa_system.serving.webapp import free_port, serve_process, settings_environment
 
@@ -59,7 +61,15 @@ def run_api(
     os.environ.update(settings_environment(settings.model_dump()))
     os.environ[SERVED_VARIABLE] = json.dumps([[c.name, c.subjqa_domain] for c in collections])
     logger.info("Serving from %d processes, each with %d worker threads.", settings.api_processes, settings.api_workers)
-    uvicorn.run(f"{__name__}:app_from_environment", factory=True, workers=settings.api_processes, **served)
+    with ModelServer(settings.device) if uses_model_server(settings) else nullcontext():
+        uvicorn.run(f"{__name__}:app_from_environment", factory=True, workers=settings.api_processes, **served)
+
+
+def uses_model_server(settings: Settings) -> bool:
+    """Whether a server of several processes runs their models in one model server: on a GPU, unless turned off."""
+    from qa_system.devices import is_cuda, resolve_device
+
+    return settings.api_processes > 1 and settings.api_model_server and is_cuda(resolve_device(settings.device))
 
 
 def prepare_for_processes(settings: Settings, collections: Sequence[ServedCollection]) -> None:

@@ -1,0 +1,231 @@
+"""The model server: one process that runs the models of every process of an API server on its GPU.
+
+A GPU runs one process's kernels at a time. Twelve API processes with their own models on one H200 took turns
+on it (the GPU always busy, each process spinning a core on its waits) and answered 147 questions a second.
+With a model server, the API processes hold no GPU memory: their PyTorch reader and encoders send their
+windows and texts here (``model_client``), and one lane per model batches the questions of all the processes:
+the reader's (``reading.batching``) and an encoder's (``EncoderLane``).
+
+``run_api`` starts it (``ModelServer``) for a server of several processes on a GPU, unless
+``QA_API_MODEL_SERVER=0``. Each connection, one per calling thread, gets a thread here; models load on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from multiprocessing.connection import Listener
+from pathlib import Path
+
+import numpy as np
+
+from qa_system.errors import QAError
+from qa_system.model_client import ADDRESS_VARIABLE, KEY_VARIABLE
+
+logger = logging.getLogger(__name__)
+
+ENCODER_MIX_TOLERANCE = 1e-5  # the most a unit vector's component may move beside other questions' texts
+_ENCODER_CHECK = (
+    ["Is it good for reading?", "battery", "The screen is sharp and bright even in direct sunlight, and it is light."],
+    ["Does it fit in a pocket?", "a very long phrase about the case, the strap, the buttons and the box it came in"],
+)
+
+
+class ModelServer:
+    """The model server, started on ``device`` for the block, its address in this process's environment (which the
+    API's processes inherit); stopped, and its socket removed, at the end of the block."""
+
+    def __init__(self, device: str, start_timeout: float = 120):
+        self.device, self.start_timeout = device, start_timeout
+        self._process = None
+
+    def __enter__(self) -> ModelServer:
+        self._folder = tempfile.mkdtemp(prefix="qa-models-")  # the user's alone (0700), as is the socket in it
+        address, key = str(Path(self._folder) / "socket"), secrets.token_bytes(32)
+        context = multiprocessing.get_context("spawn")  # a forked CUDA runtime does not work
+        started, report = context.Pipe(duplex=False)
+        self._process = context.Process(target=serve_models, args=(address, key, self.device, report), name="qa-model-server", daemon=True)
+        self._process.start()
+        report.close()
+        try:
+            listening = started.poll(self.start_timeout) and started.recv() == "listening"
+        except EOFError:  # it ended before it listened
+            listening = False
+        if not listening:
+            self.__exit__(None, None, None)
+            raise QAError(
+                f"The model server did not start (it ended, or took over {self.start_timeout:.0f} s).",
+                "see the log above; or serve with QA_API_MODEL_SERVER=0.",
+            )
+        os.environ[ADDRESS_VARIABLE], os.environ[KEY_VARIABLE] = address, key.hex()
+        logger.info("Models on %s: one model server (process %d) for every server process.", self.device, self._process.pid)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in (ADDRESS_VARIABLE, KEY_VARIABLE):
+            os.environ.pop(name, None)
+        if self._process is not None:
+            self._process.terminate()
+            self._process.join(10)
+            self._process = None
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def serve_models(address: str, key: bytes, device: str, started) -> None:
+    """The model server's process: answers each connection in a thread of its own until it is stopped."""
+    for name in (ADDRESS_VARIABLE, KEY_VARIABLE):  # its own models are its own
+        os.environ.pop(name, None)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("model server: %(message)s"))
+    package = logging.getLogger("qa_system")
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    models = Models(device)
+    with Listener(address, family="AF_UNIX", authkey=key) as listener:
+        started.send("listening")
+        started.close()
+        while True:
+            try:
+                connection = listener.accept()
+            except (OSError, EOFError) as error:  # a caller without the key, or one that went away at once
+                logger.warning("A connection was refused: %s", error)
+                continue
+            threading.Thread(target=answer, args=(connection, models), name="model-server-caller", daemon=True).start()
+
+
+def answer(connection, models: Models) -> None:
+    """Replies to one caller's requests, in order, until it goes away."""
+    with connection:
+        while True:
+            try:
+                kind, *args = connection.recv()
+            except (OSError, EOFError):
+                return
+            try:
+                reply = ("ok", models.handle(kind, *args))
+            except QAError as error:
+                reply = ("error", error.problem, error.fix)
+            except Exception as error:  # the caller hears of it; the server keeps serving
+                logger.exception("The model server's %s request failed.", kind)
+                reply = ("error", f"The model server's {kind} request failed: {type(error).__name__}: {error}", None)
+            connection.send(reply)
+
+
+class Models:
+    """The models asked for, each loaded once (by the first caller; the others wait), with its lane."""
+
+    def __init__(self, device: str):
+        from qa_system.devices import resolve_device
+
+        self.device = resolve_device(device)
+        self._readers: dict[tuple, object] = {}
+        self._encoders: dict[str, EncoderLane] = {}
+        self._lock = threading.Lock()
+
+    def handle(self, kind: str, *args):
+        """The reply to one request (``model_client`` sends them)."""
+        if kind == "logits":
+            key, arrays, batch_size = args
+            lane = self._readers[key]
+            start, end = lane.logits(arrays, batch_size)
+            return start, end, lane.waited_s
+        if kind == "encode":
+            model, texts = args
+            return self._encoders[model].encode(texts)
+        if kind == "calls":  # each lane's calls so far
+            return {
+                "readers": {key[0]: lane.calls for key, lane in self._readers.items()},
+                "encoders": {m: lane.calls for m, lane in self._encoders.items()},
+            }
+        if kind == "load_reader":
+            return self._reader(*args).model.precision
+        if kind == "load_encoder":
+            lane = self._encoder(*args)
+            return {"device": self.device, "precision": lane.encoder.precision, "dimension": lane.dimension}
+        raise QAError(f"The model server has no request '{kind}'.", "use the same qa_system version in the API and its model server.")
+
+    def _reader(self, model: str, wait_s: float, max_windows: int):
+        from qa_system.reading.batching import TorchQAModel, shared_scheduler
+        from qa_system.reading.model import load_qa_model
+        from qa_system.reading.reader import on_device
+
+        key = (model, wait_s, max_windows)
+        with self._lock:
+            if key not in self._readers:
+                loaded = on_device(load_qa_model(model)[1].eval(), self.device)
+                self._readers[key] = shared_scheduler(TorchQAModel(loaded, Path(model) / "torch", model), wait_s, max_windows)
+                logger.info("The reader %s reads on %s.", model, self.device)
+            return self._readers[key]
+
+    def _encoder(self, model: str) -> EncoderLane:
+        from qa_system.ingestion.embedding import load_encoder
+
+        with self._lock:
+            if model not in self._encoders:
+                self._encoders[model] = EncoderLane(load_encoder(model, "torch", self.device))
+                logger.info("The encoder %s runs on %s.", model, self.device)
+            return self._encoders[model]
+
+
+class EncoderLane:
+    """Runs ``encoder`` for every caller of ``encode`` from one thread: texts of the callers that arrive within
+    ``wait_s`` of the first share its calls, where that moves no vector by more than ``ENCODER_MIX_TOLERANCE``
+    (measured at start: float32 padding to other lengths moves them by rounding alone); else each runs alone."""
+
+    def __init__(self, encoder, wait_s: float = 0.002, max_texts: int = 512):
+        self.encoder, self.wait_s, self.max_texts = encoder, wait_s, max_texts
+        alone = [encoder.encode(texts) for texts in _ENCODER_CHECK]
+        together = encoder.encode([text for texts in _ENCODER_CHECK for text in texts])
+        self.dimension = int(together.shape[1])
+        deviation = float(np.abs(np.concatenate(alone) - together).max())
+        self.mix = deviation <= ENCODER_MIX_TOLERANCE
+        logger.info(
+            "Vectors encoded beside others moved by up to %.2g; %s.",
+            deviation,
+            "callers share calls" if self.mix else "each caller runs alone",
+        )
+        self._jobs: queue.Queue[tuple[list[str], Future, float]] = queue.Queue()
+        self.calls = 0  # encoder calls made, for tests
+        threading.Thread(target=self._serve, name="encoder-lane", daemon=True).start()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """One unit-length float32 row per text, computed in the lane's thread; blocks until done."""
+        done: Future = Future()
+        self._jobs.put((texts, done, time.perf_counter()))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            jobs = self._gather(self._jobs.get())
+            try:
+                vectors = self.encoder.encode([text for texts, _, _ in jobs for text in texts])
+                self.calls += 1
+                begin = 0
+                for texts, done, _ in jobs:
+                    done.set_result(vectors[begin : begin + len(texts)])
+                    begin += len(texts)
+            except BaseException as error:  # every waiting caller hears of it; the lane keeps serving
+                logger.exception("The encoder's call failed.")
+                for _, done, _ in jobs:
+                    if not done.done():
+                        done.set_exception(error)
+
+    def _gather(self, first: tuple) -> list[tuple]:
+        jobs, texts = [first], len(first[0])
+        deadline = first[2] + self.wait_s
+        while self.mix and texts < self.max_texts:
+            try:
+                job = self._jobs.get(timeout=max(0.0, deadline - time.perf_counter()))
+            except queue.Empty:
+                break
+            jobs.append(job)
+            texts += len(job[0])
+        return jobs

@@ -1,0 +1,103 @@
+"""The model server of a several-process API on a GPU, run here on the CPU: its reader and encoder answer as the
+process's own would, concurrent callers share its calls, and its failures reach the caller as one line."""
+
+import os
+import threading
+from multiprocessing.connection import Client
+
+import numpy as np
+import pytest
+from haystack import Document
+
+from helpers.models import tiny_model_dir
+from qa_system.config import Settings, default_embedding_model
+from qa_system.errors import QAError
+from qa_system.ingestion.embedding import TorchSentenceEncoder, load_encoder
+from qa_system.model_client import ADDRESS_VARIABLE, KEY_VARIABLE, RemoteEncoder, model_server
+from qa_system.reading.reader import ExtractiveReader
+from qa_system.serving.api.server import uses_model_server
+from qa_system.serving.model_server import ModelServer
+
+REVIEWS = [
+    Document(content="The screen is sharp and great for reading at night. The battery lasts two days."),
+    Document(content="Too heavy to hold in one hand for long, but the case is sturdy."),
+]
+QUESTIONS = ["Is it good for reading?", "How long does the battery last?", "Is it heavy?", "Is the case sturdy?", "Is the screen sharp?"]
+
+
+@pytest.fixture(scope="module")
+def tiny_reader(tmp_path_factory):
+    """A tiny random reader that reads windows of up to 512 tokens, as the lane's start-up check does."""
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-reader-512"), max_positions=512)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ModelServer("cpu") as running:
+        yield running
+
+
+def _answers(reader, question):
+    return [(a.data, round(a.score, 5)) for a in reader.run(question, REVIEWS)["answers"]]
+
+
+def test_the_model_servers_address_is_in_the_environment_for_the_block_only(server):
+    assert os.environ[ADDRESS_VARIABLE].endswith("socket") and len(bytes.fromhex(os.environ[KEY_VARIABLE])) == 32
+    assert model_server() is not None
+
+
+def test_a_reader_on_the_model_server_answers_as_its_own_model_would(server, tiny_reader):
+    own = ExtractiveReader(model=tiny_reader, backend="torch", device="cpu")
+    served = ExtractiveReader(model=tiny_reader, backend="torch", device="cpu")
+    own.warm_up()
+    served.warm_up()
+    assert served._model is None and served.active_backend == "torch" and served.runs_on == "cpu"
+    expected = {question: _answers(own, question) for question in QUESTIONS}
+    assert {question: _answers(served, question) for question in QUESTIONS} == expected
+    # Questions asked at once, their windows read together in the model server's lane, get the same answers.
+    got = {}
+    threads = [threading.Thread(target=lambda q=q: got.__setitem__(q, _answers(served, q))) for q in QUESTIONS * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == expected
+
+
+def test_an_encoder_on_the_model_server_gives_the_processs_own_vectors_and_shares_its_calls(server):
+    model = default_embedding_model()
+    served = load_encoder(model, "torch", "cpu")
+    assert isinstance(served, RemoteEncoder) and served.precision == "float32"
+    texts = [[f"question {i}", "battery life", "a longer phrase about the screen and the case"] for i in range(8)]
+    own = TorchSentenceEncoder(model, "cpu")
+    assert np.abs(served.encode(texts[0]) - own.encode(texts[0])).max() <= 1e-6
+    assert served.encode([]).shape == (0, 384)
+    calls_before = model_server().request("calls")["encoders"][model]
+    got = {}
+    threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, served.encode(texts[i]))) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i in range(8):
+        assert np.abs(got[i] - own.encode(texts[i])).max() <= 1e-6
+    assert model_server().request("calls")["encoders"][model] - calls_before < 8  # callers waiting together share a call
+
+
+def test_the_model_servers_errors_reach_the_caller_as_one_line(server, tmp_path):
+    with pytest.raises(QAError, match=r"The reader model directory .* has no config.json\..* Fix: "):
+        model_server().reader(str(tmp_path), 0.003, 64)
+    with pytest.raises(Exception, match="digest"):  # a caller without the key is refused...
+        Client(os.environ[ADDRESS_VARIABLE], family="AF_UNIX", authkey=b"not the key")
+    assert model_server().request("calls") is not None  # ...and the server goes on serving
+
+
+def test_a_stopped_model_server_is_one_line_and_settings_choose_it_on_a_gpu_alone(tiny_reader):
+    with ModelServer("cpu"):
+        client = model_server()
+        client.request("calls")
+    assert ADDRESS_VARIABLE not in os.environ and model_server() is None
+    with pytest.raises(QAError, match="The model server of this API stopped. Fix: restart qa-system api"):
+        client.request("calls")
+    settings = Settings.from_env(device="cpu", api_processes=4)
+    assert not uses_model_server(settings)  # a CPU's processes read their own ONNX models
