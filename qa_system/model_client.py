@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, Unavailable
 
 ADDRESS_VARIABLE = "QA_MODEL_SERVER"  # the model server's socket
 KEY_VARIABLE = "QA_MODEL_SERVER_KEY"  # its key, in hex
-_STOPPED = QAError("The model server of this API stopped.", "restart qa-system api; its log says why the model server stopped.")
+_STOPPED = Unavailable("The model server of this API stopped.", "restart qa-system api; its log says why the model server stopped.")
 
 
 class ModelClient:
@@ -34,7 +34,7 @@ class ModelClient:
         self._local = threading.local()
 
     def request(self, kind: str, *args: Any) -> Any:
-        """The model server's reply to ``kind`` with ``args``; its QAError is raised here."""
+        """The model server's reply to ``kind`` with ``args``; its errors are raised here."""
         try:
             connection = self._connection()
             connection.send((kind, *args))
@@ -42,8 +42,9 @@ class ModelClient:
         except (OSError, EOFError) as error:
             self._local.__dict__.pop("connection", None)
             raise _STOPPED from error
-        if status == "error":
-            raise QAError(*reply)
+        if status == "error":  # the model server's QAError, or its failure (the API answers 503)
+            problem, fix = reply
+            raise QAError(problem, fix) if fix else Unavailable(problem)
         return reply[0]
 
     def _connection(self):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Measures the rows of docs/results.md's "On a GPU" on this machine, each with the project's own command.
 #   scripts/bench_gpu.sh [api] [index] [train]     (default: all three, in that order)
-# api:   `qa-system bench api` at CLIENTS clients with PROCESSES server processes; if they do not all become ready,
-#        the same with one process, so that a run still measures something.
+# api:   `qa-system bench api` at CLIENTS clients with PROCESSES server processes, for each of MODEL_SERVER ["1 0"]:
+#        their models in one model server (1, the default) or each process's own (0); where the processes do not all
+#        become ready, the same with one process, so that a run still measures something.
 # index: `qa-system bench ingest` of REVIEWS generated reviews, embedded on the device.
 # train: `qa-system train-reader`'s general stage on TRAIN_FILES, 2 epochs, batch 128.
 # Environment (defaults in brackets): DEVICE [cuda], OUT, where reports and a log go [reports/gpu], PROCESSES [12],
@@ -69,9 +70,10 @@ build_stand_in || exit 1
 export HF_HUB_OFFLINE=1
 
 api_row() {
-  local processes=$1 limit=$2 name="api-$1"
-  echo "== api: ${CLIENTS:-1 8 64} clients, $processes process(es) of ${QA_API_WORKERS:-6} workers, ${LOAD_SECONDS:-60} s each (at most $limit s)"
-  QA_API_WORKERS=${QA_API_WORKERS:-6} timeout "$limit" "${qa[@]}" bench api --device "$device" --domain electronics --clients ${CLIENTS:-1 8 64} --seconds "${LOAD_SECONDS:-60}" \
+  local processes=$1 limit=$2 model_server=$3 name="api-$1"
+  [ "$model_server" = 1 ] || name="$name-own-models"
+  echo "== api: ${CLIENTS:-1 8 64} clients, $processes process(es) of ${QA_API_WORKERS:-6} workers, model server $model_server, ${LOAD_SECONDS:-60} s each (at most $limit s)"
+  QA_API_MODEL_SERVER=$model_server QA_API_WORKERS=${QA_API_WORKERS:-6} timeout "$limit" "${qa[@]}" bench api --device "$device" --domain electronics --clients ${CLIENTS:-1 8 64} --seconds "${LOAD_SECONDS:-60}" \
     --processes "$processes" --out "$out/$name"
   local status=$?
   # The server's log can be long: its start and its end say how it loaded and how it ended.
@@ -87,7 +89,9 @@ for row in "${rows[@]}"; do
   case "$row" in
     api)
       processes=${PROCESSES:-12}
-      api_row "$processes" "${API_LIMIT:-300}" || { [ "$processes" -gt 1 ] && api_row 1 "${FALLBACK_LIMIT:-240}"; }
+      for model_server in ${MODEL_SERVER:-1 0}; do
+        api_row "$processes" "${API_LIMIT:-300}" "$model_server" || { [ "$processes" -gt 1 ] && api_row 1 "${FALLBACK_LIMIT:-240}" "$model_server"; }
+      done
       ;;
     index)
       echo "== index: ${REVIEWS:-100000} reviews with embeddings"

@@ -11,7 +11,7 @@ from haystack import Document
 
 from helpers.models import tiny_model_dir
 from qa_system.config import Settings, default_embedding_model
-from qa_system.errors import QAError
+from qa_system.errors import QAError, Unavailable
 from qa_system.ingestion.embedding import TorchSentenceEncoder, load_encoder
 from qa_system.model_client import ADDRESS_VARIABLE, KEY_VARIABLE, RemoteEncoder, model_server
 from qa_system.reading.reader import ExtractiveReader
@@ -87,6 +87,9 @@ def test_an_encoder_on_the_model_server_gives_the_processs_own_vectors_and_share
 def test_the_model_servers_errors_reach_the_caller_as_one_line(server, tmp_path):
     with pytest.raises(QAError, match=r"The reader model directory .* has no config.json\..* Fix: "):
         model_server().reader(str(tmp_path), 0.003, 64)
+    # Its own failures are the API's 503, and it goes on serving.
+    with pytest.raises(Unavailable, match="The model server's encode request failed: KeyError"):
+        model_server().request("encode", "an encoder never loaded", ["text"])
     with pytest.raises(Exception, match="digest"):  # a caller without the key is refused...
         Client(os.environ[ADDRESS_VARIABLE], family="AF_UNIX", authkey=b"not the key")
     assert model_server().request("calls") is not None  # ...and the server goes on serving
@@ -97,7 +100,7 @@ def test_a_stopped_model_server_is_one_line_and_settings_choose_it_on_a_gpu_alon
         client = model_server()
         client.request("calls")
     assert ADDRESS_VARIABLE not in os.environ and model_server() is None
-    with pytest.raises(QAError, match="The model server of this API stopped. Fix: restart qa-system api"):
+    with pytest.raises(Unavailable, match="The model server of this API stopped. Fix: restart qa-system api"):
         client.request("calls")
     settings = Settings.from_env(device="cpu", api_processes=4)
     assert not uses_model_server(settings)  # a CPU's processes read their own ONNX models
