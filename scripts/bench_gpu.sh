@@ -73,15 +73,24 @@ api_row() {
   local processes=$1 limit=$2 model_server=$3 name="api-$1"
   [ "$model_server" = 1 ] || name="$name-own-models"
   echo "== api: ${CLIENTS:-1 8 64} clients, $processes process(es) of ${QA_API_WORKERS:-6} workers, model server $model_server, ${LOAD_SECONDS:-60} s each (at most $limit s)"
+  # What the GPU and the cores do meanwhile, every 15 s: whether the GPU, the server processes or the clients set the pace.
+  mkdir -p "$out/$name"
+  (while sleep 15; do
+    date -u +%T
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
+    top -b -n 1 -w 160 | sed -n '1,5p;7,24p'
+  done >"$out/$name/monitor.log" 2>&1) &
+  local monitor=$!
   QA_API_MODEL_SERVER=$model_server QA_API_WORKERS=${QA_API_WORKERS:-6} timeout "$limit" "${qa[@]}" bench api --device "$device" --domain electronics --clients ${CLIENTS:-1 8 64} --seconds "${LOAD_SECONDS:-60}" \
     --processes "$processes" --out "$out/$name"
   local status=$?
+  kill "$monitor" 2>/dev/null
   # The server's log can be long: its start and its end say how it loaded and how it ended.
   for server_log in "$out/$name"/server-*.log; do
     [ -f "$server_log" ] || continue
     { head -n 60 "$server_log"; echo "[...]"; tail -n 40 "$server_log"; } >"$server_log.part" && mv "$server_log.part" "$server_log"
   done
-  rm -f "$out/$name"/report.csv "$out/$name"/over_time.png
+  rm -f "$out/$name"/report.csv "$out/$name"/report.md "$out/$name"/over_time.png  # report.json holds it all
   return $status
 }
 

@@ -23,7 +23,7 @@ from qa_system.safe_text import terminal_text
 COMMAND_GROUPS = (index, ask, evaluate, train, selector, tune, serve, export, bench)
 # Library loggers whose INFO records are part of a command's output, on stdout: the addresses the
 # search page and the API serve on. The rest of the library shows its warnings and errors only.
-INFO_LOGGERS = ("qa_system.serving.webapp", "qa_system.serving.api.server")
+INFO_LOGGERS = ("qa_system.serving.webapp", "qa_system.serving.api.server", "qa_system.serving.model_server")
 
 
 class ConsoleHandler(logging.Handler):

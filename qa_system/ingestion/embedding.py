@@ -103,15 +103,15 @@ def load_encoder(model: str, backend: str = "onnx", device: str = "auto", cache:
     resolved = "cpu" if backend == "onnx" else resolve_device(device)
     if backend == "onnx" and (model, str(cache)) in _failed:
         backend, resolved = "torch", resolve_device(device)
-    key = (str(model), backend, resolved, str(cache) if backend == "onnx" else "")
+    from qa_system.model_client import model_server
+
+    server = model_server()  # an API's model server runs PyTorch encoders for all of its processes (model_client)
+    key = (str(model), backend, resolved, str(cache) if backend == "onnx" else "", server.address if server else "")
     with _encoders_lock:
         if key in _encoders:
             return _encoders[key]
         encoder = _onnx_or_none(model, cache) if backend == "onnx" else None
         if encoder is None:
-            from qa_system.model_client import model_server
-
-            server = model_server()  # the API's model server runs PyTorch for every process (model_client)
             encoder = (
                 server.encoder(model) if server else TorchSentenceEncoder(model, resolve_device(device) if backend == "onnx" else resolved)
             )

@@ -13,16 +13,17 @@ the reader's (``reading.batching``) and an encoder's (``EncoderLane``).
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import queue
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import Future
-from multiprocessing.connection import Listener
+from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
 import numpy as np
@@ -45,26 +46,24 @@ class ModelServer:
 
     def __init__(self, device: str, start_timeout: float = 120):
         self.device, self.start_timeout = device, start_timeout
-        self._process = None
+        self._process: subprocess.Popen | None = None
 
     def __enter__(self) -> ModelServer:
         self._folder = tempfile.mkdtemp(prefix="qa-models-")  # the user's alone (0700), as is the socket in it
         address, key = str(Path(self._folder) / "socket"), secrets.token_bytes(32)
-        context = multiprocessing.get_context("spawn")  # a forked CUDA runtime does not work
-        started, report = context.Pipe(duplex=False)
-        self._process = context.Process(target=serve_models, args=(address, key, self.device, report), name="qa-model-server", daemon=True)
-        self._process.start()
-        report.close()
-        try:
-            listening = started.poll(self.start_timeout) and started.recv() == "listening"
-        except EOFError:  # it ended before it listened
-            listening = False
-        if not listening:
-            self.__exit__(None, None, None)
-            raise QAError(
-                f"The model server did not start (it ended, or took over {self.start_timeout:.0f} s).",
-                "see the log above; or serve with QA_API_MODEL_SERVER=0.",
-            )
+        # A program of its own (not a fork, which CUDA does not survive, nor multiprocessing's spawn, which runs this
+        # process's __main__ again), handed its address and key in its environment; its log is this process's.
+        env = {**os.environ, ADDRESS_VARIABLE: address, KEY_VARIABLE: key.hex()}
+        self._process = subprocess.Popen([*PROGRAM, self.device], env=env)
+        deadline = time.monotonic() + self.start_timeout
+        while not _answers(address, key):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise QAError(
+                    f"The model server did not start (it ended, or took over {self.start_timeout:.0f} s).",
+                    "see the log above; or serve with QA_API_MODEL_SERVER=0.",
+                )
+            time.sleep(0.05)
         os.environ[ADDRESS_VARIABLE], os.environ[KEY_VARIABLE] = address, key.hex()
         logger.info("Models on %s: one model server (process %d) for every server process.", self.device, self._process.pid)
         return self
@@ -74,15 +73,30 @@ class ModelServer:
             os.environ.pop(name, None)
         if self._process is not None:
             self._process.terminate()
-            self._process.join(10)
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
             self._process = None
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
-def serve_models(address: str, key: bytes, device: str, started) -> None:
-    """The model server's process: answers each connection in a thread of its own until it is stopped."""
-    for name in (ADDRESS_VARIABLE, KEY_VARIABLE):  # its own models are its own
-        os.environ.pop(name, None)
+PROGRAM = [sys.executable, "-c", "import sys; from qa_system.serving.model_server import main; main(sys.argv[1])"]
+
+
+def _answers(address: str, key: bytes) -> bool:
+    """Whether the model server at ``address`` accepts a connection with ``key``."""
+    try:
+        Client(address, family="AF_UNIX", authkey=key).close()
+    except OSError:  # not listening yet
+        return False
+    return True
+
+
+def main(device: str) -> None:
+    """The model server's program: serves on the socket its environment names until it is stopped."""
+    address, key = os.environ.pop(ADDRESS_VARIABLE), bytes.fromhex(os.environ.pop(KEY_VARIABLE))  # its models are its own
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("model server: %(message)s"))
     package = logging.getLogger("qa_system")
@@ -90,8 +104,6 @@ def serve_models(address: str, key: bytes, device: str, started) -> None:
     package.setLevel(logging.INFO)
     models = Models(device)
     with Listener(address, family="AF_UNIX", authkey=key) as listener:
-        started.send("listening")
-        started.close()
         while True:
             try:
                 connection = listener.accept()
