@@ -14,6 +14,7 @@ from qa_system.config import Settings, default_embedding_model
 from qa_system.errors import QAError, Unavailable
 from qa_system.ingestion.embedding import TorchSentenceEncoder, load_encoder
 from qa_system.model_client import ADDRESS_VARIABLE, KEY_VARIABLE, RemoteEncoder, model_server
+from qa_system.reading.model import load_qa_model
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.serving.api.server import uses_model_server
 from qa_system.serving.model_server import ModelServer
@@ -52,6 +53,8 @@ def test_a_reader_on_the_model_server_answers_as_its_own_model_would(server, tin
     own.warm_up()
     served.warm_up()
     assert served._model is None and served.active_backend == "torch" and served.runs_on == "cpu"
+    tokenizer, no_model = load_qa_model(tiny_reader, weights=False)  # what the served reader loads: its tokenizer alone
+    assert tokenizer.is_fast and no_model is None
     expected = {question: _answers(own, question) for question in QUESTIONS}
     assert {question: _answers(served, question) for question in QUESTIONS} == expected
     # Questions asked at once, their windows read together in the model server's lane, get the same answers.

@@ -32,8 +32,9 @@ def read_model_info(model_dir: str | Path) -> dict[str, Any]:
         raise QAError(f"{path} is not valid JSON ({error}).", "re-train the reader or delete the file.") from error
 
 
-def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
-    """Tokenizer and AutoModelForQuestionAnswering (float32) from a local directory or a Hugging Face model id.
+def load_qa_model(name_or_path: str | Path, what: str = "reader model", weights: bool = True):
+    """Tokenizer and AutoModelForQuestionAnswering (float32) from a local directory or a Hugging Face model id; with
+    ``weights=False`` the tokenizer alone (and None), for a process whose model is read elsewhere.
 
     A bare encoder (e.g. a sentence-transformers model) gets a freshly initialised QA head.
     """
@@ -53,7 +54,7 @@ def load_qa_model(name_or_path: str | Path, what: str = "reader model"):
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **options)
         # float32 whatever the stored dtype: the shipped reader is stored in fp16 to stay small.
-        model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32, **options)
+        model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32, **options) if weights else None
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         if options:
             hub = unreachable(what, name)

@@ -237,8 +237,8 @@ class ExtractiveReader:
                 # The export carries a copy of the model's qa_system.json (and is rebuilt when it changes).
                 self._default_threshold = float(read_model_info(export_dir).get("no_answer_threshold", 0.0))
                 return
-        self._tokenizer, model = load_qa_model(name)
         server = model_server()
+        self._tokenizer, model = load_qa_model(name, weights=server is None)
         if server is not None:  # the API's model server reads for every process (model_client)
             self._lane = server.reader(name, self.batch_wait_ms / 1000, self.batch_windows)
         else:
