@@ -432,8 +432,8 @@ def test_bm25s_keeps_jax_off_the_gpu_unless_the_user_chose_its_platforms(tmp_pat
     import subprocess
     import sys
 
+    (tmp_path / "jax").mkdir()
     for name, text in FAKE_JAX.items():
-        (tmp_path / "jax").mkdir(exist_ok=True)
         (tmp_path / "jax" / name).write_text(text)
     env = {key: value for key, value in os.environ.items() if key != "JAX_PLATFORMS"}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])

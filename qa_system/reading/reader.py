@@ -243,12 +243,8 @@ class ExtractiveReader:
             self._lane = server.reader(name, self.batch_wait_ms / 1000, self.batch_windows)
         else:
             self._model = on_device(model.eval(), self._device)
-            if is_cuda(self._device):  # concurrent questions' windows share the GPU's calls (reading.batching)
-                from qa_system.reading.batching import TorchQAModel, shared_scheduler
-
-                self._lane = shared_scheduler(
-                    TorchQAModel(self._model, Path(name) / "torch", name), self.batch_wait_ms / 1000, self.batch_windows
-                )
+            if is_cuda(self._device):
+                self._lane = torch_lane(self._model, name, self.batch_wait_ms / 1000, self.batch_windows)
         if Path(name).is_dir():
             self._default_threshold = float(read_model_info(name).get("no_answer_threshold", 0.0))
 
@@ -438,6 +434,14 @@ class ExtractiveReader:
             context_offset=ExtractedAnswer.Span(span.start - context_start, span.end - context_start),
             meta={"logit": span.logit, "window": span.window, "context_start": context_start, "context_end": context_end},
         )
+
+
+def torch_lane(model, name: str, wait_s: float, max_windows: int):
+    """The process's lane of ``model`` (the span model ``name``, on its device): concurrent questions' windows share
+    its calls (``reading.batching``)."""
+    from qa_system.reading.batching import TorchQAModel, shared_scheduler
+
+    return shared_scheduler(TorchQAModel(model, Path(name) / "torch", name), wait_s, max_windows)
 
 
 def on_device(model, device: str):

@@ -165,15 +165,13 @@ class Models:
         raise QAError(f"The model server has no request '{kind}'.", "use the same qa_system version in the API and its model server.")
 
     def _reader(self, model: str, wait_s: float, max_windows: int):
-        from qa_system.reading.batching import TorchQAModel, shared_scheduler
         from qa_system.reading.model import load_qa_model
-        from qa_system.reading.reader import on_device
+        from qa_system.reading.reader import on_device, torch_lane
 
         key = (model, wait_s, max_windows)
         with self._lock:
             if key not in self._readers:
-                loaded = on_device(load_qa_model(model)[1].eval(), self.device)
-                self._readers[key] = shared_scheduler(TorchQAModel(loaded, Path(model) / "torch", model), wait_s, max_windows)
+                self._readers[key] = torch_lane(on_device(load_qa_model(model)[1].eval(), self.device), model, wait_s, max_windows)
                 logger.info("The reader %s reads on %s.", model, self.device)
             return self._readers[key]
 
