@@ -158,7 +158,7 @@ class Settings(BaseSettings):
     collection_memory_mb: int = 2048
     page_collection: str | None = None
     # The reader's scheduler (reading/batching.py): how long a question's windows wait for other
-    # questions' to share one inference call, in ms (0: none), and the most windows in one call.
+    # questions' to share one inference call, in ms (0: none), and the most windows in one call (on a GPU, every call's).
     reader_batch_wait_ms: float = 3.0
     reader_batch_windows: int = 64
     # Origins a browser front end may call the API from (CORS), comma-separated, e.g.

@@ -953,10 +953,13 @@ def test_the_load_test_serves_the_configured_reader_by_default(api_settings, tmp
     from qa_system.bench.api import run_api_bench
 
     # `qa-system bench api --clients 8 --seconds 60` measures what `qa-system api` serves (int8 ONNX unless configured otherwise).
-    table = run_api_bench(
-        api_settings.with_(reader_backend="onnx"), tmp_path / "bench", clients=1, seconds=1, questions=2, progress=lambda m: None
-    )
+    onnx = api_settings.with_(reader_backend="onnx")
+    table = run_api_bench(onnx, tmp_path / "bench", clients=1, seconds=1, questions=2, progress=lambda m: None)
     assert list(table["server"]) == ["onnx reader"] and table["answered"].iloc[0] >= 1 and table["errors"].iloc[0] == 0
+    assert table["answered_by"].iloc[0].endswith(", onnx int8) on cpu")  # what read, as the answers name it
+    # /health names what reads once loaded, not merely what was configured.
+    with running(create_app(onnx)) as url:
+        assert wait_ready(url).json()["reader_backend"] == "onnx int8"
 
 
 def test_the_load_test_measures_each_number_of_clients_in_turn(api, api_settings, tmp_path, monkeypatch):
@@ -983,6 +986,7 @@ def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, 
     assert 0 < row["pipeline_p50_ms"] <= row["pipeline_p95_ms"] and row["retrieval_p50_ms"] > 0 and row["queue_p50_ms"] >= 0
     assert row["reader_queue_p50_ms"] >= 0 and 0 < row["memory_start_mb"] <= row["memory_max_mb"]
     assert 0 < row["client_cpu_pct"] < 100 and "client_cpu_pct: the busiest client process" in (out / "report.md").read_text()
+    assert row["answered_by"] == ask(api).json()["pipeline"]
     report = json.loads((out / "report.json").read_text())
     assert report["Over time"] and {"from_s", "throughput_qps", "p95_ms", "memory_mb"} <= set(report["Over time"][0])
     assert (out / "over_time.png").stat().st_size > 0

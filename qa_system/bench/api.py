@@ -59,6 +59,7 @@ class LoadResult:
     )  # per answered request: when (s into the run), latency and the server's timings
     memory: list[tuple[float, float]] = field(default_factory=list)  # (s into the run, server RSS in MB), from /health
     client_cpu: float = 0.0  # the busiest client process's CPU seconds per second of the run: near 1, it measured itself
+    pipelines: set[str] = field(default_factory=set)  # which pipelines answered, as the answers name them (device included)
 
     def over_time(self, bin_s: float = 10.0) -> pd.DataFrame:
         """Per ``bin_s`` seconds of the run: answers, throughput, latency p50 / p95, the waits, and the server's largest RSS."""
@@ -114,6 +115,7 @@ class LoadResult:
             "client_cpu_pct": round(100 * self.client_cpu, 1),
             "load_average_start": round(self.load_average[0], 1),
             "load_average_end": round(self.load_average[1], 1),
+            "answered_by": "; ".join(sorted(self.pipelines)),
         }
 
 
@@ -170,6 +172,7 @@ def load_test(
     run_began = min(run_began, *(outcome["began"] for outcome in outcomes))  # the first client to pass the barrier
     result.seconds = ended - run_began
     for outcome in outcomes:
+        result.pipelines.update(outcome["pipelines"])
         for error, count in outcome["errors"].items():
             result.errors[error] = result.errors.get(error, 0) + count
         for record in outcome["records"]:
@@ -186,11 +189,12 @@ def _ask_in_turn(
 ) -> dict[str, Any]:
     """``client_ids``' clients, a thread each with its own keep-alive connection, asking back to back from ``started``
     (a barrier the caller passes too) until ``stop``: their answered requests (``t`` the time one began, in epoch
-    seconds; ``client`` who asked), errors by kind and the process's CPU seconds meanwhile."""
+    seconds; ``client`` who asked), the pipelines that answered, errors by kind and the process's CPU seconds meanwhile."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     lock = threading.Lock()
     records: list[dict[str, float]] = []
     errors: dict[str, int] = {}
+    pipelines: set[str] = set()
     passed: list[tuple[float, float]] = []  # (time, process CPU) as each client passed the barrier
 
     def client(k: int) -> None:
@@ -215,13 +219,15 @@ def _ask_in_turn(
                     with lock:
                         errors[error] = errors.get(error, 0) + 1
                 elif not stop.is_set():  # a request that ends after the deadline is not counted
-                    timings = response.json()["timings"]
+                    answer = response.json()
+                    timings = answer["timings"]
                     record = {"t": began_at, "client": k, "latency_s": elapsed}
                     record.update(
                         {name: timings.get(name, np.nan) for name in ("total_s", "retrieval_s", "answer_s", "queue_s", "reader_queue_s")}
                     )
                     with lock:
                         records.append(record)
+                        pipelines.add(answer["pipeline"])
 
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in client_ids]
     for thread in threads:
@@ -229,7 +235,13 @@ def _ask_in_turn(
     for thread in threads:
         thread.join()
     began_at, cpu_began = min(passed)
-    return {"records": records, "errors": errors, "began": began_at, "cpu_s": time.process_time() - cpu_began}
+    return {
+        "records": records,
+        "pipelines": sorted(pipelines),
+        "errors": errors,
+        "began": began_at,
+        "cpu_s": time.process_time() - cpu_began,
+    }
 
 
 def _ask_in_process(
@@ -350,7 +362,8 @@ def run_api_bench(
     ]
     notes.append(
         "queue: waiting for an API worker thread; reader_queue: waiting for the reader's inference lane (other questions' windows); "
-        "pipeline: the server's own time for a question (retrieval + answer); memory: the server's RSS, from GET /health"
+        "pipeline: the server's own time for a question (retrieval + answer); answered_by: the pipelines that answered, as "
+        "their answers name them (the reader's backend and the device included); memory: the server's RSS, from GET /health"
         + (" (of the one process that answered each probe)." if processes > 1 else ".")
     )
     notes.append(

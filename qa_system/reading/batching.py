@@ -19,10 +19,16 @@ lane and in arrival order: an answer never depends on who else asked at the same
 A PyTorch reader on a GPU gets a lane too (``TorchQAModel``): there batching questions pays most (a
 batch of 64 windows reads about 60 times as many windows a second as one). Whether its windows may
 share a call is measured when the lane starts: windows read alone and beside others must agree
-within ``MIX_TOLERANCE`` in every logit. Half-precision kernels pick other tilings for other batch
-shapes and round each layer's outputs to 8 bits of precision, so they rarely do (the shipped reader in
-bfloat16 on a CPU: 0.03 logits); the lane then reads in float32, where they do (3e-6), and questions
-share calls. Only a model that moves in float32 too runs each question alone, as int8 does.
+within ``MIX_TOLERANCE`` in every logit. Kernels pick other tilings for other call shapes, and
+half-precision ones round each layer's outputs to 8 bits of precision, so a window's logits move with
+its batch-mates' number and lengths (the shipped reader in bfloat16 on a CPU: 0.03 logits). On a GPU
+the lane's calls therefore all have a few fixed shapes (``rows`` windows, padded to a multiple of
+``FIXED_LENGTH_QUANTUM`` tokens, spare rows repeating a window): a window's call shape then depends on
+its own length alone, and every row of a call is computed alike, so a question's logits are the same
+to the bit whoever else asked (measured: 0 in bfloat16 on a CPU). Questions then share calls in 16-bit
+precision, and a call of 64 windows costs the GPU little more than one of 5. Where windows still move
+(a lane of bucketed calls, or kernels that differ by row), the lane reads in float32, where they move
+by rounding alone (3e-6); only a model that moves in float32 too runs each question alone, as int8 does.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class Job:
 
 
 MIX_TOLERANCE = 1e-3  # the most a logit may move when other questions' windows share its call
+FIXED_LENGTH_QUANTUM = 128  # a lane of fixed shapes pads its calls to a multiple of this many tokens
 
 
 class TorchQAModel:
@@ -66,15 +73,18 @@ class TorchQAModel:
     (start, end) logits, on the model's device, in its precision (``reader.on_device``).
 
     :param source: the model's directory or hub id, to read its float32 weights again (``to_float32``).
+    :param rows: every call exactly this many windows, each padded to a multiple of ``FIXED_LENGTH_QUANTUM`` tokens
+        (module doc); None: calls by length bucket, each padded only to its longest window.
     """
 
-    def __init__(self, model, path: str | Path, source: str | Path | None = None):
+    def __init__(self, model, path: str | Path, source: str | Path | None = None, rows: int | None = None):
         import inspect
 
-        self.model, self.path, self.session, self.source = model, Path(path), self, source
+        self.model, self.path, self.session, self.source, self.rows = model, Path(path), self, source, rows
         self.device = next(model.parameters()).device
         names = inspect.signature(model.forward).parameters  # e.g. DistilBERT takes no token_type_ids
         self.input_names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in names]
+        self.max_length = getattr(model.config, "max_position_embeddings", None)  # no call is padded past it
 
     def run(self, output_names, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The model's ``output_names`` (``OUTPUT_NAMES``) for ``feeds`` (int64 arrays by input name), in float32."""
@@ -85,7 +95,11 @@ class TorchQAModel:
         return [getattr(output, name).float().cpu().numpy() for name in output_names]
 
     def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
-        """As ``OnnxQAModel.logits``: by length bucket (``onnx.bucketed_logits``)."""
+        """As ``OnnxQAModel.logits``: in calls of the lane's fixed shapes (``rows``), else by length bucket
+        (``onnx.bucketed_logits``)."""
+        if self.rows is not None and np.asarray(encoding["attention_mask"])[:, 0].all():  # right padding
+            (logits,), _ = run_together(self, [encoding], batch_size)
+            return logits
         return bucketed_logits(self, self.input_names, encoding, batch_size)
 
     @property
@@ -221,7 +235,8 @@ class ReaderScheduler:
         return jobs
 
     def _run_alone(self, job: Job) -> tuple[np.ndarray, np.ndarray]:
-        self.calls += len(length_buckets(job.encoding["attention_mask"].sum(axis=1), job.batch_size))
+        mask = job.encoding["attention_mask"]
+        self.calls += len(_call_windows(self.model, mask.sum(axis=1), job.batch_size, right_padded=bool(mask[:, 0].all())))
         return self.model.logits(job.encoding, job.batch_size)
 
     def _run_together(self, jobs: list[Job]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -233,7 +248,8 @@ class ReaderScheduler:
 def run_together(
     model: OnnxQAModel, encodings: list[dict[str, np.ndarray]], batch_size: int
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
-    """Every question's windows in calls grouped by length, each padded to its own longest window; each question's
+    """Every question's windows in calls grouped by length, each padded to its own longest window (or, for a model of
+    fixed ``rows``, each exactly ``rows`` windows of a multiple of ``FIXED_LENGTH_QUANTUM`` tokens); each question's
     (start, end) logits shaped like its encoding (-inf on padding), and the number of calls made."""
     rows = [(j, w) for j, encoding in enumerate(encodings) for w in range(len(encoding["attention_mask"]))]
     lengths = np.array([int(encodings[j]["attention_mask"][w].sum()) for j, w in rows])
@@ -241,14 +257,19 @@ def run_together(
         (np.full(e["attention_mask"].shape, -np.inf, np.float32), np.full(e["attention_mask"].shape, -np.inf, np.float32))
         for e in encodings
     ]
-    buckets = length_buckets(lengths, batch_size)
+    fixed = getattr(model, "rows", None)
+    buckets = _call_windows(model, lengths, batch_size)
     for bucket in buckets:
         longest = int(lengths[bucket].max())
-        feeds = {name: np.zeros((len(bucket), longest), np.int64) for name in model.input_names}
+        if fixed:
+            longest = min(-(-longest // FIXED_LENGTH_QUANTUM) * FIXED_LENGTH_QUANTUM, model.max_length or longest)
+        feeds = {name: np.zeros((fixed or len(bucket), longest), np.int64) for name in model.input_names}
         for row, (j, w) in enumerate(rows[i] for i in bucket):
             tokens = _valid_columns(encodings[j]["attention_mask"], w)
             for name, array in feeds.items():
                 array[row, : tokens.stop - tokens.start] = encodings[j][name][w, tokens]
+        for array in feeds.values():  # spare rows of a fixed shape: a real window again, read and dropped
+            array[len(bucket) :] = array[0]
         start, end = model.session.run(list(OUTPUT_NAMES), feeds)
         for row, (j, w) in enumerate(rows[i] for i in bucket):
             tokens = _valid_columns(encodings[j]["attention_mask"], w)
@@ -257,6 +278,14 @@ def run_together(
                 end[row, : tokens.stop - tokens.start],
             )
     return results, len(buckets)
+
+
+def _call_windows(model, lengths: np.ndarray, batch_size: int, right_padded: bool = True) -> list[np.ndarray]:
+    """The window indices of each call ``model`` makes for windows of ``lengths``: its fixed shapes' (``rows``, for
+    right padding) or length buckets of at most ``batch_size``."""
+    if getattr(model, "rows", None) and right_padded:
+        return length_buckets(lengths, model.rows, FIXED_LENGTH_QUANTUM)
+    return length_buckets(lengths, batch_size)
 
 
 def _valid_columns(mask: np.ndarray, window: int) -> slice:

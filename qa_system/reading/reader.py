@@ -96,11 +96,11 @@ class ExtractiveReader:
     :param onnx_cache: where automatic exports live; None = the default home's (``~/.cache/qa_system/models/reader-onnx``).
     :param batch_wait_ms: the ONNX reader's scheduler (``reading.batching``), which every reader of one export
         in a process shares: how long a call waits for other questions' windows (where sharing a call is exact).
-    :param batch_windows: the same scheduler's most windows of several questions in one call.
+    :param batch_windows: the same scheduler's most windows of several questions in one call (on a GPU, every call's).
     :param device: where it reads (``devices``: auto, cpu, cuda, cuda:N). On a GPU the ONNX backend runs the
         export's fp32 graph on ONNX Runtime's CUDA provider when this ONNX Runtime has it, else PyTorch reads
         there in bfloat16 (float16 without it) with float32 span logits, through a lane of its own that batches
-        concurrent questions' windows, in float32 where 16 bits would make their logits depend on their batch-mates
+        concurrent questions' windows in calls of fixed shapes (in float32 where even these would make their logits depend on their batch-mates)
         (``reading.batching``: the same scheduler settings). The machine's setting, not the
         pipeline's: ``to_dict`` leaves it out and ``use_runtime`` sets it, as it sets ``backend``, ``onnx_model``,
         ``onnx_cache`` and the scheduler's settings of a pipeline loaded from YAML (``RUNTIME_SETTINGS``).
@@ -438,10 +438,11 @@ class ExtractiveReader:
 
 def torch_lane(model, name: str, wait_s: float, max_windows: int):
     """The process's lane of ``model`` (the span model ``name``, on its device): concurrent questions' windows share
-    its calls (``reading.batching``)."""
+    its calls (``reading.batching``), on a GPU calls of ``max_windows`` windows each."""
     from qa_system.reading.batching import TorchQAModel, shared_scheduler
 
-    return shared_scheduler(TorchQAModel(model, Path(name) / "torch", name), wait_s, max_windows)
+    rows = max_windows if next(model.parameters()).device.type == "cuda" else None
+    return shared_scheduler(TorchQAModel(model, Path(name) / "torch", name, rows), wait_s, max_windows)
 
 
 def on_device(model, device: str):

@@ -129,6 +129,15 @@ class QAService:
         return resolve_device(self.settings.device)
 
     @property
+    def reader_backend(self) -> str:
+        """What the extractive reader reads with once a pipeline has loaded it ("onnx int8", "torch bfloat16": on a GPU
+        without ONNX Runtime's CUDA provider, PyTorch reads); before that, the configured QA_READER_BACKEND."""
+        for pipeline in list(self.pipelines.built.values()):
+            if (backend := pipeline.reader_backend) is not None:
+                return backend
+        return self.settings.reader_backend
+
+    @property
     def ready(self) -> bool:
         """Whether the collections and pipelines are loaded (``status`` says ``ready``)."""
         return self.status()["status"] == "ready"

@@ -301,7 +301,9 @@ class HealthOut(BaseModel):
 
     status: Literal["loading", "ready", "failed"]
     collections: list[str]
-    reader_backend: str
+    reader_backend: str = Field(
+        description='what the reader reads with once loaded ("onnx int8", "torch", "torch bfloat16"); before that, QA_READER_BACKEND'
+    )
     device: str = Field(description="where the models run (QA_DEVICE resolved): cpu, or cuda:N")
     progress: dict[str, int] | None = Field(None, description="loading: reviews embedded so far (done, total) on a first start")
     waiting: dict[str, str | float] | None = Field(

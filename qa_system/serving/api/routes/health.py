@@ -33,7 +33,7 @@ async def health(api: Served) -> JSONResponse:
     body = HealthOut(
         **status,
         collections=api.service.names,
-        reader_backend=api.settings.reader_backend,
+        reader_backend=api.service.reader_backend,
         device=api.service.device,
         memory_mb=memory_mb,
         open_collections=list(api.service.open_collections()),
