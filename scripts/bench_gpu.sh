@@ -85,10 +85,12 @@ api_row() {
     --processes "$processes" --out "$out/$name"
   local status=$?
   kill "$monitor" 2>/dev/null
-  # The server's log can be long: its start and its end say how it loaded and how it ended.
+  # The server's log can be long: its start and its end say how it loaded and how it ended, the model server's lines
+  # how busy each of its lanes was.
   for server_log in "$out/$name"/server-*.log; do
     [ -f "$server_log" ] || continue
-    { head -n 60 "$server_log"; echo "[...]"; tail -n 40 "$server_log"; } >"$server_log.part" && mv "$server_log.part" "$server_log"
+    { head -n 60 "$server_log"; echo "[...]"; grep -a "^model server: " "$server_log" | tail -n 40; echo "[...]"; tail -n 40 "$server_log"; } \
+      >"$server_log.part" && mv "$server_log.part" "$server_log"
   done
   rm -f "$out/$name"/report.csv "$out/$name"/report.md "$out/$name"/over_time.png  # report.json holds it all
   return $status

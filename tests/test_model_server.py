@@ -2,6 +2,7 @@
 process's own would, concurrent callers share its calls, and its failures reach the caller as one line."""
 
 import os
+import re
 import threading
 from multiprocessing.connection import Client
 
@@ -17,7 +18,7 @@ from qa_system.model_client import ADDRESS_VARIABLE, KEY_VARIABLE, RemoteEncoder
 from qa_system.reading.model import load_qa_model
 from qa_system.reading.reader import ExtractiveReader
 from qa_system.serving.api.server import uses_model_server
-from qa_system.serving.model_server import ModelServer
+from qa_system.serving.model_server import ModelServer, load_lines
 
 REVIEWS = [
     Document(content="The screen is sharp and great for reading at night. The battery lasts two days."),
@@ -65,6 +66,8 @@ def test_a_reader_on_the_model_server_answers_as_its_own_model_would(server, tin
     for thread in threads:
         thread.join()
     assert got == expected
+    served, calls, busy_s = model_server().request("load")[f"reader {tiny_reader}"]
+    assert served >= 3 * len(QUESTIONS) and 0 < calls and busy_s > 0  # every question's windows, read in the lane
 
 
 def test_an_encoder_on_the_model_server_gives_the_processs_own_vectors_and_shares_its_calls(server):
@@ -75,7 +78,7 @@ def test_an_encoder_on_the_model_server_gives_the_processs_own_vectors_and_share
     own = TorchSentenceEncoder(model, "cpu")
     assert np.abs(served.encode(texts[0]) - own.encode(texts[0])).max() <= 1e-6
     assert served.encode([]).shape == (0, 384)
-    calls_before = model_server().request("calls")["encoders"][model]
+    before = model_server().request("load")
     got = {}
     threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, served.encode(texts[i]))) for i in range(8)]
     for thread in threads:
@@ -84,7 +87,10 @@ def test_an_encoder_on_the_model_server_gives_the_processs_own_vectors_and_share
         thread.join()
     for i in range(8):
         assert np.abs(got[i] - own.encode(texts[i])).max() <= 1e-6
-    assert model_server().request("calls")["encoders"][model] - calls_before < 8  # callers waiting together share a call
+    # Callers waiting together share a call; the model server's log says so every 30 s.
+    (line,) = [line for line in load_lines(before, model_server().request("load"), 30.0) if line.startswith(f"encoder {model}:")]
+    requests, calls, busy = re.fullmatch(r".*: (\d+) requests in (\d+) calls in the last 30 s, busy (\d+)% of it\.", line).groups()
+    assert int(requests) == 8 and int(calls) < 8 and 0 <= int(busy) <= 100
 
 
 def test_the_model_servers_errors_reach_the_caller_as_one_line(server, tmp_path):
@@ -95,15 +101,15 @@ def test_the_model_servers_errors_reach_the_caller_as_one_line(server, tmp_path)
         model_server().request("encode", "an encoder never loaded", ["text"])
     with pytest.raises(Exception, match="digest"):  # a caller without the key is refused...
         Client(os.environ[ADDRESS_VARIABLE], family="AF_UNIX", authkey=b"not the key")
-    assert model_server().request("calls") is not None  # ...and the server goes on serving
+    assert model_server().request("load") is not None  # ...and the server goes on serving
 
 
 def test_a_stopped_model_server_is_one_line_and_settings_choose_it_on_a_gpu_alone(tiny_reader):
     with ModelServer("cpu"):
         client = model_server()
-        client.request("calls")
+        client.request("load")
     assert ADDRESS_VARIABLE not in os.environ and model_server() is None
     with pytest.raises(Unavailable, match="The model server of this API stopped. Fix: restart qa-system api"):
-        client.request("calls")
+        client.request("load")
     settings = Settings.from_env(device="cpu", api_processes=4)
     assert not uses_model_server(settings)  # a CPU's processes read their own ONNX models

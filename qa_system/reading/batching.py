@@ -185,6 +185,7 @@ class ReaderScheduler:
         self._thread = threading.Thread(target=self._serve, name=f"reader-{Path(model.path).parent.name}", daemon=True)
         self._thread.start()
         self.calls = 0  # session calls made, for tests and the benchmark
+        self.served, self.busy_s = 0, 0.0  # questions read, and seconds spent reading them: how loaded the lane is
         self._waited = threading.local()  # per calling thread: how long its last question waited for the lane
 
     def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
@@ -220,6 +221,7 @@ class ReaderScheduler:
                 for job in jobs:
                     if not job.done.done():
                         job.done.set_exception(error)
+            self.served, self.busy_s = self.served + len(jobs), self.busy_s + time.perf_counter() - began
 
     def _gather(self, first: Job) -> list[Job]:
         """``first`` and the questions that join it: all queued ones (up to ``max_windows``), and with ``mix`` those arriving within ``wait_s``."""

@@ -8,6 +8,7 @@ the reader's (``reading.batching``) and an encoder's (``EncoderLane``).
 
 ``run_api`` starts it (``ModelServer``) for a server of several processes on a GPU, unless
 ``QA_API_MODEL_SERVER=0``. Each connection, one per calling thread, gets a thread here; models load on first use.
+Every ``LOAD_EVERY_S`` the log says what each lane did meanwhile: a lane busy nearly all the time sets the pace.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from qa_system.model_client import ADDRESS_VARIABLE, KEY_VARIABLE
 
 logger = logging.getLogger(__name__)
 
+LOAD_EVERY_S = 30.0
 ENCODER_MIX_TOLERANCE = 1e-5  # the most a unit vector's component may move beside other questions' texts
 _ENCODER_CHECK = (
     ["Is it good for reading?", "battery", "The screen is sharp and bright even in direct sunlight, and it is light."],
@@ -103,6 +105,7 @@ def main(device: str) -> None:
     package.addHandler(handler)
     package.setLevel(logging.INFO)
     models = Models(device)
+    threading.Thread(target=_log_load, args=(models,), name="model-server-load", daemon=True).start()
     with Listener(address, family="AF_UNIX", authkey=key) as listener:
         while True:
             try:
@@ -131,6 +134,29 @@ def answer(connection, models: Models) -> None:
             connection.send(reply)
 
 
+def _log_load(models: Models, every_s: float = LOAD_EVERY_S) -> None:
+    before: dict[str, tuple] = {}
+    while True:
+        time.sleep(every_s)
+        now = models.load()
+        for line in load_lines(before, now, every_s):
+            logger.info(line)
+        before = now
+
+
+def load_lines(before: dict[str, tuple], now: dict[str, tuple], seconds: float) -> list[str]:
+    """What each lane did between two ``Models.load`` snapshots ``seconds`` apart, a line for each that served."""
+    lines = []
+    for name, (served, calls, busy_s) in now.items():
+        served_before, calls_before, busy_before = before.get(name, (0, 0, 0.0))
+        if served > served_before:
+            lines.append(
+                f"{name}: {served - served_before} requests in {calls - calls_before} calls in the last {seconds:.0f} s, "
+                f"busy {100 * (busy_s - busy_before) / seconds:.0f}% of it."
+            )
+    return lines
+
+
 class Models:
     """The models asked for, each loaded once (by the first caller; the others wait), with its lane."""
 
@@ -152,17 +178,21 @@ class Models:
         if kind == "encode":
             model, texts = args
             return self._encoders[model].encode(texts)
-        if kind == "calls":  # each lane's calls so far
-            return {
-                "readers": {key[0]: lane.calls for key, lane in self._readers.items()},
-                "encoders": {m: lane.calls for m, lane in self._encoders.items()},
-            }
+        if kind == "load":
+            return self.load()
         if kind == "load_reader":
             return self._reader(*args).model.precision
         if kind == "load_encoder":
             lane = self._encoder(*args)
             return {"device": self.device, "precision": lane.encoder.precision, "dimension": lane.dimension}
         raise QAError(f"The model server has no request '{kind}'.", "use the same qa_system version in the API and its model server.")
+
+    def load(self) -> dict[str, tuple[int, int, float]]:
+        """Each lane's requests served, model calls made and seconds spent in them, so far."""
+        with self._lock:
+            lanes = [(f"reader {key[0]}", lane) for key, lane in self._readers.items()]
+            lanes += [(f"encoder {model}", lane) for model, lane in self._encoders.items()]
+        return {name: (lane.served, lane.calls, lane.busy_s) for name, lane in lanes}
 
     def _reader(self, model: str, wait_s: float, max_windows: int):
         from qa_system.reading.model import load_qa_model
@@ -204,6 +234,7 @@ class EncoderLane:
         )
         self._jobs: queue.Queue[tuple[list[str], Future, float]] = queue.Queue()
         self.calls = 0  # encoder calls made, for tests
+        self.served, self.busy_s = 0, 0.0  # callers served, and seconds spent encoding for them
         threading.Thread(target=self._serve, name="encoder-lane", daemon=True).start()
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -215,6 +246,7 @@ class EncoderLane:
     def _serve(self) -> None:
         while True:
             jobs = self._gather(self._jobs.get())
+            began = time.perf_counter()
             try:
                 vectors = self.encoder.encode([text for texts, _, _ in jobs for text in texts])
                 self.calls += 1
@@ -227,6 +259,7 @@ class EncoderLane:
                 for _, done, _ in jobs:
                     if not done.done():
                         done.set_exception(error)
+            self.served, self.busy_s = self.served + len(jobs), self.busy_s + time.perf_counter() - began
 
     def _gather(self, first: tuple) -> list[tuple]:
         jobs, texts = [first], len(first[0])
