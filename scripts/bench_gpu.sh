@@ -12,8 +12,9 @@
 # the api row's first run and its one-process run may take [300, 240], REVIEWS [100000], TRAIN_FILES [the 8 QA
 # files of SHARED_DATA, ../shared/data], PYTHON [python3], and QA_* settings (QA_DATA_DIR: where SubjQA is).
 # An offline machine: wheels that scripts/offline_wheels.sh put in WHEELS [.whl] are installed first (into /tmp/site), and
-# where the all-MiniLM-L6-v2 weights are missing, a stand-in of its architecture is put in the Hugging Face cache
-# (build_stand_in): it runs as fast as the real one, but its embeddings mean nothing, so it serves timings alone.
+# where the all-MiniLM-L6-v2 weights are missing, a stand-in of its architecture is put in a hub cache of the run's own
+# (build_stand_in; STAND_IN_CACHE [/tmp/qa-stand-in-hub]): it runs as fast as the real one, but its embeddings mean
+# nothing, so it serves timings alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rows=("$@")
@@ -39,34 +40,41 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # qa_system from this checkout
 qa=("$python" -c 'import sys; from qa_system.cli import main; sys.exit(main())')
 
-# all-MiniLM-L6-v2's architecture (BERT, 6 layers of 384, mean pooling) from the shipped reader's encoder, cached
-# under the hub id that the dense retriever and the answer selector's phrase encoder load.
+# all-MiniLM-L6-v2's architecture (BERT, 6 layers of 384, mean pooling) from the shipped reader's encoder, under the
+# hub id that the dense retriever and the answer selector's phrase encoder load, where neither the model's package nor
+# a cached copy has it: in a hub cache of the run's own (STAND_IN_CACHE), never the user's, whose later runs would read
+# the stand-in as the real model. Prints that cache's path when there is one.
 build_stand_in() {
-  "$python" - <<'EOF'
+  STAND_IN_CACHE=${STAND_IN_CACHE:-/tmp/qa-stand-in-hub} "$python" - <<'EOF'
+import os
+import sys
 from pathlib import Path
+from huggingface_hub import try_to_load_from_cache
 from qa_system.config import HUB_EMBEDDING_MODEL, default_embedding_model
-if default_embedding_model() == HUB_EMBEDDING_MODEL:
-    from huggingface_hub.constants import HF_HUB_CACHE
+if default_embedding_model() == HUB_EMBEDDING_MODEL and not isinstance(try_to_load_from_cache(HUB_EMBEDDING_MODEL, "modules.json"), str):
     from sentence_transformers import SentenceTransformer, models
-    repo = Path(HF_HUB_CACHE) / ("models--" + HUB_EMBEDDING_MODEL.replace("/", "--"))
+    cache = Path(os.environ["STAND_IN_CACHE"])
+    repo = cache / ("models--" + HUB_EMBEDDING_MODEL.replace("/", "--"))
     revision = "0" * 40
     if not (repo / "snapshots" / revision / "modules.json").exists():
         import torch
 
         word = models.Transformer("models/reader-minilm-subjqa", max_seq_length=256)
         word.auto_model.config.dtype = torch.float32  # as all-MiniLM-L6-v2 ships (the reader's file is 16-bit)
-        pooling = models.Pooling(word.get_word_embedding_dimension(), "mean")
+        pooling = models.Pooling(word.auto_model.config.hidden_size, "mean")
         SentenceTransformer(modules=[word, pooling, models.Normalize()]).float().save(str(repo / "snapshots" / revision))
         (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / "main").write_text(revision)
-    print(f"all-MiniLM-L6-v2 is not installed: a stand-in of its architecture (timings only) in {repo}")
+    print(f"all-MiniLM-L6-v2 is not installed: a stand-in of its architecture (timings only) in {repo}", file=sys.stderr)
+    print(cache)
 EOF
 }
 
 echo "== $(date -u +%FT%TZ) device $device, rows ${rows[*]}"
 nvidia-smi --query-gpu=name,compute_mode,memory.used,memory.total --format=csv 2>/dev/null || echo "no nvidia-smi"
 "$python" -c 'import torch, transformers, os; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__, "cpus", os.cpu_count())'
-build_stand_in || exit 1
+stand_in=$(build_stand_in) || exit 1
+[ -z "$stand_in" ] || export HF_HUB_CACHE="$stand_in"
 export HF_HUB_OFFLINE=1
 
 api_row() {

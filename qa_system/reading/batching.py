@@ -131,8 +131,9 @@ def batch_invariant(model: OnnxQAModel | TorchQAModel) -> bool:
         measured += f", {deviation:.2g} in float32"
     mix = deviation <= MIX_TOLERANCE
     logger.info(
-        "The reader's lane on %s: windows read beside others moved by up to %s logits; %s, %s.",
+        "The reader's lane on %s%s: windows read beside others moved by up to %s logits; %s, %s.",
         model.device,
+        f" (calls of {model.rows} windows, multiples of {FIXED_LENGTH_QUANTUM} tokens)" if model.rows else "",
         measured,
         model.precision,
         "questions share calls" if mix else "each question is read alone",

@@ -100,8 +100,8 @@ class ExtractiveReader:
     :param device: where it reads (``devices``: auto, cpu, cuda, cuda:N). On a GPU the ONNX backend runs the
         export's fp32 graph on ONNX Runtime's CUDA provider when this ONNX Runtime has it, else PyTorch reads
         there in bfloat16 (float16 without it) with float32 span logits, through a lane of its own that batches
-        concurrent questions' windows in calls of fixed shapes (in float32 where even these would make their logits depend on their batch-mates)
-        (``reading.batching``: the same scheduler settings). The machine's setting, not the
+        concurrent questions' windows in calls of fixed shapes, in float32 where even these would make their logits
+        depend on their batch-mates (``reading.batching``: the same scheduler settings). The machine's setting, not the
         pipeline's: ``to_dict`` leaves it out and ``use_runtime`` sets it, as it sets ``backend``, ``onnx_model``,
         ``onnx_cache`` and the scheduler's settings of a pipeline loaded from YAML (``RUNTIME_SETTINGS``).
 
