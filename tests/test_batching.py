@@ -129,7 +129,7 @@ def test_a_torch_readers_lane_batches_concurrent_questions_within_the_tolerance(
 
 
 def test_a_lane_of_fixed_shapes_gives_a_bfloat16_reader_the_same_logits_to_the_bit_whoever_else_asks(tiny_reader):
-    # On a GPU every call of the lane is `rows` windows padded to a multiple of 128 tokens: a window's call shape
+    # On a GPU every call of the lane is `rows` windows padded to a multiple of 384 tokens: a window's call shape
     # depends on its own length alone, so beside other questions its logits do not move at all, and the lane keeps
     # 16-bit precision (here in bfloat16 on the CPU; on a GPU the lane measures the same when it starts).
     import torch
@@ -142,8 +142,8 @@ def test_a_lane_of_fixed_shapes_gives_a_bfloat16_reader_the_same_logits_to_the_b
     shapes = []
     model.model.register_forward_pre_hook(lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
     assert batched_deviation(model) == 0.0
-    # Windows of 37 to 384 tokens: calls of 128, 256 and 384 tokens, always 8 windows.
-    assert {rows for rows, _ in shapes} == {8} and {width for _, width in shapes} == {FIXED_LENGTH_QUANTUM * k for k in (1, 2, 3)}
+    # Windows of 37 to 384 tokens: every call 8 windows of 384 tokens.
+    assert set(shapes) == {(8, FIXED_LENGTH_QUANTUM)} and FIXED_LENGTH_QUANTUM == 384
     encodings = [reader.encode(question, [Document(content=t) for t in texts])[1] for question, texts in QUESTIONS]
     alone = [model.logits(encoding) for encoding in encodings]
     lane = ReaderScheduler(model, wait_s=0.2, max_windows=64)

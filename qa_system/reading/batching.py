@@ -26,7 +26,7 @@ the lane's calls therefore all have a few fixed shapes (``rows`` windows, padded
 ``FIXED_LENGTH_QUANTUM`` tokens, spare rows repeating a window): a window's call shape then depends on
 its own length alone, and every row of a call is computed alike, so a question's logits are the same
 to the bit whoever else asked (measured: 0 in bfloat16 on a CPU). Questions then share calls in 16-bit
-precision, and a call of 64 windows costs the GPU little more than one of 5. Where windows still move
+precision, and a call of 64 windows costs a GPU little more than one of 5. Where windows still move
 (a lane of bucketed calls, or kernels that differ by row), the lane reads in float32, where they move
 by rounding alone (3e-6); only a model that moves in float32 too runs each question alone, as int8 does.
 """
@@ -65,7 +65,9 @@ class Job:
 
 
 MIX_TOLERANCE = 1e-3  # the most a logit may move when other questions' windows share its call
-FIXED_LENGTH_QUANTUM = 128  # a lane of fixed shapes pads its calls to a multiple of this many tokens
+# A lane of fixed shapes pads its calls to a multiple of this many tokens: the reader's usual window, so that a lane
+# call is one model call. A GPU has compute to spare for the padding; the one thread launching its kernels has not.
+FIXED_LENGTH_QUANTUM = 384
 
 
 class TorchQAModel:
