@@ -46,22 +46,26 @@ def answers(reader: ExtractiveReader, question: str, texts: list[str]) -> list[t
     return [(a.data, a.document_offset and (a.document_offset.start, a.document_offset.end), a.score) for a in output["answers"]]
 
 
+def at_once(calls: list) -> list:
+    """Each of ``calls``' results, every call made from its own thread, all released at once."""
+    results: list = [None] * len(calls)
+    barrier = threading.Barrier(len(calls))
+
+    def run(i: int) -> None:
+        barrier.wait()
+        results[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
 def asked_together(reader: ExtractiveReader, rounds: int = 3) -> list[list[list[tuple]]]:
     """Every question asked from its own thread, all released at once, ``rounds`` times."""
-    results: list[list] = [[None] * len(QUESTIONS) for _ in range(rounds)]
-    for round_ in range(rounds):
-        barrier = threading.Barrier(len(QUESTIONS))
-
-        def ask(i: int) -> None:
-            barrier.wait()
-            results[round_][i] = answers(reader, *QUESTIONS[i])
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(QUESTIONS))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    return results
+    return [at_once([lambda q=q: answers(reader, *q) for q in QUESTIONS]) for _ in range(rounds)]
 
 
 def assert_same(got: list[tuple], expected: list[tuple]) -> None:
@@ -148,18 +152,7 @@ def test_a_lane_of_fixed_shapes_gives_a_bfloat16_reader_the_same_logits_to_the_b
     alone = [model.logits(encoding) for encoding in encodings]
     lane = ReaderScheduler(model, wait_s=0.2, max_windows=64)
     assert lane.mix and model.precision == "bfloat16"
-    together: list = [None] * len(encodings)
-    barrier = threading.Barrier(len(encodings))
-
-    def ask(i: int) -> None:
-        barrier.wait()
-        together[i] = lane.logits(encodings[i])
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(encodings))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    together = at_once([lambda e=e: lane.logits(e) for e in encodings])
     assert lane.calls < len(encodings)  # they shared calls
     for got, expected in zip(together, alone):
         for laned, single in zip(got, expected):
@@ -202,18 +195,7 @@ def test_a_half_precision_reader_whose_windows_move_beside_others_reads_in_float
         lane = ReaderScheduler(model, wait_s=0.2, max_windows=256)
     assert lane.mix and model.precision == "float32" and next(loaded.parameters()).dtype == torch.float32
     assert "in bfloat16" in caplog.text and "in float32" in caplog.text and "questions share calls" in caplog.text
-    together: list = [None] * len(questions)
-    barrier = threading.Barrier(len(questions))
-
-    def ask(i: int) -> None:
-        barrier.wait()
-        together[i] = lane.logits(questions[i])
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(questions))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    together = at_once([lambda q=q: lane.logits(q) for q in questions])
     assert lane.calls < len(questions)  # they shared calls
     for question, got, expected in zip(questions, together, alone):
         tokens = np.asarray(question["attention_mask"]) == 1
