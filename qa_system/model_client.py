@@ -23,7 +23,10 @@ from qa_system.errors import QAError, Unavailable
 
 ADDRESS_VARIABLE = "QA_MODEL_SERVER"  # the model server's socket
 KEY_VARIABLE = "QA_MODEL_SERVER_KEY"  # its key, in hex
-_STOPPED = Unavailable("The model server of this API stopped.", "restart qa-system api; its log says why the model server stopped.")
+_STOPPED = Unavailable(
+    "The model server of this API does not answer (it stopped, and is started again unless the API is stopping).",
+    "ask again shortly; the API's log says why it stopped.",
+)
 
 
 class ModelClient:

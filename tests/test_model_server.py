@@ -3,10 +3,16 @@ process's own would, concurrent callers share its calls, and its failures reach 
 
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 from multiprocessing.connection import Client
+from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from haystack import Document
 
@@ -96,9 +102,11 @@ def test_an_encoder_on_the_model_server_gives_the_processs_own_vectors_and_share
 def test_the_model_servers_errors_reach_the_caller_as_one_line(server, tmp_path):
     with pytest.raises(QAError, match=r"The reader model directory .* has no config.json\..* Fix: "):
         model_server().reader(str(tmp_path), 0.003, 64)
+    with pytest.raises(QAError, match="Could not load the embedding model 'no such encoder'"):
+        model_server().request("encode", "no such encoder", ["text"])
     # Its own failures are the API's 503, and it goes on serving.
-    with pytest.raises(Unavailable, match="The model server's encode request failed: KeyError"):
-        model_server().request("encode", "an encoder never loaded", ["text"])
+    with pytest.raises(Unavailable, match="The model server's logits request failed: ValueError"):
+        model_server().request("logits", "not a reader's key")
     with pytest.raises(Exception, match="digest"):  # a caller without the key is refused...
         Client(os.environ[ADDRESS_VARIABLE], family="AF_UNIX", authkey=b"not the key")
     assert model_server().request("load") is not None  # ...and the server goes on serving
@@ -109,7 +117,57 @@ def test_a_stopped_model_server_is_one_line_and_settings_choose_it_on_a_gpu_alon
         client = model_server()
         client.request("load")
     assert ADDRESS_VARIABLE not in os.environ and model_server() is None
-    with pytest.raises(Unavailable, match="The model server of this API stopped. Fix: restart qa-system api"):
+    with pytest.raises(Unavailable, match=r"The model server of this API does not answer \(it stopped, .*\)\. Fix: ask again shortly"):
         client.request("load")
     settings = Settings.from_env(device="cpu", api_processes=4)
     assert not uses_model_server(settings)  # a CPU's processes read their own ONNX models
+
+
+def test_a_model_server_that_ends_is_started_again_and_loads_its_models_anew(tiny_reader, caplog):
+    # A GPU's fatal error ends the process that met it: the API's questions fail (503) until the model server runs
+    # again, then the reader answers as before, its model loaded anew for the first question.
+    with caplog.at_level("INFO", logger="qa_system.serving.model_server"), ModelServer("cpu", retry_s=1) as running:
+        served = ExtractiveReader(model=tiny_reader, backend="torch", device="cpu")
+        served.warm_up()
+        expected = _answers(served, QUESTIONS[0])
+        first = running._process.pid
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                got = _answers(served, QUESTIONS[0])
+                break
+            except Unavailable as error:
+                assert "does not answer" in str(error) and time.monotonic() < deadline
+                time.sleep(0.2)
+        assert got == expected and running._process.pid != first
+    assert f"The model server (process {first}) ended with exit code -9; starting it again." in caplog.text
+    assert "The model server runs again" in caplog.text
+
+
+def test_a_model_server_whose_api_is_killed_ends_and_removes_its_socket():
+    # Killed, the API cannot stop its model server: the server sees its parent go, and ends rather than hold a GPU.
+    api = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from qa_system.serving.model_server import ModelServer\n"
+            "with ModelServer('cpu') as running:\n    print(running._process.pid, running._address, flush=True)\n    time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pid, address = api.stdout.readline().split()
+    os.kill(api.pid, signal.SIGKILL)
+    api.wait()
+    deadline = time.monotonic() + 30
+    while Path(address).parent.exists() or _alive(int(pid)):
+        assert time.monotonic() < deadline, "the model server outlived its API"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -7,8 +7,10 @@ windows and texts here (``model_client``), and one lane per model batches the qu
 the reader's (``reading.batching``) and an encoder's (``EncoderLane``).
 
 ``run_api`` starts it (``ModelServer``) for a server of several processes on a GPU, unless
-``QA_API_MODEL_SERVER=0``. Each connection, one per calling thread, gets a thread here; models load on first use.
-Every ``LOAD_EVERY_S`` the log says what each lane did meanwhile: a lane busy nearly all the time sets the pace.
+``QA_API_MODEL_SERVER=0``, starts it again when it ends on its own, and stops it as the API stops; a model server
+whose API was killed ends by itself. Each connection, one per calling thread, gets a thread here; models load on
+first use (after a restart too). Every ``LOAD_EVERY_S`` the log says what each lane did meanwhile: a lane busy
+nearly all the time sets the pace.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import queue
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,35 +47,61 @@ _ENCODER_CHECK = (
 
 class ModelServer:
     """The model server, started on ``device`` for the block, its address in this process's environment (which the
-    API's processes inherit); stopped, and its socket removed, at the end of the block."""
+    API's processes inherit); started again when it ends on its own (a GPU's fatal error ends a process), its
+    models loaded anew as they are asked for; stopped, and its socket removed, at the end of the block."""
 
-    def __init__(self, device: str, start_timeout: float = 120):
-        self.device, self.start_timeout = device, start_timeout
+    def __init__(self, device: str, start_timeout: float = 120, retry_s: float = 10):
+        self.device, self.start_timeout, self.retry_s = device, start_timeout, retry_s
         self._process: subprocess.Popen | None = None
+        self._stopping = threading.Event()
 
     def __enter__(self) -> ModelServer:
         self._folder = tempfile.mkdtemp(prefix="qa-models-")  # the user's alone (0700), as is the socket in it
-        address, key = str(Path(self._folder) / "socket"), secrets.token_bytes(32)
+        self._address, self._key = str(Path(self._folder) / "socket"), secrets.token_bytes(32)
+        try:
+            self._start()
+        except QAError:
+            self.__exit__(None, None, None)
+            raise
+        os.environ[ADDRESS_VARIABLE], os.environ[KEY_VARIABLE] = self._address, self._key.hex()
+        logger.info("Models on %s: one model server (process %d) for every server process.", self.device, self._process.pid)
+        self._watcher = threading.Thread(target=self._watch, name="model-server-watch", daemon=True)
+        self._watcher.start()
+        return self
+
+    def _start(self) -> None:
         # A program of its own (not a fork, which CUDA does not survive, nor multiprocessing's spawn, which runs this
         # process's __main__ again), handed its address and key in its environment; its log is this process's.
-        env = {**os.environ, ADDRESS_VARIABLE: address, KEY_VARIABLE: key.hex()}
+        Path(self._address).unlink(missing_ok=True)  # the socket of one that ended
+        env = {**os.environ, ADDRESS_VARIABLE: self._address, KEY_VARIABLE: self._key.hex()}
         self._process = subprocess.Popen([*PROGRAM, self.device], env=env)
         deadline = time.monotonic() + self.start_timeout
-        while not _answers(address, key):
+        while not _answers(self._address, self._key):
             if self._process.poll() is not None or time.monotonic() > deadline:
-                self.__exit__(None, None, None)
                 raise QAError(
                     f"The model server did not start (it ended, or took over {self.start_timeout:.0f} s).",
                     "see the log above; or serve with QA_API_MODEL_SERVER=0.",
                 )
             time.sleep(0.05)
-        os.environ[ADDRESS_VARIABLE], os.environ[KEY_VARIABLE] = address, key.hex()
-        logger.info("Models on %s: one model server (process %d) for every server process.", self.device, self._process.pid)
-        return self
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(1.0):
+            if (code := self._process.poll()) is None:
+                continue
+            logger.error("The model server (process %d) ended with exit code %s; starting it again.", self._process.pid, code)
+            try:
+                self._start()
+                logger.info("The model server runs again (process %d).", self._process.pid)
+            except QAError as error:
+                logger.error("%s Trying again in %.0f s.", error.problem, self.retry_s)
+                self._stopping.wait(self.retry_s)
 
     def __exit__(self, *exc) -> None:
         for name in (ADDRESS_VARIABLE, KEY_VARIABLE):
             os.environ.pop(name, None)
+        self._stopping.set()
+        if (watcher := getattr(self, "_watcher", None)) is not None:
+            watcher.join()
         if self._process is not None:
             self._process.terminate()
             try:
@@ -104,6 +133,10 @@ def main(device: str) -> None:
     package = logging.getLogger("qa_system")
     package.addHandler(handler)
     package.setLevel(logging.INFO)
+    # Ctrl-C reaches the whole process group; the API stops this server as it stops itself, and if the API is
+    # killed instead, this server ends with it rather than hold the GPU's memory.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with, args=(os.getppid(), address), name="model-server-parent", daemon=True).start()
     models = Models(device)
     threading.Thread(target=_log_load, args=(models,), name="model-server-load", daemon=True).start()
     with Listener(address, family="AF_UNIX", authkey=key) as listener:
@@ -114,6 +147,13 @@ def main(device: str) -> None:
                 logger.warning("A connection was refused: %s", error)
                 continue
             threading.Thread(target=answer, args=(connection, models), name="model-server-caller", daemon=True).start()
+
+
+def _end_with(parent: int, address: str) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    shutil.rmtree(Path(address).parent, ignore_errors=True)  # the folder the API would have removed
+    os._exit(0)
 
 
 def answer(connection, models: Models) -> None:
@@ -170,14 +210,14 @@ class Models:
 
     def handle(self, kind: str, *args):
         """The reply to one request (``model_client`` sends them)."""
-        if kind == "logits":
+        if kind == "logits":  # a model server started again loads the model anew for its first question
             key, arrays, batch_size = args
-            lane = self._readers[key]
+            lane = self._readers.get(key) or self._reader(*key)
             start, end = lane.logits(arrays, batch_size)
             return start, end, lane.waited_s
         if kind == "encode":
             model, texts = args
-            return self._encoders[model].encode(texts)
+            return (self._encoders.get(model) or self._encoder(model)).encode(texts)
         if kind == "load":
             return self.load()
         if kind == "load_reader":
