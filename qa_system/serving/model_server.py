@@ -54,6 +54,7 @@ class ModelServer:
         self.device, self.start_timeout, self.retry_s = device, start_timeout, retry_s
         self._process: subprocess.Popen | None = None
         self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def __enter__(self) -> ModelServer:
         self._folder = tempfile.mkdtemp(prefix="qa-models-")  # the user's alone (0700), as is the socket in it
@@ -100,8 +101,8 @@ class ModelServer:
         for name in (ADDRESS_VARIABLE, KEY_VARIABLE):
             os.environ.pop(name, None)
         self._stopping.set()
-        if (watcher := getattr(self, "_watcher", None)) is not None:
-            watcher.join()
+        if self._watcher is not None:
+            self._watcher.join()
         if self._process is not None:
             self._process.terminate()
             try:
