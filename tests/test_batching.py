@@ -183,7 +183,7 @@ def test_a_half_precision_reader_whose_windows_move_beside_others_reads_in_float
     from qa_system.config import default_reader_model
     from qa_system.reading.batching import MIX_TOLERANCE, ReaderScheduler, TorchQAModel, batched_deviation
     from qa_system.reading.model import load_qa_model
-    from qa_system.reading.reader import encode_windows
+    from qa_system.reading.windows import encode_windows
 
     tokenizer, loaded = load_qa_model(default_reader_model())
     questions = [encode_windows(tokenizer, [q] * len(texts), texts, 384, 128, padding=True) for q, texts in QUESTIONS]

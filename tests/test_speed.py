@@ -33,7 +33,8 @@ from qa_system.reading.onnx import (
     int8_dot_product,
     length_buckets,
 )
-from qa_system.reading.reader import ExtractiveReader, encode_windows
+from qa_system.reading.reader import ExtractiveReader
+from qa_system.reading.windows import encode_windows
 from qa_system.retrieval import FAISSFilteredEmbeddingRetriever, make_filters
 from qa_system.stores import new_faiss_store
 

@@ -23,7 +23,6 @@ raw decision. ``train_reader`` tunes it on held-out data and stores it in the mo
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +33,7 @@ from haystack import Document, ExtractedAnswer, component, default_from_dict, de
 
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.reading.model import load_qa_model, read_model_info
-
-# A question must leave at least this many tokens of each window to the review.
-MIN_CONTEXT_TOKENS = 32
+from qa_system.reading.windows import WindowEncoder, Windows
 
 
 @dataclass(frozen=True)
@@ -154,9 +151,7 @@ class ExtractiveReader:
         self.device = check_device(device)
         self._device: str | None = None  # resolved by warm_up: "cpu" or "cuda:N"
         self._tokenizer = None
-        # A tokenizer keeps its padding and truncation settings between calls, and encode_windows calls it
-        # with two different ones: concurrent runs (the API's worker threads) would mix them (ragged arrays).
-        self._tokenizing = threading.Lock()
+        self._windows: WindowEncoder | None = None  # of the tokenizer, made on first use
         self._model = None
         self._onnx = None  # the ONNX export's lane
         self._lane = None  # a PyTorch model's lane, on a GPU
@@ -357,17 +352,15 @@ class ExtractiveReader:
             spans.extend(SpanCandidate(doc_index, s, e, logit, window) for s, e, logit in window_spans)
         return ReaderOutput(deduplicate(spans, [source_position(d) for d in documents]), min(doc_null.values()), doc_null)
 
-    def encode(self, query: str, documents: Sequence[Document]) -> tuple[list[tuple[int, str]], Any]:
+    def encode(self, query: str, documents: Sequence[Document]) -> tuple[list[tuple[int, str]], Windows | None]:
         """(index, text) of the documents with text, and their windows tokenised with the question (None without text)."""
         self.warm_up()
         contents = [(i, d.content) for i, d in enumerate(documents) if d.content and d.content.strip()]
         if not contents:
             return [], None
-        texts = [c for _, c in contents]
-        with self._tokenizing:
-            return contents, encode_windows(
-                self._tokenizer, [query] * len(texts), texts, self.max_seq_length, self.doc_stride, padding=True
-            )
+        if self._windows is None or self._windows.tokenizer is not self._tokenizer:
+            self._windows = WindowEncoder(self._tokenizer, self.max_seq_length, self.doc_stride)
+        return contents, self._windows(query, [c for _, c in contents])
 
     def _logits(self, encoding) -> tuple[np.ndarray, np.ndarray]:
         """Start and end logits of every window: the one step a different backend replaces."""
@@ -388,19 +381,16 @@ class ExtractiveReader:
                 ends.append(output.end_logits.float().cpu().numpy())
         return np.concatenate(starts), np.concatenate(ends)
 
-    def _window_candidates(self, encoding, window: int, start: np.ndarray, end: np.ndarray, content: str):
+    def _window_candidates(self, encoding: Windows, window: int, start: np.ndarray, end: np.ndarray, content: str):
         """The window's no-answer logit and its n-best (start char, end char, logit) spans."""
         input_ids = encoding["input_ids"][window]
         cls_positions = np.flatnonzero(input_ids == self._tokenizer.cls_token_id)
         cls = int(cls_positions[0]) if len(cls_positions) else 0
         null = float(start[cls] + end[cls]) / 2
         # Context tokens are contiguous, so token distance = position distance: tokens first .. first + count - 1.
-        sequence_ids = encoding.sequence_ids(window)
-        context_id = context_sequence_id(self._tokenizer)
-        count = sequence_ids.count(context_id)
+        first, count = encoding.context_span(window)
         if count == 0:
             return null, []
-        first = sequence_ids.index(context_id)
         # Only spans shorter than max_answer_length are scored: band[i, k] is the span of tokens i .. i + k.
         ends = np.arange(count)[:, None] + np.arange(min(self.max_answer_length, count))[None, :]
         context_start, context_end = start[first : first + count], end[first : first + count]
@@ -460,60 +450,6 @@ def on_device(model, device: str):
         head.float()
         head.register_forward_pre_hook(lambda module, args: tuple(a.float() for a in args))
     return model
-
-
-def encode_windows(tokenizer, questions: list[str], contexts: list[str], max_seq_length: int, doc_stride: int, padding: bool):
-    """Question+context pairs cut into overlapping windows (run_qa's tokenisation), with offsets.
-
-    The context is what gets truncated and windowed; a question so long that it leaves the
-    context fewer than MIN_CONTEXT_TOKENS tokens is a QAError. With ``padding`` all windows are
-    padded to the longest one (numpy arrays, one forward pass); without, lists (training).
-    """
-    question_first = tokenizer.padding_side == "right"
-    questions = [q.lstrip() for q in questions]
-    longest = max((len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"]), default=0)
-    room = max_seq_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
-    if room < MIN_CONTEXT_TOKENS:
-        raise QAError(
-            f"A question is {longest} tokens long; a {max_seq_length}-token reader window has no room left for the review.",
-            "ask a shorter question, or use a reader with a larger max_seq_length.",
-        )
-    pair = (questions, contexts) if question_first else (contexts, questions)
-    # A right-padding tokenizer's windows are padded here: the same arrays as its own padding, without its per-window
-    # Python. A left-padding one pads them itself: that shifts every position, in its encodings' sequence ids too.
-    pad_here = padding and tokenizer.padding_side == "right"
-    tokenizer_pads = padding and not pad_here
-    encoding = tokenizer(
-        *pair,
-        truncation="only_second" if question_first else "only_first",
-        max_length=max_seq_length,
-        stride=min(doc_stride, room // 2),
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        padding="longest" if tokenizer_pads else False,
-        return_tensors="np" if tokenizer_pads else None,
-    )
-    if pad_here:
-        pad_right(encoding, tokenizer)
-    return encoding
-
-
-def pad_right(encoding, tokenizer) -> None:
-    """The model inputs of ``encoding``'s windows as int64 arrays, each window padded on the right to the longest one."""
-    longest = max(len(ids) for ids in encoding["input_ids"])
-    pads = {"input_ids": tokenizer.pad_token_id, "attention_mask": 0, "token_type_ids": tokenizer.pad_token_type_id}
-    for name, pad in pads.items():
-        if name in encoding:
-            padded = np.full((len(encoding[name]), longest), pad, dtype=np.int64)
-            for row, values in zip(padded, encoding[name]):
-                row[: len(values)] = values
-            encoding[name] = padded
-    encoding["overflow_to_sample_mapping"] = np.asarray(encoding["overflow_to_sample_mapping"], dtype=np.int64)
-
-
-def context_sequence_id(tokenizer) -> int:
-    """Which sequence of the pair is the context (question first for right-padding models)."""
-    return 1 if tokenizer.padding_side == "right" else 0
 
 
 def source_position(document: Document) -> tuple[str | None, int]:

@@ -20,7 +20,8 @@ from haystack import Document
 from qa_system.metrics.no_answer import DevPrediction
 from qa_system.metrics.squad import best_scores
 from qa_system.reading.model import MODEL_INFO_FILE, read_model_info
-from qa_system.reading.reader import ExtractiveReader, context_sequence_id, encode_windows
+from qa_system.reading.reader import ExtractiveReader
+from qa_system.reading.windows import context_sequence_id, encode_windows
 from qa_system.sources.squad import SquadExample, SquadReport, write_squad
 
 PathLike = str | Path

@@ -43,3 +43,29 @@ def tiny_model_dir(directory: Path, question_answering: bool = True, max_positio
 
 # A long review: short windows (max_seq_length 48 or 64) read it in several parts.
 LONG = " ".join(["it is a cheap screen and the sound is bad"] * 12) + " the battery lasts 6000 hours. " + " ".join(["great price"] * 20)
+
+
+def tiny_roberta_tokenizer(directory: Path, texts: list[str]):
+    """A RoBERTa-style byte-level BPE tokenizer learnt from ``texts`` (pairs as ``<s> a </s></s> b </s>``, one token
+    type, offsets trimmed), saved in directory."""
+    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers.processors import RobertaProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False, trim_offsets=True)
+    bpe.train_from_iterator(texts, vocab_size=400, min_frequency=1, special_tokens=specials)
+    bpe.post_processor = RobertaProcessing(("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>")), trim_offsets=True)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+        model_input_names=["input_ids", "attention_mask"],
+    )
+    tokenizer.save_pretrained(directory)
+    return tokenizer
