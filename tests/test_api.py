@@ -5,6 +5,7 @@ server (tests/helpers/openai_stub.py) whose replies can be made slow."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 import subprocess
@@ -836,7 +837,8 @@ def command_environment(api_settings: Settings) -> dict[str, str]:
 
 def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
     env = command_environment(api_settings)
-    with serve_api(env, args=["--rate-limit", "0"], log=tmp_path / "api.log", timeout=180) as url:
+    with serve_api(env, args=["--rate-limit", "0"], log=tmp_path / "api.log", timeout=180) as server:
+        url = server.url
         body = ask(url).json()
         assert body["documents"][0]["meta"]["review_id"] == "r-kindle-1"
         assert "/query" in httpx.get(f"{url}/openapi.json").json()["paths"]
@@ -846,7 +848,8 @@ def test_the_api_command_serves_on_loopback(api, api_settings, tmp_path):
 def test_several_server_processes_share_the_port_and_answer_alike(api, api_settings, tmp_path):
     env = command_environment(api_settings)
     alone = ask(api).json()["answers"]
-    with serve_api(env, args=["--rate-limit", "0", "--processes", "2", "--workers", "1"], log=tmp_path / "api.log", timeout=300) as url:
+    with serve_api(env, args=["--rate-limit", "0", "--processes", "2", "--workers", "1"], log=tmp_path / "api.log", timeout=300) as server:
+        url = server.url
         wait_all_ready(url, 2, timeout=240)  # each process loads on its own; a new connection may reach either
         with ThreadPoolExecutor(4) as clients:  # a connection of its own each
             answers = list(clients.map(lambda _: ask(url).json()["answers"], range(8)))
@@ -957,6 +960,9 @@ def test_the_load_test_serves_the_configured_reader_by_default(api_settings, tmp
     table = run_api_bench(onnx, tmp_path / "bench", clients=1, seconds=1, questions=2, progress=lambda m: None)
     assert list(table["server"]) == ["onnx reader"] and table["answered"].iloc[0] >= 1 and table["errors"].iloc[0] == 0
     assert table["answered_by"].iloc[0].endswith(", onnx int8) on cpu")  # what read, as the answers name it
+    # The CPU its processes spent meanwhile: one process, no model server.
+    row = table.iloc[0]
+    assert row["server_cpu_ms_per_answer"] > 0 and row["server_cores_busy"] > 0 and math.isnan(row["model_server_cpu_ms_per_answer"])
     # /health names what reads once loaded, not merely what was configured.
     with running(create_app(onnx)) as url:
         assert wait_ready(url).json()["reader_backend"] == "onnx int8"
@@ -969,6 +975,7 @@ def test_the_load_test_measures_each_number_of_clients_in_turn(api, api_settings
     rows = json.loads((out / "report.json").read_text())["metrics"]
     assert [(r["server"], r["clients"]) for r in rows] == [(f"{api}, 1 clients", 1), (f"{api}, 2 clients", 2)]
     assert all(r["answered"] >= 1 and r["errors"] == 0 and 0 < r["p50_ms"] <= r["p99_ms"] for r in rows)
+    assert all(math.isnan(r["server_cpu_ms_per_answer"]) for r in rows)  # a server it did not start: its processes are not seen
 
 
 def test_the_load_test_reports_throughput_latency_and_errors(api, api_settings, tmp_path, monkeypatch, capsys):

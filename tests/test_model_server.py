@@ -17,6 +17,7 @@ import pytest
 from haystack import Document
 
 from helpers.models import tiny_model_dir
+from qa_system.bench.api import MODEL_SERVER_ROLE, server_cpu_seconds
 from qa_system.config import Settings, default_embedding_model
 from qa_system.errors import QAError, Unavailable
 from qa_system.ingestion.embedding import TorchSentenceEncoder, load_encoder
@@ -74,6 +75,9 @@ def test_a_reader_on_the_model_server_answers_as_its_own_model_would(server, tin
     assert got == expected
     served, calls, busy_s = model_server().request("load")[f"reader {tiny_reader}"]
     assert served >= 3 * len(QUESTIONS) and 0 < calls and busy_s > 0  # every question's windows, read in the lane
+    # `bench api` tells the model server's CPU from its API's, as here this process's from its child's.
+    cpu = server_cpu_seconds(os.getpid())
+    assert cpu[MODEL_SERVER_ROLE] > 0 and cpu["api"] > 0
 
 
 def test_an_encoder_on_the_model_server_gives_the_processs_own_vectors_and_shares_its_calls(server):

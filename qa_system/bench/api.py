@@ -35,10 +35,14 @@ from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
 from qa_system.evaluation.report import write_report
 from qa_system.serving.api import serve_api
+from qa_system.serving.model_server import PROGRAM
 from qa_system.serving.webapp import settings_environment
 from qa_system.sources import load_subjqa
 
 HEALTH_EVERY_S = 0.5
+MODEL_SERVER_ROLE = "model server"
+SERVER_ROLES = ("api", MODEL_SERVER_ROLE)
+MODEL_SERVER_PROGRAM = PROGRAM[-1]  # what the model server's command line runs
 CLIENTS_PER_PROCESS = 8  # httpx takes about 2 ms of a core per answer: 8 clients at 50 answers/s each is a fifth of a core
 
 
@@ -60,6 +64,7 @@ class LoadResult:
     memory: list[tuple[float, float]] = field(default_factory=list)  # (s into the run, server RSS in MB), from /health
     client_cpu: float = 0.0  # the busiest client process's CPU seconds per second of the run: near 1, it measured itself
     pipelines: set[str] = field(default_factory=set)  # which pipelines answered, as the answers name them (device included)
+    server_cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds of the server's processes during the run, by role
 
     def over_time(self, bin_s: float = 10.0) -> pd.DataFrame:
         """Per ``bin_s`` seconds of the run: answers, throughput, latency p50 / p95, the waits, and the server's largest RSS."""
@@ -113,10 +118,40 @@ class LoadResult:
             "memory_max_mb": max(memory, default=float("nan")),
             "memory_end_mb": memory[-1] if memory else float("nan"),
             "client_cpu_pct": round(100 * self.client_cpu, 1),
+            "server_cpu_ms_per_answer": self._cpu_ms_per_answer(*SERVER_ROLES),
+            "model_server_cpu_ms_per_answer": self._cpu_ms_per_answer(MODEL_SERVER_ROLE),
+            "server_cores_busy": round(sum(self.server_cpu.values()) / self.seconds, 2) if self.server_cpu else float("nan"),
             "load_average_start": round(self.load_average[0], 1),
             "load_average_end": round(self.load_average[1], 1),
             "answered_by": "; ".join(sorted(self.pipelines)),
         }
+
+    def _cpu_ms_per_answer(self, *roles: str) -> float:
+        """The server's CPU ms per answered question in ``roles``' processes: NaN when none ran (or none was measured)."""
+        if not self.latencies or not any(role in self.server_cpu for role in roles):
+            return float("nan")
+        return round(1000 * sum(self.server_cpu.get(role, 0.0) for role in roles) / len(self.latencies), 1)
+
+
+def server_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds so far (user and system) of the server process ``pid`` and its descendants, by role: the model
+    server's (``MODEL_SERVER_ROLE``, when it runs one), the others' ("api": the server processes, their supervisor)."""
+    import psutil
+
+    seconds: dict[str, float] = {}
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:  # it ended
+        return seconds
+    for process in processes:
+        try:
+            times, command = process.cpu_times(), " ".join(process.cmdline())
+        except psutil.Error:  # one that ended meanwhile
+            continue
+        role = MODEL_SERVER_ROLE if MODEL_SERVER_PROGRAM in command else "api"
+        seconds[role] = seconds.get(role, 0.0) + times.user + times.system
+    return seconds
 
 
 def _ms(values, q: float) -> float:
@@ -135,12 +170,13 @@ def load_test(
     token: str | None = None,
     warmup: int = 1,
     client_processes: int | None = None,
+    server_pid: int | None = None,
 ) -> LoadResult:
     """``clients`` clients asking ``questions`` (request bodies; client k asks k, k + clients, ...) for ``seconds``; each
     first asks ``warmup`` uncounted. They are threads spread over ``client_processes`` processes (default: one per
     ``CLIENTS_PER_PROCESS``), none of them this one: Python runs one thread at a time per process, and 64 clients in one
     would measure the client as much as the server. The busiest client process's share of a core is reported
-    (``client_cpu_pct``)."""
+    (``client_cpu_pct``); with ``server_pid`` (a server started for the run), the CPU its processes spent meanwhile."""
     processes = client_processes or -(-clients // CLIENTS_PER_PROCESS)
     spawn = multiprocessing.get_context("spawn")
     started, stop, results = spawn.Barrier(clients + 1, timeout=600), spawn.Event(), spawn.Queue()
@@ -157,11 +193,15 @@ def load_test(
         raise QAError("The load test's clients did not start.", "see the error above; check that the server answers.") from None
     result = LoadResult(label, clients, seconds)
     run_began, load_before = time.time(), os.getloadavg()[0]
+    cpu_before = server_cpu_seconds(server_pid) if server_pid else {}
     prober = threading.Thread(target=_probe, args=(url, result, run_began, stop), daemon=True)
     prober.start()
     time.sleep(seconds)
     stop.set()
     ended, result.load_average = time.time(), (load_before, os.getloadavg()[0])
+    if server_pid:
+        cpu_now = server_cpu_seconds(server_pid)
+        result.server_cpu = {role: cpu_now[role] - cpu_before.get(role, 0.0) for role in cpu_now}
     try:
         outcomes = [results.get(timeout=120) for _ in children]
     except queue.Empty:
@@ -331,10 +371,11 @@ def run_api_bench(
         progress(f"starting qa-system api with the {backend} reader, {processes} process(es) (log: {out / f'server-{backend}.log'})")
         with serve_api(env, args=["--domain", domain], log=out / f"server-{backend}.log", timeout=1800) as server:
             if processes > 1:
-                wait_all_ready(server, processes)
+                wait_all_ready(server.url, processes)
             for n in counts:
                 progress(f"{n} clients for {seconds:.0f} s against the {backend} reader")
-                results.append(load_test(server, bodies, n, seconds, named(f"{backend} reader", n), settings.api_token))
+                label = named(f"{backend} reader", n)
+                results.append(load_test(server.url, bodies, n, seconds, label, settings.api_token, server_pid=server.pid))
     table = pd.DataFrame([r.row() for r in results])
     over_time = pd.concat([r.over_time() for r in results], ignore_index=True)
     summary: dict[str, Any] = {
@@ -369,6 +410,12 @@ def run_api_bench(
     notes.append(
         f"The clients run {CLIENTS_PER_PROCESS} to a process; client_cpu_pct: the busiest client process's share of one core "
         "(near 100, the load test rather than the server set the pace)."
+    )
+    notes.append(
+        "server_cpu_ms_per_answer: the CPU (user and system, all threads) of the server's processes during the run per "
+        "answered question, the model server's included; model_server_cpu_ms_per_answer: the model server's part (a "
+        "server of several processes on a GPU); server_cores_busy: their CPU seconds per second, to compare with the "
+        "machine's cores. Not measured (NaN) against --url."
     )
     write_report(
         out_dir, "API load test", table, summary, {"over_time.png": over_time_plot(over_time)}, {"Over time": over_time}, notes=notes

@@ -19,6 +19,7 @@ import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from qa_system.config import Settings
@@ -120,14 +121,23 @@ def size_torch_threads(settings: Settings) -> int:
     return threads
 
 
+@dataclass(frozen=True)
+class RunningAPI:
+    """A ``qa-system api`` that ``serve_api`` started: its URL, and its process (the server processes and the model
+    server, when it has them, are its descendants)."""
+
+    url: str
+    pid: int
+
+
 @contextmanager
 def serve_api(
     env: Mapping[str, str] | None = None, args: Sequence[str] = (), log: Path | None = None, timeout: float = 300
-) -> Iterator[str]:
-    """``qa-system api ARGS`` on a free 127.0.0.1 port; yields its URL once /health answers ready."""
+) -> Iterator[RunningAPI]:
+    """``qa-system api ARGS`` on a free 127.0.0.1 port; yields it once /health answers ready."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with serve_process(
         [*CLI, "api", "--host", "127.0.0.1", "--port", str(port), *args], f"{url}/health", "qa-system api", env, log, timeout
-    ):
-        yield url
+    ) as process:
+        yield RunningAPI(url, process.pid)
