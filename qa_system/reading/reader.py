@@ -399,16 +399,13 @@ class ExtractiveReader:
         best = np.argpartition(band, band.size - keep, axis=None)[band.size - keep :]
         best = best[np.argsort(band.ravel()[best])[::-1]]
         rows, lengths = np.unravel_index(best, band.shape)
-        offsets = encoding["offset_mapping"][window]
-        spans = []
+        logits = band.ravel()[best]
+        finite = np.isfinite(logits)
+        rows, lengths, logits = rows[finite], lengths[finite], logits[finite]  # -inf: past the review's end
+        offsets = np.asarray(encoding["offset_mapping"][window])
+        begins, stops = offsets[first + rows, 0].tolist(), offsets[first + rows + lengths, 1].tolist()
         # Python numbers from here on: numpy's scalars cost a microsecond or more at every step.
-        for i, k, logit in zip(rows.tolist(), lengths.tolist(), band.ravel()[best].tolist()):
-            if not math.isfinite(logit):
-                break
-            begin, stop = int(offsets[first + i][0]), int(offsets[first + i + k][1])
-            if content[begin:stop].strip():
-                spans.append((begin, stop, logit))
-        return null, spans
+        return null, [(begin, stop, logit) for begin, stop, logit in zip(begins, stops, logits.tolist()) if content[begin:stop].strip()]
 
     def _answer(self, query: str, documents: Sequence[Document], span: SpanCandidate) -> ExtractedAnswer:
         content = documents[span.document].content
