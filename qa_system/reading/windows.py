@@ -1,13 +1,13 @@
 """The reader's windows of a question over its documents, each document tokenised once per process.
 
-A question is asked of the same reviews again and again (a product's best eight or ten), and tokenising them is
-most of what a question costs a server outside the models: 8 ms of 30 on a 2-core CPU, where the question itself
-is a few tokens. ``WindowEncoder`` keeps each document's tokens (ids and character offsets, without special
-tokens) in a cache bounded by tokens, and lays out a question's windows from them with numpy: the pair template
-of the tokenizer, learnt from the tokenizer itself (BERT's ``[CLS] question [SEP] review [SEP]``, token types 0
-then 1), the review cut as the tokenizer's own overflow cuts it
-(``Encoding.truncate``: parts of ``room`` tokens starting every ``room - stride``). The windows are those of
-``encode_windows`` to the token (tests compare every array); a tokenizer whose template is not of that form,
+A question is asked of the same reviews again and again (a product's best eight), and tokenising them with the
+question cost a server process 9-11 ms of CPU a question on a 2-core CPU (the tokenizer's own threads included),
+where laying them out from cached tokens costs 0.2 ms (docs/experiments.md). ``WindowEncoder`` keeps each
+document's tokens (ids and character offsets, without special tokens) in a cache bounded by tokens, and lays out a
+question's windows from them with numpy: the tokenizer's pair template, learnt from the tokenizer itself (BERT's
+``[CLS] question [SEP] review [SEP]``, token types 0 then 1), and the review cut as the tokenizer's own overflow
+cuts it (``Encoding.truncate``: parts of ``room`` tokens starting every ``room - stride``). The windows are those
+of ``encode_windows`` to the token (tests compare every array); a tokenizer whose template is not of that form,
 whose post-processor moves offsets, or that puts the review first, is tokenised by ``encode_windows``.
 """
 
