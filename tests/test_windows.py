@@ -5,10 +5,11 @@ import threading
 import numpy as np
 import pytest
 
-from helpers.models import LONG, WORDS, tiny_roberta_tokenizer, tiny_tokenizer
+from helpers.models import LONG, WORDS, tiny_model_dir, tiny_roberta_tokenizer, tiny_tokenizer
 from qa_system.config import default_reader_model
 from qa_system.errors import QAError
-from qa_system.reading.windows import WindowEncoder, Windows, encode_windows, overflow_parts
+from qa_system.reading.reader import ExtractiveReader
+from qa_system.reading.windows import WindowEncoder, Windows, encode_windows, overflow_parts, shared_window_encoder
 
 REVIEWS = [LONG, "Sound is GREAT, battery is bad.", "x", "  the   screen\tis cheap  ", " ".join(WORDS * 30), "ünïcode café 1/2"]
 QUESTIONS = ["how is the battery?", "  and the sound?", "a", "is the screen of this cheap thing about as bad as the price is?"]
@@ -122,3 +123,22 @@ def test_threads_sharing_an_encoder_get_their_own_windows(tokenizer):
     for thread in threads:
         thread.join()
     assert not failures
+
+
+def test_readers_of_one_model_share_one_cache_of_review_tokens(tmp_path):
+    """The readers of several pipelines (a collection's, each retriever's) tokenise a review once between them."""
+    from haystack import Document
+    from transformers import AutoTokenizer
+
+    model = tiny_model_dir(tmp_path / "reader")
+    readers = [ExtractiveReader(model=str(model), backend="torch", max_seq_length=64, doc_stride=20) for _ in range(2)]
+    readers[0].warm_up()
+    readers[0]._tokenizer("a", "b", truncation="only_second", max_length=20)  # its truncation setting now differs
+    for reader in readers:
+        reader.run("how is the battery?", [Document(content=LONG)])
+    assert readers[0]._windows is readers[1]._windows and LONG in readers[0]._windows._cache
+    fresh = AutoTokenizer.from_pretrained(model)
+    assert shared_window_encoder(fresh, 64, 20) is readers[0]._windows  # the same files, never called yet
+    assert shared_window_encoder(fresh, 128, 20) is not readers[0]._windows  # another window
+    fresh.padding_side = "left"
+    assert shared_window_encoder(fresh, 64, 20) is not readers[0]._windows  # another layout

@@ -33,7 +33,7 @@ from haystack import Document, ExtractedAnswer, component, default_from_dict, de
 
 from qa_system.errors import QAError, check_count, check_number
 from qa_system.reading.model import load_qa_model, read_model_info
-from qa_system.reading.windows import WindowEncoder, Windows
+from qa_system.reading.windows import WindowEncoder, Windows, shared_window_encoder
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,8 @@ class ExtractiveReader:
         self.device = check_device(device)
         self._device: str | None = None  # resolved by warm_up: "cpu" or "cuda:N"
         self._tokenizer = None
-        self._windows: WindowEncoder | None = None  # of the tokenizer, made on first use
+        self._windows: WindowEncoder | None = None  # of the tokenizer (_windows_of), found on first use
+        self._windows_of = None
         self._model = None
         self._onnx = None  # the ONNX export's lane
         self._lane = None  # a PyTorch model's lane, on a GPU
@@ -358,8 +359,8 @@ class ExtractiveReader:
         contents = [(i, d.content) for i, d in enumerate(documents) if d.content and d.content.strip()]
         if not contents:
             return [], None
-        if self._windows is None or self._windows.tokenizer is not self._tokenizer:
-            self._windows = WindowEncoder(self._tokenizer, self.max_seq_length, self.doc_stride)
+        if self._windows is None or self._windows_of is not self._tokenizer:
+            self._windows, self._windows_of = shared_window_encoder(self._tokenizer, self.max_seq_length, self.doc_stride), self._tokenizer
         return contents, self._windows(query, [c for _, c in contents])
 
     def _logits(self, encoding) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,8 @@ whose post-processor moves offsets, or that puts the review first, is tokenised 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -24,7 +26,7 @@ from qa_system.errors import QAError
 
 # A question must leave at least this many tokens of each window to the review.
 MIN_CONTEXT_TOKENS = 32
-# Tokens of documents kept per process (about 12 bytes each): some thousands of reviews.
+# Tokens of documents kept per tokenizer and process (12 bytes each, 24 MB): some ten thousand reviews.
 CACHE_TOKENS = 2_000_000
 
 
@@ -66,6 +68,7 @@ class PairTemplate:
 
     @property
     def specials(self) -> int:
+        """How many special tokens a pair gets."""
         return len(self.prefix) + len(self.middle) + len(self.suffix)
 
     @classmethod
@@ -173,7 +176,7 @@ class WindowEncoder:
         missing = [review for review, tokens in found.items() if tokens is None]
         if missing:
             for review, encoding in zip(missing, self._backend.encode_batch(missing, add_special_tokens=False)):
-                found[review] = (np.asarray(encoding.ids, dtype=np.int64), np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2))
+                found[review] = (np.asarray(encoding.ids, dtype=np.int32), np.asarray(encoding.offsets, dtype=np.int32).reshape(-1, 2))
             with self._lock:
                 for review in missing:
                     if review not in self._cache and len(found[review][0]) <= self.cache_tokens:
@@ -273,3 +276,30 @@ def pad_right(encoding, tokenizer) -> None:
 def context_sequence_id(tokenizer) -> int:
     """Which sequence of the pair is the context (question first for right-padding models)."""
     return 1 if tokenizer.padding_side == "right" else 0
+
+
+_shared: dict[tuple, WindowEncoder] = {}
+_sharing = threading.Lock()
+
+
+def shared_window_encoder(tokenizer, max_seq_length: int, doc_stride: int) -> WindowEncoder:
+    """The process's encoder for this tokenizer (by its content and settings) and window: the readers of several
+    pipelines (each collection, each retriever) share one cache of review tokens."""
+    if not tokenizer.is_fast:  # tokenised by encode_windows: no cache to share
+        return WindowEncoder(tokenizer, max_seq_length, doc_stride)
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    for setting in ("truncation", "padding"):  # what each call of the tokenizer sets anew
+        state.pop(setting, None)
+    content = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+    settings = (
+        tokenizer.padding_side,
+        tokenizer.truncation_side,
+        tuple(tokenizer.model_input_names),
+        tokenizer.pad_token_id,
+        tokenizer.pad_token_type_id,
+    )
+    key = (content, settings, max_seq_length, doc_stride)
+    with _sharing:
+        if key not in _shared:
+            _shared[key] = WindowEncoder(tokenizer, max_seq_length, doc_stride)
+        return _shared[key]
