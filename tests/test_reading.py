@@ -9,7 +9,7 @@ import pytest
 from haystack import Document, Pipeline
 
 from helpers.down_server import DownServer
-from helpers.models import LONG, tiny_model_dir
+from helpers.models import LONG, tiny_model_dir, tiny_roberta_model_dir
 from qa_system.errors import QAError
 from qa_system.reading import MODEL_INFO_FILE, ExtractiveReader, SpanCandidate, encode_windows
 from qa_system.reading.reader import deduplicate
@@ -95,6 +95,22 @@ def test_deduplicate_compares_passages_in_their_source_document():
     sources = [("manual", 0), ("manual", 20), ("other", 20)]
     assert deduplicate(spans, sources) == [spans[0], spans[2]]  # passage 1's span is passage 0's, 20 characters on
     assert deduplicate(spans) == spans
+
+
+def test_an_answer_is_its_words_without_the_space_some_tokenizers_count_in_a_token(tmp_path):
+    """RoBERTa's tokenizer counts the leading space of the first token of each part of a long review in its offsets."""
+    reader = target_reader(tiny_roberta_model_dir(tmp_path, [LONG]), "", max_seq_length=48, doc_stride=16, top_k=100)
+    encoding = reader.encode("cheap?", [Document(content=LONG)])[1]
+    first = encoding.context_span(1)[0]  # the second part's first token
+    start, end = encoding["offset_mapping"][1][first]
+    word = LONG[start:end]
+    assert word.startswith(" ")
+    reader.target = reader._tokenizer.convert_ids_to_tokens(int(encoding["input_ids"][1][first]))  # every place it is read
+    logits = reader._logits
+    reader._logits = lambda windows: tuple(x + np.arange(len(x))[:, None] / 100 for x in logits(windows))  # later parts win ties
+    answers = [a for a in reader.run("cheap?", [Document(content=LONG)])["answers"] if a.data is not None]
+    assert start + 1 in {a.document_offset.start for a in answers}  # the part's first token, read as an answer
+    assert all(a.data == a.data.strip() == LONG[a.document_offset.start : a.document_offset.end] for a in answers)
 
 
 def test_answer_in_second_document_is_mapped_to_it(model_dir):

@@ -406,7 +406,16 @@ class ExtractiveReader:
         offsets = np.asarray(encoding["offset_mapping"][window])
         begins, stops = offsets[first + rows, 0].tolist(), offsets[first + rows + lengths, 1].tolist()
         # Python numbers from here on: numpy's scalars cost a microsecond or more at every step.
-        return null, [(begin, stop, logit) for begin, stop, logit in zip(begins, stops, logits.tolist()) if content[begin:stop].strip()]
+        spans = []
+        for begin, stop, logit in zip(begins, stops, logits.tolist()):
+            text = content[begin:stop]
+            words = text.strip()
+            if words:
+                # Some tokenizers count a token's leading space in its offsets (RoBERTa's, at the start of each part
+                # of a long review): an answer is its words alone.
+                begin += len(text) - len(text.lstrip())
+                spans.append((begin, begin + len(words), logit))
+        return null, spans
 
     def _answer(self, query: str, documents: Sequence[Document], span: SpanCandidate) -> ExtractedAnswer:
         content = documents[span.document].content

@@ -69,3 +69,25 @@ def tiny_roberta_tokenizer(directory: Path, texts: list[str]):
     )
     tokenizer.save_pretrained(directory)
     return tokenizer
+
+
+def tiny_roberta_model_dir(directory: Path, texts: list[str]) -> Path:
+    """A 2-layer, 32-wide RoBERTa with a QA head, saved with ``tiny_roberta_tokenizer`` learnt from ``texts``."""
+    import torch
+    from transformers import RobertaConfig, RobertaForQuestionAnswering
+
+    tokenizer = tiny_roberta_tokenizer(directory, texts)
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=140,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    RobertaForQuestionAnswering(config).save_pretrained(directory)
+    return directory
