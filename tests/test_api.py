@@ -890,6 +890,21 @@ def test_document_routes_on_several_processes_are_refused_in_one_line(api_settin
     assert "need a server of one process; 2 were asked for" in err and "--processes 1" in err and len(err.splitlines()) == 1
 
 
+def test_a_servers_thread_pools_share_its_cores_among_its_workers():
+    """PyTorch's threads and FAISS's OpenMP team (a dense search) per worker: workers x threads never exceeds the cores."""
+    script = """
+import json, faiss, torch
+from qa_system.config import Settings
+from qa_system.reading.onnx import physical_cores
+from qa_system.serving.api.server import size_thread_pools
+sized = [(size_thread_pools(Settings(api_workers=w)), torch.get_num_threads(), faiss.omp_get_max_threads()) for w in (1, 2, 64)]
+print(json.dumps({"cores": physical_cores(), "sized": sized}))
+"""
+    result = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
+    cores = result["cores"]
+    assert result["sized"] == [[cores] * 3, [max(1, cores // 2)] * 3, [1] * 3]
+
+
 def left_in_time_wait() -> int:
     """A loopback port that a server has just stopped serving on: its side of a connection waits out TIME_WAIT there."""
     with socket.socket() as listener:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -52,6 +54,35 @@ def test_the_selector_learns_what_the_threshold_cannot_see_and_its_probabilities
     assert (answered["best_f1_true"] >= 0.5).mean() > 0.8
     x, y = info["calibration"]["no_answer"]
     assert all(b >= a for a, b in zip(y, y[1:])) and 0 <= min(y) and max(y) <= 1
+
+
+PREDICTING_THREADS = """
+import json, sys, threading
+import psutil
+from qa_system.reading.selection import SelectorModel
+
+model = SelectorModel(sys.argv[1])
+spans = [{name: float(i % 7) for name in model.span_features} for i in range(30)]
+answer = {name: 0.5 for name in model.answer_features}
+process = psutil.Process()
+def cpu():
+    return {thread.id: thread.user_time + thread.system_time for thread in process.threads()}
+before = cpu()
+for _ in range(1000):
+    model.span_f1(spans)
+    model.answerable(answer)
+used = {thread: seconds - before.get(thread, 0.0) for thread, seconds in cpu().items()}
+print(json.dumps({"caller": used.pop(threading.get_native_id()), "others": sum(used.values())}))
+"""
+
+
+def test_the_selector_predicts_in_the_calling_thread(trained_selector):
+    """A question's few rows: LightGBM's default OpenMP team (a thread per core) would spin on every other core after
+    each call, as much CPU again per core as the prediction itself."""
+    folder, _ = trained_selector
+    run = subprocess.run([sys.executable, "-c", PREDICTING_THREADS, str(folder)], capture_output=True, text=True, check=True)
+    cpu = json.loads(run.stdout)
+    assert cpu["caller"] > 0.05 and cpu["others"] <= 0.1 * cpu["caller"]
 
 
 def test_a_calibration_never_states_certainty_from_a_finite_sample():

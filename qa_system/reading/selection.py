@@ -136,12 +136,12 @@ class SelectorModel:
     def span_f1(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
         """The F1 each candidate span is predicted to score if the question is answerable (0 to 1)."""
         matrix = np.array([[row[name] for name in self.span_features] for row in rows], dtype=float)
-        return np.clip(self.span_model.predict(matrix), 0.0, 1.0) if len(rows) else np.zeros(0)
+        return np.clip(_predict(self.span_model, matrix), 0.0, 1.0) if len(rows) else np.zeros(0)
 
     def answerable(self, row: dict[str, float]) -> float:
         """The probability that the reviews read answer the question (``selection_features.answer_row``)."""
         matrix = np.array([[row[name] for name in self.answer_features]], dtype=float)
-        return float(self.answer_model.predict(matrix)[0])
+        return float(_predict(self.answer_model, matrix)[0])
 
     def shown(self, query: str, spans: Sequence[Candidate], documents: Sequence[ReadDocument]) -> list[Candidate]:
         """Each candidate as a card shows it: its phrase, or the reader's own span where the text model finds that
@@ -151,7 +151,7 @@ class SelectorModel:
         if self.text_model is None or not grown:
             return list(spans)
         rows = [shown_text_row(query, spans[i], documents[spans[i].document].content) for i in grown]
-        p_span = self.text_model.predict(np.array([[row[name] for name in self.text_features] for row in rows], dtype=float))
+        p_span = _predict(self.text_model, np.array([[row[name] for name in self.text_features] for row in rows], dtype=float))
         shown = list(spans)
         for i, p in zip(grown, p_span):
             if p > self.text_threshold:
@@ -189,6 +189,12 @@ class SelectorModel:
             return shown, span_scores, p, Decision(answer, float(span_scores[best]) if best is not None else 0.0, p)
         decision = decide(span_scores, p)
         return spans, p * span_scores, decision.no_answer_value, decision
+
+
+def _predict(model, matrix: np.ndarray) -> np.ndarray:
+    """``model``'s predictions in the calling thread. A question's few rows gain nothing from an OpenMP team, whose
+    threads (one per core by default) spin after every call: on a many-core server, CPU the questions need."""
+    return model.predict(matrix, num_threads=1)
 
 
 def same_answer(a: str, b: str) -> bool:

@@ -54,7 +54,7 @@ def run_api(
     )
     served = {"host": host, "port": port, "log_level": log_level, "timeout_graceful_shutdown": 10}
     if settings.api_processes == 1:
-        size_torch_threads(settings)
+        size_thread_pools(settings)
         uvicorn.run(create_app(settings, collections), **served)
         return
     check_processes(settings)
@@ -94,7 +94,7 @@ def app_from_environment():
 
     settings = Settings.from_env()
     share_cores(settings.api_processes)  # every thread pool of the process (ONNX Runtime's, PyTorch's) sized to its part
-    size_torch_threads(settings)
+    size_thread_pools(settings)
     return create_app(settings, [ServedCollection(name, domain) for name, domain in json.loads(os.environ[SERVED_VARIABLE])])
 
 
@@ -107,17 +107,20 @@ def check_processes(settings: Settings) -> None:
         )
 
 
-def size_torch_threads(settings: Settings) -> int:
-    """PyTorch's threads per operation in a server that answers ``api_workers`` questions at once: the process's
-    physical cores (``devices.share_cores``) shared among the workers (each runs its own torch operations: the question
-    encoder, a torch reader), so that workers x threads never exceeds the cores. The ONNX reader has its own lane
-    (``reading.batching``)."""
+def size_thread_pools(settings: Settings) -> int:
+    """Threads per operation in a server that answers ``api_workers`` questions at once: the process's physical cores
+    (``devices.share_cores``) shared among the workers, so that workers x threads never exceeds the cores. Sized so:
+    PyTorch's (the question encoder, a torch reader) and FAISS's OpenMP team (a dense search, which by default takes
+    every core for one question's vector, and on 2 cores reads one in 1.2-1.5x the time of one thread and twice its CPU).
+    The ONNX reader has its own lane (``reading.batching``)."""
+    import faiss
     import torch
 
     from qa_system.reading.onnx import physical_cores
 
     threads = max(1, physical_cores() // settings.api_workers)
     torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
     return threads
 
 
