@@ -3,7 +3,9 @@
 #   scripts/bench_gpu.sh [api] [index] [train]     (default: all three, in that order)
 # api:   `qa-system bench api` at CLIENTS clients with PROCESSES server processes, for each of MODEL_SERVER ["1 0"]:
 #        their models in one model server (1, the default) or each process's own (0); where the processes do not all
-#        become ready, the same with one process, so that a run still measures something.
+#        become ready, the same with one process, so that a run still measures something. Beside each report: the GPU
+#        and the busiest processes every 15 s (monitor.log), and where py-spy is installed, 20 s of its stacks of the
+#        model server and of one server process under the last client count's load (py-spy-*.txt).
 # index: `qa-system bench ingest` of REVIEWS generated reviews, embedded on the device.
 # train: `qa-system train-reader`'s general stage on TRAIN_FILES, 2 epochs, batch 128.
 # Environment (defaults in brackets): DEVICE [cuda], OUT, where reports and a log go [reports/gpu], PROCESSES [12],
@@ -77,6 +79,30 @@ stand_in=$(build_stand_in) || exit 1
 [ -z "$stand_in" ] || export HF_HUB_CACHE="$stand_in"
 export HF_HUB_OFFLINE=1
 
+# Once the last client count's load has run for 15 s (the log from line $2 on says when it starts), 20 s of py-spy on
+# the model server (every busy thread, then only the one that holds the GIL) and on one server process, as raw stacks
+# in $1/py-spy-*.txt: which functions hold their time. Where py-spy is missing or may not attach, a line in its .log.
+profile_load() {
+  local dir=$1 from=$2 spy last supervisor server model_server
+  spy=$(command -v py-spy || echo /tmp/site/bin/py-spy)
+  [ -x "$spy" ] || { echo "no py-spy: no profiles" >"$dir/py-spy.log"; return 0; }
+  last=${CLIENTS:-1 8 64}
+  last=${last##* }
+  until tail -n +"$from" "$log" | grep -q "^$last clients for"; do sleep 2; done
+  sleep 15
+  supervisor=$(pgrep -f -- "api --host 127.0.0.1 --port" | head -n 1)
+  [ -n "$supervisor" ] || return 0
+  model_server=$(pgrep -P "$supervisor" -f "qa_system.serving.model_server" | head -n 1)
+  server=$(pgrep -P "$supervisor" -f spawn_main | head -n 1)
+  record() {  # name pid [py-spy options]
+    "$spy" record --pid "$2" --duration 20 --rate 100 --nonblocking --threads --format raw --output "$dir/py-spy-$1.txt" "${@:3}" \
+      >"$dir/py-spy-$1.log" 2>&1 &
+  }
+  record api "${server:-$supervisor}"
+  [ -z "$model_server" ] || { record model-server "$model_server"; record model-server-gil "$model_server" --gil; }
+  wait
+}
+
 api_row() {
   local processes=$1 limit=$2 model_server=$3 name="api-$1"
   [ "$model_server" = 1 ] || name="$name-own-models"
@@ -89,10 +115,12 @@ api_row() {
     top -b -n 1 -w 160 | sed -n '1,5p;7,24p'
   done >"$out/$name/monitor.log" 2>&1) &
   local monitor=$!
+  profile_load "$out/$name" "$(($(wc -l <"$log") + 1))" &
+  local profiler=$!
   QA_API_MODEL_SERVER=$model_server QA_API_WORKERS=${QA_API_WORKERS:-6} timeout "$limit" "${qa[@]}" bench api --device "$device" --domain electronics --clients ${CLIENTS:-1 8 64} --seconds "${LOAD_SECONDS:-60}" \
     --processes "$processes" --out "$out/$name"
   local status=$?
-  kill "$monitor" 2>/dev/null
+  kill "$monitor" "$profiler" 2>/dev/null
   # The server's log can be long: its start and its end say how it loaded and how it ended, the model server's lines
   # how busy each of its lanes was.
   for server_log in "$out/$name"/server-*.log; do

@@ -7,7 +7,8 @@
 # do: versions are ignored, and its own versions are kept). DIR: where the wheels go (default .whl, ignored by git).
 # Environment: PYTHON_VERSION (that machine's, default 3.12); SKIP, a regular expression of names left out (default:
 # PyTorch and its CUDA libraries, which that machine brings, the search page's packages, which a server and the
-# benchmarks do not import, and the 90 MB all-MiniLM-L6-v2 wheel: point QA_EMBEDDING_MODEL at a copy instead).
+# benchmarks do not import, and the 90 MB all-MiniLM-L6-v2 wheel: point QA_EMBEDDING_MODEL at a copy instead); EXTRA,
+# requirements downloaded besides (default py-spy, the profiler that scripts/bench_gpu.sh runs where it finds one).
 # There: python3 -m pip install --no-index --no-deps --target /tmp/site DIR/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,7 @@ for item in json.load(open(report))["install"]:
     if package != "qa-system" and package not in have and not re.match(skip, package):
         print(f"{package}=={version}")
 EOF
+for requirement in ${EXTRA-py-spy}; do echo "$requirement" >>"$work/wanted.txt"; done
 mkdir -p "$dir"
 "$python" -m pip download -q --no-deps "${target[@]}" -d "$dir" -r "$work/wanted.txt"
 echo "$(wc -l <"$work/wanted.txt") wheels in $dir ($(du -sh "$dir" | cut -f1)): $(sed 's/==.*//' "$work/wanted.txt" | tr '\n' ' ')"
