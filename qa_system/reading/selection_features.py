@@ -17,8 +17,10 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from qa_system.metrics.squad import f1 as token_f1
 from qa_system.metrics.squad import normalize_answer
@@ -78,13 +80,22 @@ class Candidate:
         return Candidate(self.document, start, end, self.logit, content[start:end])
 
 
+@lru_cache(maxsize=1024)
+def _phrase_breaks(content: str) -> tuple[str, list[int]]:
+    """``content`` with its HTML entities masked (same length: offsets still hold), and where each phrase break in it
+    ends. Kept for a review's other spans and the next questions that read it."""
+    text = _ENTITY.sub(lambda entity: "x" * len(entity.group()), content)
+    return text, [mark.end() for mark in PHRASE_BREAK.finditer(text)]
+
+
 def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     """The whole phrase around a span (from the phrase break before it to the one after it), so that an answer
     reads "it is great for reading books", not "it is great"; the span itself when that phrase is too long."""
-    breaks = _ENTITY.sub(lambda entity: "x" * len(entity.group()), content)  # same length: offsets still hold
-    left = 0
-    for mark in PHRASE_BREAK.finditer(breaks, 0, start):
-        left = mark.end()
+    breaks, ends = _phrase_breaks(content)
+    # No break can straddle the span's start and leave one inside it (each is one mark, or a space or comma and a
+    # word that no break starts in), so the last break before the span is the last of the review's that ends by then.
+    before = bisect_right(ends, start)
+    left = ends[before - 1] if before else 0
     after = PHRASE_BREAK.search(breaks, end)
     right = after.start() if after else len(content)
     while left < start and content[left].isspace():

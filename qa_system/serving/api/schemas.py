@@ -147,34 +147,32 @@ class AnswerOut(BaseModel):
     @classmethod
     def of(cls, view: AnswerView, card: AnswerCard | None = None) -> AnswerOut:
         """The answer body of a library ``AnswerView`` (and its ``AnswerCard``): a span's document, offsets and context, or a generated answer's citations."""
-        out = cls(
-            kind=view.kind,
-            text=view.text,
-            score=view.score,
-            probability=view.probability,
-            close_call=bool(view.meta.get("close_call")),
-            supporting_document_ids=view.meta.get("supporting_documents", []),
-            no_answer_reason=view.meta.get("no_answer_reason"),
-            withheld=view.withheld,
-            card=CardOut(**card.as_dict()) if card is not None else None,
-        )
+        fields = {
+            "kind": view.kind,
+            "text": view.text,
+            "score": view.score,
+            "probability": view.probability,
+            "close_call": bool(view.meta.get("close_call")),
+            "supporting_document_ids": view.meta.get("supporting_documents", []),
+            "no_answer_reason": view.meta.get("no_answer_reason"),
+            "withheld": view.withheld,
+            "card": CardOut(**card.as_dict()) if card is not None else None,
+        }
         if view.kind == "span":
             content = view.document.content or ""
             begin = view.meta.get("context_start", max(0, view.start - CONTEXT_CHARS))
             finish = view.meta.get("context_end", min(len(content), view.end + CONTEXT_CHARS))
-            out = out.model_copy(
-                update={
-                    "document_id": view.document.id,
-                    "review_id": review_id(view.document),
-                    "start": view.start,
-                    "end": view.end,
-                    "context": content[begin:finish],
-                    "context_start": begin,
-                }
+            fields.update(
+                document_id=view.document.id,
+                review_id=review_id(view.document),
+                start=view.start,
+                end=view.end,
+                context=content[begin:finish],
+                context_start=begin,
             )
         elif view.kind == "generated":
-            out = out.model_copy(update={"cited_document_ids": [d.id for d in view.sources]})
-        return out
+            fields["cited_document_ids"] = [d.id for d in view.sources]
+        return cls(**fields)
 
 
 def review_id(document: Document) -> str:
