@@ -80,7 +80,7 @@ stand_in=$(build_stand_in) || exit 1
 export HF_HUB_OFFLINE=1
 
 # Once the last client count's load has run for 15 s (the log from line $2 on says when it starts), 20 s of py-spy on
-# the model server (every busy thread, then only the one that holds the GIL) and on one server process, as raw stacks
+# the model server (its busy threads, and apart the thread that holds the GIL) and on one server process, as raw stacks
 # in $1/py-spy-*.txt: which functions hold their time. Where py-spy is missing or may not attach, a line in its .log.
 profile_load() {
   local dir=$1 from=$2 spy last supervisor server model_server

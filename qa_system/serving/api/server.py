@@ -109,10 +109,10 @@ def check_processes(settings: Settings) -> None:
 
 def size_thread_pools(settings: Settings) -> int:
     """Threads per operation in a server that answers ``api_workers`` questions at once: the process's physical cores
-    (``devices.share_cores``) shared among the workers, so that workers x threads never exceeds the cores. Sized so:
-    PyTorch's (the question encoder, a torch reader) and FAISS's OpenMP team (a dense search, which by default takes
-    every core for one question's vector, and on 2 cores reads one in 1.2-1.5x the time of one thread and twice its CPU).
-    The ONNX reader has its own lane (``reading.batching``)."""
+    (``devices.share_cores``) shared among the workers, so that workers x threads never exceeds the cores. For PyTorch
+    (the question encoder, a torch reader) and FAISS's OpenMP team (a dense search, which by default takes every core
+    for one question's vector: on 2 cores 1.2-1.5x the time of one thread, at twice its CPU). The ONNX reader has its
+    own lane (``reading.batching``)."""
     import faiss
     import torch
 
