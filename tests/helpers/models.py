@@ -7,6 +7,7 @@ import string
 from pathlib import Path
 
 WORDS = "the battery lasts about hours sound is great bad and it a of screen price cheap".split()
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}  # the tiny models' shape
 
 
 def tiny_tokenizer(directory: Path):
@@ -27,14 +28,7 @@ def tiny_model_dir(directory: Path, question_answering: bool = True, max_positio
     from transformers import BertConfig, BertForQuestionAnswering, BertModel
 
     tokenizer = tiny_tokenizer(directory)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=max_positions,
-    )
+    config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=max_positions, **TINY)
     torch.manual_seed(0)
     model = (BertForQuestionAnswering if question_answering else BertModel)(config)
     model.save_pretrained(directory)
@@ -79,11 +73,8 @@ def tiny_roberta_model_dir(directory: Path, texts: list[str]) -> Path:
     tokenizer = tiny_roberta_tokenizer(directory, texts)
     config = RobertaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
         max_position_embeddings=140,
+        **TINY,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
