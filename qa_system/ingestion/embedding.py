@@ -50,8 +50,27 @@ class TorchSentenceEncoder:
             raise QAError(
                 f"Could not load the embedding model '{model}' ({error}).", "pass a local model path or an id of the Hugging Face hub."
             ) from error
-        self.device = device
+        self.name, self.device = model, device
         self.model.eval()
+        self._graph, self._inputs = None, []  # a traced graph of the model (``trace``) and its inputs' names
+
+    def trace(self, checks: Sequence[Sequence[str]]) -> None:
+        """Run the model as a graph traced from it (``torchscript.traced``) where it gives the same vectors for each
+        list of texts in ``checks`` (of other numbers and lengths than the first, which it is traced on): a lane,
+        whose one thread runs every question's calls."""
+        from qa_system.torchscript import as_module, traced
+
+        examples = [self._features(texts) for texts in checks]
+        self._inputs = [name for name, value in examples[0].items() if hasattr(value, "shape")]
+        forward = as_module(self.model, lambda *tensors: self.model(dict(zip(self._inputs, tensors)))["sentence_embedding"])
+        arguments = [[features[name] for name in self._inputs] for features in examples]
+        self._graph = traced(forward, arguments[0], arguments[1:], f"The encoder {self.name}")
+
+    def _features(self, texts: Sequence[str]) -> dict:
+        import torch
+
+        features = self.model.preprocess(list(texts))
+        return {name: value.to(self.device) if isinstance(value, torch.Tensor) else value for name, value in features.items()}
 
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """One float32 row per text, as ``SentenceTransformer.encode(normalize_embeddings=True)`` makes it: texts
@@ -71,9 +90,12 @@ class TorchSentenceEncoder:
         batches = []
         with torch.inference_mode():
             for begin in range(0, len(texts), batch_size):
-                features = self.model.preprocess([texts[i] for i in order[begin : begin + batch_size]])
-                features = {name: value.to(self.device) if isinstance(value, torch.Tensor) else value for name, value in features.items()}
-                vectors = torch.nn.functional.normalize(self.model(features)["sentence_embedding"], p=2, dim=1)
+                features = self._features([texts[i] for i in order[begin : begin + batch_size]])
+                if self._graph is not None and all(name in features for name in self._inputs):
+                    vectors = self._graph(*[features[name] for name in self._inputs])
+                else:
+                    vectors = self.model(features)["sentence_embedding"]
+                vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
                 batches.append(vectors.float().cpu().numpy())
         embeddings = np.empty((len(texts), batches[0].shape[1]), dtype=np.float32)
         embeddings[order] = np.concatenate(batches)

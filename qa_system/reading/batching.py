@@ -29,6 +29,8 @@ to the bit whoever else asked (measured: 0 in bfloat16 on a CPU). Questions then
 precision, and a call of 64 windows costs a GPU little more than one of 5. Where windows still move
 (a lane of bucketed calls, or kernels that differ by row), the lane reads in float32, where they move
 by rounding alone (3e-6); only a model that moves in float32 too runs each question alone, as int8 does.
+Its one thread launches every question's calls, so it runs the model as a graph traced from it (``torchscript``):
+the same logits, without a few milliseconds of Python and the GIL held in every call.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ FIXED_LENGTH_QUANTUM = 384
 
 class TorchQAModel:
     """A PyTorch span model as the lane runs an ONNX session: ``session.run(OUTPUT_NAMES, feeds)`` -> float32
-    (start, end) logits, on the model's device, in its precision (``reader.on_device``).
+    (start, end) logits, on the model's device, in its precision (``reader.on_device``), by its traced graph where
+    that gives its own logits (``torchscript.traced``).
 
     :param source: the model's directory or hub id, to read its float32 weights again (``to_float32``).
     :param rows: every call exactly this many windows, each padded to a multiple of ``FIXED_LENGTH_QUANTUM`` tokens
@@ -87,14 +90,20 @@ class TorchQAModel:
         names = inspect.signature(model.forward).parameters  # e.g. DistilBERT takes no token_type_ids
         self.input_names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in names]
         self.max_length = getattr(model.config, "max_position_embeddings", None)  # no call is padded past it
+        self._graph = self._trace()
 
     def run(self, output_names, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The model's ``output_names`` (``OUTPUT_NAMES``) for ``feeds`` (int64 arrays by input name), in float32."""
         import torch
 
+        inputs = [torch.as_tensor(feeds[name]).to(self.device) for name in self.input_names]
         with torch.inference_mode():
-            output = self.model(**{name: torch.as_tensor(feeds[name]).to(self.device) for name in self.input_names})
-        return [getattr(output, name).float().cpu().numpy() for name in output_names]
+            logits = dict(zip(OUTPUT_NAMES, (self._graph or self._span_logits)(*inputs)))
+        return [logits[name].float().cpu().numpy() for name in output_names]
+
+    def _span_logits(self, *inputs):
+        output = self.model(**dict(zip(self.input_names, inputs)))
+        return output.start_logits, output.end_logits
 
     def logits(self, encoding, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
         """As ``OnnxQAModel.logits``: in calls of the lane's fixed shapes (``rows``), else by length bucket
@@ -103,6 +112,26 @@ class TorchQAModel:
             (logits,), _ = run_together(self, [encoding], batch_size)
             return logits
         return bucketed_logits(self, self.input_names, encoding, batch_size)
+
+    def _trace(self):
+        """The model as a traced graph (``torchscript.traced``), checked on windows of other numbers and lengths, up
+        to a call of the lane's shape; None where it runs as a module."""
+        import torch
+
+        from qa_system.torchscript import as_module, traced
+
+        def windows(rows: int, length: int, seed: int) -> list:
+            vocabulary = int(self.model.config.vocab_size)
+            ids = torch.randint(min(1000, vocabulary // 2), vocabulary, (rows, length), generator=torch.Generator().manual_seed(seed))
+            mask = torch.ones_like(ids)
+            mask[0, length // 2 :] = 0  # a padded window, so that the mask is applied
+            arrays = {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+            return [arrays[name].to(self.device) for name in self.input_names]
+
+        longest = min(FIXED_LENGTH_QUANTUM, self.max_length or FIXED_LENGTH_QUANTUM)
+        checks = [windows(1, 37, 1), windows(self.rows or 4, longest, 2)]
+        forward = as_module(self.model, self._span_logits)
+        return traced(forward, windows(2, 64, 0), checks, f"The reader {self.source or self.path}")
 
     @property
     def precision(self) -> str:
@@ -117,6 +146,7 @@ class TorchQAModel:
             from qa_system.reading.model import load_qa_model
 
             self.model.load_state_dict(load_qa_model(self.source)[1].state_dict())
+        self._graph = self._trace()  # a trace holds the weights it was traced with
 
 
 def batch_invariant(model: OnnxQAModel | TorchQAModel) -> bool:

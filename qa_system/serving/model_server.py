@@ -9,8 +9,9 @@ the reader's (``reading.batching``) and an encoder's (``EncoderLane``).
 ``run_api`` starts it (``ModelServer``) for a server of several processes on a GPU, unless
 ``QA_API_MODEL_SERVER=0``, starts it again when it ends on its own, and stops it as the API stops; a model server
 whose API was killed ends by itself. Each connection, one per calling thread, gets a thread here; models load on
-first use (after a restart too). Every ``LOAD_EVERY_S`` the log says what each lane did meanwhile: a lane busy
-nearly all the time sets the pace.
+first use (after a restart too), and run as graphs traced from them (``torchscript``): one thread launches each
+lane's calls for every process, and a module's Python would cost it milliseconds a call. Every ``LOAD_EVERY_S``
+the log says what each lane did meanwhile: a lane busy nearly all the time sets the pace.
 """
 
 from __future__ import annotations
@@ -263,6 +264,8 @@ class EncoderLane:
 
     def __init__(self, encoder, wait_s: float = 0.002, max_texts: int = 512):
         self.encoder, self.wait_s, self.max_texts = encoder, wait_s, max_texts
+        if hasattr(encoder, "trace"):  # PyTorch: its Python, not the GPU, would bound the lane
+            encoder.trace([*_ENCODER_CHECK, [text for texts in _ENCODER_CHECK for text in texts], _ENCODER_CHECK[0][:1]])
         alone = [encoder.encode(texts) for texts in _ENCODER_CHECK]
         together = encoder.encode([text for texts in _ENCODER_CHECK for text in texts])
         self.dimension = int(together.shape[1])
