@@ -7,7 +7,8 @@
 On a GPU an index is embedded by PyTorch there (int8 is a CPU's shortcut). An index's manifest
 records the backend that embedded it (``embedding_backend``; none recorded: torch, the only one
 before), and its questions are embedded by that backend, so that questions and reviews are always
-vectors of one kind. A failed export falls back to PyTorch with a warning, recorded as torch.
+vectors of one kind. A failed export falls back to PyTorch with a warning, recorded as torch. On a GPU a PyTorch
+encoder runs as a graph traced from it (``torchscript``), whose calls hold no GIL.
 Encoders are loaded once per process (model, backend, device) and shared by every pipeline.
 """
 
@@ -29,6 +30,13 @@ from qa_system.errors import QAError
 # What an index embedded before backends were recorded was embedded with.
 LEGACY_BACKEND = "torch"
 GPU_BATCH = 256  # texts per forward pass on a GPU at least: small batches leave it waiting on Python
+# Texts that a traced encoder must embed as its module does: batches of other sizes and lengths than the first.
+TRACE_CHECKS = (
+    ["Is it good for reading?", "battery", "The screen is sharp and bright even in direct sunlight, and it is light."],
+    ["Does it fit in a pocket?", "a very long phrase about the case, the strap, the buttons and the box it came in " * 3],
+    ["one text alone"],
+    [f"phrase number {i} of a question's candidates" for i in range(13)],
+)
 logger = logging.getLogger(__name__)
 _encoders: dict[tuple, Any] = {}
 _encoders_lock = threading.Lock()
@@ -54,12 +62,14 @@ class TorchSentenceEncoder:
         self.model.eval()
         self._graph, self._inputs = None, []  # a traced graph of the model (``trace``) and its inputs' names
 
-    def trace(self, checks: Sequence[Sequence[str]]) -> None:
+    def trace(self, checks: Sequence[Sequence[str]] = TRACE_CHECKS) -> None:
         """Run the model as a graph traced from it (``torchscript.traced``) where it gives the same vectors for each
-        list of texts in ``checks`` (of other numbers and lengths than the first, which it is traced on): a lane,
-        whose one thread runs every question's calls."""
+        list of texts in ``checks`` (of other numbers and lengths than the first, which it is traced on): on a GPU,
+        where each call's Python, not its arithmetic, holds up the questions. Tried once."""
         from qa_system.torchscript import as_module, traced
 
+        if self._inputs:  # traced, or tried
+            return
         examples = [self._features(texts) for texts in checks]
         self._inputs = [name for name, value in examples[0].items() if hasattr(value, "shape")]
         forward = as_module(self.model, lambda *tensors: self.model(dict(zip(self._inputs, tensors)))["sentence_embedding"])
@@ -137,6 +147,8 @@ def load_encoder(model: str, backend: str = "onnx", device: str = "auto", cache:
             encoder = (
                 server.encoder(model) if server else TorchSentenceEncoder(model, resolve_device(device) if backend == "onnx" else resolved)
             )
+            if isinstance(encoder, TorchSentenceEncoder) and is_cuda(encoder.device):
+                encoder.trace()
         _encoders[key] = encoder
         return encoder
 

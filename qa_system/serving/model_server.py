@@ -264,8 +264,8 @@ class EncoderLane:
 
     def __init__(self, encoder, wait_s: float = 0.002, max_texts: int = 512):
         self.encoder, self.wait_s, self.max_texts = encoder, wait_s, max_texts
-        if hasattr(encoder, "trace"):  # PyTorch: its Python, not the GPU, would bound the lane
-            encoder.trace([*_ENCODER_CHECK, [text for texts in _ENCODER_CHECK for text in texts], _ENCODER_CHECK[0][:1]])
+        if hasattr(encoder, "trace"):  # PyTorch (on a GPU, traced as it loads; here on a CPU too)
+            encoder.trace()
         alone = [encoder.encode(texts) for texts in _ENCODER_CHECK]
         together = encoder.encode([text for texts in _ENCODER_CHECK for text in texts])
         self.dimension = int(together.shape[1])
