@@ -84,6 +84,21 @@ def test_a_model_whose_trace_gives_other_outputs_runs_as_a_module(caplog):
     assert "The branching model runs as a PyTorch module: its traced graph gave other outputs." in caplog.text
 
 
+class _Rounding(torch.nn.Module):
+    """Doubles positive sums; adds a rounding's worth to the rest: a graph traced on the first moves the rest by it."""
+
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x * 2 + 1e-7
+
+
+def test_a_trace_within_the_tolerance_of_the_models_outputs_is_kept():
+    # A GPU reads an input without padding with another attention kernel than the graph, which applies the mask.
+    example, check = [torch.ones(2, 3)], [-torch.ones(4, 3)]
+    assert traced(_Rounding(), example, [check], "The rounding model") is None
+    run = traced(_Rounding(), example, [check], "The rounding model", tolerance=1e-6)
+    assert run is not None and torch.equal(run(*check), -2 * torch.ones(4, 3))
+
+
 def test_a_model_the_tracer_cannot_follow_runs_as_a_module(caplog):
     # A model whose output is no tensor: the tracer refuses it.
     model = as_module(torch.nn.Linear(3, 2), lambda x: {"text": "not a tensor", "sum": float(x.sum())})

@@ -30,7 +30,9 @@ from qa_system.errors import QAError
 # What an index embedded before backends were recorded was embedded with.
 LEGACY_BACKEND = "torch"
 GPU_BATCH = 256  # texts per forward pass on a GPU at least: small batches leave it waiting on Python
-# Texts that a traced encoder must embed as its module does: batches of other sizes and lengths than the first.
+# Texts that a traced encoder must embed as its module does, within TRACE_TOLERANCE in every component of a unit
+# vector (rounding): batches of other sizes and lengths than the first.
+TRACE_TOLERANCE = 1e-5
 TRACE_CHECKS = (
     ["Is it good for reading?", "battery", "The screen is sharp and bright even in direct sunlight, and it is light."],
     ["Does it fit in a pocket?", "a very long phrase about the case, the strap, the buttons and the box it came in " * 3],
@@ -74,7 +76,7 @@ class TorchSentenceEncoder:
         self._inputs = [name for name, value in examples[0].items() if hasattr(value, "shape")]
         forward = as_module(self.model, lambda *tensors: self.model(dict(zip(self._inputs, tensors)))["sentence_embedding"])
         arguments = [[features[name] for name in self._inputs] for features in examples]
-        self._graph = traced(forward, arguments[0], arguments[1:], f"The encoder {self.name}")
+        self._graph = traced(forward, arguments[0], arguments[1:], f"The encoder {self.name}", TRACE_TOLERANCE)
 
     def _features(self, texts: Sequence[str]) -> dict:
         import torch

@@ -131,7 +131,7 @@ class TorchQAModel:
         longest = min(FIXED_LENGTH_QUANTUM, self.max_length or FIXED_LENGTH_QUANTUM)
         checks = [windows(1, 37, 1), windows(self.rows or 4, longest, 2)]
         forward = as_module(self.model, self._span_logits)
-        return traced(forward, windows(2, 64, 0), checks, f"The reader {self.source or self.path}")
+        return traced(forward, windows(2, 64, 0), checks, f"The reader {self.source or self.path}", MIX_TOLERANCE)
 
     @property
     def precision(self) -> str:
