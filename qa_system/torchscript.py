@@ -3,7 +3,7 @@
 A lane (the reader's, an encoder's) launches every question's model calls from one Python thread, and on a GPU
 the arithmetic costs little: what bounds it is the Python that runs each layer's modules, a few milliseconds of
 CPU a call, with the GIL held, while the calls of every other question wait. A graph traced from the model runs
-the same operators from C++, without the GIL (one call of a 6-layer BERT at small shapes on a CPU: 4.5 -> 1.6 ms).
+the same operators from C++, without the GIL (a call of a 6-layer BERT at a small shape on a CPU: 3.9 -> 1.2 ms).
 
 A trace records the operators one call ran, so it is kept only where it gives the model's own outputs on inputs of
 other shapes than the one traced (``traced``): to the bit on a CPU, within rounding where a GPU picks another
