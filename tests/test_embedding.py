@@ -9,6 +9,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+import torch
 
 from qa_system.config import Settings, default_embedding_model
 from qa_system.errors import QAError
@@ -74,6 +75,22 @@ def test_the_float32_encoder_gives_sentence_transformers_own_vectors_in_the_text
     assert float32.encode([]).shape == (0, 384)
     float32.model.train()  # a model put in training mode (dropout) elsewhere embeds as in eval mode all the same
     assert np.allclose(float32.encode(texts[:3]), theirs[:3], atol=1e-6) and not float32.model.training
+
+
+def test_the_float32_encoder_tokenises_with_its_rust_tokenizer_only_where_it_gives_the_modules_own_tokens():
+    """Its own copy of the Rust tokenizer, padding and truncating as sentence-transformers' module does; a module that
+    tokenises otherwise (here: told to cut texts at 8 tokens) keeps sentence-transformers' way."""
+    encoder = TorchSentenceEncoder(default_embedding_model(), "cpu")
+    assert encoder._tokenizer is not None
+    texts = [*SENTENCES, "  Is it GOOD for reading?  ", "", "Crème brûlée ☺", "word " * 400]
+    own, ours = encoder.model.preprocess(texts), encoder._features(texts)
+    assert own.keys() == ours.keys() and ours["modality"] == "text"
+    assert all(torch.equal(own[name], ours[name]) for name in ("input_ids", "token_type_ids", "attention_mask"))
+    assert ours["input_ids"].shape == (len(texts), 256)  # the long text cut at the model's length, the rest padded to it
+    cut = TorchSentenceEncoder(default_embedding_model(), "cpu")
+    cut.model[0].processing_kwargs = {"text": {"max_length": 8}}
+    cut._tokenizer = cut._rust_tokenizer()
+    assert cut._tokenizer is None and cut._features(texts)["input_ids"].shape == (len(texts), 8)
 
 
 def test_long_texts_are_batched_within_a_token_budget_and_a_question_with_its_phrases_in_one():

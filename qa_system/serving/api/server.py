@@ -113,13 +113,16 @@ def size_thread_pools(settings: Settings) -> int:
     (the question encoder, a torch reader) and FAISS's OpenMP team (a dense search, which by default takes every core
     for one question's vector: on 2 cores 1.2-1.5x the time of one thread, at twice its CPU). The ONNX reader has its
     own lane (``reading.batching``)."""
-    import faiss
     import torch
 
     from qa_system.reading.onnx import physical_cores
 
     threads = max(1, physical_cores() // settings.api_workers)
     torch.set_num_threads(threads)
+    try:
+        import faiss
+    except ImportError:  # an environment of its own packages without FAISS (a GPU image): no FAISS store to search
+        return threads
     faiss.omp_set_num_threads(threads)
     return threads
 
