@@ -15,7 +15,7 @@ import pytest
 from haystack import Document
 
 from helpers.models import tiny_model_dir
-from qa_system.reading.batching import shared_scheduler
+from qa_system.reading.batching import _valid_columns, shared_scheduler
 from qa_system.reading.onnx import FP32_FILE, INT8_FILE, export_onnx
 from qa_system.reading.reader import ExtractiveReader
 
@@ -88,6 +88,13 @@ def test_concurrent_questions_get_exactly_what_the_reader_gives_each_alone(tiny_
         assert scheduler.mix and scheduler.calls - calls_alone < 3 * calls_alone
     else:  # int8's per-call activation scales: each question's windows run alone, in one lane
         assert not scheduler.mix and scheduler.calls - calls_alone == 3 * calls_alone
+
+
+def test_a_windows_tokens_are_its_first_columns_with_right_padding_and_its_last_with_left():
+    right = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    assert _valid_columns(right) == [slice(0, 4), slice(0, 2), slice(0, 1)]
+    assert _valid_columns(right[:, ::-1]) == [slice(0, 4), slice(2, 4), slice(3, 4)]
+    assert _valid_columns(np.zeros((0, 8), np.int64)) == []
 
 
 def test_every_reader_of_one_export_shares_one_session_and_lane(tiny_reader, export):
