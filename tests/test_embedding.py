@@ -13,7 +13,7 @@ import torch
 
 from qa_system.config import Settings, default_embedding_model
 from qa_system.errors import QAError
-from qa_system.ingestion.embedding import QueryEmbedder, TorchSentenceEncoder, load_encoder
+from qa_system.ingestion.embedding import QueryEmbedder, RustTokenizer, TorchSentenceEncoder, load_encoder
 from qa_system.ingestion.indexing import build_index, embeddings_match
 from qa_system.ingestion.onnx_encoder import (
     EXPORT_INFO,
@@ -89,8 +89,9 @@ def test_the_float32_encoder_tokenises_with_its_rust_tokenizer_only_where_it_giv
     assert ours["input_ids"].shape == (len(texts), 256)  # the long text cut at the model's length, the rest padded to it
     cut = TorchSentenceEncoder(default_embedding_model(), "cpu")
     cut.model[0].processing_kwargs = {"text": {"max_length": 8}}
-    cut._tokenizer = cut._rust_tokenizer()
-    assert cut._tokenizer is None and cut._features(texts)["input_ids"].shape == (len(texts), 8)
+    assert RustTokenizer.matching(cut.model) is None
+    cut._tokenizer = None
+    assert cut._features(texts)["input_ids"].shape == (len(texts), 8)
 
 
 def test_long_texts_are_batched_within_a_token_budget_and_a_question_with_its_phrases_in_one():
