@@ -40,10 +40,6 @@ logger = logging.getLogger(__name__)
 
 LOAD_EVERY_S = 30.0
 ENCODER_MIX_TOLERANCE = 1e-5  # the most a unit vector's component may move beside other questions' texts
-_ENCODER_CHECK = (
-    ["Is it good for reading?", "battery", "The screen is sharp and bright even in direct sunlight, and it is light."],
-    ["Does it fit in a pocket?", "a very long phrase about the case, the strap, the buttons and the box it came in"],
-)
 
 
 class ModelServer:
@@ -263,11 +259,14 @@ class EncoderLane:
     (measured at start: float32 padding to other lengths moves them by rounding alone); else each runs alone."""
 
     def __init__(self, encoder, wait_s: float = 0.002, max_texts: int = 512):
+        from qa_system.ingestion.embedding import TRACE_CHECKS
+
         self.encoder, self.wait_s, self.max_texts = encoder, wait_s, max_texts
         if hasattr(encoder, "trace"):  # PyTorch (on a GPU, traced as it loads; here on a CPU too)
             encoder.trace()
-        alone = [encoder.encode(texts) for texts in _ENCODER_CHECK]
-        together = encoder.encode([text for texts in _ENCODER_CHECK for text in texts])
+        checks = TRACE_CHECKS[:2]  # two questions' texts of other lengths, encoded alone and together
+        alone = [encoder.encode(texts) for texts in checks]
+        together = encoder.encode([text for texts in checks for text in texts])
         self.dimension = int(together.shape[1])
         deviation = float(np.abs(np.concatenate(alone) - together).max())
         self.mix = deviation <= ENCODER_MIX_TOLERANCE
