@@ -141,7 +141,7 @@ def main(device: str) -> None:
         while True:
             try:
                 connection = listener.accept()
-            except (OSError, EOFError) as error:  # a caller without the key, or one that went away at once
+            except Exception as error:  # a caller without the key, or one gone at once: its handshake alone fails
                 logger.warning("A connection was refused: %s", error)
                 continue
             threading.Thread(target=answer, args=(connection, models), name="model-server-caller", daemon=True).start()
