@@ -34,18 +34,22 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
     escaped = "Check-in was slow. The rooms are always clean, spacious &amp; quiet at night; the pool is cold."
     start = escaped.index("clean")
     assert escaped[slice(*phrase_bounds(escaped, start, start + 5))] == "The rooms are always clean, spacious &amp; quiet at night"
+    ruled = "It works.Battery=========The battery last a long time***EDIT***it died."  # a heading and its rule
+    start = ruled.index("a long")
+    assert ruled[slice(*phrase_bounds(ruled, start, start + 6))] == "The battery last a long time"
 
 
 def test_a_phrase_starts_after_the_last_break_before_its_span_wherever_the_span_starts():
-    """Spans that start on a break, inside one, or just after it: the phrase starts where a scan of the review up to
-    the span's start finds the last break ending (its spaces left out)."""
+    """Spans that start on a break, inside one, or just after it: the phrase starts after the last of the review's
+    breaks that ends by the span's start (its spaces left out)."""
     from qa_system.reading.selection_features import _ENTITY, PHRASE_BREAK
 
-    text = "Fine. ok, and it works - well;\nyes, but &amp; no, so. End, while &#39;x&#39; - done!"
+    text = "Fine. ok, and it works - well;\nyes, but &amp; no, so. End=====while &#39;x&#39; - done!"
     masked = _ENTITY.sub(lambda entity: "x" * len(entity.group()), text)
+    breaks = [mark.end() for mark in PHRASE_BREAK.finditer(masked)]
     for start in range(len(text) + 1):
         for end in range(start, min(len(text), start + 6) + 1):
-            left = max([0, *(mark.end() for mark in PHRASE_BREAK.finditer(masked, 0, start))])
+            left = max([0, *(mark for mark in breaks if mark <= start)])
             while left < start and text[left].isspace():
                 left += 1
             assert phrase_bounds(text, start, end)[0] == left, (start, end)

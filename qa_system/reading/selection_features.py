@@ -40,8 +40,9 @@ _STOPWORDS = frozenset(
 _WORD = re.compile(r"\w+")
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
-# Where a phrase ends: a sentence's end, a semicolon, a dash between words, or a comma before a word that starts a new clause.
-PHRASE_BREAK = re.compile(r"[.!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s")
+# Where a phrase ends: a sentence's end, a semicolon, a dash between words, a comma before a word that starts a new
+# clause, or a rule or heading mark of three or more ("Battery=====The battery lasts", "***EDIT***", "---").
+PHRASE_BREAK = re.compile(r"[.!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}")
 # A phrase longer than this (a review without punctuation) is not shown whole: the reader's own span is.
 MAX_PHRASE_WORDS = 40
 # An HTML entity left in stored text ("&amp;", "&#34;"): its semicolon does not end a phrase.
@@ -92,8 +93,8 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     """The whole phrase around a span (from the phrase break before it to the one after it), so that an answer
     reads "it is great for reading books", not "it is great"; the span itself when that phrase is too long."""
     breaks, ends = _phrase_breaks(content)
-    # No break can straddle the span's start and leave one inside it (each is one mark, or a space or comma and a
-    # word that no break starts in), so the last break before the span is the last of the review's that ends by then.
+    # The phrase starts after the last of the review's breaks that ends by the span's start (a span that starts
+    # inside a rule of marks starts its phrase after the break before that rule).
     before = bisect_right(ends, start)
     left = ends[before - 1] if before else 0
     after = PHRASE_BREAK.search(breaks, end)
