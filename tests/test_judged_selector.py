@@ -37,6 +37,14 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
     ruled = "It works.Battery=========The battery last a long time***EDIT***it died."  # a heading and its rule
     start = ruled.index("a long")
     assert ruled[slice(*phrase_bounds(ruled, start, start + 6))] == "The battery last a long time"
+    for text, span, phrase in [
+        ("It lasts 1.5 hours on a charge. It costs $199.99 new.", "1.5 hours", "It lasts 1.5 hours on a charge"),
+        ("It lasts 1.5 hours on a charge. It costs $199.99 new.", "costs", "It costs $199.99 new"),
+        ("We had a fire place (it was chilly!)Breakfast was nice.", "nice", "Breakfast was nice"),  # no ")"
+        ("Cons:\n- It is heavy (\n- The battery is weak", "heavy", "It is heavy"),  # no bullet, no "("
+    ]:
+        start = text.index(span)
+        assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase
 
 
 def test_a_phrase_starts_after_the_last_break_before_its_span_wherever_the_span_starts():

@@ -40,9 +40,15 @@ _STOPWORDS = frozenset(
 _WORD = re.compile(r"\w+")
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
-# Where a phrase ends: a sentence's end, a semicolon, a dash between words, a comma before a word that starts a new
-# clause, or a rule or heading mark of three or more ("Battery=====The battery lasts", "***EDIT***", "---").
-PHRASE_BREAK = re.compile(r"[.!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}")
+# Where a phrase ends: a sentence's end (not a decimal point: "1.5 hours", "$199.99"), a semicolon, a dash between
+# words, a comma before a word that starts a new clause, or a rule or heading mark of three or more
+# ("Battery=====The battery lasts", "***EDIT***", "---").
+PHRASE_BREAK = re.compile(
+    r"(?<!\d)\.|\.(?!\d)|[!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
+)
+# What a phrase does not start with (the rest of a bracket closed after a break, a list's bullet) nor end with.
+_PHRASE_LEAD = re.compile(r"(?:\s|[)\]},:;*\u2022]|[-\u2013\u2014](?=\s))*")
+_PHRASE_TAIL = "([{:,-\u2013\u2014"
 # A phrase longer than this (a review without punctuation) is not shown whole: the reader's own span is.
 MAX_PHRASE_WORDS = 40
 # An HTML entity left in stored text ("&amp;", "&#34;"): its semicolon does not end a phrase.
@@ -99,9 +105,8 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     left = ends[before - 1] if before else 0
     after = PHRASE_BREAK.search(breaks, end)
     right = after.start() if after else len(content)
-    while left < start and content[left].isspace():
-        left += 1
-    while right > end and content[right - 1].isspace():
+    left = _PHRASE_LEAD.match(content, left, start).end()
+    while right > end and (content[right - 1].isspace() or content[right - 1] in _PHRASE_TAIL):
         right -= 1
     if len(content[left:right].split()) > MAX_PHRASE_WORDS:
         return start, end
