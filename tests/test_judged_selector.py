@@ -42,6 +42,8 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("It lasts 1.5 hours on a charge. It costs $199.99 new.", "costs", "It costs $199.99 new"),
         ("We had a fire place (it was chilly!)Breakfast was nice.", "nice", "Breakfast was nice"),  # no ")"
         ("Cons:\n- It is heavy (\n- The battery is weak", "heavy", "It is heavy"),  # no bullet, no "("
+        ("||>>HEADPHONE QUALITYThe headphones are good.+Impressive battery life", "good", "The headphones are good"),
+        ("||>>HEADPHONE QUALITYThe headphones are good.+Impressive battery life", "battery", "Impressive battery life"),
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase
@@ -52,7 +54,7 @@ def test_a_phrase_starts_after_the_last_break_before_its_span_wherever_the_span_
     breaks that ends by the span's start (its spaces left out)."""
     from qa_system.reading.selection_features import _ENTITY, PHRASE_BREAK
 
-    text = "Fine. ok, and it works - well;\nyes, but &amp; no, so. End=====while &#39;x&#39; - done!"
+    text = "Fine. ok, and it works - well;\nyes, but &amp; no, so. End=====while &#39;x&#39; - doNE DONEDone 1.5!"
     masked = _ENTITY.sub(lambda entity: "x" * len(entity.group()), text)
     breaks = [mark.end() for mark in PHRASE_BREAK.finditer(masked)]
     for start in range(len(text) + 1):

@@ -41,13 +41,15 @@ _WORD = re.compile(r"\w+")
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
 # Where a phrase ends: a sentence's end (not a decimal point: "1.5 hours", "$199.99"), a semicolon, a dash between
-# words, a comma before a word that starts a new clause, or a rule or heading mark of three or more
-# ("Battery=====The battery lasts", "***EDIT***", "---").
+# words, a comma before a word that starts a new clause, a rule or heading mark of three or more
+# ("Battery=====The battery lasts", "***EDIT***", "---"), or a capitalised heading run into its text
+# ("HEADPHONE QUALITYThe headphones": reviews whose lines were joined).
 PHRASE_BREAK = re.compile(
     r"(?<!\d)\.|\.(?!\d)|[!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
+    r"|(?<=[A-Z][A-Z])(?=[A-Z][a-z])"
 )
 # What a phrase does not start with (the rest of a bracket closed after a break, a list's bullet) nor end with.
-_PHRASE_LEAD = re.compile(r"(?:\s|[)\]},:;*\u2022]|[-\u2013\u2014](?=\s))*")
+_PHRASE_LEAD = re.compile(r"(?:\s|[)\]},:;*+|>\u2022]|[-\u2013\u2014](?=\s))*")
 _PHRASE_TAIL = "([{:,-\u2013\u2014"
 # A phrase longer than this (a review without punctuation) is not shown whole: the reader's own span is.
 MAX_PHRASE_WORDS = 40
