@@ -166,7 +166,26 @@ def test_a_card_shows_html_entities_decoded_and_its_offsets_point_into_the_store
     assert body.text == ENTITY_REVIEW[body.start : body.end] and body.card.text == card.text  # the offsets: the stored text's
     from qa_system.cli.ask import highlight
 
-    assert highlight(ENTITY_REVIEW, start, end, tty=False).startswith('The **"Paperwhite" screen is sharp &** bright… reading')
+    assert highlight(views[0].segments(), tty=False).startswith('The **"Paperwhite" screen is sharp &** bright… reading')
+
+
+def test_a_snippet_is_cut_at_whole_words_by_the_cli_and_the_api():
+    content = "Resolution on the screen is amazing. " * 4 + "It is great for reading books. " + "The sound is loud enough. " * 5
+    review = Document(id="d1", content=content, meta={"review_id": "r1", "item_id": "B1"})
+    start = content.index("It is great")
+    end = start + len("It is great for reading books")
+    answer = ExtractedAnswer(query="q", score=0.7, data=content[start:end], document=review, document_offset=ExtractedAnswer.Span(start, end))
+    [view] = answer_views([answer])
+    from qa_system.cli.ask import highlight
+
+    shown = highlight(view.segments(40), tty=False)
+    assert shown.startswith("…") and shown.endswith("…") and "**It is great for reading books**" in shown
+    words = set(content.replace(".", " ").split())
+    assert all(word.strip(".") in words for word in shown.strip("…").replace("**", "").split())  # no word cut in two
+    body = AnswerOut.of(view)
+    begin, finish = body.context_start, body.context_start + len(body.context)
+    assert body.context == content[begin:finish] and begin < start and finish > end
+    assert content[begin - 1] == " " and content[finish] == " "  # the API's context: whole words too
 
 
 def test_every_door_asks_over_all_products_and_names_each_answers_product(doors, capsys, monkeypatch):

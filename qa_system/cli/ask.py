@@ -68,12 +68,13 @@ def document_label(document) -> str:
     return label(document.id, document.meta)
 
 
-def highlight(text: str, start: int, end: int, tty: bool) -> str:
-    """The answer marked inside its context: bold yellow on a terminal, **...** otherwise; HTML entities of the
-    stored review decoded in each piece, after the offsets did their work (as the page shows it), and the text's
-    own control characters shown as escapes."""
+def highlight(segments, tty: bool) -> str:
+    """A review's ``Segment``s as the page cuts them (``highlight_segments``: whole words, "…" where cut), the answer
+    marked: bold yellow on a terminal, **...** otherwise; HTML entities of the stored review decoded in each piece,
+    after the offsets did their work (as the page shows it), and the text's own control characters shown as escapes."""
     left, right = ("\033[1;33m", "\033[0m") if tty else ("**", "**")
-    return f"{terminal_text(unescape(text[:start]))}{left}{terminal_text(unescape(text[start:end]))}{right}{terminal_text(unescape(text[end:]))}"
+    pieces = (terminal_text(unescape(segment.text)) for segment in segments)
+    return "".join(f"{left}{piece}{right}" if segment.highlighted else piece for segment, piece in zip(segments, pieces))
 
 
 def print_card(card, snippet: str | None = None, support: int = 1) -> None:
@@ -122,7 +123,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
 
 def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     """`qa-system ask --url`: the answers of a running `qa-system api` (its models already loaded), printed as `ask` prints its own."""
-    from qa_system.serving.answer_views import AnswerCard
+    from qa_system.serving.answer_views import ELLIPSIS, AnswerCard, Segment, highlight_segments
     from qa_system.serving.client import ask_server
 
     body = ask_server(args.url, _question(args), token)
@@ -138,8 +139,9 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     for answer in body["answers"]:  # the server's cards: the labels and notes every door shows
         snippet = None
         if answer["kind"] == "span":
-            start = answer["start"] - answer["context_start"]
-            snippet = highlight(answer["context"], start, answer["end"] - answer["context_start"], tty)
+            begin = answer["context_start"]
+            segments = highlight_segments(answer["context"], [(answer["start"] - begin, answer["end"] - begin)])
+            snippet = highlight([Segment(ELLIPSIS), *segments] if begin else segments, tty)
         print_card(AnswerCard.of(answer["card"]), snippet, len(answer.get("supporting_document_ids", [])))
 
 
@@ -243,10 +245,7 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
     for view, card in zip(views, answer_cards(views)):
         snippet = None
         if view.kind == "span":
-            document, start, end = view.document, view.start, view.end
-            begin, stop = max(0, start - args.context), min(len(document.content), end + args.context)
-            context = highlight(document.content[begin:stop], start - begin, end - begin, tty)
-            snippet = ("..." if begin else "") + context + ("..." if stop < len(document.content) else "")
+            snippet = highlight(view.segments(args.context), tty)
         print_card(card, snippet, view.support)
 
 

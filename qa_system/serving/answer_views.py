@@ -44,7 +44,7 @@ def highlight_segments(text: str, spans: Sequence[tuple[int, int]], window: int 
             merged.append((start, end))
     begin, finish = 0, len(text)
     if window is not None and merged:
-        begin, finish = _word_start(text, merged[0][0] - window), _word_end(text, merged[-1][1] + window)
+        begin, finish = word_start(text, merged[0][0] - window), word_end(text, merged[-1][1] + window)
     segments = [Segment(ELLIPSIS)] if begin > 0 else []
     position = begin
     for start, end in merged:
@@ -59,14 +59,16 @@ def highlight_segments(text: str, spans: Sequence[tuple[int, int]], window: int 
     return segments
 
 
-def _word_start(text: str, position: int) -> int:
+def word_start(text: str, position: int) -> int:
+    """The start of the word that holds ``position`` (``position`` itself where a word starts there)."""
     if position <= 0:
         return 0
     space = text.rfind(" ", 0, position)
     return space + 1 if space >= 0 else 0
 
 
-def _word_end(text: str, position: int) -> int:
+def word_end(text: str, position: int) -> int:
+    """The end of the word that holds the character before ``position``."""
     if position >= len(text):
         return len(text)
     space = text.find(" ", position - 1)  # the end of the word holding the last kept character

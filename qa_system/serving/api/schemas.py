@@ -16,7 +16,7 @@ from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
 from qa_system.errors import QAError, check_count, check_number, check_text
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.retrieval.filters import check_filters
-from qa_system.serving.answer_views import AnswerCard, AnswerView
+from qa_system.serving.answer_views import AnswerCard, AnswerView, word_end, word_start
 from qa_system.serving.feedback import VERDICTS, Feedback
 
 # More would read a whole product's reviews per question: bounds the work one request can ask for.
@@ -160,8 +160,9 @@ class AnswerOut(BaseModel):
         }
         if view.kind == "span":
             content = view.document.content or ""
-            begin = view.meta.get("context_start", max(0, view.start - CONTEXT_CHARS))
-            finish = view.meta.get("context_end", min(len(content), view.end + CONTEXT_CHARS))
+            # Whole words: a context that starts or ends inside one reads as a typo ("...t range. Resolution").
+            begin = min(word_start(content, view.meta.get("context_start", view.start - CONTEXT_CHARS)), view.start)
+            finish = max(word_end(content, view.meta.get("context_end", view.end + CONTEXT_CHARS)), view.end)
             fields.update(
                 document_id=view.document.id,
                 review_id=review_id(view.document),
