@@ -174,7 +174,9 @@ def test_a_snippet_is_cut_at_whole_words_by_the_cli_and_the_api():
     review = Document(id="d1", content=content, meta={"review_id": "r1", "item_id": "B1"})
     start = content.index("It is great")
     end = start + len("It is great for reading books")
-    answer = ExtractedAnswer(query="q", score=0.7, data=content[start:end], document=review, document_offset=ExtractedAnswer.Span(start, end))
+    answer = ExtractedAnswer(
+        query="q", score=0.7, data=content[start:end], document=review, document_offset=ExtractedAnswer.Span(start, end)
+    )
     [view] = answer_views([answer])
     from qa_system.cli.ask import highlight
 
