@@ -32,6 +32,10 @@ def test_window_cuts_at_words_and_marks_the_cuts():
     assert segments[0] == Segment(ELLIPSIS) and segments[-1] == Segment(ELLIPSIS)
     assert "".join(s.text for s in segments[1:-1]) == "deep. Friends say"
     assert highlight_segments("short", [(0, 5)], window=50) == [Segment("short", True)]
+    unspaced = "电池" * 500 + "很好" + "屏幕" * 500  # no spaces: the window holds, never the whole text
+    start = unspaced.index("很好")
+    segments = highlight_segments(unspaced, [(start, start + 2)], window=10)
+    assert "".join(s.text for s in segments[1:-1]) == unspaced[start - 10 : start + 12]
 
 
 def test_overlapping_spans_merge_and_bad_spans_are_ignored():

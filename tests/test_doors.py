@@ -188,6 +188,11 @@ def test_a_snippet_is_cut_at_whole_words_by_the_cli_and_the_api():
     begin, finish = body.context_start, body.context_start + len(body.context)
     assert body.context == content[begin:finish] and begin < start and finish > end
     assert content[begin - 1] == " " and content[finish] == " "  # the API's context: whole words too
+    unspaced = "电池" * 5000 + "很好" + "屏幕" * 5000  # no word to keep whole: the context stays about 100 characters each side
+    review = Document(id="d2", content=unspaced, meta={"review_id": "r2", "item_id": "B1"})
+    start = unspaced.index("很好")
+    answer = ExtractedAnswer(query="q", score=0.7, data="很好", document=review, document_offset=ExtractedAnswer.Span(start, start + 2))
+    assert len(AnswerOut.of(answer_views([answer])[0]).context) <= 2 + 2 * 100
 
 
 def test_every_door_asks_over_all_products_and_names_each_answers_product(doors, capsys, monkeypatch):

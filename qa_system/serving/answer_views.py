@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # a client of a running server prints cards without importing
     from haystack import Document
 
 ELLIPSIS = "…"
+# The most characters a cut moves to keep a word whole: past it (text without spaces) it cuts inside the word.
+WORD_SLACK = 30
 
 
 @dataclass(frozen=True)
@@ -60,19 +62,25 @@ def highlight_segments(text: str, spans: Sequence[tuple[int, int]], window: int 
 
 
 def word_start(text: str, position: int) -> int:
-    """The start of the word that holds ``position`` (``position`` itself where a word starts there)."""
+    """The start of the word that holds ``position`` (``position`` itself where a word starts there); ``position``
+    where that word is longer than ``WORD_SLACK`` (a text without spaces: Chinese, a long link)."""
     if position <= 0:
         return 0
-    space = text.rfind(" ", 0, position)
-    return space + 1 if space >= 0 else 0
+    space = text.rfind(" ", max(0, position - WORD_SLACK), position)
+    if space >= 0:
+        return space + 1
+    return 0 if position <= WORD_SLACK else position
 
 
 def word_end(text: str, position: int) -> int:
-    """The end of the word that holds the character before ``position``."""
+    """The end of the word that holds the character before ``position``; ``position`` where that word runs on for
+    more than ``WORD_SLACK`` characters."""
     if position >= len(text):
         return len(text)
-    space = text.find(" ", position - 1)  # the end of the word holding the last kept character
-    return space if space >= 0 else len(text)
+    space = text.find(" ", max(0, position - 1), position - 1 + WORD_SLACK)  # the end of the word holding the last kept character
+    if space >= 0:
+        return space
+    return len(text) if len(text) - position <= WORD_SLACK else position
 
 
 # The reader's scores are sigmoids of logits (``qa_system.reading.reader``): they rank the candidates
