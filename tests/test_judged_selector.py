@@ -31,6 +31,11 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
     assert text[slice(*phrase_bounds(text, middle, middle + 7))] == "the battery is weak"
     run_on = " ".join(["word"] * (MAX_PHRASE_WORDS + 5))
     assert phrase_bounds(run_on, 5, 9) == (5, 9)  # a phrase too long to read as an answer: the span itself
+    unspaced = "电池" * 300 + "很好" + "屏幕" * 300  # one "word" of 1,202 characters: too long too
+    assert phrase_bounds(unspaced, 600, 602) == (600, 602)
+    stopped = "屏幕很清楚。电池很好，用了三天。"
+    start = stopped.index("很好")
+    assert stopped[slice(*phrase_bounds(stopped, start, start + 2))] == "电池很好，用了三天"
     escaped = "Check-in was slow. The rooms are always clean, spacious &amp; quiet at night; the pool is cold."
     start = escaped.index("clean")
     assert escaped[slice(*phrase_bounds(escaped, start, start + 5))] == "The rooms are always clean, spacious &amp; quiet at night"

@@ -43,16 +43,17 @@ _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".s
 # Where a phrase ends: a sentence's end (not a decimal point: "1.5 hours", "$199.99"), a semicolon, a dash between
 # words, a comma before a word that starts a new clause, a rule or heading mark of three or more
 # ("Battery=====The battery lasts", "***EDIT***", "---"), or a capitalised heading run into its text
-# ("HEADPHONE QUALITYThe headphones": reviews whose lines were joined).
+# ("HEADPHONE QUALITYThe headphones": reviews whose lines were joined); Chinese and Japanese full stops too.
 PHRASE_BREAK = re.compile(
-    r"(?<!\d)\.|\.(?!\d)|[!?;\n]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
+    r"(?<!\d)\.|\.(?!\d)|[!?;\n\u3002\uff01\uff1f\uff1b]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
     r"|(?<=[A-Z][A-Z])(?=[A-Z][a-z])"
 )
 # What a phrase does not start with (the rest of a bracket closed after a break, a list's bullet) nor end with.
 _PHRASE_LEAD = re.compile(r"(?:\s|[)\]},:;*+|>\u2022]|[-\u2013\u2014](?=\s))*")
 _PHRASE_TAIL = "([{:,-\u2013\u2014"
-# A phrase longer than this (a review without punctuation) is not shown whole: the reader's own span is.
+# A phrase longer than this (a review without punctuation, or without spaces) is not shown whole: the reader's own span is.
 MAX_PHRASE_WORDS = 40
+MAX_PHRASE_CHARS = 400
 # An HTML entity left in stored text ("&amp;", "&#34;"): its semicolon does not end a phrase.
 _ENTITY = re.compile(r"&#?\w{1,8};")
 _SENTENCE_END = ".!?\n"
@@ -110,7 +111,7 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     left = _PHRASE_LEAD.match(content, left, start).end()
     while right > end and (content[right - 1].isspace() or content[right - 1] in _PHRASE_TAIL):
         right -= 1
-    if len(content[left:right].split()) > MAX_PHRASE_WORDS:
+    if right - left > MAX_PHRASE_CHARS or len(content[left:right].split()) > MAX_PHRASE_WORDS:
         return start, end
     return left, right
 
