@@ -14,6 +14,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,22 @@ def hub_reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
 def is_hub_id(name: str) -> bool:
     """A model id for the hub rather than a path on this machine."""
     return not (Path(name).exists() or name.startswith((".", "/", "~")))
+
+
+@contextmanager
+def quiet_local_load(name: str | Path) -> Iterator[None]:
+    """Loading from a folder on this machine: no transformers progress bar ("Loading weights 0/103" amid a command's
+    own output, for a load that takes milliseconds). A hub id keeps its bars: they show a download's progress."""
+    from transformers.utils import logging
+
+    if is_hub_id(str(name)) or not logging.is_progress_bar_enabled():
+        yield
+        return
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.enable_progress_bar()
 
 
 def load_options(name: str) -> dict[str, Any]:

@@ -255,6 +255,22 @@ def test_a_cached_hub_model_still_loads_when_the_hub_is_unreachable(tmp_path, mo
     )  # one probe, then the cache
 
 
+def test_a_model_loaded_from_a_folder_prints_no_progress_bar_and_leaves_the_bars_as_they_were(model_dir, capfd):
+    from transformers.utils import logging
+
+    from qa_system.hub import quiet_local_load
+    from qa_system.reading.model import load_qa_model
+
+    assert logging.is_progress_bar_enabled()
+    load_qa_model(model_dir)
+    assert "Loading weights" not in capfd.readouterr().err and logging.is_progress_bar_enabled()
+    with quiet_local_load("someone/a-model"):  # a hub id: its download shows progress
+        assert logging.is_progress_bar_enabled()
+    with quiet_local_load(model_dir):
+        assert not logging.is_progress_bar_enabled()
+    assert logging.is_progress_bar_enabled()
+
+
 def test_tuned_threshold_is_the_default_and_an_explicit_one_wins(model_dir, tmp_path):
     import shutil
 

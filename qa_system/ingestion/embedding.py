@@ -26,6 +26,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from qa_system.devices import is_cuda, resolve_device
 from qa_system.errors import QAError
+from qa_system.hub import quiet_local_load
 
 # What an index embedded before backends were recorded was embedded with.
 LEGACY_BACKEND = "torch"
@@ -59,7 +60,8 @@ class TorchSentenceEncoder:
         from sentence_transformers import SentenceTransformer
 
         try:
-            self.model = SentenceTransformer(model, device=device)
+            with quiet_local_load(model):
+                self.model = SentenceTransformer(model, device=device)
         except (OSError, ValueError) as error:
             raise QAError(
                 f"Could not load the embedding model '{model}' ({error}).", "pass a local model path or an id of the Hugging Face hub."

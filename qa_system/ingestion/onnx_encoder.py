@@ -29,6 +29,7 @@ import numpy as np
 from qa_system.devices import int8_dot_product, physical_cores
 from qa_system.disk_cache import built_folder, keyed_folder, library_versions, listed_files, mark_used, prune_keyed_folders, taking_turns
 from qa_system.errors import QAError
+from qa_system.hub import quiet_local_load
 from qa_system.model_files import model_files_dir, model_fingerprint
 from qa_system.quantization import quantize_int8
 
@@ -144,7 +145,8 @@ def write_encoder_export(model: str | Path, directory: Path, reduce_range: bool 
         raise QAError(f"The encoder '{model}' is not on disk.", "pass a local model directory, or download it first.")
     layout = encoder_layout(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    transformer = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)
+    with quiet_local_load(model_dir):
+        transformer = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)
     transformer.set_attn_implementation("eager")  # plain MatMul/Softmax, which ONNX Runtime runs well on a CPU
     names = [n for n in INPUT_NAMES if n in tokenizer.model_input_names]
     sample = tokenizer(["How is the battery?", "The battery lasts a week and the screen is sharp."], padding=True, return_tensors="pt")

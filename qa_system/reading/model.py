@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from qa_system.errors import QAError
-from qa_system.hub import load_options, unreachable
+from qa_system.hub import load_options, quiet_local_load, unreachable
 
 # What ``train_reader`` stores beside a model (no-answer threshold, training data, machine).
 MODEL_INFO_FILE = "qa_system.json"
@@ -54,7 +54,8 @@ def load_qa_model(name_or_path: str | Path, what: str = "reader model", weights:
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **options)
         # float32 whatever the stored dtype: the shipped reader is stored in fp16 to stay small.
-        model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32, **options) if weights else None
+        with quiet_local_load(name):
+            model = AutoModelForQuestionAnswering.from_pretrained(name, dtype=torch.float32, **options) if weights else None
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         if options:
             hub = unreachable(what, name)
