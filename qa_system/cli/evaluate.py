@@ -1,4 +1,4 @@
-"""`qa-system eval retriever | reader | pipeline | rag | annotators` and `tune-bm25`: a stage on a labelled split, and a report."""
+"""`qa-system eval retriever | reader | pipeline | rag | judged | annotators` and `tune-bm25`: a stage on a labelled split, and a report."""
 
 from __future__ import annotations
 
