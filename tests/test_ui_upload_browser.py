@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.page_driver import ask_on_page, page_text, selected, upload, wait
+from helpers.page_driver import ask_on_page, page_text, selected, sidebar_text, upload, upload_waiting, wait
 from helpers.subjqa import write_subjqa
 from qa_system.bench.browser import ANSWER_CARD, chromium_paths, headless_chromium
 from qa_system.config import Settings
@@ -99,8 +99,9 @@ def test_an_uploaded_csv_is_indexed_and_answers_with_a_highlighted_span(site, br
 
 
 def test_leaving_the_page_during_an_upload_does_not_lose_it(site, tmp_path):
-    """The upload is indexed by the server, not by the visitor's script: closing the browser while
-    its 3,000 documents are embedded (several seconds on 2 cores) leaves a complete collection."""
+    """The upload is indexed by the server, not by the visitor's script: closing the browser while its
+    upload waits for its turn (the test holds the collection's ingestion lock until the visitor has left) still
+    leaves a complete collection, read and embedded after the visitor left."""
     url, root, settings = site
     path = root / "big shop.csv"
     with path.open("w", newline="", encoding="utf-8") as file:
@@ -108,12 +109,13 @@ def test_leaving_the_page_during_an_upload_does_not_lose_it(site, tmp_path):
         writer.writerow(["text", "item"])
         writer.writerows((f"Review {n}: the {n % 13}th lamp is bright, number {n}.", f"LAMP-{n % 40}") for n in range(3000))
     driver = headless_chromium(tmp_path / "profile", 1000, 800)
-    try:
-        upload(driver, url, path, **{"Product column": "item"})
-        wait(driver, lambda d: "documents read" in d.find_element("css selector", "[data-testid='stSidebar']").text, timeout=60)
-    finally:
-        driver.quit()  # the visitor leaves while the documents are being embedded
-    assert "big-shop" not in {info.name for info in list_collections(settings)}
+    with upload_waiting(root / "home", path.name):
+        try:
+            upload(driver, url, path, **{"Product column": "item"})
+            wait(driver, lambda d: f"Reading {path.name}" in sidebar_text(d), timeout=60)
+        finally:
+            driver.quit()  # the visitor leaves while the upload waits
+        assert "big-shop" not in {info.name for info in list_collections(settings)}
     deadline = time.monotonic() + 180
     while (info := {i.name: i for i in list_collections(settings)}.get("big-shop")) is None:
         assert time.monotonic() < deadline, "the upload stopped when its visitor left"

@@ -95,7 +95,9 @@ def main() -> None:
     restore_widgets("dashboard", {"reports_dir": ""})
     init_from_url()
     st.title("Evaluation dashboard")
-    st.caption("The reports that `qa-system eval retriever | reader | pipeline | judged | rag --out DIR` wrote: pick one to see its tables and plots.")
+    st.caption(
+        "The reports that `qa-system eval retriever | reader | pipeline | judged | rag --out DIR` wrote: pick one to see its tables and plots."
+    )
     try:
         root = Settings.from_env().reports_dir.resolve()
     except QAError as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,11 @@ def wait(driver, condition, timeout: float = TIMEOUT):
 def page_text(driver) -> str:
     """The main area's text, without the word joiners that keep URLs in it from becoming links."""
     return driver.find_element("css selector", "[data-testid='stMain']").text.replace(WORD_JOINER, "")
+
+
+def sidebar_text(driver) -> str:
+    """The sidebar's text (where the upload form and its progress are), without word joiners."""
+    return driver.find_element("css selector", "[data-testid='stSidebar']").text.replace(WORD_JOINER, "")
 
 
 def selected(driver, label: str) -> str | None:
@@ -82,3 +89,17 @@ def ask_on_page(driver, question: str) -> None:
     """Type ``question`` in the page's form and press Ask, once both are drawn (a rerun may still be drawing them)."""
     usable(driver, "css selector", "input[aria-label='Question']").send_keys(question)
     click(driver, "xpath", "//button[.//p[normalize-space()='Ask']]")
+
+
+@contextmanager
+def upload_waiting(home: Path, file_name: str) -> Iterator[str]:
+    """Holds the turn that ingestions into the collection an upload of ``file_name`` makes take (its lock under
+    ``home``), so that such an upload waits, its progress bar on the page, until the block ends; yields the name."""
+    from qa_system.config import Settings
+    from qa_system.disk_cache import taking_turns
+    from qa_system.ingestion.collections import collection_name_from
+    from qa_system.ingestion.ingest import _lock_file
+
+    collection = collection_name_from(file_name)
+    with taking_turns(_lock_file(Settings(home=home, store="memory"), collection), "a test holds the turn", remove=True):
+        yield collection
