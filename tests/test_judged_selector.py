@@ -49,6 +49,7 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("Cons:\n- It is heavy (\n- The battery is weak", "heavy", "It is heavy"),  # no bullet, no "("
         ("||>>HEADPHONE QUALITYThe headphones are good.+Impressive battery life", "good", "The headphones are good"),
         ("||>>HEADPHONE QUALITYThe headphones are good.+Impressive battery life", "battery", "Impressive battery life"),
+        ("The LEDs, the HDMI port and my TRENDnet router work well.", "router", "The LEDs, the HDMI port and my TRENDnet router work well"),
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase
