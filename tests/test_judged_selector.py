@@ -50,6 +50,7 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("||>>HEADPHONE QUALITYThe headphones are good.+Impressive battery life", "good", "The headphones are good"),
         ("||>>HEADPHONE QUALITYThe headphones are good.+Impressive battery life", "battery", "Impressive battery life"),
         ("The LEDs, the HDMI port and my TRENDnet router work well.", "router", "The LEDs, the HDMI port and my TRENDnet router work well"),
+        ("It was fine. :-) We heard the doors slam.", "heard", "We heard the doors slam"),  # no smiley's rest
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase

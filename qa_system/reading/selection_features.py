@@ -51,7 +51,7 @@ PHRASE_BREAK = re.compile(
     rf"|(?<=[A-Z]{{3}})(?=(?:{_SENTENCE_STARTS})\b)"
 )
 # What a phrase does not start with (the rest of a bracket closed after a break, a list's bullet) nor end with.
-_PHRASE_LEAD = re.compile(r"(?:\s|[)\]},:;*+|>\u2022]|[-\u2013\u2014](?=\s))*")
+_PHRASE_LEAD = re.compile(r"(?:\s|[)\]},:;*+|>\u2022]|[-\u2013\u2014](?=[\s)\]]))*")
 _PHRASE_TAIL = "([{:,-\u2013\u2014"
 # A phrase longer than this (a review without punctuation, or without spaces) is not shown whole: the reader's own span is.
 MAX_PHRASE_WORDS = 40
