@@ -73,8 +73,11 @@ def highlight(segments, tty: bool) -> str:
     marked: bold yellow on a terminal, **...** otherwise; HTML entities of the stored review decoded in each piece,
     after the offsets did their work (as the page shows it), and the text's own control characters shown as escapes."""
     left, right = ("\033[1;33m", "\033[0m") if tty else ("**", "**")
-    pieces = (terminal_text(unescape(segment.text)) for segment in segments)
-    return "".join(f"{left}{piece}{right}" if segment.highlighted else piece for segment, piece in zip(segments, pieces))
+    marked = []
+    for segment in segments:
+        piece = terminal_text(unescape(segment.text))
+        marked.append(f"{left}{piece}{right}" if segment.highlighted else piece)
+    return "".join(marked)
 
 
 def print_card(card, snippet: str | None = None, support: int = 1) -> None:
