@@ -96,7 +96,9 @@ def write_hostile_report(directory: Path, origin: str, outside_png: Path) -> Non
 
     figure, axes = plt.subplots()
     axes.plot([1, 2], [1, 2])
-    metrics = pd.DataFrame([{"group": "all", f"![c]({origin}/cell.png)": 0.5, "retriever": f"**bm25** [x]({origin}/cell-link)"}])
+    # A cell of one unbroken 600-character word: the table is wider than any page.
+    wide = {"group": "all", f"![c]({origin}/cell.png)": 0.5, "retriever": f"**bm25** [x]({origin}/cell-link)", "model": "m" * 600}
+    metrics = pd.DataFrame([wide])
     write_report(
         directory,
         f"Report ![t]({origin}/title.png) **T** :red[r]",
@@ -243,6 +245,13 @@ def test_hostile_reports_are_shown_as_text_and_serve_only_their_own_plots(site, 
     assert_nothing_interpreted(browser, recorder)
     images = browser.find_elements("css selector", "[data-testid='stMain'] img")
     assert len(images) == 1 and "/media/" in images[0].get_attribute("src")  # plot.png only: no outside file is served
+    # The wide table scrolls inside its own box; the main column does not scroll sideways.
+    widths = browser.execute_script(
+        "const t = document.querySelector('[data-testid=stMain] table');"
+        "const main = document.querySelector('[data-testid=stMain]');"
+        "return [t.clientWidth, t.scrollWidth, main.clientWidth, main.scrollWidth];"
+    )
+    assert widths[1] > widths[0] and widths[3] <= widths[2], widths
 
 
 def test_a_hostile_dashboard_link_is_refused_as_text(site, browser, recorder):

@@ -43,6 +43,8 @@ CSS = """
 .qa-hint { font-size: .9rem; color: #475569; }
 .qa-timings { font-size: .85rem; color: #64748b; margin: .1rem 0 .6rem; }
 .qa-timings b { color: #0f172a; }
+/* A wide table (a report's metrics) scrolls inside its own box, not the whole page sideways. */
+[data-testid="stMarkdownContainer"] table { display: block; max-width: 100%; overflow-x: auto; }
 /* st.html blocks keep their last margin (Markdown dropped it): the container's gap is enough. */
 [data-testid="stHtml"] > :last-child { margin-bottom: 0; }
 </style>
