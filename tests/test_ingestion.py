@@ -215,6 +215,31 @@ def test_changes_are_added_and_sync_deletes_what_is_gone(home, tmp_path):
     assert retrieval.run("sunlight", item_id="P1", top_k=1)["documents"][0].id == "r2"
 
 
+def test_a_file_added_that_needs_every_document_processed_again_is_refused_unless_it_holds_them_all(home, tmp_path):
+    ingest(home, write_csv(tmp_path / "r.csv"), "add", COLUMNS, embed=False, progress=False)
+    saved = home.index_dir / "memory" / "add.json"
+    before = digest(saved)
+    # A new review whose rating is a word turns the column to text: every document would be typed again.
+    more = write_csv(tmp_path / "more.csv", [("r9", "P3", "A sturdy tripod.", "four")])
+    for run in (
+        dict(options=COLUMNS, embed=False, force=True),  # --force answers the shrink guard, not this
+        dict(options=IngestOptions(text_column="body", id_column="review_id", item_column="product", passage_words=50), embed=False),
+    ):
+        with pytest.raises(QAError, match=r"^Every document of collection 'add' must be processed again \(the (types|passage)") as caught:
+            ingest(home, more, "add", run.pop("options"), progress=False, **run)
+        assert "more.csv lacks 4 of its 4 documents; it was left as it was. Fix: " in str(caught.value) and "--sync" in str(caught.value)
+        assert digest(saved) == before
+    assert "stars: integer -> text" in str(pytest.raises(QAError, ingest, home, more, "add", COLUMNS, embed=False, progress=False).value)
+    # All of them in the source: typed again, none lost.
+    write_csv(tmp_path / "all.csv", [*REVIEWS, ("r9", "P3", "A sturdy tripod.", "four")])
+    report = ingest(home, tmp_path / "all.csv", "add", COLUMNS, embed=False, progress=False)
+    assert report.documents == 5 and {type(d.meta["stars"]) for d in documents(home, "add").values()} == {str}
+    # --sync keeps only the source's documents, as asked (the shrink guard still wants --force).
+    report = ingest(home, more, "add", IngestOptions(text_column="body", id_column="review_id", item_column="product", passage_words=50),
+                    embed=False, sync=True, force=True, progress=False)  # fmt: skip
+    assert report.deleted == 4 and sorted(documents(home, "add")) == ["r9"]
+
+
 def test_only_new_and_changed_documents_are_embedded(home, tmp_path):
     path = write_csv(tmp_path / "r.csv")
     assert ingest(home, path, "vec", COLUMNS, progress=False).embedded == 4

@@ -9,8 +9,9 @@ collection's next version; any error before that leaves the saved collection exa
 
 ``sync`` deletes the documents that are gone from the source (else they stay); a run that would
 keep fewer than ``MIN_KEPT_SHARE`` of the saved documents needs ``force``, as a re-index does.
-When the encoder, the passage length or the choice of vectors changed, every document is
-processed again (and documents gone from the source are dropped): the report says why.
+When the encoder, the passage length, the choice of vectors or a metadata column's type changed,
+every document is processed again from the source, so the source must hold them all (or ``sync``
+drops the others): the report says why.
 """
 
 from __future__ import annotations
@@ -311,26 +312,32 @@ def _saved(settings: Settings, collection: str) -> _Saved:
     return _Saved(manifest, documents, older_ids)
 
 
-def _rebuild_reasons(saved: _Saved, settings: Settings, embed: bool, splitter: dict) -> list[str]:
-    """Why every document must be processed again (none: only new and changed ones)."""
+def _rebuild_reasons(saved: _Saved, settings: Settings, embed: bool, splitter: dict) -> list[tuple[str, str]]:
+    """Why every document must be processed again, as (cause, effect) pairs (none: only new and changed ones)."""
     if saved.manifest is None:
         return []
     reasons = []
     had_vectors = saved.manifest.get("embedding_model") is not None
     if embed and not had_vectors:
-        reasons.append("the collection had no vectors: every document was embedded")
+        reasons.append(("the collection had no vectors", "every document was embedded"))
     elif not embed and had_vectors:
-        reasons.append("indexed without embeddings: the collection's vectors were dropped")
+        reasons.append(("indexed without embeddings", "the collection's vectors were dropped"))
     elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings, backend=False):
         reasons.append(
-            f"the encoder changed ({saved.manifest.get('embedding_model')} -> {settings.embedding_model}): every document was re-embedded"
+            (
+                f"the encoder changed ({saved.manifest.get('embedding_model')} -> {settings.embedding_model})",
+                "every document was re-embedded",
+            )
         )
     elif embed and not embeddings_match(Index(settings.store, "", None, saved.manifest), settings):
         reasons.append(
-            f"the embedding backend changed ({embedding_backend(saved.manifest)} -> {settings_embedder(settings).backend}): every document was re-embedded"
+            (
+                f"the embedding backend changed ({embedding_backend(saved.manifest)} -> {settings_embedder(settings).backend})",
+                "every document was re-embedded",
+            )
         )
     if saved.manifest.get("splitter") != splitter:
-        reasons.append(f"the passage settings changed ({saved.manifest.get('splitter')} -> {splitter}): every document was split again")
+        reasons.append((f"the passage settings changed ({saved.manifest.get('splitter')} -> {splitter})", "every document was split again"))
     return reasons
 
 
@@ -473,7 +480,12 @@ class _Run:
         from qa_system.progress import Progress
 
         self._type_columns(opened.types)
-        self.report = report = IngestReport(self.collection, self.settings.store, opened.name, notes=[*self.notes, *self.reasons])
+        self.report = report = IngestReport(
+            self.collection,
+            self.settings.store,
+            opened.name,
+            notes=[*self.notes, *(f"{cause}: {effect}" for cause, effect in self.reasons)],
+        )
         if self.vector_search is False:
             report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
         # The total is unknown (the source is read as a stream): the share of it read so far gives the time left.
@@ -511,8 +523,9 @@ class _Run:
                 if column in (saved or {}) and saved[column] != kind
             ]
         self.types = {**(saved or {}), **found}
+        self.retyped = bool(changed)
         if changed:
-            self.reasons.append(f"the types of metadata columns changed ({', '.join(changed)}): every document was processed again")
+            self.reasons.append((f"the types of metadata columns changed ({', '.join(changed)})", "every document was processed again"))
             self.rebuild = True
 
     def _add(self, record: Record) -> bool:
@@ -575,8 +588,17 @@ class _Run:
         report, saved = self.report, self.saved
         vanished = [d for d in saved.documents if d not in self.seen]
         # A file read through a link that now leads outside the folder (indexed before links were checked) goes even without sync.
-        dropped = set(vanished) if sync or self.rebuild else set(vanished) & set(report.links_skipped)
+        dropped = set(vanished) if sync else set(vanished) & set(report.links_skipped)
         kept = [d for d in vanished if d not in dropped]
+        if self.rebuild and kept:
+            # Processing again needs each document's source: those missing from this one would be lost.
+            causes = "; ".join(cause for cause, _ in self.reasons)
+            raise QAError(
+                f"Every document of collection '{self.collection}' must be processed again ({causes}), but {opened.name} lacks "
+                f"{len(kept)} of its {len(saved.documents)} documents; it was left as it was.",
+                "index a source that holds all of them, or pass --sync to keep only this source's documents"
+                + (" (or give the columns named values of the types they had)." if self.retyped else "."),
+            )
         report.deleted, report.kept_missing = len(dropped), len(kept)
         self.items.update(saved.documents[d][1] for d in kept if saved.documents[d][1] is not None)
         report.documents = len(self.seen) + len(kept)
