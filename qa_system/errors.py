@@ -6,6 +6,7 @@ place where counts, thresholds and text from any door are checked.
 """
 
 import math
+import unicodedata
 from numbers import Integral, Real
 
 
@@ -97,6 +98,20 @@ def check_question_length(question: object) -> None:
     """A question is at most ``MAX_QUESTION_CHARS`` long, whichever door asks it (or judges it in feedback)."""
     if isinstance(question, str) and len(question) > MAX_QUESTION_CHARS:
         raise QAError(f"The question is {len(question)} characters long.", f"ask in at most {MAX_QUESTION_CHARS} characters.")
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether ``text`` holds a character a reader sees: not only spaces, control and format characters (zero-width
+    space, soft hyphen, byte-order mark) or combining marks, which tokenizers drop, leaving a question of no tokens."""
+    return any(unicodedata.category(character)[0] not in "CZ" and unicodedata.category(character) not in ("Mn", "Me") for character in text)
+
+
+def check_question_text(question: object) -> None:
+    """A question is UTF-8 text of at most ``MAX_QUESTION_CHARS`` characters with something to read in it."""
+    check_text(question, "the question")
+    check_question_length(question)
+    if not isinstance(question, str) or not has_visible_text(question):
+        raise QAError("The question is empty.", 'type a question, e.g. "Is it good for reading?".')
 
 
 def check_text(value: object, name: str) -> object:

@@ -474,6 +474,7 @@ def test_metrics_count_requests_and_time_them_in_prometheus_format(api):
         ({"top_k_reader": -1}, 422, "top_k_reader must be a whole number from 1 to 20, not -1."),
         ({"no_answer_threshold": "nan"}, 422, "no_answer_threshold must be a finite number, not 'nan'."),
         ({"query": "   "}, 422, "The question is empty."),
+        ({"query": "\u200b\ufeff\u00ad\u0301 \u0000"}, 422, "The question is empty."),  # no character a tokenizer keeps
         ({"query": "why? " * 400}, 422, "The question is 2000 characters long."),
         ({"query": None}, 422, "Invalid 'query': Input should be a valid string."),
         ({"item_id": "NOPE"}, 404, "Product 'NOPE' has no reviews in index 'subjqa-electronics'."),

@@ -61,6 +61,7 @@ def test_products_says_when_the_list_is_cut_and_how_to_see_all(indexed_cli, caps
     "argv, message",
     [
         (["search", "   ", "--item", "KINDLE"], "The question is empty."),
+        (["ask", "\u200b", "--item", "KINDLE"], "The question is empty."),
         (["search", "Is it good?", "--item", "NOPE"], "Product 'NOPE' has no reviews"),
         (["index", "--domain", "garden"], "Unknown domain 'garden'"),
         (["eval", "retriever", "--split", "validation", "--retriever", "bm25"], "Unknown split 'validation'"),

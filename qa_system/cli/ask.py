@@ -10,7 +10,7 @@ from html import unescape
 
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
-from qa_system.errors import check_question_length, check_text
+from qa_system.errors import check_question_text, check_text
 from qa_system.safe_text import terminal_text
 
 
@@ -93,7 +93,7 @@ def print_card(card, snippet: str | None = None, support: int = 1) -> None:
 
 def cmd_ask(args: argparse.Namespace) -> None:
     """`qa-system ask`: the answers to a question (spans read from the reviews, or a generated answer with ``--mode rag``), with timings."""
-    check_question_length(args.question)  # before any model loads (the pipeline checks it too)
+    check_question_text(args.question)  # before any model loads (the pipeline checks it too)
     settings = settings_from_args(args)
     if args.url:  # a client of a running server: Haystack and the models are not even imported
         _ask_server(args, settings.api_token)

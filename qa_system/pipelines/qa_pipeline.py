@@ -17,7 +17,7 @@ from haystack.dataclasses import StreamingCallbackT
 from haystack.errors import FilterError
 
 from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
-from qa_system.errors import NotFound, QAError, check_count, check_number, check_question_length, check_text
+from qa_system.errors import NotFound, QAError, check_count, check_number, check_question_text, check_text
 from qa_system.ingestion.indexing import embeddings_match
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
 from qa_system.retrieval.filters import FILTER_FIX, check_collection_filters, combine_filters, make_filters
@@ -27,11 +27,8 @@ from qa_system.timing import component_timings
 
 def validate_question(index: Index, query: object, item_id: str | None) -> None:
     """The checks every door makes before answering: a question with words in it, about a product the index holds."""
-    check_text(query, "the question")
-    check_question_length(query)
+    check_question_text(query)
     check_text(item_id, "the item id")
-    if not isinstance(query, str) or not query.strip():
-        raise QAError("The question is empty.", 'type a question, e.g. "Is it good for reading?".')
     counts = index.item_counts()
     if item_id is not None and counts and item_id not in counts:
         raise NotFound(f"Product '{item_id}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists.")
