@@ -227,6 +227,14 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     assert refused.status_code == 422 and refused.json()["detail"] == (
         "from-csv.csv has no column 'text' (--text-column); its columns are: review_id, body, stars. Fix: pass --text-column with one of those columns."
     )
+    utf16 = call(
+        "POST",
+        upload,
+        "/collections/from-csv/documents?text_column=body&encoding=utf-16",
+        content=csv_text,
+        headers={"Content-Type": "text/csv"},
+    )  # UTF-8 bytes said to be UTF-16: the codec's own refusal was a 500
+    assert utf16.status_code == 422 and "is not utf-16 text (UTF-16 stream does not start with BOM). Fix: " in utf16.json()["detail"]
     unknown = call("POST", upload, "/collections/nowhere/documents", json={"documents": [review(1)]})
     assert unknown.status_code == 404 and "POST /collections" in unknown.json()["detail"]
     assert call("POST", upload, "/collections/from-csv/documents", json={"documents": []}).status_code == 422

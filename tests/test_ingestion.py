@@ -378,7 +378,7 @@ def test_the_subjqa_domain_is_a_collection_too(settings, monkeypatch, capsys):
 
 
 BAD_INPUTS = {
-    "latin-1": (b"review_id,product,body\nr9,P1,Caf\xe9 au lait was great\n", "csv", [], "--encoding latin-1"),
+    "latin-1": (b"review_id,product,body\nr9,P1,Caf\xe9 au lait was great\n", "csv", [], "--encoding cp1252"),
     "mixed encodings": (
         "review_id,product,body\nr8,P1,Crème brûlée\n".encode() + b"r9,P1,Caf\xe9\n",
         "csv",
@@ -410,6 +410,8 @@ BAD_INPUTS = {
         "line 2 is not JSON",
     ),
     "unknown encoding": (b"review_id,product,body\nr1,P1,x\n", "csv", ["--encoding", "klingon"], "Unknown encoding 'klingon'"),
+    "UTF-8 read as UTF-16": (b"review_id,product,body\nr1,P1,x\n", "csv", ["--encoding", "utf-16"], "does not start with BOM"),
+    "Windows quotes": (b"review_id,product,body\nr9,P1,\x93Smart\x94 \x80 5\n", "csv", [], "--encoding cp1252"),
 }
 
 

@@ -108,11 +108,16 @@ def decoded(binary: IO[bytes], name: str, encoding: str) -> Iterator[IO[str]]:
                 "re-save the whole file in one encoding (UTF-8), or pass --encoding cp1252 to read all of it as Windows-1252.",
             ) from None
         if encoding.startswith("utf-8"):
+            # Windows-1252, not Latin-1: they differ only on 0x80-0x9f, Windows' quotes, dashes and euro sign,
+            # which Latin-1 reads as invisible control characters.
             raise QAError(
-                f"{name}{at} is not UTF-8 text (byte {error.object[error.start]:#04x}); it looks like Latin-1 / Windows-1252.",
-                "pass --encoding latin-1 (or cp1252), or re-save the file as UTF-8.",
+                f"{name}{at} is not UTF-8 text (byte {error.object[error.start]:#04x}); it looks like Windows-1252 / Latin-1.",
+                "pass --encoding cp1252 (Latin-1 with Windows' quotes and euro sign), or re-save the file as UTF-8.",
             ) from None
         raise QAError(f"{name}{at} is not {encoding} text ({error.reason}).", "pass the file's real encoding to --encoding.") from None
+    except UnicodeError as error:  # a codec's own refusal, such as UTF-16 without a byte-order mark
+        unmarked = " (utf-16-le or utf-16-be for UTF-16 without a byte-order mark)" if encoding.startswith("utf-16") else ""
+        raise QAError(f"{name} is not {encoding} text ({error}).", f"pass the file's real encoding to --encoding{unmarked}.") from None
     finally:
         if not binary.closed:
             text.detach()  # the caller owns the binary file
