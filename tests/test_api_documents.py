@@ -244,9 +244,16 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     gone = call("DELETE", "/collections/{name}", "/collections/from-csv")
     assert gone.status_code == 200 and gone.json() == {"name": "from-csv", "documents": 2}
     assert call("POST", "/query", json={"query": "battery?", "collection": "from-csv"}).status_code == 404
-    assert (
-        call("DELETE", "/collections/{name}", "/collections/electronics").status_code == 404
-    )  # served by its SubjQA name; not a collection of the store
+    # The name the server serves its SubjQA domain under names no collection of your own: one made so would be hidden behind it.
+    for method, route, path, body in (
+        ("DELETE", "/collections/{name}", "/collections/electronics", None),
+        ("POST", "/collections", "/collections", {"name": "electronics"}),
+        ("POST", upload, "/collections/electronics/documents", {"documents": [review(1)]}),
+    ):
+        refused = call(method, route, path, json=body)
+        assert refused.status_code == 422 and refused.json()["detail"].startswith(
+            "'electronics' is the SubjQA domain this server serves (the collection subjqa-electronics). Fix: "
+        ), refused.text
     assert call("DELETE", "/collections/{name}", "/collections/subjqa-electronics").status_code == 422
 
 

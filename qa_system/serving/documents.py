@@ -85,16 +85,27 @@ class DocumentChanges:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
+    def _check_own(self, name: str) -> None:
+        """``name`` may name a collection of your own here: a valid name, neither SubjQA's nor a SubjQA domain this server
+        serves under that name (one of your own called so would be hidden behind it, while the CLI's --collection finds it)."""
+        check_own_collection_name(name)
+        served = self.service.served.get(name)
+        if served is not None and served.subjqa_domain:
+            raise QAError(
+                f"'{name}' is the SubjQA domain this server serves (the collection subjqa-{name}).",
+                "name your own collection otherwise, e.g. my-reviews.",
+            )
+
     def create(self, name: str) -> dict[str, Any]:
         """Create the empty collection ``name`` (not a SubjQA name) and serve it."""
-        check_own_collection_name(name)
+        self._check_own(name)
         create_collection(self.settings, name)
         self.service.reopen(name)
         return {"name": name, "documents": 0}
 
     def drop(self, name: str) -> dict[str, Any]:
         """Delete the collection ``name`` (not a SubjQA one, nor the server's default) and stop serving it."""
-        check_own_collection_name(name)
+        self._check_own(name)
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", "pick one that GET /collections lists.")
@@ -109,7 +120,7 @@ class DocumentChanges:
 
     def add(self, name: str, source: bytes, options: IngestOptions, file_name: str, sync: bool = False) -> Change:
         """Check ``source`` (a file's bytes, read as `index --input` reads it), then add or update its documents in the background."""
-        check_own_collection_name(name)
+        self._check_own(name)
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", f'create it first: POST /collections with {{"name": "{name}"}}.')
@@ -138,7 +149,7 @@ class DocumentChanges:
 
     def delete(self, name: str, ids: Sequence[str] | None = None, filters: dict | None = None) -> DeleteReport:
         """Delete documents of ``name`` by id or by filter (with all their passages), then serve what is left."""
-        check_own_collection_name(name)
+        self._check_own(name)
         self._refuse_while_running(name)
         report = delete_documents(self.settings, name, ids, filters)
         if report.deleted:
