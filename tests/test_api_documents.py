@@ -126,6 +126,8 @@ def test_a_collection_created_filled_updated_and_pruned_over_http(call):
     created = call("POST", "/collections", json={"name": "mine"})
     assert created.status_code == 201 and created.json() == {"name": "mine", "documents": 0}
     assert call("POST", "/collections", json={"name": "mine"}).status_code == 409
+    empty = call("POST", "/query", json={"query": "Is it good?", "collection": "mine", "item_id": "P1"})
+    assert empty.status_code == 404 and empty.json()["detail"].startswith("Collection 'mine' holds no documents. Fix: add documents")
 
     report = finished(
         call,

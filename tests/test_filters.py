@@ -145,6 +145,20 @@ def test_a_column_that_turns_to_text_is_retyped_everywhere(settings, tmp_path, r
     assert {type(d.meta["overall"]) for d in index.store.filter_documents()} == {str}  # the unchanged documents too
 
 
+def test_a_question_that_no_document_passes_says_so_and_a_split_needs_labelled_splits(settings, reviews):
+    from qa_system.pipelines import build_qa_pipeline
+    from qa_system.serving.answer_views import NO_DOCUMENTS_NOTE, answer_cards, answer_views
+
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    pipeline = build_qa_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
+    nothing = pipeline.run("Is it sturdy?", filters={"field": "meta.overall", "operator": ">", "value": 5})
+    assert nothing["documents"] == []
+    (card,) = answer_cards(answer_views(nothing["answers"]))  # not a calibrated guess about reviews that were never read
+    assert card.kind == "no_answer" and card.note == NO_DOCUMENTS_NOTE
+    with pytest.raises(QAError, match=r"^Collection 'amz' has no labelled splits: its documents have no 'split' field\. Fix: "):
+        pipeline.run("Is it sturdy?", split="train")
+
+
 def test_cli_ask_and_search_take_a_filter(settings, reviews, capsys, monkeypatch):
     monkeypatch.setenv("QA_HOME", str(settings.home))
     assert (

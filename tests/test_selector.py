@@ -117,6 +117,11 @@ def test_the_component_round_trips_through_a_yaml_pipeline_and_answers_with_prob
     assert all("probability" in a.meta for a in answers)
     (week,) = [a for a in answers if a.data is not None and "lasts a week" in a.data]  # the two reviews' answer is one card naming both
     assert week.meta["support"] == 2 and week.meta["supporting_documents"] == ["a", "b"]
+    # Two passages of one long document say it: said in one document, not two.
+    passages = [Document(id=d.id, content=d.content, meta={"document_id": "manual.txt"}) for d in documents]
+    answers = loaded.run({"selector": {"query": "how is the battery?", "documents": passages, "reading": reading}})["selector"]["answers"]
+    (week,) = [a for a in answers if a.data is not None and "lasts a week" in a.data]
+    assert week.meta["support"] == 1 and week.meta["supporting_documents"] == ["a", "b"]
 
 
 def recalibrated(folder, tmp_path, answer: float, no_answer: float):

@@ -22,6 +22,7 @@ from qa_system.ingestion.indexing import embeddings_match
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
 from qa_system.retrieval.filters import FILTER_FIX, check_collection_filters, combine_filters, make_filters
 from qa_system.stores import Index, open_index
+from qa_system.stores.filter_checks import filter_fields
 from qa_system.timing import component_timings
 
 
@@ -29,6 +30,11 @@ def validate_question(index: Index, query: object, item_id: str | None) -> None:
     """The checks every door makes before answering: a question with words in it, about a product the index holds."""
     check_question_text(query)
     check_text(item_id, "the item id")
+    if index.manifest.get("documents") == 0:  # made empty (POST /collections), or emptied: nothing to answer from
+        raise NotFound(
+            f"Collection '{index.name}' holds no documents.",
+            "add documents to it first (`qa-system index --input FILE --collection NAME`, or POST /collections/NAME/documents).",
+        )
     counts = index.item_counts()
     if item_id is not None and counts and item_id not in counts:
         raise NotFound(f"Product '{item_id}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists.")
@@ -134,6 +140,11 @@ class QAPipeline:
         top_k_reader = check_count(top_k_reader, "top_k_reader", optional=True)
         no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
         self.validate(query, item_id)
+        if split is not None and (fields := filter_fields(self.index.manifest)) is not None and "split" not in fields:
+            raise QAError(
+                f"Collection '{self.index.name}' has no labelled splits: its documents have no 'split' field.",
+                "leave out the split (--split).",
+            )
         filters = combine_filters(make_filters(item_id=item_id, split=split), check_collection_filters(filters, self.index.manifest))
         reader = {"top_k": top_k_reader, "no_answer_threshold": no_answer_threshold}
         inputs = self._inputs(query.strip(), filters, top_k, {k: v for k, v in reader.items() if v is not None}, streaming_callback)

@@ -333,7 +333,8 @@ class ExtractiveReader:
             null_score, null_logit = sigmoid(output.null_logit + threshold), output.null_logit
         else:  # nothing to read
             null_score, null_logit = 1.0, None
-        no_answer = ExtractedAnswer(query=query, score=null_score, data=None, meta={"null_logit": null_logit, "threshold": threshold})
+        meta = {"null_logit": null_logit, "threshold": threshold, **({"no_documents": True} if null_logit is None else {})}
+        no_answer = ExtractedAnswer(query=query, score=null_score, data=None, meta=meta)
         # The no-answer ranks above exactly the answers whose logit does not beat null_logit + threshold.
         rank = sum(1 for span in output.spans[:top_k] if span.logit - output.null_logit >= threshold)
         return {"answers": answers[:rank] + [no_answer] + answers[rank:], "reading": output}

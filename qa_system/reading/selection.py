@@ -316,8 +316,11 @@ class AnswerSelector:
         they disagree (the decision answers, but "no answer" has the higher probability), the probabilities
         win, so that no door ever shows an answer above a "no answer" it says is likelier right. Among equal
         probabilities the decision goes first."""
-        self.warm_up()
         top_k = self.top_k if top_k is None else check_count(top_k, "top_k")
+        if not math.isfinite(reading.null_logit):  # no document had text to read: there is no answer in them, for sure
+            meta = {"probability": 1.0, "chosen": True, "close_call": False, "no_documents": True}
+            return {"answers": [ExtractedAnswer(query=query, score=1.0, data=None, meta=meta)]}
+        self.warm_up()
         selector = self._selector
         spans, values, no_answer_value, decision = selector.choose(query, read_documents(documents, reading))
         no_answer_p = float(selector.no_answer_calibration(no_answer_value))
@@ -346,6 +349,8 @@ class AnswerSelector:
         content = documents[head.document].content
         begin, end = max(0, head.start - self.context_chars), min(len(content), head.end + self.context_chars)
         supporting = list(dict.fromkeys(documents[spans[i].document].id for i in group))
+        # Said in how many documents: passages of one long document, or overlapping ones, count once.
+        sources = {documents[spans[i].document].meta.get("document_id", documents[spans[i].document].id) for i in group}
         return ExtractedAnswer(
             query=query,
             score=probability,
@@ -359,7 +364,7 @@ class AnswerSelector:
                 "chosen": bool(chosen),
                 "logit": float(head.logit),
                 "supporting_documents": supporting,
-                "support": len(supporting),
+                "support": len(sources),
                 "spans": [
                     {"document_id": documents[spans[i].document].id, "start": int(spans[i].start), "end": int(spans[i].end)} for i in group
                 ],

@@ -309,6 +309,7 @@ def rank_answers(views: Sequence[AnswerView]) -> RankedAnswers:
 
 
 NO_ANSWER_TEXT = "No answer in these reviews"
+NO_DOCUMENTS_NOTE = "There was nothing to read: no review passes the product, filters and split asked for."
 BELOW_HEADING = "Best span, rated below \u201cno answer\u201d:"
 
 
@@ -383,6 +384,8 @@ def answer_cards(views: Sequence[AnswerView]) -> list[AnswerCard]:
         if view.kind == "no_answer":
             note = ranked.close_call if ranked.abstains else ""
             note = note or (ranked.no_answer_note() if view is ranked.no_answer else "")
+            if view.meta.get("no_documents"):
+                note = NO_DOCUMENTS_NOTE
             cards.append(
                 AnswerCard(
                     "no_answer",
