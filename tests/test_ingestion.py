@@ -410,6 +410,12 @@ BAD_INPUTS = {
         "line 2 is not JSON",
     ),
     "unknown encoding": (b"review_id,product,body\nr1,P1,x\n", "csv", ["--encoding", "klingon"], "Unknown encoding 'klingon'"),
+    "a quote left open": (  # read as one field swallowing every row after it
+        b'review_id,product,body\nr1,P1,"open\nr2,P1,two\nr3,P1,three\n',
+        "csv",
+        [],
+        "the row that starts on line 2 is not readable CSV (unexpected end of data)",
+    ),
     "UTF-8 read as UTF-16": (b"review_id,product,body\nr1,P1,x\n", "csv", ["--encoding", "utf-16"], "does not start with BOM"),
     "Windows quotes": (b"review_id,product,body\nr9,P1,\x93Smart\x94 \x80 5\n", "csv", [], "--encoding cp1252"),
 }

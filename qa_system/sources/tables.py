@@ -96,7 +96,10 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
             header_line, header_start = next(lines, ""), header_start + 1
         if not header_line:
             return
-        reader = csv.reader(itertools.chain([header_line], lines), delimiter=_delimiter(header_line, tsv))
+        # strict: a quote left open is an error at the end of the file (or where a later quote closes it), not a
+        # field that silently swallows every row after it.
+        reader = csv.reader(itertools.chain([header_line], lines), delimiter=_delimiter(header_line, tsv), strict=True)
+        line = header_start + 1  # where the row being read starts
         try:
             # A column without a name (a trailing delimiter in the header) is named by its position.
             header = [column.strip() or f"column_{n}" for n, column in enumerate(next(reader), 1)]
@@ -127,7 +130,8 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
                     yield record
         except csv.Error as error:
             raise QAError(
-                f"{name} line {header_start + reader.line_num} is not readable CSV ({error}).", "repair that line, or check --format."
+                f"{name}: the row that starts on line {line} is not readable CSV ({error}).",
+                "close the quote that opens in that row (a quote inside a quoted field is written twice: \"\"), or check --format.",
             ) from error
 
 
