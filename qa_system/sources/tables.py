@@ -131,7 +131,7 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
         except csv.Error as error:
             raise QAError(
                 f"{name}: the row that starts on line {line} is not readable CSV ({error}).",
-                "close the quote that opens in that row (a quote inside a quoted field is written twice: \"\"), or check --format.",
+                'close the quote that opens in that row (a quote inside a quoted field is written twice: ""), or check --format.',
             ) from error
 
 

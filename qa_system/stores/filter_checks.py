@@ -81,8 +81,36 @@ def _check_condition(condition: dict, where: str, types: Mapping[str, str], fiel
     for element in values:
         if isinstance(element, str):
             check_text(element, "the filter's value")
+    kind = types.get(field.removeprefix("meta."))
     if operator in ORDERING:
-        _check_ordering(field, operator, value, types.get(field.removeprefix("meta.")))
+        _check_ordering(field, operator, value, kind)
+    else:
+        _check_equality(field, operator, values, kind)
+
+
+def _check_equality(field: str, operator: str, values: list, kind: str | None) -> None:
+    """'==' and 'in' with a value of another type than the field's match nothing, silently: a number against a
+    column that holds text (one value such as "4,5" makes a whole column text), or text against a number column."""
+    for value in values:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind == "text" and number:
+            raise QAError(
+                f"The filter's '{operator}' compares '{field}', which holds text in this collection, with the number {value!r}.",
+                f'write the value as text, e.g. "{value}" (or re-index the column with numbers only, to compare numbers).',
+            )
+        if kind in ("integer", "number", "date") and isinstance(value, str):
+            if kind == "date" and is_iso_date(value):
+                continue
+            example = '"2024-01-31"' if kind == "date" else "4"
+            raise QAError(
+                f"The filter's '{operator}' compares '{field}', a{'n' if kind == 'integer' else ''} {kind}, with the text {value!r}.",
+                f"write the value as a{' date' if kind == 'date' else ' number'}, e.g. {example}.",
+            )
+        if kind == "date" and number:
+            raise QAError(
+                f"The filter's '{operator}' compares '{field}', a date, with the number {value!r}.",
+                'compare it with an ISO date, e.g. "2024-01-31".',
+            )
 
 
 def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> None:
