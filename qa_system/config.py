@@ -34,7 +34,7 @@ READER_BACKENDS = ("onnx", "torch")
 # same recall@5 on SubjQA dev, `qa-system bench ingest`; see ingestion/embedding.py) or sentence-transformers.
 EMBEDDING_BACKENDS = ("onnx", "torch")
 # What `qa-system index --input` reads (see qa_system/ingestion): tables, JSON lines, SQuAD JSON, a folder of documents.
-INPUT_FORMATS = ("csv", "tsv", "jsonl", "squad", "files")
+INPUT_FORMATS = ("csv", "tsv", "jsonl", "json", "squad", "files")
 # Reviews read per question unless asked otherwise: the answer selector was fitted reading the product's best eight.
 TOP_K_RETRIEVER = 8
 DEFAULT_ES_URL = "http://localhost:9200"

@@ -70,6 +70,20 @@ def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     assert meta["item_id"] == "P1" and meta["rating"] == 5 and meta["tags"] == '["a", "b"]'  # a number stays one, a list is JSON text
 
 
+def test_a_json_array_of_documents_reads_as_json_lines_do(home, tmp_path):
+    path = tmp_path / "export.json"  # pandas' to_json(orient="records"), most APIs' exports
+    rows = [{"id": review_id, "sku": item, "text": text, "rating": int(stars)} for review_id, item, text, stars in REVIEWS]
+    path.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    report = ingest(home, path, "array", IngestOptions(item_column="sku", id_column="id"), embed=False, progress=False)
+    assert (report.read, report.documents) == (4, 4)
+    docs = documents(home, "array")
+    assert docs["r1"].content == REVIEWS[0][2] and docs["r1"].meta["item_id"] == "P1" and docs["r1"].meta["rating"] == 5
+    path.write_text(json.dumps([rows[0], "a string"]), encoding="utf-8")
+    with pytest.raises(QAError, match=r"export\.json \[1\] is a JSON str, not an object\. Fix: "):
+        ingest(home, path, "array", IngestOptions(item_column="sku", id_column="id"), embed=False, progress=False)
+    assert len(documents(home, "array")) == 4
+
+
 def test_squad_contexts_are_documents_with_the_title_as_item(home, tmp_path):
     squad = {
         "version": "v2.0",
@@ -415,6 +429,12 @@ BAD_INPUTS = {
         "csv",
         [],
         "the row that starts on line 2 is not readable CSV (unexpected end of data)",
+    ),
+    "a JSON line whose text key is misspelt": (  # was skipped as an empty text
+        b'{"body": "fine", "review_id": "a", "product": "P1"}\n{"Body": "lost", "review_id": "b", "product": "P1"}\n',
+        "jsonl",
+        [],
+        "line 2 has no 'body' key for its text; its keys are: Body, review_id, product",
     ),
     "UTF-8 read as UTF-16": (b"review_id,product,body\nr1,P1,x\n", "csv", ["--encoding", "utf-16"], "does not start with BOM"),
     "Windows quotes": (b"review_id,product,body\nr9,P1,\x93Smart\x94 \x80 5\n", "csv", [], "--encoding cp1252"),

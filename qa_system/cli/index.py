@@ -138,7 +138,9 @@ def register(commands, options: Options) -> None:
     )
     options.domain(p)
     p.add_argument(
-        "--input", type=Path, help="a CSV / TSV / JSON lines / SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf documents"
+        "--input",
+        type=Path,
+        help="a CSV / TSV / JSON lines file, a JSON array of documents, a SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf documents",
     )
     p.add_argument(
         "--collection", help="the collection to create or update (lowercase letters, digits, - _ .); --domain's default: subjqa-<domain>"
@@ -147,7 +149,7 @@ def register(commands, options: Options) -> None:
     group.add_argument(
         "--format",
         choices=INPUT_FORMATS,
-        help="default: from the file name (.csv, .tsv, .jsonl, .json = SQuAD or JSON lines, a folder = files)",
+        help="default: from the file name (.csv, .tsv, .jsonl, .json = an array of documents, SQuAD or JSON lines, a folder = files)",
     )
     group.add_argument("--text-column", help="column (or JSON key) holding the text (default: text, else review)")
     group.add_argument("--id-column", help="column holding a unique document id (default: a hash of the content)")

@@ -44,7 +44,7 @@ from qa_system.sources.columns import column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, read_files
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
 from qa_system.sources.squad_documents import read_squad_documents
-from qa_system.sources.tables import read_json_lines, read_table
+from qa_system.sources.tables import read_json_array, read_json_lines, read_table
 from qa_system.stores import Index, TemporaryOwner, opensearch_client, opensearch_has_knn, saved_manifest, temporary_owner, temporary_prefix
 from qa_system.stores.memory import document_line
 
@@ -142,7 +142,8 @@ def _first(names: list[str], shown: int = LISTED) -> str:
 
 
 def detect_format(name: str, binary: IO[bytes] | None, given: str | None) -> str:
-    """csv | tsv | jsonl | squad | files, from ``given`` or the file's name (a .json file: SQuAD, or JSON lines)."""
+    """csv | tsv | jsonl | json | squad | files, from ``given`` or the file's name (a .json file: an array of documents,
+    SQuAD, or JSON lines)."""
     if given is not None:
         if given not in INPUT_FORMATS:
             raise QAError(f"Unknown format '{given}'.", f"use one of: {', '.join(INPUT_FORMATS)}.")
@@ -152,6 +153,8 @@ def detect_format(name: str, binary: IO[bytes] | None, given: str | None) -> str
         start = binary.tell()
         first = binary.readline(1 << 20)
         binary.seek(start)
+        if first.decode("utf-8-sig", "replace").lstrip().startswith("["):
+            return "json"  # an array of documents
         try:  # one object per line without "data": JSON lines; a SQuAD file is one object (usually many lines)
             line = json.loads(first.decode("utf-8-sig"))
             return "jsonl" if isinstance(line, dict) and "data" not in line else "squad"
@@ -167,6 +170,8 @@ def _records(fmt: str, binary: IO[bytes], name: str, options: IngestOptions, cou
         return read_table(binary, name, options, counts, tsv=fmt == "tsv")
     if fmt == "jsonl":
         return read_json_lines(binary, name, options, counts)
+    if fmt == "json":
+        return read_json_array(binary, name, options, counts)
     return read_squad_documents(binary, name, options, counts)
 
 
@@ -186,7 +191,7 @@ def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions
 
     Read before any document is staged, so that a column has one type in every document; the
     file's errors are found here too, before any work."""
-    if fmt not in ("csv", "tsv", "jsonl"):
+    if fmt not in ("csv", "tsv", "jsonl", "json"):
         return {}
     start = binary.tell()
     try:

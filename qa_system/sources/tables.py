@@ -1,4 +1,4 @@
-"""CSV / TSV and JSON lines -> Records, one row at a time (memory does not grow with the file).
+"""CSV / TSV, JSON lines and JSON arrays -> Records, one row at a time (memory does not grow with the file).
 
 The text column is ``--text-column``, else ``text``, else ``review``; ``--id-column`` and
 ``--item-column`` name the document id and the item (product) column; every other non-empty column
@@ -12,8 +12,8 @@ import csv
 import itertools
 import json
 from collections import Counter
-from collections.abc import Iterator
-from typing import IO
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
 
 from qa_system.errors import QAError
 from qa_system.sources.decoding import decoded, text_encoding
@@ -141,15 +141,15 @@ def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts
     A line that is not a JSON object is a QAError naming the line; blank lines are counted in ``counts``.
     """
     encoding = text_encoding(binary, name, options.encoding, "pass a JSON lines file (one JSON object per line), saved as text.")
-    columns = None
-    with decoded(binary, name, encoding) as text:
+
+    def objects(text: IO[str]) -> Iterator[tuple[str, Any]]:
         for number, line in enumerate(text, 1):
             counts.rows += 1
             if not line.strip():
                 counts.empty_rows += 1
                 continue
             try:
-                values = json.loads(line)
+                yield f"{name} line {number}", json.loads(line)
             except json.JSONDecodeError as error:
                 raise QAError(
                     f"{name} line {number} is not JSON ({error.msg}).",
@@ -160,14 +160,50 @@ def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts
                     f"{name} line {number} nests JSON arrays or objects too deeply to read.",
                     'write one flat JSON object per line, e.g. {"text": "..."}.',
                 ) from None
-            if not isinstance(values, dict):
-                raise QAError(
-                    f"{name} line {number} is a JSON {type(values).__name__}, not an object.",
-                    'write one JSON object per line, e.g. {"text": "..."}.',
-                )
-            _check_column_count(len(values), f"{name} line {number}")
-            if columns is None:  # the first object's keys are the file's columns
-                columns = _columns(list(values), options, name)
-            record = _record(values, columns, f"{name} line {number}", counts)
-            if record is not None:
-                yield record
+
+    with decoded(binary, name, encoding) as text:
+        yield from _object_records(objects(text), name, options, counts)
+
+
+def read_json_array(binary: IO[bytes], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    """Records from a JSON file that is one array of objects (as spreadsheets, pandas' ``to_json(orient="records")`` and
+    many APIs export), read whole; the first object's keys are the file's columns, as in JSON lines."""
+    encoding = text_encoding(binary, name, options.encoding, "pass a JSON file of one array of objects, saved as text.")
+    with decoded(binary, name, encoding) as text:
+        try:
+            array = json.loads(text.read())
+        except json.JSONDecodeError as error:
+            raise QAError(
+                f"{name} is not valid JSON (line {error.lineno}: {error.msg}).", "repair the file, or write it as JSON lines."
+            ) from None
+        except RecursionError:
+            raise QAError(
+                f"{name} nests JSON arrays or objects too deeply to read.", 'write an array of flat objects, e.g. [{"text": "..."}].'
+            ) from None
+    if not isinstance(array, list):
+        raise QAError(
+            f"{name} is a JSON {type(array).__name__}, not an array of documents.", 'write an array of objects, e.g. [{"text": "..."}].'
+        )
+    counts.rows += len(array)
+    yield from _object_records(((f"{name} [{position}]", values) for position, values in enumerate(array)), name, options, counts)
+
+
+def _object_records(objects: Iterable[tuple[str, Any]], name: str, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
+    """Records of JSON objects, each with where it was read; the first object's keys are the columns."""
+    columns = None
+    for where, values in objects:
+        if not isinstance(values, dict):
+            raise QAError(
+                f"{where} is a JSON {type(values).__name__}, not an object.", 'write each document as a JSON object, e.g. {"text": "..."}.'
+            )
+        _check_column_count(len(values), where)
+        if columns is None:
+            columns = _columns(list(values), options, name)
+        if columns[0] not in values:  # a misspelt key, not an empty text: the document would be skipped unseen
+            raise QAError(
+                f"{where} has no '{columns[0]}' key for its text; its keys are: {', '.join(values) or '(none)'}.",
+                f"give every document its text under '{columns[0]}', or pass --text-column.",
+            )
+        record = _record(values, columns, where, counts)
+        if record is not None:
+            yield record

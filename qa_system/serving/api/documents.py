@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 # A file sent as the body, by its content type; JSON is a list of documents ({"documents": [...]}).
 FILE_FORMATS = {"text/csv": "csv", "text/tab-separated-values": "tsv", "application/x-ndjson": "jsonl", "application/jsonl": "jsonl"}
-FILE_SUFFIXES = {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "squad": ".json"}
+FILE_SUFFIXES = {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "json": ".json", "squad": ".json"}
 
 
 class DocumentsRequest(BaseModel):
@@ -201,7 +201,7 @@ async def add_documents(
     name: str,
     request: Request,
     documents: Changes,
-    format: str | None = Query(None, description="a file's format (csv, tsv, jsonl, squad); default: from the content type or filename"),  # noqa: A002
+    format: str | None = Query(None, description="a file's format (csv, tsv, jsonl, json: an array of documents, squad); default: from the content type or filename"),  # noqa: A002
     filename: str | None = Query(None, description="the file's name, for messages and the report (and its format, by its suffix)"),
     text_column: str | None = Query(None, description="as --text-column (default: text, else review)"),
     id_column: str | None = Query(
