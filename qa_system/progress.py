@@ -97,20 +97,28 @@ class Progress:
             if self.total is None and self.fraction is not None:
                 self.bar.set_postfix_str(self._postfix_text(self.clock(), with_share=True), refresh=False)
             self.bar.update(n)
-        elif self.logging:
+        else:
+            self._log_when_due()
+
+    def _log_when_due(self) -> None:
+        """A log line when ``every`` seconds went by since the last one (without a terminal)."""
+        if self.logging:
             now = self.clock()
             if now - self._last >= self.every:
                 self._last = now
                 self._logged = True
                 self._write(self._line(now))
 
-    def set_postfix(self, **values: Any) -> None:
-        """Figures shown beside the count (e.g. ``embedded=1200``)."""
+    def set_postfix(self, refresh: bool = False, **values: Any) -> None:
+        """Figures shown beside the count (e.g. ``embedded=1200``); ``refresh``: shown at once (the bar redrawn, or a log
+        line when one is due), for work that moves the figures while the count stands still."""
         self.postfix = values
         if self.bar is not None and self.total is None and self.fraction is not None:
-            self.bar.set_postfix_str(self._postfix_text(self.clock(), with_share=True), refresh=False)
+            self.bar.set_postfix_str(self._postfix_text(self.clock(), with_share=True), refresh=refresh)
         elif self.bar is not None:
-            self.bar.set_postfix(values, refresh=False)
+            self.bar.set_postfix(values, refresh=refresh)
+        elif refresh:
+            self._log_when_due()
 
     def close(self, failed: bool = False) -> None:
         """The bar closed, or the last log line (the count, the time taken, the rate) after any other; once.

@@ -268,6 +268,19 @@ def test_only_new_and_changed_documents_are_embedded(home, tmp_path):
     assert dense.run("Do the speakers crackle?", item_id="P1", top_k=1)["documents"][0].id == "r2"
 
 
+def test_embedding_a_long_document_reports_progress_as_it_goes(home, tmp_path):
+    from qa_system.ingestion.ingest import EMBED_CHUNK
+
+    (tmp_path / "manual.txt").write_text(long_text(2 * EMBED_CHUNK * 20), encoding="utf-8")  # one document, hundreds of passages
+    heard = []
+    report = ingest(
+        home, tmp_path / "manual.txt", "long", IngestOptions(passage_words=20, passage_overlap=0), progress=False, on_progress=heard.append
+    )
+    assert report.embedded > 2 * EMBED_CHUNK
+    # Before: one report, after the whole batch was embedded. Now one a chunk, then the batch's.
+    assert [p.embedded for p in heard] == [*range(EMBED_CHUNK, report.embedded, EMBED_CHUNK), report.embedded]
+
+
 def test_a_run_that_fails_late_leaves_the_collection_as_it_was(home, tmp_path):
     path = write_csv(tmp_path / "r.csv")
     ingest(home, path, "safe", COLUMNS, embed=False, progress=False)

@@ -49,6 +49,7 @@ from qa_system.stores import Index, TemporaryOwner, opensearch_client, opensearc
 from qa_system.stores.memory import document_line
 
 BATCH = 256  # source documents per split / embed / stage step
+EMBED_CHUNK = 128  # passages embedded between two progress reports
 
 _SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", **dict.fromkeys(SUFFIXES, "files")}
 
@@ -361,9 +362,9 @@ def ingest(
 ) -> IngestReport:
     """Read ``source`` into the collection ``collection`` (created, or updated incrementally) and report what changed.
 
-    ``source``: a CSV / TSV / JSON lines / SQuAD JSON file, a folder or file of .txt / .md / .html /
+    ``source``: a CSV / TSV / JSON lines / JSON array / SQuAD JSON file, a folder or file of .txt / .md / .html /
     .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
-    hears an ``IngestProgress`` after every batch (the search page's progress bar).
+    hears an ``IngestProgress`` after every batch and every chunk of passages embedded (the search page's progress bar).
     """
     lock = _lock_file(settings, check_collection_name(collection))
     # Ingestions into one collection take turns: each reads what the collection holds when it starts
@@ -495,15 +496,19 @@ class _Run:
             report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
         # The total is unknown (the source is read as a stream): the share of it read so far gives the time left.
         with Progress(None, f"indexing {self.collection}", "documents", enabled=progress, fraction=opened.fraction) as bar:
+
+            def embedded(midway: bool) -> None:  # midway through a batch, the count stands still: show the figure at once
+                bar.set_postfix(refresh=midway, embedded=report.embedded)
+                if self.on_progress is not None:
+                    self.on_progress(IngestProgress(report.read, report.embedded, opened.fraction()))
+
             for record in opened.records:
                 if self._add(record):
                     bar.update()
                 if len(self.batch) >= BATCH:
-                    self._flush(staged, opened)
-                    bar.set_postfix(embedded=report.embedded)
+                    self._flush(staged, embedded)
             if self.batch:
-                self._flush(staged, opened)
-                bar.set_postfix(embedded=report.embedded)
+                self._flush(staged, embedded)
         counts = opened.counts
         report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
         report.files_unreadable, report.links_skipped = counts.files_unreadable, counts.links_skipped
@@ -565,18 +570,23 @@ class _Run:
         self.batch.append((document_id, record.text, meta))
         return True
 
-    def _flush(self, staged: IO[str], opened: _Opened) -> None:
-        """Split, embed and stage the queued documents."""
+    def _flush(self, staged: IO[str], progressed: Callable[[bool], None]) -> None:
+        """Split, embed and stage the queued documents; ``progressed`` hears of every chunk embedded, and of the end."""
         report = self.report
         passages = [passage for document in self.batch for passage in self.splitter.passages(*document)]
         if self.embed:
             self.embedder = self.embedder or settings_embedder(self.settings)
             began = time.perf_counter()
-            embedded = self.embedder.run(documents=[Document(id=p["id"], content=p["content"]) for p in passages])["documents"]
-            for passage, document in zip(passages, embedded):
-                passage["embedding"] = document.embedding
+            # In chunks, each reported: a batch of long documents is thousands of passages, minutes on a CPU.
+            for start in range(0, len(passages), EMBED_CHUNK):
+                chunk = passages[start : start + EMBED_CHUNK]
+                embedded = self.embedder.run(documents=[Document(id=p["id"], content=p["content"]) for p in chunk])["documents"]
+                for passage, document in zip(chunk, embedded):
+                    passage["embedding"] = document.embedding
+                report.embedded += len(chunk)
+                if start + EMBED_CHUNK < len(passages):
+                    progressed(True)
             report.embedding_s += time.perf_counter() - began
-            report.embedded += len(passages)
             report.embedded_documents += len(self.batch)
         for passage in passages:
             staged.write(document_line(passage) + "\n")
@@ -585,8 +595,7 @@ class _Run:
         report.staged += len(passages)
         self.staged_documents.update(document_id for document_id, _, _ in self.batch)
         self.batch.clear()
-        if self.on_progress is not None:
-            self.on_progress(IngestProgress(report.read, report.embedded, opened.fraction()))
+        progressed(False)
 
     def commit(self, staging: Path, opened: _Opened, sync: bool, force: bool) -> IngestReport:
         """After the whole source was read: the shrink guard, the manifest, and the commit (skipped when nothing changed)."""

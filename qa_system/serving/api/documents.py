@@ -201,7 +201,10 @@ async def add_documents(
     name: str,
     request: Request,
     documents: Changes,
-    format: str | None = Query(None, description="a file's format (csv, tsv, jsonl, json: an array of documents, squad); default: from the content type or filename"),  # noqa: A002
+    format: str | None = Query(
+        None,
+        description="a file's format (csv, tsv, jsonl, json: an array of documents, squad); default: from the content type or filename",
+    ),  # noqa: A002
     filename: str | None = Query(None, description="the file's name, for messages and the report (and its format, by its suffix)"),
     text_column: str | None = Query(None, description="as --text-column (default: text, else review)"),
     id_column: str | None = Query(
