@@ -33,6 +33,20 @@ class Unavailable(QAError):
     not answer as it should: the request was fine, so an API answers 503."""
 
 
+# Longest piece of a request quoted back in an error: a 60,000-character product id is named, not repeated.
+QUOTED_CHARS = 80
+
+
+def shown(value: object, limit: int = QUOTED_CHARS) -> str:
+    """``value`` as text to quote in a message: whole up to ``limit`` characters, else its start and end around
+    "…" with its length (an id's end often tells it apart from its neighbours)."""
+    text = str(value)
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return f"{text[: limit - tail - 1]}…{text[-tail:]} ({len(text):,} characters)"
+
+
 def _fix(name: str, bound: object, how: str) -> str:
     # A flag takes its value after a space (--top-k 1), a Python argument after "=" (top_k=1).
     return f"pass {name}{' ' if name.startswith('-') else '='}{bound} {how}."

@@ -483,6 +483,15 @@ def test_collection_names_never_point_outside_the_index_directory(cli_home, tmp_
         assert "collection name" in capsys.readouterr().err
 
 
+def test_a_collection_name_too_long_says_so(cli_home, tmp_path, capsys):
+    write_csv(tmp_path / "r.csv")
+    assert main(["index", "--input", str(tmp_path / "r.csv"), "--collection", "a" * 201, "--text-column", "body", "--no-embed"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "error: The collection name is 201 characters long; at most 200 are taken. Fix: pick a shorter name, e.g. my-reviews.\n"
+    )
+
+
 def test_a_utf8_byte_order_mark_and_latin_1_on_request(home, tmp_path):
     path = tmp_path / "bom.csv"
     path.write_bytes(b"\xef\xbb\xbfreview_id,product,body\nr1,P1,Caf\xc3\xa9 au lait\n")

@@ -22,7 +22,7 @@ from typing import Any
 
 from qa_system.config import Settings
 from qa_system.disk_cache import taking_turns
-from qa_system.errors import Conflict, NotFound, QAError, check_text
+from qa_system.errors import Conflict, NotFound, QAError, check_text, shown
 from qa_system.ingestion.backends import commit
 from qa_system.ingestion.collections import check_collection_name
 from qa_system.ingestion.ingest import _lock_file
@@ -51,7 +51,9 @@ class DeleteReport:
 
 
 def _unknown_collection(name: str) -> NotFound:
-    return NotFound(f"No collection named '{name}'.", "create it first (POST /collections), or pick one that GET /collections lists.")
+    return NotFound(
+        f"No collection named '{shown(name)}'.", "create it first (POST /collections), or pick one that GET /collections lists."
+    )
 
 
 def create_collection(settings: Settings, name: str) -> dict:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, shown
 from qa_system.ingestion.indexing import ProgressCallback, open_or_build_index
 from qa_system.ingestion.splitting import source_text
 from qa_system.stores import (
@@ -34,7 +34,8 @@ from qa_system.stores import (
 
 # Lowercase because Elasticsearch and OpenSearch index names must be; "@" for the indexes of
 # fine-tuned encoders (subjqa-electronics@retriever-minilm-subjqa) that `eval retriever` builds.
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.@-]{0,199}")
+MAX_NAME_CHARS = 200
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.@-]*")  # and at most MAX_NAME_CHARS long
 NAME_FIX = "use lowercase letters, digits, '-', '_' and '.', starting with a letter or digit, e.g. my-reviews."
 
 
@@ -44,8 +45,13 @@ def check_collection_name(name: object) -> str:
         raise QAError("The collection name is empty.", NAME_FIX)
     if "/" in name or "\\" in name or ".." in name:
         raise QAError(f"The collection name '{name}' holds '/' or '..': a name must not point outside the index directory.", NAME_FIX)
+    if len(name) > MAX_NAME_CHARS:
+        raise QAError(
+            f"The collection name is {len(name):,} characters long; at most {MAX_NAME_CHARS} are taken.",
+            "pick a shorter name, e.g. my-reviews.",
+        )
     if not NAME_PATTERN.fullmatch(name):
-        raise QAError(f"'{name}' is not a valid collection name.", NAME_FIX)
+        raise QAError(f"'{shown(name)}' is not a valid collection name.", NAME_FIX)
     if CONCRETE_INDEX_NAME.fullmatch(name):  # for every store: a name is the same collection whichever store serves it
         raise QAError(
             f"'{name}' is named like the index behind a collection on a search server (NAME--TIME-ID).",

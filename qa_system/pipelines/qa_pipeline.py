@@ -17,7 +17,7 @@ from haystack.dataclasses import StreamingCallbackT
 from haystack.errors import FilterError
 
 from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
-from qa_system.errors import NotFound, QAError, check_count, check_number, check_question_text, check_text
+from qa_system.errors import NotFound, QAError, check_count, check_number, check_question_text, check_text, shown
 from qa_system.ingestion.indexing import embeddings_match
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
 from qa_system.retrieval.filters import FILTER_FIX, check_collection_filters, combine_filters, make_filters
@@ -37,7 +37,9 @@ def validate_question(index: Index, query: object, item_id: str | None) -> None:
         )
     counts = index.item_counts()
     if item_id is not None and counts and item_id not in counts:
-        raise NotFound(f"Product '{item_id}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists.")
+        raise NotFound(
+            f"Product '{shown(item_id)}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists."
+        )
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qa_system.config import Settings
-from qa_system.errors import Conflict, NotFound, QAError, Unavailable
+from qa_system.errors import Conflict, NotFound, QAError, Unavailable, shown
 from qa_system.ingestion import IngestOptions, IngestProgress, check_own_collection_name, delete_collection, ingest
 from qa_system.ingestion.changes import DeleteReport, create_collection, delete_documents
 from qa_system.ingestion.ingest import check_source
@@ -108,7 +108,7 @@ class DocumentChanges:
         self._check_own(name)
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
-            raise NotFound(f"No collection named '{name}'.", "pick one that GET /collections lists.")
+            raise NotFound(f"No collection named '{shown(name)}'.", "pick one that GET /collections lists.")
         if manifest.get("domains"):
             raise QAError(
                 f"'{name}' is a SubjQA collection.", "delete your own collections only (`qa-system collections --delete` deletes any)."
@@ -161,7 +161,7 @@ class DocumentChanges:
         change = self._tasks.get(task_id)
         if change is None:
             raise NotFound(
-                f"No task '{task_id}' on this server.",
+                f"No task '{shown(task_id)}' on this server.",
                 "poll the task_id that adding documents returned (tasks are kept until the server restarts).",
             )
         return change.status()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from haystack import Document
 
 from qa_system.config import Settings
-from qa_system.errors import NotFound, QAError
+from qa_system.errors import NotFound, QAError, shown
 from qa_system.ingestion import CollectionInfo, collection_info, list_collections
 from qa_system.ingestion import open_collection as open_saved_collection
 from qa_system.ingestion.collections import is_reserved_name
@@ -113,7 +113,7 @@ class Catalogue:
             return self.served[name]
         if self.any_collection:
             return ServedCollection(name)
-        raise NotFound(f"Unknown collection '{name}'.", f"use one of: {', '.join(self.names)}.")
+        raise NotFound(f"Unknown collection '{shown(name)}'.", f"use one of: {', '.join(map(shown, self.names))}.")
 
     def serve_own_collections(self) -> None:
         """Serve (opened on first use) every collection of your own the store holds: those the document routes

@@ -13,7 +13,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from qa_system.errors import QAError, check_text
+from qa_system.errors import QAError, check_text, shown
 from qa_system.sources.columns import is_iso_date
 
 # What the index adds to every passage of a collection of your own, and what a SubjQA review carries.
@@ -60,7 +60,7 @@ def _check_condition(condition: dict, where: str, types: Mapping[str, str], fiel
     if fields is not None and field != "id" and field.removeprefix("meta.") not in fields:
         # No document has it: the filter would match nothing, and "no answer" would be said over reviews never read.
         raise QAError(
-            f"The filter names '{field}', a field no document of this collection has.",
+            f"The filter names '{shown(field)}', a field no document of this collection has.",
             f"filter on one of: {', '.join('meta.' + name for name in sorted(fields))}.",
         )
     if operator not in COMPARISONS:
