@@ -146,6 +146,21 @@ def test_a_collection_created_filled_updated_and_pruned_over_http(call):
     assert (report["changed"], report["added"], report["documents"]) == (1, 0, 100)  # an upsert: the other 99 stay
     deleted = call("DELETE", "/collections/{name}/documents/{document_id}", "/collections/mine/documents/r003")
     assert deleted.status_code == 200 and deleted.json()["deleted"] == ["r003"] and deleted.json()["documents"] == 99
+    # An id with "/" in it (a file's path in its folder), escaped or not.
+    finished(
+        call,
+        call(
+            "POST",
+            "/collections/{name}/documents",
+            "/collections/mine/documents",
+            json={"documents": [{**review(200), "id": "manuals/a b.pdf"}]},
+        ),
+    )
+    deleted = call("DELETE", "/collections/{name}/documents/{document_id}", "/collections/mine/documents/manuals%2Fa%20b.pdf")
+    assert deleted.status_code == 200 and deleted.json()["deleted"] == ["manuals/a b.pdf"], deleted.text
+    again = call("DELETE", "/collections/{name}/documents/{document_id}", "/collections/mine/documents/manuals/a%20b.pdf")
+    assert again.status_code == 404 and again.json()["detail"].startswith("No document 'manuals/a b.pdf' in collection 'mine'."), again.text
+    assert "manuals/a b.pdf" not in everything(call, "mine")
 
     found = everything(call, "mine")
     assert sorted(found) == sorted(f"r{n:03d}" for n in range(100) if n != 3)

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, shown
 from qa_system.ingestion import IngestOptions
 from qa_system.serving.api.guards import client_of
 from qa_system.serving.api.schemas import Filters, Text
@@ -240,7 +240,7 @@ async def delete_document(name: str, document_id: str, request: Request, documen
     if report.not_found:
         raise HTTPException(
             404,
-            f"No document '{document_id}' in collection '{name}'. Fix: send an id the collection holds (GET /query's documents show them).",
+            f"No document '{shown(document_id)}' in collection '{name}'. Fix: send an id the collection holds (GET /query's documents show them).",
         )
     return DeleteOut(**report.as_dict())
 
@@ -282,7 +282,16 @@ def register(router: APIRouter, dependencies: list, errors) -> None:
             "delete documents by id or by filter",
             (404, 409, 413, 422),
         ),
-        ("/collections/{name}/documents/{document_id}", delete_document, "DELETE", 200, DeleteOut, "delete one document", (404, 409, 422)),
+        # :path: an id may hold "/" (a file's path in its folder, "manuals/kindle.pdf"), sent as %2F or as is
+        (
+            "/collections/{name}/documents/{document_id:path}",
+            delete_document,
+            "DELETE",
+            200,
+            DeleteOut,
+            "delete one document",
+            (404, 409, 422),
+        ),
         ("/tasks/{task_id}", task, "GET", 200, TaskOut, "the status of documents being added", (404,)),
     ]
     for path, endpoint, method, status, model, summary, statuses in routes:
