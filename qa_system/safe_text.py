@@ -48,4 +48,5 @@ def terminal_text(text: object, newlines: bool = True) -> str:
     """``text`` for a terminal: every control character shown as its escape (``\\x1b``), so that no stored review or
     server reply can colour, move, hide, retitle, link or clear what the terminal shows; tabs and (with ``newlines``) line breaks stay."""
     pattern = _TERMINAL_UNSAFE if newlines else _TERMINAL_UNSAFE_LINE
-    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+    text = str(text).replace("\r\n", "\n") if newlines else str(text)  # Windows' line break is a line break; a lone \r is escaped
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)

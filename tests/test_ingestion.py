@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     assert meta["item_id"] == "P1" and meta["rating"] == 5 and meta["tags"] == '["a", "b"]'  # a number stays one, a list is JSON text
 
 
-def test_a_json_array_of_documents_reads_as_json_lines_do(home, tmp_path):
+def test_a_json_array_of_documents_reads_as_json_lines_do(home, tmp_path, capsys, monkeypatch):
     path = tmp_path / "export.json"  # pandas' to_json(orient="records"), most APIs' exports
     rows = [{"id": review_id, "sku": item, "text": text, "rating": int(stars)} for review_id, item, text, stars in REVIEWS]
     path.write_text(json.dumps(rows, indent=2), encoding="utf-8")
@@ -78,6 +79,11 @@ def test_a_json_array_of_documents_reads_as_json_lines_do(home, tmp_path):
     assert (report.read, report.documents) == (4, 4)
     docs = documents(home, "array")
     assert docs["r1"].content == REVIEWS[0][2] and docs["r1"].meta["item_id"] == "P1" and docs["r1"].meta["rating"] == 5
+    path.write_text(json.dumps([{"text": "The hinge squeaks after a week.", "id": "a1"}]), encoding="utf-8")
+    ingest(home, path, "no-items", progress=False, embed=False)
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    assert main(["search", "hinge", "--collection", "no-items"]) == 0  # a document of no product: no "(None)" beside it
+    assert re.search(r"^1\. score [\d.]+  document \w+  \(id_column a1\)$", capsys.readouterr().out, re.MULTILINE)
     path.write_text(json.dumps([rows[0], "a string"]), encoding="utf-8")
     with pytest.raises(QAError, match=r"export\.json \[1\] is a JSON str, not an object\. Fix: "):
         ingest(home, path, "array", IngestOptions(item_column="sku", id_column="id"), embed=False, progress=False)

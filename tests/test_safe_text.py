@@ -42,3 +42,11 @@ def test_markdown_literal_examples():
 
 def test_html_text_escapes_content_and_attributes():
     assert html_text("<img src=\"x\" onerror='y'> & co") == "&lt;img src=&quot;x&quot; onerror=&#x27;y&#x27;&gt; &amp; co"
+
+
+def test_terminal_text_keeps_line_breaks_windows_ones_too_and_escapes_other_controls():
+    from qa_system.safe_text import terminal_text
+
+    assert terminal_text("Line one.\r\nLine two.\n\tEnd") == "Line one.\nLine two.\n\tEnd"  # a CSV cell saved on Windows
+    assert terminal_text("over\rwrite \x1b[2J") == "over\\rwrite \\x1b[2J"  # a lone carriage return rewrites the line
+    assert terminal_text("a\r\nb", newlines=False) == "a\\r\\nb"

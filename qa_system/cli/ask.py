@@ -51,13 +51,9 @@ def cmd_search(args: argparse.Namespace) -> None:
         snippet = textwrap.shorten(terminal_text(document.content or ""), width=args.width, placeholder=" ...")
         splits = " + ".join(split_names(document))
         own = ", ".join(f"{key} {value}" for key, value in user_metadata(meta).items())  # the source's columns: rating, date, ...
-        print(
-            terminal_text(
-                f"\n{rank}. score {document.score:.3f}  {document_label(document)}  ({meta.get('item_id')}"
-                + (f", {splits}" if splits else "")
-                + (f"; {own})" if own else ")")
-            )
-        )
+        about = ", ".join(filter(None, (meta.get("item_id"), splits)))  # a collection without products names none
+        details = "; ".join(filter(None, (about, own)))
+        print(terminal_text(f"\n{rank}. score {document.score:.3f}  {document_label(document)}" + (f"  ({details})" if details else "")))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
@@ -295,7 +291,8 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
         for document in documents:
             # shorten needs room for its " ..." placeholder: --context 0 still shows a stub of each review.
             snippet = textwrap.shorten(terminal_text(document.content or ""), width=max(2 * args.context, 10), placeholder=" ...")
-            print(terminal_text(f"[{document.meta['source_index']}] {document_label(document)}  ({document.meta.get('item_id')})"))
+            product = f"  ({document.meta['item_id']})" if document.meta.get("item_id") else ""
+            print(terminal_text(f"[{document.meta['source_index']}] {document_label(document)}{product}"))
             print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
 
 
