@@ -151,3 +151,19 @@ def test_a_generated_answers_card_notes_its_grounding_flags():
     [card] = answer_cards(answer_views([answer]))
     assert card.kind == "generated" and card.text == "The battery lasts ten hours." and card.source == "cites no review"
     assert card.note == f"{flags[0]}. {flags[1]}."
+
+
+def test_a_spans_card_is_one_line_while_its_offsets_still_point_into_the_review():
+    review = "The lamp is<br>\r\nvery   bright &amp; warm."
+    start = review.index("The")
+    span = ExtractedAnswer(
+        query="Is it bright?",
+        score=0.9,
+        data=review[start:],
+        document=Document(content=review),
+        document_offset=ExtractedAnswer.Span(start, len(review)),
+    )
+    view = answer_view(span)
+    assert view.shown_text == "The lamp is<br> very bright & warm." and review[view.start : view.end] == span.data
+    generated = answer_view(GeneratedAnswer(data="Two points:\n- bright\n- warm", query="?", documents=[], meta={}))
+    assert generated.shown_text == "Two points:\n- bright\n- warm"  # a generated answer keeps its lines

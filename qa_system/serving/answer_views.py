@@ -174,9 +174,12 @@ class AnswerView:
 
     @property
     def shown_text(self) -> str | None:
-        """The answer as a reader sees it: HTML entities of the stored review decoded ("7&#34;" -> '7"');
-        ``start`` and ``end`` still point into the stored text."""
-        return None if self.text is None else unescape(self.text)
+        """The answer as a reader sees it: HTML entities of the stored review decoded ("7&#34;" -> '7"'), and a span's
+        line breaks and runs of spaces as one space (a card's answer is one line); ``start`` and ``end`` still point
+        into the stored text."""
+        if self.text is None:
+            return None
+        return " ".join(unescape(self.text).split()) if self.kind == "span" else unescape(self.text)
 
     @property
     def score_text(self) -> str:
