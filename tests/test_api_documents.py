@@ -144,6 +144,14 @@ def test_a_collection_created_filled_updated_and_pruned_over_http(call):
         ),
     )
     assert (report["changed"], report["added"], report["documents"]) == (1, 0, 100)  # an upsert: the other 99 stay
+    # A rating given as a word would turn the column to text, which needs every document again: refused, the 100 kept.
+    task = call(
+        "POST", "/collections/{name}/documents", "/collections/mine/documents", json={"documents": [{**review(300), "rating": "four"}]}
+    )
+    while (status := call("GET", "/tasks/{task_id}", task.headers["location"]).json())["status"] == "running":
+        time.sleep(0.2)
+    assert status["status"] == "failed" and status["error_status"] == 422, status
+    assert "(the types of metadata columns changed (rating: integer -> text))" in status["error"] and "pass sync=true" in status["error"]
     deleted = call("DELETE", "/collections/{name}/documents/{document_id}", "/collections/mine/documents/r003")
     assert deleted.status_code == 200 and deleted.json()["deleted"] == ["r003"] and deleted.json()["documents"] == 99
     # An id with "/" in it (a file's path in its folder), escaped or not.
@@ -242,7 +250,7 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
         "POST", upload, "/collections/from-csv/documents?text_column=text", content=csv_text, headers={"Content-Type": "text/csv"}
     )
     assert refused.status_code == 422 and refused.json()["detail"] == (
-        "from-csv.csv has no column 'text' (--text-column); its columns are: review_id, body, stars. Fix: pass --text-column with one of those columns."
+        "from-csv.csv has no column 'text' (text_column); its columns are: review_id, body, stars. Fix: pass text_column with one of those columns."
     )
     utf16 = call(
         "POST",
@@ -251,7 +259,10 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
         content=csv_text,
         headers={"Content-Type": "text/csv"},
     )  # UTF-8 bytes said to be UTF-16: the codec's own refusal was a 500
-    assert utf16.status_code == 422 and "is not utf-16 text (UTF-16 stream does not start with BOM). Fix: " in utf16.json()["detail"]
+    assert utf16.status_code == 422 and utf16.json()["detail"].endswith(
+        "is not utf-16 text (UTF-16 stream does not start with BOM). "
+        "Fix: pass the file's real encoding to encoding (utf-16-le or utf-16-be for UTF-16 without a byte-order mark)."
+    )  # the route's parameter named, not the CLI's flag
     unknown = call("POST", upload, "/collections/nowhere/documents", json={"documents": [review(1)]})
     assert unknown.status_code == 404 and "POST /collections" in unknown.json()["detail"]
     assert call("POST", upload, "/collections/from-csv/documents", json={"documents": []}).status_code == 422

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from qa_system.config import Settings
 from qa_system.errors import QAError, shown
 from qa_system.ingestion import IngestOptions
+from qa_system.serving.api.error_mapping import in_http_terms
 from qa_system.serving.api.guards import client_of
 from qa_system.serving.api.schemas import Filters, Text
 from qa_system.serving.documents import DocumentChanges
@@ -247,7 +248,8 @@ async def delete_document(name: str, document_id: str, request: Request, documen
 
 async def task(task_id: str, documents: Changes) -> TaskOut:
     """How far adding documents is: running (with progress), done (with the report) or failed (with the one-line error)."""
-    return TaskOut(**documents.task(task_id))
+    status = documents.task(task_id)
+    return TaskOut(**{**status, "error": status["error"] and in_http_terms(status["error"])})
 
 
 def register(router: APIRouter, dependencies: list, errors) -> None:

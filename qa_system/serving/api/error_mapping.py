@@ -3,6 +3,7 @@ complaints said as one line, and the responses each route documents."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -61,8 +62,31 @@ def one_line(error: RequestValidationError) -> str:
     return f"Invalid '{field}': {first['msg']}. Fix: see the request schema at /docs."
 
 
+# The document routes take `index --input`'s flags as query parameters: the library's messages name the flags.
+_FLAG = re.compile(r"--(text-column|id-column|item-column|encoding|format|sync)\b(?: (?!(?:with|to|or|for|and)\b)([a-z][a-z0-9_-]*)\b)?")
+
+
+def in_http_terms(message: str) -> str:
+    """A library message about reading documents, its flags said as the document routes' query parameters
+    ("pass --encoding cp1252" -> "pass encoding=cp1252", "--text-column" -> "text_column")."""
+
+    def parameter(match: re.Match) -> str:
+        name = match[1].replace("-", "_")
+        if name == "sync":
+            return "sync=true"
+        return f"{name}={match[2]}" if match[2] else name
+
+    return _FLAG.sub(parameter, message)
+
+
+def _is_document_route(request: Request) -> bool:
+    parts = request.url.path.split("/")
+    return len(parts) > 3 and parts[1] == "collections" and parts[3] == "documents"
+
+
 async def _library_error(request: Request, error: QAError) -> JSONResponse:
-    return error_response(str(error), status_of(error))
+    message = in_http_terms(str(error)) if _is_document_route(request) else str(error)
+    return error_response(message, status_of(error))
 
 
 async def _invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
