@@ -485,6 +485,8 @@ def test_metrics_count_requests_and_time_them_in_prometheus_format(api):
         ({"retriever": "sparse"}, 422, "Invalid 'retriever': Input should be 'bm25', 'dense' or 'hybrid'."),
         ({"mode": "abstractive"}, 422, "Invalid 'mode': Input should be 'extractive' or 'rag'."),
         ({"topk": 3}, 422, "Unknown field 'topk' in the request."),
+        ({"stream": "yes"}, 422, "Invalid 'stream': Input should be a valid boolean."),
+        ({"all_products": "yes"}, 422, "Invalid 'all_products': Input should be a valid boolean."),
     ],
 )
 def test_bad_queries_get_one_line_4xx_naming_the_fix(api, body, status, message):

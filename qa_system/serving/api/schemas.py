@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from haystack import Document
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StringConstraints
 
 from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
 from qa_system.errors import QAError, check_count, check_number, check_text
@@ -71,7 +71,7 @@ class QueryRequest(BaseModel):
         None,
         description="the product asked about (GET /products lists them); left out with all_products, or in a collection without products",
     )
-    all_products: bool = Field(
+    all_products: StrictBool = Field(  # "yes" is no true: a typo is refused, not guessed
         False, description="ask every document of the collection (the page's 'All documents'); each answer's card names its product"
     )
     collection: Text | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
@@ -90,7 +90,7 @@ class QueryRequest(BaseModel):
         "==, !=, >, >=, <, <=, in or not in, value}, or {operator: AND | OR | NOT, conditions: [...]}; ANDed with item_id",
         examples=[FILTERS_EXAMPLE],
     )
-    stream: bool = Field(
+    stream: StrictBool = Field(
         False, description="rag: send the answer as server-sent events while it is written (also with Accept: text/event-stream)"
     )
 
