@@ -34,7 +34,7 @@ class Unavailable(QAError):
 
 
 # Longest piece of a request quoted back in an error: a 60,000-character product id is named, not repeated.
-QUOTED_CHARS = 80
+QUOTED_CHARS = 200
 
 
 def shown(value: object, limit: int = QUOTED_CHARS) -> str:

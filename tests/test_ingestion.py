@@ -4,6 +4,7 @@ their documents, incremental updates, collections, and one test per kind of bad 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -274,10 +275,10 @@ def test_only_new_and_changed_documents_are_embedded(home, tmp_path):
     assert dense.run("Do the speakers crackle?", item_id="P1", top_k=1)["documents"][0].id == "r2"
 
 
-def test_embedding_a_long_document_reports_progress_as_it_goes(home, tmp_path):
-    from qa_system.ingestion.ingest import EMBED_CHUNK
-
-    (tmp_path / "manual.txt").write_text(long_text(2 * EMBED_CHUNK * 20), encoding="utf-8")  # one document, hundreds of passages
+def test_embedding_a_long_document_reports_progress_as_it_goes(home, tmp_path, monkeypatch):
+    module = importlib.import_module("qa_system.ingestion.ingest")  # the package exports a function of that name
+    monkeypatch.setattr(module, "EMBED_CHUNK", EMBED_CHUNK := 16)  # a short test of a long document
+    (tmp_path / "manual.txt").write_text(long_text(3 * EMBED_CHUNK * 20), encoding="utf-8")  # one document, ~50 passages
     heard = []
     report = ingest(
         home, tmp_path / "manual.txt", "long", IngestOptions(passage_words=20, passage_overlap=0), progress=False, on_progress=heard.append

@@ -49,7 +49,7 @@ from qa_system.stores import Index, TemporaryOwner, opensearch_client, opensearc
 from qa_system.stores.memory import document_line
 
 BATCH = 256  # source documents per split / embed / stage step
-EMBED_CHUNK = 128  # passages embedded between two progress reports
+EMBED_CHUNK = 256  # passages embedded between two progress reports: a batch of reviews in one call, a GPU's batch at least
 
 _SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", **dict.fromkeys(SUFFIXES, "files")}
 

@@ -1,4 +1,4 @@
-"""CSV / TSV, JSON lines and JSON arrays -> Records, one row at a time (memory does not grow with the file).
+"""CSV / TSV, JSON lines and JSON arrays -> Records, one row at a time (a JSON array is read whole).
 
 The text column is ``--text-column``, else ``text``, else ``review``; ``--id-column`` and
 ``--item-column`` name the document id and the item (product) column; every other non-empty column
