@@ -719,10 +719,14 @@ def test_a_token_is_required_when_one_is_set(api, api_settings):
         assert wait_ready(url).status_code == 200  # probes need no token
         assert httpx.get(f"{url}/docs").status_code == 200
         assert "HTTPBearer" in httpx.get(f"{url}/openapi.json").json()["components"]["securitySchemes"]
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
+        for headers, problem in (
+            ({}, "A bearer token is required."),
+            ({"Authorization": "Bearer wrong"}, "The bearer token is not this server's."),
+            ({"Authorization": "Basic s3cret"}, "The Authorization header is not a bearer token."),
+        ):
             refused = httpx.post(f"{url}/query", json={"query": "Is it good?", "item_id": "KINDLE"}, headers=headers)
             assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
-            assert refused.json()["detail"].startswith("A bearer token is required.")
+            assert refused.json()["detail"] == f"{problem} Fix: send the header 'Authorization: Bearer <QA_API_TOKEN>'."
             assert httpx.get(f"{url}/metrics", headers=headers).status_code == 401
         accepted = httpx.post(
             f"{url}/query", json={"query": "Is it good?", "item_id": "KINDLE"}, headers={"Authorization": "Bearer s3cret"}, timeout=60

@@ -219,7 +219,7 @@ class Guarded:
         if not authorized:
             await refuse(
                 401,
-                "A bearer token is required. Fix: send the header 'Authorization: Bearer <QA_API_TOKEN>'.",
+                self._unauthorized_message(scope),
                 scope,
                 receive,
                 send,
@@ -253,6 +253,17 @@ class Guarded:
             return await receive()  # after the body: the disconnect a stream waits for
 
         await self.app(scope, replay, send)
+
+    @staticmethod
+    def _unauthorized_message(scope: Scope) -> str:
+        """Why a request is refused: no token, another scheme, or a wrong token (a client then knows what to mend)."""
+        fix = "Fix: send the header 'Authorization: Bearer <QA_API_TOKEN>'."
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        if not header.strip():
+            return f"A bearer token is required. {fix}"
+        if header.partition(b" ")[0].lower() != b"bearer":
+            return f"The Authorization header is not a bearer token. {fix}"
+        return f"The bearer token is not this server's. {fix}"
 
     def _authorized(self, scope: Scope) -> bool:
         header = dict(scope["headers"]).get(b"authorization", b"")
