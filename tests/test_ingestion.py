@@ -136,6 +136,24 @@ def test_a_folder_of_documents_through_haystack_converters(home, tmp_path):
     assert docs["notes.txt"].meta["item_id"] == "notes.txt"  # the file is the item
 
 
+def test_a_folders_sidecar_metadata_is_typed_and_filtered_like_a_tables_columns(home, tmp_path):
+    folder = tmp_path / "tents"
+    folder.mkdir()
+    for name, rating, text in (("a.txt", 4, "The tent kept us dry."), ("b.txt", 2, "The tent leaked."), ("c.txt", None, "A tent.")):
+        (folder / name).write_text(text, encoding="utf-8")
+        if rating is not None:
+            (folder / f"{name}.meta.json").write_text(json.dumps({"item_id": "TENT", "rating": rating}), encoding="utf-8")
+    ingest(home, folder, "tents", embed=False, progress=False)
+    index = open_collection(home, "tents", embeddings=False, progress=False)
+    assert index.manifest["meta_types"] == {"file": "text", "rating": "integer"}
+    assert documents(home, "tents")["a.txt"].meta["rating"] == 4  # a number, not the text "4"
+    retrieval = build_retrieval_pipeline("bm25", home, index=index)
+    kept = retrieval.run("tent", filters={"field": "meta.rating", "operator": ">=", "value": 3})["documents"]
+    assert [d.id for d in kept] == ["a.txt"]
+    with pytest.raises(QAError, match="'meta.stars', a field no document of this collection has"):
+        retrieval.run("tent", filters={"field": "meta.stars", "operator": "==", "value": 4})
+
+
 def test_an_upload_is_read_from_a_file_object_with_progress(home, tmp_path):
     import io
 

@@ -41,7 +41,7 @@ from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embe
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import column_types, typed_meta
-from qa_system.sources.files import SUFFIXES, read_files
+from qa_system.sources.files import SUFFIXES, read_files, sidecar_types
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_array, read_json_lines, read_table
@@ -184,7 +184,7 @@ class _Opened:
     format: str
     fraction: Callable[[], float | None]
     state: dict  # what the manifest records about the source
-    types: dict = field(default_factory=dict)  # metadata column -> integer | number | date | text (tables and JSON lines)
+    types: dict = field(default_factory=dict)  # metadata column -> integer | number | date | text (tables, JSON, sidecars)
 
 
 def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions) -> dict[str, str]:
@@ -226,6 +226,7 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
                 "files",
                 lambda: None,
                 {"source": str(path), "path": str(path.resolve())},
+                sidecar_types(path, options),
             )
             return
         with path.open("rb") as binary:
@@ -485,7 +486,7 @@ class _Run:
     def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
         from qa_system.progress import Progress
 
-        self._type_columns(opened.types)
+        self._type_columns(opened.types, opened.format)
         self.report = report = IngestReport(
             self.collection,
             self.settings.store,
@@ -520,10 +521,11 @@ class _Run:
                 fix = "repair, decrypt or convert those files (a scanned PDF needs OCR, e.g. ocrmypdf), or pass --encoding for text in another encoding."
             raise QAError(f"{opened.name} holds no documents{skipped}; collection '{self.collection}' was left as it was.", fix)
 
-    def _type_columns(self, found: dict[str, str]) -> None:
+    def _type_columns(self, found: dict[str, str], source_format: str) -> None:
         """The metadata types of the collection after this run; a column whose type changed means processing every document again."""
         saved = (self.saved.manifest or {}).get("meta_types")
-        if self.saved.manifest is not None and saved is None:  # written before columns were typed: all text
+        untyped = saved is None or (source_format == "files" and "file" not in saved and found)  # before sidecars were typed
+        if self.saved.manifest is not None and untyped:  # written before columns were typed: all text
             saved = {}
             changed = [f"{column}: text -> {kind}" for column, kind in found.items() if kind != "text"]
         else:

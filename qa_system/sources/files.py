@@ -20,6 +20,7 @@ from pathlib import Path
 from haystack.dataclasses import ByteStream
 
 from qa_system.errors import QAError
+from qa_system.sources.columns import column_types
 from qa_system.sources.decoding import check_encoding
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
 
@@ -190,7 +191,25 @@ def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterat
 
 
 def _record(text: str, sidecar: dict, relative: str, options: IngestOptions) -> Record:
+    item, meta = _item_and_meta(sidecar, relative, options)
+    return Record(check_text_length(text, relative), item, meta, relative, relative)
+
+
+def _item_and_meta(sidecar: dict, relative: str, options: IngestOptions) -> tuple[str, dict[str, str]]:
     item_key = options.item_column or "item_id"
     item = meta_value(sidecar[item_key]) if sidecar.get(item_key) not in (None, "") else relative
     meta = {"file": relative, **{meta_key(k): meta_value(v) for k, v in sidecar.items() if k != item_key and v not in (None, "")}}
-    return Record(check_text_length(text, relative), item, meta, relative, relative)
+    return item, meta
+
+
+def sidecar_types(root: Path, options: IngestOptions) -> dict[str, str]:
+    """The types of the metadata the folder's sidecars give (``sources.columns``), from their files alone (no document
+    is converted): a rating of 4 is a number to filter with ``>=``, as a table's column of numbers is."""
+    metas = []
+    for path in document_files(root, ReadCounts()):
+        try:
+            sidecar = _sidecar(path)
+        except QAError:  # read_files names it, and skips its document
+            continue
+        metas.append(_item_and_meta(sidecar, path.name if root.is_file() else path.relative_to(root).as_posix(), options)[1])
+    return column_types(metas)

@@ -144,11 +144,11 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
 
 def filter_fields(manifest: Mapping[str, Any]) -> set[str] | None:
     """The metadata fields the documents of a collection hold, from its manifest; None where it does not tell
-    (documents read from files carry their sidecar's keys, untyped; manifests written before columns were typed)."""
+    (manifests written before columns were typed, or before a folder's sidecars were)."""
     if manifest.get("domains"):  # a SubjQA collection
         return set(SUBJQA_META)
     types = manifest.get("meta_types")
-    if types is None or manifest.get("input", {}).get("format") == "files":
+    if types is None or (manifest.get("input", {}).get("format") == "files" and "file" not in types):
         return None
     return {*PASSAGE_META, *(["item_id"] if manifest.get("item_counts") else []), *types}
 
