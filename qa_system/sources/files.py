@@ -161,6 +161,11 @@ def document_files(root: Path, counts: ReadCounts) -> list[Path]:
     return files
 
 
+def _relative(root: Path, path: Path) -> str:
+    """A document's id: its path in the folder (its name, when ``root`` is the file itself)."""
+    return path.name if root.is_file() else path.relative_to(root).as_posix()
+
+
 def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterator[Record]:
     """Records from a folder of .txt, .md, .html and .pdf files (or one file), one per file, its path the item by default.
 
@@ -171,7 +176,7 @@ def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterat
     files = document_files(root, counts)
     check_converters(path.suffix for path in files)
     for path in files:
-        relative = path.name if root.is_file() else path.relative_to(root).as_posix()
+        relative = _relative(root, path)
         counts.rows += 1
         try:
             text = convert(path, encoding)
@@ -211,5 +216,5 @@ def sidecar_types(root: Path, options: IngestOptions) -> dict[str, str]:
             sidecar = _sidecar(path)
         except QAError:  # read_files names it, and skips its document
             continue
-        metas.append(_item_and_meta(sidecar, path.name if root.is_file() else path.relative_to(root).as_posix(), options)[1])
+        metas.append(_item_and_meta(sidecar, _relative(root, path), options)[1])
     return column_types(metas)
