@@ -508,6 +508,19 @@ def test_collection_names_never_point_outside_the_index_directory(cli_home, tmp_
         assert "collection name" in capsys.readouterr().err
 
 
+def test_a_table_saved_as_txt_with_columns_named_is_refused_not_read_as_one_document(cli_home, tmp_path, capsys):
+    export = tmp_path / "reviews.txt"  # Excel's "Text (Tab delimited)"
+    export.write_text("review_id\tproduct\tbody\nr1\tP1\tGreat battery.\nr2\tP1\tDim screen.\n", encoding="utf-8")
+    columns = ["--text-column", "body", "--id-column", "review_id", "--item-column", "product", "--no-embed"]
+    assert main(["index", "--input", str(export), "--collection", "txt", *columns]) == 2
+    assert (
+        "is read as documents (.txt, .md, .html, .pdf files: one document each), which have no --text-column. Fix: for a table saved as .txt, pass --format tsv"
+        in capsys.readouterr().err
+    )
+    assert main(["index", "--input", str(export), "--collection", "txt", *columns, "--format", "tsv"]) == 0
+    assert sorted(documents(cli_home, "txt")) == ["r1", "r2"]
+
+
 def test_a_collection_name_too_long_says_so(cli_home, tmp_path, capsys):
     write_csv(tmp_path / "r.csv")
     assert main(["index", "--input", str(tmp_path / "r.csv"), "--collection", "a" * 201, "--text-column", "body", "--no-embed"]) == 2

@@ -219,6 +219,7 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
                 "pass the file itself, or leave out --format to read the folder's documents.",
             )
         if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
+            _check_no_table_columns(path, options)
             yield _Opened(
                 read_files(path, options, counts),
                 counts,
@@ -266,6 +267,17 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
         {"source": name},
         types,
     )
+
+
+def _check_no_table_columns(path: Path, options: IngestOptions) -> None:
+    """Documents read from files have no columns: a text or id column asked for would be ignored, and a table saved as
+    .txt (Excel's "Text (Tab delimited)") indexed as one document."""
+    for flag, column in (("--text-column", options.text_column), ("--id-column", options.id_column)):
+        if column is not None:
+            raise QAError(
+                f"{path} is read as documents (.txt, .md, .html, .pdf files: one document each), which have no {flag}.",
+                f"for a table saved as .txt, pass --format tsv (or rename it .tsv); else leave out {flag}.",
+            )
 
 
 @dataclass
