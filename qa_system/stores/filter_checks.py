@@ -88,11 +88,19 @@ def _check_condition(condition: dict, where: str, types: Mapping[str, str], fiel
         _check_equality(field, operator, values, kind)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _refuse_a_number_for_a_date(field: str, value: Any) -> None:
+    raise QAError(f"The filter compares '{field}', a date, with the number {value!r}.", 'compare it with an ISO date, e.g. "2024-01-31".')
+
+
 def _check_equality(field: str, operator: str, values: list, kind: str | None) -> None:
     """'==' and 'in' with a value of another type than the field's match nothing, silently: a number against a
     column that holds text (one value such as "4,5" makes a whole column text), or text against a number column."""
     for value in values:
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        number = _is_number(value)
         if kind == "text" and number:
             raise QAError(
                 f"The filter's '{operator}' compares '{field}', which holds text in this collection, with the number {value!r}.",
@@ -107,15 +115,12 @@ def _check_equality(field: str, operator: str, values: list, kind: str | None) -
                 f"write the value as a{' date' if kind == 'date' else ' number'}, e.g. {example}.",
             )
         if kind == "date" and number:
-            raise QAError(
-                f"The filter's '{operator}' compares '{field}', a date, with the number {value!r}.",
-                'compare it with an ISO date, e.g. "2024-01-31".',
-            )
+            _refuse_a_number_for_a_date(field, value)
 
 
 def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> None:
     """'>' and friends compare numbers with numbers, and dates (ISO 8601 text) with dates."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = _is_number(value)
     if not number and not isinstance(value, str):
         raise QAError(
             f"The filter's '{operator}' on '{field}' needs a number or an ISO date, not {value!r}.",
@@ -132,9 +137,7 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
             f'compare it with a number, e.g. {{"field": "{field}", "operator": "{operator}", "value": 4}}.',
         )
     if kind == "date" and number:
-        raise QAError(
-            f"The filter compares '{field}', a date, with the number {value!r}.", 'compare it with an ISO date, e.g. "2024-01-31".'
-        )
+        _refuse_a_number_for_a_date(field, value)
     if isinstance(value, str) and not is_iso_date(value):
         raise QAError(
             f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.",
