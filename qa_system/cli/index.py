@@ -47,7 +47,12 @@ def _ingest(args: argparse.Namespace, settings) -> None:
         raise QAError(
             "--input and --domain both name what to index.", "pass --input FILE --collection NAME for your data, or --domain for SubjQA."
         )
-    check_count(args.passage_overlap, "--passage-overlap", 0, args.passage_words - 1)  # named as the flag, not the library's argument
+    if args.passage_overlap is not None:  # named as the flag, not the library's argument, before the source is read
+        from qa_system.sources.records import PASSAGE_WORDS
+        from qa_system.stores import saved_manifest
+
+        words = args.passage_words or ((saved_manifest(settings, args.collection) or {}).get("splitter") or {}).get("words", PASSAGE_WORDS)
+        check_count(args.passage_overlap, "--passage-overlap", 0, words - 1)
     options = IngestOptions(
         format=args.format,
         text_column=args.text_column,
@@ -163,15 +168,21 @@ def register(commands, options: Options) -> None:
     group.add_argument(
         "--passage-words",
         type=count("--passage-words", 10),
-        default=200,
-        help="longer documents are split into passages of this many words (default 200)",
+        help="longer documents are split into passages of this many words (default: as the collection was, else 200)",
     )
     group.add_argument(
-        "--passage-overlap", type=count("--passage-overlap", 0), default=40, help="words shared by consecutive passages (default 40)"
+        "--passage-overlap",
+        type=count("--passage-overlap", 0),
+        help="words shared by consecutive passages (default: as the collection was, else 40)",
     )
     group.add_argument("--sync", action="store_true", help="delete the collection's documents that are no longer in the input")
     p.add_argument("--no-embed", action="store_true", help="skip dense embeddings (BM25 only; faster)")
-    p.add_argument("--force", action="store_true", help="replace the saved index even when the new data holds far fewer documents")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the saved index even when the new data holds far fewer documents, "
+        "or a file replaces a document read from another folder",
+    )
     p.set_defaults(func=cmd_index)
 
     p = commands.add_parser("collections", parents=[options.common], help="list the collections (documents, size, encoder), or delete one")
