@@ -279,6 +279,60 @@ def test_a_file_added_that_needs_every_document_processed_again_is_refused_unles
     assert report.deleted == 4 and sorted(documents(home, "add")) == ["r9"]
 
 
+def test_a_run_that_leaves_flags_unsaid_reads_as_the_collections_last_run_did(home, tmp_path):
+    # Split into 10-word passages, documents identified by a column: a later run without those flags changes nothing.
+    rows = [(*row[:2], row[2] + " It charges in an hour and the case feels solid in the hand.", row[3]) for row in REVIEWS]
+    path = write_csv(tmp_path / "r.csv", rows)
+    options = IngestOptions(text_column="body", id_column="review_id", item_column="product", passage_words=10, passage_overlap=2)
+    first = ingest(home, path, "kept", options, embed=False, progress=False)
+    assert first.documents == 4 and first.passages > 4
+    again = ingest(home, path, "kept", IngestOptions(), embed=False, progress=False)
+    assert (again.added, again.changed, again.unchanged, again.documents, again.passages) == (0, 0, 4, 4, first.passages)
+    assert "read as the collection's last run read its source: --passage-words 10, --passage-overlap 2, --text-column body, " \
+           "--id-column review_id, --item-column product (pass a flag to change it)" in again.notes  # fmt: skip
+    # A file that adds one review is added to them, split the same way; its rows are named by the same column.
+    more = write_csv(tmp_path / "more.csv", [("r9", "P3", "A sturdy tripod that folds down small enough for a backpack pocket.", "5")])
+    added = ingest(home, more, "kept", IngestOptions(), embed=False, progress=False)
+    assert (added.added, added.kept_missing, added.documents) == (1, 4, 5)
+    docs = documents(home, "kept")
+    assert {d.meta["document_id"] for d in docs.values()} == {"r1", "r2", "r3", "r4", "r9"}
+    assert max(len(d.content.split()) for d in docs.values()) == 10
+    # A column kept from the last run that the new file lacks is named as such.
+    other = write_csv(tmp_path / "other.csv", [("x1", "P3", "Fine.", "5")], header=("rev", "product", "body", "stars"))
+    with pytest.raises(QAError, match=r"has no column 'review_id' \(--id-column, the collection's own from its last run\)"):
+        ingest(home, other, "kept", IngestOptions(), embed=False, progress=False)
+    assert ingest(home, other, "kept", IngestOptions(id_column="rev"), embed=False, progress=False).added == 1
+
+
+def test_a_file_of_another_folder_with_a_saved_documents_name_does_not_replace_it(home, tmp_path):
+    for vendor, text in (("alpha", "The Alpha router has four antennas."), ("beta", "The Beta router has two antennas.")):
+        (tmp_path / vendor).mkdir()
+        (tmp_path / vendor / "README.md").write_text(text, encoding="utf-8")
+        (tmp_path / vendor / "README.md.meta.json").write_text(json.dumps({"item_id": vendor.upper()}), encoding="utf-8")
+    ingest(home, tmp_path / "alpha", "vendors", embed=False, progress=False)
+    saved = home.index_dir / "memory" / "vendors.json"
+    before = digest(saved)
+    for source in (tmp_path / "beta", tmp_path / "beta" / "README.md"):
+        with pytest.raises(
+            QAError, match=r"README\.md has the name of document 'README\.md' of collection 'vendors', which was read from .*alpha"
+        ):
+            ingest(home, source, "vendors", embed=False, progress=False)
+        assert digest(saved) == before
+    # Indexed from the folder above both, each is named by its path there (--sync drops the old name).
+    report = ingest(home, tmp_path, "vendors", embed=False, sync=True, force=True, progress=False)
+    assert sorted(documents(home, "vendors")) == ["alpha/README.md", "beta/README.md"] and report.deleted == 1
+    # A folder that moved is the same documents: unchanged ones follow it, an edited one then updates without --force.
+    (tmp_path / "alpha").rename(tmp_path / "alpha-moved")
+    ingest(home, tmp_path / "alpha-moved", "solo", embed=False, progress=False)
+    (tmp_path / "alpha-moved").rename(tmp_path / "alpha-again")
+    assert ingest(home, tmp_path / "alpha-again", "solo", embed=False, progress=False).unchanged == 1
+    (tmp_path / "alpha-again" / "README.md").write_text("The Alpha router has six antennas.", encoding="utf-8")
+    assert ingest(home, tmp_path / "alpha-again", "solo", embed=False, progress=False).changed == 1
+    # --force: this file is the new version of that one.
+    assert ingest(home, tmp_path / "beta", "solo", embed=False, force=True, progress=False).changed == 1
+    assert documents(home, "solo")["README.md"].meta["item_id"] == "BETA"
+
+
 def test_only_new_and_changed_documents_are_embedded(home, tmp_path):
     path = write_csv(tmp_path / "r.csv")
     assert ingest(home, path, "vec", COLUMNS, progress=False).embedded == 4
@@ -538,6 +592,19 @@ def test_a_utf8_byte_order_mark_and_latin_1_on_request(home, tmp_path):
     path.write_bytes(b"review_id,product,body\nr1,P1,Caf\xe9 au lait\n")
     ingest(home, path, "latin", IngestOptions(text_column="body", id_column="review_id", encoding="latin-1"), progress=False, embed=False)
     assert documents(home, "latin")["r1"].content == "Café au lait"
+
+
+def test_a_folders_utf8_files_stay_utf8_when_encoding_names_its_other_files(home, tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "old.txt").write_bytes(b"Caf\xe9 cr\xe8me is served hot.")  # Windows' Western text
+    (tmp_path / "notes" / "new.txt").write_bytes("Crème brûlée: the torch reaches 1300 °C.".encode())
+    report = ingest(home, tmp_path / "notes", "enc", embed=False, progress=False)
+    assert report.files_unreadable == ["old.txt: is not utf-8 text (byte 0xe9 at offset 3; --encoding names its encoding, e.g. cp1252)"]
+    ingest(home, tmp_path / "notes", "enc", IngestOptions(encoding="cp1252"), embed=False, progress=False)
+    assert sorted(d.content for d in documents(home, "enc").values()) == [
+        "Café crème is served hot.",
+        "Crème brûlée: the torch reaches 1300 °C.",
+    ]
 
 
 def test_empty_rows_and_texts_are_skipped_and_counted(home, tmp_path):

@@ -185,6 +185,8 @@ class _Opened:
     fraction: Callable[[], float | None]
     state: dict  # what the manifest records about the source
     types: dict = field(default_factory=dict)  # metadata column -> integer | number | date | text (tables, JSON, sidecars)
+    options: IngestOptions = field(default_factory=IngestOptions)  # as read: with what the collection's last run kept
+    kept: list[str] = field(default_factory=list)  # the flags so kept, as a user would have given them
 
 
 def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions) -> dict[str, str]:
@@ -202,8 +204,9 @@ def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions
 
 
 @contextmanager
-def open_source(source: Source, options: IngestOptions, name: str | None = None) -> Iterator[_Opened]:
-    """The records of a path (file or folder) or of an open binary file (``name``: its file name, for the format)."""
+def open_source(source: Source, options: IngestOptions, name: str | None = None, saved_input: dict | None = None) -> Iterator[_Opened]:
+    """The records of a path (file or folder) or of an open binary file (``name``: its file name, for the format).
+    ``saved_input``: how the collection's last run read its source (its manifest's "input"), for what ``options`` leave unsaid."""
     counts = ReadCounts()
     if isinstance(source, (str, Path)):
         path = Path(source).expanduser()
@@ -220,6 +223,7 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
             )
         if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
             _check_no_table_columns(path, options)
+            options, kept = options.kept_from(saved_input, "files")
             yield _Opened(
                 read_files(path, options, counts),
                 counts,
@@ -228,10 +232,13 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
                 lambda: None,
                 {"source": str(path), "path": str(path.resolve())},
                 sidecar_types(path, options),
+                options,
+                kept,
             )
             return
         with path.open("rb") as binary:
             fmt = detect_format(path.name, binary, options.format)
+            options, kept = options.kept_from(saved_input, fmt)
             size = path.stat().st_size
             state = {"source": str(path), "path": str(path.resolve())}
             types = _column_types(fmt, binary, str(path), options)
@@ -243,6 +250,8 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
                 lambda: binary.tell() / size if size else None,
                 state,
                 types,
+                options,
+                kept,
             )
         return
     binary = source
@@ -255,6 +264,7 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
             f"{name}: documents (.txt, .md, .html, .pdf) are read from a path, not an upload.",
             "pass the file or its folder as --input, or upload a CSV / JSON lines file.",
         )
+    options, kept = options.kept_from(saved_input, fmt)
     start, size = binary.tell(), binary.seek(0, os.SEEK_END)
     binary.seek(start)
     types = _column_types(fmt, binary, name, options)
@@ -266,6 +276,8 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
         lambda: binary.tell() / size if size else None,
         {"source": name},
         types,
+        options,
+        kept,
     )
 
 
@@ -388,12 +400,17 @@ def ingest(
         staging_dir = settings.index_dir / "staging"
         staging_dir.mkdir(parents=True, exist_ok=True)
         cleaned = _remove_what_killed_runs_left(staging_dir, lock)
-        run = _Run(settings, collection, options, embed, on_progress, notes=cleaned)
+        saved_input = (saved_manifest(settings, collection) or {}).get("input")
         # Named after the lock that guards it: the file is a live run's exactly while that lock is held.
         fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(lock.stem), suffix=".jsonl", dir=staging_dir)
         staging = Path(staging_name)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name) as opened:
+            with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name, saved_input) as opened:
+                if opened.kept:
+                    cleaned.append(
+                        f"read as the collection's last run read its source: {', '.join(opened.kept)} (pass a flag to change it)"
+                    )
+                run = _Run(settings, collection, opened.options, embed, on_progress, notes=cleaned, force=force)
                 run.read(opened, staged, progress)
             return run.commit(staging, opened, sync, force)
         finally:
@@ -469,8 +486,9 @@ class _Run:
         embed: bool,
         on_progress: ProgressCallback | None,
         notes: list[str],
+        force: bool = False,
     ):
-        self.started, self.notes = time.perf_counter(), notes
+        self.started, self.notes, self.force = time.perf_counter(), notes, force
         self.settings, self.collection, self.options, self.on_progress = settings, check_collection_name(collection), options, on_progress
         words = check_count(options.passage_words, "passage_words", 10)
         self.splitter_state = {"words": words, "overlap": check_count(options.passage_overlap, "passage_overlap", 0, words - 1)}
@@ -494,11 +512,18 @@ class _Run:
         self.taken_ids: dict[str, str] = {}  # staged passage id -> its document, where a document saved under older ids has that id
         self.items: Counter = Counter()
         self.batch: list[tuple[str, str, dict]] = []  # (document id, text, metadata) of new and changed documents
+        # A document read from a file is named by its path in the folder given: the file each one was read from
+        # tells another folder's file of the same name apart from a new version of it.
+        self.files_root: Path | None = None
+        self.files: dict[str, str] = {}  # document id -> the file this run read it from
+        self.dropped: set[str] = set()
 
     def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
         from qa_system.progress import Progress
 
         self._type_columns(opened.types, opened.format)
+        if opened.format == "files":
+            self.files_root = Path(opened.state["path"])
         self.report = report = IngestReport(
             self.collection,
             self.settings.store,
@@ -570,6 +595,8 @@ class _Run:
         if record.item_id is not None:
             self.items[record.item_id] += 1
         before = self.saved.documents.get(document_id)
+        if self.files_root is not None:
+            self._check_same_file(document_id, before is not None and before[0] != content_hash)
         if before is not None and before[0] == content_hash:
             report.unchanged += 1
             if not self.rebuild and not self.saved.saved_under_older_ids(document_id):
@@ -583,6 +610,20 @@ class _Run:
             meta["item_id"] = record.item_id
         self.batch.append((document_id, record.text, meta))
         return True
+
+    def _check_same_file(self, document_id: str, changed: bool) -> None:
+        """A file of another folder that has the name (path in its folder) of a saved document, with other text, would
+        replace it: refused unless ``force`` (a folder that moved, its files edited)."""
+        path = str(self.files_root if self.files_root.is_file() else self.files_root / document_id)
+        self.files[document_id] = path
+        saved_from = (self.saved.manifest or {}).get("files", {}).get(document_id)
+        if changed and saved_from not in (None, path) and not self.force:
+            raise QAError(
+                f"{path} has the name of document '{document_id}' of collection '{self.collection}', which was read from "
+                f"{saved_from}, and other text: it would replace that document; the collection was left as it was.",
+                "index the folder that holds both (each is then named by its path there) with --sync, "
+                "or pass --force if this file is the new version of that one (a folder that moved).",
+            )
 
     def _flush(self, staged: IO[str], progressed: Callable[[bool], None]) -> None:
         """Split, embed and stage the queued documents; ``progressed`` hears of every chunk embedded, and of the end."""
@@ -627,6 +668,7 @@ class _Run:
                 "index a source that holds all of them, or pass --sync to keep only this source's documents"
                 + (" (or give the columns named values of the types they had)." if self.retyped else "."),
             )
+        self.dropped = dropped
         report.deleted, report.kept_missing = len(dropped), len(kept)
         self.items.update(saved.documents[d][1] for d in kept if saved.documents[d][1] is not None)
         report.documents = len(self.seen) + len(kept)
@@ -637,7 +679,9 @@ class _Run:
             )
         replaced = (self.staged_documents & saved.documents.keys()) | dropped
         self._check_taken_ids(replaced)
-        if saved.manifest is not None and not replaced and not report.staged:
+        saved_files = (saved.manifest or {}).get("files", {})
+        moved = any(saved_files.get(d) != path for d, path in self.files.items())  # kept, to tell a later file of the same name
+        if saved.manifest is not None and not replaced and not report.staged and not moved:
             report.passages = int(saved.manifest.get("documents", 0))
             report.notes.append("nothing changed: the collection was left as it was")
         else:
@@ -670,6 +714,7 @@ class _Run:
             "source_documents": self.report.documents,
             "item_counts": dict(self.items),
             "meta_types": self.types,
+            "files": {d: f for d, f in old.get("files", {}).items() if d not in self.dropped} | self.files,
             "machine": {"platform": platform.platform(), "python": platform.python_version()},
         }
         if self.vector_search is not None:

@@ -69,17 +69,27 @@ def _converter(suffix: str):
     return None  # plain text: decoded here, with the same encoding checks as the tables
 
 
-def _decode(data: bytes, path: Path, encoding: str) -> str:
+def _decode(data: bytes, path: Path, encoding: str, utf8_first: bool = False) -> str:
+    """``utf8_first``: a file that is UTF-8 is read as UTF-8 whatever ``encoding`` says (a folder's files mix encodings,
+    and UTF-8 text read as Latin-1 would be garbled without an error, while text in another encoding is almost never
+    valid UTF-8)."""
     if b"\x00" in data[:8192] and not encoding.startswith("utf-16"):
         raise QAError(
             f"{path} is not a text file (it holds NUL bytes).", "leave it out of the folder, or give it its real suffix (.pdf, ...)."
         )
+    if utf8_first and b"\x00" not in data:  # UTF-16 text is often valid UTF-8, with a NUL in every other byte
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            pass
     try:
         return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
     except UnicodeDecodeError as error:
+        hint = "; --encoding names its encoding, e.g. cp1252" if utf8_first else ""  # a folder's report lists problems, not fixes
         raise QAError(
-            f"{path} is not {encoding} text (byte {data[error.start]:#04x} at offset {error.start}).",
-            "pass --encoding with the file's encoding (e.g. latin-1), or re-save it as UTF-8.",
+            f"{path} is not {encoding} text (byte {data[error.start]:#04x} at offset {error.start}{hint}).",
+            "pass --encoding with the file's encoding (e.g. cp1252 for Windows' Western text; the folder's UTF-8 files stay UTF-8), "
+            "or re-save it as UTF-8.",
         ) from None
 
 
@@ -92,8 +102,8 @@ def _read(path: Path) -> bytes:
         ) from None
 
 
-def convert(path: Path, encoding: str = "utf-8") -> str:
-    """The text of one file; a QAError when it has none that can be read."""
+def convert(path: Path, encoding: str = "utf-8", utf8_first: bool = False) -> str:
+    """The text of one file; a QAError when it has none that can be read. ``utf8_first``: see ``_decode``."""
     suffix = path.suffix.lower()
     data = _read(path)
     if suffix == ".pdf":
@@ -111,7 +121,7 @@ def convert(path: Path, encoding: str = "utf-8") -> str:
                 f"{path} has no text layer (a scanned PDF?).", "run OCR on it first (e.g. ocrmypdf), or leave it out of the folder."
             )
         return text
-    text = _decode(data, path, encoding)
+    text = _decode(data, path, encoding, utf8_first)
     converter = _converter(suffix)
     if converter is None or not text.strip():
         return text
@@ -179,7 +189,7 @@ def read_files(root: Path, options: IngestOptions, counts: ReadCounts) -> Iterat
         relative = _relative(root, path)
         counts.rows += 1
         try:
-            text = convert(path, encoding)
+            text = convert(path, encoding, utf8_first=not root.is_file())
             sidecar = _sidecar(path)
             record = _record(text, sidecar, relative, options).checked() if text.strip() else None
         except QAError as error:
