@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 
 import pandas as pd
@@ -17,6 +18,7 @@ from qa_system.evaluation.judged import (
     JudgedQuestion,
     JudgedSpan,
     JudgedSystem,
+    check_judged,
     judge_all,
     load_card_verdicts,
     load_judged,
@@ -234,3 +236,105 @@ def test_train_selector_refuses_verdicts_without_judged_questions_in_one_line(tm
     assert main(["train-selector", "--verdicts", str(verdicts), "--home", str(tmp_path), "--output", str(tmp_path / "sel")]) == 2
     error = capsys.readouterr().err.strip()
     assert "--verdicts" in error and len(error.splitlines()) == 1
+
+
+def label_file(path, *lines):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+BATTERY = {"domain": "shop", "item_id": "P1", "question": "How long does the battery last?", "answerable": "yes", "best": 0}
+WEEK = {"review_id": "r1", "start": 15, "end": 36, "text": "it lasts a whole week"}
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ({"answers": [{**WEEK, "start": 40, "end": 15}]}, "answers[0]: start 40 is after end 15."),
+        ({"answers": [{**WEEK, "start": "abc"}]}, 'answers[0]: start is "abc", not a character offset'),
+        ({"answers": [{**WEEK, "end": None}]}, "answers[0]: end is null, not a character offset"),
+        ({"answers": [{"start": 15, "end": 36, "text": WEEK["text"]}]}, "answers[0]: start and end are given without the review_id"),
+        ({"answerable": "no", "answers": [WEEK], "best": None}, "answerable is no, but 1 answer span(s) are given."),
+        ({"answers": [WEEK], "best": 7}, "best is 7, but the line has 1 answer(s)"),
+        ({"answerable": True}, "answerable is true, not one of yes, partly or no."),
+    ],
+)
+def test_a_label_whose_offsets_best_or_answerable_make_no_sense_is_one_error_naming_its_line(tmp_path, line, message):
+    labels = label_file(tmp_path / "judged.jsonl", {**BATTERY, "id": "good", "answers": [WEEK]}, {**BATTERY, "id": "bad", **line})
+    with pytest.raises(QAError, match=re.escape(f"judged.jsonl, line 2: {message}")):
+        load_judged([labels])
+
+
+@pytest.fixture
+def shop(cli_home, tmp_path):
+    """The collection 'shop': reviews r1, r2 of product P1 and r3, r4 of P2 (``helpers.ingestion.REVIEWS``)."""
+    from helpers.ingestion import COLUMNS, write_csv
+    from qa_system.ingestion import ingest, open_collection
+
+    ingest(cli_home, write_csv(tmp_path / "reviews.csv"), "shop", COLUMNS)
+    return open_collection(cli_home, "shop")
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            {"item_id": "P9"},
+            "item_id 'P9' has no documents in collection 'shop'. Fix: use an item id that `qa-system products --collection shop`",
+        ),
+        ({"answers": [{**WEEK, "review_id": "r9"}]}, "answers[0]: review_id 'r9' is not a document of collection 'shop'."),
+        ({"answers": [{**WEEK, "review_id": "r3"}]}, "answers[0]: 'r3' is a document of product 'P2', not of the question's 'P1'."),
+        (
+            {"answers": [{**WEEK, "start": 16, "end": 37}]},
+            'answers[0]: the text "it lasts a whole week" is not the document\'s text at 16:37',
+        ),
+        ({"answers": [{**WEEK, "start": 15, "end": 900}]}, "answers[0]: end 900 is past the end of 'r1' (48 characters)."),
+        ({"answers": [{"review_id": "r2", "text": WEEK["text"]}]}, "answers[0]: the text is not in 'r2'."),
+    ],
+)
+def test_a_label_that_contradicts_the_collection_is_one_error_naming_its_line(shop, tmp_path, line, message):
+    labels = label_file(
+        tmp_path / "judged.jsonl", {**BATTERY, "id": "good", "answers": [WEEK]}, {**BATTERY, "id": "bad", "answers": [WEEK], **line}
+    )
+    with pytest.raises(QAError, match=re.escape(f"judged.jsonl, line 2: {message}")):
+        check_judged(load_judged([labels]), {"shop": shop})
+    # the same span with its text spread over other whitespace (a document put back together from passages) is fine
+    check_judged([JudgedQuestion("w", "P1", "q", "yes", (JudgedSpan("it  lasts a\nwhole week", "r1", 15, 36),), "shop")], {"shop": shop})
+
+
+def test_eval_judged_checks_every_label_before_asking_any_question_and_counts_the_other_problems(shop, tiny_reader, tmp_path, capsys):
+    labels = label_file(
+        tmp_path / "judged.jsonl",
+        {**BATTERY, "id": "good", "answers": [WEEK]},
+        {**BATTERY, "id": "unknown product", "item_id": "P9", "answers": [WEEK]},
+        {**BATTERY, "id": "other product", "answers": [{**WEEK, "review_id": "r3"}]},
+    )
+    out = tmp_path / "report"
+    assert main(["eval", "judged", "--labels", str(labels), "--reader", str(tiny_reader), "--selector", "none", "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(
+        "error: judged.jsonl, line 2: item_id 'P9' has no documents in collection 'shop'. The labels hold 1 more problem."
+    )
+    assert len(error.splitlines()) == 1 and not out.exists()  # nothing asked, no report
+
+
+def test_a_domain_naming_neither_a_collection_nor_a_subjqa_domain_names_its_line_and_both_kinds(shop, tmp_path, capsys):
+    labels = label_file(tmp_path / "judged.jsonl", {**BATTERY, "id": "typo", "domain": "shpo", "answers": [WEEK]})
+    assert main(["eval", "judged", "--labels", str(labels), "--out", str(tmp_path / "report")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(
+        "error: judged.jsonl, line 1: domain 'shpo' is neither a collection nor a SubjQA domain. Fix: use a collection's name (shop)"
+    )
+    assert len(error.splitlines()) == 1
+
+
+def test_the_shipped_judged_labels_pass_every_check_against_subjqa(real_data_dir, tmp_path):
+    from qa_system.config import REPO_ROOT, Settings
+    from qa_system.evaluation.judged import check_judged_names, judged_indexes
+
+    settings = Settings.from_env(data_dir=real_data_dir, home=tmp_path / "home", store="memory")
+    shared = real_data_dir.parents[1] / "judged"
+    for files in (shared.glob("*.jsonl"), (shared / "train").glob("*.jsonl"), (REPO_ROOT / "data" / "judged").glob("train-extra-*.jsonl")):
+        questions = load_judged(sorted(files))
+        check_judged_names(settings, questions)
+        check_judged(questions, judged_indexes(settings, {q.domain for q in questions}, False, False, progress=False))

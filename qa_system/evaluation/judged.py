@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, shown
 from qa_system.metrics.calibration import expected_calibration_error, reliability_table
 from qa_system.metrics.squad import f1 as token_f1
 from qa_system.metrics.squad import normalize_answer
@@ -46,6 +46,7 @@ VERDICTS = ("right", "wrong", "abstain-ok", "abstain-missed")
 # A judged label file's longest line read: a question with its spans is a few kilobytes.
 MAX_LINE_CHARS = 1_000_000
 LABELS_FIX = "each line must be a JSON object with id, item_id, question, answerable (yes, partly or no) and answers (see the judged label format in the docs)."
+SPAN_FIX = "give each answer the review_id of its document and character offsets into its text: text == document[start:end]."
 VERDICTS_FIX = "each line must be a JSON object with id (a judged question's), text (a card's) and acceptable (true or false)."
 CARDS_TO_JUDGE = "cards-to-judge.jsonl"
 
@@ -73,6 +74,7 @@ class JudgedQuestion:
     best: int | None = None
     # Card verdicts: a card's text (normalised, ``metrics.squad.normalize_answer``) -> whether a person found it acceptable.
     cards: Mapping[str, bool] = field(default_factory=dict, compare=False)
+    where: str = field(default="", compare=False)  # the label file and line it was read from ("judged.jsonl, line 4")
 
     @property
     def spans(self) -> list[str]:
@@ -107,14 +109,41 @@ class Card:
         return self.text is None
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _value(value: object) -> str:
+    """A label's value as its line writes it (JSON), shortened when long."""
+    return shown(json.dumps(value, ensure_ascii=False), 60)
+
+
+def _span(answer: dict, where: str) -> JudgedSpan:
+    """One answer span; offsets, when given, are whole numbers 0 <= start <= end with the document they point into."""
+    review_id, start, end = answer.get("review_id"), answer.get("start"), answer.get("end")
+    if review_id is not None and (not isinstance(review_id, str) or not review_id.strip()):
+        raise QAError(f"{where}: review_id is {_value(review_id)}, not a document id.", SPAN_FIX)
+    if start is not None or end is not None:
+        for name, offset in (("start", start), ("end", end)):
+            if not _whole(offset) or offset < 0:
+                raise QAError(f"{where}: {name} is {_value(offset)}, not a character offset (a whole number, 0 or more).", SPAN_FIX)
+        if start > end:
+            raise QAError(f"{where}: start {start} is after end {end}.", SPAN_FIX)
+        if review_id is None:
+            raise QAError(f"{where}: start and end are given without the review_id of the document they point into.", SPAN_FIX)
+    return JudgedSpan(answer["text"], review_id, start, end)
+
+
 def _judged(row: object, where: str) -> JudgedQuestion:
     if not isinstance(row, dict):
         raise QAError(f"{where}: not a JSON object.", LABELS_FIX)
     missing = [key for key in ("id", "question", "answerable") if not isinstance(row.get(key), str) or not row[key].strip()]
+    if row.get("answerable") is not None and "answerable" in missing:  # there, but not a word: name its value below
+        missing.remove("answerable")
     if missing:
         raise QAError(f"{where}: no {', '.join(missing)}.", LABELS_FIX)
     if row["answerable"] not in ANSWERABLE:
-        raise QAError(f"{where}: answerable is {row['answerable']!r}.", "use yes, partly or no.")
+        raise QAError(f"{where}: answerable is {_value(row['answerable'])}, not one of yes, partly or no.", "use yes, partly or no.")
     answers = row.get("answers") or []
     if not isinstance(answers, list) or not all(isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
         raise QAError(f"{where}: answers is not a list of objects with a text.", LABELS_FIX)
@@ -122,16 +151,37 @@ def _judged(row: object, where: str) -> JudgedQuestion:
         raise QAError(
             f"{where}: answerable is {row['answerable']}, but no answer span is given.", "add the spans that answer it, or mark it no."
         )
+    if row["answerable"] == "no" and answers:
+        raise QAError(
+            f"{where}: answerable is no, but {len(answers)} answer span(s) are given.",
+            "mark it yes or partly if the spans answer it, else leave out the answers.",
+        )
+    spans = tuple(_span(answer, f"{where}: answers[{n}]") for n, answer in enumerate(answers))
+    best = row.get("best")
+    if best is not None and (not _whole(best) or not 0 <= best < len(answers)):
+        raise QAError(
+            f"{where}: best is {_value(best)}, but the line has {len(answers)} answer(s) (best counts them from 0).",
+            "set best to the index of one of the answers (0: the first), or to null when there is none.",
+        )
     item_id = row.get("item_id")
     return JudgedQuestion(
         id=row["id"],
         item_id=str(item_id) if item_id not in (None, "") else None,
         question=row["question"],
         answerable=row["answerable"],
-        answers=tuple(JudgedSpan(a["text"], a.get("review_id"), a.get("start"), a.get("end")) for a in answers),
+        answers=spans,
         domain=str(row.get("domain") or ""),
-        best=row.get("best") if isinstance(row.get("best"), int) else None,
+        best=best,
+        where=where,
     )
+
+
+def _raise_first(problems: Sequence[QAError]) -> None:
+    """The first problem found in the labels, saying how many more there are: all of them are found in one run."""
+    if problems:
+        first, more = problems[0], len(problems) - 1
+        also = f" The labels hold {more} more problem{'s' if more > 1 else ''}." if more else ""
+        raise QAError(f"{first.problem}{also}", first.fix)
 
 
 def _lines(lines: Iterable[str], path: Path) -> Iterable[str]:
@@ -167,15 +217,24 @@ def _json_lines(paths: Iterable[str | Path], kind: str, each: str, fix: str) -> 
 
 def load_judged(paths: Iterable[str | Path], verdicts: Iterable[str | Path] = ()) -> list[JudgedQuestion]:
     """Judged questions from JSON lines files (blank lines skipped), with the card verdicts of ``verdicts`` files
-    (``load_card_verdicts``; those of questions not loaded are left out); a bad line is one QAError naming file and line."""
+    (``load_card_verdicts``; those of questions not loaded are left out); bad lines are one QAError naming the first one's file
+    and line, and how many more there are."""
     questions: list[JudgedQuestion] = []
+    problems: list[QAError] = []
     seen: dict[str, str] = {}
     for row, where in _json_lines(paths, "judged label", "one judged question", LABELS_FIX):
-        question = _judged(row, where)
+        try:
+            question = _judged(row, where)
+        except QAError as problem:
+            problems.append(problem)
+            continue
         if question.id in seen:
-            raise QAError(f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id.")
-        seen[question.id] = where
+            problems.append(
+                QAError(f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id.")
+            )
+        seen.setdefault(question.id, where)
         questions.append(question)
+    _raise_first(problems)
     if not questions:
         raise QAError("The judged label files hold no question.", "pass files with one judged question a line.")
     cards = load_card_verdicts(verdicts)
@@ -360,6 +419,108 @@ def judged_indexes(settings, names: Iterable[str], collections: bool, embeddings
     }
 
 
+def _label_where(question: JudgedQuestion) -> str:
+    return question.where or f"Judged question {question.id!r}"
+
+
+def check_judged_names(settings, questions: Sequence[JudgedQuestion]) -> None:
+    """Each question's ``domain`` names a collection or a SubjQA domain of ``settings.data_dir``; else a QAError naming its line."""
+    from qa_system.ingestion import list_collections
+    from qa_system.sources import available_domains
+
+    own = {c.name for c in list_collections(settings)}
+    domains = available_domains(settings.data_dir)
+    for question in questions:
+        if question.domain and question.domain not in own and question.domain not in domains:
+            raise QAError(
+                f"{_label_where(question)}: domain '{shown(question.domain)}' is neither a collection nor a SubjQA domain.",
+                f"use a collection's name ({', '.join(sorted(own)) or 'none yet'}), a SubjQA domain of {settings.data_dir} "
+                f"({', '.join(domains) or 'none found'}), or pass --collection NAME.",
+            )
+
+
+def _documents(index, ids: Iterable[str]) -> dict[str, tuple[str, str | None]]:
+    """The documents of ``index`` with these ids, put back together from their passages: id -> (text, item_id). An own
+    collection's passages name their document (``document_id``), a SubjQA review its ``review_id``."""
+    from qa_system.ingestion.splitting import source_text
+
+    ids = set(ids)
+    if not ids:
+        return {}
+    conditions = [{"field": field, "operator": "in", "value": sorted(ids)} for field in ("meta.document_id", "meta.review_id", "id")]
+    passages: dict[str, list] = {}
+    for passage in index.store.filter_documents(filters={"operator": "OR", "conditions": conditions}):
+        key = next((value for value in (passage.meta.get("document_id"), passage.meta.get("review_id")) if value in ids), passage.id)
+        passages.setdefault(key, []).append(passage)
+    return {key: (source_text(parts), parts[0].meta.get("item_id")) for key, parts in passages.items()}
+
+
+def _squeezed(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _span_problem(span: JudgedSpan, documents: Mapping, item_id: str | None, where: str, place: tuple[str, str]) -> QAError | None:
+    """What is wrong with one answer span against ``documents``, those of ``place`` (its name in words, and the flag
+    that names it: "collection 'manuals'", "--collection manuals"); None when nothing is."""
+    if span.review_id is None:
+        return None
+    if span.review_id not in documents:
+        return QAError(
+            f"{where}: review_id '{shown(span.review_id)}' is not a document of {place[0]}.",
+            f"use the id of one of its documents (`qa-system search QUESTION {place[1]}` shows them).",
+        )
+    text, product = documents[span.review_id]
+    if item_id is not None and product is not None and product != item_id:
+        return QAError(
+            f"{where}: '{shown(span.review_id)}' is a document of product '{shown(product)}', not of the question's '{shown(item_id)}'.",
+            "list only spans found in the documents of the question's product.",
+        )
+    if span.start is None:
+        if _squeezed(span.text) not in _squeezed(text):
+            return QAError(f"{where}: the text is not in '{shown(span.review_id)}'.", SPAN_FIX)
+        return None
+    if span.end > len(text):
+        return QAError(f"{where}: end {span.end} is past the end of '{shown(span.review_id)}' ({len(text)} characters).", SPAN_FIX)
+    # The text of a document put back together from passages may hold a space where a line break stood between them.
+    if _squeezed(text[span.start : span.end]) != _squeezed(span.text):
+        return QAError(
+            f"{where}: the text {_value(span.text)} is not the document's text at {span.start}:{span.end} "
+            f"({_value(text[span.start : span.end])}).",
+            SPAN_FIX,
+        )
+    return None
+
+
+def check_judged(questions: Sequence[JudgedQuestion], indexes: Mapping[str, object], collection: str | None = None) -> None:
+    """Every judged question checked against the index it is asked of (``indexes`` by name: ``collection``, else the
+    question's domain): its product is one the index holds, and each answer span names a document of that product
+    whose text at its offsets is the span's (whitespace runs compared as one space). The first problem is one QAError
+    naming the label's file and line, and how many more there are."""
+    problems: list[QAError] = []
+    by_index: dict[str, list[JudgedQuestion]] = {}
+    for question in questions:
+        by_index.setdefault(collection or question.domain, []).append(question)
+    for name, part in by_index.items():
+        index = indexes[name]
+        counts = index.item_counts()
+        place = (f"collection '{name}'", f"--collection {name}") if index.name == name else (f"SubjQA domain '{name}'", f"--domain {name}")
+        documents = _documents(index, (span.review_id for q in part for span in q.answers if span.review_id is not None))
+        for question in part:
+            where = _label_where(question)
+            if question.item_id is not None and counts and question.item_id not in counts:
+                problems.append(
+                    QAError(
+                        f"{where}: item_id '{shown(question.item_id)}' has no documents in {place[0]}.",
+                        f"use an item id that `qa-system products {place[1]}` lists.",
+                    )
+                )
+                continue
+            for number, span in enumerate(question.answers):
+                if (problem := _span_problem(span, documents, question.item_id, f"{where}: answers[{number}]", place)) is not None:
+                    problems.append(problem)
+    _raise_first(problems)
+
+
 def evaluate_judged(
     settings,
     questions: Sequence[JudgedQuestion],
@@ -371,7 +532,7 @@ def evaluate_judged(
     """Ask every judged question of ``questions`` as the doors do (the configured retriever over the
     question's product, ``settings.top_k_retriever`` documents, the extractive pipeline) with each system,
     and judge the cards. Questions are asked of ``collection``, else of the collection their domain names, else of
-    their SubjQA domain's (``judged_indexes``)."""
+    their SubjQA domain's (``judged_indexes``). Every label is checked against them first (``check_judged``)."""
     from tqdm.auto import tqdm
 
     from qa_system.pipelines import build_qa_pipeline
@@ -385,7 +546,10 @@ def evaluate_judged(
                 "pass --collection NAME, or give each line a domain: a collection's name or a SubjQA domain.",
             )
         by_collection.setdefault(collection or question.domain, []).append(question)
+    if collection is None:
+        check_judged_names(settings, questions)
     indexes = judged_indexes(settings, by_collection, collection is not None, embeddings, progress)
+    check_judged(questions, indexes, collection)  # before any question is asked: a bad label would stop the run midway
     runs = []
     bar = tqdm(total=len(questions) * len(systems), desc="judged questions", unit="q", disable=not progress)
     for system, label in zip(systems, system_labels(systems)):
