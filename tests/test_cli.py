@@ -367,3 +367,18 @@ def test_a_path_that_cannot_be_written_and_an_over_long_question_are_one_line_ea
     assert taken.read_text(encoding="utf-8") == "mine"
     assert main(["ask", "a" * 1000 + "?", "--item", "KINDLE"]) == 2  # the API's, the shell's and the page's limit
     assert capsys.readouterr().err.strip() == "error: The question is 1001 characters long. Fix: ask in at most 1000 characters."
+
+
+def test_the_shell_lists_its_commands_names_an_unknown_one_and_an_unknown_item_at_once(cli_env, tiny_reader, monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(":help\n:foo\n:item NOPE\nIs it good for reading?\n:item HEADPHONES\n:quit\n"))
+    assert main(["shell", "--item", "KINDLE", "--reader-model", str(tiny_reader), "--reader-backend", "torch"]) == 0
+    captured = capsys.readouterr()
+    asked = [line for line in captured.out.splitlines() if line.startswith("Q: ")]
+    assert len(asked) == 1 and asked[0].startswith("Q: Is it good for reading?  (KINDLE;")  # no command asked; NOPE not taken
+    assert ":item ID" in captured.err and ":quit" in captured.err  # :help's list
+    errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+    assert errors[0].startswith("error: Unknown command ':foo'. Fix: use one of: :item ID, :item, :help, :quit")
+    assert errors[1].startswith("error: Product 'NOPE' has no reviews in index 'subjqa-electronics'.") and len(errors) == 2
+    assert "Asking about HEADPHONES." in captured.err

@@ -10,7 +10,7 @@ from html import unescape
 
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
-from qa_system.errors import check_question_text, check_text
+from qa_system.errors import check_question_text, check_text, shown
 from qa_system.safe_text import terminal_text
 
 
@@ -189,23 +189,52 @@ def cmd_shell(args: argparse.Namespace) -> None:
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
     print(
         terminal_text(
-            f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, ':quit' ends."
+            f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, "
+            "':help' lists the commands, ':quit' ends."
         ),
         file=sys.stderr,
     )
     for line in sys.stdin:
         line = line.strip()
-        if line in (":quit", ":q"):
-            break
-        if line.startswith(":item"):
-            args.item = line.removeprefix(":item").strip() or None
-            continue
         if not line:
             continue
         try:
+            if line.startswith(":"):  # a command: never asked as a question
+                command, _, value = line.partition(" ")
+                if command in (":quit", ":q"):
+                    break
+                _shell_command(command, value.strip(), args, service)
+                continue
             _answer_line(argparse.Namespace(**{**vars(args), "question": check_text(line, "the question")}), service, settings.api_token)
-        except QAError as error:  # a bad question is one line; the shell goes on
+        except QAError as error:  # a bad question or command is one line; the shell goes on
             print(terminal_text(f"error: {error}", newlines=False), file=sys.stderr)
+
+
+SHELL_COMMANDS = {
+    ":item ID": "ask about the product ID from now on (`qa-system products` lists them)",
+    ":item": "ask about all products",
+    ":help": "list these commands",
+    ":quit": "end (so does the end of input)",
+}
+
+
+def _shell_command(command: str, value: str, args: argparse.Namespace, service) -> None:
+    """One shell command other than ``:quit``: ``:help``, ``:item [ID]``; an unknown one is a QAError listing the known."""
+    from qa_system.errors import QAError
+
+    if command == ":help":
+        width = max(map(len, SHELL_COMMANDS))
+        print("\n".join(f"{name.ljust(width)}  {what}" for name, what in SHELL_COMMANDS.items()), file=sys.stderr)
+        return
+    if command != ":item":
+        raise QAError(f"Unknown command '{shown(command, 40)}'.", f"use one of: {', '.join(SHELL_COMMANDS)} (':help' says what each does).")
+    item = check_text(value, "the item id") or None
+    if item is not None and service is not None:  # named at once, the item before it kept (a server checks it when asked)
+        from qa_system.pipelines import check_item
+
+        check_item(service.index(args.collection), item)
+    args.item = item
+    print(terminal_text(f"Asking about {item or 'all products'}."), file=sys.stderr)
 
 
 def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
