@@ -295,6 +295,46 @@ def test_counts_and_thresholds_are_checked_at_the_python_door(indexed, tiny_read
     assert len(pipeline.run("How is the bass?", top_k=1, top_k_reader=1, no_answer_threshold=0.0)["documents"]) == 1  # still usable
 
 
+def test_arguments_of_the_wrong_kind_at_the_python_door_are_one_line_naming_them(indexed):
+    settings = indexed["memory"]
+    calls = {
+        "index=a collection's name": (
+            lambda: build_qa_pipeline("bm25", settings, index="electronics"),
+            'index must be an opened index, not str. Fix: pass index=qa_system.open_collection(settings, "electronics").',
+        ),
+        "retriever and settings swapped": (
+            lambda: build_retrieval_pipeline(settings, "bm25"),
+            "retriever must be a retriever's name (bm25, dense, hybrid), not Settings. Fix: pass the name first, then the settings",
+        ),
+        "item_id a list": (
+            lambda: build_retrieval_pipeline("bm25", settings).run("Is it good for reading?", item_id=["KINDLE"]),
+            "item_id must be one product's id (a str), not list.",
+        ),
+        "question a number": (
+            lambda: build_retrieval_pipeline("bm25", settings).run(123, item_id="KINDLE"),
+            "The question must be text (a str), not int.",
+        ),
+    }
+    for name, (call, message) in calls.items():
+        with pytest.raises(QAError) as error:
+            call()
+        assert str(error.value).startswith(message) and "\n" not in str(error.value), name
+
+
+def test_open_index_of_a_collections_name_points_to_open_collection(home, tmp_path):
+    from qa_system.ingestion import ingest
+
+    ingest(home, write_csv(tmp_path / "reviews.csv"), "shop", COLUMNS)
+    with pytest.raises(QAError) as error:
+        open_index(home, "shop")
+    assert str(error.value) == (
+        "No memory index named 'subjqa-shop': 'shop' is a collection of your own documents, not a SubjQA domain. "
+        'Fix: open it with qa_system.open_collection(settings, "shop").'
+    )
+    with pytest.raises(QAError, match="build it with `qa-system index --domain books"):  # no collection of that name: as before
+        open_index(home, "books")
+
+
 def _library_calls():
     from qa_system.bench import run_bench
     from qa_system.evaluation.answering import evaluate_pipelines, evaluate_readers

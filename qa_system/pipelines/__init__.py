@@ -27,7 +27,14 @@ from qa_system.pipelines.loading import (
     render_pipeline_yaml,
 )
 from qa_system.pipelines.portable import SavedMemoryStore, export_pipeline
-from qa_system.pipelines.qa_pipeline import QAPipeline, build_qa_pipeline, build_retrieval_pipeline, check_embeddings, validate_question
+from qa_system.pipelines.qa_pipeline import (
+    QAPipeline,
+    build_qa_pipeline,
+    build_retrieval_pipeline,
+    check_embeddings,
+    check_item,
+    validate_question,
+)
 
 __all__ = [
     "ANSWER_STAGES",
@@ -40,6 +47,7 @@ __all__ = [
     "build_qa_pipeline",
     "build_retrieval_pipeline",
     "check_embeddings",
+    "check_item",
     "export_pipeline",
     "load_pipeline",
     "render_pipeline_yaml",

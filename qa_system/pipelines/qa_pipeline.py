@@ -28,6 +28,10 @@ from qa_system.timing import component_timings
 
 def validate_question(index: Index, query: object, item_id: str | None) -> None:
     """The checks every door makes before answering: a question with words in it, about a product the index holds."""
+    if query is not None and not isinstance(query, str):
+        raise QAError(
+            f"The question must be text (a str), not {type(query).__name__}.", 'pass it as a str, e.g. "Is it good for reading?".'
+        )
     check_question_text(query)
     check_text(item_id, "the item id")
     if index.manifest.get("documents") == 0:  # made empty (POST /collections), or emptied: nothing to answer from
@@ -35,6 +39,17 @@ def validate_question(index: Index, query: object, item_id: str | None) -> None:
             f"Collection '{index.name}' holds no documents.",
             "add documents to it first (`qa-system index --input FILE --collection NAME`, or POST /collections/NAME/documents).",
         )
+    check_item(index, item_id)
+
+
+def check_item(index: Index, item_id: str | None) -> None:
+    """NotFound when the index has products and ``item_id`` is none of them (None: every document)."""
+    if item_id is not None and not isinstance(item_id, str):
+        raise QAError(
+            f"item_id must be one product's id (a str), not {type(item_id).__name__}.",
+            'pass item_id="ID" of one product (`qa-system products` lists them), or item_id=None to ask every document.',
+        )
+    check_text(item_id, "the item id")
     counts = index.item_counts()
     if item_id is not None and counts and item_id not in counts:
         raise NotFound(
@@ -209,9 +224,10 @@ def build_qa_pipeline(
     >>> pipeline = build_qa_pipeline("bm25")
     >>> pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["answers"]
     """
+    _check_arguments(retriever, settings, index)
     settings = settings or Settings.from_env()
     if retriever not in RETRIEVERS:
-        raise QAError(f"Unknown retriever '{retriever}'.", f"use one of: {', '.join(RETRIEVERS)}.")
+        raise QAError(f"Unknown retriever '{shown(retriever)}'.", f"use one of: {', '.join(RETRIEVERS)}.")
     if answer_stage is not None and answer_stage not in ANSWER_STAGES:
         raise QAError(f"Unknown answer stage '{answer_stage}'.", f"use one of: {', '.join(ANSWER_STAGES)}.")
     index = index or open_index(settings, domains)
@@ -220,6 +236,26 @@ def build_qa_pipeline(
     pipeline = load_pipeline(retriever, index, settings, answer_stage, rerank)
     pipeline.warm_up()
     return QAPipeline(pipeline, index, retriever, answer_stage, rerank=rerank)
+
+
+def _check_arguments(retriever: object, settings: object, index: object) -> None:
+    """The arguments of the pipeline builders by type: a retriever's name, Settings (or None), an opened Index (or None);
+    a misplaced one is a QAError naming it, not an AttributeError deep inside."""
+    if not isinstance(retriever, str):
+        swapped = isinstance(retriever, Settings) and isinstance(settings, str)
+        raise QAError(
+            f"retriever must be a retriever's name ({', '.join(RETRIEVERS)}), not {type(retriever).__name__}.",
+            f'pass the name first, then the settings: ("{settings if swapped else "bm25"}", settings).',
+        )
+    if settings is not None and not isinstance(settings, Settings):
+        raise QAError(f"settings must be a qa_system.Settings, not {type(settings).__name__}.", "pass Settings.from_env(), or None for it.")
+    if index is not None and not isinstance(index, Index):
+        opened = (
+            f'qa_system.open_collection(settings, "{shown(index)}")'
+            if isinstance(index, str)
+            else "qa_system.open_collection(settings, NAME)"
+        )
+        raise QAError(f"index must be an opened index, not {type(index).__name__}.", f"pass index={opened}.")
 
 
 def check_embeddings(index: Index, settings: Settings, retriever: str = "dense") -> None:

@@ -18,16 +18,32 @@ _SAVERS = {"memory": _save_memory, "faiss": _save_faiss, "elasticsearch": _save_
 
 
 def open_index(settings: Settings, domains: str | Sequence[str] = "electronics", name: str | None = None) -> Index:
-    """Open a saved index; a clear error naming the `qa-system index` command when there is none."""
+    """Open a saved index; a clear error naming the `qa-system index` command when there is none (or
+    ``open_collection``, when ``domains`` names a collection of your own documents)."""
     name = name or index_name(domains)
     index = _LOADERS[settings.store](settings, name)
     if index is None:
+        if isinstance(domains, str) and name == index_name(domains) and _is_collection(settings, domains):
+            raise QAError(
+                f"No {settings.store} index named '{name}': '{domains}' is a collection of your own documents, not a SubjQA domain.",
+                f'open it with qa_system.open_collection(settings, "{domains}").',
+            )
         domain_args = " ".join(f"--domain {d}" for d in ([domains] if isinstance(domains, str) else domains))
         raise QAError(
             f"No {settings.store} index named '{name}' exists yet.",
             f"build it with `qa-system index {domain_args} --store {settings.store}`.",
         )
     return index
+
+
+def _is_collection(settings: Settings, name: str) -> bool:
+    """Whether a saved index of that very name exists (a name that could point outside the index directory is none)."""
+    if not name or "/" in name or "\\" in name or ".." in name:
+        return False
+    try:
+        return saved_manifest(settings, name) is not None
+    except QAError:  # unreadable: it exists, but the plain message suits it as well
+        return False
 
 
 def try_open_index(settings: Settings, name: str) -> Index | None:
