@@ -542,7 +542,7 @@ def evaluate_judged(
     for question in questions:
         if collection is None and not question.domain:
             raise QAError(
-                f"Judged question {question.id!r} names no domain and no --collection was given.",
+                f"{_label_where(question)}: no domain, and no --collection was given.",
                 "pass --collection NAME, or give each line a domain: a collection's name or a SubjQA domain.",
             )
         by_collection.setdefault(collection or question.domain, []).append(question)
