@@ -36,7 +36,7 @@ from qa_system.config import INPUT_FORMATS, Settings
 from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count
 from qa_system.ingestion.backends import commit, saved_passages
-from qa_system.ingestion.collections import check_collection_name
+from qa_system.ingestion.collections import check_collection_name, ingestion_lock
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
@@ -223,14 +223,15 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None,
             )
         if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
             _check_no_table_columns(path, options)
-            options, kept = options.kept_from(saved_input, "files")
+            state = {"source": str(path), "path": str(path.resolve())}
+            options, kept = options.kept_from(saved_input, state, "files")
             yield _Opened(
                 read_files(path, options, counts),
                 counts,
                 str(path),
                 "files",
                 lambda: None,
-                {"source": str(path), "path": str(path.resolve())},
+                state,
                 sidecar_types(path, options),
                 options,
                 kept,
@@ -238,9 +239,9 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None,
             return
         with path.open("rb") as binary:
             fmt = detect_format(path.name, binary, options.format)
-            options, kept = options.kept_from(saved_input, fmt)
-            size = path.stat().st_size
             state = {"source": str(path), "path": str(path.resolve())}
+            options, kept = options.kept_from(saved_input, state, fmt)
+            size = path.stat().st_size
             types = _column_types(fmt, binary, str(path), options)
             yield _Opened(
                 _records(fmt, binary, str(path), options, counts),
@@ -264,7 +265,7 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None,
             f"{name}: documents (.txt, .md, .html, .pdf) are read from a path, not an upload.",
             "pass the file or its folder as --input, or upload a CSV / JSON lines file.",
         )
-    options, kept = options.kept_from(saved_input, fmt)
+    options, kept = options.kept_from(saved_input, {"source": name}, fmt)
     start, size = binary.tell(), binary.seek(0, os.SEEK_END)
     binary.seek(start)
     types = _column_types(fmt, binary, name, options)
@@ -391,7 +392,7 @@ def ingest(
     .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
     hears an ``IngestProgress`` after every batch and every chunk of passages embedded (the search page's progress bar).
     """
-    lock = _lock_file(settings, check_collection_name(collection))
+    lock = ingestion_lock(settings, check_collection_name(collection))
     # Ingestions into one collection take turns: each reads what the collection holds when it starts
     # (changes, counts, the manifest), so two at once would each commit from the same old state and the
     # last would undo part of the first. The lock covers the processes of one machine sharing QA_HOME
@@ -432,12 +433,6 @@ def check_source(source: Source, options: IngestOptions = IngestOptions(), name:
     if not seen:
         raise QAError(f"{opened.name} holds no documents.", "check the file (and its text column and format).")
     return len(seen)
-
-
-def _lock_file(settings: Settings, collection: str) -> Path:
-    directory = settings.home / "locks"
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory / f"ingest-{settings.store}-{collection}.lock"
 
 
 def _remove_what_killed_runs_left(staging_dir: Path, own_lock: Path) -> list[str]:

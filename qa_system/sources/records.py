@@ -54,17 +54,20 @@ class IngestOptions:
         """The options as JSON-ready data (an index manifest keeps them)."""
         return {name: value for name, value in asdict(self).items() if name != "kept"}
 
-    def kept_from(self, saved: dict | None, source_format: str) -> tuple[IngestOptions, list[str]]:
-        """These options, with what they leave unsaid as the collection's last run (``saved``: its manifest's
-        "input") had it, and the flags so kept: a run that forgets a flag would otherwise split every document
-        again, or add each document of a table a second time under another id. Columns are kept only between
-        runs that both read tables or JSON (a folder's documents have no columns)."""
-        before = (saved or {}).get("options") or {}
+    def kept_from(self, saved: dict | None, source: dict, source_format: str) -> tuple[IngestOptions, list[str]]:
+        """These options, with what they leave unsaid as the collection's last run (``saved``: its manifest's "input")
+        had it, and the flags so kept: a run that forgets a flag would otherwise split every document again, or add
+        each row of a table a second time under another id. Passage settings are kept from any source; columns only
+        when the same table or JSON file is read again (``source``: its "source" and "path", as the manifest keeps
+        them), since another file may name its columns otherwise."""
+        saved = saved or {}
+        before = saved.get("options") or {}
         kept = {}
         for name, default in (("passage_words", PASSAGE_WORDS), ("passage_overlap", PASSAGE_OVERLAP)):
             if getattr(self, name) is None:
                 kept[name] = before.get(name) or default
-        if source_format in COLUMN_FORMATS and (saved or {}).get("format") in COLUMN_FORMATS:
+        same_file = saved.get("path", saved.get("source")) == source.get("path", source.get("source"))
+        if source_format in COLUMN_FORMATS and saved.get("format") == source_format and same_file:
             kept.update({name: before[name] for name in COLUMN_OPTIONS if getattr(self, name) is None and before.get(name)})
         defaults = {"passage_words": PASSAGE_WORDS, "passage_overlap": PASSAGE_OVERLAP}
         flags = [f"--{name.replace('_', '-')} {value}" for name, value in kept.items() if value != defaults.get(name)]
