@@ -316,11 +316,15 @@ NO_DOCUMENTS_NOTE = "There was nothing to read: no review passes the product, fi
 BELOW_HEADING = "Best span, rated below \u201cno answer\u201d:"
 
 
-def document_label(document_id: str, meta: dict) -> str:
-    """``review R`` for SubjQA, ``document D`` for a collection's (with the passage's offset in it when split)."""
+def document_label(document_id: str, meta: dict, answer_start: int | None = None) -> str:
+    """``review R`` for SubjQA, ``document D`` for a collection's; in a document split into passages, where the passage
+    starts in it, or where the answer does (``answer_start``: its offset in the passage)."""
     if meta.get("review_id"):
         return f"review {meta['review_id']}"
-    where = f" (from character {meta['source_offset']})" if meta.get("passages", 1) > 1 else ""
+    where = ""
+    if meta.get("passages", 1) > 1:
+        offset = int(meta.get("source_offset", 0))
+        where = f" (from character {offset})" if answer_start is None else f" (answer at character {offset + answer_start})"
     return f"document {meta.get('document_id', document_id)}{where}"
 
 
@@ -365,7 +369,7 @@ class AnswerCard:
 
 def _source(view: AnswerView) -> tuple[str, str | None]:
     if view.kind == "span" and view.document is not None:
-        return document_label(view.document.id, view.document.meta), view.document.meta.get("item_id")
+        return document_label(view.document.id, view.document.meta, view.start), view.document.meta.get("item_id")
     if view.kind == "generated":
         cited = ", ".join(document_label(d.id, d.meta) for d in view.sources)
         products = sorted({str(d.meta["item_id"]) for d in view.sources if d.meta.get("item_id")})

@@ -135,10 +135,16 @@ class AnswerOut(BaseModel):
         None,
         description="span: the id of the review (the source document) the answer is in: SubjQA's review id, or the id an ingested document was given",
     )
-    start: int | None = Field(None, description="span: character offset of the answer in the document's content")
+    start: int | None = Field(
+        None, description="span: character offset of the answer in the content of document_id (a passage, where a long document was split)"
+    )
     end: int | None = Field(None, description="span: character offset just after the answer")
+    review_start: int | None = Field(
+        None, description="span: character offset of the answer in the source document review_id (start plus the passage's offset)"
+    )
+    review_end: int | None = Field(None, description="span: character offset just after the answer in the source document review_id")
     context: str | None = Field(None, description="span: the text around the answer")
-    context_start: int | None = Field(None, description="span: character offset of the context in the document's content")
+    context_start: int | None = Field(None, description="span: character offset of the context in the content of document_id")
     cited_document_ids: list[str] = Field(default_factory=list, description="generated: the documents the answer cites")
     no_answer_reason: str | None = None
     withheld: dict | None = Field(None, description="a generated answer shown in place of this one was withheld: its text, support and why")
@@ -163,11 +169,14 @@ class AnswerOut(BaseModel):
             # Whole words: a context that starts or ends inside one reads as a typo ("...t range. Resolution").
             begin = min(word_start(content, view.meta.get("context_start", view.start - CONTEXT_CHARS)), view.start)
             finish = max(word_end(content, view.meta.get("context_end", view.end + CONTEXT_CHARS)), view.end)
+            offset = int(view.document.meta.get("source_offset", 0))  # the passage's first character in its document
             fields.update(
                 document_id=view.document.id,
                 review_id=review_id(view.document),
                 start=view.start,
                 end=view.end,
+                review_start=view.start + offset,
+                review_end=view.end + offset,
                 context=content[begin:finish],
                 context_start=begin,
             )
