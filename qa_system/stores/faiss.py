@@ -7,6 +7,7 @@ from pathlib import Path
 
 from qa_system.config import Settings
 from qa_system.disk_cache import built_folder, dead_leftovers, remove_leftovers
+from qa_system.errors import QAError
 from qa_system.stores.index import Index
 
 
@@ -30,12 +31,21 @@ def _load_faiss(settings: Settings, name: str) -> Index | None:
     manifest_path = directory / "manifest.json"
     if not manifest_path.exists():
         return None
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    store = FAISSDocumentStore(
-        index_path=str(directory / "index"),
-        index_string=manifest.get("faiss_index", "Flat"),
-        embedding_dim=manifest["embedding_dim"],
-    )
+    fix = f"delete it (`qa-system collections --store faiss --delete {name}`) and index its source again."
+    # Without its vectors file the store would open empty: answers from nothing, and an update that drops every document.
+    missing = [f"index.{kind}" for kind in ("faiss", "json") if not (directory / f"index.{kind}").is_file()]
+    if missing:
+        raise QAError(f"The saved FAISS collection '{name}' is damaged: {' and '.join(missing)} missing from its folder.", fix)
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        store = FAISSDocumentStore(
+            index_path=str(directory / "index"),
+            index_string=manifest.get("faiss_index", "Flat"),
+            embedding_dim=manifest["embedding_dim"],
+        )
+    except (RuntimeError, ValueError, KeyError, TypeError, OSError) as error:  # faiss' RuntimeError for a truncated file
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise QAError(f"The saved FAISS collection '{name}' is damaged ({reason}).", fix) from None
     return Index("faiss", name, store, manifest)
 
 
