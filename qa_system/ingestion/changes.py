@@ -24,8 +24,7 @@ from qa_system.config import Settings
 from qa_system.disk_cache import taking_turns
 from qa_system.errors import Conflict, NotFound, QAError, check_text, shown
 from qa_system.ingestion.backends import commit
-from qa_system.ingestion.collections import check_collection_name
-from qa_system.ingestion.ingest import _lock_file
+from qa_system.ingestion.collections import check_collection_name, ingestion_lock
 from qa_system.stores import Index, save_index, saved_manifest, try_open_index
 from qa_system.stores.filter_checks import check_collection_filters
 
@@ -59,7 +58,7 @@ def _unknown_collection(name: str) -> NotFound:
 def create_collection(settings: Settings, name: str) -> dict:
     """Create the empty collection ``name`` (documents are added to it afterwards); a ``Conflict`` when it exists."""
     check_collection_name(name)
-    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
+    with taking_turns(ingestion_lock(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         if saved_manifest(settings, name) is not None:
             raise Conflict(f"A collection named '{name}' exists already.", "add documents to it, or pick another name.")
         now = datetime.now(UTC).isoformat()
@@ -132,7 +131,7 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
         raise QAError(f"'ids' must be a list of 1 to {MAX_DOCUMENTS} document ids (text).", 'send {"ids": ["r1", "r2"]}.')
     for document_id in ids or []:
         check_text(document_id, "a document id")
-    with taking_turns(_lock_file(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
+    with taking_turns(ingestion_lock(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         index = try_open_index(settings, name)
         if index is None:
             raise _unknown_collection(name)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qa_system.config import Settings
+from qa_system.disk_cache import taking_turns
 from qa_system.errors import QAError, shown
 from qa_system.ingestion.indexing import ProgressCallback, open_or_build_index
 from qa_system.ingestion.splitting import source_text
@@ -179,9 +180,22 @@ def _unknown(settings: Settings, name: str) -> QAError:
     )
 
 
+def ingestion_lock(settings: Settings, collection: str) -> Path:
+    """The lock file that ingestions into ``collection`` (and its deletion) take turns on, for the processes of one machine."""
+    directory = settings.home / "locks"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"ingest-{settings.store}-{collection}.lock"
+
+
 def delete_collection(settings: Settings, name: str) -> CollectionInfo:
-    """Delete the collection ``name`` (one that ``list_collections`` lists) and return what it was."""
+    """Delete the collection ``name`` (one that ``list_collections`` lists) and return what it was; after the ingestion
+    into it that is running, if one is (it would otherwise save the collection again, with only its own documents)."""
     check_collection_name(name)
+    with taking_turns(ingestion_lock(settings, name), f"Waiting for the ingestion into '{name}' to finish, then deleting it.", remove=True):
+        return _delete(settings, name)
+
+
+def _delete(settings: Settings, name: str) -> CollectionInfo:
     info = next((c for c in list_collections(settings) if c.name == name), None)
     if info is None:
         raise _unknown(settings, name)

@@ -98,8 +98,8 @@ def upload_waiting(home: Path, file_name: str) -> Iterator[str]:
     from qa_system.config import Settings
     from qa_system.disk_cache import taking_turns
     from qa_system.ingestion.collections import collection_name_from
-    from qa_system.ingestion.ingest import _lock_file
+    from qa_system.ingestion.collections import ingestion_lock
 
     collection = collection_name_from(file_name)
-    with taking_turns(_lock_file(Settings(home=home, store="memory"), collection), "a test holds the turn", remove=True):
+    with taking_turns(ingestion_lock(Settings(home=home, store="memory"), collection), "a test holds the turn", remove=True):
         yield collection
