@@ -285,6 +285,17 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     assert call("DELETE", "/collections/{name}", "/collections/subjqa-electronics").status_code == 422
 
 
+def test_an_upload_into_a_collection_indexed_without_vectors_keeps_it_so(call, settings, tmp_path):
+    from qa_system.ingestion import ingest
+
+    path = tmp_path / "bm25.jsonl"
+    path.write_text("\n".join(json.dumps(review(n)) for n in range(6)), encoding="utf-8")
+    ingest(settings, path, "bm25-only", embed=False, progress=False)  # `qa-system index --no-embed`: BM25 only, faster
+    task = call("POST", "/collections/{name}/documents", "/collections/bm25-only/documents", json={"documents": [review(7)]})
+    report = finished(call, task)  # it failed: every document would have been embedded, and the request held one
+    assert (report["added"], report["kept_missing"], report["documents"], report["embedded"]) == (1, 6, 7, 0)
+
+
 def test_half_a_character_in_a_document_is_a_422_naming_where(call):
     """JSON's "\\ud800" escape in a document's id, text or key was a 500 (UnicodeEncodeError): nothing is added."""
     call("POST", "/collections", json={"name": "halves"})

@@ -125,6 +125,9 @@ class DocumentChanges:
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", f'create it first: POST /collections with {{"name": "{name}"}}.')
         documents = check_source(io.BytesIO(source), options, file_name)
+        # A collection indexed without vectors (`index --no-embed`, BM25 only) stays so: embedding it would mean
+        # processing every document again, which a file of a few new ones cannot give.
+        embed = manifest.get("embedding_model") is not None or not manifest.get("source_documents")
         with self._lock:
             self._refuse_while_running(name)
             change = self._running[name] = Change(f"{name}-{next(self._ids)}-{int(time.time())}", name, documents)
@@ -136,7 +139,15 @@ class DocumentChanges:
 
             try:
                 done = ingest(
-                    self.settings, io.BytesIO(source), name, options, name=file_name, sync=sync, progress=False, on_progress=progressed
+                    self.settings,
+                    io.BytesIO(source),
+                    name,
+                    options,
+                    name=file_name,
+                    embed=embed,
+                    sync=sync,
+                    progress=False,
+                    on_progress=progressed,
                 )
                 self.service.reopen(name)
                 return done.as_dict()
