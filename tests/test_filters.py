@@ -97,6 +97,16 @@ def test_a_rating_filter_returns_only_matching_documents(settings, reviews):
             "The filter's '!=' compares 'meta.reviewTime', a date, with the text 'soon'",
         ),
         ({"field": "meta.reviewTime", "operator": "==", "value": 2013}, "compares 'meta.reviewTime', a date, with the number 2013"),
+        # a true / false column is text in the index: the JSON boolean matched nothing, silently
+        (
+            {"field": "meta.zip", "operator": "==", "value": True},
+            "compares 'meta.zip', which holds text in this collection, with the boolean true. "
+            'Fix: write the value as the source has it, e.g. "true"',
+        ),
+        (
+            {"field": "meta.overall", "operator": "in", "value": [False]},
+            "'meta.overall', which holds integers in this collection, with the boolean false",
+        ),
     ],
 )
 def test_a_bad_filter_is_one_line_naming_the_fix(settings, reviews, bad, message):

@@ -101,6 +101,12 @@ def _check_equality(field: str, operator: str, values: list, kind: str | None) -
     column that holds text (one value such as "4,5" makes a whole column text), or text against a number column."""
     for value in values:
         number = _is_number(value)
+        if isinstance(value, bool) and kind is not None:  # a source's true / false is text (or 1 / 0) in the index
+            as_written = "text" if kind == "text" else f"{kind}s"
+            raise QAError(
+                f"The filter's '{operator}' compares '{field}', which holds {as_written} in this collection, with the boolean {str(value).lower()}.",
+                f'write the value as the source has it, e.g. "{str(value).lower()}" (metadata holds no booleans).',
+            )
         if kind == "text" and number:
             raise QAError(
                 f"The filter's '{operator}' compares '{field}', which holds text in this collection, with the number {value!r}.",
