@@ -382,3 +382,29 @@ def test_the_shell_lists_its_commands_names_an_unknown_one_and_an_unknown_item_a
     assert errors[0].startswith("error: Unknown command ':foo'. Fix: use one of: :item ID, :item, :help, :quit")
     assert errors[1].startswith("error: Product 'NOPE' has no reviews in index 'subjqa-electronics'.") and len(errors) == 2
     assert "Asking about HEADPHONES." in captured.err
+
+
+def test_output_into_a_pipe_its_reader_closed_ends_quietly_as_unix_tools_do(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    program = "import sys; from qa_system.cli import main; sys.exit(main())"
+    command = [sys.executable, "-c", program, "collections", "--home", str(tmp_path / "home")]
+    env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process.stdout.close()  # `qa-system collections | head -0`: nothing reads what it prints
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141 and error == ""  # not "error: Cannot use: Broken pipe" with exit 2
+
+
+def test_a_full_disk_or_a_folder_without_write_permission_names_what_to_change():
+    import errno
+
+    from qa_system.cli.main import _os_error_line
+
+    full = _os_error_line(OSError(errno.ENOSPC, "No space left on device"))
+    assert full == "error: Cannot use: No space left on device. Fix: free disk space there, or point QA_HOME (the indexes), --out or --output at another disk."
+    denied = _os_error_line(PermissionError(errno.EACCES, "Permission denied", "/srv/qa/locks/ingest-memory-x.lock"))
+    assert denied.startswith("error: Cannot use /srv/qa/locks/ingest-memory-x.lock: Permission denied. Fix: ")
+    assert "QA_HOME for the indexes" in denied

@@ -10,7 +10,9 @@ errors are lines on stderr, and the INFO records of ``INFO_LOGGERS`` lines on st
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -100,18 +102,29 @@ def main(argv: list[str] | None = None) -> int:
             args.domain_default = True  # not named: a client of a server asks the server's default collection
         with console_logging():
             args.func(args)
+            sys.stdout.flush()  # a closed pipe is found here, not at exit
     except QAError as error:
         print(terminal_text(f"error: {error}", newlines=False), file=sys.stderr)  # it may quote a file or a server
         return 2
-    except OSError as error:  # a path the user named that cannot be written or read: a folder, a file, /proc, no permission
-        where = f" {error.filename}" if error.filename not in (None, "") else ""
-        message = f"error: Cannot use{where}: {error.strerror or error}. Fix: name a file in a folder you can write to (--out / --output), or one you can read."
-        print(terminal_text(message, newlines=False), file=sys.stderr)
+    except BrokenPipeError:  # whatever read the output stopped (`| head`): quietly, as Unix tools do; the work is done
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush must not fail again
+        return 141
+    except OSError as error:  # a path that cannot be written or read: a folder, a file, /proc, no permission, a full disk
+        print(terminal_text(_os_error_line(error), newlines=False), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted; nothing saved was changed.", file=sys.stderr)
         return 130
     return 0
+
+
+def _os_error_line(error: OSError) -> str:
+    where = f" {error.filename}" if error.filename not in (None, "") else ""
+    if error.errno == errno.ENOSPC:
+        fix = "free disk space there, or point QA_HOME (the indexes), --out or --output at another disk."
+    else:
+        fix = "check that it exists and that you may read and write it, or name another place: QA_HOME for the indexes, --out / --output for reports."
+    return f"error: Cannot use{where}: {error.strerror or error}. Fix: {fix}"
 
 
 if __name__ == "__main__":
