@@ -35,6 +35,8 @@ from qa_system.ingestion import (
     source_text,
 )
 from qa_system.pipelines import build_qa_pipeline, build_retrieval_pipeline
+from qa_system.serving.answer_views import answer_cards, answer_views
+from qa_system.serving.api.schemas import AnswerOut
 
 
 def digest(path):
@@ -203,6 +205,13 @@ def test_an_answer_read_from_a_passage_maps_into_the_source_document(home, tmp_p
         document_id, begin, end = source_span(answer.document, answer.document_offset.start, answer.document_offset.end)
         assert document_id == "manual.txt" and text[begin:end] == answer.data
         assert document_text(pipeline.index, document_id) == text  # where the page highlights it
+    # Every door says where the answer is in the document, not only in its passage.
+    views = [view for view in answer_views(answers) if view.kind == "span"]
+    for view, card in zip(views, answer_cards(views)):
+        body = AnswerOut.of(view, card)
+        assert body.review_id == "manual.txt" and text[body.review_start : body.review_end] == view.text
+        assert view.document.content[body.start : body.end] == view.text and view.document.meta["source_offset"] > 0
+        assert card.source == f"document manual.txt (answer at character {body.review_start})"
 
 
 def test_passages_are_those_of_haystacks_document_splitter():
@@ -290,18 +299,22 @@ def test_a_run_that_leaves_flags_unsaid_reads_as_the_collections_last_run_did(ho
     assert (again.added, again.changed, again.unchanged, again.documents, again.passages) == (0, 0, 4, 4, first.passages)
     assert "read as the collection's last run read its source: --passage-words 10, --passage-overlap 2, --text-column body, " \
            "--id-column review_id, --item-column product (pass a flag to change it)" in again.notes  # fmt: skip
-    # A file that adds one review is added to them, split the same way; its rows are named by the same column.
+    # Another file is split the same way; its columns are its own (another file may name them otherwise).
     more = write_csv(tmp_path / "more.csv", [("r9", "P3", "A sturdy tripod that folds down small enough for a backpack pocket.", "5")])
-    added = ingest(home, more, "kept", IngestOptions(), embed=False, progress=False)
+    added = ingest(home, more, "kept", COLUMNS, embed=False, progress=False)
     assert (added.added, added.kept_missing, added.documents) == (1, 4, 5)
+    assert (
+        "read as the collection's last run read its source: --passage-words 10, --passage-overlap 2 (pass a flag to change it)"
+        in added.notes
+    )
     docs = documents(home, "kept")
     assert {d.meta["document_id"] for d in docs.values()} == {"r1", "r2", "r3", "r4", "r9"}
     assert max(len(d.content.split()) for d in docs.values()) == 10
-    # A column kept from the last run that the new file lacks is named as such.
-    other = write_csv(tmp_path / "other.csv", [("x1", "P3", "Fine.", "5")], header=("rev", "product", "body", "stars"))
+    # The same file, its id column since renamed: the kept column is named as such.
+    write_csv(more, [("r9", "P3", "Fine.", "5")], header=("rev", "product", "body", "stars"))
     with pytest.raises(QAError, match=r"has no column 'review_id' \(--id-column, the collection's own from its last run\)"):
-        ingest(home, other, "kept", IngestOptions(), embed=False, progress=False)
-    assert ingest(home, other, "kept", IngestOptions(id_column="rev"), embed=False, progress=False).added == 1
+        ingest(home, more, "kept", IngestOptions(), embed=False, progress=False)
+    assert ingest(home, more, "kept", IngestOptions(id_column="rev", item_column="product"), embed=False, progress=False).changed == 1
 
 
 def test_a_file_of_another_folder_with_a_saved_documents_name_does_not_replace_it(home, tmp_path):
@@ -449,6 +462,23 @@ def test_collections_list_and_delete(cli_home, tmp_path, capsys):
     assert "No memory collection named 'shop'" in capsys.readouterr().err
 
 
+def test_deleting_a_collection_waits_for_the_ingestion_into_it(home, tmp_path):
+    import threading
+
+    from qa_system.disk_cache import taking_turns
+    from qa_system.ingestion.collections import ingestion_lock
+
+    ingest(home, write_csv(tmp_path / "r.csv"), "busy", COLUMNS, embed=False, progress=False)
+    deleted = threading.Event()
+    with taking_turns(ingestion_lock(home, "busy"), "a test holds the turn", remove=True):  # an ingestion into it is running
+        thread = threading.Thread(target=lambda: (delete_collection(home, "busy"), deleted.set()))
+        thread.start()
+        assert not deleted.wait(2)  # it would otherwise be saved again by that ingestion, with only its documents
+        assert [c.name for c in list_collections(home)] == ["busy"]
+    thread.join(60)
+    assert deleted.is_set() and list_collections(home) == []
+
+
 def test_a_faiss_collection_updates_incrementally(tmp_path):
     settings = Settings.from_env(home=tmp_path / "home", store="faiss")
     path = write_csv(tmp_path / "r.csv")
@@ -461,6 +491,31 @@ def test_a_faiss_collection_updates_incrementally(tmp_path):
     assert [c.name for c in list_collections(settings)] == ["vectors"]
     delete_collection(settings, "vectors")
     assert list_collections(settings) == [] and not any((tmp_path / "home" / "indexes" / "faiss").iterdir())
+
+
+@pytest.mark.parametrize("damage", ["index.faiss missing", "index.json missing", "index.faiss truncated"])
+def test_a_damaged_faiss_collection_is_named_as_such_and_neither_answers_nor_is_rebuilt_from_nothing(tmp_path, damage):
+    settings = Settings.from_env(home=tmp_path / "home", store="faiss")
+    path = write_csv(tmp_path / "r.csv")
+    for name in ("good", "broken"):
+        ingest(settings, path, name, COLUMNS, progress=False)
+    folder = tmp_path / "home" / "indexes" / "faiss" / "broken"
+    file, how = damage.split(" ")
+    if how == "missing":
+        (folder / file).unlink()
+    else:
+        os.truncate(folder / file, 100)
+    message = r"^The saved FAISS collection 'broken' is damaged.* Fix: delete it \(`qa-system collections --store faiss --delete broken`\)"
+    with pytest.raises(QAError, match=message):
+        open_collection(settings, "broken")
+    more = write_csv(tmp_path / "more.csv", [("r9", "P3", "A sturdy tripod.", "5")])
+    with pytest.raises(QAError, match=message):  # not an empty collection that the new file would be all of
+        ingest(settings, more, "broken", COLUMNS, progress=False)
+    # The others are listed and served; the damaged one is listed, so that it can be deleted.
+    assert {c.name: c.kind for c in list_collections(settings)} == {"broken": "unreadable", "good": "ingested"}
+    assert open_collection(settings, "good").store.count_documents() == 4
+    delete_collection(settings, "broken")
+    assert [c.name for c in list_collections(settings)] == ["good"]
 
 
 def test_the_subjqa_domain_is_a_collection_too(settings, monkeypatch, capsys):
