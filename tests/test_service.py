@@ -103,6 +103,27 @@ def test_after_a_change_is_done_the_new_version_is_served_whatever_the_budget_cl
     assert "The green lamp is dim." in [document.content for document in found]
 
 
+@pytest.mark.parametrize("store", ["memory", "faiss"])
+def test_a_collection_another_process_changed_is_served_as_saved_now(settings, store):
+    settings = settings.with_(store=store)
+    own = own_collection if store == "memory" else own_faiss_collection
+    own(settings, "shared", documents=5)
+    service = QAService(settings, [ServedCollection("shared")])
+    assert service.index("shared").store.count_documents() == 5
+    own(settings, "shared", documents=8)  # `qa-system index` in another process: three rows added
+    # Served as saved now, by the next question (it was the old version until a restart).
+    assert service.index("shared").store.count_documents() == 8
+    assert {c["name"]: c["documents"] for c in service.collections()} == {"shared": 8}
+
+
+def own_faiss_collection(settings: Settings, name: str, documents: int) -> str:
+    source = settings.home.parent / f"{name}.csv"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text("body\n" + "\n".join(f"{name} row {i}: the lamp is bright" for i in range(documents)) + "\n", encoding="utf-8")
+    ingest(settings, source, name, IngestOptions(text_column="body"), progress=False)  # FAISS holds vectors
+    return name
+
+
 def test_the_budget_is_a_setting_and_its_environment_variable(monkeypatch):
     monkeypatch.setenv("QA_COLLECTION_MEMORY_MB", "512")
     assert Settings.from_env().collection_memory_mb == 512

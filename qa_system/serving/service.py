@@ -44,6 +44,10 @@ from qa_system.serving.uploads import Uploads
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index
 
+# Seconds between two listings of a search server's collections, which tell an open collection that another
+# process changed (a local store's folder tells it at once).
+LIST_AGAIN_S = 10.0
+
 
 class QAService:
     """The collections, pipelines, answers and feedback every door serves.
@@ -150,6 +154,7 @@ class QAService:
         """The index of ``collection`` (None: the first one served), opened when it is not (again, after the
         memory budget closed it); NotFound for a name not served here."""
         name = self.catalogue.resolve(collection).name
+        self._close_changed()
         if (index := self.collections_open.already_open(name)) is not None:
             return index
         if self.loading.still_opening(name, name in self.served):
@@ -168,13 +173,24 @@ class QAService:
         """The collections open now, least recently used first, with their estimated bytes."""
         return self.collections_open.sizes()
 
-    def available(self, max_age_s: float = 10.0) -> dict[str, CollectionInfo | None]:
+    def available(self, max_age_s: float = LIST_AGAIN_S) -> dict[str, CollectionInfo | None]:
         """The collections this service can open, by name (``Catalogue.available``), listed again after
         ``max_age_s``; an open one that changed is closed."""
         found, fresh = self.catalogue.listed(max_age_s)
         if fresh:
             self.collections_open.close_changed(found)
         return self.catalogue.available(found)
+
+    def _close_changed(self) -> None:
+        """An open collection that another process changed (the CLI's `index`, another server's upload) is closed, so
+        that it is served as saved now: the store is listed again when its folder changed (a local store), else
+        every ``LIST_AGAIN_S`` seconds."""
+        try:
+            found, fresh = self.catalogue.listed(LIST_AGAIN_S)
+        except QAError:  # the search server unreachable: the question says so, not the listing
+            return
+        if fresh:
+            self.collections_open.close_changed(found)
 
     def collections(self) -> list[dict[str, Any]]:
         """Each collection served, as ``served.collection_summary`` describes it."""
