@@ -214,6 +214,23 @@ def test_an_answer_read_from_a_passage_maps_into_the_source_document(home, tmp_p
         assert card.source == f"document manual.txt (answer at character {body.review_start})"
 
 
+def test_an_faqs_own_questions_are_not_its_answers(home, tmp_path):
+    (tmp_path / "faq.md").write_text(
+        "# Nova Mesh Router FAQ\n\n## How do I update the firmware?\n\nOpen the Nova app, go to Settings, then System, and tap Update."
+        "\n\n## What does a red light mean?\n\nA red light means the node has lost its internet connection."
+        "\n\n## How many devices can connect?\n\nEach node handles up to 120 devices at once.\n",
+        encoding="utf-8",
+    )
+    ingest(home, tmp_path / "faq.md", "faq", embed=False, progress=False)
+    pipeline = build_qa_pipeline("bm25", home, index=open_collection(home, "faq"))
+    for question, answer in (
+        ("How do I update the firmware?", "Open the Nova app, go to Settings, then System, and tap Update"),  # not the heading run into it
+        ("How many devices can connect?", "120"),  # not the heading that asks it
+    ):
+        cards = [a.data for a in pipeline.run(question, top_k=1)["answers"]]
+        assert cards[0] == answer and not any("How" in (card or "") for card in cards), cards
+
+
 def test_passages_are_those_of_haystacks_document_splitter():
     import random
 

@@ -13,7 +13,7 @@ from haystack import Document
 from qa_system.evaluation.judged import JudgedQuestion, JudgedSpan
 from qa_system.reading.reader import ReaderOutput, SpanCandidate
 from qa_system.reading.selection import SELECTOR_FILE, USEFUL, AnswerSelector
-from qa_system.reading.selection_features import MAX_PHRASE_WORDS, features, phrase_bounds
+from qa_system.reading.selection_features import MAX_PHRASE_WORDS, ReadDocument, candidates, features, phrase_bounds
 from qa_system.training.judged_selector import MODE, fit_judged_selector, judged_frames, summarize_out_of_fold
 from qa_system.training.selector import _read_document
 
@@ -54,6 +54,20 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase
+
+
+def test_a_candidate_keeps_to_one_line_and_a_question_of_the_document_is_none():
+    faq = "## How do I update the firmware?\n\nOpen the app, go to Settings, then System.\n\nPower\n\nThe motor draws 150 watts."
+    spans = [
+        (faq.index("How"), faq.index("?"), 9.0),  # the FAQ's own question, echoed
+        (faq.index("Open"), faq.index("Power") + 5, 8.0),  # an answer run into the next heading
+        (faq.index("Power"), len(faq) - 1, 7.0),  # a heading and its text
+    ]
+    found = candidates([ReadDocument(faq, 0.0, spans)], phrases=True)
+    assert [c.text for c in found] == ["Open the app, go to Settings, then System.", "The motor draws 150 watts"]
+    review = "Is it worth the money? Absolutely, it is great for reading books."
+    found = candidates([ReadDocument(review, 0.0, [(6, 21, 5.0), (23, 33, 4.0)])], phrases=True)
+    assert [c.text for c in found] == ["Absolutely, it is great for reading books"]  # the review's own question asks
 
 
 def test_a_phrase_starts_after_the_last_break_before_its_span_wherever_the_span_starts():

@@ -59,6 +59,8 @@ MAX_PHRASE_CHARS = 400
 # An HTML entity left in stored text ("&amp;", "&#34;"): its semicolon does not end a phrase.
 _ENTITY = re.compile(r"&#?\w{1,8};")
 _SENTENCE_END = ".!?\n"
+_SENTENCE_MARK = re.compile(r"(?<!\d)\.|\.(?!\d)|[!?\n\u3002\uff01\uff1f]")  # where the sentence around a span ends
+_LINE = re.compile(r"[^\n]+")
 
 
 @dataclass(frozen=True)
@@ -120,11 +122,15 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
 
 def candidates(documents: Sequence[ReadDocument], phrases: bool = False) -> list[Candidate]:
     """The best ``SPANS_PER_DOCUMENT`` spans of each review, the best ``SPANS_PER_QUESTION`` of them all, best first;
-    with ``phrases``, each span grown to its whole phrase (``phrase_bounds``), a phrase counted once."""
+    with ``phrases``, each span grown to its whole phrase (``phrase_bounds``), a phrase counted once. A span is
+    kept to one line (``one_line``), and one inside a question of the document (``asks``) is no candidate."""
     spans = []
     for position, document in enumerate(documents):
         kept: dict[tuple[int, int], Candidate] = {}
         for span_start, span_end, logit in document.spans:
+            span_start, span_end = one_line(document.content, span_start, span_end)
+            if asks(document.content, span_start, span_end):
+                continue
             start, end = phrase_bounds(document.content, span_start, span_end) if phrases else (span_start, span_end)
             if (start, end) not in kept:
                 grown = (span_start, span_end) if (start, end) != (span_start, span_end) else None
@@ -133,6 +139,26 @@ def candidates(documents: Sequence[ReadDocument], phrases: bool = False) -> list
                 break
         spans += kept.values()
     return sorted(spans, key=lambda c: c.logit, reverse=True)[:SPANS_PER_QUESTION]
+
+
+def one_line(content: str, start: int, end: int) -> tuple[int, int]:
+    """The longest line of a span that runs over line breaks: a heading, a list item or a table row is a line of its
+    own, and a span over two of them ("Troubleshooting\n\nIf the motor stops") answers with one."""
+    if "\n" not in content[start:end]:
+        return start, end
+    lines = [line.span() for line in _LINE.finditer(content, start, end) if line.group().strip()]
+    if not lines:
+        return start, end
+    first, last = max(lines, key=lambda bounds: len(content[bounds[0] : bounds[1]].strip()))
+    first += len(content[first:last]) - len(content[first:last].lstrip())
+    return first, first + len(content[first:last].strip())
+
+
+def asks(content: str, start: int, end: int) -> bool:
+    """Whether the span lies in a question of the document ("How do I reset the router?", an FAQ's heading; "Is it
+    worth the money?" in a review): such a sentence asks, it does not answer."""
+    after = _SENTENCE_MARK.search(content, end)
+    return after is not None and after.group() == "?"
 
 
 def content_words(text: str) -> set[str]:
