@@ -136,7 +136,10 @@ def test_a_foreign_index_file_is_refused(indexed, capsys, saved):
     index_path(indexed).write_text(json.dumps(saved), encoding="utf-8")
     assert main(["search", "Is it good?", "--item", "KINDLE"]) == 2
     err = capsys.readouterr().err
-    assert "is unreadable" in err and "qa-system index" in err and err.count("\n") == 1
+    assert "is unreadable" in err and "Fix: delete it (`qa-system collections --delete subjqa-electronics`)" in err and err.count("\n") == 1
+    # The fix works: deleted, it is indexed again (`index` refused the damaged file with this very message).
+    assert main(["collections", "--delete", "subjqa-electronics"]) == 0
+    assert main(["search", "Is it good?", "--item", "KINDLE"]) == 0
 
 
 # ------------------------------------------------------------------ leftovers of killed writers

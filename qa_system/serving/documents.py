@@ -172,8 +172,10 @@ class DocumentChanges:
         change = self._tasks.get(task_id)
         if change is None:
             raise NotFound(
-                f"No task '{shown(task_id)}' on this server.",
-                "poll the task_id that adding documents returned (tasks are kept until the server restarts).",
+                f"No task '{shown(task_id)}' on this server: a server keeps its tasks until it stops, and a change still running "
+                "then changed nothing.",
+                "poll the task_id that adding documents returned; after a restart, see what the collection holds "
+                "(GET /collections) and add the documents again.",
             )
         return change.status()
 

@@ -64,7 +64,8 @@ def saved_manifest(settings: Settings, name: str) -> dict | None:
         return _memory_manifest(path)
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
         raise QAError(
-            f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path})."
+            f"The saved index {path} is unreadable ({error}).",
+            f"delete it (`qa-system collections --delete {name}`) and index it again (`qa-system index`).",
         ) from error
 
 

@@ -58,7 +58,8 @@ def _load_memory(settings: Settings, name: str) -> Index | None:
         documents = [Document.from_dict(d) for d in data["documents"]]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
         raise QAError(
-            f"The saved index {path} is unreadable ({error}).", f"rebuild it with `qa-system index` (or delete {path})."
+            f"The saved index {path} is unreadable ({error}).",
+            f"delete it (`qa-system collections --delete {name}`) and index it again (`qa-system index`).",
         ) from error
     store = new_memory_store(name)
     store.load_documents(documents)
