@@ -341,3 +341,21 @@ def test_unreachable_server_is_one_line_naming_the_url_and_the_fix(tmp_path, tin
     assert main(["search", "Is it good?", "--store", "opensearch", "--opensearch-url", url]) == 2
     err = capsys.readouterr().err
     assert err == f"error: {error.value}\n"
+
+
+def test_a_server_that_stops_answering_once_the_collection_is_open_is_one_line(os_settings, os_index):
+    from qa_system.errors import Unavailable
+    from qa_system.stores import Index
+    from qa_system.stores.opensearch_store import CheckedOpenSearchDocumentStore
+
+    url = f"http://127.0.0.1:{free_port()}"  # the open collection's server, gone: nothing listens there any more
+    concrete = os_index.store.to_dict()["init_parameters"]["index"]
+    store = CheckedOpenSearchDocumentStore(hosts=url, index=concrete, create_index=False, timeout=2)
+    gone = Index("opensearch", os_index.name, store, os_index.manifest)
+    pipeline = build_retrieval_pipeline("bm25", os_settings, index=gone)
+    message = rf"^The search server at {url} does not answer \(it stopped, or the network to it is down\)\. Fix: start it again"
+    with pytest.raises(Unavailable, match=message):  # a 503 over HTTP (it was a 500), one line in the CLI (a traceback)
+        pipeline.run("Is it good?", item_id="KINDLE")
+    with pytest.raises(Unavailable, match=message):  # an ingestion's write
+        store.write_documents([review("r-new", "KINDLE", "Bright screen.")])
+    assert os_index.store.count_documents() > 0  # the server itself, and what it holds, untouched

@@ -17,9 +17,10 @@ from typing import Any
 
 from haystack.core.serialization import generate_qualified_class_name
 from haystack_integrations.document_stores.opensearch import OpenSearchDocumentStore
+from opensearchpy.exceptions import ConnectionError as NoAnswer
 from opensearchpy.exceptions import RequestError
 
-from qa_system.errors import QAError
+from qa_system.errors import QAError, Unavailable
 
 FILTER_VALUE_FIX = (
     'compare each field with a value of its type: a whole number from -2^63 to 2^63-1, a number, or an ISO date such as "2024-01-31".'
@@ -52,14 +53,39 @@ def _fields(filters: Any) -> list[str]:
     return []
 
 
+def _unavailable(store: OpenSearchDocumentStore) -> Unavailable:
+    hosts = store._hosts if isinstance(store._hosts, list) else [store._hosts]
+    return Unavailable(
+        f"The search server at {', '.join(map(str, hosts))} does not answer (it stopped, or the network to it is down).",
+        "start it again (questions are answered again once it answers), or set QA_OPENSEARCH_URL to a running one.",
+    )
+
+
+def _answered(method):
+    """``method``, with a server that does not answer (a refused connection, a timeout) raised as ``Unavailable``:
+    a one-line error (a 503 over HTTP), not a traceback (CLI) or a 500 (API)."""
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except NoAnswer:
+            raise _unavailable(self) from None
+
+    return checked
+
+
 def _filter_refused(method):
-    """``method`` (which takes ``filters``), with a request the server refuses (400) raised as a one-line QAError about the filter."""
+    """``method`` (which takes ``filters``), with a request the server refuses (400) raised as a one-line QAError about
+    the filter, and a server that does not answer as ``Unavailable``."""
     names = list(inspect.signature(method).parameters)
 
     @functools.wraps(method)
     def checked(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
+        except NoAnswer:
+            raise _unavailable(self) from None
         except RequestError as error:
             given = dict(zip(names[1:], args)) | kwargs
             fields = ", ".join(_fields(given.get("filters")))
@@ -71,12 +97,15 @@ def _filter_refused(method):
 
 class CheckedOpenSearchDocumentStore(OpenSearchDocumentStore):
     """``OpenSearchDocumentStore`` whose filtered reads (the retrievers' searches, ``filter_documents``, counts) raise a
-    QAError when the server refuses their filter."""
+    QAError when the server refuses their filter, and whose reads and writes raise ``Unavailable`` when it does not answer."""
 
     filter_documents = _filter_refused(OpenSearchDocumentStore.filter_documents)
     count_documents_by_filter = _filter_refused(OpenSearchDocumentStore.count_documents_by_filter)
     _bm25_retrieval = _filter_refused(OpenSearchDocumentStore._bm25_retrieval)
     _embedding_retrieval = _filter_refused(OpenSearchDocumentStore._embedding_retrieval)
+    count_documents = _answered(OpenSearchDocumentStore.count_documents)
+    write_documents = _answered(OpenSearchDocumentStore.write_documents)
+    delete_documents = _answered(OpenSearchDocumentStore.delete_documents)
 
     def to_dict(self) -> dict[str, Any]:
         """Haystack's serialisation of the store, under Haystack's class name."""
