@@ -363,6 +363,21 @@ def test_a_file_of_another_folder_with_a_saved_documents_name_does_not_replace_i
     assert documents(home, "solo")["README.md"].meta["item_id"] == "BETA"
 
 
+def test_a_refused_run_names_the_files_that_could_not_be_read(home, tmp_path):
+    folder = tmp_path / "side"
+    folder.mkdir()
+    for name, version in (("care", "three"), ("setup", 3)):  # the column is text: one value is a word
+        (folder / f"{name}.md").write_text(f"Grinder {name}: clean the burrs every two weeks.", encoding="utf-8")
+        (folder / f"{name}.md.meta.json").write_text(json.dumps({"item_id": "ZX2", "version": version}), encoding="utf-8")
+    ingest(home, folder, "side", embed=False, progress=False)
+    (folder / "care.md.meta.json").write_text('{"item_id": "ZX2", version: "three"}', encoding="utf-8")  # a key left unquoted
+    # Without care.md, the column holds numbers only: every document would be typed again, and care.md is missing.
+    with pytest.raises(
+        QAError, match=r"lacks 1 of its 2 documents \(1 files could not be read: care\.md: .*/side/care\.md\.meta\.json is not valid JSON"
+    ):
+        ingest(home, folder, "side", embed=False, progress=False)
+
+
 def test_only_new_and_changed_documents_are_embedded(home, tmp_path):
     path = write_csv(tmp_path / "r.csv")
     assert ingest(home, path, "vec", COLUMNS, progress=False).embedded == 4

@@ -654,12 +654,18 @@ class _Run:
         # A file read through a link that now leads outside the folder (indexed before links were checked) goes even without sync.
         dropped = set(vanished) if sync else set(vanished) & set(report.links_skipped)
         kept = [d for d in vanished if d not in dropped]
+        # Files of the folder that could not be read (a broken sidecar, a damaged PDF) are missing for that reason.
+        unread = (
+            f" ({len(report.files_unreadable)} files could not be read: {_first(report.files_unreadable, 1)})"
+            if report.files_unreadable
+            else ""
+        )
         if self.rebuild and kept:
             # Processing again needs each document's source: those missing from this one would be lost.
             causes = "; ".join(cause for cause, _ in self.reasons)
             raise QAError(
                 f"Every document of collection '{self.collection}' must be processed again ({causes}), but {opened.name} lacks "
-                f"{len(kept)} of its {len(saved.documents)} documents; it was left as it was.",
+                f"{len(kept)} of its {len(saved.documents)} documents{unread}; it was left as it was.",
                 "index a source that holds all of them, or pass --sync to keep only this source's documents"
                 + (" (or give the columns named values of the types they had)." if self.retyped else "."),
             )
@@ -669,7 +675,8 @@ class _Run:
         report.documents = len(self.seen) + len(kept)
         if saved.documents and report.documents < MIN_KEPT_SHARE * len(saved.documents) and not force:
             raise QAError(
-                f"The new data would leave {report.documents} documents where collection '{self.collection}' holds {len(saved.documents)}; it was left as it was.",
+                f"The new data would leave {report.documents} documents where collection '{self.collection}' holds {len(saved.documents)}{unread}; "
+                "it was left as it was.",
                 "check the source (a truncated file?), or pass --force to apply it anyway.",
             )
         replaced = (self.staged_documents & saved.documents.keys()) | dropped
