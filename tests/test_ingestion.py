@@ -156,6 +156,15 @@ def test_a_folders_sidecar_metadata_is_typed_and_filtered_like_a_tables_columns(
         retrieval.run("tent", filters={"field": "meta.stars", "operator": "==", "value": 4})
 
 
+def test_a_metadata_file_named_after_no_document_is_named_in_the_report(home, tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "fridge.txt").write_text("The fridge keeps 4 degrees.", encoding="utf-8")
+    (tmp_path / "docs" / "fridge.meta.json").write_text('{"item_id": "FRIDGE-1"}', encoding="utf-8")  # not fridge.txt.meta.json
+    report = ingest(home, tmp_path / "docs", "sidecars", embed=False, progress=False)
+    assert report.sidecars_unused == ["fridge.meta.json"] and documents(home, "sidecars")["fridge.txt"].meta["item_id"] == "fridge.txt"
+    assert "  1 metadata files beside no document of their name, not read: fridge.meta.json " in "\n".join(report.summary())
+
+
 def test_an_upload_is_read_from_a_file_object_with_progress(home, tmp_path):
     import io
 

@@ -90,6 +90,7 @@ class IngestReport:
     files_skipped: list[str] = field(default_factory=list)
     files_unreadable: list[str] = field(default_factory=list)  # "name: why", each left out of a folder
     links_skipped: list[str] = field(default_factory=list)  # links that lead outside the folder, not followed
+    sidecars_unused: list[str] = field(default_factory=list)  # metadata files beside no document of their name
     seconds: float = 0.0
     embedding_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -126,6 +127,11 @@ class IngestReport:
             lines.append(f"  {len(self.files_skipped)} files of other kinds left out (e.g. {self.files_skipped[0]}).")
         if self.links_skipped:
             lines.append(f"  {len(self.links_skipped)} links to outside the folder not followed: {_first(self.links_skipped)}.")
+        if self.sidecars_unused:
+            lines.append(
+                f"  {len(self.sidecars_unused)} metadata files beside no document of their name, not read: {_first(self.sidecars_unused)} "
+                "(a document's is named after its whole file name: manual.pdf.meta.json)."
+            )
         if self.files_unreadable:
             lines.append(f"  {len(self.files_unreadable)} files could not be read and were left out:")
             lines += [f"    {entry}" for entry in self.files_unreadable[:LISTED]] + [
@@ -545,6 +551,7 @@ class _Run:
         counts = opened.counts
         report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
         report.files_unreadable, report.links_skipped = counts.files_unreadable, counts.links_skipped
+        report.sidecars_unused = counts.sidecars_unused
         if not self.seen:
             skipped = f" ({counts.empty_rows} empty rows and {counts.empty_texts} empty texts skipped)" if counts.rows else ""
             fix = "check the file (and --text-column / --format), or pass a folder that holds .txt, .md, .html or .pdf files."

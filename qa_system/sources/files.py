@@ -160,7 +160,12 @@ def document_files(root: Path, counts: ReadCounts) -> list[Path]:
     files = []
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
-        if any(part.startswith(".") for part in relative.parts) or path.name.endswith(SIDECAR):
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.name.endswith(SIDECAR):
+            # Named after its document's whole name ("fridge.txt.meta.json"): one that is not ("fridge.meta.json") is read by none.
+            if not path.with_name(path.name.removesuffix(SIDECAR)).is_file():
+                counts.sidecars_unused.append(relative.as_posix())
             continue
         if not path.resolve().is_relative_to(inside):
             counts.links_skipped.append(relative.as_posix())

@@ -121,6 +121,7 @@ class ReadCounts:
     files_skipped: list[str] = field(default_factory=list)  # files of kinds no converter reads
     files_unreadable: list[str] = field(default_factory=list)  # "name: why" of a folder's files that could not be read
     links_skipped: list[str] = field(default_factory=list)  # links that lead outside the folder
+    sidecars_unused: list[str] = field(default_factory=list)  # <name>.meta.json files beside no document <name>
 
 
 def meta_key(name: str) -> str:
