@@ -359,3 +359,44 @@ def test_a_server_that_stops_answering_once_the_collection_is_open_is_one_line(o
     with pytest.raises(Unavailable, match=message):  # an ingestion's write
         store.write_documents([review("r-new", "KINDLE", "Bright screen.")])
     assert os_index.store.count_documents() > 0  # the server itself, and what it holds, untouched
+
+
+@pytest.mark.parametrize(
+    "status, kind, body, why",
+    [
+        (200, "application/json", b'{"acknowledged": true}', "no version in its reply to GET /"),  # any JSON to anything
+        (200, "text/html", b"<html><body>Welcome</body></html>", "its reply is no JSON"),  # a web server's page
+        (502, "text/plain", b"Bad Gateway", "HTTP 502"),  # a proxy in front of nothing
+    ],
+)
+def test_a_url_that_answers_but_is_no_search_server_is_one_line(tmp_path, monkeypatch, capsys, status, kind, body, why):
+    import http.server
+    import threading
+
+    class NotASearchServer(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_PUT = do_POST = do_DELETE = do_GET
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotASearchServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
+    try:
+        for argv in (["collections"], ["index", "--input", str(tmp_path / "r.csv"), "--collection", "x", "--no-embed"]):
+            (tmp_path / "r.csv").write_text("text\nA fine kettle.\n", encoding="utf-8")
+            assert main([*argv, "--store", "opensearch", "--opensearch-url", url]) == 2  # tracebacks (TypeError) before
+            assert capsys.readouterr().err == (
+                f"error: {url} answered, but not as OpenSearch does ({why}). "
+                "Fix: set QA_OPENSEARCH_URL (--opensearch-url) to your OpenSearch server's URL.\n"
+            )
+    finally:
+        server.shutdown()

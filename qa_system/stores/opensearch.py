@@ -56,17 +56,35 @@ def _opensearch_auth() -> list[str] | None:
 def opensearch_client(settings: Settings):
     """An OpenSearch client on ``settings.opensearch_url``, after checking that the server answers."""
     from opensearchpy import OpenSearch
-    from opensearchpy.exceptions import AuthenticationException, AuthorizationException
+    from opensearchpy.exceptions import AuthenticationException, AuthorizationException, ConnectionError, SerializationError, TransportError
 
     url = settings.opensearch_url
+
+    def not_opensearch(why: str) -> QAError:
+        return QAError(
+            f"{url} answered, but not as OpenSearch does ({why}).",
+            "set QA_OPENSEARCH_URL (--opensearch-url) to your OpenSearch server's URL.",
+        )
+
     try:
-        OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=5, max_retries=0).info()
+        info = OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=5, max_retries=0).info()
     except (AuthenticationException, AuthorizationException) as error:
         raise QAError(
             f"OpenSearch at {url} refused the request ({error.status_code}).", "set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD."
         ) from None
-    except Exception:  # the client raises many types for bad URLs and refused connections
+    except ConnectionError:  # refused, timed out, no such host
         raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
+    except TransportError as error:  # an HTTP error status (a proxy's 502, a web server's 404)
+        if isinstance(error.status_code, int):
+            raise not_opensearch(f"HTTP {error.status_code}") from None
+        raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
+    except SerializationError:  # a web page
+        raise not_opensearch("its reply is no JSON") from None
+    except Exception:  # the client raises many types for bad URLs
+        raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
+    # Every other answer would be read as an index listing, a mapping or a hit list: tracebacks far from here.
+    if not (isinstance(info, dict) and isinstance(info.get("version"), dict) and info["version"].get("number")):
+        raise not_opensearch("no version in its reply to GET /")
     return OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=60)
 
 
