@@ -404,7 +404,10 @@ def test_a_full_disk_or_a_folder_without_write_permission_names_what_to_change()
     from qa_system.cli.main import _os_error_line
 
     full = _os_error_line(OSError(errno.ENOSPC, "No space left on device"))
-    assert full == "error: Cannot use: No space left on device. Fix: free disk space there, or point QA_HOME (the indexes), --out or --output at another disk."
+    assert (
+        full
+        == "error: Cannot use: No space left on device. Fix: free disk space there, or point QA_HOME (the indexes), --out or --output at another disk."
+    )
     denied = _os_error_line(PermissionError(errno.EACCES, "Permission denied", "/srv/qa/locks/ingest-memory-x.lock"))
     assert denied.startswith("error: Cannot use /srv/qa/locks/ingest-memory-x.lock: Permission denied. Fix: ")
     assert "QA_HOME for the indexes" in denied

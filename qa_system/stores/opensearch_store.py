@@ -84,15 +84,13 @@ def _filter_refused(method):
     def checked(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except NoAnswer:
-            raise _unavailable(self) from None
         except RequestError as error:
             given = dict(zip(names[1:], args)) | kwargs
             fields = ", ".join(_fields(given.get("filters")))
             where = f" on {fields}" if fields else ""
             raise QAError(f"The search server cannot apply the filter{where}: {refusal_reason(error)}.", FILTER_VALUE_FIX) from None
 
-    return checked
+    return _answered(checked)
 
 
 class CheckedOpenSearchDocumentStore(OpenSearchDocumentStore):

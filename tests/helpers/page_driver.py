@@ -97,8 +97,7 @@ def upload_waiting(home: Path, file_name: str) -> Iterator[str]:
     ``home``), so that such an upload waits, its progress bar on the page, until the block ends; yields the name."""
     from qa_system.config import Settings
     from qa_system.disk_cache import taking_turns
-    from qa_system.ingestion.collections import collection_name_from
-    from qa_system.ingestion.collections import ingestion_lock
+    from qa_system.ingestion.collections import collection_name_from, ingestion_lock
 
     collection = collection_name_from(file_name)
     with taking_turns(ingestion_lock(Settings(home=home, store="memory"), collection), "a test holds the turn", remove=True):
