@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import zlib
+from dataclasses import replace
 
 import pytest
 
@@ -314,33 +315,21 @@ def test_a_file_added_that_needs_every_document_processed_again_is_refused_unles
     assert report.deleted == 4 and sorted(documents(home, "add")) == ["r9"]
 
 
-def test_a_run_that_leaves_flags_unsaid_reads_as_the_collections_last_run_did(home, tmp_path):
-    # Split into 10-word passages, documents identified by a column: a later run without those flags changes nothing.
+@pytest.mark.parametrize("overlap", [2, 0])
+def test_a_run_that_leaves_the_passage_settings_unsaid_splits_as_the_collection_is(home, tmp_path, overlap):
     rows = [(*row[:2], row[2] + " It charges in an hour and the case feels solid in the hand.", row[3]) for row in REVIEWS]
     path = write_csv(tmp_path / "r.csv", rows)
-    options = IngestOptions(text_column="body", id_column="review_id", item_column="product", passage_words=10, passage_overlap=2)
-    first = ingest(home, path, "kept", options, embed=False, progress=False)
+    first = ingest(home, path, "kept", replace(COLUMNS, passage_words=10, passage_overlap=overlap), embed=False, progress=False)
     assert first.documents == 4 and first.passages > 4
-    again = ingest(home, path, "kept", IngestOptions(), embed=False, progress=False)
-    assert (again.added, again.changed, again.unchanged, again.documents, again.passages) == (0, 0, 4, 4, first.passages)
-    assert "read as the collection's last run read its source: --passage-words 10, --passage-overlap 2, --text-column body, " \
-           "--id-column review_id, --item-column product (pass a flag to change it)" in again.notes  # fmt: skip
-    # Another file is split the same way; its columns are its own (another file may name them otherwise).
+    # Another file, the flags forgotten: added to them, split the same way (not every document split again, nor refused).
     more = write_csv(tmp_path / "more.csv", [("r9", "P3", "A sturdy tripod that folds down small enough for a backpack pocket.", "5")])
     added = ingest(home, more, "kept", COLUMNS, embed=False, progress=False)
     assert (added.added, added.kept_missing, added.documents) == (1, 4, 5)
-    assert (
-        "read as the collection's last run read its source: --passage-words 10, --passage-overlap 2 (pass a flag to change it)"
-        in added.notes
-    )
+    assert f"split into passages as the collection is: words 10, shared {overlap}" in added.notes
     docs = documents(home, "kept")
     assert {d.meta["document_id"] for d in docs.values()} == {"r1", "r2", "r3", "r4", "r9"}
     assert max(len(d.content.split()) for d in docs.values()) == 10
-    # The same file, its id column since renamed: the kept column is named as such.
-    write_csv(more, [("r9", "P3", "Fine.", "5")], header=("rev", "product", "body", "stars"))
-    with pytest.raises(QAError, match=r"has no column 'review_id' \(--id-column, the collection's own from its last run\)"):
-        ingest(home, more, "kept", IngestOptions(), embed=False, progress=False)
-    assert ingest(home, more, "kept", IngestOptions(id_column="rev", item_column="product"), embed=False, progress=False).changed == 1
+    assert collection_manifest(home, "kept")["splitter"] == {"words": 10, "overlap": overlap}
 
 
 def test_a_file_of_another_folder_with_a_saved_documents_name_does_not_replace_it(home, tmp_path):

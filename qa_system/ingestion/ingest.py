@@ -42,7 +42,7 @@ from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, read_files, sidecar_types
-from qa_system.sources.records import IngestOptions, ReadCounts, Record, Source
+from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, IngestOptions, ReadCounts, Record, Source
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_array, read_json_lines, read_table
 from qa_system.stores import Index, TemporaryOwner, opensearch_client, opensearch_has_knn, saved_manifest, temporary_owner, temporary_prefix
@@ -191,8 +191,6 @@ class _Opened:
     fraction: Callable[[], float | None]
     state: dict  # what the manifest records about the source
     types: dict = field(default_factory=dict)  # metadata column -> integer | number | date | text (tables, JSON, sidecars)
-    options: IngestOptions = field(default_factory=IngestOptions)  # as read: with what the collection's last run kept
-    kept: list[str] = field(default_factory=list)  # the flags so kept, as a user would have given them
 
 
 def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions) -> dict[str, str]:
@@ -210,9 +208,8 @@ def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions
 
 
 @contextmanager
-def open_source(source: Source, options: IngestOptions, name: str | None = None, saved_input: dict | None = None) -> Iterator[_Opened]:
-    """The records of a path (file or folder) or of an open binary file (``name``: its file name, for the format).
-    ``saved_input``: how the collection's last run read its source (its manifest's "input"), for what ``options`` leave unsaid."""
+def open_source(source: Source, options: IngestOptions, name: str | None = None) -> Iterator[_Opened]:
+    """The records of a path (file or folder) or of an open binary file (``name``: its file name, for the format)."""
     counts = ReadCounts()
     if isinstance(source, (str, Path)):
         path = Path(source).expanduser()
@@ -229,25 +226,20 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None,
             )
         if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
             _check_no_table_columns(path, options)
-            state = {"source": str(path), "path": str(path.resolve())}
-            options, kept = options.kept_from(saved_input, state, "files")
             yield _Opened(
                 read_files(path, options, counts),
                 counts,
                 str(path),
                 "files",
                 lambda: None,
-                state,
+                {"source": str(path), "path": str(path.resolve())},
                 sidecar_types(path, options),
-                options,
-                kept,
             )
             return
         with path.open("rb") as binary:
             fmt = detect_format(path.name, binary, options.format)
-            state = {"source": str(path), "path": str(path.resolve())}
-            options, kept = options.kept_from(saved_input, state, fmt)
             size = path.stat().st_size
+            state = {"source": str(path), "path": str(path.resolve())}
             types = _column_types(fmt, binary, str(path), options)
             yield _Opened(
                 _records(fmt, binary, str(path), options, counts),
@@ -257,8 +249,6 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None,
                 lambda: binary.tell() / size if size else None,
                 state,
                 types,
-                options,
-                kept,
             )
         return
     binary = source
@@ -271,7 +261,6 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None,
             f"{name}: documents (.txt, .md, .html, .pdf) are read from a path, not an upload.",
             "pass the file or its folder as --input, or upload a CSV / JSON lines file.",
         )
-    options, kept = options.kept_from(saved_input, {"source": name}, fmt)
     start, size = binary.tell(), binary.seek(0, os.SEEK_END)
     binary.seek(start)
     types = _column_types(fmt, binary, name, options)
@@ -283,8 +272,6 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None,
         lambda: binary.tell() / size if size else None,
         {"source": name},
         types,
-        options,
-        kept,
     )
 
 
@@ -407,17 +394,12 @@ def ingest(
         staging_dir = settings.index_dir / "staging"
         staging_dir.mkdir(parents=True, exist_ok=True)
         cleaned = _remove_what_killed_runs_left(staging_dir, lock)
-        saved_input = (saved_manifest(settings, collection) or {}).get("input")
+        run = _Run(settings, collection, options, embed, on_progress, notes=cleaned, force=force)
         # Named after the lock that guards it: the file is a live run's exactly while that lock is held.
         fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(lock.stem), suffix=".jsonl", dir=staging_dir)
         staging = Path(staging_name)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name, saved_input) as opened:
-                if opened.kept:
-                    cleaned.append(
-                        f"read as the collection's last run read its source: {', '.join(opened.kept)} (pass a flag to change it)"
-                    )
-                run = _Run(settings, collection, opened.options, embed, on_progress, notes=cleaned, force=force)
+            with os.fdopen(fd, "w", encoding="utf-8") as staged, open_source(source, options, name) as opened:
                 run.read(opened, staged, progress)
             return run.commit(staging, opened, sync, force)
         finally:
@@ -491,8 +473,8 @@ class _Run:
     ):
         self.started, self.notes, self.force = time.perf_counter(), notes, force
         self.settings, self.collection, self.options, self.on_progress = settings, check_collection_name(collection), options, on_progress
-        words = check_count(options.passage_words, "passage_words", 10)
-        self.splitter_state = {"words": words, "overlap": check_count(options.passage_overlap, "passage_overlap", 0, words - 1)}
+        self.saved = _saved(settings, collection)
+        self.splitter_state = self._splitter_state(options)
         self.vector_search = None
         if settings.store == "opensearch":
             # Without the k-NN plugin the index holds no vectors: BM25 only (as `index --domain` does).
@@ -503,7 +485,6 @@ class _Run:
                 "A FAISS collection holds vectors, so it cannot be built with --no-embed.", "drop --no-embed, or use --store memory."
             )
         self.embed = embed
-        self.saved = _saved(settings, collection)
         self.reasons = _rebuild_reasons(self.saved, settings, embed, self.splitter_state)
         self.rebuild = bool(self.reasons)
         self.splitter = PassageSplitter(**self.splitter_state)
@@ -518,6 +499,23 @@ class _Run:
         self.files_root: Path | None = None
         self.files: dict[str, str] = {}  # document id -> the file this run read it from
         self.dropped: set[str] = set()
+
+    def _splitter_state(self, options: IngestOptions) -> dict[str, int]:
+        """The passage settings: as given, else as the collection is split (a run that leaves them unsaid would split
+        every document again), else the defaults."""
+        saved = (self.saved.manifest or {}).get("splitter") or {}
+        words = options.passage_words if options.passage_words is not None else saved.get("words", PASSAGE_WORDS)
+        overlap = options.passage_overlap if options.passage_overlap is not None else saved.get("overlap", PASSAGE_OVERLAP)
+        words = check_count(words, "passage_words", 10)
+        state = {"words": words, "overlap": check_count(overlap, "passage_overlap", 0, words - 1)}
+        kept = [
+            f"{what} {state[key]}"
+            for key, what in (("words", "words"), ("overlap", "shared"))
+            if getattr(options, f"passage_{key}") is None
+        ]
+        if kept and saved and state != {"words": PASSAGE_WORDS, "overlap": PASSAGE_OVERLAP}:
+            self.notes.append(f"split into passages as the collection is: {', '.join(kept)}")
+        return state
 
     def read(self, opened: _Opened, staged: IO[str], progress: bool) -> None:
         from qa_system.progress import Progress

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -23,9 +23,6 @@ Source = str | Path | IO[bytes]
 MAX_DOCUMENT_CHARS = 32_000_000
 # How documents are split into passages unless told (or unless their collection was split otherwise).
 PASSAGE_WORDS, PASSAGE_OVERLAP = 200, 40
-# The formats whose documents come from columns (or JSON keys), and the options that name those columns.
-COLUMN_FORMATS = ("csv", "tsv", "jsonl", "json")
-COLUMN_OPTIONS = ("text_column", "id_column", "item_column")
 # Metadata keys that the index itself uses: a column of that name is kept as "<name>_column".
 RESERVED_META = ("document_id", "content_hash", "source_offset", "passage", "passages", "item_id", "id", "content", "embedding", "score")
 # What the system itself adds to a document's metadata besides those: not a column of the user's source.
@@ -48,30 +45,10 @@ class IngestOptions:
     encoding: str = "utf-8"
     passage_words: int | None = None  # None: as the collection was split, else PASSAGE_WORDS
     passage_overlap: int | None = None  # None: as the collection was split, else PASSAGE_OVERLAP
-    kept: tuple[str, ...] = ()  # the columns taken from the collection's last run, not given (for messages)
 
     def as_dict(self) -> dict:
         """The options as JSON-ready data (an index manifest keeps them)."""
-        return {name: value for name, value in asdict(self).items() if name != "kept"}
-
-    def kept_from(self, saved: dict | None, source: dict, source_format: str) -> tuple[IngestOptions, list[str]]:
-        """These options, with what they leave unsaid as the collection's last run (``saved``: its manifest's "input")
-        had it, and the flags so kept: a run that forgets a flag would otherwise split every document again, or add
-        each row of a table a second time under another id. Passage settings are kept from any source; columns only
-        when the same table or JSON file is read again (``source``: its "source" and "path", as the manifest keeps
-        them), since another file may name its columns otherwise."""
-        saved = saved or {}
-        before = saved.get("options") or {}
-        kept = {}
-        for name, default in (("passage_words", PASSAGE_WORDS), ("passage_overlap", PASSAGE_OVERLAP)):
-            if getattr(self, name) is None:
-                kept[name] = before.get(name) or default
-        same_file = saved.get("path", saved.get("source")) == source.get("path", source.get("source"))
-        if source_format in COLUMN_FORMATS and saved.get("format") == source_format and same_file:
-            kept.update({name: before[name] for name in COLUMN_OPTIONS if getattr(self, name) is None and before.get(name)})
-        defaults = {"passage_words": PASSAGE_WORDS, "passage_overlap": PASSAGE_OVERLAP}
-        flags = [f"--{name.replace('_', '-')} {value}" for name, value in kept.items() if value != defaults.get(name)]
-        return replace(self, **kept, kept=tuple(name for name in kept if name in COLUMN_OPTIONS)), flags
+        return asdict(self)
 
 
 @dataclass

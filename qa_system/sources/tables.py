@@ -47,13 +47,9 @@ def _columns(available: list[str], options: IngestOptions, name: str) -> tuple[s
         raise QAError(
             f"{name} has no 'text' or 'review' column; its columns are: {shown}.", "pass --text-column with the column that holds the text."
         )
-    for option, column in (("text_column", text), ("id_column", options.id_column), ("item_column", options.item_column)):
+    for flag, column in (("--text-column", text), ("--id-column", options.id_column), ("--item-column", options.item_column)):
         if column is not None and column not in available:
-            flag = "--" + option.replace("_", "-")
-            how = ", the collection's own from its last run" if option in options.kept else ""
-            raise QAError(
-                f"{name} has no column '{column}' ({flag}{how}); its columns are: {shown}.", f"pass {flag} with one of those columns."
-            )
+            raise QAError(f"{name} has no column '{column}' ({flag}); its columns are: {shown}.", f"pass {flag} with one of those columns.")
     return text, options.id_column, options.item_column
 
 
