@@ -13,7 +13,8 @@ from helpers.subjqa import write_subjqa
 from qa_system.cli import build_parser
 from qa_system.cli import main as cli
 from qa_system.config import Settings
-from qa_system.ingestion import IngestOptions, ingest
+from qa_system.errors import QAError
+from qa_system.ingestion import IngestOptions, delete_collection, ingest
 from qa_system.serving.api import create_app
 from qa_system.serving.background import BackgroundTask
 from qa_system.serving.documents import DocumentChanges
@@ -114,6 +115,9 @@ def test_a_collection_another_process_changed_is_served_as_saved_now(settings, s
     # Served as saved now, by the next question (it was the old version until a restart).
     assert service.index("shared").store.count_documents() == 8
     assert {c["name"]: c["documents"] for c in service.collections()} == {"shared": 8}
+    delete_collection(settings, "shared")  # `qa-system collections --delete` in another process
+    with pytest.raises(QAError, match=f"^No {store} collection named 'shared'"):
+        service.index("shared")  # it answered from the deleted collection
 
 
 def own_faiss_collection(settings: Settings, name: str, documents: int) -> str:

@@ -141,11 +141,14 @@ class OpenCollections:
             self._close(name)
 
     def close_changed(self, listed: dict) -> None:
-        """Close every open collection whose saved version (in the store's listing ``listed``) is newer than the one open."""
+        """Close every open collection whose saved version (in the store's listing ``listed``) is newer than the one open,
+        or that the listing lacks (deleted, or damaged): the next question opens it again, or says why it cannot."""
         with self.lock:
             for name, (index, _) in list(self._open.items()):
                 info = listed.get(index.name)
-                if info is not None and info.updated not in (None, index.manifest.get("updated", index.manifest.get("created"))):
+                if info is None and "@" not in index.name:  # "@": a copy of eval's, never listed
+                    self._changed(name)
+                elif info is not None and info.updated not in (None, index.manifest.get("updated", index.manifest.get("created"))):
                     self._changed(name)
 
     def sizes(self) -> dict[str, int]:

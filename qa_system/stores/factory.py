@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.stores.elasticsearch import _load_elasticsearch, _save_elasticsearch
-from qa_system.stores.faiss import _load_faiss, _save_faiss
+from qa_system.stores.faiss import _load_faiss, _save_faiss, faiss_manifest
 from qa_system.stores.index import Index, index_name
 from qa_system.stores.memory import _load_memory, _memory_manifest, _memory_path, _save_memory
 from qa_system.stores.opensearch import _load_opensearch, _save_opensearch
@@ -54,6 +54,8 @@ def try_open_index(settings: Settings, name: str) -> Index | None:
 def saved_manifest(settings: Settings, name: str) -> dict | None:
     """The manifest of the saved index ``name`` (None when there is none); a memory index's is read
     from its last line, without loading its documents."""
+    if settings.store == "faiss":
+        return faiss_manifest(settings, name)
     if settings.store != "memory":
         index = try_open_index(settings, name)
         return None if index is None else index.manifest
