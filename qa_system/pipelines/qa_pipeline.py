@@ -33,7 +33,6 @@ def validate_question(index: Index, query: object, item_id: str | None) -> None:
             f"The question must be text (a str), not {type(query).__name__}.", 'pass it as a str, e.g. "Is it good for reading?".'
         )
     check_question_text(query)
-    check_text(item_id, "the item id")
     if index.manifest.get("documents") == 0:  # made empty (POST /collections), or emptied: nothing to answer from
         raise NotFound(
             f"Collection '{index.name}' holds no documents.",
