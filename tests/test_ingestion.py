@@ -332,6 +332,20 @@ def test_a_run_that_leaves_the_passage_settings_unsaid_splits_as_the_collection_
     assert collection_manifest(home, "kept")["splitter"] == {"words": 10, "overlap": overlap}
 
 
+def test_a_table_read_again_without_the_id_column_its_collection_uses_is_refused(home, tmp_path):
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "ids", COLUMNS, embed=False, progress=False)
+    saved = home.index_dir / "memory" / "ids.json"
+    before = digest(saved)
+    forgot = IngestOptions(text_column="body", item_column="product")  # every row would be added again under a content id
+    with pytest.raises(QAError, match=r"^Collection 'ids' takes its document ids from the column 'review_id', which .*r\.csv has: "):
+        ingest(home, path, "ids", forgot, embed=False, progress=False)
+    assert digest(saved) == before
+    # A file without that column is read as before (its documents identified by their content).
+    other = write_csv(tmp_path / "other.csv", [("P3", "A sturdy tripod.", "5")], header=("product", "body", "stars"))
+    assert ingest(home, other, "ids", forgot, embed=False, progress=False).added == 1
+
+
 def test_a_file_of_another_folder_with_a_saved_documents_name_does_not_replace_it(home, tmp_path):
     for vendor, text in (("alpha", "The Alpha router has four antennas."), ("beta", "The Beta router has two antennas.")):
         (tmp_path / vendor).mkdir()

@@ -42,7 +42,7 @@ from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, read_files, sidecar_types
-from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, IngestOptions, ReadCounts, Record, Source
+from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, IngestOptions, ReadCounts, Record, Source, meta_key
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_array, read_json_lines, read_table
 from qa_system.stores import Index, TemporaryOwner, opensearch_client, opensearch_has_knn, saved_manifest, temporary_owner, temporary_prefix
@@ -521,6 +521,7 @@ class _Run:
         from qa_system.progress import Progress
 
         self._type_columns(opened.types, opened.format)
+        self._check_same_ids(opened)
         if opened.format == "files":
             self.files_root = Path(opened.state["path"])
         self.report = report = IngestReport(
@@ -610,6 +611,17 @@ class _Run:
             meta["item_id"] = record.item_id
         self.batch.append((document_id, record.text, meta))
         return True
+
+    def _check_same_ids(self, opened: _Opened) -> None:
+        """A source that has the column the collection takes its document ids from (``--id-column``), read without it,
+        would add each of its rows again, under an id from its content: refused."""
+        column = (((self.saved.manifest or {}).get("input") or {}).get("options") or {}).get("id_column")
+        if column and self.options.id_column is None and meta_key(column) in opened.types:
+            raise QAError(
+                f"Collection '{self.collection}' takes its document ids from the column '{column}', which {opened.name} has: "
+                "read without --id-column, each of its rows would be added again as a new document; it was left as it was.",
+                f"pass --id-column {column} (id_column={column} over HTTP), or another column of unique ids.",
+            )
 
     def _check_same_file(self, document_id: str, changed: bool) -> None:
         """A file of another folder that has the name (path in its folder) of a saved document, with other text, would
