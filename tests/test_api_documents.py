@@ -298,6 +298,15 @@ def test_an_upload_into_a_collection_indexed_without_vectors_keeps_it_so(call, s
     assert (report["added"], report["kept_missing"], report["documents"], report["embedded"]) == (1, 6, 7, 0)
 
 
+def test_a_damaged_collection_can_be_deleted_over_http_as_its_message_says(call, settings):
+    damaged = settings.index_dir / "memory" / "damaged-one.json"
+    damaged.parent.mkdir(parents=True, exist_ok=True)
+    damaged.write_text('{"documents": [', encoding="utf-8")  # a file cut short
+    gone = call("DELETE", "/collections/{name}", "/collections/damaged-one")
+    assert gone.status_code == 200 and gone.json() == {"name": "damaged-one", "documents": 0}  # a 422 that named the CLI
+    assert not damaged.exists()
+
+
 def test_half_a_character_in_a_document_is_a_422_naming_where(call):
     """JSON's "\\ud800" escape in a document's id, text or key was a 500 (UnicodeEncodeError): nothing is added."""
     call("POST", "/collections", json={"name": "halves"})

@@ -106,7 +106,10 @@ class DocumentChanges:
     def drop(self, name: str) -> dict[str, Any]:
         """Delete the collection ``name`` (not a SubjQA one, nor the server's default) and stop serving it."""
         self._check_own(name)
-        manifest = saved_manifest(self.settings, name)
+        try:
+            manifest = saved_manifest(self.settings, name)
+        except QAError:  # damaged (its own message says to delete it): deleted as it is, as `collections --delete` does
+            manifest = {}
         if manifest is None:
             raise NotFound(f"No collection named '{shown(name)}'.", "pick one that GET /collections lists.")
         if manifest.get("domains"):
