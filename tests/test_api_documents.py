@@ -298,10 +298,27 @@ def test_an_upload_into_a_collection_indexed_without_vectors_keeps_it_so(call, s
     assert (report["added"], report["kept_missing"], report["documents"], report["embedded"]) == (1, 6, 7, 0)
 
 
-def test_a_damaged_collection_can_be_deleted_over_http_as_its_message_says(call, settings):
+def test_a_collection_the_cli_indexes_while_the_server_runs_is_served_at_once(call, settings, tmp_path):
+    from qa_system.ingestion import ingest
+
+    path = tmp_path / "later.jsonl"
+    path.write_text("\n".join(json.dumps(review(n)) for n in range(4)), encoding="utf-8")
+    ingest(settings, path, "indexed-later", embed=False, progress=False)  # `qa-system index` in another shell
+    asked = {"query": "How long does the battery last?", "item_id": "P1", "collection": "indexed-later"}
+    answered = call("POST", "/query", json=asked)  # "Unknown collection" until the server was restarted
+    assert answered.status_code == 200 and answered.json()["answers"], answered.text
+    assert "indexed-later" in [listed["name"] for listed in call("GET", "/collections").json()]
+
+
+def test_a_damaged_collection_says_so_and_can_be_deleted_over_http_as_its_message_says(call, settings):
     damaged = settings.index_dir / "memory" / "damaged-one.json"
     damaged.parent.mkdir(parents=True, exist_ok=True)
     damaged.write_text('{"documents": [', encoding="utf-8")  # a file cut short
+    asked = call("POST", "/query", json={"query": "battery?", "collection": "damaged-one"})
+    assert asked.status_code == 422 and asked.json()["detail"] == (  # it was "Unknown collection 'damaged-one'"
+        "The saved collection 'damaged-one' is damaged: its files cannot be read. "
+        "Fix: delete it (DELETE /collections/damaged-one) and add its documents again."
+    )
     gone = call("DELETE", "/collections/{name}", "/collections/damaged-one")
     assert gone.status_code == 200 and gone.json() == {"name": "damaged-one", "documents": 0}  # a 422 that named the CLI
     assert not damaged.exists()

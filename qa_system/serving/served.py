@@ -113,16 +113,33 @@ class Catalogue:
             return self.served[name]
         if self.any_collection:
             return ServedCollection(name)
+        if self.serve_own and (own := self._saved_since(name)) is not None:
+            return own
         raise NotFound(f"Unknown collection '{shown(name)}'.", f"use one of: {', '.join(map(shown, self.names))}.")
 
     def serve_own_collections(self) -> None:
         """Serve (opened on first use) every collection of your own the store holds: those the document routes
         created or changed before a restart are served after it, as they were before it."""
         for info in list_collections(self.settings):
-            if info.kind == "ingested" and "@" not in info.name and not is_reserved_name(info.name):
+            if _own(info):
                 with self.lock:
                     if info.name not in self.served:
                         self.serve(ServedCollection(info.name))
+
+    def _saved_since(self, name: str) -> ServedCollection | None:
+        """The collection of your own ``name`` that another process (the CLI, another server) saved after this one
+        listed the store, served from now on; None when the store holds none. A damaged one is a QAError naming
+        the fix the document routes offer, rather than an unknown name."""
+        info = next((info for info in list_collections(self.settings) if info.name == name), None)
+        if info is not None and info.kind == "unreadable":
+            raise QAError(
+                f"The saved collection '{shown(name)}' is damaged: its files cannot be read.",
+                f"delete it (DELETE /collections/{shown(name)}) and add its documents again.",
+            )
+        if info is None or not _own(info):
+            return None
+        self.add(name)
+        return self.served[name]
 
     def add(self, name: str) -> None:
         """Serve the collection of your own ``name`` from now on (a no-op when it is served); listed again."""
@@ -166,6 +183,12 @@ class Catalogue:
         if (self.settings.data_dir / PAGE_DOMAIN).is_dir():  # offered before it is built: it is built when picked
             served.setdefault(PAGE_COLLECTION, found.pop(PAGE_COLLECTION, None))
         return {**served, **found}
+
+
+def _own(info: CollectionInfo) -> bool:
+    """Whether ``info`` is a collection of your own that the document routes serve (not SubjQA's, not an encoder
+    comparison's copy, not a reserved name)."""
+    return info.kind == "ingested" and "@" not in info.name and not is_reserved_name(info.name)
 
 
 def collection_summary(name: str, index: Index) -> dict:
