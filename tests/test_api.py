@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import socket
 import subprocess
@@ -1041,3 +1042,19 @@ def test_the_load_tests_clients_spread_over_processes_and_report_their_own_cpu(a
     )
     row = result.row()
     assert row["answered"] == len(result.latencies) and 0 < row["client_cpu_pct"] < 100
+
+
+class _EndsTheProcess:
+    """Unpickled in a client process, it ends that process at once, as a client that dies while starting does."""
+
+    def __reduce__(self):
+        return os._exit, (3,)
+
+
+def test_a_client_process_that_dies_before_the_load_begins_ends_the_load_test_at_once(api, api_settings):
+    from qa_system.bench.api import load_questions, load_test
+
+    bodies = load_questions(api_settings, "electronics", "test", 2, 0, None, 3)
+    # It waited at the start barrier for its timeout (600 s) and then said only that the clients did not start.
+    with pytest.raises(QAError, match=r"clients did not start: a client process ended \(exit code 3\) before the load began"):
+        load_test(api, [*bodies, _EndsTheProcess()], clients=2, seconds=2, label="dies", client_processes=2)

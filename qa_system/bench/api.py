@@ -187,10 +187,16 @@ def load_test(
     ]
     for child in children:
         child.start()
+    passed = threading.Event()
+    threading.Thread(target=_abort_if_one_ends, args=(children, started, passed), daemon=True).start()
     try:
         started.wait()
     except threading.BrokenBarrierError:
-        raise QAError("The load test's clients did not start.", "see the error above; check that the server answers.") from None
+        ended = [child.exitcode for child in children if child.exitcode is not None]
+        why = f"a client process ended (exit code {ended[0]}) before the load began" if ended else "they did not start"
+        raise QAError(f"The load test's clients did not start: {why}.", "see the error above; check that the server answers.") from None
+    finally:
+        passed.set()
     result = LoadResult(label, clients, seconds)
     run_began, load_before = time.time(), os.getloadavg()[0]
     cpu_before = server_cpu_seconds(server_pid) if server_pid else {}
@@ -222,6 +228,15 @@ def load_test(
     result.records.sort(key=lambda record: record["t"])
     result.client_cpu = max(outcome["cpu_s"] for outcome in outcomes) / result.seconds
     return result
+
+
+def _abort_if_one_ends(children: Sequence, started, passed: threading.Event) -> None:
+    """Break the start barrier when a client process ends before passing it: the others would wait for it until the
+    barrier's timeout (10 minutes)."""
+    while not passed.wait(0.5):
+        if any(child.exitcode is not None for child in children):
+            started.abort()
+            return
 
 
 def _ask_in_turn(
