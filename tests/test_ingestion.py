@@ -224,6 +224,21 @@ def test_an_answer_read_from_a_passage_maps_into_the_source_document(home, tmp_p
         assert card.source == f"document manual.txt (answer at character {body.review_start})"
 
 
+def test_a_product_id_typed_in_another_unicode_form_or_with_spaces_is_the_stored_one(home, tmp_path):
+    nfd, nfc = "Cafe\u0301-2", "Caf\u00e9-2"  # the same "Café-2": "e" and a combining accent, or one code point
+    rows = [
+        {"item": nfd, "text": "The espresso machine heats up in forty seconds."},
+        {"item": "Padded-3", "text": "The kettle boils a litre in three minutes."},
+    ]
+    (tmp_path / "shop.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    ingest(home, tmp_path / "shop.jsonl", "shop", IngestOptions(item_column="item"), embed=False, progress=False)
+    pipeline = build_qa_pipeline("bm25", home, index=open_collection(home, "shop"))
+    # Both were "Product ... has no reviews" though `qa-system products` listed them, looking the same.
+    for typed, stored in ((nfc, nfd), (" Padded-3 ", "Padded-3")):
+        documents = pipeline.run("How fast does it heat?", item_id=typed, top_k=5)["documents"]
+        assert documents and {d.meta["item_id"] for d in documents} == {stored}, typed
+
+
 def test_an_faqs_own_questions_are_not_its_answers(home, tmp_path):
     (tmp_path / "faq.md").write_text(
         "# Nova Mesh Router FAQ\n\n## How do I update the firmware?\n\nOpen the Nova app, go to Settings, then System, and tap Update."

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,11 +50,22 @@ def check_item(index: Index, item_id: str | None) -> None:
             'pass item_id="ID" of one product (`qa-system products` lists them), or item_id=None to ask every document.',
         )
     check_text(item_id, "the item id")
-    counts = index.item_counts()
-    if item_id is not None and counts and item_id not in counts:
+    if item_id is not None and stored_item(index, item_id) is None:
         raise NotFound(
             f"Product '{shown(item_id)}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists."
         )
+
+
+def stored_item(index: Index, item_id: str | None) -> str | None:
+    """``item_id`` as the index spells it: itself, else the one product whose id it is once both are trimmed and in
+    Unicode NFC ("Café" typed with one code point for "é", stored with two, or with spaces around it); None when
+    none is, or when several are. An index that lists no products takes any id as it is."""
+    counts = index.item_counts()
+    if item_id is None or not counts or item_id in counts:
+        return item_id
+    wanted = unicodedata.normalize("NFC", item_id.strip())
+    matches = [stored for stored in counts if unicodedata.normalize("NFC", stored.strip()) == wanted]
+    return matches[0] if len(matches) == 1 else None
 
 
 @dataclass
@@ -156,6 +168,7 @@ class QAPipeline:
         top_k_reader = check_count(top_k_reader, "top_k_reader", optional=True)
         no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
         self.validate(query, item_id)
+        item_id = stored_item(self.index, item_id)
         if split is not None and (fields := filter_fields(self.index.manifest)) is not None and "split" not in fields:
             raise QAError(
                 f"Collection '{self.index.name}' has no labelled splits: its documents have no 'split' field.",
