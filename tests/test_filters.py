@@ -144,6 +144,16 @@ def test_a_filter_on_a_field_no_document_has_is_one_line_naming_the_fields_there
     assert subjqa.run("battery", filters={"field": "meta.split", "operator": "==", "value": "dev"})["documents"]
 
 
+def test_a_filter_on_the_product_column_by_its_own_name_filters_the_products(settings, reviews):
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)  # --item-column asin
+    pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
+    # It was "'meta.asin', a field no document of this collection has": the column is stored as meta.item_id.
+    nested = {"operator": "OR", "conditions": [{"field": "meta.asin", "operator": "==", "value": "P1"}]}
+    for by_its_name in ({"field": "meta.asin", "operator": "==", "value": "P1"}, nested):
+        documents = pipeline.run("battery screen", filters=by_its_name, top_k=50)["documents"]
+        assert len(documents) == 20 and {d.meta["item_id"] for d in documents} == {"P1"}
+
+
 def test_filters_combine_flat_and_parse_from_json():
     item = {"operator": "AND", "conditions": [{"field": "meta.item_id", "operator": "==", "value": "P1"}]}
     assert combine_filters(item, RATING_AT_LEAST_4) == {"operator": "AND", "conditions": [*item["conditions"], RATING_AT_LEAST_4]}

@@ -163,8 +163,25 @@ def filter_fields(manifest: Mapping[str, Any]) -> set[str] | None:
 
 
 def check_collection_filters(filters: Any, manifest: Mapping[str, Any]) -> dict | None:
-    """``check_filters`` against a collection (its manifest): its metadata types, and the fields its documents hold."""
-    return check_filters(filters, manifest.get("meta_types"), filter_fields(manifest))
+    """``check_filters`` against a collection (its manifest): its metadata types, and the fields its documents hold.
+    The column a collection takes its products from (``--item-column category``) is stored as ``item_id``: a filter
+    on ``meta.category`` means ``meta.item_id`` (the filter returned says so)."""
+    column = ((manifest.get("input") or {}).get("options") or {}).get("item_column")
+    fields = filter_fields(manifest)
+    if isinstance(column, str) and column != "item_id" and fields is not None and column not in fields:
+        filters = _field_renamed(filters, f"meta.{column}", "meta.item_id")
+    return check_filters(filters, manifest.get("meta_types"), fields)
+
+
+def _field_renamed(node: Any, old: str, new: str) -> Any:
+    """``node`` with every condition on the field ``old`` made one on ``new`` (a copy; anything else as it is)."""
+    if not isinstance(node, dict):
+        return node
+    if node.get("field") == old:
+        return {**node, "field": new}
+    if isinstance(node.get("conditions"), list):
+        return {**node, "conditions": [_field_renamed(child, old, new) for child in node["conditions"]]}
+    return node
 
 
 def check_filters(filters: Any, types: Mapping[str, str] | None = None, fields: Collection[str] | None = None) -> dict | None:
