@@ -30,6 +30,17 @@ _SIGNATURES = {
 }
 
 
+class EncodingError(QAError):
+    """Text that does not decode in the encoding it was read with. ``encoding`` is the one to read it with instead,
+    when the bytes tell (``cp1252``, ``utf-16-le``); None: the file's real encoding, which they do not tell. The
+    message names the CLI's flag; the other doors word their own fix from ``problem`` and ``encoding`` (the page's
+    Encoding picker, the API's query parameter)."""
+
+    def __init__(self, problem: str, fix: str, encoding: str | None = None):
+        super().__init__(problem, fix)
+        self.encoding = encoding
+
+
 def check_encoding(encoding: str) -> str:
     """The canonical name of a text encoding (``utf8`` -> ``utf-8``); a QAError for an unknown name or a codec that is not text."""
     fix = "pass a text encoding such as utf-8, latin-1, cp1252 or utf-16 to --encoding."
@@ -61,8 +72,10 @@ def text_encoding(binary: IO[bytes], name: str, encoding: str, fix: str) -> str:
     if kind is None and b"\x00" in head and not encoding.startswith("utf-16"):
         order = _utf16_without_mark(head)
         if order is not None:
-            raise QAError(
-                f"{name} looks like UTF-16 text without a byte-order mark (every other byte is NUL).", f"pass --encoding utf-16-{order}."
+            raise EncodingError(
+                f"{name} looks like UTF-16 text without a byte-order mark (every other byte is NUL).",
+                f"pass --encoding utf-16-{order}.",
+                f"utf-16-{order}",
             )
         kind = "binary data (it holds NUL bytes)"
     if kind is not None:
@@ -103,21 +116,27 @@ def decoded(binary: IO[bytes], name: str, encoding: str) -> Iterator[IO[str]]:
         line, non_ascii = _where_undecodable(binary, encoding) if binary.seekable() else (None, None)
         at = f" line {line}" if line else ""
         if encoding.startswith("utf-8") and non_ascii is not None and line is not None and non_ascii < line:
-            raise QAError(
+            raise EncodingError(
                 f"{name} mixes encodings: line {line} is not UTF-8 while line {non_ascii} is.",
                 "re-save the whole file in one encoding (UTF-8), or pass --encoding cp1252 to read all of it as Windows-1252.",
+                "cp1252",
             ) from None
         if encoding.startswith("utf-8"):
             # Windows-1252, not Latin-1: they differ only on 0x80-0x9f, Windows' quotes, dashes and euro sign,
             # which Latin-1 reads as invisible control characters.
-            raise QAError(
+            raise EncodingError(
                 f"{name}{at} is not UTF-8 text (byte {error.object[error.start]:#04x}); it looks like Windows-1252 / Latin-1.",
                 "pass --encoding cp1252 (Latin-1 with Windows' quotes and euro sign), or re-save the file as UTF-8.",
+                "cp1252",
             ) from None
-        raise QAError(f"{name}{at} is not {encoding} text ({error.reason}).", "pass the file's real encoding to --encoding.") from None
+        raise EncodingError(
+            f"{name}{at} is not {encoding} text ({error.reason}).", "pass the file's real encoding to --encoding."
+        ) from None
     except UnicodeError as error:  # a codec's own refusal, such as UTF-16 without a byte-order mark
         unmarked = " (utf-16-le or utf-16-be for UTF-16 without a byte-order mark)" if encoding.startswith("utf-16") else ""
-        raise QAError(f"{name} is not {encoding} text ({error}).", f"pass the file's real encoding to --encoding{unmarked}.") from None
+        raise EncodingError(
+            f"{name} is not {encoding} text ({error}).", f"pass the file's real encoding to --encoding{unmarked}."
+        ) from None
     finally:
         if not binary.closed:
             text.detach()  # the caller owns the binary file
