@@ -477,3 +477,136 @@ def test_a_link_to_an_unknown_collection_shows_the_pages_own(page):
     assert not at.exception
     assert at.selectbox(key="collection").value == "subjqa-electronics"
     assert "There is no collection '../[x](http://attacker.test) no-such'" in messages(at)
+
+
+# ------------------------------------------------------------------------------------ collections of your own
+
+
+def own_collection(app_env, source: Path, name: str, **options) -> str:
+    """``source`` indexed into ``name`` as `qa-system index --input` does (BM25 only)."""
+    from qa_system.config import Settings
+    from qa_system.ingestion import IngestOptions, ingest
+
+    settings = Settings.from_env(home=Path(app_env["QA_HOME"]), data_dir=Path(app_env["QA_DATA_DIR"]))
+    ingest(settings, source, name, IngestOptions(**options), embed=False, progress=False)
+    return name
+
+
+FAQ = [  # the answer is in the smaller category
+    ("billing", "Invoices are sent by email on the first day of every month."),
+    ("billing", "You can pay by card, bank transfer or PayPal."),
+    ("billing", "A refund reaches your account within five working days."),
+    ("account", "The password reset link is valid for 24 hours after we send it."),
+    ("account", "Two-factor authentication is turned on under Settings, then Security."),
+]
+
+
+@pytest.fixture(scope="module")
+def faq_collection(app_env, tmp_path_factory) -> str:
+    """An FAQ as JSON lines with a `category` column: the products are its categories."""
+    import json
+
+    source = tmp_path_factory.mktemp("faq") / "faq.jsonl"
+    source.write_text("".join(json.dumps({"category": c, "answer": a}) + "\n" for c, a in FAQ), encoding="utf-8")
+    return own_collection(app_env, source, "faq", text_column="answer", item_column="category")
+
+
+@pytest.fixture(scope="module")
+def handbook_collection(app_env, tmp_path_factory) -> str:
+    """An employee handbook: a folder of Markdown files without sidecars, so that each file is its own product."""
+    folder = tmp_path_factory.mktemp("handbook") / "handbook"
+    folder.mkdir()
+    pages = {  # short: the tiny reader reads 128 characters at most
+        "vacation.md": "# Vacation\n\nYou get 25 vacation days a year.",
+        "expenses.md": "# Expenses\n\nExpenses are paid in two weeks.",
+        "security.md": "# Security\n\nLock your screen.",
+    }
+    for name, text in pages.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return own_collection(app_env, folder, "handbook")
+
+
+def test_a_collection_of_your_own_is_asked_as_a_whole_not_its_largest_product(page, faq_collection):
+    # The tester asked an uploaded FAQ; the page asked only 'billing', its largest category, and found no answer.
+    at = page(collection=faq_collection)
+    assert not at.exception
+    product = at.selectbox(key="product")
+    assert product.value == "" and product.options == ["All documents", "billing", "account"]  # every document, by default
+    ask(at, "How long is the password reset link valid?")
+    assert not at.exception and not at.error
+    asked = at.session_state["asked"]
+    assert asked.item_id is None and FAQ[3][1] in {d.content for d in asked.documents}  # asked as `qa-system ask` without --item
+    assert {d.meta["item_id"] for d in asked.documents} == {"billing", "account"}
+    assert at.query_params["item"] == "*"  # the link asks all documents again, whatever the default
+    ask(at, "How long is the password reset link valid?", "billing")  # a product is still one pick away
+    assert {d.meta["item_id"] for d in at.session_state["asked"].documents} == {"billing"}
+    assert at.query_params["item"] == "billing"
+
+
+def test_a_handbook_folder_is_asked_as_a_whole_in_documents_wording(page, handbook_collection):
+    # Each file of a folder without sidecars is its own product: asking the largest one asked one file.
+    at = page(collection=handbook_collection)
+    assert not at.exception and at.selectbox(key="product").value == ""
+    assert [t.value for t in at.title] == ["Ask the documents"]
+    assert at.text_input(key="question").placeholder == "Ask anything these documents may answer"
+    assert at.slider(key="top_k").label == "Documents to read (retriever top-k)"
+    assert "review" not in at.radio(key="retriever").help and "review" not in at.radio(key="stage").help
+    at.toggle(key="tuned_threshold").set_value(False).run()
+    at.slider(key="threshold").set_value(10.0)  # every span below "no answer": the closest documents are shown
+    ask(at, "Vacation days or expenses?")
+    assert not at.exception and not at.error
+    asked = at.session_state["asked"]
+    assert asked.item_id is None and {d.meta["item_id"] for d in asked.documents} == {"vacation.md", "expenses.md"}
+    assert [m.value for m in at.markdown if m.value.startswith("#####")] == ["##### Closest documents"]
+    assert [e.label for e in at.expander if e.label.startswith("Retrieved")] == ["Retrieved documents (2), with their retriever scores"]
+    spans = [card for card in answer_cards(at) if "qa-span" in card]
+    assert spans and all("from document <span" in card for card in spans)
+    documents = [h for h in cards_html(at) if h.startswith('<div class="qa-source">')]  # the closest and the retrieved
+    assert len(documents) == 4 and all(h.startswith('<div class="qa-source">document <span') for h in documents)
+    at.slider(key="top_k").set_value(2).run()
+    assert [shown(i.value) for i in at.info] == [
+        "The answers below come from other settings (documents to read: 8). Press Ask to update them."
+    ]
+
+
+def test_the_subjqa_collection_keeps_its_showcase_product_and_reviews_wording(page):
+    at = page()
+    assert at.selectbox(key="product").value == "KINDLE"  # the most reviewed, B0074BW614 not being in the tiny corpus
+    assert [t.value for t in at.title] == ["Ask the reviews"]
+    assert at.text_input(key="question").placeholder == "e.g. Is it good for reading?"
+    assert at.slider(key="top_k").label == "Reviews to read (retriever top-k)"
+    ask(at, "How is the bass?", "HEADPHONES")
+    assert all("from review <span" in card for card in answer_cards(at) if "qa-span" in card)
+
+
+def test_a_link_with_item_star_asks_all_documents(page, faq_collection):
+    at = page(item="*", q="How is the bass?")  # SubjQA's page opens on a product; the link asks all of them
+    assert not at.exception and not at.error
+    assert at.selectbox(key="product").value == "" and at.session_state["asked"].item_id is None
+    assert len({d.meta["item_id"] for d in at.session_state["asked"].documents}) > 1
+    assert at.query_params["item"] == "*"
+    at = page(collection=faq_collection, item="account")  # a product of your own collection, linked
+    assert at.selectbox(key="product").value == "account"
+
+
+@pytest.mark.parametrize(
+    "data, fix",
+    [
+        ("text\nbattery\n".encode("utf-16-le"), "Fix: choose Encoding utf-16-le above, or re-save the file as UTF-8."),
+        (b"text\n\x93Smart\x94\n", "Fix: choose Encoding cp1252 above, or re-save the file as UTF-8."),
+    ],
+    ids=["utf-16 without a mark", "windows-1252"],
+)
+def test_an_upload_that_does_not_decode_names_an_encoding_the_pages_picker_offers(home, tmp_path, monkeypatch, data, fix):
+    monkeypatch.syspath_prepend(str(APP.parent))  # as app.py puts it
+    import resources
+
+    from qa_system.ingestion import IngestOptions, ingest
+    from qa_system.sources.decoding import EncodingError
+
+    (tmp_path / "t.csv").write_bytes(data)
+    with pytest.raises(EncodingError) as refused:
+        ingest(home, tmp_path / "t.csv", "t", IngestOptions(), embed=False, progress=False)
+    assert refused.value.encoding in resources.UPLOAD_ENCODINGS  # the form's Encoding picker offers it
+    assert resources.upload_message(refused.value) == f"{refused.value.problem} {fix}"
+    assert "--encoding" in str(refused.value)  # the command line's message is its own

@@ -281,7 +281,7 @@ def test_a_hostile_upload_is_shown_as_text(site, browser, recorder, tmp_path):
     assert path.name in page_text(browser)  # the file's name in the report, as text
     ask_on_page(browser, "Is it good for reading?")
     wait(browser, lambda d: d.find_elements("css selector", ANSWER_CARD))
-    click(browser, "xpath", "//summary[.//p[contains(., 'Retrieved reviews')]]")
+    click(browser, "xpath", "//summary[.//p[contains(., 'Retrieved documents')]]")  # an upload holds documents
     idle(browser)
     text = page_text(browser)
     assert "# HEADING" in text and f'<img src="{recorder.origin}/img.png">' in text and item in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -80,13 +81,13 @@ def test_an_uploaded_csv_is_indexed_and_answers_with_a_highlighted_span(site, br
     infos = {info.name: info for info in list_collections(settings)}
     assert infos["lamp-reviews"].documents == 4 and infos["lamp-reviews"].encoder is not None
     assert "collection=lamp-reviews" in browser.current_url  # a reload or a link keeps the collection
-    # The new collection is picked, its most reviewed product first: ask about it.
+    # The new collection is picked, all its documents asked (as `qa-system ask` without --item): ask about it.
     wait(
         browser,
         lambda d: (
             selected(d, "Collection") == "lamp-reviews"
             and "4 documents" in d.find_element("css selector", "[data-testid='stSidebar']").text
-            and selected(d, "Product") == "LAMP-1"
+            and selected(d, "Product") == "All documents"
         ),
     )
     ask_on_page(browser, "Is it good for reading?")
@@ -94,8 +95,25 @@ def test_an_uploaded_csv_is_indexed_and_answers_with_a_highlighted_span(site, br
     # The first answer is a span of the review that says so, highlighted inside that review's text.
     assert first.find_element("css selector", ".qa-review").text == ROWS[0][1]
     assert first.find_element("css selector", "mark").text in ROWS[0][1]
-    assert "LAMP-1" in first.find_element("css selector", ".qa-source").text
-    assert "q=Is+it+good+for+reading" in browser.current_url and "item=LAMP-1" in browser.current_url
+    assert first.find_element("css selector", ".qa-source").text.startswith("from document ") and "LAMP-1" in first.text
+    link = parse_qs(urlparse(browser.current_url).query)
+    assert link["q"] == ["Is it good for reading?"] and link["item"] == ["*"]  # "All documents", linked
+
+
+def test_a_windows_1252_file_says_which_encoding_to_pick_and_reads_once_picked(site, browser):
+    url, root, settings = site
+    path = root / "tickets.csv"  # Excel's "CSV" on Windows: Windows-1252, with its curly quotes
+    path.write_bytes("product,text\nROUTER-7,\u201cReset\u201d holds the button for 10 s \u2013 caf\u00e9 Wi-Fi.\n".encode("cp1252"))
+    upload(browser, url, path)  # the form's default encoding, UTF-8
+    message = wait(
+        browser,
+        lambda d: next((m.text for m in d.find_elements("css selector", "[data-testid='stAlert']") if "tickets.csv" in m.text), None),
+    )
+    # It said "Fix: pass --encoding cp1252": a flag of the command line, on a page that has an Encoding picker.
+    assert "is not UTF-8 text" in message and "Fix: choose Encoding cp1252 above" in message and "--encoding" not in message
+    upload(browser, url, path, Encoding="cp1252\n")  # the fix, as said
+    wait(browser, lambda d: "Collection 'tickets'" in page_text(d) and "1 added" in page_text(d))
+    assert {info.name: info.documents for info in list_collections(settings)}["tickets"] == 1
 
 
 def test_leaving_the_page_during_an_upload_does_not_lose_it(site, tmp_path):

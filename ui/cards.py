@@ -9,6 +9,7 @@ come from ``qa_system.serving.answer_views`` segments, i.e. from the reader's ch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from html import unescape
 
 from haystack import Document
@@ -17,6 +18,23 @@ from qa_system.safe_text import html_text
 from qa_system.serving.answer_views import BELOW_HEADING, AnswerCard, AnswerView, Segment, highlight_segments
 from qa_system.sources import split_names
 from qa_system.sources.records import user_metadata
+
+
+@dataclass(frozen=True)
+class Nouns:
+    """What the page calls a collection's documents: SubjQA's are reviews; a collection of your own (a handbook,
+    tickets, an FAQ) holds documents."""
+
+    one: str
+    many: str
+
+    @property
+    def title(self) -> str:
+        return f"Ask the {self.many}"
+
+
+REVIEWS = Nouns("review", "reviews")
+DOCUMENTS = Nouns("document", "documents")
 
 # The source's own metadata shown on a card: at most this many fields, each value cut to this many characters.
 META_SHOWN = 8
@@ -69,8 +87,9 @@ def shown_id(value: str) -> str:
     return f"{value[: ID_CHARS - tail - 1]}…{value[-tail:]}"
 
 
-def review_source(document: Document) -> str:
-    """'review r-123 · B0074BW614 · train split': the whole id (a very long one cut in the middle, the full one on hover)."""
+def review_source(document: Document, nouns: Nouns = REVIEWS) -> str:
+    """'review r-123 · B0074BW614 · train split' ('document vacation.md' in a collection of your own): the whole id
+    (a very long one cut in the middle, the full one on hover)."""
     meta = document.meta
     review_id = str(meta.get("review_id") or meta.get("document_id") or document.id)
     shown = shown_id(review_id)
@@ -80,7 +99,7 @@ def review_source(document: Document) -> str:
         html_text(f"{' + '.join(splits)} split{'s' if len(splits) > 1 else ''}") if splits else "",
     ]
     return " · ".join(
-        [f'review <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts), *metadata_parts(document)]
+        [f'{nouns.one} <span title="{html_text(review_id)}">{html_text(shown)}</span>', *filter(None, parts), *metadata_parts(document)]
     )
 
 
@@ -104,11 +123,12 @@ def score_chips(card: AnswerCard, kind: str) -> list[str]:
     return [chip(card.label, kind, card.help)] if card.label else []
 
 
-# A "no answer" the reader gave without a span beside it: what the page says below it.
-NO_ANSWER_HINT = "The reader found nothing that answers the question in the reviews it read. The closest reviews are below."
+def no_answer_hint(nouns: Nouns = REVIEWS) -> str:
+    """What the page says below a "no answer" the reader gave without a span beside it."""
+    return f"The reader found nothing that answers the question in the {nouns.many} it read. The closest {nouns.many} are below."
 
 
-def answer_card(view: AnswerView, card: AnswerCard, window: int = 220, extra_chips: Sequence[str] = ()) -> str:
+def answer_card(view: AnswerView, card: AnswerCard, window: int = 220, extra_chips: Sequence[str] = (), nouns: Nouns = REVIEWS) -> str:
     """One answer: its card's text, label and note (``answer_cards``: what every door shows), the reviews
     saying it, and the review it came from with the answer highlighted.
 
@@ -117,12 +137,18 @@ def answer_card(view: AnswerView, card: AnswerCard, window: int = 220, extra_chi
     if view.kind == "no_answer":
         chips = score_chips(card, "unknown")
         head = f'<span class="qa-answer-text">{html_text(card.text)}</span>'
-        hint = card.note or ("" if card.folded else NO_ANSWER_HINT)
+        hint = card.note or ("" if card.folded else no_answer_hint(nouns))
         body = f'<div class="qa-hint">{html_text(hint)}</div>' if hint else ""
         return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join([*chips, *extra_chips])}</div>{body}</div>'
     below = card.heading == BELOW_HEADING
     support = (
-        [chip(f"said in {view.support} reviews", "unknown", "Reviews that give this answer, in words close enough to count as one.")]
+        [
+            chip(
+                f"said in {view.support} {nouns.many}",
+                "unknown",
+                f"{nouns.many.capitalize()} that give this answer, in words close enough to count as one.",
+            )
+        ]
         if view.support > 1
         else []
     )
@@ -130,28 +156,33 @@ def answer_card(view: AnswerView, card: AnswerCard, window: int = 220, extra_chi
     head = f'<span class="qa-rank">{html_text(card.heading)}</span><span class="qa-answer-text">{html_text(card.text)}</span>'
     hint = f'<div class="qa-hint">{html_text(card.note)}</div>' if card.note else ""
     if view.kind == "span" and view.document is not None:
-        body = f'{hint}<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document)}</div>'
+        body = f'{hint}<div class="qa-review">{segments_html(view.segments(window))}</div><div class="qa-source">from {review_source(view.document, nouns)}</div>'
     else:
         sources = "".join(
-            f"<li>[{html_text(d.meta.get('source_index', i))}] {review_source(d)}</li>" for i, d in enumerate(view.sources, 1)
+            f"<li>[{html_text(d.meta.get('source_index', i))}] {review_source(d, nouns)}</li>" for i, d in enumerate(view.sources, 1)
         )
-        body = f'{hint}<div class="qa-source">{f"Generated from the retrieved reviews; cites:<ul>{sources}</ul>" if sources else "Generated; it cites none of the retrieved reviews."}</div>'
+        cites = (
+            f"Generated from the retrieved {nouns.many}; cites:<ul>{sources}</ul>"
+            if sources
+            else f"Generated; it cites none of the retrieved {nouns.many}."
+        )
+        body = f'{hint}<div class="qa-source">{cites}</div>'
     return f'<div class="qa-answer qa-{view.kind}"><div class="qa-answer-head">{head}{"".join(chips)}</div>{body}</div>'
 
 
-def withheld_card(withheld: dict) -> str:
+def withheld_card(withheld: dict, nouns: Nouns = REVIEWS) -> str:
     """A generated answer the reviews it cites do not support: its text, struck through, and why it is not the answer."""
     return (
         '<div class="qa-answer qa-noanswer"><div class="qa-answer-head"><span class="qa-answer-text"><s>'
         f"{html_text(withheld['text'])}</s></span>{chip('generated, withheld', 'low')}</div>"
-        f'<div class="qa-hint">Not shown as the answer: {html_text(withheld["reason"])}. The reader\'s answers below come from the reviews themselves.</div></div>'
+        f'<div class="qa-hint">Not shown as the answer: {html_text(withheld["reason"])}. The reader\'s answers below come from the {nouns.many} themselves.</div></div>'
     )
 
 
-def review_card(document: Document, spans: Sequence[tuple[int, int]] = (), chips: Sequence[str] = ()) -> str:
-    """A whole review, with the given character spans highlighted."""
+def review_card(document: Document, spans: Sequence[tuple[int, int]] = (), chips: Sequence[str] = (), nouns: Nouns = REVIEWS) -> str:
+    """A whole review (or document), with the given character spans highlighted."""
     text = segments_html(highlight_segments(document.content or "", spans))
-    return f'<div class="qa-source">{review_source(document)} {"".join(chips)}</div><div class="qa-review">{text}</div>'
+    return f'<div class="qa-source">{review_source(document, nouns)} {"".join(chips)}</div><div class="qa-review">{text}</div>'
 
 
 def timings_line(timings: dict[str, float], pipeline: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import streamlit as st
+from cards import REVIEWS, Nouns
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -16,7 +17,11 @@ from qa_system.serving.background import BackgroundTask
 from qa_system.serving.served import PAGE_COLLECTION
 from qa_system.serving.service import QAService, ServedCollection
 from qa_system.serving.shared import shared_service
+from qa_system.sources.decoding import EncodingError
 from qa_system.stores import Index
+
+# The upload form's Encoding picker: every encoding the library's messages suggest (UTF-16 with a byte-order mark is read as such).
+UPLOAD_ENCODINGS = ["utf-8", "latin-1", "cp1252", "utf-16-le", "utf-16-be"]
 
 
 def default_collection(settings: Settings) -> str:
@@ -71,13 +76,13 @@ def _progress_bar_until_done(task: BackgroundTask, opening: str, now: Callable[[
     bar.empty()
 
 
-def open_index(settings: Settings, collection: str) -> Index:
+def open_index(settings: Settings, collection: str, nouns: Nouns = REVIEWS) -> Index:
     """The collection's index, opened by the service (a SubjQA one built on first use, with its progress)."""
     return _follow(
         service(settings).opening(collection),
-        "Opening the review index…",
+        f"Opening the {nouns.one} index…",
         lambda done, total: (
-            f"First start: embedding {total} reviews for search ({done}/{total}). Later starts load the saved index in seconds."
+            f"First start: embedding {total} {nouns.many} for search ({done}/{total}). Later starts load the saved index in seconds."
         ),
     )
 
@@ -111,6 +116,18 @@ def start_upload(settings: Settings, file, collection: str, options: IngestOptio
     upload = Upload(collection, file.name, embed)
     upload.task = service(settings).start_upload(file, collection, options, embed, upload.progressed)
     return upload if upload.task is not None else None
+
+
+def upload_message(error: QAError) -> str:
+    """An upload's error as the page says it. The library's message names the CLI's flag (``--encoding cp1252``);
+    here the encoding is picked in the upload form, so a file that does not decode says which to pick there."""
+    if not isinstance(error, EncodingError):
+        return str(error)
+    if error.encoding in UPLOAD_ENCODINGS:
+        pick = f"choose Encoding {error.encoding} above"
+    else:
+        pick = "choose the file's encoding under Encoding above"
+    return f"{error.problem} Fix: {pick}, or re-save the file as UTF-8."
 
 
 def follow_upload(upload: Upload) -> IngestReport:

@@ -1,6 +1,11 @@
 """The search page: pick a collection and a product, ask a question, see the answers inside the
 reviews they came from; upload a CSV / JSON lines file into a new collection and ask about it.
 
+SubjQA's collections are reviews, and open on the showcase product; a collection of your own holds
+documents (so the page says), and is asked as a whole unless a product is picked (as ``qa-system ask``
+without ``--item``): a folder's files are each their own product, and the largest is rarely the one
+that answers.
+
 Presentation only: questions are asked and feedback recorded through the service every door shares
 (``QAService.ask``, ``QAService.record_feedback``), with the API's rules and messages; answer views,
 highlighting and spot checks are library functions (``qa_system``); this file lays them out. Text from reviews, labels, the URL or
@@ -12,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import cards
 import resources
@@ -20,6 +25,7 @@ import streamlit as st
 import votes
 from haystack import Document
 from kept import keep_widgets, restore_widgets
+from streamlit.delta_generator import DeltaGenerator
 
 from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
 from qa_system.errors import QAError
@@ -35,6 +41,7 @@ from qa_system.sources import SPLITS, LabelledQuestion
 
 DEFAULT_ITEM = "B0074BW614"
 ALL_DOCUMENTS = ""  # the product picker's "ask every document of the collection"
+ALL_DOCUMENTS_LINK = "*"  # ?item=* links to "All documents" (no item: the collection's default product)
 UPLOAD_TYPES = ["csv", "tsv", "tab", "jsonl", "ndjson", "json"]
 STAGE_LABELS = {"extractive": "Extractive reader", "rag": "Generative (RAG)"}
 RETRIEVER_LABELS = {"bm25": "BM25 (keywords)", "dense": "Dense (meaning)", "hybrid": "Hybrid (both)"}
@@ -42,7 +49,7 @@ RETRIEVER_LABELS = {"bm25": "BM25 (keywords)", "dense": "Dense (meaning)", "hybr
 FEEDBACK_BUTTONS = {
     "correct": ("Right", "thumb_up"),
     "wrong": ("Wrong", "thumb_down"),
-    "wrong_span": ("Right review, wrong answer", "rate_review"),
+    "wrong_span": ("Right {one}, wrong answer", "rate_review"),
 }
 WARNING = ":material/warning:"
 # The page's session state, by key. Widgets' keys are their own names (KEPT_WIDGETS); those the code reads besides:
@@ -91,7 +98,7 @@ FILTER_HELP = (
 SETTING_NAMES = {
     "answer_stage": "answers",
     "retriever": "retriever",
-    "top_k": "reviews to read",
+    "top_k": "{many} to read",
     "top_k_reader": "answers to show",
     "no_answer_threshold": "no-answer threshold",
     "store": "document store",
@@ -113,6 +120,12 @@ class Options:
     collection: str = PAGE_COLLECTION
     evaluation: bool = False
     split: str = "test"
+    subjqa: bool = True  # a SubjQA collection (reviews, a showcase product), not one of the user's own
+
+    @property
+    def nouns(self) -> cards.Nouns:
+        """What the page calls the collection's documents."""
+        return cards.REVIEWS if self.subjqa else cards.DOCUMENTS
 
 
 @dataclass(frozen=True)
@@ -134,33 +147,12 @@ class Asked:
 # ------------------------------------------------------------------------------------ sidebar
 
 
-def sidebar() -> Options:
+def sidebar() -> tuple[DeltaGenerator, str, str]:
+    """The sidebar's settings: (the place of the answer settings, the store, the metadata filter). The answer settings
+    are drawn there once the collection is known (``answer_settings``): their labels say reviews or documents."""
     with st.sidebar:
         st.subheader("Settings")
-        stages = [stage for stage in STAGE_LABELS if stage in ANSWER_STAGES]
-        stage = st.radio(
-            "Answers",
-            stages,
-            format_func=STAGE_LABELS.get,
-            key="stage",
-            help="Extractive: a span copied from a review. RAG: a generated sentence citing the reviews.",
-        )
-        retriever = st.radio(
-            "Retriever", RETRIEVERS, format_func=RETRIEVER_LABELS.get, key="retriever", help="How the reviews to read are found."
-        )
-        top_k = st.slider("Reviews to read (retriever top-k)", 1, 10, key="top_k")
-        top_k_reader, threshold = 1, None
-        if stage == "extractive":
-            top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, key="top_k_reader")
-            if not st.toggle("Reader's tuned no-answer threshold", key="tuned_threshold"):
-                threshold = st.slider(
-                    "No-answer threshold",
-                    -10.0,
-                    10.0,
-                    step=0.5,
-                    key="threshold",
-                    help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
-                )
+        answering = st.container()
         store = st.selectbox(
             "Document store",
             resources.store_choices(),
@@ -174,7 +166,37 @@ def sidebar() -> Options:
             placeholder='{"field": "meta.rating", "operator": ">=", "value": 4}',
             help=FILTER_HELP,
         )
-    return Options(stage, retriever, top_k, top_k_reader, threshold, store, filter_text.strip())
+    return answering, store, filter_text.strip()
+
+
+def answer_settings(place: DeltaGenerator, nouns: cards.Nouns) -> dict:
+    """The answer stage, retriever and depths, drawn in ``place``: Options' fields."""
+    with place:
+        stages = [stage for stage in STAGE_LABELS if stage in ANSWER_STAGES]
+        stage = st.radio(
+            "Answers",
+            stages,
+            format_func=STAGE_LABELS.get,
+            key="stage",
+            help=f"Extractive: a span copied from a {nouns.one}. RAG: a generated sentence citing the {nouns.many}.",
+        )
+        retriever = st.radio(
+            "Retriever", RETRIEVERS, format_func=RETRIEVER_LABELS.get, key="retriever", help=f"How the {nouns.many} to read are found."
+        )
+        top_k = st.slider(f"{nouns.many.capitalize()} to read (retriever top-k)", 1, 10, key="top_k")
+        top_k_reader, threshold = 1, None
+        if stage == "extractive":
+            top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, key="top_k_reader")
+            if not st.toggle("Reader's tuned no-answer threshold", key="tuned_threshold"):
+                threshold = st.slider(
+                    "No-answer threshold",
+                    -10.0,
+                    10.0,
+                    step=0.5,
+                    key="threshold",
+                    help="How far (in logits) an answer must beat 'no answer'. Higher: more 'no answer'; lower: more answers.",
+                )
+    return {"answer_stage": stage, "retriever": retriever, "top_k": top_k, "top_k_reader": top_k_reader, "no_answer_threshold": threshold}
 
 
 # Select box labels depend on the option alone. Streamlit names the choice by its label and the browser
@@ -210,8 +232,13 @@ def pick_collection(available: dict[str, CollectionInfo | None]) -> None:
             st.query_params.pop(param, None)
 
 
-def collection_panel(settings: Settings, options: Options) -> Options:
-    """The collection picker, the upload form and (on the SubjQA collection) evaluation mode."""
+def is_subjqa(collection: str, info: CollectionInfo | None) -> bool:
+    """Whether ``collection`` holds SubjQA reviews (the page's own before it is built), not documents of the user's own."""
+    return info.kind == "subjqa" if info is not None else collection == PAGE_COLLECTION
+
+
+def collection_panel(settings: Settings) -> dict:
+    """The collection picker, the upload form and (on the SubjQA collection) evaluation mode: Options' fields."""
     available = resources.collections(settings)
     pick_collection(available)
     with st.sidebar:
@@ -237,7 +264,7 @@ def collection_panel(settings: Settings, options: Options) -> Options:
                 "Evaluation mode", key="evaluation", help="Ask labelled SubjQA questions and compare with the annotators' answers."
             )
             split = st.selectbox("Labelled split", SPLITS, key="split") if evaluation else "test"
-    return replace(options, collection=collection, evaluation=evaluation, split=split)
+    return {"collection": collection, "evaluation": evaluation, "split": split, "subjqa": is_subjqa(collection, available[collection])}
 
 
 def upload_form(settings: Settings) -> None:
@@ -261,7 +288,7 @@ def upload_form(settings: Settings) -> None:
             )
             encoding = st.selectbox(
                 "Encoding",
-                ["utf-8", "latin-1", "cp1252"],
+                resources.UPLOAD_ENCODINGS,
                 help="How the file's text is encoded (UTF-8 with or without BOM is read as UTF-8).",
             )
             embed = st.checkbox(
@@ -296,7 +323,7 @@ def upload_form(settings: Settings) -> None:
         try:
             report = resources.follow_upload(upload)  # a rerun or leaving stops following, not the work
         except QAError as error:
-            st.error(markdown_literal(error), icon=WARNING)  # quotes the file's name and columns
+            st.error(markdown_literal(resources.upload_message(error)), icon=WARNING)  # quotes the file's name and columns
             return
         finally:
             if upload.task.wait(0):
@@ -327,13 +354,22 @@ def feedback_panel(store: FeedbackStore, settings: Settings) -> None:
 # ------------------------------------------------------------------------------------ asking
 
 
-def init_from_url(counts: dict[str, int]) -> None:
-    """``?collection=...&item=...&q=...`` pre-fills the form (and asks), so that answers can be linked to."""
+def default_product(counts: dict[str, int], subjqa: bool) -> str:
+    """The product a collection opens on: SubjQA's showcase product (else its most reviewed one); every document
+    of a collection of your own, as ``qa-system ask`` without ``--item`` asks."""
+    if not subjqa or not counts:
+        return ALL_DOCUMENTS
+    return DEFAULT_ITEM if DEFAULT_ITEM in counts else max(counts, key=counts.get)
+
+
+def init_from_url(counts: dict[str, int], subjqa: bool) -> None:
+    """``?collection=...&item=...&q=...`` pre-fills the form (and asks), so that answers can be linked to;
+    ``item=*`` is "All documents"."""
     if PRODUCT in st.session_state:
         return
     params = st.query_params
-    default = DEFAULT_ITEM if DEFAULT_ITEM in counts else max(counts, key=counts.get) if counts else ALL_DOCUMENTS
-    st.session_state[PRODUCT] = params.get("item") or default
+    item = params.get("item")
+    st.session_state[PRODUCT] = ALL_DOCUMENTS if item == ALL_DOCUMENTS_LINK else item or default_product(counts, subjqa)
     if params.get("q"):
         st.session_state[QUESTION] = params["q"]
         st.session_state[ASK_NOW] = True
@@ -354,7 +390,7 @@ def product_label(item: str, counts: dict[str, int]) -> str:
     return item  # the most reviewed first; no count here (see collection_label)
 
 
-def search_form(counts: dict[str, int]) -> bool:
+def search_form(counts: dict[str, int], nouns: cards.Nouns) -> bool:
     products = [ALL_DOCUMENTS, *sorted(counts, key=lambda item: (-counts[item], item))]
     if st.session_state[PRODUCT] not in products:  # a linked product without reviews: asking explains
         products.insert(0, st.session_state[PRODUCT])
@@ -363,11 +399,12 @@ def search_form(counts: dict[str, int]) -> bool:
         product.selectbox(
             "Product", products, key=PRODUCT, help="Type to search by item id.", format_func=lambda item: product_label(item, counts)
         )
-        question.text_input("Question", key=QUESTION, placeholder="e.g. Is it good for reading?")
+        placeholder = "e.g. Is it good for reading?" if nouns == cards.REVIEWS else "Ask anything these documents may answer"
+        question.text_input("Question", key=QUESTION, placeholder=placeholder)
         return button.form_submit_button("Ask", type="primary", width="stretch")
 
 
-def ask(settings: Settings, options: Options) -> None:
+def ask(settings: Settings, options: Options, has_products: bool) -> None:
     """Ask the service the question of the form (``QAService.ask``: the API's rules and messages), keep what it gave."""
     question, item = st.session_state.get(QUESTION, ""), st.session_state[PRODUCT] or None
     gold = st.session_state.get(GOLD)
@@ -393,7 +430,7 @@ def ask(settings: Settings, options: Options) -> None:
         if options.answer_stage == "extractive":
             with contextlib.suppress(QAError):  # a reader that does not load: ask says so, with the reviews still shown
                 resources.prepare_fast_reader(settings)
-        with st.spinner("Reading the reviews…"):
+        with st.spinner(f"Reading the {options.nouns.many}…"):
             output = service.ask(asked, retrieval_fallback=True)  # a reader that does not load: the reviews are still shown
     except QAError as error:
         st.session_state[ASKED] = None
@@ -401,12 +438,12 @@ def ask(settings: Settings, options: Options) -> None:
         return
     warning = None
     if unanswered := output.get("answer_stage_error"):
-        warning = f"{unanswered} Showing the closest reviews without answers."
+        warning = f"{unanswered} Showing the closest {options.nouns.many} without answers."
     elif options.answer_stage == "extractive" and settings.reader_backend == "onnx" and output.get("reader_backend") == "torch":
         warning = (
             "The fast int8 ONNX reader could not be built here (the server's log says why): these answers come from the PyTorch reader."
         )
-    link_to(options.collection, item, question.strip(), resources.default_collection(settings))
+    link_to(options.collection, item, question.strip(), resources.default_collection(settings), has_products)
     run = st.session_state[RUNS] = st.session_state.get(RUNS, 0) + 1
     views = answer_views(output.get("answers", []))
     st.session_state[ASKED] = Asked(
@@ -414,10 +451,11 @@ def ask(settings: Settings, options: Options) -> None:
     )
 
 
-def link_to(collection: str, item: str | None, question: str, default: str) -> None:
-    """The page's URL names the answer shown, so that it can be shared."""
+def link_to(collection: str, item: str | None, question: str, default: str, has_products: bool) -> None:
+    """The page's URL names the answer shown, so that it can be shared: all documents of a collection with products
+    as ``item=*`` (without it, a link opens on the collection's default product)."""
     params = {"collection": collection} if collection != default else {}
-    params |= {"item": item} if item else {}
+    params |= {"item": item or ALL_DOCUMENTS_LINK} if item or has_products else {}
     st.query_params.from_dict({**params, "q": question})
 
 
@@ -450,13 +488,14 @@ def record_feedback(service: QAService, asked: Asked, view: AnswerView, verdict:
 
 
 @st.fragment  # a click reruns this card's buttons only, not the whole page (under eight users that halved the server's work)
-def feedback_buttons(service: QAService, asked: Asked, view: AnswerView, rank: int) -> None:
+def feedback_buttons(service: QAService, asked: Asked, view: AnswerView, rank: int, nouns: cards.Nouns) -> None:
     key = f"feedback-{asked.run}-{rank}"
     verdicts = ["correct", "wrong", *(["wrong_span"] if view.kind == "span" else [])]
     page = st.session_state.setdefault(PAGE_ID, uuid.uuid4().hex)
     recorded = st.session_state.setdefault(VOTES, {}).setdefault(key, {})  # click number -> verdict, stored
     with st.container(horizontal=True, vertical_alignment="center"):
-        clicked = votes.vote_buttons(key, [(v, *FEEDBACK_BUTTONS[v]) for v in verdicts], [recorded[i] for i in sorted(recorded)])
+        buttons = [(v, FEEDBACK_BUTTONS[v][0].format(one=nouns.one), FEEDBACK_BUTTONS[v][1]) for v in verdicts]
+        clicked = votes.vote_buttons(key, buttons, [recorded[i] for i in sorted(recorded)])
         saved = 0
         for number, verdict in enumerate(unrecorded_clicks(clicked, len(recorded), verdicts), len(recorded)):
             if not record_feedback(service, asked, view, verdict, f"{page}/{key}/{number}"):
@@ -477,33 +516,35 @@ def gold_chips(asked: Asked, view: AnswerView) -> list[str]:
     return [cards.chip(f"EM {score.em:.0f} · F1 {score.f1:.2f}", "em")]
 
 
-def answer_card(service: QAService, asked: Asked, view: AnswerView, card: AnswerCard) -> None:
+def answer_card(service: QAService, asked: Asked, view: AnswerView, card: AnswerCard, nouns: cards.Nouns) -> None:
     with st.container(border=True):
-        st.html(cards.answer_card(view, card, extra_chips=gold_chips(asked, view)))
-        feedback_buttons(service, asked, view, card.number)  # numbers name the answers; 0 is the no-answer card
+        st.html(cards.answer_card(view, card, extra_chips=gold_chips(asked, view), nouns=nouns))
+        feedback_buttons(service, asked, view, card.number, nouns)  # numbers name the answers; 0 is the no-answer card
 
 
-def show_answers(service: QAService, asked: Asked) -> None:
+def show_closest(asked: Asked, nouns: cards.Nouns) -> None:
+    st.markdown(f"##### Closest {nouns.many}")
+    for document in asked.documents[:3]:
+        st.html(cards.review_card(document, nouns=nouns))
+
+
+def show_answers(service: QAService, asked: Asked, nouns: cards.Nouns) -> None:
     views = asked.answers
     if not views:
-        st.markdown("##### Closest reviews")
-        for document in asked.documents[:3]:
-            st.html(cards.review_card(document))
+        show_closest(asked, nouns)
         return
     ranked = rank_answers(views)
     withheld = next((v.withheld for v in views if v.withheld), None)
     if withheld:  # the generated answer was not grounded in the reviews it cited: say so above the extractive answers
-        st.html(cards.withheld_card(withheld))
+        st.html(cards.withheld_card(withheld, nouns))
     # The cards every door shows, in their order; those rated below "no answer" folded away (the best one
     # beside an abstention stays: it may answer the question).
     shown = list(zip(views, answer_cards(views)))
     for view, card in shown:
         if not card.folded:
-            answer_card(service, asked, view, card)
+            answer_card(service, asked, view, card, nouns)
     if ranked.abstains:
-        st.markdown("##### Closest reviews")
-        for document in asked.documents[:3]:
-            st.html(cards.review_card(document))
+        show_closest(asked, nouns)
     folded = [(view, card) for view, card in shown if card.folded]
     if folded:
         spans = sum(card.kind != "no_answer" for _, card in folded)
@@ -511,7 +552,7 @@ def show_answers(service: QAService, asked: Asked) -> None:
             f"{spans} more candidate(s) rated below “no answer”{f' ({ranked.no_answer.score_label})' if ranked.no_answer.score_label else ''}"
         ):
             for view, card in folded:
-                answer_card(service, asked, view, card)
+                answer_card(service, asked, view, card, nouns)
 
 
 def show_gold(asked: Asked) -> None:
@@ -536,10 +577,10 @@ def show_gold(asked: Asked) -> None:
         st.html(cards.review_card(review, [(a.start, a.end) for a in gold.located_answers]))
 
 
-def show_retrieved(asked: Asked) -> None:
-    with st.expander(f"Retrieved reviews ({len(asked.documents)}), with their retriever scores"):
+def show_retrieved(asked: Asked, nouns: cards.Nouns) -> None:
+    with st.expander(f"Retrieved {nouns.many} ({len(asked.documents)}), with their retriever scores"):
         if not asked.documents:
-            st.caption("No review of this product matched.")
+            st.caption(f"No {nouns.one} of this product matched." if asked.item_id else f"No {nouns.one} matched.")
         for rank, document in enumerate(asked.documents, 1):
             spans = [(v.start, v.end) for v in asked.answers if v.kind == "span" and v.document.id == document.id]
             chips = [cards.chip(f"#{rank} · score {document.score:.3f}", "unknown")]
@@ -549,7 +590,7 @@ def show_retrieved(asked: Asked) -> None:
                 chips.append(cards.chip(f"dense {dense:.2f}" if dense is not None else "dense –", "unknown"))
             if asked.gold is not None and document.id == asked.gold.document_id:
                 chips.append(cards.chip("labelled review", "gold-chip"))
-            st.html(cards.review_card(document, spans, chips))
+            st.html(cards.review_card(document, spans, chips, nouns))
 
 
 def stale_settings(asked: Asked, options: Options) -> list[str]:
@@ -564,7 +605,8 @@ def stale_settings(asked: Asked, options: Options) -> list[str]:
     }
     used = {name: getattr(asked.options, name) for name in SETTING_NAMES}
     changed = [name for name, value in used.items() if getattr(options, name) != value]
-    return [f"{SETTING_NAMES[name]}: {labels.get(name, {}).get(used[name], used[name])}" for name in changed]
+    names = {name: text.format(many=options.nouns.many) for name, text in SETTING_NAMES.items()}
+    return [f"{names[name]}: {labels.get(name, {}).get(used[name], used[name])}" for name in changed]
 
 
 def show_timings(asked: Asked) -> None:
@@ -574,34 +616,49 @@ def show_timings(asked: Asked) -> None:
 # ------------------------------------------------------------------------------------ page
 
 
+def page_caption(options: Options) -> str:
+    if options.collection == PAGE_COLLECTION:
+        return "Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews)."
+    if options.subjqa:
+        what = "Pick a product (or all documents) and ask a question"
+    else:
+        what = "Ask a question of all the documents (or pick a product)"
+    return markdown_literal(f"{what}: the answer comes straight out of the documents of collection {options.collection}.")
+
+
 def main() -> None:
     restore_widgets("search", WIDGET_DEFAULTS)
-    options = sidebar()
-    st.title("Ask the reviews")
+    answering, store, filter_text = sidebar()
+    heading = st.container()  # the title, once the collection (reviews or documents) is known
     try:
-        settings = Settings.from_env(store=options.store)
-        options = collection_panel(settings, options)
+        settings = Settings.from_env(store=store)
+        chosen = collection_panel(settings)
+    except QAError as error:  # the sidebar still works (another store)
+        answer_settings(answering, cards.REVIEWS)
         keep_widgets("search", KEPT_WIDGETS)
-        if options.collection == PAGE_COLLECTION:
-            st.caption(
-                "Pick a product and ask a question: the answer comes straight out of what its buyers wrote (SubjQA electronics reviews)."
-            )
-        else:
-            st.caption(
-                markdown_literal(
-                    f"Pick a product (or all documents) and ask a question: the answer comes straight out of the documents of collection {options.collection}."
-                )
-            )
+        heading.title(cards.REVIEWS.title)
+        st.error(markdown_literal(error), icon=WARNING)
+        return
+    options = Options(
+        **answer_settings(answering, cards.DOCUMENTS if not chosen["subjqa"] else cards.REVIEWS),
+        store=store,
+        filter_text=filter_text,
+        **chosen,
+    )
+    keep_widgets("search", KEPT_WIDGETS)
+    heading.title(options.nouns.title)
+    try:
+        heading.caption(page_caption(options))
         if uploaded := st.session_state.pop(UPLOADED, None):
             st.success("  \n".join(markdown_literal(line.strip()) for line in uploaded), icon=":material/task_alt:")
-        index = resources.open_index(settings, options.collection)
+        index = resources.open_index(settings, options.collection, options.nouns)
     except QAError as error:
         st.error(markdown_literal(error), icon=WARNING)
         return
     service = resources.service(settings)
     feedback_panel(service.feedback, settings)
     counts = index.item_counts()
-    init_from_url(counts)
+    init_from_url(counts, options.subjqa)
     if options.evaluation:
         st.button(
             "Random labelled question",
@@ -611,15 +668,15 @@ def main() -> None:
         )
     if notice := st.session_state.pop(NOTICE, None):
         st.warning(markdown_literal(notice), icon=WARNING)
-    asked_now = search_form(counts) | st.session_state.pop(ASK_NOW, False)
+    asked_now = search_form(counts, options.nouns) | st.session_state.pop(ASK_NOW, False)
     keep_widgets("search", KEPT_WIDGETS)
     if asked_now:
-        ask(settings, options)
+        ask(settings, options, bool(counts))
     asked = st.session_state.get(ASKED)
     if asked is None:
         return
     if st.query_params.get("q") != asked.question:  # the link names the answer shown (a page switch drops it)
-        link_to(options.collection, asked.item_id, asked.question, resources.default_collection(settings))
+        link_to(options.collection, asked.item_id, asked.question, resources.default_collection(settings), bool(counts))
     if stale := stale_settings(asked, options):
         st.info(
             markdown_literal(f"The answers below come from other settings ({', '.join(stale)}). Press Ask to update them."),
@@ -631,12 +688,12 @@ def main() -> None:
     if asked.gold is not None:
         answers, gold = st.columns([3, 2], gap="large")
         with answers:
-            show_answers(service, asked)
+            show_answers(service, asked, options.nouns)
         with gold:
             show_gold(asked)
     else:
-        show_answers(service, asked)
-    show_retrieved(asked)
+        show_answers(service, asked, options.nouns)
+    show_retrieved(asked, options.nouns)
 
 
 main()
