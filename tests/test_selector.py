@@ -13,7 +13,16 @@ from haystack import Document, Pipeline
 
 from helpers.selector import synthetic_records
 from qa_system.reading.reader import ReaderOutput, SpanCandidate
-from qa_system.reading.selection import SELECTOR_FILE, AnswerSelector, decide, group_candidates, read_documents, selector_fits_reader
+from qa_system.reading.selection import (
+    SELECTOR_FILE,
+    AnswerSelector,
+    Saying,
+    decide,
+    group_candidates,
+    read_documents,
+    same_answer,
+    selector_fits_reader,
+)
 from qa_system.reading.selection_features import Candidate
 from qa_system.sources.subjqa import LabelledQuestion
 from qa_system.training.selector import _isotonic, fit_selector, folds_of, selector_frames
@@ -193,6 +202,71 @@ def test_spans_that_say_the_same_thing_are_grouped_best_first():
     ]
     assert group_candidates(spans, [0, 1, 2, 3]) == [[0, 1, 2], [3]]
     assert group_candidates(spans, [3, 1, 0, 2]) == [[3], [1, 0, 2]]
+
+
+# A tester's employee handbook (Markdown files indexed as a collection of their own), as the reader read it.
+HANDBOOK = {
+    "wellness.md": "# Wellness\n\nA monthly wellness stipend of $75 covers gym memberships, fitness classes or meditation apps.\n",
+    "health-insurance.md": "# Health insurance\n\nThe company pays 90% of the premium for employees and 75% for dependents.\n",
+    "sick-leave.md": "# Sick leave\n\nEmployees receive 10 paid sick days per year. Sick days do not carry over.\n",
+    "parental-leave.md": (
+        "# Parental leave\n\nBirth parents receive 16 weeks of fully paid parental leave. "
+        "Non-birth parents receive 10 weeks of fully paid leave.\n"
+    ),
+    "faq.md": "# FAQ\n\nHow many sick days? You get 10 paid sick days per year, as the handbook says.\n",
+}
+
+
+def handbook_answers(folder, tmp_path, question: str, said: list[tuple[str, str]]):
+    """The selector's answers when the reader found each (file, span text) of ``said`` in the handbook written to ``tmp_path``."""
+    for name, text in HANDBOOK.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    names = list(dict.fromkeys(name for name, _ in said))
+    documents = [Document(id=name, content=(tmp_path / name).read_text(encoding="utf-8"), meta={"document_id": name}) for name in names]
+    spans = []
+    for rank, (name, text) in enumerate(said):
+        start = documents[names.index(name)].content.index(text)
+        spans.append((names.index(name), start, start + len(text), 5.0 - rank))
+    reading = reading_of(documents, spans, [0.0] * len(documents))
+    return AnswerSelector(model=str(folder), top_k=5).run(question, documents, reading)["answers"]
+
+
+def test_answers_of_several_documents_are_one_only_when_they_say_the_same(trained_selector, tmp_path):
+    """ "$75 (said in 2 reviews)": the wellness stipend's "$75" was grouped with "75% for dependents" of the health
+    insurance (both "75" once normalised, the one inside the other), and "10" paid sick days with "10 weeks" of leave."""
+    folder, _ = trained_selector
+    stipend = handbook_answers(
+        folder,
+        tmp_path,
+        "How much is the wellness stipend?",
+        [("wellness.md", "$75"), ("health-insurance.md", "The company pays 90% of the premium for employees and 75% for dependents")],
+    )
+    (dollars,) = [a for a in stipend if a.data == "$75"]
+    assert dollars.meta["supporting_documents"] == ["wellness.md"] and dollars.meta["support"] == 1
+    assert sum(a.data is not None for a in stipend) == 2  # the premium is an answer of its own
+    sick = handbook_answers(
+        folder,
+        tmp_path,
+        "How many paid sick days do I get?",
+        [("sick-leave.md", "10"), ("parental-leave.md", "10 weeks of fully paid leave"), ("faq.md", "10 paid sick days")],
+    )
+    (days,) = [a for a in sick if a.data == "10"]
+    # The FAQ says the same ("10" of "10 paid sick days" in both): one answer said in two documents; the leave is not it.
+    assert days.meta["supporting_documents"] == ["sick-leave.md", "faq.md"] and days.meta["support"] == 2
+    assert [a.meta["support"] for a in sick if a.data == "10 weeks of fully paid leave"] == [1]
+
+
+def test_a_number_is_the_same_answer_only_as_the_same_quantity():
+    assert not same_answer("$75", "75%") and not same_answer("$75", "and 75% for dependents")
+    assert not same_answer("The company pays 90% of the premium", "The company pays 80% of the premium")
+    assert same_answer("$1,000", "$1000") and same_answer("30 hours", "30 hours")
+    review = "Great phone. The battery lasts 30 hours, more than I need."
+    start = review.index("30 hours")
+    # Two words inside a longer answer: one answer when the phrase they stand in says the same.
+    assert same_answer(Saying.of("30 hours", review, start, start + 8), Saying.of("the battery lasts 30 hours"))
+    assert not same_answer(Saying.of("30 hours", review, start, start + 8), Saying.of("It took 30 hours to ship"))
+    assert same_answer("great for reading", "It is great for reading books!")  # three words inside a longer answer: still one
+    assert not same_answer("great", "great for reading books")  # a word alone: its phrase unknown, not the longer answer
 
 
 def test_a_candidate_is_agreed_with_by_the_spans_of_other_reviews_that_say_nearly_the_same():
