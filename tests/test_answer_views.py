@@ -148,7 +148,7 @@ def test_a_generated_answers_card_notes_its_grounding_flags():
         "The generator wrote 5 sentences again; each is shown once",
     ]
     answer = GeneratedAnswer(data="The battery lasts ten hours.", query="q", documents=[], meta={"flags": flags, "cited_document_ids": []})
-    [card] = answer_cards(answer_views([answer]))
+    [card] = answer_cards(answer_views([answer]), "reviews")  # given no review: the caller says what it holds
     assert card.kind == "generated" and card.text == "The battery lasts ten hours." and card.source == "cites no review"
     assert card.note == f"{flags[0]}. {flags[1]}."
 
@@ -167,3 +167,64 @@ def test_a_spans_card_is_one_line_while_its_offsets_still_point_into_the_review(
     assert view.shown_text == "The lamp is<br> very bright & warm." and review[view.start : view.end] == span.data
     generated = answer_view(GeneratedAnswer(data="Two points:\n- bright\n- warm", query="?", documents=[], meta={}))
     assert generated.shown_text == "Two points:\n- bright\n- warm"  # a generated answer keeps its lines
+
+
+STIPEND = "A monthly wellness stipend of $75 covers gym memberships, fitness classes or meditation apps."
+
+
+def stipend_answers(meta: dict, answer_p: float, no_answer_p: float, first: str = "answer") -> list[ExtractedAnswer]:
+    """The selector's answers to "How much is the wellness stipend?" over a handbook page (``meta``: the document's)."""
+    document = Document(id="wellness.md", content=STIPEND, meta=meta)
+    start = STIPEND.index("$75")
+    span = ExtractedAnswer(
+        query="q",
+        score=answer_p,
+        data="$75",
+        document=document,
+        document_offset=ExtractedAnswer.Span(start, start + 3),
+        meta={"probability": answer_p, "chosen": first == "answer", "close_call": True},
+    )
+    none = ExtractedAnswer(
+        query="q", score=no_answer_p, data=None, meta={"probability": no_answer_p, "chosen": first != "answer", "close_call": True}
+    )
+    return [span, none] if first == "answer" else [none, span]
+
+
+def test_a_close_call_never_states_two_chances_over_100_percent_as_if_both_could_be_right():
+    """ "A close call: this answer has a 78% chance of being right, and "no answer" a 72% chance": if the answer is
+    right the documents answer, so both cannot be; the two chances are calibrated apart and the card says so."""
+    cards = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.78, 0.72)))
+    note = cards[0].note
+    assert note.startswith(
+        "A close call: this answer has a 78% chance of being right, and \u201cno answer\u201d a 72% chance, each estimated"
+    )
+    assert "both cannot be right, so at least one of these chances is too high here" in note
+    assert [c.label for c in cards] == ["78% chance right", "72% chance there is no answer here"]  # each as calibrated, in order
+    # Abstaining (the no-answer card first), its note says it too.
+    abstained = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.60, 0.72, first="none")))
+    assert "each estimated on its own" in abstained[0].note and abstained[1].label == "60% chance right"
+    # Chances that fit in 100% read as before.
+    coherent = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.55, 0.45)))[0].note
+    assert coherent == (
+        "A close call: this answer has a 55% chance of being right, and \u201cno answer\u201d a 45% chance. "
+        "Read the document before you rely on it."
+    )
+
+
+def test_cards_over_documents_of_your_own_say_documents_and_subjqas_say_reviews():
+    own = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.55, 0.45)))
+    assert own[1].text == "No answer in these documents" and "these documents do not answer" in own[1].help
+    assert own[0].note.endswith("Read the document before you rely on it.")
+    subjqa = answer_cards(answer_views(stipend_answers({"review_id": "r1", "item_id": "B1"}, 0.55, 0.45)))
+    assert subjqa[1].text == "No answer in these reviews" and "these reviews do not answer" in subjqa[1].help
+    assert subjqa[0].note.endswith("Read the review before you rely on it.")
+    # Nothing read: the caller names what its collection holds ("documents" when it does not say).
+    nothing = ExtractedAnswer(query="q", score=1.0, data=None, meta={"probability": 1.0, "chosen": True, "no_documents": True})
+    (card,) = answer_cards(answer_views([nothing]))
+    assert card.text == "No answer in these documents" and card.note.startswith("There was nothing to read: no document passes")
+    (card,) = answer_cards(answer_views([nothing]), "reviews")
+    assert card.text == "No answer in these reviews" and card.note.startswith("There was nothing to read: no review passes")
+    # A generated answer citing none of the handbook's pages it was given.
+    given = [Document(id="wellness.md", content=STIPEND, meta={"document_id": "wellness.md", "referenced": False})]
+    answer = GeneratedAnswer(data="It is $75.", query="q", documents=given, meta={"flags": [], "cited_document_ids": []})
+    assert answer_cards(answer_views([answer]))[0].source == "cites no document"

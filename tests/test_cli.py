@@ -411,3 +411,42 @@ def test_a_full_disk_or_a_folder_without_write_permission_names_what_to_change()
     denied = _os_error_line(PermissionError(errno.EACCES, "Permission denied", "/srv/qa/locks/ingest-memory-x.lock"))
     assert denied.startswith("error: Cannot use /srv/qa/locks/ingest-memory-x.lock: Permission denied. Fix: ")
     assert "QA_HOME for the indexes" in denied
+
+
+def test_the_cli_names_a_collections_documents_documents_and_subjqas_reviews(capsys):
+    """`ask --collection handbook` printed "(said in 2 reviews)" and "No answer in these reviews" over Markdown files."""
+    import argparse
+
+    from haystack import Document, ExtractedAnswer
+
+    from qa_system.cli.ask import _print_spans
+
+    def answers(meta: dict) -> list:
+        pages = [Document(id=f"p{n}", content="The monthly wellness stipend is $75.", meta={**meta(n)}) for n in (1, 2)]
+        spans = [{"document_id": page.id, "start": 32, "end": 35} for page in pages]
+        said = {"probability": 0.8, "chosen": True, "close_call": False, "support": 2, "spans": spans}
+        span = ExtractedAnswer(query="q", score=0.8, data="$75", document=pages[0], document_offset=ExtractedAnswer.Span(32, 35), meta=said)
+        return [span, ExtractedAnswer(query="q", score=0.1, data=None, meta={"probability": 0.1, "chosen": False, "close_call": False})]
+
+    _print_spans(answers(lambda n: {"document_id": f"wellness-{n}.md"}), argparse.Namespace(context=40, collection="handbook"))
+    out = capsys.readouterr().out
+    assert "(said in 2 documents)" in out and "No answer in these documents" in out and "review" not in out
+    _print_spans(answers(lambda n: {"review_id": f"r{n}", "item_id": "B1"}), argparse.Namespace(context=40, collection=None))
+    out = capsys.readouterr().out
+    assert "(said in 2 reviews)" in out and "No answer in these reviews" in out
+    # Nothing read: the collection asked says what it holds.
+    nothing = [ExtractedAnswer(query="q", score=1.0, data=None, meta={"probability": 1.0, "chosen": True, "no_documents": True})]
+    _print_spans(nothing, argparse.Namespace(context=40, collection="handbook"))
+    assert "no document passes" in capsys.readouterr().out
+    _print_spans(nothing, argparse.Namespace(context=40, collection=None, domain=["electronics"]))
+    assert "no review passes" in capsys.readouterr().out
+
+
+def test_search_over_a_collection_of_your_own_counts_documents(cli_env, tmp_path, capsys):
+    pages = tmp_path / "handbook"
+    pages.mkdir()
+    (pages / "wellness.md").write_text("# Wellness\n\nA monthly wellness stipend of $75 covers gym memberships.\n", encoding="utf-8")
+    assert main(["index", "--input", str(pages), "--collection", "handbook", "--no-embed"]) == 0
+    capsys.readouterr()
+    assert main(["search", "wellness stipend", "--collection", "handbook"]) == 0
+    assert capsys.readouterr().out.startswith("1 document(s) for all products")

@@ -121,7 +121,12 @@ def test_every_door_shows_the_same_cards_labels_and_notes(doors, capsys, monkeyp
         and cards[0]["text"] == "No answer in these reviews"
         and cards[0]["label"] == "55% chance there is no answer here"
     )
-    assert cards[0]["note"].startswith("A close call: this answer has a 50% chance of being right, and \u201cno answer\u201d a 55% chance.")
+    # The two chances are calibrated apart and add up past 100%: the note says that both cannot be right.
+    assert cards[0]["note"].startswith(
+        "A close call: this answer has a 50% chance of being right, and \u201cno answer\u201d a 55% chance, each estimated on its own; "
+        "both cannot be right"
+    )
+    assert [c["label"][:3] for c in cards[:2]] == ["55%", "50%"]  # ordered by the chances they state
     assert (
         cards[1]["heading"] == "Best span, rated below \u201cno answer\u201d:"
         and cards[1]["label"] == "50% chance right"
@@ -225,3 +230,26 @@ def test_ask_url_asks_the_domain_it_names_and_the_servers_default_when_it_names_
     assert default.startswith("Q: Is it bright?  (LAMP in shop;")
     assert main(["ask", QUESTION, "--item", "KINDLE", "--url", url, "--domain", "electronics", "--domain", "restaurants"]) == 2
     assert "a server answers from one collection" in capsys.readouterr().err
+
+
+def test_the_url_shell_checks_an_item_with_the_server_and_keeps_the_one_before_on_refusal(doors, capsys, monkeypatch):
+    """`shell --url` took `:item nope` without a word, and every question after it failed until `:item` changed."""
+    _, url = doors
+    monkeypatch.setattr("qa_system.serving.client.PRODUCTS_PAGE", 1, raising=False)  # the product list read page by page
+    lines = f":item NOPE\n{QUESTION}\n:item HEADPHONES\n{QUESTION}\n:quit\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+    assert main(["shell", "--item", "KINDLE", "--url", url, "--domain", "electronics"]) == 0
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: Product 'NOPE' is not one of the ") and "collection 'electronics'" in errors[0]
+    asked = [line for line in captured.out.splitlines() if line.startswith("Q: ")]
+    assert [line.split(";")[0] for line in asked] == [
+        f"Q: {QUESTION}  (KINDLE in electronics",
+        f"Q: {QUESTION}  (HEADPHONES in electronics",
+    ]
+    # The server's default collection (a collection of your own) is checked too.
+    monkeypatch.setattr("sys.stdin", io.StringIO(":item KINDLE\n:item LAMP\nIs it bright?\n:quit\n"))
+    assert main(["shell", "--url", url]) == 0
+    captured = capsys.readouterr()
+    assert "error: Product 'KINDLE' is not one of the 2 products of collection 'shop'" in captured.err
+    assert "Asking about LAMP." in captured.err and "Q: Is it bright?  (LAMP in shop;" in captured.out

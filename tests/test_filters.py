@@ -234,7 +234,7 @@ def test_cli_ask_and_search_take_a_filter(settings, reviews, capsys, monkeypatch
     )
     out = capsys.readouterr().out
     expected = [f"R{n:03d}" for n in range(40) if n % 2 == 0 and rating(n) == 5]
-    assert f"{len(expected)} review(s) for P0" in out and all(f"document {i}" in out for i in expected)
+    assert f"{len(expected)} document(s) for P0" in out and all(f"document {i}" in out for i in expected)
     assert main(["search", "battery", "--collection", "amz", "--filter", "{rating: 4}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: The filter is not JSON") and len(err.strip().splitlines()) == 1
@@ -303,7 +303,7 @@ def test_a_filter_on_another_product_ands_with_the_product_scope(settings, revie
         == 0
     )
     out = capsys.readouterr().out
-    assert "0 review(s) for P0" in out and "document R" not in out
+    assert "0 document(s) for P0" in out and "document R" not in out
 
 
 @pytest.mark.opensearch

@@ -41,9 +41,10 @@ def cmd_search(args: argparse.Namespace) -> None:
     result = pipeline.run(args.question, item_id=args.item, split=args.split, top_k=args.top_k, filters=args.filter)
     documents = result["documents"]
     name = args.retriever + (" + re-ranking" if args.rerank else "")
+    noun = singular(noun_read(documents, args))
     print(
         terminal_text(
-            f"{len(documents)} review(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"
+            f"{len(documents)} {noun}(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"
         )
     )
     for rank, document in enumerate(documents, 1):
@@ -55,6 +56,29 @@ def cmd_search(args: argparse.Namespace) -> None:
         details = "; ".join(filter(None, (about, own)))
         print(terminal_text(f"\n{rank}. score {document.score:.3f}  {document_label(document)}" + (f"  ({details})" if details else "")))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
+
+
+def collection_noun(args: argparse.Namespace) -> str:
+    """What the collection asked holds, where nothing read says: SubjQA's domains reviews, a collection of your own documents."""
+    from qa_system.serving.answer_views import DOCUMENTS, REVIEWS
+
+    subjqa = getattr(args, "subjqa_domain", None)  # the shell's: its collection is named even for a SubjQA domain
+    return (REVIEWS if subjqa else DOCUMENTS) if subjqa is not None else DOCUMENTS if getattr(args, "collection", None) else REVIEWS
+
+
+def noun_read(documents, args: argparse.Namespace) -> str:
+    """What ``documents`` are: "reviews" for SubjQA's (their meta holds a review_id), "documents" for a collection's
+    (``answer_views.noun_of``); what the collection holds (``collection_noun``) when none was read."""
+    from qa_system.serving.answer_views import noun_of
+
+    return noun_of(documents) or collection_noun(args)
+
+
+def singular(noun: str) -> str:
+    """The noun for one: review, document (``answer_views.singular``)."""
+    from qa_system.serving.answer_views import singular as one
+
+    return one(noun)
 
 
 def document_label(document) -> str:
@@ -76,10 +100,11 @@ def highlight(segments, tty: bool) -> str:
     return "".join(marked)
 
 
-def print_card(card, snippet: str | None = None, support: int = 1) -> None:
-    """One ``AnswerCard`` as every CLI door prints it: its line, where it came from, the review around it, its note."""
+def print_card(card, snippet: str | None = None, support: int = 1, noun: str = "reviews") -> None:
+    """One ``AnswerCard`` as every CLI door prints it: its line, where it came from, the review around it, its note;
+    ``support``: how many ``noun`` ("reviews" or "documents") say it."""
     source = f"  {card.source}" + (f" ({card.product})" if card.product else "") if card.source else ""
-    others = f"  (said in {support} reviews)" if support > 1 else ""
+    others = f"  (said in {support} {noun})" if support > 1 else ""
     print(terminal_text(f"\n{card.line}{source}{others}"))
     if snippet:
         print(textwrap.indent(snippet, "   "))
@@ -135,13 +160,17 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     )
     tty = sys.stdout.isatty()
     _print_withheld(next((a["withheld"] for a in body["answers"] if a.get("withheld")), None))
+    read = {d["id"]: d.get("meta", {}) for d in body["documents"]}
+    noun = "reviews" if any(meta.get("review_id") for meta in read.values()) else "documents" if read else collection_noun(args)
     for answer in body["answers"]:  # the server's cards: the labels and notes every door shows
         snippet = None
         if answer["kind"] == "span":
             begin = answer["context_start"]
             segments = highlight_segments(answer["context"], [(answer["start"] - begin, answer["end"] - begin)])
             snippet = highlight([Segment(ELLIPSIS), *segments] if begin else segments, tty)
-        print_card(AnswerCard.of(answer["card"]), snippet, len(answer.get("supporting_document_ids", [])))
+        # Said in how many documents: passages of one document count once, as the selector counts them.
+        sources = {read.get(i, {}).get("document_id", i) for i in answer.get("supporting_document_ids", [])}
+        print_card(AnswerCard.of(answer["card"]), snippet, len(sources), noun)
 
 
 def _question(args: argparse.Namespace):
@@ -151,18 +180,10 @@ def _question(args: argparse.Namespace):
 
     if args.rerank:
         raise QAError("The service answers without re-ranking.", "leave out --rerank with --url or in the shell.")
-    # Only a collection named on purpose is sent (--domain's default is cli.main's), else the server's default.
-    domains = None if getattr(args, "domain_default", False) else args.domain
-    if domains and len(domains) > 1:
-        raise QAError(
-            f"--domain names {len(domains)} domains, and a server answers from one collection.",
-            "pass one --domain (or --collection) with --url or in the shell.",
-        )
-    collection = args.collection or (domains[0] if domains else None)
     return Question(
         args.question,
         args.item,
-        collection,
+        _collection(args),
         retriever=args.retriever,
         mode=args.mode,
         top_k=args.top_k,
@@ -172,6 +193,20 @@ def _question(args: argparse.Namespace):
         filters=getattr(args, "filter", None),
         all_products=args.item is None,  # no --item: every document, as `ask` reads them
     )
+
+
+def _collection(args: argparse.Namespace) -> str | None:
+    """The collection a server or the in-process service is asked: the one named on purpose (--domain's default is
+    cli.main's), else None for the server's default."""
+    from qa_system.errors import QAError
+
+    domains = None if getattr(args, "domain_default", False) else args.domain
+    if domains and len(domains) > 1:
+        raise QAError(
+            f"--domain names {len(domains)} domains, and a server answers from one collection.",
+            "pass one --domain (or --collection) with --url or in the shell.",
+        )
+    return args.collection or (domains[0] if domains else None)
 
 
 def cmd_shell(args: argparse.Namespace) -> None:
@@ -186,6 +221,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
 
         names = [ServedCollection(args.collection)] if args.collection else [ServedCollection(d, subjqa_domain=True) for d in args.domain]
         service = QAService(settings, names, any_collection=True)
+        args.subjqa_domain = not args.collection
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
     print(
         terminal_text(
@@ -203,7 +239,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
                 command, _, value = line.partition(" ")
                 if command in (":quit", ":q"):
                     break
-                _shell_command(command, value.strip(), args, service)
+                _shell_command(command, value.strip(), args, service, settings.api_token)
                 continue
             _answer_line(argparse.Namespace(**{**vars(args), "question": check_text(line, "the question")}), service, settings.api_token)
         except QAError as error:  # a bad question or command is one line; the shell goes on
@@ -218,8 +254,9 @@ SHELL_COMMANDS = {
 }
 
 
-def _shell_command(command: str, value: str, args: argparse.Namespace, service) -> None:
-    """One shell command other than ``:quit``: ``:help``, ``:item [ID]``; an unknown one is a QAError listing the known."""
+def _shell_command(command: str, value: str, args: argparse.Namespace, service, token: str | None = None) -> None:
+    """One shell command other than ``:quit``: ``:help``, ``:item [ID]`` (checked by ``service``, else by the server at
+    ``args.url``, sent ``token``); an unknown one is a QAError listing the known."""
     from qa_system.errors import QAError
 
     if command == ":help":
@@ -229,10 +266,14 @@ def _shell_command(command: str, value: str, args: argparse.Namespace, service) 
     if command != ":item":
         raise QAError(f"Unknown command '{shown(command, 40)}'.", f"use one of: {', '.join(SHELL_COMMANDS)} (':help' says what each does).")
     item = check_text(value, "the item id") or None
-    if item is not None and service is not None:  # named at once, the item before it kept (a server checks it when asked)
+    if item is not None and service is not None:  # named at once, the item before it kept
         from qa_system.pipelines import check_item
 
         check_item(service.index(args.collection), item)
+    elif item is not None:  # the server's products (GET /products), the item before it kept on refusal
+        from qa_system.serving.client import check_item_at
+
+        item = check_item_at(args.url, item, _collection(args), token)
     args.item = item
     print(terminal_text(f"Asking about {item or 'all products'}."), file=sys.stderr)
 
@@ -265,16 +306,17 @@ def _print_withheld(withheld: dict | None) -> None:
 def _print_spans(answers, args: argparse.Namespace) -> None:
     """The answers best first as cards (``answer_cards``: the labels and notes every door shows), each span
     with its review and product, the answer highlighted."""
-    from qa_system.serving.answer_views import answer_cards, answer_views
+    from qa_system.serving.answer_views import answer_cards, answer_views, reading_noun
 
     views = answer_views(answers)
+    noun = reading_noun(views, collection_noun(args))  # what was read, or what the collection holds where nothing was
     tty = sys.stdout.isatty()
     _print_withheld(next((v.withheld for v in views if v.withheld), None))
-    for view, card in zip(views, answer_cards(views)):
+    for view, card in zip(views, answer_cards(views, noun)):
         snippet = None
         if view.kind == "span":
             snippet = highlight(view.segments(args.context), tty)
-        print_card(card, snippet, view.support)
+        print_card(card, snippet, view.support, noun)
 
 
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:
@@ -293,14 +335,15 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     if "withheld" in meta:
         _print_spans(result["answers"], args)
         return
+    noun = noun_read(answer.documents, args)
     if answer.data is None:
-        print(terminal_text(f"A: [no answer in these reviews: {meta['no_answer_reason']}]"))
+        print(terminal_text(f"A: [no answer in these {noun}: {meta['no_answer_reason']}]"))
     elif not args.stream:
         print(terminal_text(f"A: {unescape(answer.data)}"))
     if meta.get("flags"):  # the grounding check's: it cites no review, it repeated itself
         from qa_system.serving.answer_views import answer_cards, answer_views
 
-        print(terminal_text(f"   {answer_cards(answer_views([answer]))[0].note}"))
+        print(terminal_text(f"   {answer_cards(answer_views([answer]), noun)[0].note}"))
     tokens = meta["usage"].get("completion_tokens")
     speed = f", {tokens / timings['generator']:.1f} tokens/s" if tokens and timings.get("generator") else ""
     print(
@@ -313,7 +356,7 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
         print(
             f"   (prompt cut to {prompt['budget_tokens']} tokens: reviews shortened {shortened}; {len(prompt['dropped_document_ids'])} dropped)"
         )
-    for heading, cited in (("Cited reviews", True), ("Also given", False)):
+    for heading, cited in ((f"Cited {noun}", True), ("Also given", False)):
         documents = [d for d in answer.documents if d.meta["referenced"] is cited]
         if documents:
             print(f"\n{heading}:")

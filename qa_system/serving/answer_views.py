@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # a client of a running server prints cards without importing
     from haystack import Document
 
 ELLIPSIS = "…"
+# What the cards call the texts read: SubjQA's are reviews (their meta holds a ``review_id``), a collection's documents.
+REVIEWS, DOCUMENTS = "reviews", "documents"
 # The most characters a cut moves to keep a word whole: past it (text without spaces) it cuts inside the word.
 WORD_SLACK = 30
 
@@ -93,7 +95,7 @@ SCORE_HELP = {
     ),
     "no_answer": (
         "The reader's score for “no answer”: the sigmoid of the model's no-answer logit (plus the no-answer "
-        "threshold). Spans are weighed against it; it is not a calibrated chance that the reviews hold no answer."
+        "threshold). Spans are weighed against it; it is not a calibrated chance that the {noun} hold no answer."
     ),
 }
 
@@ -106,7 +108,7 @@ PROBABILITY_HELP = {
         "The answer selector's probability that this answer is right (its words match an annotator's answer at F1 0.5 or more), "
         "calibrated on questions it never saw: of the answers shown with 80%, about 8 in 10 were right."
     ),
-    "no_answer": ("The answer selector's probability that these reviews do not answer the question, calibrated on questions it never saw."),
+    "no_answer": ("The answer selector's probability that these {noun} do not answer the question, calibrated on questions it never saw."),
 }
 
 
@@ -126,6 +128,19 @@ def a_chance(probability: float) -> str:
     return f"{'an' if percent in (8, 11, 18) or 80 <= percent <= 89 else 'a'} {percent}% chance"
 
 
+def noun_of(documents: Sequence[Document]) -> str | None:
+    """``REVIEWS`` when the documents are SubjQA's reviews (their meta holds a ``review_id``), ``DOCUMENTS`` when they are
+    a collection's; None when there are none (nothing was read: the caller knows what would have been)."""
+    if not documents:
+        return None
+    return REVIEWS if any((d.meta or {}).get("review_id") for d in documents) else DOCUMENTS
+
+
+def singular(noun: str) -> str:
+    """The noun for one: review of reviews, document of documents."""
+    return noun.removesuffix("s")
+
+
 def score_level(score: float | None) -> str:
     """high / medium / low, for colouring a score (a ranking signal, not a probability of being right)."""
     if score is None:
@@ -138,7 +153,8 @@ class AnswerView:
     """One answer as shown to a user.
 
     ``kind``: ``"span"`` (extracted, with ``document`` and offsets), ``"generated"`` (free text with
-    ``sources``) or ``"no_answer"``. ``document`` of a "no answer" is None.
+    ``sources``) or ``"no_answer"``. ``document`` of a "no answer" is None. ``noun``: what the answer was read
+    from (``noun_of``: "reviews" or "documents"), None for a "no answer", which names no document.
     """
 
     kind: str
@@ -149,6 +165,7 @@ class AnswerView:
     end: int | None = None
     sources: list[Document] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    noun: str | None = None
 
     @property
     def probability(self) -> float | None:
@@ -157,7 +174,7 @@ class AnswerView:
 
     @property
     def support(self) -> int:
-        """How many reviews say this answer (1 for a span the selector did not group with others)."""
+        """How many reviews (or documents) say this answer (1 for a span the selector did not group with others)."""
         return int(self.meta.get("support", 1))
 
     @property
@@ -196,10 +213,16 @@ class AnswerView:
 
     @property
     def score_help(self) -> str:
-        """What the score means, for a tooltip."""
+        """What the score means, for a tooltip (``help_text`` of the answer's own noun)."""
+        return self.help_text(self.noun or DOCUMENTS)
+
+    def help_text(self, noun: str) -> str:
+        """What the score means, for a tooltip, naming what was read ``noun`` ("reviews" or "documents")."""
         if self.probability is not None and self.kind in PROBABILITY_HELP:
-            return PROBABILITY_HELP[self.kind]
-        return SCORE_HELP.get(self.kind, "The answering stage's score for this answer; not a calibrated chance that it is right.")
+            return PROBABILITY_HELP[self.kind].format(noun=noun)
+        return SCORE_HELP.get(self.kind, "The answering stage's score for this answer; not a calibrated chance that it is right.").format(
+            noun=noun
+        )
 
     @property
     def level(self) -> str:
@@ -222,11 +245,11 @@ def answer_view(answer: Any) -> AnswerView:
     offset = getattr(answer, "document_offset", None)
     document = getattr(answer, "document", None)
     if document is not None and offset is not None:
-        return AnswerView("span", answer.data, score, document, offset.start, offset.end, meta=meta)
+        return AnswerView("span", answer.data, score, document, offset.start, offset.end, meta=meta, noun=noun_of([document]))
     documents = list(getattr(answer, "documents", None) or [])
     cited = set(meta.get("cited_document_ids") or [])
     sources = [d for d in documents if d.meta.get("referenced") or d.id in cited]
-    return AnswerView("generated", str(answer.data), score, sources=sources, meta=meta)
+    return AnswerView("generated", str(answer.data), score, sources=sources, meta=meta, noun=noun_of(documents))
 
 
 def answer_views(answers: Sequence[Any]) -> list[AnswerView]:
@@ -249,11 +272,13 @@ def answer_views(answers: Sequence[Any]) -> list[AnswerView]:
 @dataclass(frozen=True)
 class RankedAnswers:
     """The answers as a page shows them: the ones ranked above "no answer", the no-answer verdict
-    (when the stage gives one), and the spans ranked below it, best first."""
+    (when the stage gives one), and the spans ranked below it, best first; ``noun``: what was read
+    ("reviews" or "documents", ``reading_noun``)."""
 
     above: list[AnswerView]
     no_answer: AnswerView | None
     below: list[AnswerView]
+    noun: str = DOCUMENTS
 
     @property
     def abstains(self) -> bool:
@@ -275,10 +300,19 @@ class RankedAnswers:
         answer = self.above[0] if self.above else self.best_below
         if answer is None or answer.probability is None or self.no_answer is None or self.no_answer.probability is None:
             return ""
-        return (
-            f"A close call: this answer has {a_chance(answer.probability)} of being right, and \u201cno answer\u201d "
-            f"{a_chance(self.no_answer.probability)}. Read the review before you rely on it."
-        )
+        chances = f"this answer has {a_chance(answer.probability)} of being right, and \u201cno answer\u201d {a_chance(self.no_answer.probability)}"
+        check = f"Read the {singular(self.noun)} before you rely on it."
+        if self.overflows(answer):
+            return f"A close call: {chances}, each estimated on its own; {BOTH_CANNOT_BE_RIGHT}. {check}"
+        return f"A close call: {chances}. {check}"
+
+    def overflows(self, answer: AnswerView) -> bool:
+        """Whether the chances shown for ``answer`` and "no answer" add up to more than 100%. The answer selector
+        calibrates them apart (``reading.selection``): if the answer is right, the documents answer, so both
+        cannot be right, and at least one of the two is too high for this question."""
+        if answer.probability is None or self.no_answer is None or self.no_answer.probability is None:
+            return False
+        return _percent(answer.probability) + _percent(self.no_answer.probability) > 100
 
     def no_answer_note(self) -> str:
         """What a "no answer" means here, in words that do not oversell it.
@@ -292,10 +326,10 @@ class RankedAnswers:
         if best is None:
             return ""
         if best.probability is not None and self.no_answer.probability is not None:
-            return (
-                f"The best answer found has {a_chance(best.probability)} of being right, \u201cno answer\u201d "
-                f"{a_chance(self.no_answer.probability)}, so the answer is \u201cno answer\u201d. The span is shown below."
-            )
+            chances = f"The best answer found has {a_chance(best.probability)} of being right, \u201cno answer\u201d {a_chance(self.no_answer.probability)}"
+            if self.overflows(best):
+                chances += f", each estimated on its own ({BOTH_CANNOT_BE_RIGHT})"
+            return f"{chances}, so the answer is \u201cno answer\u201d. The span is shown below."
         return (
             f"The reader's best span scores {best.score_text or 'less'}, below its no-answer score"
             f"{f' ({self.no_answer.score_text})' if self.no_answer.score_text else ''}, so it answers "
@@ -303,16 +337,38 @@ class RankedAnswers:
         )
 
 
-def rank_answers(views: Sequence[AnswerView]) -> RankedAnswers:
-    """Splits the views (in the reader's order) at the first no-answer."""
+def reading_noun(views: Sequence[AnswerView], noun: str | None = None) -> str:
+    """What the answers were read from, by their documents' meta (``noun_of``): "reviews" or "documents"; where no
+    answer names a document (nothing was read), ``noun`` (the caller knows its collection), else "documents"."""
+    return next((view.noun for view in views if view.noun), None) or noun or DOCUMENTS
+
+
+def rank_answers(views: Sequence[AnswerView], noun: str | None = None) -> RankedAnswers:
+    """Splits the views (in the reader's order) at the first no-answer (``noun``: ``reading_noun``'s fallback)."""
     null = next((i for i, v in enumerate(views) if v.kind == "no_answer"), None)
+    noun = reading_noun(views, noun)
     if null is None:
-        return RankedAnswers(list(views), None, [])
-    return RankedAnswers(list(views[:null]), views[null], list(views[null + 1 :]))
+        return RankedAnswers(list(views), None, [], noun)
+    return RankedAnswers(list(views[:null]), views[null], list(views[null + 1 :]), noun)
 
 
-NO_ANSWER_TEXT = "No answer in these reviews"
-NO_DOCUMENTS_NOTE = "There was nothing to read: no review passes the product, filters and split asked for."
+# The chances of an answer and of "no answer" are calibrated apart and may add up past 100% (``RankedAnswers.overflows``).
+BOTH_CANNOT_BE_RIGHT = "both cannot be right, so at least one of these chances is too high here"
+
+
+def no_answer_text(noun: str = REVIEWS) -> str:
+    """The "no answer" card's text: "No answer in these reviews" (or documents)."""
+    return f"No answer in these {noun}"
+
+
+def no_documents_note(noun: str = DOCUMENTS) -> str:
+    """The note of a "no answer" where nothing was read."""
+    return f"There was nothing to read: no {singular(noun)} passes the product, filters and split asked for."
+
+
+NO_ANSWER_TEXT = no_answer_text(REVIEWS)
+# Nothing read, and the caller did not say what its collection holds: "document" is true of a review too.
+NO_DOCUMENTS_NOTE = no_documents_note(DOCUMENTS)
 BELOW_HEADING = "Best span, rated below \u201cno answer\u201d:"
 
 
@@ -367,24 +423,27 @@ class AnswerCard:
         return cls(**{f.name: card[f.name] for f in fields(cls) if f.name in card})
 
 
-def _source(view: AnswerView) -> tuple[str, str | None]:
+def _source(view: AnswerView, noun: str) -> tuple[str, str | None]:
     if view.kind == "span" and view.document is not None:
         return document_label(view.document.id, view.document.meta, view.start), view.document.meta.get("item_id")
     if view.kind == "generated":
         cited = ", ".join(document_label(d.id, d.meta) for d in view.sources)
         products = sorted({str(d.meta["item_id"]) for d in view.sources if d.meta.get("item_id")})
-        return f"cites {cited or 'no review'}", ", ".join(products) or None
+        return f"cites {cited or f'no {singular(noun)}'}", ", ".join(products) or None
     return "", None
 
 
-def answer_cards(views: Sequence[AnswerView]) -> list[AnswerCard]:
+def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[AnswerCard]:
     """The cards of ``answer_views`` (in their order, best first): what every door shows of them.
 
     The close-call sentence goes on the first card; an abstention's "no answer" card says what it means
     (``RankedAnswers.no_answer_note``), and the best span beside it is headed ``BELOW_HEADING``; a
-    generated answer's note is its flags (it cites no review, it repeated itself).
+    generated answer's note is its flags (it cites no review, it repeated itself). What was read is named as the
+    answers' documents say (``reading_noun``: SubjQA's "reviews", a collection's "documents"); ``noun`` names it
+    where nothing was read.
     """
-    ranked = rank_answers(views)
+    ranked = rank_answers(views, noun)
+    noun = ranked.noun
     best_below = ranked.best_below
     cards, number = [], 0
     for position, view in enumerate(views):
@@ -392,15 +451,15 @@ def answer_cards(views: Sequence[AnswerView]) -> list[AnswerCard]:
             note = ranked.close_call if ranked.abstains else ""
             note = note or (ranked.no_answer_note() if view is ranked.no_answer else "")
             if view.meta.get("no_documents"):
-                note = NO_DOCUMENTS_NOTE
+                note = no_documents_note(noun)
             cards.append(
                 AnswerCard(
                     "no_answer",
                     0,
                     "",
-                    NO_ANSWER_TEXT,
+                    no_answer_text(noun),
                     view.score_label,
-                    view.score_help,
+                    view.help_text(noun),
                     note,
                     folded=not ranked.abstains and view is ranked.no_answer,
                 )
@@ -411,7 +470,7 @@ def answer_cards(views: Sequence[AnswerView]) -> list[AnswerCard]:
         note = ranked.close_call if position == 0 else ""
         if view.kind == "generated":
             note = " ".join(filter(None, [note, *(f"{flag}." for flag in view.meta.get("flags", []))]))
-        source, product = _source(view)
+        source, product = _source(view, noun)
         heading = BELOW_HEADING if view is best_below else f"{number}."
         cards.append(
             AnswerCard(
@@ -420,7 +479,7 @@ def answer_cards(views: Sequence[AnswerView]) -> list[AnswerCard]:
                 heading,
                 view.shown_text or "",
                 view.score_label,
-                view.score_help,
+                view.help_text(noun),
                 note,
                 folded=below and view is not best_below,
                 source=source,

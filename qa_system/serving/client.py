@@ -6,17 +6,19 @@ server's own refusals (its one-line ``detail``) are passed on as they are, a 404
 Whatever answers at ``--url`` is not trusted: the whole exchange has a deadline (a server that sends a
 byte a second never holds the command past it), the reply is read up to ``MAX_REPLY_BYTES`` once
 decompressed (a gzip bomb stops there), and a reply that is not JSON of the ``/query`` shape is one line.
+``check_item_at`` asks the server's ``GET /products`` whether it has a product (the shell's ``:item``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import unicodedata
 import zlib
 from dataclasses import asdict
 from typing import Any
 
-from qa_system.errors import NotFound, QAError, Unavailable
+from qa_system.errors import NotFound, QAError, Unavailable, shown
 from qa_system.serving.question import Question
 
 # The longest an answer may take, all of it (connecting, the server's work, reading the reply): generous for a
@@ -26,6 +28,10 @@ DEADLINE_S = 600.0
 MAX_REPLY_BYTES = 32 * 1024 * 1024
 NOT_OUR_API = "is --url a qa-system API (`qa-system api`)?"
 ANSWER_KINDS = ("span", "no_answer", "generated")
+# Products asked for in one GET /products (the most the route gives in one page).
+PRODUCTS_PAGE = 1000
+# The longest one page of a product check (GET /products) may take.
+PRODUCTS_DEADLINE_S = 60.0
 
 
 def _error(status: int, detail: str) -> QAError:
@@ -44,7 +50,11 @@ def ask_server(
     if question.split is not None:
         raise QAError("A server answers from every split.", "leave out --split with --url, or ask without --url.")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    status, data = _exchange(url, body, headers, timeout, max_bytes)
+    return _checked_reply(_json_reply(url, *_exchange(url, body, headers, timeout, max_bytes)), url)
+
+
+def _json_reply(url: str, status: int, data: bytes) -> Any:
+    """The JSON of a 200 reply; the server's one-line ``detail`` as the library's error otherwise."""
     try:
         reply = json.loads(data)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the parser
@@ -56,11 +66,54 @@ def ask_server(
         raise _error(status, " ".join(detail.split()))
     if reply is None:
         raise QAError(f"The server at {url} answered with something that is not JSON.", NOT_OUR_API)
-    return _checked_reply(reply, url)
+    return reply
 
 
-def _exchange(url: str, body: dict, headers: dict, deadline_s: float, max_bytes: int) -> tuple[int, bytes]:
-    """POST ``body`` to ``url``/query: the status and the decompressed reply, read in a thread that the deadline abandons.
+def check_item_at(
+    url: str, item_id: str, collection: str | None = None, token: str | None = None, timeout: float = PRODUCTS_DEADLINE_S
+) -> str:
+    """``item_id`` as the server at ``url`` spells it, once its ``GET /products`` (page by page) lists it: itself, else
+    the one product whose id it is once both are trimmed and in Unicode NFC, as the server matches them. NotFound
+    when the collection has products and this is none of them; a collection without products takes any id."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    wanted = unicodedata.normalize("NFC", item_id.strip())
+    matches, offset, name, total = [], 0, collection, 0
+    while True:
+        params = {"limit": PRODUCTS_PAGE, "offset": offset, **({"collection": collection} if collection else {})}
+        page = _json_reply(url, *_exchange(url, None, headers, timeout, MAX_REPLY_BYTES, "GET", "/products", params))
+        products = page.get("products") if isinstance(page, dict) else None
+        if not isinstance(products, list) or not isinstance(page.get("total"), int):
+            raise QAError(f"The server at {url} answered GET /products without its products and total.", NOT_OUR_API)
+        name, total = page.get("collection") or collection, page["total"]
+        ids = [p.get("item_id") for p in products if isinstance(p, dict) and isinstance(p.get("item_id"), str)]
+        if item_id in ids:
+            return item_id
+        matches += [i for i in ids if unicodedata.normalize("NFC", i.strip()) == wanted]
+        offset += len(products)
+        if not products or offset >= total:
+            break
+    if total == 0:  # a collection without products: the server asks every document whatever the id
+        return item_id
+    if len(matches) == 1:
+        return matches[0]
+    raise NotFound(
+        f"Product '{shown(item_id)}' is not one of the {total:,} products of collection '{shown(str(name))}' at {url}.",
+        "pick an item id that GET /products lists, or ':item' alone to ask about all products.",
+    )
+
+
+def _exchange(
+    url: str,
+    body: dict | None,
+    headers: dict,
+    deadline_s: float,
+    max_bytes: int,
+    method: str = "POST",
+    path: str = "/query",
+    params: dict | None = None,
+) -> tuple[int, bytes]:
+    """POST ``body`` to ``url``/query (or ``method`` ``path`` with ``params``): the status and the decompressed reply,
+    read in a thread that the deadline abandons.
 
     httpx's timeouts are per read: a server sending a byte a second (its headers or its body) resets them for ever.
     """
@@ -72,7 +125,7 @@ def _exchange(url: str, body: dict, headers: dict, deadline_s: float, max_bytes:
 
     def run() -> None:
         try:
-            with client, client.stream("POST", f"{url.rstrip('/')}/query", json=body, headers=headers) as response:
+            with client, client.stream(method, f"{url.rstrip('/')}{path}", json=body, params=params, headers=headers) as response:
                 done["reply"] = response.status_code, _read(response, url, max_bytes, stop)
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
             done["error"] = error
