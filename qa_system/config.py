@@ -40,6 +40,8 @@ TOP_K_RETRIEVER = 8
 DEFAULT_ES_URL = "http://localhost:9200"
 DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# How much a server (`qa-system api`) logs besides its requests, least first; uvicorn's own levels.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 # Where indexes, caches and exports live unless QA_HOME (or --home) says otherwise.
 DEFAULT_HOME = Path("~/.cache/qa_system").expanduser()
 
@@ -175,6 +177,9 @@ class Settings(BaseSettings):
     api_documents_open: bool = False
     # The largest file (or JSON list of documents) one request may add to a collection.
     api_max_upload_bytes: int = 32 * 1024 * 1024
+    # What the API server logs on stderr, its own lines and uvicorn's (LOG_LEVELS): info has each change to the
+    # documents and its client, and the requests; warning only what went wrong; debug more.
+    log_level: str = "info"
     # The search page's feedback clicks (SQLite); None: feedback.sqlite under home.
     feedback_file: Path | None = Field(default=None, validation_alias=_ENV_ALIASES["feedback_file"])
 
@@ -248,6 +253,14 @@ class Settings(BaseSettings):
         if value not in choices:
             raise QAError(f"Unknown {what} '{value}'.", f"use one of: {', '.join(choices)}.")
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: Any) -> str:
+        level = str(value).strip().lower()
+        if level not in LOG_LEVELS:
+            raise QAError(f"Unknown log level '{value}' (QA_LOG_LEVEL).", f"use one of: {', '.join(LOG_LEVELS)}.")
+        return level
 
     @property
     def cors_origins(self) -> list[str]:

@@ -5,6 +5,7 @@ as-is instead of a traceback. ``check_count`` / ``check_number`` / ``check_text`
 place where counts, thresholds and text from any door are checked.
 """
 
+import errno
 import math
 import unicodedata
 from numbers import Integral, Real
@@ -31,6 +32,29 @@ class Conflict(QAError):
 class Unavailable(QAError):
     """A QAError about a server the system relies on (a search engine, a generator endpoint) that did
     not answer as it should: the request was fine, so an API answers 503."""
+
+
+class NoSpace(QAError):
+    """A QAError about a full disk: the request was fine but could not be stored, so an API answers 507 (Insufficient Storage)."""
+
+
+# The errnos of a disk that takes no more (no space, a full quota) and of a place the process may not write.
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+NOT_PERMITTED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def disk_error(error: OSError, place: str, then: str) -> QAError | None:
+    """``error`` as one line when it is the disk's: no space left (``NoSpace``) or no permission (``Unavailable``) on
+    the disk of ``place`` (what was being written), with ``then`` after the fix; None for any other OSError.
+    A write that finds the disk full names no file (``error.filename`` is None): ``place`` says where it was."""
+    where = f" ({error.filename})" if error.filename not in (None, "") else ""
+    if error.errno in NO_SPACE:
+        return NoSpace(f"No space left on the disk of {place}{where}.", f"free space there, then {then}")
+    if error.errno in NOT_PERMITTED:
+        return Unavailable(
+            f"This process may not write to {place}{where} ({error.strerror}).", f"let it write there (or point it elsewhere), then {then}"
+        )
+    return None
 
 
 # Longest piece of a request quoted back in an error: a 60,000-character product id is named, not repeated.

@@ -11,11 +11,13 @@ import asyncio
 import json
 import logging
 import re
+import shutil
 import socket
 import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -624,4 +626,138 @@ def test_the_openapi_schema_matches_every_real_response(call):
     assert statuses[("post", "/query")] == [200, 404, 413, 422] and statuses[("post", "/feedback")] == [200, 201, 404, 422]
     assert not re.search(r'"/(tmp|home|work|usr)/', json.dumps([r.text for rs in call.seen.values() for r in rs])), (
         "a server path in a response"
+    )
+
+
+def test_an_upload_the_ingestion_would_refuse_is_a_422_at_once(call):
+    """A collection whose ids come from a column, sent a file that has it without id_column: it was 202, then a failed task."""
+    upload = "/collections/{name}/documents"
+    csv_text = "review_id,body\nB1,The battery lasts two days.\nB2,The screen is dim.\n"
+    call("POST", "/collections", json={"name": "by-review-id"})
+    path = "/collections/by-review-id/documents?text_column=body"
+    finished(call, call("POST", upload, f"{path}&id_column=review_id", content=csv_text, headers={"Content-Type": "text/csv"}))
+    refused = call("POST", upload, path, content=csv_text, headers={"Content-Type": "text/csv"})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == (
+        "Collection 'by-review-id' takes its document ids from the column 'review_id', which by-review-id.csv has: read without "
+        "id_column, each of its rows would be added again as a new document; it was left as it was. "
+        "Fix: pass id_column=review_id, or another column of unique ids."
+    )
+    # A body of a content type that names no format was "Cannot tell the format of by-review-id from its name".
+    for content_type in ("image/png", "application/xml", None):
+        headers = {"Content-Type": content_type} if content_type else {}
+        refused = call("POST", upload, path, content=csv_text.encode(), headers=headers)
+        assert refused.status_code == 422, refused.text
+        detail = refused.json()["detail"]
+        assert detail.startswith(
+            f"Cannot tell the format of the body from its content type ({content_type or 'none'}). Fix: send it as text/csv, "
+        )
+        assert "format=csv|tsv|jsonl|json|squad" in detail and "filename=" in detail
+    named = call("POST", upload, f"{path}&id_column=review_id&format=csv", content=csv_text, headers={"Content-Type": "application/xml"})
+    assert finished(call, named)["unchanged"] == 2  # the format named: read whatever the content type
+    assert call("DELETE", "/collections/{name}", "/collections/by-review-id").status_code == 200
+
+
+def test_task_ids_differ_between_servers_on_one_home_and_an_unknown_one_says_why(call, settings):
+    """Two servers on one QA_HOME both numbered their first task 1 in the same second: the same id for two uploads."""
+    call("POST", "/collections", json={"name": "two-servers"})
+    route, path = "/collections/{name}/documents", "/collections/two-servers/documents"
+    with (
+        running(create_app(settings, service=QAService(settings))) as one_url,
+        running(create_app(settings, service=QAService(settings))) as other_url,
+    ):
+        assert wait_ready(one_url).status_code == 200 and wait_ready(other_url).status_code == 200
+        one, other = Recorder(one_url), Recorder(other_url)
+        with ThreadPoolExecutor(2) as both:
+            sent = [both.submit(server, "POST", route, path, json={"documents": [review(n)]}) for n, server in enumerate((one, other))]
+            tasks = [task.result() for task in sent]
+        assert [task.status_code for task in tasks] == [202, 202], [task.text for task in tasks]
+        ids = [task.json()["task_id"] for task in tasks]
+        assert ids[0] != ids[1] and all(re.fullmatch(r"two-servers-1-\d+-[0-9a-f]{6}", task_id) for task_id in ids), ids
+        finished(one, tasks[0]), finished(other, tasks[1])
+        unknown = other("GET", "/tasks/{task_id}", f"/tasks/{ids[0]}")  # the first server's: never this one's
+    assert unknown.status_code == 404
+    assert unknown.json()["detail"].startswith(
+        f"No task '{ids[0]}' on this server: it started none of that id, or it has restarted since (a server keeps its last 1000 tasks"
+    )
+    assert "from the server that returned it" in unknown.json()["detail"]
+
+
+def test_a_background_upload_that_fails_is_logged_with_its_task_and_collection(call, settings, caplog):
+    """A task that failed (a file where the ingestion makes its staging folder) ended 'Internal error (OSError)', and the log had nothing."""
+    call("POST", "/collections", json={"name": "failing"})
+    staging = settings.index_dir / "staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.write_text("a file where a folder must be", encoding="utf-8")
+    try:
+        with caplog.at_level(logging.INFO, logger="qa_system"):
+            task = call("POST", "/collections/{name}/documents", "/collections/failing/documents", json={"documents": [review(1)]})
+            assert task.status_code == 202, task.text
+            while (status := call("GET", "/tasks/{task_id}", task.headers["location"]).json())["status"] == "running":
+                time.sleep(0.1)
+    finally:
+        staging.unlink()
+    task_id = task.json()["task_id"]
+    assert (status["status"], status["error_status"]) == ("failed", 500)
+    assert status["error"] == "Internal error (FileExistsError). Fix: see the server's log."
+    (failure,) = [r for r in caplog.records if r.levelno == logging.ERROR and task_id in r.getMessage()]
+    assert failure.getMessage() == f"Adding documents to collection 'failing' failed (task {task_id}): internal error."
+    assert failure.exc_info and failure.exc_info[0] is FileExistsError  # the traceback
+    assert any(f"Adding 1 documents to collection 'failing' (task {task_id}) (client 127.0.0.1)." in r.getMessage() for r in caplog.records)
+    done = call("POST", "/collections/{name}/documents", "/collections/failing/documents", json={"documents": [review(1)]})
+    assert finished(call, done)["added"] == 1  # the disk mended, the same upload goes through
+
+
+def test_no_response_names_a_path_of_the_server(call, settings, caplog):
+    """A damaged saved index and a feedback database that cannot be opened were answered with their absolute paths."""
+    home = str(settings.home)
+    damaged = settings.index_dir / "memory" / "cut-short.json"
+    damaged.write_text('{"documents": [\nnot json\n', encoding="utf-8")
+    try:
+        with caplog.at_level(logging.WARNING, logger="qa_system"):
+            answers = [
+                call("GET", "/collections"),
+                call("POST", "/collections/{name}/documents", "/collections/cut-short/documents", json={"documents": [review(1)]}),
+            ]
+    finally:
+        assert call("DELETE", "/collections/{name}", "/collections/cut-short").status_code == 200
+    listed, upload = answers
+    assert upload.status_code == 422, upload.text
+    assert upload.json()["detail"].startswith("The saved index $QA_HOME/indexes/memory/cut-short.json is unreadable (")
+    assert home not in upload.text and home not in listed.text
+    assert f"The saved index {damaged} is unreadable" in caplog.text  # the server's log keeps the whole message
+
+    body = call("POST", "/query", json={"query": "Is it good for reading?", "item_id": "KINDLE"}).json()
+    span = next(a for a in body["answers"] if a["kind"] == "span")
+    click = {"verdict": "correct", "question": body["query"], "answer": span["text"], "start": span["start"], "end": span["end"]}
+    click |= {"document_id": span["document_id"], "click_id": "no-path/1"}
+    database, aside = settings.feedback_db, settings.feedback_db.with_name("feedback.sqlite.aside")
+    if database.exists():
+        database.rename(aside)
+    database.mkdir()  # a folder where the database must be: SQLite cannot open it
+    try:
+        answers = [call("POST", "/feedback", json=click), call("GET", "/feedback/export")]
+    finally:
+        database.rmdir()
+        if aside.exists():
+            aside.rename(database)
+    for answer in answers:  # the export's was a 404, as if nothing had been confirmed
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["detail"].startswith("The feedback database $QA_HOME/feedback.sqlite cannot be used (")
+        assert home not in answer.text
+
+
+def test_server_paths_are_said_by_the_settings_that_name_them(settings, tmp_path):
+    from qa_system.serving.api.error_mapping import public
+
+    configured = settings.model_copy(update={"feedback_file": tmp_path / "fb.sqlite", "reports_dir": tmp_path / "reports"})
+    home = configured.home
+    assert public(f"The saved index {home}/indexes/memory/a.json is unreadable.", configured) == (
+        "The saved index $QA_HOME/indexes/memory/a.json is unreadable."
+    )
+    assert public(f"{tmp_path}/fb.sqlite cannot be used; {tmp_path}/reports/r1 and {home}.", configured) == (
+        "$QA_FEEDBACK_DB cannot be used; $QA_REPORTS_DIR/r1 and $QA_HOME."
+    )
+    assert public(f"Not {home}2/x nor {home}.bak, but {configured.reader_model}.", configured) == (
+        f"Not {home}2/x nor {home}.bak, but {Path(configured.reader_model).name}."
     )

@@ -4,7 +4,8 @@ Every command parses its flags into ``Settings`` and calls one library function;
 group lives in its own module (``index``, ``ask``, ``evaluate``, ``train``, ``selector``, ``tune``, ``serve``, ``export``, ``bench``).
 A ``QAError`` (bad input the user can fix) is printed as one line on stderr with exit code 2,
 never a traceback. The library logs through ``logging``; while a command runs, its warnings and
-errors are lines on stderr, and the INFO records of ``INFO_LOGGERS`` lines on stdout.
+errors are lines on stderr, and the INFO records of ``INFO_LOGGERS`` lines on stdout; `qa-system api` logs as its
+server does meanwhile (``serving.api.server.server_logging``: uvicorn's style, on stderr, at ``--log-level``).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     0 when it succeeded, 2 for a ``QAError`` (printed as one line on stderr), 130 when interrupted.
     """
+    args = None
     try:
         # Inside the try: count and threshold flags are checked by the library while parsing (QAError).
         args = build_parser().parse_args(argv)
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush must not fail again
         return 141
     except OSError as error:  # a path that cannot be written or read: a folder, a file, /proc, no permission, a full disk
-        print(terminal_text(_os_error_line(error), newlines=False), file=sys.stderr)
+        print(terminal_text(_os_error_line(error, args), newlines=False), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted; nothing saved was changed.", file=sys.stderr)
@@ -118,13 +120,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _os_error_line(error: OSError) -> str:
-    where = f" {error.filename}" if error.filename not in (None, "") else ""
+def _os_error_line(error: OSError, args: argparse.Namespace | None = None) -> str:
+    # A write that finds the disk full names no file: the places the command writes are named instead.
+    where = f" {error.filename}" if error.filename not in (None, "") else f" {_written_by(args)}" if args is not None else ""
     if error.errno == errno.ENOSPC:
         fix = "free disk space there, or point QA_HOME (the indexes), --out or --output at another disk."
     else:
         fix = "check that it exists and that you may read and write it, or name another place: QA_HOME for the indexes, --out / --output for reports."
     return f"error: Cannot use{where}: {error.strerror or error}. Fix: {fix}"
+
+
+def _written_by(args: argparse.Namespace) -> str:
+    """Where a command writes: QA_HOME (its indexes, caches and locks) and its --out / --output, when it has one."""
+    from qa_system.config import Settings
+
+    try:
+        places = [f"QA_HOME ({Settings.from_env(home=getattr(args, 'home', None)).home})"]
+    except QAError:
+        places = ["QA_HOME"]
+    places += [f"--{flag} {value}" for flag in ("out", "output") if (value := getattr(args, flag, None)) is not None]
+    return f"{', '.join(places[:-1])} or {places[-1]}" if len(places) > 1 else places[0]
 
 
 if __name__ == "__main__":

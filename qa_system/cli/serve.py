@@ -40,6 +40,7 @@ def cmd_api(args: argparse.Namespace) -> None:
         api_workers=args.workers,
         api_processes=args.processes,
         embed_at_start=args.embed_at_start or None,
+        log_level=args.log_level,
     )
     check_guarded(settings)
     served = args.served or DEFAULT_COLLECTIONS
@@ -129,6 +130,12 @@ def register(commands, options: Options) -> None:
         "--embed-at-start",
         action="store_true",
         help="embed the served collections while starting (QA_EMBED_AT_START); by default a BM25 server embeds one when a dense or hybrid question first needs it",
+    )
+    p.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        help="what the server logs on stderr, its own lines and uvicorn's (QA_LOG_LEVEL, default info: each change to the documents "
+        "with its client, and every request): critical, error, warning, info or debug",
     )
     p.set_defaults(func=cmd_api)
 

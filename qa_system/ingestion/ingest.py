@@ -406,11 +406,16 @@ def ingest(
             staging.unlink(missing_ok=True)
 
 
-def check_source(source: Source, options: IngestOptions = IngestOptions(), name: str | None = None) -> int:
+def check_source(
+    source: Source, options: IngestOptions = IngestOptions(), name: str | None = None, into: tuple[str, dict | None] | None = None
+) -> int:
     """Read ``source`` through without indexing anything: how many documents it holds, or the QAError that
-    `index --input` would give for it (a missing column, a bad row, a repeated id, no documents at all)."""
+    `index --input` would give for it (a missing column, a bad row, a repeated id, no documents at all; ``into``, the
+    collection's name and saved manifest: the ids it takes from a column that the source has, left unread)."""
     seen: dict[str, str] = {}
     with open_source(source, options, name) as opened:
+        if into is not None:
+            _check_same_ids(into[1], into[0], options, opened)
         for record in opened.records:
             record.checked()
             if record.id is not None and record.id in seen:
@@ -421,6 +426,18 @@ def check_source(source: Source, options: IngestOptions = IngestOptions(), name:
     if not seen:
         raise QAError(f"{opened.name} holds no documents.", "check the file (and its text column and format).")
     return len(seen)
+
+
+def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptions, opened: _Opened) -> None:
+    """A source that has the column the collection takes its document ids from (``--id-column``), read without it,
+    would add each of its rows again, under an id from its content: refused."""
+    column = (((manifest or {}).get("input") or {}).get("options") or {}).get("id_column")
+    if column and options.id_column is None and meta_key(column) in opened.types:
+        raise QAError(
+            f"Collection '{collection}' takes its document ids from the column '{column}', which {opened.name} has: "
+            "read without --id-column, each of its rows would be added again as a new document; it was left as it was.",
+            f"pass --id-column {column}, or another column of unique ids.",
+        )
 
 
 def _remove_what_killed_runs_left(staging_dir: Path, own_lock: Path) -> list[str]:
@@ -521,7 +538,7 @@ class _Run:
         from qa_system.progress import Progress
 
         self._type_columns(opened.types, opened.format)
-        self._check_same_ids(opened)
+        _check_same_ids(self.saved.manifest, self.collection, self.options, opened)
         if opened.format == "files":
             self.files_root = Path(opened.state["path"])
         self.report = report = IngestReport(
@@ -611,17 +628,6 @@ class _Run:
             meta["item_id"] = record.item_id
         self.batch.append((document_id, record.text, meta))
         return True
-
-    def _check_same_ids(self, opened: _Opened) -> None:
-        """A source that has the column the collection takes its document ids from (``--id-column``), read without it,
-        would add each of its rows again, under an id from its content: refused."""
-        column = (((self.saved.manifest or {}).get("input") or {}).get("options") or {}).get("id_column")
-        if column and self.options.id_column is None and meta_key(column) in opened.types:
-            raise QAError(
-                f"Collection '{self.collection}' takes its document ids from the column '{column}', which {opened.name} has: "
-                "read without --id-column, each of its rows would be added again as a new document; it was left as it was.",
-                f"pass --id-column {column} (id_column={column} over HTTP), or another column of unique ids.",
-            )
 
     def _check_same_file(self, document_id: str, changed: bool) -> None:
         """A file of another folder that has the name (path in its folder) of a saved document, with other text, would

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import io
 import itertools
+import logging
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qa_system.config import Settings
-from qa_system.errors import Conflict, NotFound, QAError, Unavailable, shown
+from qa_system.errors import Conflict, NoSpace, NotFound, QAError, Unavailable, disk_error, shown
 from qa_system.ingestion import IngestOptions, IngestProgress, check_own_collection_name, delete_collection, ingest
 from qa_system.ingestion.changes import DeleteReport, create_collection, delete_documents
 from qa_system.ingestion.ingest import check_source
@@ -29,13 +31,16 @@ from qa_system.serving.background import BackgroundTask
 from qa_system.serving.service import QAService
 from qa_system.stores import saved_manifest
 
+logger = logging.getLogger(__name__)
+
 # Finished tasks kept for polling; the oldest are forgotten first.
 KEPT_TASKS = 1000
 
 
 def error_status(error: BaseException) -> int:
-    """The HTTP status a door gives for ``error``: 404 not found, 409 a clash, 503 a server down, 422 other bad input, 500 a bug."""
-    for kind, status in ((NotFound, 404), (Conflict, 409), (Unavailable, 503), (QAError, 422)):
+    """The HTTP status a door gives for ``error``: 404 not found, 409 a clash, 503 a server down, 507 a full disk,
+    422 other bad input, 500 a bug."""
+    for kind, status in ((NotFound, 404), (Conflict, 409), (Unavailable, 503), (NoSpace, 507), (QAError, 422)):
         if isinstance(error, kind):
             return status
     return 500
@@ -127,13 +132,15 @@ class DocumentChanges:
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", f'create it first: POST /collections with {{"name": "{name}"}}.')
-        documents = check_source(io.BytesIO(source), options, file_name)
+        documents = check_source(io.BytesIO(source), options, file_name, into=(name, manifest))
         # A collection indexed without vectors (`index --no-embed`, BM25 only) stays so: embedding it would mean
         # processing every document again, which a file of a few new ones cannot give.
         embed = manifest.get("embedding_model") is not None or not manifest.get("source_documents")
         with self._lock:
             self._refuse_while_running(name)
-            change = self._running[name] = Change(f"{name}-{next(self._ids)}-{int(time.time())}", name, documents)
+            # The random part keeps ids apart across processes: two servers on one QA_HOME count from 1 alike.
+            task_id = f"{name}-{next(self._ids)}-{int(time.time())}-{secrets.token_hex(3)}"
+            change = self._running[name] = Change(task_id, name, documents)
             self._keep(change)
 
         def work(report) -> dict[str, Any]:
@@ -154,12 +161,30 @@ class DocumentChanges:
                 )
                 self.service.reopen(name)
                 return done.as_dict()
+            except Exception as error:
+                failure = self._failed(change, error)
+                if failure is error:
+                    raise
+                raise failure from error
             finally:
                 with self._lock:
                     self._running.pop(name, None)
 
         change.task = BackgroundTask(work, name=f"documents-{name}")
         return change
+
+    def _failed(self, change: Change, error: Exception) -> Exception:
+        """A task's failure, in the server's log (nobody may poll it) with the task and collection: a user's error or a
+        full or closed disk as one line, anything else with its traceback. Returns the error the task ends with:
+        the disk's as one line (507, 503), not an internal error."""
+        task = f"Adding documents to collection '{change.collection}' failed (task {change.id})"
+        if isinstance(error, OSError):
+            error = disk_error(error, str(self.settings.home), "send the documents again; nothing already indexed was lost.") or error
+        if isinstance(error, QAError):
+            logger.error("%s: %s", task, error)
+        else:
+            logger.error("%s: internal error.", task, exc_info=error)
+        return error
 
     def delete(self, name: str, ids: Sequence[str] | None = None, filters: dict | None = None) -> DeleteReport:
         """Delete documents of ``name`` by id or by filter (with all their passages), then serve what is left."""
@@ -175,10 +200,10 @@ class DocumentChanges:
         change = self._tasks.get(task_id)
         if change is None:
             raise NotFound(
-                f"No task '{shown(task_id)}' on this server: a server keeps its tasks until it stops, and a change still running "
-                "then changed nothing.",
-                "poll the task_id that adding documents returned; after a restart, see what the collection holds "
-                "(GET /collections) and add the documents again.",
+                f"No task '{shown(task_id)}' on this server: it started none of that id, or it has restarted since "
+                f"(a server keeps its last {KEPT_TASKS} tasks until it stops, and a change still running then changed nothing).",
+                "poll the task_id that adding documents returned, from the server that returned it; if that server restarted, "
+                "see what the collection holds (GET /collections) and add the documents again.",
             )
         return change.status()
 

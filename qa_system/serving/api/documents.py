@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from qa_system.config import Settings
 from qa_system.errors import QAError, shown
 from qa_system.ingestion import IngestOptions
-from qa_system.serving.api.error_mapping import in_http_terms
+from qa_system.serving.api.error_mapping import in_http_terms, public
 from qa_system.serving.api.guards import client_of
 from qa_system.serving.api.schemas import Filters, Text
 from qa_system.serving.documents import DocumentChanges
@@ -177,6 +177,12 @@ async def upload(
             "documents.jsonl",
         )
     fmt = fmt or FILE_FORMATS.get(kind)
+    if fmt is None and filename is None:  # the body's name would be the collection's: say what names a format
+        raise QAError(
+            f"Cannot tell the format of the body from its content type ({shown(kind) or 'none'}).",
+            f'send it as {", ".join(FILE_FORMATS)} (a file) or application/json ({{"documents": [...]}}), '
+            f"or name its format: format=csv|tsv|jsonl|json|squad, or filename=NAME.csv (.tsv, .jsonl, .json).",
+        )
     name = filename or f"{collection}{FILE_SUFFIXES.get(fmt or '', '')}"
     return body, IngestOptions(**{**options.as_dict(), "format": fmt}), name
 
@@ -249,14 +255,14 @@ async def delete_document(name: str, document_id: str, request: Request, documen
 async def task(task_id: str, documents: Changes) -> TaskOut:
     """How far adding documents is: running (with progress), done (with the report) or failed (with the one-line error)."""
     status = documents.task(task_id)
-    return TaskOut(**{**status, "error": status["error"] and in_http_terms(status["error"])})
+    return TaskOut(**{**status, "error": status["error"] and public(in_http_terms(status["error"]), documents.settings)})
 
 
 def register(router: APIRouter, dependencies: list, errors) -> None:
     """Add the document routes to ``router`` (the app's, whose JSON bodies are read strictly); ``errors(*statuses)``: their error responses."""
     guarded = (401, 403, 429, 503)
     routes = [
-        ("/collections", create_collection, "POST", 201, CollectionChanged, "create an empty collection", (409, 413, 422)),
+        ("/collections", create_collection, "POST", 201, CollectionChanged, "create an empty collection", (409, 413, 422, 507)),
         (
             "/collections/{name}",
             delete_collection,
@@ -264,7 +270,7 @@ def register(router: APIRouter, dependencies: list, errors) -> None:
             200,
             CollectionChanged,
             "delete a collection and its documents",
-            (404, 409, 422),
+            (404, 409, 422, 507),
         ),
         (
             "/collections/{name}/documents",
@@ -273,7 +279,7 @@ def register(router: APIRouter, dependencies: list, errors) -> None:
             202,
             TaskOut,
             "add or update documents (in the background)",
-            (404, 409, 413, 422),
+            (404, 409, 413, 422, 507),
         ),
         (
             "/collections/{name}/documents/delete",
@@ -282,7 +288,7 @@ def register(router: APIRouter, dependencies: list, errors) -> None:
             200,
             DeleteOut,
             "delete documents by id or by filter",
-            (404, 409, 413, 422),
+            (404, 409, 413, 422, 507),
         ),
         # :path: an id may hold "/" (a file's path in its folder, "manuals/kindle.pdf"), sent as %2F or as is
         (
@@ -292,7 +298,7 @@ def register(router: APIRouter, dependencies: list, errors) -> None:
             200,
             DeleteOut,
             "delete one document",
-            (404, 409, 422),
+            (404, 409, 422, 507),
         ),
         ("/tasks/{task_id}", task, "GET", 200, TaskOut, "the status of documents being added", (404,)),
     ]

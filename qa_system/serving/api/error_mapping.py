@@ -1,9 +1,11 @@
 """How errors become the API's one line, ``{"detail": "..."}``: the status of each library error, Pydantic's
-complaints said as one line, and the responses each route documents."""
+complaints said as one line, the server's own paths said by the settings that name them, and the responses each route documents."""
 
 from __future__ import annotations
 
+import logging
 import re
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -11,9 +13,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from qa_system.errors import Conflict, NotFound, QAError, Unavailable
+from qa_system.config import Settings
+from qa_system.errors import Conflict, NoSpace, NotFound, QAError, Unavailable, disk_error
 from qa_system.serving.api.guards import error_response
 from qa_system.serving.api.schemas import ErrorOut
+
+logger = logging.getLogger(__name__)
 
 ERROR_MEANINGS = {
     401: "no bearer token, or a wrong one (when the server has one: QA_API_TOKEN)",
@@ -24,7 +29,8 @@ ERROR_MEANINGS = {
     422: "a request the library's rules refuse, or a body that is not strict JSON",
     429: "too many requests from this client (QA_API_RATE_LIMIT); Retry-After says when to retry",
     500: "an unexpected error (the traceback is in the server's log)",
-    503: "the server is loading, or a search server or generator endpoint does not answer",
+    503: "the server is loading, or a search server, generator endpoint or its own disk (QA_HOME, QA_FEEDBACK_DB) cannot be used",
+    507: "no space left on the server's disk (QA_HOME) for the documents",
 }
 
 
@@ -38,8 +44,9 @@ GUARDED = (401, 429)
 
 
 def status_of(error: QAError) -> int:
-    """The HTTP status of a library error: 404 for something not found, 409 for a clash, 503 for a server that does not answer, else 422."""
-    for kind, status in ((NotFound, 404), (Conflict, 409), (Unavailable, 503)):
+    """The HTTP status of a library error: 404 for something not found, 409 for a clash, 503 for a server that does not answer,
+    507 for a full disk, else 422."""
+    for kind, status in ((NotFound, 404), (Conflict, 409), (Unavailable, 503), (NoSpace, 507)):
         if isinstance(error, kind):
             return status
     return 422
@@ -79,6 +86,51 @@ def in_http_terms(message: str) -> str:
     return _FLAG.sub(parameter, message)
 
 
+# A path that goes on after a root is not that root: "/srv/home" is not the start of "/srv/home2" nor of "/srv/home.bak".
+_PATH_ENDS = r"(?![\w-]|\.\w)"
+
+
+def _server_paths(settings: Settings) -> list[tuple[str, str]]:
+    """(absolute path, what a client is told instead), longest first: the configured roots by their settings, a model
+    folder by its name. Relative paths are left out: they show nothing of the server, and "reports" is also a word."""
+    roots: list[tuple[Path, str]] = [
+        (settings.home, "$QA_HOME"),
+        (settings.data_dir, "$QA_DATA_DIR"),
+        (settings.reports_dir, "$QA_REPORTS_DIR"),
+    ]
+    if settings.feedback_file is not None:
+        roots.append((settings.feedback_file, "$QA_FEEDBACK_DB"))
+    for model in (settings.reader_model, settings.selector_model, settings.embedding_model, settings.query_embedding_model):
+        if model and Path(model).is_absolute():
+            roots.append((Path(model), Path(model).name))
+    paths = {}
+    for path, name in roots:
+        for form in (path.absolute(), path.resolve()):
+            if len(form.parts) > 1:  # never "/" alone
+                paths.setdefault(str(form), name)
+    return sorted(paths.items(), key=lambda pair: len(pair[0]), reverse=True)
+
+
+def public(message: str, settings: Settings) -> str:
+    """``message`` as a client may read it: the server's own paths said by the settings that name them
+    ("$QA_HOME/indexes/memory/docs.json", "$QA_FEEDBACK_DB"), a model folder by its name; the log keeps the whole."""
+    for path, name in _server_paths(settings):
+        if path in message:
+            message = re.sub(re.escape(path) + _PATH_ENDS, lambda _, name=name: name, message)
+    return message
+
+
+def _public(request: Request, message: str, status: int) -> str:
+    """``public(message)`` for ``request``'s server; the whole message goes to its log when it named the server's paths."""
+    api = getattr(request.app.state, "api", None)
+    if api is None:
+        return message
+    shown = public(message, api.settings)
+    if shown != message:
+        logger.warning("%s %s answered %d: %s", request.method, request.url.path, status, message)
+    return shown
+
+
 def _is_document_route(request: Request) -> bool:
     parts = request.url.path.split("/")
     return len(parts) > 3 and parts[1] == "collections" and parts[3] == "documents"
@@ -86,7 +138,16 @@ def _is_document_route(request: Request) -> bool:
 
 async def _library_error(request: Request, error: QAError) -> JSONResponse:
     message = in_http_terms(str(error)) if _is_document_route(request) else str(error)
-    return error_response(message, status_of(error))
+    return error_response(_public(request, message, status_of(error)), status_of(error))
+
+
+async def _disk_error(request: Request, error: OSError) -> JSONResponse:
+    """A disk of the server that is full or may not be written is one line (507, 503); any other OSError is unexpected (500)."""
+    problem = disk_error(error, str(request.app.state.api.settings.home), "send the request again.")
+    if problem is None:
+        raise error  # Contained (guards.py) logs its traceback and answers its 500
+    logger.error("%s %s: %s", request.method, request.url.path, problem)
+    return error_response(_public(request, str(problem), status_of(problem)), status_of(problem))
 
 
 async def _invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -97,11 +158,12 @@ async def _http_error(request: Request, error: StarletteHTTPException) -> JSONRe
     detail = str(error.detail)
     if "Fix:" not in detail:  # Starlette's own: an unknown route, or a method the route does not take
         detail = f"{detail}: {request.method} {request.url.path}. Fix: see the routes and their request bodies at /docs."
-    return error_response(detail, error.status_code, error.headers)
+    return error_response(_public(request, detail, error.status_code), error.status_code, error.headers)
 
 
 def add_error_handlers(app: FastAPI) -> None:
     """Every error ``app`` answers as one line: the library's, a request Pydantic refuses, Starlette's own."""
     app.add_exception_handler(QAError, _library_error)
+    app.add_exception_handler(OSError, _disk_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -19,7 +19,7 @@ from fastapi.security import HTTPBearer
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.serving.answer_views import answer_cards, answer_views, rank_answers
-from qa_system.serving.api.error_mapping import status_of
+from qa_system.serving.api.error_mapping import public, status_of
 from qa_system.serving.api.guards import Metrics
 from qa_system.serving.api.schemas import AnswerOut, QueryResponse, ReviewOut
 from qa_system.serving.api.streaming import CLIENT_CLOSED_REQUEST, DISCONNECT_POLL_S, KEEPALIVE, KEEPALIVE_S, sse, stopping_when
@@ -58,9 +58,13 @@ class ServedAPI:
         self.changing.shutdown(wait=False, cancel_futures=True)
 
     def status(self) -> dict[str, Any]:
-        """The service's status (``QAService.status``), with the readiness gauge brought up to date."""
+        """The service's status (``QAService.status``), with the readiness gauge brought up to date; its errors name no path of the server."""
         status = self.service.status()
         self.metrics.ready.set(status["status"] == "ready")
+        if status.get("error"):
+            status = {**status, "error": public(status["error"], self.settings)}
+        if (status.get("waiting") or {}).get("error"):
+            status = {**status, "waiting": {**status["waiting"], "error": public(status["waiting"]["error"], self.settings)}}
         return status
 
     def loaded(self) -> QAService:
@@ -179,7 +183,7 @@ class ServedAPI:
         try:
             result, queued = run.result()
         except QAError as error:
-            yield sse("error", {"detail": str(error), "status": status_of(error)})
+            yield sse("error", {"detail": public(str(error), self.settings), "status": status_of(error)})
             return
         yield sse("result", self.respond(question, result, queued).model_dump(mode="json"))
 

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +35,8 @@ CLI = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.ex
 SERVED_VARIABLE = "QA_API_SERVED"  # the served collections, handed to the worker processes
 
 
-def run_api(
-    settings: Settings, collections: Sequence[ServedCollection], host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
-) -> None:
-    """Serve until a stop signal (uvicorn finishes the requests in flight, for up to 10 s)."""
-    import uvicorn
-
+def run_api(settings: Settings, collections: Sequence[ServedCollection], host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve until a stop signal (uvicorn finishes the requests in flight, for up to 10 s), logging as ``server_logging``."""
     with socket.socket() as probe:  # uvicorn would log the clash and exit 1; this says it in one line
         # As uvicorn binds: a server just stopped leaves its connections in TIME_WAIT on the port for up to
         # a minute, which refuses a plain bind but not uvicorn's; a listening server still refuses both.
@@ -49,21 +45,62 @@ def run_api(
             probe.bind((host, port))
         except OSError as error:
             raise QAError(f"Cannot listen on {host}:{port} ({error.strerror}).", "pass another --port, or stop what uses it.") from None
+    with server_logging(settings.log_level):
+        _serve(settings, collections, {"host": host, "port": port, "log_level": settings.log_level, "timeout_graceful_shutdown": 10})
+
+
+def _serve(settings: Settings, collections: Sequence[ServedCollection], served: dict) -> None:
+    import uvicorn
+
+    if settings.api_processes > 1:  # refused, or prepared, before the address is announced
+        check_processes(settings)
+        prepare_for_processes(settings, collections)
     logger.info(
-        "API: http://%s:%s  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)", host, port
+        "API: http://%s:%s  (OpenAPI docs at /docs; loading the models and indexes: GET /health answers 200 when ready)",
+        served["host"],
+        served["port"],
     )
-    served = {"host": host, "port": port, "log_level": log_level, "timeout_graceful_shutdown": 10}
     if settings.api_processes == 1:
         size_thread_pools(settings)
         uvicorn.run(create_app(settings, collections), **served)
         return
-    check_processes(settings)
-    prepare_for_processes(settings, collections)
     os.environ.update(settings_environment(settings.model_dump()))
     os.environ[SERVED_VARIABLE] = json.dumps([[c.name, c.subjqa_domain] for c in collections])
     logger.info("Serving from %d processes, each with %d worker threads.", settings.api_processes, settings.api_workers)
     with ModelServer(settings.device) if uses_model_server(settings) else nullcontext():
         uvicorn.run(f"{__name__}:app_from_environment", factory=True, workers=settings.api_processes, **served)
+
+
+def log_like_uvicorn(level: str) -> Callable[[], None]:
+    """The package's records from ``level`` up (``Settings.log_level``) on stderr as uvicorn writes its own, "INFO:     ...";
+    returns what puts the package's logging back as it was. Its other handlers (the CLI's console lines) are set aside
+    meanwhile, and nothing goes on to the root logger: no record twice. uvicorn's records stay with uvicorn's handlers."""
+    from uvicorn.logging import DefaultFormatter
+
+    package = logging.getLogger("qa_system")
+    handlers, level_before, propagate = package.handlers[:], package.level, package.propagate
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s", use_colors=None))
+    handler.setLevel(level.upper())  # below the package: a module the CLI keeps at INFO is quieted too
+    package.handlers, package.propagate = [handler], False
+    package.setLevel(level.upper())
+
+    def restore() -> None:
+        package.handlers, package.propagate = handlers, propagate
+        package.setLevel(level_before)
+
+    return restore
+
+
+@contextmanager
+def server_logging(level: str) -> Iterator[None]:
+    """For the length of the block, the package logs as ``log_like_uvicorn``: a server's changes (each with its client),
+    its startup and its failures, beside uvicorn's lines."""
+    restore = log_like_uvicorn(level)
+    try:
+        yield
+    finally:
+        restore()
 
 
 def uses_model_server(settings: Settings) -> bool:
@@ -93,6 +130,7 @@ def app_from_environment():
     from qa_system.devices import share_cores
 
     settings = Settings.from_env()
+    log_like_uvicorn(settings.log_level)  # a process of its own (spawned by uvicorn): nothing logged the package's records yet
     share_cores(settings.api_processes)  # every thread pool of the process (ONNX Runtime's, PyTorch's) sized to its part
     size_thread_pools(settings)
     return create_app(settings, [ServedCollection(name, domain) for name, domain in json.loads(os.environ[SERVED_VARIABLE])])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from qa_system.errors import NotFound, QAError
+from qa_system.errors import NotFound, QAError, Unavailable
 from qa_system.serving.api.error_mapping import GUARDED, errors
 from qa_system.serving.api.schemas import SQUAD_SCHEMA, FeedbackOut, FeedbackRequest
 from qa_system.serving.api.served_api import PROTECTED, Served
@@ -51,6 +51,8 @@ async def export_feedback(api: Served) -> JSONResponse:
     """The answers users confirmed, as a SQuAD v2 file; its summary in the `X-Feedback-Summary` header."""
     try:
         export, _ = await api.blocking(api.loaded().export_feedback)
+    except Unavailable:  # a database that cannot be used: 503, as POST /feedback's
+        raise
     except QAError as error:  # nothing exportable yet
         raise NotFound(error.problem, error.fix) from None
     return JSONResponse(export.squad, headers={"X-Feedback-Summary": export.summary()})
