@@ -14,6 +14,7 @@ import sys
 import textwrap
 import zlib
 from dataclasses import replace
+from datetime import date, timedelta
 
 import pytest
 
@@ -237,6 +238,24 @@ def test_a_product_id_typed_in_another_unicode_form_or_with_spaces_is_the_stored
     for typed, stored in ((nfc, nfd), (" Padded-3 ", "Padded-3")):
         documents = pipeline.run("How fast does it heat?", item_id=typed, top_k=5)["documents"]
         assert documents and {d.meta["item_id"] for d in documents} == {stored}, typed
+
+
+def test_across_look_alike_documents_the_answer_comes_from_the_one_the_question_names(home, tmp_path):
+    features = ["Dark mode", "Inventory tracking", "Payroll export to ADP", "Multi-currency invoices", "Bank feeds", "Faster closing"]
+    features += ["Recurring bills", "A tax report", "Project budgets", "Receipt scanning", "Two-factor sign-in", "Server mode"]
+    released = {minor: (date(2023, 1, 9) + timedelta(days=41 * minor)).isoformat() for minor in range(len(features))}
+    for minor, feature in enumerate(features):
+        (tmp_path / f"ledger-pro-3.{minor}.md").write_text(
+            f"# Ledger Pro 3.{minor}\n\nReleased on {released[minor]}.\n\n## New features\n\n- {feature}.\n\n"
+            f"Ledger Pro 3.{minor} is a free update for customers with an active maintenance plan.\n",
+            encoding="utf-8",
+        )
+    ingest(home, tmp_path, "releases", embed=False, progress=False)  # each file its own product: asked across all of them
+    pipeline = build_qa_pipeline("bm25", home, index=open_collection(home, "releases"))
+    # Every note says "Released on ...": 5 of the 12 answered with another version's date (3.3's for 3.7, 3.10 and 3.11).
+    for minor, day in released.items():
+        first = pipeline.run(f"When was Ledger Pro 3.{minor} released?")["answers"][0]
+        assert first.document.meta["document_id"] == f"ledger-pro-3.{minor}.md" and day in first.data, (minor, first.data)
 
 
 def test_an_faqs_own_questions_are_not_its_answers(home, tmp_path):

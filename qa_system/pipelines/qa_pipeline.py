@@ -175,7 +175,8 @@ class QAPipeline:
                 "leave out the split (--split).",
             )
         filters = combine_filters(make_filters(item_id=item_id, split=split), check_collection_filters(filters, self.index.manifest))
-        reader = {"top_k": top_k_reader, "no_answer_threshold": no_answer_threshold}
+        # Across every document (no product asked), which document answers is a retrieval question too (the selector's).
+        reader = {"top_k": top_k_reader, "no_answer_threshold": no_answer_threshold, "all_documents": item_id is None}
         inputs = self._inputs(query.strip(), filters, top_k, {k: v for k, v in reader.items() if v is not None}, streaming_callback)
         retrieval_output = self.retrieval_output
         start = time.perf_counter()
