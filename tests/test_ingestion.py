@@ -530,7 +530,7 @@ def test_collections_list_and_delete(cli_home, tmp_path, capsys):
     [info] = list_collections(cli_home)
     assert (info.name, info.documents, info.kind, info.encoder) == ("shop", 4, "ingested", None) and info.size_bytes > 0
     assert main(["products", "--collection", "shop"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["P1\t2 reviews", "P2\t2 reviews"]
+    assert capsys.readouterr().out.splitlines() == ["P1\t2 documents", "P2\t2 documents"]  # counted as documents, not reviews
     assert main(["search", "cable", "--collection", "shop", "--item", "P2", "--top-k", "1"]) == 0
     assert "document r4" in capsys.readouterr().out
     assert list(cli_home.bm25_cache_of("shop").iterdir())  # the search left its BM25 index for the next one

@@ -108,21 +108,23 @@ def _size(size: int | None) -> str:
 
 
 def cmd_products(args: argparse.Namespace) -> None:
-    """`qa-system products`: the products of an index or collection with their review counts."""
+    """`qa-system products`: the products of an index or collection with their review (or document) counts."""
     from qa_system.stores import open_index
 
     settings = settings_from_args(args)
+    noun = "review"
     if args.collection is not None:
         from qa_system.ingestion import collection_manifest
 
-        counts = collection_manifest(settings, args.collection).get("item_counts", {})
+        manifest = collection_manifest(settings, args.collection)
+        counts, noun = manifest.get("item_counts", {}), "review" if manifest.get("domains") else "document"
         if not counts:
             print(f"The documents of collection '{args.collection}' have no items (index with --item-column to give them one).")
     else:
         counts = open_index(settings, args.domain).item_counts()
     shown = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.limit or None]
-    for item_id, reviews in shown:
-        print(f"{terminal_text(item_id, newlines=False)}\t{reviews} reviews")
+    for item_id, documents in shown:
+        print(f"{terminal_text(item_id, newlines=False)}\t{documents} {noun}{'' if documents == 1 else 's'}")
     if len(shown) < len(counts):  # on stderr: the list itself stays one product a line for scripts
         print(f"showing {len(shown)} of {len(counts)} (--limit N / --limit 0 for all)", file=sys.stderr)
 
