@@ -25,6 +25,7 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
+from qa_system.errors import Unavailable
 from qa_system.stores import (
     Index,
     discard_opensearch_index,
@@ -35,6 +36,7 @@ from qa_system.stores import (
     new_opensearch_index,
     opensearch_client,
     save_index,
+    saving_stopped,
     try_open_index,
     write_memory_index,
 )
@@ -67,8 +69,21 @@ def saved_passages(settings: Settings, name: str) -> Iterator[tuple[str, dict]]:
         client = opensearch_client(settings) if settings.store == "opensearch" else elasticsearch_client(settings)
         if not client.indices.exists(index=name):
             return
-        for hit in _scan(settings.store, client, name, META_FIELDS):
+        hits = _scan(settings.store, client, name, META_FIELDS)
+        if settings.store == "opensearch":
+            hits = _answered_scan(settings, name, hits)
+        for hit in hits:
             yield hit["_id"], hit["_source"]
+
+
+def _answered_scan(settings: Settings, name: str, hits: Iterator[dict]) -> Iterator[dict]:
+    """``hits`` of an OpenSearch scan, with a server that stops answering part-way as the run's one-line error."""
+    from opensearchpy.exceptions import ConnectionError as NoAnswer
+
+    try:
+        yield from hits
+    except NoAnswer:
+        raise saving_stopped(settings, name) from None
 
 
 def staged_batches(staging: Path) -> Iterator[list[Document]]:
@@ -138,6 +153,7 @@ def _commit_memory(settings: Settings, name: str, staging: Path, replaced: set[s
 
 
 def _commit_opensearch(settings: Settings, name: str, staging: Path, replaced: set[str], manifest: dict, rebuild: bool) -> int:
+    from opensearchpy.exceptions import ConnectionError as NoAnswer
     from opensearchpy.helpers import bulk
 
     client = opensearch_client(settings)
@@ -156,6 +172,9 @@ def _commit_opensearch(settings: Settings, name: str, staging: Path, replaced: s
         client.indices.refresh(index=concrete)
         manifest["documents"] = client.count(index=concrete)["count"]
         save_index(Index("opensearch", name, store, manifest), settings)
+    except (NoAnswer, Unavailable):  # the server stopped answering: the alias still serves a complete index
+        discard_opensearch_index(settings, store)
+        raise saving_stopped(settings, name) from None
     except BaseException:
         discard_opensearch_index(settings, store)
         raise

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from qa_system.config import Settings
 from qa_system.disk_cache import taking_turns
-from qa_system.errors import QAError, shown
+from qa_system.errors import NotFound, QAError, shown
 from qa_system.ingestion.indexing import ProgressCallback, open_or_build_index
 from qa_system.ingestion.splitting import source_text
 from qa_system.stores import (
@@ -148,7 +148,8 @@ def _server_collections(settings: Settings) -> dict[str, tuple[dict, int | None]
     found = {}
     for concrete, mapping in mappings.items():
         manifest = mapping.get("mappings", {}).get("_meta", {}).get(MANIFEST_KEY)
-        if manifest is None:
+        # An index behind no alias yet or any more (an unfinished run's, a retired one): no collection, and no name one may take.
+        if manifest is None or (CONCRETE_INDEX_NAME.fullmatch(concrete) and not aliases.get(concrete)):
             continue
         name = (aliases.get(concrete) or [concrete])[0]  # OpenSearch serves an index under its alias
         found[name] = (manifest, sizes.get(concrete))
@@ -172,9 +173,9 @@ def list_collections(settings: Settings) -> list[CollectionInfo]:
     ]
 
 
-def _unknown(settings: Settings, name: str) -> QAError:
+def _unknown(settings: Settings, name: str) -> NotFound:
     known = ", ".join(c.name for c in list_collections(settings)) or "none yet"
-    return QAError(
+    return NotFound(
         f"No {settings.store} collection named '{name}' (there are: {known}).",
         f"build it with `qa-system index --input FILE --collection {name}`, or pick one that `qa-system collections` lists.",
     )

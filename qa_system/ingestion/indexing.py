@@ -15,7 +15,7 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, Unavailable
 from qa_system.ingestion.embedding import LEGACY_BACKEND, DocumentEmbedder, indexing_backend, load_encoder
 from qa_system.model_files import model_fingerprint
 from qa_system.sources import SPLITS, available_splits, load_subjqa, source_files
@@ -31,6 +31,7 @@ from qa_system.stores import (
     opensearch_has_knn,
     save_index,
     saved_document_count,
+    saving_stopped,
     try_open_index,
 )
 
@@ -211,6 +212,11 @@ def build_index(
         )
         index = Index(settings.store, name, store, manifest)
         save_index(index, settings)
+    except Unavailable:  # an OpenSearch that stopped answering: the alias still serves a complete index
+        if settings.store != "opensearch":
+            raise
+        discard_opensearch_index(settings, store)
+        raise saving_stopped(settings, name) from None
     except BaseException:
         if settings.store == "opensearch":
             discard_opensearch_index(settings, store)

@@ -45,7 +45,16 @@ from qa_system.sources.files import SUFFIXES, read_files, sidecar_types
 from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, IngestOptions, ReadCounts, Record, Source, meta_key
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_array, read_json_lines, read_table
-from qa_system.stores import Index, TemporaryOwner, opensearch_client, opensearch_has_knn, saved_manifest, temporary_owner, temporary_prefix
+from qa_system.stores import (
+    Index,
+    TemporaryOwner,
+    opensearch_client,
+    opensearch_has_knn,
+    remove_leftover_indices,
+    saved_manifest,
+    temporary_owner,
+    temporary_prefix,
+)
 from qa_system.stores.memory import document_line
 
 BATCH = 256  # source documents per split / embed / stage step
@@ -394,6 +403,9 @@ def ingest(
         staging_dir = settings.index_dir / "staging"
         staging_dir.mkdir(parents=True, exist_ok=True)
         cleaned = _remove_what_killed_runs_left(staging_dir, lock)
+        if settings.store == "opensearch":  # listed as no collection meanwhile, but they hold disk space on the server
+            left = remove_leftover_indices(settings, collection)
+            cleaned += [f"removed the search server index {i}, which an unfinished ingestion left." for i in left]
         run = _Run(settings, collection, options, embed, on_progress, notes=cleaned, force=force)
         # Named after the lock that guards it: the file is a live run's exactly while that lock is held.
         fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(lock.stem), suffix=".jsonl", dir=staging_dir)

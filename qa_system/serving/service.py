@@ -42,7 +42,7 @@ from qa_system.serving.served import (
 )
 from qa_system.serving.uploads import Uploads
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
-from qa_system.stores import Index
+from qa_system.stores import Index, IndexGone
 
 # Seconds between two listings of a search server's collections, which tell an open collection that another
 # process changed (a local store's folder tells it at once).
@@ -214,7 +214,18 @@ class QAService:
 
     def document(self, collection: str | None, document_id: str) -> Document:
         """The document ``document_id`` of a collection (None: the default one); NotFound when it holds no such document."""
-        return stored_document(self.index(collection), document_id, collection or self.names[0])
+        return self._while_there(collection, lambda: stored_document(self.index(collection), document_id, collection or self.names[0]))
+
+    def _while_there(self, collection: str | None, work: Callable[[], Any]) -> Any:
+        """``work()``, which reads ``collection``'s store. Its search server index deleted by another process since it was
+        opened, it answers as a collection that is not there does, at once (not after the next listing of the store)."""
+        try:
+            return work()
+        except IndexGone:
+            self.collections_open.changed(self.catalogue.resolve(collection).name)
+            self.catalogue.changed()
+            self.index(collection)  # the store listed again: "No ... collection named", unless it was made again meanwhile
+            return work()
 
     def start_upload(
         self, source, collection: str, options: IngestOptions, embed: bool, on_progress: Callable[[IngestProgress], None]
@@ -253,6 +264,9 @@ class QAService:
         ``streaming_callback`` receives a generator's text as it is written (RAG). With ``retrieval_fallback`` (the
         page), an answer stage that cannot be built (a reader that does not load) leaves the retrieved documents
         without answers, and ``answer_stage_error`` says why."""
+        return self._while_there(question.collection, lambda: self._ask(question, streaming_callback, retrieval_fallback))
+
+    def _ask(self, question: Question, streaming_callback, retrieval_fallback: bool) -> dict[str, Any]:
         self.check(question)
         retriever = question.retriever or self.settings.retriever
         pipeline, fallback = answer_stage_or_retrieval(

@@ -12,7 +12,7 @@ from qa_system.disk_cache import TemporaryOwner, atomic_file, remove_leftovers, 
 from qa_system.stores.elasticsearch import elasticsearch_client, elasticsearch_store
 from qa_system.stores.factory import open_index, save_index, saved_document_count, saved_manifest, try_open_index
 from qa_system.stores.faiss import new_faiss_store
-from qa_system.stores.index import MANIFEST_KEY, SUBJQA_PREFIX, Index, index_name
+from qa_system.stores.index import MANIFEST_KEY, SUBJQA_PREFIX, Index, IndexGone, index_name
 from qa_system.stores.memory import memory_documents, new_memory_store, write_memory_index
 from qa_system.stores.opensearch import (
     CONCRETE_INDEX_NAME,
@@ -26,6 +26,8 @@ from qa_system.stores.opensearch import (
     opensearch_client,
     opensearch_has_knn,
     opensearch_index_body,
+    remove_leftover_indices,
+    saving_stopped,
 )
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "OPENSEARCH_SETTINGS",
     "SUBJQA_PREFIX",
     "Index",
+    "IndexGone",
     "TemporaryOwner",
     "atomic_file",
     "delete_opensearch_index",
@@ -52,10 +55,12 @@ __all__ = [
     "opensearch_client",
     "opensearch_has_knn",
     "opensearch_index_body",
+    "remove_leftover_indices",
     "remove_leftovers",
     "save_index",
     "saved_document_count",
     "saved_manifest",
+    "saving_stopped",
     "temporary_owner",
     "temporary_prefix",
     "try_open_index",

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from qa_system.errors import NotFound
+
 MANIFEST_KEY = "qa_system"
 # What every SubjQA collection's name starts with (``index_name``).
 SUBJQA_PREFIX = "subjqa-"
@@ -15,6 +17,10 @@ def index_name(domains: str | Sequence[str]) -> str:
     """The name of the index of one or more SubjQA domains: ``subjqa-<domain>[-<domain>...]``, the domains sorted."""
     domains = [domains] if isinstance(domains, str) else sorted(domains)
     return SUBJQA_PREFIX + "-".join(domains)
+
+
+class IndexGone(NotFound):
+    """A search server no longer holds the index a store was opened on: another process deleted the collection."""
 
 
 @dataclass

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import socket
+import time
 from datetime import UTC
 from typing import Any
 
@@ -20,10 +23,22 @@ logger = logging.getLogger(__name__)
 # run leaves the old index serving (its half-written successor is deleted), and reviews missing
 # from the new corpus are gone after the swap. Servers without the k-NN plugin (e.g. Elasticsearch 7
 # OSS, which the tests run) get an index without vectors: BM25 works, dense retrieval says why not.
+# A run killed or cut off from the server leaves its concrete index behind, served by no alias: it is
+# listed as no collection, and the next run into that collection (or its deletion) removes it once its
+# run is over (``remove_leftover_indices``).
 
 # The name of a concrete index (``new_opensearch_index``): no collection may be named so, or it would address
 # another collection's index, and its first write would replace that index by an alias (see _save_opensearch).
 CONCRETE_INDEX_NAME = re.compile(r".+--\d{14}-[0-9a-f]{6}")
+
+# The process that made a concrete index, in its mapping's _meta: a leftover of a process that has ended is removed at once.
+OWNER_KEY = "qa_system_owner"
+# A leftover whose maker cannot be told dead (another machine, an older release) is removed after this long:
+# no run takes a day between creating its index and swapping it in.
+ABANDONED_AFTER_S = 24 * 3600
+# The concrete indices this process is building now: never a leftover, whatever their owner says.
+_BUILDING: set[str] = set()
+
 
 OPENSEARCH_FIX = "start an OpenSearch server there, or set QA_OPENSEARCH_URL (--opensearch-url) to a running one."
 # BM25 as the memory store's bm25s defaults (see retrieval/bm25.py): English (Snowball) stemming,
@@ -143,23 +158,92 @@ def new_opensearch_index(settings: Settings, name: str, embedding_dim: int | Non
             f"OpenSearch at {settings.opensearch_url} has no k-NN plugin, so it cannot store review vectors.",
             "index without vectors (--no-embed) or use a server with the k-NN plugin.",
         )
+    for leftover in remove_leftover_indices(settings, name, client):
+        logger.info("Removed %s, the search server index an unfinished ingestion into '%s' left.", leftover, name)
     concrete = f"{name}--{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid4().hex[:6]}"
     body = opensearch_index_body(embedding_dim)
-    client.indices.create(index=concrete, body=body)
+    _BUILDING.add(concrete)
+    owned = {**body, "mappings": {**body["mappings"], "_meta": {OWNER_KEY: _this_process()}}}
+    client.indices.create(index=concrete, body=owned)
     return _opensearch_document_store(settings, concrete, body)
 
 
+def _machine() -> str:
+    """This machine and its process-id namespace (a container has its own): where a process id means one process."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()} {namespace}".strip()
+
+
+def _this_process() -> dict:
+    return {"machine": _machine(), "pid": os.getpid()}
+
+
+def _ended(owner: object, concrete: str) -> bool:
+    """Whether the process ``owner`` names, which made ``concrete``, is no longer building it: one of this machine's
+    that has ended, or this process when it is not building it now (its swap or its deletion was cut off)."""
+    if not isinstance(owner, dict) or owner.get("machine") != _machine() or not isinstance(owner.get("pid"), int):
+        return False
+    if owner["pid"] == os.getpid():
+        return concrete not in _BUILDING
+    if os.name != "posix":  # os.kill(pid, 0) is no probe there
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    return False
+
+
+def remove_leftover_indices(settings: Settings, name: str, client=None) -> list[str]:
+    """Delete the concrete indices of collection ``name`` that no alias serves and whose run is over (its process
+    ended, or it is older than ``ABANDONED_AFTER_S``): what runs killed or cut off from the server left. Returns them."""
+    client = client or opensearch_client(settings)
+    own = re.compile(rf"{re.escape(name)}--\d{{14}}-[0-9a-f]{{6}}")
+    removed = []
+    for concrete, entry in client.indices.get(index=f"{name}--*").items():
+        if not own.fullmatch(concrete) or entry.get("aliases"):
+            continue
+        owner = entry.get("mappings", {}).get("_meta", {}).get(OWNER_KEY)
+        created_s = int(entry.get("settings", {}).get("index", {}).get("creation_date", time.time() * 1000)) / 1000
+        if _ended(owner, concrete) or time.time() - created_s > ABANDONED_AFTER_S:
+            client.indices.delete(index=concrete, ignore_unavailable=True)
+            removed.append(concrete)
+    return removed
+
+
 def discard_opensearch_index(settings: Settings, store) -> None:
-    """Delete a concrete index that never went into service (a failed build); best effort, the build's error matters more."""
+    """Delete a concrete index that never went into service (a failed build); best effort, the build's error matters more.
+    One that an alias serves stays: its swap took effect though its answer was lost, so it is the collection now."""
     from opensearchpy import OpenSearch
+    from opensearchpy.exceptions import ConnectionError as NoAnswer
 
     concrete = _store_index(store)
+    _BUILDING.discard(concrete)
+    name = concrete.rsplit("--", 1)[0]
     try:
-        OpenSearch(hosts=settings.opensearch_url, http_auth=_opensearch_auth(), timeout=60).indices.delete(
-            index=concrete, ignore_unavailable=True
-        )
+        client = OpenSearch(hosts=settings.opensearch_url, http_auth=_opensearch_auth(), timeout=10, max_retries=0)
+        if client.indices.get_alias(index=concrete, ignore_unavailable=True).get(concrete, {}).get("aliases"):
+            return
+        client.indices.delete(index=concrete, ignore_unavailable=True)
+    except NoAnswer:  # the run's own error says so; no run ever serves this index unless its swap took effect
+        logger.info("The unfinished index %s stays on the search server until the next ingestion into '%s'.", concrete, name)
     except Exception as error:  # noqa: BLE001
-        logger.warning("Could not delete the unfinished OpenSearch index %s (%s); delete it by hand.", concrete, error)
+        logger.warning("Could not delete the unfinished index %s (%s); the next ingestion into '%s' removes it.", concrete, error, name)
+
+
+def saving_stopped(settings: Settings, name: str) -> Unavailable:
+    """The error of a run whose search server stopped answering before its collection was saved: the alias still serves
+    the complete index it served (or already the new one, when only the answer to the swap was lost)."""
+    return Unavailable(
+        f"The search server at {settings.opensearch_url} stopped answering while collection '{name}' was being saved; "
+        "nothing already indexed was lost.",
+        "once it answers, run the same command (or request) again.",
+    )
 
 
 def _aliased_indices(client, name: str) -> list[str]:
@@ -191,13 +275,15 @@ def _check_not_behind_an_alias(client, name: str) -> None:
 
 
 def delete_opensearch_index(settings: Settings, name: str) -> None:
-    """Remove the alias ``name`` and the concrete indices behind it (or a plain index of that name, never one an alias serves)."""
+    """Remove the alias ``name`` and the concrete indices behind it (or a plain index of that name, never one an alias serves),
+    and what unfinished runs into it left."""
     client = opensearch_client(settings)
     aliased = _aliased_indices(client, name)
     if not aliased:
         _check_not_behind_an_alias(client, name)
     for concrete in aliased or [name]:
         client.indices.delete(index=concrete, ignore_unavailable=True)
+    remove_leftover_indices(settings, name, client)
 
 
 def _load_opensearch(settings: Settings, name: str) -> Index | None:
@@ -216,12 +302,33 @@ def _load_opensearch(settings: Settings, name: str) -> Index | None:
 
 
 def _save_opensearch(index: Index, settings: Settings) -> None:
-    client = opensearch_client(settings)
+    from opensearchpy.exceptions import ConnectionError as NoAnswer
+
+    try:
+        client = opensearch_client(settings)
+        retired = _swap_in(client, index, settings)
+    except (NoAnswer, Unavailable):  # a refused connection, a timeout: the alias serves what it served, or the swap took effect
+        raise saving_stopped(settings, index.name) from None
+    for old in retired:  # out of service now; a failure here must not undo the swap
+        try:
+            client.indices.delete(index=old, ignore_unavailable=True)
+        except Exception as error:  # noqa: BLE001
+            logger.warning(
+                "Could not delete %s, the index collection '%s' was served from before this update (%s); the next ingestion into it removes it.",
+                old,
+                index.name,
+                "the search server stopped answering" if isinstance(error, NoAnswer) else error,
+            )
+
+
+def _swap_in(client, index: Index, settings: Settings) -> list[str]:
+    """Save the manifest into the index's store and move the alias to it; returns the concrete indices it retired."""
     target = _store_index(index.store)
-    client.indices.put_mapping(index=target, body={"_meta": {MANIFEST_KEY: index.manifest}})
+    meta = next(iter(client.indices.get_mapping(index=target).values()), {}).get("mappings", {}).get("_meta", {})
+    client.indices.put_mapping(index=target, body={"_meta": {**meta, MANIFEST_KEY: index.manifest}})  # _meta is replaced whole
     client.indices.refresh(index=target)
     if target == index.name:  # the index in service (e.g. a manifest update): nothing to swap
-        return
+        return []
     retired = _aliased_indices(client, index.name)
     actions = [{"remove": {"index": old, "alias": index.name}} for old in retired]
     actions.append({"add": {"index": target, "alias": index.name}})
@@ -229,9 +336,6 @@ def _save_opensearch(index: Index, settings: Settings) -> None:
         _check_not_behind_an_alias(client, index.name)
         actions.append({"remove_index": {"index": index.name}})  # a plain index of that name: replaced in the same step
     client.indices.update_aliases(body={"actions": actions})
+    _BUILDING.discard(target)
     index.store = _opensearch_document_store(settings, index.name, opensearch_index_body(index.manifest.get("embedding_dim")))
-    for old in retired:  # out of service now; a failure here must not undo the swap
-        try:
-            client.indices.delete(index=old, ignore_unavailable=True)
-        except Exception as error:  # noqa: BLE001
-            logger.warning("Could not delete the retired OpenSearch index %s (%s); delete it by hand.", old, error)
+    return retired

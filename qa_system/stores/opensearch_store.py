@@ -18,9 +18,10 @@ from typing import Any
 from haystack.core.serialization import generate_qualified_class_name
 from haystack_integrations.document_stores.opensearch import OpenSearchDocumentStore
 from opensearchpy.exceptions import ConnectionError as NoAnswer
-from opensearchpy.exceptions import RequestError
+from opensearchpy.exceptions import NotFoundError, RequestError
 
 from qa_system.errors import QAError, Unavailable
+from qa_system.stores.index import IndexGone
 
 FILTER_VALUE_FIX = (
     'compare each field with a value of its type: a whole number from -2^63 to 2^63-1, a number, or an ISO date such as "2024-01-31".'
@@ -61,9 +62,16 @@ def _unavailable(store: OpenSearchDocumentStore) -> Unavailable:
     )
 
 
+def _gone(store: OpenSearchDocumentStore) -> IndexGone:
+    return IndexGone(
+        f"The search server holds no collection '{store._index}' any more (it was deleted).",
+        "pick one that `qa-system collections` lists, or index it again.",
+    )
+
+
 def _answered(method):
     """``method``, with a server that does not answer (a refused connection, a timeout) raised as ``Unavailable``:
-    a one-line error (a 503 over HTTP), not a traceback (CLI) or a 500 (API)."""
+    a one-line error (a 503 over HTTP), not a traceback (CLI) or a 500 (API); and an index deleted meanwhile as ``IndexGone``."""
 
     @functools.wraps(method)
     def checked(self, *args, **kwargs):
@@ -71,6 +79,10 @@ def _answered(method):
             return method(self, *args, **kwargs)
         except NoAnswer:
             raise _unavailable(self) from None
+        except NotFoundError as error:
+            if error.error == "index_not_found_exception":
+                raise _gone(self) from None
+            raise
 
     return checked
 
@@ -95,7 +107,8 @@ def _filter_refused(method):
 
 class CheckedOpenSearchDocumentStore(OpenSearchDocumentStore):
     """``OpenSearchDocumentStore`` whose filtered reads (the retrievers' searches, ``filter_documents``, counts) raise a
-    QAError when the server refuses their filter, and whose reads and writes raise ``Unavailable`` when it does not answer."""
+    QAError when the server refuses their filter, and whose reads and writes raise ``Unavailable`` when it does not answer
+    and ``IndexGone`` when its index was deleted."""
 
     filter_documents = _filter_refused(OpenSearchDocumentStore.filter_documents)
     count_documents_by_filter = _filter_refused(OpenSearchDocumentStore.count_documents_by_filter)
