@@ -312,6 +312,24 @@ def test_a_collection_the_cli_indexes_while_the_server_runs_is_served_at_once(ca
     assert "indexed-later" in [listed["name"] for listed in call("GET", "/collections").json()]
 
 
+def test_collections_deleted_or_damaged_elsewhere_are_left_out_of_the_list_and_new_ones_are_in(call, settings, tmp_path):
+    from qa_system.ingestion import delete_collection, ingest
+
+    path = tmp_path / "three.jsonl"
+    path.write_text("\n".join(json.dumps(review(n)) for n in range(3)), encoding="utf-8")
+    for name in ("goes-away", "gets-damaged"):
+        ingest(settings, path, name, embed=False, progress=False)
+        assert call("POST", "/query", json={"query": "battery?", "item_id": "P1", "collection": name}).status_code == 200
+    delete_collection(settings, "goes-away")  # `qa-system collections --delete` in another shell
+    (settings.index_dir / "memory" / "gets-damaged.json").write_text('{"documents": [', encoding="utf-8")
+    ingest(settings, path, "saved-since", embed=False, progress=False)
+    listed = call("GET", "/collections")  # one gone collection made the whole list a 422 until a restart
+    assert listed.status_code == 200, listed.text
+    names = [c["name"] for c in listed.json()]
+    assert "saved-since" in names and "goes-away" not in names and "gets-damaged" not in names
+    (settings.index_dir / "memory" / "gets-damaged.json").unlink()
+
+
 def test_a_damaged_collection_says_so_and_can_be_deleted_over_http_as_its_message_says(call, settings):
     damaged = settings.index_dir / "memory" / "damaged-one.json"
     damaged.parent.mkdir(parents=True, exist_ok=True)

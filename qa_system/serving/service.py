@@ -11,6 +11,7 @@ background and ``status()`` follows it; every other method is thread-safe and bl
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,6 +45,7 @@ from qa_system.serving.uploads import Uploads
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
 from qa_system.stores import Index, IndexGone
 
+logger = logging.getLogger(__name__)
 # Seconds between two listings of a search server's collections, which tell an open collection that another
 # process changed (a local store's folder tells it at once).
 LIST_AGAIN_S = 10.0
@@ -193,8 +195,21 @@ class QAService:
             self.collections_open.close_changed(found)
 
     def collections(self) -> list[dict[str, Any]]:
-        """Each collection served, as ``served.collection_summary`` describes it."""
-        return [collection_summary(name, self.index(name)) for name in self.names]
+        """Each collection served, as ``served.collection_summary`` describes it. With ``serve_own``, the store's own
+        collections as they are now: one saved since (by the CLI, another server) is listed, one deleted or damaged since
+        is left out (a question about it says which), so that one of them never fails the whole list."""
+        if not self.serve_own:
+            return [collection_summary(name, self.index(name)) for name in self.names]
+        self.catalogue.serve_own_collections()
+        listed = []
+        for position, name in enumerate(self.names):
+            try:
+                listed.append(collection_summary(name, self.index(name)))
+            except QAError:
+                if position == 0:  # the default collection: the server cannot do without it
+                    raise
+                logger.warning("Collection '%s' is left out of the list: it was deleted, or cannot be read.", name)
+        return listed
 
     def reopen(self, name: str) -> None:
         """Serve the collection ``name`` as it is saved now (after its documents changed; served from now on if it was not):
