@@ -318,6 +318,23 @@ def test_eval_judged_checks_every_label_before_asking_any_question_and_counts_th
     assert len(error.splitlines()) == 1 and not out.exists()  # nothing asked, no report
 
 
+def test_eval_judged_counts_the_problems_of_the_lines_the_domains_and_the_collection_together(shop, tiny_reader, tmp_path, capsys):
+    labels = label_file(
+        tmp_path / "judged.jsonl",
+        {**BATTERY, "id": "no answerable", "answerable": "maybe", "answers": [WEEK]},
+        {**BATTERY, "id": "unknown product", "item_id": "P9", "answers": [WEEK]},
+        {**BATTERY, "id": "typo", "domain": "shpo", "answers": [WEEK]},
+        {**BATTERY, "id": "good", "answers": [WEEK]},
+    )
+    out = tmp_path / "report"
+    assert main(["eval", "judged", "--labels", str(labels), "--reader", str(tiny_reader), "--selector", "none", "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(
+        'error: judged.jsonl, line 1: answerable is "maybe", not one of yes, partly or no. The labels hold 2 more problems.'
+    )
+    assert len(error.splitlines()) == 1 and not out.exists()
+
+
 def test_a_domain_naming_neither_a_collection_nor_a_subjqa_domain_names_its_line_and_both_kinds(shop, tmp_path, capsys):
     labels = label_file(tmp_path / "judged.jsonl", {**BATTERY, "id": "typo", "domain": "shpo", "answers": [WEEK]})
     assert main(["eval", "judged", "--labels", str(labels), "--out", str(tmp_path / "report")]) == 2
@@ -330,11 +347,11 @@ def test_a_domain_naming_neither_a_collection_nor_a_subjqa_domain_names_its_line
 
 def test_the_shipped_judged_labels_pass_every_check_against_subjqa(real_data_dir, tmp_path):
     from qa_system.config import REPO_ROOT, Settings
-    from qa_system.evaluation.judged import check_judged_names, judged_indexes
+    from qa_system.evaluation.judged import judged_indexes, unknown_domains
 
     settings = Settings.from_env(data_dir=real_data_dir, home=tmp_path / "home", store="memory")
     shared = real_data_dir.parents[1] / "judged"
     for files in (shared.glob("*.jsonl"), (shared / "train").glob("*.jsonl"), (REPO_ROOT / "data" / "judged").glob("train-extra-*.jsonl")):
         questions = load_judged(sorted(files))
-        check_judged_names(settings, questions)
+        assert unknown_domains(settings, questions) == (set(), [])
         check_judged(questions, judged_indexes(settings, {q.domain for q in questions}, False, False, progress=False))

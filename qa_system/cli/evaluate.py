@@ -265,8 +265,9 @@ def cmd_eval_judged(args: argparse.Namespace) -> None:
             )
     selectors, depths = ([values[0]] * len(readers) if len(values) == 1 else values for values in paired.values())
     systems = [JudgedSystem(reader, selector, top_k) for reader, selector, top_k in zip(readers, selectors, depths)]
-    questions = load_judged(args.labels, args.verdicts or [])[: args.limit]
-    runs = evaluate_judged(settings, questions, systems, collection=args.collection, out_dir=args.out)
+    problems: list[QAError] = []  # those of the label files, reported with those found against the collections
+    questions = load_judged(args.labels, args.verdicts or [], problems)[: args.limit]
+    runs = evaluate_judged(settings, questions, systems, collection=args.collection, out_dir=args.out, problems=problems)
     print(judged_table(runs).to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
     print(f"Report written to {args.out}/ (report.json, report.csv, report.md, records.csv, reliability.png, {CARDS_TO_JUDGE})")
 

@@ -215,27 +215,32 @@ def _json_lines(paths: Iterable[str | Path], kind: str, each: str, fix: str) -> 
                     raise QAError(f"{where}: JSON nested too deeply to be a {kind} line.", fix) from None
 
 
-def load_judged(paths: Iterable[str | Path], verdicts: Iterable[str | Path] = ()) -> list[JudgedQuestion]:
+def load_judged(
+    paths: Iterable[str | Path], verdicts: Iterable[str | Path] = (), problems: list[QAError] | None = None
+) -> list[JudgedQuestion]:
     """Judged questions from JSON lines files (blank lines skipped), with the card verdicts of ``verdicts`` files
     (``load_card_verdicts``; those of questions not loaded are left out); bad lines are one QAError naming the first one's file
-    and line, and how many more there are."""
+    and line, and how many more there are. Given a ``problems`` list, bad lines are added to it and left out instead, for
+    ``evaluate_judged`` to count with what it finds against the collections."""
+    gathered: list[QAError] = [] if problems is None else problems
     questions: list[JudgedQuestion] = []
-    problems: list[QAError] = []
     seen: dict[str, str] = {}
     for row, where in _json_lines(paths, "judged label", "one judged question", LABELS_FIX):
         try:
             question = _judged(row, where)
         except QAError as problem:
-            problems.append(problem)
+            gathered.append(problem)
             continue
         if question.id in seen:
-            problems.append(
+            gathered.append(
                 QAError(f"{where}: id {question.id!r} was already given ({seen[question.id]}).", "give every question its own id.")
             )
-        seen.setdefault(question.id, where)
+            continue
+        seen[question.id] = where
         questions.append(question)
-    _raise_first(problems)
-    if not questions:
+    if problems is None:
+        _raise_first(gathered)
+    if not questions and not gathered:
         raise QAError("The judged label files hold no question.", "pass files with one judged question a line.")
     cards = load_card_verdicts(verdicts)
     return [replace(q, cards=cards[q.id]) if q.id in cards else q for q in questions]
@@ -423,20 +428,24 @@ def _label_where(question: JudgedQuestion) -> str:
     return question.where or f"Judged question {question.id!r}"
 
 
-def check_judged_names(settings, questions: Sequence[JudgedQuestion]) -> None:
-    """Each question's ``domain`` names a collection or a SubjQA domain of ``settings.data_dir``; else a QAError naming its line."""
+def unknown_domains(settings, questions: Sequence[JudgedQuestion]) -> tuple[set[str], list[QAError]]:
+    """The ``domain`` values that name neither a collection nor a SubjQA domain of ``settings.data_dir``, and a problem for
+    each question that gives one."""
     from qa_system.ingestion import list_collections
     from qa_system.sources import available_domains
 
     own = {c.name for c in list_collections(settings)}
     domains = available_domains(settings.data_dir)
-    for question in questions:
-        if question.domain and question.domain not in own and question.domain not in domains:
-            raise QAError(
-                f"{_label_where(question)}: domain '{shown(question.domain)}' is neither a collection nor a SubjQA domain.",
-                f"use a collection's name ({', '.join(sorted(own)) or 'none yet'}), a SubjQA domain of {settings.data_dir} "
-                f"({', '.join(domains) or 'none found'}), or pass --collection NAME.",
-            )
+    unknown = {q.domain for q in questions if q.domain and q.domain not in own and q.domain not in domains}
+    fix = (
+        f"use a collection's name ({', '.join(sorted(own)) or 'none yet'}), a SubjQA domain of {settings.data_dir} "
+        f"({', '.join(domains) or 'none found'}), or pass --collection NAME."
+    )
+    return unknown, [
+        QAError(f"{_label_where(q)}: domain '{shown(q.domain)}' is neither a collection nor a SubjQA domain.", fix)
+        for q in questions
+        if q.domain in unknown
+    ]
 
 
 def _documents(index, ids: Iterable[str]) -> dict[str, tuple[str, str | None]]:
@@ -491,12 +500,17 @@ def _span_problem(span: JudgedSpan, documents: Mapping, item_id: str | None, whe
     return None
 
 
-def check_judged(questions: Sequence[JudgedQuestion], indexes: Mapping[str, object], collection: str | None = None) -> None:
+def check_judged(
+    questions: Sequence[JudgedQuestion],
+    indexes: Mapping[str, object],
+    collection: str | None = None,
+    problems: Sequence[QAError] = (),
+) -> None:
     """Every judged question checked against the index it is asked of (``indexes`` by name: ``collection``, else the
     question's domain): its product is one the index holds, and each answer span names a document of that product
-    whose text at its offsets is the span's (whitespace runs compared as one space). The first problem is one QAError
-    naming the label's file and line, and how many more there are."""
-    problems: list[QAError] = []
+    whose text at its offsets is the span's (whitespace runs compared as one space). The first problem (of ``problems``,
+    found before, then these) is one QAError naming the label's file and line, and how many more there are."""
+    problems = list(problems)
     by_index: dict[str, list[JudgedQuestion]] = {}
     for question in questions:
         by_index.setdefault(collection or question.domain, []).append(question)
@@ -528,11 +542,14 @@ def evaluate_judged(
     collection: str | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
+    problems: Sequence[QAError] = (),
 ) -> list[JudgedRun]:
     """Ask every judged question of ``questions`` as the doors do (the configured retriever over the
     question's product, ``settings.top_k_retriever`` documents, the extractive pipeline) with each system,
     and judge the cards. Questions are asked of ``collection``, else of the collection their domain names, else of
-    their SubjQA domain's (``judged_indexes``). Every label is checked against them first (``check_judged``)."""
+    their SubjQA domain's (``judged_indexes``). Every label is checked against them first (``check_judged``), and
+    the first problem is raised with the count of all of them, those already found in the label files (``problems``)
+    included."""
     from tqdm.auto import tqdm
 
     from qa_system.pipelines import build_qa_pipeline
@@ -546,10 +563,12 @@ def evaluate_judged(
                 "pass --collection NAME, or give each line a domain: a collection's name or a SubjQA domain.",
             )
         by_collection.setdefault(collection or question.domain, []).append(question)
-    if collection is None:
-        check_judged_names(settings, questions)
-    indexes = judged_indexes(settings, by_collection, collection is not None, embeddings, progress)
-    check_judged(questions, indexes, collection)  # before any question is asked: a bad label would stop the run midway
+    unknown, named = (set(), []) if collection else unknown_domains(settings, questions)
+    indexes = judged_indexes(
+        settings, [name for name in by_collection if name not in unknown], collection is not None, embeddings, progress
+    )
+    # Before any question is asked: a bad label would stop the run midway.
+    check_judged([q for q in questions if q.domain not in unknown], indexes, collection, [*problems, *named])
     runs = []
     bar = tqdm(total=len(questions) * len(systems), desc="judged questions", unit="q", disable=not progress)
     for system, label in zip(systems, system_labels(systems)):
