@@ -615,6 +615,19 @@ def test_the_subjqa_domain_is_a_collection_too(settings, monkeypatch, capsys):
         ingest(settings, settings.data_dir / "electronics" / "splits" / "test.csv", "subjqa-electronics", embed=False, progress=False)
 
 
+def test_no_collection_of_your_own_takes_a_subjqa_name(settings, tmp_path, monkeypatch, capsys):
+    """Every door takes the same rule: a name the REST API refuses for your documents is refused by the CLI (and the page,
+    which calls the same ``ingest``), before SubjQA's domain is built under it."""
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    source = tmp_path / "mine.csv"
+    source.write_text("id,text\n1,Great battery life.\n")
+    assert main(["index", "--input", str(source), "--collection", "subjqa-books", "--no-embed"]) == 2
+    assert "'subjqa-books' is reserved for the SubjQA collections" in capsys.readouterr().err
+    with pytest.raises(QAError, match="reserved for the SubjQA collections"):
+        ingest(settings, source, "subjqa-electronics", embed=False, progress=False)
+    assert list_collections(settings) == []
+
+
 # ------------------------------------------------------------------ bad input: one line, exit 2, the collection untouched
 
 

@@ -36,7 +36,7 @@ from qa_system.config import INPUT_FORMATS, Settings
 from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count
 from qa_system.ingestion.backends import commit, saved_passages
-from qa_system.ingestion.collections import check_collection_name, ingestion_lock
+from qa_system.ingestion.collections import check_collection_name, check_own_collection_name, ingestion_lock
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
@@ -394,7 +394,7 @@ def ingest(
     .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
     hears an ``IngestProgress`` after every batch and every chunk of passages embedded (the search page's progress bar).
     """
-    lock = ingestion_lock(settings, check_collection_name(collection))
+    lock = ingestion_lock(settings, check_own_collection_name(collection))
     # Ingestions into one collection take turns: each reads what the collection holds when it starts
     # (changes, counts, the manifest), so two at once would each commit from the same old state and the
     # last would undo part of the first. The lock covers the processes of one machine sharing QA_HOME
