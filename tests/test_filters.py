@@ -5,6 +5,7 @@ the memory store and in a real search server alike; a malformed filter is one li
 from __future__ import annotations
 
 import json
+import unicodedata
 import uuid
 from pathlib import Path
 
@@ -406,5 +407,58 @@ def test_a_filter_the_search_server_refuses_is_one_line_from_every_door(
                 deleted = httpx.post(f"{url}/collections/{name}/documents/delete", json={"filters": bad}, headers=auth, timeout=120)
                 assert deleted.status_code == 422 and message in deleted.json()["detail"], deleted.text
         assert open_collection(settings, name, embeddings=False, progress=False).store.count_documents() == 40
+    finally:
+        delete_opensearch_index(settings, name)
+
+
+def _shops(tmp_path) -> Path:
+    """Two shops, one stored composed (NFC, "é" one code point), one decomposed (NFD, "e" and a combining accent)."""
+    path = tmp_path / "shops.csv"
+    path.write_text(
+        "id,text,shop\n"
+        f"1,The battery lasts a week.,{unicodedata.normalize('NFC', 'Café Nord')}\n"
+        f"2,The battery lasts a day.,{unicodedata.normalize('NFD', 'Crème Sud')}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _shops_found(pipeline) -> dict[str, list[str]]:
+    """The documents each filter on the shop finds, the value typed in the other Unicode form than the one stored."""
+    typed = {
+        "==": ("==", unicodedata.normalize("NFD", "Café Nord")),
+        "!=": ("!=", unicodedata.normalize("NFD", "Café Nord")),
+        "in": ("in", [unicodedata.normalize("NFC", "Crème Sud")]),
+        "not in": ("not in", [unicodedata.normalize("NFC", "Crème Sud")]),
+    }
+    return {
+        name: sorted(
+            d.content
+            for d in pipeline.run("battery", filters={"field": "meta.shop", "operator": operator, "value": value}, top_k=10)["documents"]
+        )
+        for name, (operator, value) in typed.items()
+    }
+
+
+WEEK, DAY = ["The battery lasts a week."], ["The battery lasts a day."]
+SHOPS_FOUND = {"==": WEEK, "!=": DAY, "in": DAY, "not in": WEEK}
+
+
+def test_a_filter_value_matches_the_stored_text_in_either_unicode_form(settings, tmp_path):
+    ingest(settings, _shops(tmp_path), "shops", embed=False, progress=False)
+    pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "shops", embeddings=False, progress=False))
+    assert _shops_found(pipeline) == SHOPS_FOUND
+
+
+@pytest.mark.opensearch
+def test_a_filter_value_matches_the_stored_text_in_either_unicode_form_on_a_real_search_server(opensearch_url, tmp_path, tiny_subjqa):
+    from qa_system.stores import delete_opensearch_index
+
+    settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home", store="opensearch", opensearch_url=opensearch_url)
+    name = f"qa-shops-{uuid.uuid4().hex[:8]}"
+    try:
+        ingest(settings, _shops(tmp_path), name, embed=False, progress=False)
+        pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, name, embeddings=False, progress=False))
+        assert _shops_found(pipeline) == SHOPS_FOUND
     finally:
         delete_opensearch_index(settings, name)

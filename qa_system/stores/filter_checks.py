@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -170,7 +171,30 @@ def check_collection_filters(filters: Any, manifest: Mapping[str, Any]) -> dict 
     fields = filter_fields(manifest)
     if isinstance(column, str) and column != "item_id" and fields is not None and column not in fields:
         filters = _field_renamed(filters, f"meta.{column}", "meta.item_id")
-    return check_filters(filters, manifest.get("meta_types"), fields)
+    return _either_unicode_form(check_filters(filters, manifest.get("meta_types"), fields))
+
+
+def _either_unicode_form(node: Any) -> Any:
+    """``node`` with each text compared for (in)equality in both Unicode forms, composed and decomposed (NFC and NFD):
+    "Café" typed with one code point for "é" matches one stored with two, as product ids are matched (a copy)."""
+    if not isinstance(node, dict):
+        return node
+    if isinstance(node.get("conditions"), list):
+        return {**node, "conditions": [_either_unicode_form(child) for child in node["conditions"]]}
+    operator, value = node.get("operator"), node.get("value")
+    if operator not in ("==", "!=", "in", "not in"):
+        return node
+    values = value if isinstance(value, list) else [value]
+    forms = list(dict.fromkeys(f for v in values for f in _forms(v)))
+    if len(forms) == len(values):  # nothing to add: the fast path keeps its plain equality
+        return node
+    return {**node, "operator": "in" if operator in ("==", "in") else "not in", "value": forms}
+
+
+def _forms(value: Any) -> list[Any]:
+    if not isinstance(value, str):
+        return [value]
+    return list(dict.fromkeys([value, unicodedata.normalize("NFC", value), unicodedata.normalize("NFD", value)]))
 
 
 def _field_renamed(node: Any, old: str, new: str) -> Any:
