@@ -729,16 +729,28 @@ def test_a_utf8_byte_order_mark_and_latin_1_on_request(home, tmp_path):
     assert documents(home, "latin")["r1"].content == "Café au lait"
 
 
-def test_a_folders_utf8_files_stay_utf8_when_encoding_names_its_other_files(home, tmp_path):
-    (tmp_path / "notes").mkdir()
-    (tmp_path / "notes" / "old.txt").write_bytes(b"Caf\xe9 cr\xe8me is served hot.")  # Windows' Western text
-    (tmp_path / "notes" / "new.txt").write_bytes("Crème brûlée: the torch reaches 1300 °C.".encode())
-    report = ingest(home, tmp_path / "notes", "enc", embed=False, progress=False)
-    assert report.files_unreadable == ["old.txt: is not utf-8 text (byte 0xe9 at offset 3; --encoding names its encoding, e.g. cp1252)"]
-    ingest(home, tmp_path / "notes", "enc", IngestOptions(encoding="cp1252"), embed=False, progress=False)
-    assert sorted(d.content for d in documents(home, "enc").values()) == [
-        "Café crème is served hot.",
+def test_a_folder_with_a_file_in_another_encoding_is_refused_whole_until_encoding_names_it(cli_home, tmp_path, capsys):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "new.txt").write_bytes("Crème brûlée: the torch reaches 1300 °C.".encode())
+    (folder / "plain.md").write_text("The kettle boils a litre in three minutes.", encoding="utf-8")
+    assert main(["index", "--input", str(folder), "--collection", "enc", "--no-embed"]) == 0
+    saved = documents(cli_home, "enc")
+    (folder / "old.txt").write_bytes("Café \u201ccrème\u201d \u2013 served hot.".encode("cp1252"))  # Windows' Western text
+    capsys.readouterr()
+    # It indexed the UTF-8 files, left old.txt out and exited 0.
+    assert main(["index", "--input", str(folder), "--collection", "enc", "--no-embed"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: 1 file of {folder} is not UTF-8 text: old.txt (byte 0xe9 at offset 3); nothing was indexed. "
+        "Fix: pass --encoding cp1252 if it is Windows' Western text (Latin-1 with Windows' quotes and euro sign; "
+        "the folder's UTF-8 files stay UTF-8), or re-save it as UTF-8.\n"
+    )
+    assert documents(cli_home, "enc").keys() == saved.keys()
+    assert main(["index", "--input", str(folder), "--collection", "enc", "--no-embed", "--encoding", "cp1252"]) == 0
+    assert sorted(d.content for d in documents(cli_home, "enc").values()) == [
+        "Café \u201ccrème\u201d \u2013 served hot.",
         "Crème brûlée: the torch reaches 1300 °C.",
+        "The kettle boils a litre in three minutes.",
     ]
 
 

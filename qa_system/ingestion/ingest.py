@@ -41,7 +41,7 @@ from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embe
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import column_types, typed_meta
-from qa_system.sources.files import SUFFIXES, read_files, sidecar_types
+from qa_system.sources.files import SUFFIXES, check_folder_encodings, read_files, sidecar_types
 from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, IngestOptions, ReadCounts, Record, Source, meta_key
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_array, read_json_lines, read_table
@@ -235,6 +235,8 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
             )
         if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
             _check_no_table_columns(path, options)
+            if path.is_dir():
+                check_folder_encodings(path, options.encoding)
             yield _Opened(
                 read_files(path, options, counts),
                 counts,
