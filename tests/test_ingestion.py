@@ -754,6 +754,70 @@ def test_a_folder_with_a_file_in_another_encoding_is_refused_whole_until_encodin
     ]
 
 
+PYTHON_API_MISUSE = {
+    "no source": (
+        lambda api, s, f: api.ingest(s, None, "mine"),
+        "source must be a path (str or pathlib.Path) or an open binary file, not None.",
+    ),
+    "a number as the path": (
+        lambda api, s, f: api.ingest(s, 5, "mine"),
+        "source must be a path (str or pathlib.Path) or an open binary file, not an int (5).",
+    ),
+    "a list of paths": (
+        lambda api, s, f: api.ingest(s, [str(f)], "mine"),
+        "source must be a path (str or pathlib.Path) or an open binary file, not a list (['",
+    ),
+    "a file opened as text": (
+        lambda api, s, f: api.ingest(s, f.open(encoding="utf-8"), "mine", name="r.csv"),
+        "source must be a path or a file opened in binary mode",
+    ),
+    "an empty path": (lambda api, s, f: api.ingest(s, "", "mine"), "The input path is empty."),
+    "no settings": (
+        lambda api, s, f: api.ingest(None, f, "mine"),
+        "settings must be a qa_system.Settings (qa_system.Settings.from_env()), not None.",
+    ),
+    "a list as the collection": (lambda api, s, f: api.ingest(s, f, ["mine"]), "The collection name must be a str, not a list (['mine'])."),
+    "options as a dict": (
+        lambda api, s, f: api.ingest(s, f, "mine", {"text_column": "body"}),
+        "options must be a qa_system.IngestOptions, not a dict ({'text_column': 'body'}).",
+    ),
+    "embed as text": (lambda api, s, f: api.ingest(s, f, "mine", COLUMNS, embed="no"), "embed must be True or False, not a str ('no')."),
+    "a list as a column": (
+        lambda api, s, f: api.IngestOptions(text_column=["body"]),
+        "text_column must be a str or None, not a list (['body']).",
+    ),
+    "a number as the encoding": (
+        lambda api, s, f: api.IngestOptions(encoding=1252),
+        "encoding must be the name of a text encoding (a str such as 'cp1252'), not an int (1252).",
+    ),
+    "no settings to list": (lambda api, s, f: api.list_collections(None), "settings must be a qa_system.Settings"),
+    "a number as the name to open": (lambda api, s, f: api.open_collection(s, 5), "The collection name must be a str, not an int (5)."),
+    "no name to delete": (lambda api, s, f: api.delete_collection(s, None), "The collection name must be a str, not None."),
+    "no domain to build": (
+        lambda api, s, f: api.build_index(s, None),
+        "domains must be a SubjQA domain's name (a str) or a list of them, not None.",
+    ),
+    "a number as the domain to open": (
+        lambda api, s, f: api.open_index(s, 5),
+        "domains must be a SubjQA domain's name (a str) or a list of them, not an int (5).",
+    ),
+}
+
+
+@pytest.mark.parametrize("call, message", PYTHON_API_MISUSE.values(), ids=PYTHON_API_MISUSE.keys())
+def test_the_python_api_refuses_an_argument_of_the_wrong_type_in_one_line_naming_it(home, tmp_path, call, message):
+    import qa_system
+
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "mine", COLUMNS, embed=False, progress=False)
+    saved = digest(home.index_dir / "memory" / "mine.json")
+    # They were AttributeErrors and TypeErrors from deep inside (or "The collection name is empty." for a list).
+    with pytest.raises(QAError) as refused:
+        call(qa_system, home, path)
+    assert str(refused.value).startswith(message) and " Fix: " in str(refused.value) and "\n" not in str(refused.value)
+    assert digest(home.index_dir / "memory" / "mine.json") == saved
+
+
 def test_empty_rows_and_texts_are_skipped_and_counted(home, tmp_path):
     path = tmp_path / "gaps.csv"
     path.write_text("review_id,product,body\n\nr1,P1,kept\n,,\nr2,P1,   \nr3,P2,also kept\n", encoding="utf-8")

@@ -32,9 +32,9 @@ from typing import IO
 
 from haystack import Document
 
-from qa_system.config import INPUT_FORMATS, Settings
+from qa_system.config import INPUT_FORMATS, Settings, check_settings
 from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
-from qa_system.errors import QAError, check_count
+from qa_system.errors import QAError, check_count, check_type, described, shown
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name, ingestion_lock
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
@@ -220,7 +220,9 @@ def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions
 def open_source(source: Source, options: IngestOptions, name: str | None = None) -> Iterator[_Opened]:
     """The records of a path (file or folder) or of an open binary file (``name``: its file name, for the format)."""
     counts = ReadCounts()
-    if isinstance(source, (str, Path)):
+    if isinstance(source, (str, os.PathLike)):
+        if isinstance(source, str) and not source.strip():  # Path("") is the working directory: every file under it would be read
+            raise QAError("The input path is empty.", "pass an existing file or folder to --input.")
         path = Path(source).expanduser()
         if not path.exists():
             raise QAError(f"{path} does not exist.", "pass an existing file or folder to --input.")
@@ -396,6 +398,14 @@ def ingest(
     .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
     hears an ``IngestProgress`` after every batch and every chunk of passages embedded (the search page's progress bar).
     """
+    check_settings(settings)
+    _check_source_type(source)
+    check_type(options, "options", IngestOptions, "a qa_system.IngestOptions")
+    check_type(name, "name", str, "a file name (str) or None", optional=True)
+    for flag, value in (("embed", embed), ("sync", sync), ("force", force), ("progress", progress)):
+        check_type(value, flag, bool, "True or False")
+    if on_progress is not None and not callable(on_progress):
+        raise QAError(f"on_progress must be a function or None, not {described(on_progress)}.", "pass a function of one IngestProgress.")
     lock = ingestion_lock(settings, check_collection_name(collection))
     # Ingestions into one collection take turns: each reads what the collection holds when it starts
     # (changes, counts, the manifest), so two at once would each commit from the same old state and the
@@ -418,6 +428,20 @@ def ingest(
             return run.commit(staging, opened, sync, force)
         finally:
             staging.unlink(missing_ok=True)
+
+
+def _check_source_type(source: object) -> None:
+    """A source is a path or an open binary file: anything else would fail deep in a reader, or read the wrong thing."""
+    if isinstance(source, io.TextIOBase):
+        raise QAError(
+            f"source must be a path or a file opened in binary mode, not a file opened as text ({shown(getattr(source, 'name', ''))}).",
+            "open it with open(path, 'rb'), or pass its path.",
+        )
+    if not isinstance(source, (str, os.PathLike)) and not callable(getattr(source, "read", None)):
+        raise QAError(
+            f"source must be a path (str or pathlib.Path) or an open binary file, not {described(source)}.",
+            "pass one file or folder per call (a folder is read whole), e.g. ingest(settings, 'data/reviews.csv', 'mine').",
+        )
 
 
 def check_source(
