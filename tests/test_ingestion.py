@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -449,6 +450,41 @@ def test_embedding_a_long_document_reports_progress_as_it_goes(home, tmp_path, m
     assert report.embedded > 2 * EMBED_CHUNK
     # Before: one report, after the whole batch was embedded. Now one a chunk, then the batch's.
     assert [p.embedded for p in heard] == [*range(EMBED_CHUNK, report.embedded, EMBED_CHUNK), report.embedded]
+
+
+def test_asking_a_collection_whose_folder_changed_since_indexing_says_so_with_the_command(cli_home, tmp_path, capsys, monkeypatch):
+    import qa_system.ingestion.freshness as freshness
+
+    monkeypatch.setattr(freshness, "CHECK_EVERY_S", 0)  # an edit is seen on the next question, not a while later
+    folder = tmp_path / "manuals"
+    folder.mkdir()
+    (folder / "kettle.txt").write_text("The kettle boils a litre in three minutes.", encoding="utf-8")
+    (folder / "lamp.txt").write_bytes("The lamp\u2019s light is warm.".encode("cp1252"))
+    index = ["index", "--input", str(folder), "--collection", "manuals", "--no-embed", "--encoding", "cp1252"]
+    assert main(index) == 0
+    search = ["search", "How fast does the kettle boil?", "--collection", "manuals"]
+    capsys.readouterr()
+    assert main(search) == 0 and "note:" not in capsys.readouterr().err
+    command = f"qa-system index --input {folder} --collection manuals --encoding cp1252 --store memory --no-embed"
+    # A file added: it was answered from the old files without a word.
+    (folder / "toaster.txt").write_text("The toaster browns bread evenly.", encoding="utf-8")
+    assert main(search) == 0
+    assert capsys.readouterr().err == (
+        f"note: Collection 'manuals' is answered as last indexed, and files of {folder} were added, removed or edited since "
+        f"(3 files now, 2 then). Fix: run `{command}` to update it (only what changed is processed again).\n"
+    )
+    assert main(shlex.split(command)[1:]) == 0
+    capsys.readouterr()
+    assert main(search) == 0 and "note:" not in capsys.readouterr().err
+    # A file edited: the same.
+    (folder / "kettle.txt").write_text("The kettle boils a litre in two minutes.", encoding="utf-8")
+    assert main(search) == 0 and f"were added, removed or edited since. Fix: run `{command}`" in capsys.readouterr().err
+    # Touched without a change: indexing again finds nothing to do, and records the files as they are now.
+    assert main(shlex.split(command)[1:]) == 0
+    os.utime(folder / "lamp.txt")
+    assert main(search) == 0 and "note:" in capsys.readouterr().err
+    assert main(shlex.split(command)[1:]) == 0 and "0 added, 0 changed, 3 unchanged" in capsys.readouterr().out
+    assert main(search) == 0 and "note:" not in capsys.readouterr().err
 
 
 def test_a_run_that_fails_late_leaves_the_collection_as_it_was(home, tmp_path):

@@ -37,6 +37,7 @@ from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count, check_type, described, shown
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name, ingestion_lock
+from qa_system.ingestion.freshness import source_fingerprint
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
@@ -245,14 +246,14 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
                 str(path),
                 "files",
                 lambda: None,
-                {"source": str(path), "path": str(path.resolve())},
+                {"source": str(path), "path": str(path.resolve()), "source_fingerprint": source_fingerprint(path)},
                 sidecar_types(path, options),
             )
             return
         with path.open("rb") as binary:
             fmt = detect_format(path.name, binary, options.format)
             size = path.stat().st_size
-            state = {"source": str(path), "path": str(path.resolve())}
+            state = {"source": str(path), "path": str(path.resolve()), "source_fingerprint": source_fingerprint(path)}
             types = _column_types(fmt, binary, str(path), options)
             yield _Opened(
                 _records(fmt, binary, str(path), options, counts),
@@ -744,7 +745,9 @@ class _Run:
         self._check_taken_ids(replaced)
         saved_files = (saved.manifest or {}).get("files", {})
         moved = any(saved_files.get(d) != path for d, path in self.files.items())  # kept, to tell a later file of the same name
-        if saved.manifest is not None and not replaced and not report.staged and not moved:
+        # Files touched but not changed: recorded as they are now, so that asking no longer says they changed.
+        touched = ((saved.manifest or {}).get("input") or {}).get("source_fingerprint") != opened.state.get("source_fingerprint")
+        if saved.manifest is not None and not replaced and not report.staged and not moved and not touched:
             report.passages = int(saved.manifest.get("documents", 0))
             report.notes.append("nothing changed: the collection was left as it was")
         else:
