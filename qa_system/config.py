@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from qa_system.errors import QAError, check_count, check_number
+from qa_system.errors import QAError, check_count, check_number, check_type
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STORE_BACKENDS = ("memory", "elasticsearch", "opensearch", "faiss")
@@ -321,6 +321,11 @@ _CHOICES = {
     "embedding_backend": ("embedding backend", EMBEDDING_BACKENDS),
     "generator": ("generator", GENERATORS),
 }
+
+
+def check_settings(settings: object) -> Settings:
+    """``settings`` when it is a Settings; else a QAError saying how to make one (the Python API's first argument)."""
+    return check_type(settings, "settings", Settings, "a qa_system.Settings (qa_system.Settings.from_env())")
 
 
 def _one_line(error: ValidationError) -> QAError:

@@ -167,3 +167,21 @@ def check_text(value: object, name: str) -> object:
             problem = f"{name} is not UTF-8 text: character {error.start + 1} is a lone surrogate (\\u{code:04x}{byte})."
             raise QAError(problem[:1].upper() + problem[1:], f"send {name} as UTF-8 text.") from None
     return value
+
+
+def described(value: object) -> str:
+    """A value as a message about a wrong argument names it: "None", "an int (5)", "a list (['a.csv'])"."""
+    if value is None:
+        return "None"
+    kind = type(value).__name__
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} ({shown(repr(value), 80)})"
+
+
+def check_type(value: object, name: str, types: type | tuple[type, ...], takes: str, *, optional: bool = False):
+    """``value`` when it is one of ``types`` (or None, with ``optional``); else a QAError naming the argument ``name``,
+    what it got and what it takes. The Python API's entry points check here: the other doors hand over text."""
+    expected = types if isinstance(types, tuple) else (types,)
+    # bool is an int to Python: True is no passage length.
+    if (value is None and optional) or (isinstance(value, expected) and not (isinstance(value, bool) and bool not in expected)):
+        return value
+    raise QAError(f"{name} must be {takes}, not {described(value)}.", f"pass {takes} as {name}.")

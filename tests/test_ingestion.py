@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -451,6 +452,41 @@ def test_embedding_a_long_document_reports_progress_as_it_goes(home, tmp_path, m
     assert [p.embedded for p in heard] == [*range(EMBED_CHUNK, report.embedded, EMBED_CHUNK), report.embedded]
 
 
+def test_asking_a_collection_whose_folder_changed_since_indexing_says_so_with_the_command(cli_home, tmp_path, capsys, monkeypatch):
+    import qa_system.ingestion.freshness as freshness
+
+    monkeypatch.setattr(freshness, "CHECK_EVERY_S", 0)  # an edit is seen on the next question, not a while later
+    folder = tmp_path / "manuals"
+    folder.mkdir()
+    (folder / "kettle.txt").write_text("The kettle boils a litre in three minutes.", encoding="utf-8")
+    (folder / "lamp.txt").write_bytes("The lamp\u2019s light is warm.".encode("cp1252"))
+    index = ["index", "--input", str(folder), "--collection", "manuals", "--no-embed", "--encoding", "cp1252"]
+    assert main(index) == 0
+    search = ["search", "How fast does the kettle boil?", "--collection", "manuals"]
+    capsys.readouterr()
+    assert main(search) == 0 and "note:" not in capsys.readouterr().err
+    command = f"qa-system index --input {folder} --collection manuals --encoding cp1252 --store memory --no-embed"
+    # A file added: it was answered from the old files without a word.
+    (folder / "toaster.txt").write_text("The toaster browns bread evenly.", encoding="utf-8")
+    assert main(search) == 0
+    assert capsys.readouterr().err == (
+        f"note: Collection 'manuals' is answered as last indexed, and files of {folder} were added, removed or edited since "
+        f"(3 files now, 2 then). Fix: run `{command}` to update it (only what changed is processed again).\n"
+    )
+    assert main(shlex.split(command)[1:]) == 0
+    capsys.readouterr()
+    assert main(search) == 0 and "note:" not in capsys.readouterr().err
+    # A file edited: the same.
+    (folder / "kettle.txt").write_text("The kettle boils a litre in two minutes.", encoding="utf-8")
+    assert main(search) == 0 and f"were added, removed or edited since. Fix: run `{command}`" in capsys.readouterr().err
+    # Touched without a change: indexing again finds nothing to do, and records the files as they are now.
+    assert main(shlex.split(command)[1:]) == 0
+    os.utime(folder / "lamp.txt")
+    assert main(search) == 0 and "note:" in capsys.readouterr().err
+    assert main(shlex.split(command)[1:]) == 0 and "0 added, 0 changed, 3 unchanged" in capsys.readouterr().out
+    assert main(search) == 0 and "note:" not in capsys.readouterr().err
+
+
 def test_a_run_that_fails_late_leaves_the_collection_as_it_was(home, tmp_path):
     path = write_csv(tmp_path / "r.csv")
     ingest(home, path, "safe", COLUMNS, embed=False, progress=False)
@@ -742,17 +778,93 @@ def test_a_utf8_byte_order_mark_and_latin_1_on_request(home, tmp_path):
     assert documents(home, "latin")["r1"].content == "Café au lait"
 
 
-def test_a_folders_utf8_files_stay_utf8_when_encoding_names_its_other_files(home, tmp_path):
-    (tmp_path / "notes").mkdir()
-    (tmp_path / "notes" / "old.txt").write_bytes(b"Caf\xe9 cr\xe8me is served hot.")  # Windows' Western text
-    (tmp_path / "notes" / "new.txt").write_bytes("Crème brûlée: the torch reaches 1300 °C.".encode())
-    report = ingest(home, tmp_path / "notes", "enc", embed=False, progress=False)
-    assert report.files_unreadable == ["old.txt: is not utf-8 text (byte 0xe9 at offset 3; --encoding names its encoding, e.g. cp1252)"]
-    ingest(home, tmp_path / "notes", "enc", IngestOptions(encoding="cp1252"), embed=False, progress=False)
-    assert sorted(d.content for d in documents(home, "enc").values()) == [
-        "Café crème is served hot.",
+def test_a_folder_with_a_file_in_another_encoding_is_refused_whole_until_encoding_names_it(cli_home, tmp_path, capsys):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "new.txt").write_bytes("Crème brûlée: the torch reaches 1300 °C.".encode())
+    (folder / "plain.md").write_text("The kettle boils a litre in three minutes.", encoding="utf-8")
+    assert main(["index", "--input", str(folder), "--collection", "enc", "--no-embed"]) == 0
+    saved = documents(cli_home, "enc")
+    (folder / "old.txt").write_bytes("Café \u201ccrème\u201d \u2013 served hot.".encode("cp1252"))  # Windows' Western text
+    capsys.readouterr()
+    # It indexed the UTF-8 files, left old.txt out and exited 0.
+    assert main(["index", "--input", str(folder), "--collection", "enc", "--no-embed"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: 1 file of {folder} is not UTF-8 text: old.txt (byte 0xe9 at offset 3); nothing was indexed. "
+        "Fix: pass --encoding cp1252 if it is Windows' Western text (Latin-1 with Windows' quotes and euro sign; "
+        "the folder's UTF-8 files stay UTF-8), or re-save it as UTF-8.\n"
+    )
+    assert documents(cli_home, "enc").keys() == saved.keys()
+    assert main(["index", "--input", str(folder), "--collection", "enc", "--no-embed", "--encoding", "cp1252"]) == 0
+    assert sorted(d.content for d in documents(cli_home, "enc").values()) == [
+        "Café \u201ccrème\u201d \u2013 served hot.",
         "Crème brûlée: the torch reaches 1300 °C.",
+        "The kettle boils a litre in three minutes.",
     ]
+
+
+PYTHON_API_MISUSE = {
+    "no source": (
+        lambda api, s, f: api.ingest(s, None, "mine"),
+        "source must be a path (str or pathlib.Path) or an open binary file, not None.",
+    ),
+    "a number as the path": (
+        lambda api, s, f: api.ingest(s, 5, "mine"),
+        "source must be a path (str or pathlib.Path) or an open binary file, not an int (5).",
+    ),
+    "a list of paths": (
+        lambda api, s, f: api.ingest(s, [str(f)], "mine"),
+        "source must be a path (str or pathlib.Path) or an open binary file, not a list (['",
+    ),
+    "a file opened as text": (
+        lambda api, s, f: api.ingest(s, f.open(encoding="utf-8"), "mine", name="r.csv"),
+        "source must be a path or a file opened in binary mode",
+    ),
+    "an empty path": (lambda api, s, f: api.ingest(s, "", "mine"), "The input path is empty."),
+    "no settings": (
+        lambda api, s, f: api.ingest(None, f, "mine"),
+        "settings must be a qa_system.Settings (qa_system.Settings.from_env()), not None.",
+    ),
+    "a list as the collection": (lambda api, s, f: api.ingest(s, f, ["mine"]), "The collection name must be a str, not a list (['mine'])."),
+    "options as a dict": (
+        lambda api, s, f: api.ingest(s, f, "mine", {"text_column": "body"}),
+        "options must be a qa_system.IngestOptions, not a dict ({'text_column': 'body'}).",
+    ),
+    "embed as text": (lambda api, s, f: api.ingest(s, f, "mine", COLUMNS, embed="no"), "embed must be True or False, not a str ('no')."),
+    "a list as a column": (
+        lambda api, s, f: api.IngestOptions(text_column=["body"]),
+        "text_column must be a str or None, not a list (['body']).",
+    ),
+    "a number as the encoding": (
+        lambda api, s, f: api.IngestOptions(encoding=1252),
+        "encoding must be the name of a text encoding (a str such as 'cp1252'), not an int (1252).",
+    ),
+    "no settings to list": (lambda api, s, f: api.list_collections(None), "settings must be a qa_system.Settings"),
+    "a number as the name to open": (lambda api, s, f: api.open_collection(s, 5), "The collection name must be a str, not an int (5)."),
+    "no name to delete": (lambda api, s, f: api.delete_collection(s, None), "The collection name must be a str, not None."),
+    "no domain to build": (
+        lambda api, s, f: api.build_index(s, None),
+        "domains must be a SubjQA domain's name (a str) or a list of them, not None.",
+    ),
+    "a number as the domain to open": (
+        lambda api, s, f: api.open_index(s, 5),
+        "domains must be a SubjQA domain's name (a str) or a list of them, not an int (5).",
+    ),
+}
+
+
+@pytest.mark.parametrize("call, message", PYTHON_API_MISUSE.values(), ids=PYTHON_API_MISUSE.keys())
+def test_the_python_api_refuses_an_argument_of_the_wrong_type_in_one_line_naming_it(home, tmp_path, call, message):
+    import qa_system
+
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "mine", COLUMNS, embed=False, progress=False)
+    saved = digest(home.index_dir / "memory" / "mine.json")
+    # They were AttributeErrors and TypeErrors from deep inside (or "The collection name is empty." for a list).
+    with pytest.raises(QAError) as refused:
+        call(qa_system, home, path)
+    assert str(refused.value).startswith(message) and " Fix: " in str(refused.value) and "\n" not in str(refused.value)
+    assert digest(home.index_dir / "memory" / "mine.json") == saved
 
 
 def test_empty_rows_and_texts_are_skipped_and_counted(home, tmp_path):

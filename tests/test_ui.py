@@ -569,6 +569,26 @@ def test_a_handbook_folder_is_asked_as_a_whole_in_documents_wording(page, handbo
     ]
 
 
+def test_a_collection_whose_folder_changed_since_indexing_says_so_once_with_the_command(page, app_env, tmp_path):
+    folder = tmp_path / "care"
+    folder.mkdir()
+    (folder / "descale.md").write_text("# Descaling\n\nDescale the kettle every month.", encoding="utf-8")
+    name = own_collection(app_env, folder, "care-notes")
+    at = page(collection=name)
+    assert not at.exception and not at.warning
+    (folder / "filter.md").write_text("# Filter\n\nRinse the filter weekly.", encoding="utf-8")
+    # It answered from the old files without a word.
+    at = page(collection=name)
+    assert not at.exception
+    assert [shown(w.value) for w in at.warning] == [
+        f"Collection 'care-notes' is answered as last indexed, and files of {folder} were added, removed or edited since "
+        f"(2 files now, 1 then). Fix: run `qa-system index --input {folder} --collection care-notes --store memory --no-embed` "
+        "to update it (only what changed is processed again)."
+    ]
+    ask(at, "How often should I descale?")
+    assert not at.exception and "answered as last indexed" not in messages(at)  # told once, not with every answer
+
+
 def test_the_subjqa_collection_keeps_its_showcase_product_and_reviews_wording(page):
     at = page()
     assert at.selectbox(key="product").value == "KINDLE"  # the most reviewed, B0074BW614 not being in the tiny corpus

@@ -31,6 +31,7 @@ from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
 from qa_system.ingestion import CollectionInfo, IngestOptions, collection_name_from
+from qa_system.ingestion.freshness import source_notice
 from qa_system.retrieval.filters import parse_filters
 from qa_system.safe_text import markdown_literal
 from qa_system.serving.answer_views import AnswerCard, AnswerView, answer_cards, answer_views, rank_answers
@@ -58,6 +59,7 @@ ASKED = "asked"  # the Asked shown
 GOLD = "gold"  # the labelled question asked (evaluation mode)
 ASK_NOW = "ask_now"  # ask on this run: a linked question, a random labelled one
 NOTICE = "notice"  # a warning shown once, on the next run
+SOURCE_NOTICES_TOLD = "source_notices_told"  # the notices that a collection's source files changed, each shown once
 RUNS = "runs"  # questions asked so far: each answer's feedback buttons are named by its run
 PAGE_ID = "page_id"  # names this page's clicks in the database
 VOTES = "votes"  # the clicks stored, by answer
@@ -668,6 +670,10 @@ def main() -> None:
         )
     if notice := st.session_state.pop(NOTICE, None):
         st.warning(markdown_literal(notice), icon=WARNING)
+    told = st.session_state.setdefault(SOURCE_NOTICES_TOLD, set())
+    if (changed := source_notice(index)) and changed not in told:  # once: every question would repeat it
+        told.add(changed)
+        st.warning(markdown_literal(changed), icon=WARNING)
     asked_now = search_form(counts, options.nouns) | st.session_state.pop(ASK_NOW, False)
     keep_widgets("search", KEPT_WIDGETS)
     if asked_now:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,10 +38,15 @@ def open_index_for(args: argparse.Namespace, settings: Settings, embeddings: boo
     """The index a command works on: ``--collection``, else the SubjQA ``--domain`` index (built on first use)."""
     if getattr(args, "collection", None) is not None:
         from qa_system.ingestion import open_collection
+        from qa_system.ingestion.freshness import source_notice
+        from qa_system.safe_text import terminal_text
 
         if args.domain:
             raise QAError("--domain and --collection both name what to work on.", "pass one of them.")
-        return open_collection(settings, args.collection, embeddings=embeddings)
+        index = open_collection(settings, args.collection, embeddings=embeddings)
+        if notice := source_notice(index):
+            print(terminal_text(f"note: {notice}", newlines=False), file=sys.stderr)
+        return index
     from qa_system.ingestion.indexing import open_or_build_index
 
     return open_or_build_index(settings, args.domain, embeddings=embeddings)

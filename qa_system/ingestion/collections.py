@@ -15,9 +15,9 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from qa_system.config import Settings
+from qa_system.config import Settings, check_settings
 from qa_system.disk_cache import taking_turns
-from qa_system.errors import NotFound, QAError, shown
+from qa_system.errors import NotFound, QAError, described, shown
 from qa_system.ingestion.indexing import ProgressCallback, open_or_build_index
 from qa_system.ingestion.splitting import source_text
 from qa_system.stores import (
@@ -42,7 +42,9 @@ NAME_FIX = "use lowercase letters, digits, '-', '_' and '.', starting with a let
 
 def check_collection_name(name: object) -> str:
     """``name``, once known to be a valid collection name (``NAME_PATTERN``, nothing pointing outside the index directory); else a QAError."""
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
+        raise QAError(f"The collection name must be a str, not {described(name)}.", NAME_FIX)
+    if not name:
         raise QAError("The collection name is empty.", NAME_FIX)
     if "/" in name or "\\" in name or ".." in name:
         raise QAError(f"The collection name '{name}' holds '/' or '..': a name must not point outside the index directory.", NAME_FIX)
@@ -158,6 +160,7 @@ def _server_collections(settings: Settings) -> dict[str, tuple[dict, int | None]
 
 def list_collections(settings: Settings) -> list[CollectionInfo]:
     """Every collection of the configured store, by name."""
+    check_settings(settings)
     if settings.store in ("memory", "faiss"):
         infos = []
         for name, path in _local_names(settings):
@@ -191,6 +194,7 @@ def ingestion_lock(settings: Settings, collection: str) -> Path:
 def delete_collection(settings: Settings, name: str) -> CollectionInfo:
     """Delete the collection ``name`` (one that ``list_collections`` lists) and return what it was; after the ingestion
     into it that is running, if one is (it would otherwise save the collection again, with only its own documents)."""
+    check_settings(settings)
     check_collection_name(name)
     with taking_turns(ingestion_lock(settings, name), f"Waiting for the ingestion into '{name}' to finish, then deleting it.", remove=True):
         return _delete(settings, name)
@@ -218,6 +222,7 @@ def _delete(settings: Settings, name: str) -> CollectionInfo:
 
 def collection_manifest(settings: Settings, name: str) -> dict:
     """The manifest of the collection ``name`` (what it holds, its item counts), without loading its documents where the store allows."""
+    check_settings(settings)
     check_collection_name(name)
     manifest = saved_manifest(settings, name)
     if manifest is None:
@@ -229,6 +234,7 @@ def open_collection(
     settings: Settings, name: str, embeddings: bool = False, progress: bool = True, on_progress: ProgressCallback | None = None
 ) -> Index:
     """The collection ``name``: a SubjQA one re-indexed first when its source files changed (as ``--domain``), any other as saved."""
+    check_settings(settings)
     check_collection_name(name)
     index = None if settings.store == "memory" else try_open_index(settings, name)
     manifest = collection_manifest(settings, name) if index is None else index.manifest

@@ -14,13 +14,14 @@ from pathlib import Path
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
-from qa_system.config import Settings
+from qa_system.config import Settings, check_settings
 from qa_system.errors import QAError, Unavailable
 from qa_system.ingestion.embedding import LEGACY_BACKEND, DocumentEmbedder, indexing_backend, load_encoder
 from qa_system.model_files import model_fingerprint
 from qa_system.sources import SPLITS, available_splits, load_subjqa, source_files
 from qa_system.stores import (
     Index,
+    check_domains,
     discard_opensearch_index,
     elasticsearch_store,
     index_name,
@@ -172,7 +173,8 @@ def build_index(
     written until every document is loaded and embedded, so a failed run keeps the old index; nor
     when the new documents are fewer than ``MIN_KEPT_SHARE`` of the saved index's, unless ``force``.
     """
-    domains = [domains] if isinstance(domains, str) else list(domains)
+    check_settings(settings)
+    domains = check_domains(domains)
     name = name or index_name(domains)
     if splits is None:  # the splits every domain has (an unknown domain: all, so that loading names the problem)
         splits = [s for s in SPLITS if all(s in available_splits(settings.data_dir, d) for d in domains)] or SPLITS

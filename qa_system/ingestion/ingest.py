@@ -32,16 +32,17 @@ from typing import IO
 
 from haystack import Document
 
-from qa_system.config import INPUT_FORMATS, Settings
+from qa_system.config import INPUT_FORMATS, Settings, check_settings
 from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
-from qa_system.errors import QAError, check_count
+from qa_system.errors import QAError, check_count, check_type, described, shown
 from qa_system.ingestion.backends import commit, saved_passages
 from qa_system.ingestion.collections import check_collection_name, check_own_collection_name, ingestion_lock
+from qa_system.ingestion.freshness import source_fingerprint
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import column_types, typed_meta
-from qa_system.sources.files import SUFFIXES, read_files, sidecar_types
+from qa_system.sources.files import SUFFIXES, check_folder_encodings, read_files, sidecar_types
 from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, IngestOptions, ReadCounts, Record, Source, meta_key
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_array, read_json_lines, read_table
@@ -220,7 +221,9 @@ def _column_types(fmt: str, binary: IO[bytes], name: str, options: IngestOptions
 def open_source(source: Source, options: IngestOptions, name: str | None = None) -> Iterator[_Opened]:
     """The records of a path (file or folder) or of an open binary file (``name``: its file name, for the format)."""
     counts = ReadCounts()
-    if isinstance(source, (str, Path)):
+    if isinstance(source, (str, os.PathLike)):
+        if isinstance(source, str) and not source.strip():  # Path("") is the working directory: every file under it would be read
+            raise QAError("The input path is empty.", "pass an existing file or folder to --input.")
         path = Path(source).expanduser()
         if not path.exists():
             raise QAError(f"{path} does not exist.", "pass an existing file or folder to --input.")
@@ -235,20 +238,22 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
             )
         if path.is_dir() or options.format == "files" or (options.format is None and path.suffix.lower() in SUFFIXES):
             _check_no_table_columns(path, options)
+            if path.is_dir():
+                check_folder_encodings(path, options.encoding)
             yield _Opened(
                 read_files(path, options, counts),
                 counts,
                 str(path),
                 "files",
                 lambda: None,
-                {"source": str(path), "path": str(path.resolve())},
+                {"source": str(path), "path": str(path.resolve()), "source_fingerprint": source_fingerprint(path)},
                 sidecar_types(path, options),
             )
             return
         with path.open("rb") as binary:
             fmt = detect_format(path.name, binary, options.format)
             size = path.stat().st_size
-            state = {"source": str(path), "path": str(path.resolve())}
+            state = {"source": str(path), "path": str(path.resolve()), "source_fingerprint": source_fingerprint(path)}
             types = _column_types(fmt, binary, str(path), options)
             yield _Opened(
                 _records(fmt, binary, str(path), options, counts),
@@ -394,6 +399,14 @@ def ingest(
     .pdf documents, or an open binary file (an upload; ``name`` gives its file name). ``on_progress``
     hears an ``IngestProgress`` after every batch and every chunk of passages embedded (the search page's progress bar).
     """
+    check_settings(settings)
+    _check_source_type(source)
+    check_type(options, "options", IngestOptions, "a qa_system.IngestOptions")
+    check_type(name, "name", str, "a file name (str) or None", optional=True)
+    for flag, value in (("embed", embed), ("sync", sync), ("force", force), ("progress", progress)):
+        check_type(value, flag, bool, "True or False")
+    if on_progress is not None and not callable(on_progress):
+        raise QAError(f"on_progress must be a function or None, not {described(on_progress)}.", "pass a function of one IngestProgress.")
     lock = ingestion_lock(settings, check_own_collection_name(collection))
     # Ingestions into one collection take turns: each reads what the collection holds when it starts
     # (changes, counts, the manifest), so two at once would each commit from the same old state and the
@@ -416,6 +429,20 @@ def ingest(
             return run.commit(staging, opened, sync, force)
         finally:
             staging.unlink(missing_ok=True)
+
+
+def _check_source_type(source: object) -> None:
+    """A source is a path or an open binary file: anything else would fail deep in a reader, or read the wrong thing."""
+    if isinstance(source, io.TextIOBase):
+        raise QAError(
+            f"source must be a path or a file opened in binary mode, not a file opened as text ({shown(getattr(source, 'name', ''))}).",
+            "open it with open(path, 'rb'), or pass its path.",
+        )
+    if not isinstance(source, (str, os.PathLike)) and not callable(getattr(source, "read", None)):
+        raise QAError(
+            f"source must be a path (str or pathlib.Path) or an open binary file, not {described(source)}.",
+            "pass one file or folder per call (a folder is read whole), e.g. ingest(settings, 'data/reviews.csv', 'mine').",
+        )
 
 
 def check_source(
@@ -718,7 +745,9 @@ class _Run:
         self._check_taken_ids(replaced)
         saved_files = (saved.manifest or {}).get("files", {})
         moved = any(saved_files.get(d) != path for d, path in self.files.items())  # kept, to tell a later file of the same name
-        if saved.manifest is not None and not replaced and not report.staged and not moved:
+        # Files touched but not changed: recorded as they are now, so that asking no longer says they changed.
+        touched = ((saved.manifest or {}).get("input") or {}).get("source_fingerprint") != opened.state.get("source_fingerprint")
+        if saved.manifest is not None and not replaced and not report.staged and not moved and not touched:
             report.passages = int(saved.manifest.get("documents", 0))
             report.notes.append("nothing changed: the collection was left as it was")
         else:

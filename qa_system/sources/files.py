@@ -5,8 +5,10 @@ Each file is a document whose id is its path inside the folder, so that an edite
 (a JSON object of metadata) names one: its ``item_id`` key, or the key ``--item-column`` gives.
 Haystack's converters log and skip a file they cannot read; here that is an error naming the file,
 as is a PDF without a text layer (a scan), for a file given alone; in a folder such a file is left
-out, named with its reason, and the rest is read. Files of other kinds are skipped and counted, and
-links that lead outside the folder are not followed (a link to /etc/passwd must not become searchable).
+out, named with its reason, and the rest is read. A folder's text files that do not decode are the
+exception: ``--encoding`` reads them, so the folder is refused, naming them all, before any is read.
+Files of other kinds are skipped and counted, and links that lead outside the folder are not
+followed (a link to /etc/passwd must not become searchable).
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from haystack.dataclasses import ByteStream
 
 from qa_system.errors import QAError
 from qa_system.sources.columns import column_types
-from qa_system.sources.decoding import check_encoding
+from qa_system.sources.decoding import EncodingError, check_encoding
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
 
 SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
 SIDECAR = ".meta.json"
+FILES_NAMED = 5  # undecodable files named in one line; the rest are counted
 # The converters' and pypdf's warnings about a file only repeat what the error or the report says about it.
 for _library in ("haystack.components.converters", "pypdf"):
     logging.getLogger(_library).setLevel(logging.ERROR)
@@ -77,13 +80,8 @@ def _decode(data: bytes, path: Path, encoding: str, utf8_first: bool = False) ->
         raise QAError(
             f"{path} is not a text file (it holds NUL bytes).", "leave it out of the folder, or give it its real suffix (.pdf, ...)."
         )
-    if utf8_first and b"\x00" not in data:  # UTF-16 text is often valid UTF-8, with a NUL in every other byte
-        try:
-            return data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            pass
     try:
-        return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
+        return _text(data, encoding, utf8_first)
     except UnicodeDecodeError as error:
         hint = "; --encoding names its encoding, e.g. cp1252" if utf8_first else ""  # a folder's report lists problems, not fixes
         raise QAError(
@@ -91,6 +89,54 @@ def _decode(data: bytes, path: Path, encoding: str, utf8_first: bool = False) ->
             "pass --encoding with the file's encoding (e.g. cp1252 for Windows' Western text; the folder's UTF-8 files stay UTF-8), "
             "or re-save it as UTF-8.",
         ) from None
+
+
+def _text(data: bytes, encoding: str, utf8_first: bool) -> str:
+    """``data`` decoded as ``_decode`` says; a UnicodeDecodeError when it does not decode."""
+    if utf8_first and b"\x00" not in data:  # UTF-16 text is often valid UTF-8, with a NUL in every other byte
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            pass
+    return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
+
+
+def check_folder_encodings(root: Path, encoding: str) -> None:
+    """An EncodingError naming every text file of the folder ``root`` that does not decode, before any is read: left
+    out, they would be lost behind a run that succeeds, and one ``--encoding`` reads them all (UTF-8 files stay UTF-8)."""
+    encoding = check_encoding(encoding)
+    undecodable = []
+    for path in document_files(root, ReadCounts()):
+        if path.suffix.lower() == ".pdf":  # PDFs carry their own encodings
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:  # read_files names it
+            continue
+        if b"\x00" in data[:8192] and not encoding.startswith("utf-16"):  # binary: read_files names it
+            continue
+        try:
+            _text(data, encoding, utf8_first=True)
+        except UnicodeDecodeError as error:
+            undecodable.append(f"{path.relative_to(root).as_posix()} (byte {data[error.start]:#04x} at offset {error.start})")
+    if not undecodable:
+        return
+    more = len(undecodable) - FILES_NAMED
+    listed = ", ".join(undecodable[:FILES_NAMED]) + (f", ... ({more} more)" if more > 0 else "")
+    files, are, they, them = (
+        (f"{len(undecodable)} files", "are", "they are", "them") if len(undecodable) > 1 else ("1 file", "is", "it is", "it")
+    )
+    if encoding == "utf-8":
+        raise EncodingError(
+            f"{files} of {root} {are} not UTF-8 text: {listed}; nothing was indexed.",
+            f"pass --encoding cp1252 if {they} Windows' Western text (Latin-1 with Windows' quotes and euro sign; "
+            f"the folder's UTF-8 files stay UTF-8), or re-save {them} as UTF-8.",
+            "cp1252",
+        )
+    raise EncodingError(
+        f"{files} of {root} {are} neither UTF-8 nor {encoding} text: {listed}; nothing was indexed.",
+        f"pass their real encoding to --encoding (the folder's UTF-8 files stay UTF-8), or re-save {them} as UTF-8.",
+    )
 
 
 def _read(path: Path) -> bytes:

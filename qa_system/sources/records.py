@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
-from qa_system.errors import QAError, check_text
+from qa_system.errors import QAError, check_text, check_type
 
 # A source: a path (file or folder), or an open binary file (an upload) with a name to tell its kind.
 Source = str | Path | IO[bytes]
@@ -45,6 +45,14 @@ class IngestOptions:
     encoding: str = "utf-8"
     passage_words: int | None = None  # None: as the collection was split, else PASSAGE_WORDS
     passage_overlap: int | None = None  # None: as the collection was split, else PASSAGE_OVERLAP
+
+    def __post_init__(self) -> None:
+        # From Python, a list or a number here would fail deep in a reader, or be taken as another option.
+        for name in ("format", "text_column", "id_column", "item_column"):
+            check_type(getattr(self, name), name, str, "a str or None", optional=True)
+        check_type(self.encoding, "encoding", str, "the name of a text encoding (a str such as 'cp1252')")
+        for name in ("passage_words", "passage_overlap"):
+            check_type(getattr(self, name), name, int, "a whole number or None", optional=True)
 
     def as_dict(self) -> dict:
         """The options as JSON-ready data (an index manifest keeps them)."""

@@ -12,7 +12,7 @@ from qa_system.disk_cache import TemporaryOwner, atomic_file, remove_leftovers, 
 from qa_system.stores.elasticsearch import elasticsearch_client, elasticsearch_store
 from qa_system.stores.factory import open_index, save_index, saved_document_count, saved_manifest, try_open_index
 from qa_system.stores.faiss import new_faiss_store
-from qa_system.stores.index import MANIFEST_KEY, SUBJQA_PREFIX, Index, IndexGone, index_name
+from qa_system.stores.index import MANIFEST_KEY, SUBJQA_PREFIX, Index, IndexGone, check_domains, index_name
 from qa_system.stores.memory import memory_documents, new_memory_store, write_memory_index
 from qa_system.stores.opensearch import (
     CONCRETE_INDEX_NAME,
@@ -46,6 +46,7 @@ __all__ = [
     "discard_opensearch_index",
     "elasticsearch_client",
     "elasticsearch_store",
+    "check_domains",
     "index_name",
     "memory_documents",
     "new_faiss_store",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.config import Settings, check_settings
+from qa_system.errors import QAError, check_type
 from qa_system.stores.elasticsearch import _load_elasticsearch, _save_elasticsearch
 from qa_system.stores.faiss import _load_faiss, _save_faiss, faiss_manifest
-from qa_system.stores.index import Index, index_name
+from qa_system.stores.index import Index, check_domains, index_name
 from qa_system.stores.memory import _load_memory, _memory_manifest, _memory_path, _save_memory
 from qa_system.stores.opensearch import _load_opensearch, _save_opensearch
 
@@ -20,6 +20,9 @@ _SAVERS = {"memory": _save_memory, "faiss": _save_faiss, "elasticsearch": _save_
 def open_index(settings: Settings, domains: str | Sequence[str] = "electronics", name: str | None = None) -> Index:
     """Open a saved index; a clear error naming the `qa-system index` command when there is none (or
     ``open_collection``, when ``domains`` names a collection of your own documents)."""
+    check_settings(settings)
+    if check_type(name, "name", str, "an index's name (str) or None", optional=True) is None:
+        check_domains(domains)
     name = name or index_name(domains)
     index = _LOADERS[settings.store](settings, name)
     if index is None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from qa_system.errors import NotFound
+from qa_system.errors import NotFound, QAError, described
 
 MANIFEST_KEY = "qa_system"
 # What every SubjQA collection's name starts with (``index_name``).
@@ -17,6 +17,18 @@ def index_name(domains: str | Sequence[str]) -> str:
     """The name of the index of one or more SubjQA domains: ``subjqa-<domain>[-<domain>...]``, the domains sorted."""
     domains = [domains] if isinstance(domains, str) else sorted(domains)
     return SUBJQA_PREFIX + "-".join(domains)
+
+
+def check_domains(domains: object) -> list[str]:
+    """``domains``, one SubjQA domain's name or a sequence of them, as a list; else a QAError saying what it got."""
+    if isinstance(domains, str):
+        return [domains]
+    if isinstance(domains, Sequence) and not isinstance(domains, bytes) and domains and all(isinstance(d, str) for d in domains):
+        return list(domains)
+    raise QAError(
+        f"domains must be a SubjQA domain's name (a str) or a list of them, not {described(domains)}.",
+        "pass domains such as 'electronics' or ['books', 'movies'].",
+    )
 
 
 class IndexGone(NotFound):

@@ -1,0 +1,87 @@
+"""Whether the file or folder a collection of your own was indexed from changed since: a notice naming the command
+that indexes it again.
+
+Such a collection is answered as last indexed (only SubjQA's re-index themselves). Ingestion records a
+fingerprint of its source: each file's path, size and modification time, hashed (the files' contents
+are not read again); ``source_notice`` compares it with the files as they are now, at most once every
+``CHECK_EVERY_S`` per collection and version, so that asking many questions stats the folder once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import time
+from pathlib import Path
+
+from qa_system.sources.files import SIDECAR, document_files
+from qa_system.sources.records import ReadCounts
+from qa_system.stores import Index
+
+CHECK_EVERY_S = 30.0
+# (store, collection) -> ((its version, its source, the source's time), when it was checked, the notice then)
+_checked: dict[tuple[str, str], tuple[tuple, float, str | None]] = {}
+
+
+def source_fingerprint(path: Path) -> dict:
+    """How many files ``path`` (a folder of documents, or one file) holds, and a digest of their names, sizes and
+    modification times (a document's sidecar included)."""
+    documents = [(p, p.relative_to(path).as_posix()) for p in document_files(path, ReadCounts())] if path.is_dir() else [(path, path.name)]
+    sidecars = [(p.with_name(p.name + SIDECAR), name + SIDECAR) for p, name in documents] if path.is_dir() else []
+    digest = hashlib.sha256()
+    for file, name in documents + sidecars:
+        try:
+            stat = file.stat()
+        except OSError:  # a sidecar that does not exist, or a file gone meanwhile
+            continue
+        digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+    return {"files": len(documents), "digest": digest.hexdigest()}
+
+
+def source_notice(index: Index) -> str | None:
+    """One line when the source the collection was indexed from changed since, naming the command to run again; None
+    when it did not, when the collection records no fingerprint (an upload, SubjQA, an older qa-system), or when the
+    source is gone (the collection is all there is of it then)."""
+    given = (index.manifest.get("input") or {}).get("source_fingerprint")
+    path = (index.manifest.get("input") or {}).get("path")
+    if not given or not path:
+        return None
+    try:  # a folder's own time moves when a file is added or removed: that is seen at once, an edit within CHECK_EVERY_S
+        moved = Path(path).stat().st_mtime_ns
+    except OSError:
+        return None
+    stamp = (str(index.manifest.get("updated")), path, moved)
+    checked = _checked.get((index.backend, index.name))
+    if checked is not None and checked[0] == stamp and time.monotonic() - checked[1] < CHECK_EVERY_S:
+        return checked[2]
+    notice = _notice(index, Path(path), given)
+    _checked[(index.backend, index.name)] = (stamp, time.monotonic(), notice)
+    return notice
+
+
+def _notice(index: Index, path: Path, given: dict) -> str | None:
+    now = source_fingerprint(path)
+    if now == given:
+        return None
+    count = f" ({now['files']} files now, {given['files']} then)" if now["files"] != given["files"] else ""
+    changed = f"files of {path} were added, removed or edited" if path.is_dir() else f"{path} was edited"
+    return (
+        f"Collection '{index.name}' is answered as last indexed, and {changed} since{count}. "
+        f"Fix: run `{index_command(index, path)}` to update it (only what changed is processed again)."
+    )
+
+
+def index_command(index: Index, path: Path) -> str:
+    """The `qa-system index` command that indexes ``path`` into the collection again, with the options it was read with."""
+    input_ = index.manifest.get("input") or {}
+    options = input_.get("options") or {}
+    words = ["qa-system", "index", "--input", str(path), "--collection", index.name]
+    for key in ("format", "text_column", "id_column", "item_column"):
+        if options.get(key) is not None:
+            words += [f"--{key.replace('_', '-')}", str(options[key])]
+    if options.get("encoding") not in (None, "utf-8"):
+        words += ["--encoding", options["encoding"]]
+    words += ["--store", index.backend]  # QA_STORE may name another
+    if not index.manifest.get("embedding_model"):
+        words.append("--no-embed")  # as it was: else every document would be embedded
+    return shlex.join(words)
