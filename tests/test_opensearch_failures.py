@@ -193,6 +193,37 @@ def test_a_server_that_stops_answering_during_the_last_steps_is_one_line_and_the
     assert documents(os_settings, name) == 3 and concrete_indices(os_settings, name) == served_from(os_settings, name)
 
 
+@pytest.mark.parametrize(
+    "request_line, when",
+    [
+        (r"GET /{name}--\*", "before"),  # the listing of what killed runs left
+        (r"HEAD /{name} ", "before"),  # whether the collection exists
+        (r"GET /{name}/_mapping", "before"),  # its manifest
+        (r"PUT /{name}--", "before"),  # the new index's creation
+        (r"PUT /{name}--", "after"),  # created, its answer lost
+    ],
+    ids=["leftovers", "exists", "manifest", "create", "create-answer"],
+)
+def test_a_server_that_stops_answering_during_the_first_steps_is_one_line_and_the_collection_stays(
+    os_settings, name, reviews, capsys, request_line, when
+):
+    first, second = reviews
+    url = os_settings.opensearch_url
+    assert main(index_command(first, name, url)) == 0
+    [old] = served_from(os_settings, name)
+    capsys.readouterr()
+    proxy = CuttingProxy(url, request_line.format(name=re.escape(name)), when)
+    # A process of its own, as a user's run is: an index it created is a dead run's leftover once it has ended.
+    env = {**os.environ, "QA_HOME": str(os_settings.home), "HAYSTACK_TELEMETRY_ENABLED": "False"}
+    cut = subprocess.run([*CLI, *index_command(second, name, proxy.url)], env=env, capture_output=True, text=True, timeout=300)
+    assert proxy.matched.is_set()
+    # It was a traceback of the client's ConnectionError.
+    assert (cut.returncode, cut.stderr) == (2, STOPPED.format(url=proxy.url, name=name))
+    assert served_from(os_settings, name) == [old] and documents(os_settings, name) == 2
+    assert main(index_command(second, name, url)) == 0
+    assert documents(os_settings, name) == 3 and concrete_indices(os_settings, name) == served_from(os_settings, name)
+
+
 def test_a_server_that_stops_answering_before_the_retired_index_is_deleted_keeps_the_update(os_settings, name, reviews, capsys):
     first, second = reviews
     url = os_settings.opensearch_url

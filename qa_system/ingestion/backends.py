@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from haystack import Document
@@ -74,6 +75,22 @@ def saved_passages(settings: Settings, name: str) -> Iterator[tuple[str, dict]]:
             hits = _answered_scan(settings, name, hits)
         for hit in hits:
             yield hit["_id"], hit["_source"]
+
+
+@contextmanager
+def server_answering(settings: Settings, name: str) -> Iterator[None]:
+    """A run into ``name`` whose OpenSearch stops answering at any step (the listing of what a killed run left, the
+    manifest's reading, the new index's creation) ends with the run's one-line error, not a traceback: the alias still
+    serves the index it served, and an index the run created is removed by the next one."""
+    if settings.store != "opensearch":
+        yield
+        return
+    from opensearchpy.exceptions import ConnectionError as NoAnswer
+
+    try:
+        yield
+    except NoAnswer:
+        raise saving_stopped(settings, name) from None
 
 
 def _answered_scan(settings: Settings, name: str, hits: Iterator[dict]) -> Iterator[dict]:

@@ -35,7 +35,7 @@ from haystack import Document
 from qa_system.config import INPUT_FORMATS, Settings, check_settings
 from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count, check_type, described, shown
-from qa_system.ingestion.backends import commit, saved_passages
+from qa_system.ingestion.backends import commit, saved_passages, server_answering
 from qa_system.ingestion.collections import check_collection_name, check_own_collection_name, ingestion_lock
 from qa_system.ingestion.freshness import source_fingerprint
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
@@ -412,7 +412,10 @@ def ingest(
     # (changes, counts, the manifest), so two at once would each commit from the same old state and the
     # last would undo part of the first. The lock covers the processes of one machine sharing QA_HOME
     # (for Elasticsearch / OpenSearch, not other machines writing to the server).
-    with taking_turns(lock, f"Waiting for another ingestion into '{collection}' to finish.", remove=True):
+    with (
+        taking_turns(lock, f"Waiting for another ingestion into '{collection}' to finish.", remove=True),
+        server_answering(settings, collection),
+    ):
         staging_dir = settings.index_dir / "staging"
         staging_dir.mkdir(parents=True, exist_ok=True)
         cleaned = _remove_what_killed_runs_left(staging_dir, lock)
