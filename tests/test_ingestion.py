@@ -165,7 +165,7 @@ def test_a_metadata_file_named_after_no_document_is_named_in_the_report(home, tm
     (tmp_path / "docs" / "fridge.meta.json").write_text('{"item_id": "FRIDGE-1"}', encoding="utf-8")  # not fridge.txt.meta.json
     report = ingest(home, tmp_path / "docs", "sidecars", embed=False, progress=False)
     assert report.sidecars_unused == ["fridge.meta.json"] and documents(home, "sidecars")["fridge.txt"].meta["item_id"] == "fridge.txt"
-    assert "  1 metadata files beside no document of their name, not read: fridge.meta.json " in "\n".join(report.summary())
+    assert "  1 metadata file beside no document of their name, not read: fridge.meta.json " in "\n".join(report.summary())
 
 
 def test_an_upload_is_read_from_a_file_object_with_progress(home, tmp_path):
@@ -420,7 +420,7 @@ def test_a_refused_run_names_the_files_that_could_not_be_read(home, tmp_path):
     (folder / "care.md.meta.json").write_text('{"item_id": "ZX2", version: "three"}', encoding="utf-8")  # a key left unquoted
     # Without care.md, the column holds numbers only: every document would be typed again, and care.md is missing.
     with pytest.raises(
-        QAError, match=r"lacks 1 of its 2 documents \(1 files could not be read: care\.md: .*/side/care\.md\.meta\.json is not valid JSON"
+        QAError, match=r"lacks 1 of its 2 documents \(1 file could not be read: care\.md: .*/side/care\.md\.meta\.json is not valid JSON"
     ):
         ingest(home, folder, "side", embed=False, progress=False)
 

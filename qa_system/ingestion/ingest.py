@@ -139,11 +139,11 @@ class IngestReport:
             lines.append(f"  {len(self.links_skipped)} links to outside the folder not followed: {_first(self.links_skipped)}.")
         if self.sidecars_unused:
             lines.append(
-                f"  {len(self.sidecars_unused)} metadata files beside no document of their name, not read: {_first(self.sidecars_unused)} "
+                f"  {_files(len(self.sidecars_unused), 'metadata file')} beside no document of their name, not read: {_first(self.sidecars_unused)} "
                 "(a document's is named after its whole file name: manual.pdf.meta.json)."
             )
         if self.files_unreadable:
-            lines.append(f"  {len(self.files_unreadable)} files could not be read and were left out:")
+            lines.append(f"  {_files(len(self.files_unreadable))} could not be read and were left out:")
             lines += [f"    {entry}" for entry in self.files_unreadable[:LISTED]] + [
                 f"    ... and {len(self.files_unreadable) - LISTED} more."
             ] * (len(self.files_unreadable) > LISTED)
@@ -152,6 +152,10 @@ class IngestReport:
 
 
 LISTED = 20  # files named one by one in a report; the rest are counted
+
+
+def _files(count: int, noun: str = "file") -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _first(names: list[str], shown: int = LISTED) -> str:
@@ -614,7 +618,7 @@ class _Run:
             skipped = f" ({counts.empty_rows} empty rows and {counts.empty_texts} empty texts skipped)" if counts.rows else ""
             fix = "check the file (and --text-column / --format), or pass a folder that holds .txt, .md, .html or .pdf files."
             if counts.files_unreadable:
-                skipped = f": {len(counts.files_unreadable)} files could not be read ({_first(counts.files_unreadable, 1)})"
+                skipped = f": {_files(len(counts.files_unreadable))} could not be read ({_first(counts.files_unreadable, 1)})"
                 fix = "repair, decrypt or convert those files (a scanned PDF needs OCR, e.g. ocrmypdf), or pass --encoding for text in another encoding."
             raise QAError(f"{opened.name} holds no documents{skipped}; collection '{self.collection}' was left as it was.", fix)
 
@@ -721,7 +725,7 @@ class _Run:
         kept = [d for d in vanished if d not in dropped]
         # Files of the folder that could not be read (a broken sidecar, a damaged PDF) are missing for that reason.
         unread = (
-            f" ({len(report.files_unreadable)} files could not be read: {_first(report.files_unreadable, 1)})"
+            f" ({_files(len(report.files_unreadable))} could not be read: {_first(report.files_unreadable, 1)})"
             if report.files_unreadable
             else ""
         )
