@@ -312,6 +312,24 @@ def test_a_collection_the_cli_indexes_while_the_server_runs_is_served_at_once(ca
     assert "indexed-later" in [listed["name"] for listed in call("GET", "/collections").json()]
 
 
+def test_the_list_says_which_collections_files_changed_since_they_were_indexed(call, settings, tmp_path):
+    from qa_system.ingestion import ingest
+
+    path = tmp_path / "edited.jsonl"
+    path.write_text("\n".join(json.dumps(review(n)) for n in range(3)), encoding="utf-8")
+    ingest(settings, path, "edited-later", embed=False, progress=False)
+
+    def listed() -> dict:
+        [entry] = [c for c in call("GET", "/collections").json() if c["name"] == "edited-later"]
+        return entry
+
+    assert listed()["source_changed"] is False
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + json.dumps(review(3)), encoding="utf-8")
+    entry = listed()  # answered from the three reviews it holds, and it says the file has more now
+    assert entry["source_changed"] is True and entry["documents"] == 3
+    assert str(tmp_path) not in json.dumps(call("GET", "/collections").json())  # no server path in the body
+
+
 def test_collections_deleted_or_damaged_elsewhere_are_left_out_of_the_list_and_new_ones_are_in(call, settings, tmp_path):
     from qa_system.ingestion import delete_collection, ingest
 

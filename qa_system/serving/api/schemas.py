@@ -247,6 +247,10 @@ class CollectionOut(BaseModel):
     products: int
     embedding_model: str | None = Field(description="the passage encoder: a Hugging Face id, or the name of a model folder on the server")
     created: str | None
+    source_changed: bool = Field(
+        description="the files it was indexed from were added, removed or edited since: answers come from them as they were "
+        "indexed, until `qa-system index` (or an upload) indexes them again"
+    )
 
     @classmethod
     def of(cls, info: dict[str, Any]) -> CollectionOut:
