@@ -254,6 +254,20 @@ class Settings(BaseSettings):
             raise QAError(f"Unknown {what} '{value}'.", f"use one of: {', '.join(choices)}.")
         return value
 
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _token(cls, value: Any) -> str | None:
+        # Never echoed: the message names what is wrong with the token, not the token.
+        if value is None:
+            return None
+        token = str(value).strip()  # the line break `echo` leaves at the end of a token file
+        if token and not re.fullmatch(r"[\x21-\x7e]+", token):
+            raise QAError(
+                "QA_API_TOKEN holds a space, a line break or a character outside printable ASCII: an HTTP header cannot carry it.",
+                "use letters, digits and -._~+/= only, e.g. the output of python -c 'import secrets; print(secrets.token_urlsafe(32))'.",
+            )
+        return token
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _log_level(cls, value: Any) -> str:

@@ -243,3 +243,45 @@ def test_escape_codes_in_stored_documents_are_printed_as_text(tmp_path, capsys, 
     out = capsys.readouterr().out
     assert not any(0x00 <= ord(c) < 0x20 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in out), repr(out)
     assert "P1\\x1b]8;;http://evil.example/\\x07click" in out and "days.\\x1b]8;;" in out and "red\\x1b]8;;" in out
+
+
+@pytest.mark.parametrize("token", ["zq\nxw", "zqéxw", "zq xw"], ids=["line break", "non-ASCII", "space"])
+def test_a_token_no_http_header_can_carry_is_one_line_that_never_shows_it(token, capsys, monkeypatch):
+    """It was a traceback (UnicodeEncodeError) for a non-ASCII token; the token itself is never printed."""
+    monkeypatch.setenv("QA_API_TOKEN", token)
+    with misbehaving(answering(b"{}")) as url:
+        assert main(["ask", "Is it good?", "--url", url, "--item", "KINDLE"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: QA_API_TOKEN holds a space, a line break or a character outside printable ASCII")
+    assert len(captured.err.strip().splitlines()) == 1 and token.split()[0] not in captured.err + captured.out
+    monkeypatch.setenv("QA_API_TOKEN", " secret\n")  # the line break a token file ends with is no part of the token
+    from qa_system.config import Settings
+
+    assert Settings.from_env().api_token == "secret"
+
+
+def test_a_password_in_the_url_is_never_printed(capsys, monkeypatch):
+    with misbehaving(answering(b"Bad Gateway", status="502 Bad Gateway", headers="")) as url:
+        with_password = url.replace("http://", "http://reader:pa55word@")
+        assert main(["ask", "Is it good?", "--url", with_password, "--item", "KINDLE"]) == 2
+        monkeypatch.setattr("sys.stdin", io.StringIO("Is it good?\n"))
+        assert main(["shell", "--url", with_password]) == 0
+    closed = url.replace("http://", "http://reader:pa55word@")  # nothing listens there any more
+    assert main(["ask", "Is it good?", "--url", closed, "--item", "KINDLE"]) == 2
+    captured = capsys.readouterr()
+    shown = url.replace("http://", "http://reader:***@")
+    assert "pa55word" not in captured.out + captured.err
+    assert captured.err.count(f"The server at {shown} answered 502") == 2 and f"Cannot reach the API at {shown}" in captured.err
+
+
+def test_a_shell_command_given_what_it_does_not_take_says_so_and_the_shell_goes_on(capsys, monkeypatch):
+    """':quit now' ended the shell without a word."""
+    with misbehaving(answering(b"{}")) as url:
+        monkeypatch.setattr("sys.stdin", io.StringIO(":quit now\n:help me\nIs it good?\n:q\nnever asked\n"))
+        assert main(["shell", "--url", url]) == 0
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: ':quit' takes nothing after it (it was given 'now'). Fix: type ':quit' alone.",
+        "error: ':help' takes nothing after it (it was given 'me'). Fix: type ':help' alone.",
+        f"error: The server at {url} answered without its timings (retrieval_s, answer_s). Fix: is --url a qa-system API (`qa-system api`)?",
+    ]

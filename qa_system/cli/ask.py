@@ -148,14 +148,14 @@ def cmd_ask(args: argparse.Namespace) -> None:
 def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     """`qa-system ask --url`: the answers of a running `qa-system api` (its models already loaded), printed as `ask` prints its own."""
     from qa_system.serving.answer_views import ELLIPSIS, AnswerCard, Segment, highlight_segments
-    from qa_system.serving.client import ask_server
+    from qa_system.serving.client import ask_server, public_url
 
     body = ask_server(args.url, _question(args), token)
     timings = body["timings"]
     print(
         terminal_text(
             f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
-            f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {args.url})"
+            f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {public_url(args.url)})"
         )
     )
     tty = sys.stdout.isatty()
@@ -213,6 +213,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
     """`qa-system shell`: questions read line by line and answered by one service (or a running API with --url),
     so that only the first pays for loading the models. ``:item ID`` picks the product, ``:quit`` (or end of input) ends."""
     from qa_system.errors import QAError
+    from qa_system.serving.client import public_url
 
     settings = settings_from_args(args)
     service = None
@@ -225,7 +226,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
     print(
         terminal_text(
-            f"Ask about {args.item or 'all products'} ({args.url or service.names[0]}); ':item ID' picks a product, "
+            f"Ask about {args.item or 'all products'} ({public_url(args.url) if args.url else service.names[0]}); ':item ID' picks a product, "
             "':help' lists the commands, ':quit' ends."
         ),
         file=sys.stderr,
@@ -237,7 +238,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
         try:
             if line.startswith(":"):  # a command: never asked as a question
                 command, _, value = line.partition(" ")
-                if command in (":quit", ":q"):
+                if command in (":quit", ":q") and not value.strip():
                     break
                 _shell_command(command, value.strip(), args, service, settings.api_token)
                 continue
@@ -255,10 +256,12 @@ SHELL_COMMANDS = {
 
 
 def _shell_command(command: str, value: str, args: argparse.Namespace, service, token: str | None = None) -> None:
-    """One shell command other than ``:quit``: ``:help``, ``:item [ID]`` (checked by ``service``, else by the server at
+    """One shell command other than a plain ``:quit``: ``:help``, ``:item [ID]`` (checked by ``service``, else by the server at
     ``args.url``, sent ``token``); an unknown one is a QAError listing the known."""
     from qa_system.errors import QAError
 
+    if command in (":quit", ":q", ":help") and value:  # ":quit now" neither ends nor is asked
+        raise QAError(f"'{command}' takes nothing after it (it was given '{shown(value, 40)}').", f"type '{command}' alone.")
     if command == ":help":
         width = max(map(len, SHELL_COMMANDS))
         print("\n".join(f"{name.ljust(width)}  {what}" for name, what in SHELL_COMMANDS.items()), file=sys.stderr)

@@ -34,6 +34,19 @@ PRODUCTS_PAGE = 1000
 PRODUCTS_DEADLINE_S = 60.0
 
 
+def public_url(url: str) -> str:
+    """``url`` as messages show it: a password in it (``https://user:secret@host``) replaced by ``***``."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        return parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}").geturl()
+    except ValueError:  # no URL to read a password from: shown only up to where one could start
+        return url.partition("@")[2] or url
+
+
 def _error(status: int, detail: str) -> QAError:
     problem, _, fix = detail.partition(" Fix: ")
     kind = NotFound if status == 404 else Unavailable if status == 503 else QAError
@@ -62,10 +75,10 @@ def _json_reply(url: str, status: int, data: bytes) -> Any:
     if status != 200:
         detail = reply.get("detail") if isinstance(reply, dict) else None
         if not isinstance(detail, str) or not detail.strip():
-            detail = f"The server at {url} answered {status} without a message. Fix: {NOT_OUR_API}"
+            detail = f"The server at {public_url(url)} answered {status} without a message. Fix: {NOT_OUR_API}"
         raise _error(status, " ".join(detail.split()))
     if reply is None:
-        raise QAError(f"The server at {url} answered with something that is not JSON.", NOT_OUR_API)
+        raise QAError(f"The server at {public_url(url)} answered with something that is not JSON.", NOT_OUR_API)
     return reply
 
 
@@ -83,7 +96,7 @@ def check_item_at(
         page = _json_reply(url, *_exchange(url, None, headers, timeout, MAX_REPLY_BYTES, "GET", "/products", params))
         products = page.get("products") if isinstance(page, dict) else None
         if not isinstance(products, list) or not isinstance(page.get("total"), int):
-            raise QAError(f"The server at {url} answered GET /products without its products and total.", NOT_OUR_API)
+            raise QAError(f"The server at {public_url(url)} answered GET /products without its products and total.", NOT_OUR_API)
         name, total = page.get("collection") or collection, page["total"]
         ids = [p.get("item_id") for p in products if isinstance(p, dict) and isinstance(p.get("item_id"), str)]
         if item_id in ids:
@@ -97,7 +110,7 @@ def check_item_at(
     if len(matches) == 1:
         return matches[0]
     raise NotFound(
-        f"Product '{shown(item_id)}' is not one of the {total:,} products of collection '{shown(str(name))}' at {url}.",
+        f"Product '{shown(item_id)}' is not one of the {total:,} products of collection '{shown(str(name))}' at {public_url(url)}.",
         "pick an item id that GET /products lists, or ':item' alone to ask about all products.",
     )
 
@@ -135,13 +148,15 @@ def _exchange(
     worker.join(deadline_s)
     if worker.is_alive():  # the thread stops at the server's next byte, or its own timeout; its socket goes with it
         stop.set()
-        raise Unavailable(f"The API at {url} did not answer within {deadline_s:g} s.", "retry later, or ask another server (--url).")
+        raise Unavailable(
+            f"The API at {public_url(url)} did not answer within {deadline_s:g} s.", "retry later, or ask another server (--url)."
+        )
     error = done.get("error")
     if isinstance(error, QAError):
         raise error
     if isinstance(error, httpx.HTTPError):
         raise Unavailable(
-            f"Cannot reach the API at {url} ({type(error).__name__}: {error}).",
+            f"Cannot reach the API at {public_url(url)} ({type(error).__name__}: {str(error).replace(url, public_url(url))}).",
             "start it with `qa-system api`, or pass the --url it serves on.",
         ) from None
     if error is not None:
@@ -157,7 +172,9 @@ def _read(response, url: str, max_bytes: int, stop: threading.Event) -> bytes:
     elif encoding in ("identity", ""):
         decompressor = None
     else:
-        raise QAError(f"The server at {url} sent its reply compressed as {encoding!r}, which this client does not read.", NOT_OUR_API)
+        raise QAError(
+            f"The server at {public_url(url)} sent its reply compressed as {encoding!r}, which this client does not read.", NOT_OUR_API
+        )
     body = bytearray()
     try:
         for chunk in response.iter_raw():
@@ -169,13 +186,13 @@ def _read(response, url: str, max_bytes: int, stop: threading.Event) -> bytes:
                     chunk = decompressor.unconsumed_tail
                 body += piece
                 if len(body) > max_bytes:
-                    raise QAError(f"The server at {url} sent a reply of more than {max_bytes:,} bytes.", NOT_OUR_API)
+                    raise QAError(f"The server at {public_url(url)} sent a reply of more than {max_bytes:,} bytes.", NOT_OUR_API)
                 if decompressor is not None and not piece and decompressor.eof:
                     break
             if stop.is_set():
                 break
     except zlib.error as error:
-        raise QAError(f"The server at {url} sent a reply that does not decompress ({error}).", NOT_OUR_API) from None
+        raise QAError(f"The server at {public_url(url)} sent a reply that does not decompress ({error}).", NOT_OUR_API) from None
     return bytes(body)
 
 
@@ -188,7 +205,7 @@ def _checked_reply(reply: Any, url: str) -> dict[str, Any]:
 
     def need(ok: bool, what: str) -> None:
         if not ok:
-            raise QAError(f"The server at {url} answered without {what}.", NOT_OUR_API)
+            raise QAError(f"The server at {public_url(url)} answered without {what}.", NOT_OUR_API)
 
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
