@@ -330,6 +330,38 @@ def test_the_list_says_which_collections_files_changed_since_they_were_indexed(c
     assert str(tmp_path) not in json.dumps(call("GET", "/collections").json())  # no server path in the body
 
 
+@pytest.mark.parametrize(
+    "route, path, detail",
+    [
+        (
+            "/products",
+            "/products?limt=5",  # it was ignored: 100 products, the default
+            "Unknown query parameter 'limt'. Fix: use limit (GET /products takes collection, limit, offset).",
+        ),
+        ("/products", "/products?limit=5&limit=6", "The query parameter 'limit' is given 2 times. Fix: give it once."),
+        (
+            "/collections",
+            "/collections?verbose=1",
+            "Unknown query parameter 'verbose'. Fix: leave it out (GET /collections takes no query parameter).",
+        ),
+    ],
+    ids=["misspelt", "repeated", "none-taken"],
+)
+def test_a_query_parameter_a_route_does_not_take_or_given_twice_is_a_422_naming_it(call, route, path, detail):
+    answered = call("GET", route, path)
+    assert (answered.status_code, answered.json()["detail"]) == (422, detail)
+
+
+def test_a_misspelt_query_parameter_of_an_upload_adds_nothing(call):
+    call("POST", "/collections", json={"name": "spelt"})
+    upload = "/collections/{name}/documents"
+    sent = call("POST", upload, "/collections/spelt/documents?text_colum=body", json=[{"id": "r1", "body": "Great battery."}])
+    assert sent.status_code == 422 and sent.json()["detail"].startswith("Unknown query parameter 'text_colum'. Fix: use text_column (")
+    assert call("GET", "/collections").json() and [c["documents"] for c in call("GET", "/collections").json() if c["name"] == "spelt"] == [
+        0
+    ]
+
+
 def test_collections_deleted_or_damaged_elsewhere_are_left_out_of_the_list_and_new_ones_are_in(call, settings, tmp_path):
     from qa_system.ingestion import delete_collection, ingest
 

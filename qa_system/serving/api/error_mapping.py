@@ -26,7 +26,8 @@ ERROR_MEANINGS = {
     404: "an unknown collection, product, document or task",
     409: "the collection exists already, or another change to it is running",
     413: "the request body is larger than the server takes (QA_API_MAX_BODY_BYTES)",
-    422: "a request the library's rules refuse, or a body that is not strict JSON",
+    422: "a request the library's rules refuse, a body that is not strict JSON, or a query parameter the route does not take "
+    "(or given twice)",
     429: "too many requests from this client (QA_API_RATE_LIMIT); Retry-After says when to retry",
     500: "an unexpected error (the traceback is in the server's log)",
     503: "the server is loading, or a search server, generator endpoint or its own disk (QA_HOME, QA_FEEDBACK_DB) cannot be used",
@@ -35,8 +36,9 @@ ERROR_MEANINGS = {
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The error responses a route really gives (each one line, ``ErrorOut``), and 500, which any route can."""
-    return {status: {"model": ErrorOut, "description": ERROR_MEANINGS[status]} for status in sorted({*statuses, 500})}
+    """The error responses a route really gives (each one line, ``ErrorOut``), and 422 and 500, which any route can (a
+    query parameter it does not take, an unexpected error)."""
+    return {status: {"model": ErrorOut, "description": ERROR_MEANINGS[status]} for status in sorted({*statuses, 422, 500})}
 
 
 # What the token and the rate limit add to every protected route.
