@@ -473,9 +473,12 @@ def test_asking_a_collection_whose_folder_changed_since_indexing_says_so_with_th
         f"note: Collection 'manuals' is answered as last indexed, and files of {folder} were added, removed or edited since "
         f"(3 files now, 2 then). Fix: run `{command}` to update it (only what changed is processed again).\n"
     )
+    assert main(["collections"]) == 0 and "(3 files now, 2 then)" in capsys.readouterr().err  # the listing says so too
+    assert main(["collections", "--json"]) == 0 and "(3 files now, 2 then)" in json.loads(capsys.readouterr().out)[0]["source_notice"]
     assert main(shlex.split(command)[1:]) == 0
     capsys.readouterr()
     assert main(search) == 0 and "note:" not in capsys.readouterr().err
+    assert main(["collections"]) == 0 and "note:" not in capsys.readouterr().err
     # A file edited: the same.
     (folder / "kettle.txt").write_text("The kettle boils a litre in two minutes.", encoding="utf-8")
     assert main(search) == 0 and f"were added, removed or edited since. Fix: run `{command}`" in capsys.readouterr().err

@@ -671,7 +671,9 @@ def main() -> None:
     if notice := st.session_state.pop(NOTICE, None):
         st.warning(markdown_literal(notice), icon=WARNING)
     told = st.session_state.setdefault(SOURCE_NOTICES_TOLD, set())
-    if (changed := source_notice(index)) and changed not in told:  # once: every question would repeat it
+    if (
+        changed := source_notice(index.name, index.backend, index.manifest)
+    ) and changed not in told:  # once: every question would repeat it
         told.add(changed)
         st.warning(markdown_literal(changed), icon=WARNING)
     asked_now = search_form(counts, options.nouns) | st.session_state.pop(ASK_NOW, False)

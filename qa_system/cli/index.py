@@ -96,6 +96,9 @@ def cmd_collections(args: argparse.Namespace) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())
+    for c in collections:
+        if c.source_notice:
+            print(terminal_text(f"note: {c.source_notice}", newlines=False), file=sys.stderr)
 
 
 def _size(size: int | None) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from qa_system.config import Settings, check_settings
 from qa_system.disk_cache import taking_turns
 from qa_system.errors import NotFound, QAError, described, shown
+from qa_system.ingestion.freshness import source_notice
 from qa_system.ingestion.indexing import ProgressCallback, open_or_build_index
 from qa_system.ingestion.splitting import source_text
 from qa_system.stores import (
@@ -101,6 +102,7 @@ class CollectionInfo:
     kind: str  # "subjqa" (built by --domain) or "ingested" (built by --input)
     source: str | None
     updated: str | None
+    source_notice: str | None = None  # the files it was indexed from changed since (``freshness.source_notice``)
 
     def as_dict(self) -> dict:
         """The information as JSON-ready data (``qa-system collections --json``)."""
@@ -122,6 +124,7 @@ def collection_info(name: str, store: str, manifest: dict, size: int | None = No
         kind="subjqa" if subjqa else "ingested",
         source=source,
         updated=manifest.get("updated", manifest.get("created")),
+        source_notice=source_notice(name, store, manifest),
     )
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from qa_system.sources.files import SIDECAR, document_files
 from qa_system.sources.records import ReadCounts
-from qa_system.stores import Index
 
 CHECK_EVERY_S = 30.0
 # (store, collection) -> ((its version, its source, the source's time), when it was checked, the notice then)
@@ -38,50 +37,49 @@ def source_fingerprint(path: Path) -> dict:
     return {"files": len(documents), "digest": digest.hexdigest()}
 
 
-def source_notice(index: Index) -> str | None:
-    """One line when the source the collection was indexed from changed since, naming the command to run again; None
-    when it did not, when the collection records no fingerprint (an upload, SubjQA, an older qa-system), or when the
-    source is gone (the collection is all there is of it then)."""
-    given = (index.manifest.get("input") or {}).get("source_fingerprint")
-    path = (index.manifest.get("input") or {}).get("path")
+def source_notice(name: str, store: str, manifest: dict) -> str | None:
+    """One line when the source the collection ``name`` (of ``store``, described by its ``manifest``) was indexed from
+    changed since, naming the command to run again; None when it did not, when the collection records no fingerprint
+    (an upload, SubjQA, an older qa-system), or when the source is gone (the collection is all there is of it then)."""
+    given = (manifest.get("input") or {}).get("source_fingerprint")
+    path = (manifest.get("input") or {}).get("path")
     if not given or not path:
         return None
     try:  # a folder's own time moves when a file is added or removed: that is seen at once, an edit within CHECK_EVERY_S
         moved = Path(path).stat().st_mtime_ns
     except OSError:
         return None
-    stamp = (str(index.manifest.get("updated")), path, moved)
-    checked = _checked.get((index.backend, index.name))
+    stamp = (str(manifest.get("updated")), path, moved)
+    checked = _checked.get((store, name))
     if checked is not None and checked[0] == stamp and time.monotonic() - checked[1] < CHECK_EVERY_S:
         return checked[2]
-    notice = _notice(index, Path(path), given)
-    _checked[(index.backend, index.name)] = (stamp, time.monotonic(), notice)
+    notice = _notice(name, store, manifest, Path(path), given)
+    _checked[(store, name)] = (stamp, time.monotonic(), notice)
     return notice
 
 
-def _notice(index: Index, path: Path, given: dict) -> str | None:
+def _notice(name: str, store: str, manifest: dict, path: Path, given: dict) -> str | None:
     now = source_fingerprint(path)
     if now == given:
         return None
     count = f" ({now['files']} files now, {given['files']} then)" if now["files"] != given["files"] else ""
     changed = f"files of {path} were added, removed or edited" if path.is_dir() else f"{path} was edited"
     return (
-        f"Collection '{index.name}' is answered as last indexed, and {changed} since{count}. "
-        f"Fix: run `{index_command(index, path)}` to update it (only what changed is processed again)."
+        f"Collection '{name}' is answered as last indexed, and {changed} since{count}. "
+        f"Fix: run `{index_command(name, store, manifest, path)}` to update it (only what changed is processed again)."
     )
 
 
-def index_command(index: Index, path: Path) -> str:
-    """The `qa-system index` command that indexes ``path`` into the collection again, with the options it was read with."""
-    input_ = index.manifest.get("input") or {}
-    options = input_.get("options") or {}
-    words = ["qa-system", "index", "--input", str(path), "--collection", index.name]
+def index_command(name: str, store: str, manifest: dict, path: Path) -> str:
+    """The `qa-system index` command that indexes ``path`` into the collection ``name`` again, with the options it was read with."""
+    options = (manifest.get("input") or {}).get("options") or {}
+    words = ["qa-system", "index", "--input", str(path), "--collection", name]
     for key in ("format", "text_column", "id_column", "item_column"):
         if options.get(key) is not None:
             words += [f"--{key.replace('_', '-')}", str(options[key])]
     if options.get("encoding") not in (None, "utf-8"):
         words += ["--encoding", options["encoding"]]
-    words += ["--store", index.backend]  # QA_STORE may name another
-    if not index.manifest.get("embedding_model"):
+    words += ["--store", store]  # QA_STORE may name another
+    if not manifest.get("embedding_model"):
         words.append("--no-embed")  # as it was: else every document would be embedded
     return shlex.join(words)

@@ -18,7 +18,6 @@ from qa_system.errors import NotFound, QAError, shown
 from qa_system.ingestion import CollectionInfo, collection_info, list_collections
 from qa_system.ingestion import open_collection as open_saved_collection
 from qa_system.ingestion.collections import is_reserved_name
-from qa_system.ingestion.freshness import source_notice
 from qa_system.ingestion.indexing import embeddings_match, open_or_build_index
 from qa_system.serving.background import Report
 from qa_system.stores import Index, index_name
@@ -194,7 +193,7 @@ def _own(info: CollectionInfo) -> bool:
 
 def collection_summary(name: str, index: Index) -> dict:
     """A served collection as the doors list it: name, index, store, kind, documents (and the passages they are
-    split into), products, encoder, and whether the files it was indexed from changed since (``source_notice``)."""
+    split into), products, encoder, and whether the files it was indexed from changed since."""
     info = collection_info(index.name, index.backend, index.manifest)
     return {
         "name": name,
@@ -206,7 +205,7 @@ def collection_summary(name: str, index: Index) -> dict:
         "products": len(index.item_counts()),
         "embedding_model": index.embedding_model,
         "created": index.manifest.get("created"),
-        "source_changed": source_notice(index) is not None,
+        "source_changed": info.source_notice is not None,
     }
 
 
