@@ -977,6 +977,12 @@ def test_csv_labels_name_the_collection_documents(home, tmp_path):
     path.write_text("question,reply,doc\nWhy?,because,r1\n", encoding="utf-8")
     with pytest.raises(QAError, match="has no column.s. answer, document_id; its columns are: question, reply, doc"):
         load_labels(path, home, "labelled")
+    # A product that is not the document's was taken as it was: the question asked of it never found its document (0).
+    path.write_text("question,answer,document_id,item_id\nHow long does it last?,a whole week,r1,p1\n", encoding="utf-8")
+    with pytest.raises(QAError, match=r"labels.csv line 2: item_id 'p1' is not the product of document 'r1' \('P1'\)\. Fix: leave"):
+        load_labels(path, home, "labelled")
+    path.write_text("question,answer,document_id,item_id\nHow long does it last?,a whole week,r1, P1 \n", encoding="utf-8")
+    assert load_labels(path, home, "labelled").questions[0].item_id == "P1"
 
 
 def squad_file(path, paragraphs):

@@ -15,12 +15,13 @@ answer that is not found there keeps its text (EM / F1 compare texts) and is cou
 from __future__ import annotations
 
 import csv
+import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, shown
 from qa_system.ingestion.collections import open_collection
 from qa_system.ingestion.splitting import source_text
 from qa_system.sources import GoldAnswer, LabelledQuestion, load_subjqa
@@ -84,6 +85,26 @@ def _question(
     return labelled, missing
 
 
+def _check_item(item_id: str | None, document: _Document, document_id: str, where: str) -> None:
+    """A label's ``item_id``, when given, must be its document's product (as stored, or in another Unicode form):
+    a question asked of another product would never find its document, and score 0 without a word."""
+    if not item_id or (document.item_id is not None and _same_id(item_id, document.item_id)):
+        return
+    if document.item_id is None:
+        raise QAError(
+            f"{where}: item_id '{shown(item_id)}' is given, but document '{shown(document_id)}' belongs to no product.",
+            "leave item_id empty.",
+        )
+    raise QAError(
+        f"{where}: item_id '{shown(item_id)}' is not the product of document '{shown(document_id)}' ('{shown(document.item_id)}').",
+        "leave item_id empty (the document's product is used), or write its product as `qa-system products` lists it.",
+    )
+
+
+def _same_id(given: str, stored: str) -> bool:
+    return unicodedata.normalize("NFC", given.strip()) == unicodedata.normalize("NFC", stored.strip())
+
+
 def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) -> tuple[list[LabelledQuestion], int]:
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
@@ -106,9 +127,8 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
                         f"{path} line {reader.line_num}: document '{document_id}' is not in collection '{collection}'.",
                         "use the ids of the collection's documents (its --id-column values; `qa-system search --collection` shows them).",
                     )
-                entry = grouped.setdefault(
-                    (row["question"], document_id), {"id": f"{path.stem}-{reader.line_num}", "answers": [], "item": row.get("item_id")}
-                )
+                _check_item(row.get("item_id"), documents[document_id], document_id, f"{path} line {reader.line_num}")
+                entry = grouped.setdefault((row["question"], document_id), {"id": f"{path.stem}-{reader.line_num}", "answers": []})
                 entry["answers"].append(row["answer"])
     except UnicodeDecodeError as error:
         raise QAError(f"{path} is not UTF-8 text ({error.reason}).", "re-save the labels file as UTF-8.") from None
@@ -116,10 +136,7 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
         raise QAError(f"{path} is not readable CSV ({error}).", "repair the file (quote fields holding commas).") from None
     questions, missing = [], 0
     for (question, document_id), entry in grouped.items():
-        document = documents[document_id]
-        if entry["item"]:
-            document = _Document(document.text, entry["item"])
-        labelled, absent = _question(entry["id"], question, document_id, document, entry["answers"], collection)
+        labelled, absent = _question(entry["id"], question, document_id, documents[document_id], entry["answers"], collection)
         questions.append(labelled)
         missing += absent
     return questions, missing
