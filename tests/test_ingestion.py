@@ -490,6 +490,27 @@ def test_asking_a_collection_whose_folder_changed_since_indexing_says_so_with_th
     assert main(search) == 0 and "note:" not in capsys.readouterr().err
 
 
+def test_a_change_to_any_file_a_collection_was_indexed_from_is_noticed(cli_home, tmp_path, capsys):
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    first.write_text("id,text\n1,The kettle boils a litre in three minutes.\n", encoding="utf-8")
+    second.write_text("id,text\n2,The lamp's light is warm.\n", encoding="utf-8")
+    for source in (first, second):
+        assert main(["index", "--input", str(source), "--collection", "both", "--no-embed", "--id-column", "id"]) == 0
+    search = ["search", "How fast does the kettle boil?", "--collection", "both"]
+    capsys.readouterr()
+    assert main(search) == 0 and "note:" not in capsys.readouterr().err
+    # The first file edited: only the file indexed last was watched, so nothing was said.
+    first.write_text("id,text\n1,The kettle boils a litre in two minutes.\n", encoding="utf-8")
+    assert main(search) == 0
+    assert (
+        f"{first} was edited since. Fix: run `qa-system index --input {first} --collection both --id-column id" in capsys.readouterr().err
+    )
+    # --sync keeps only its own source's documents, so only that source is watched from then on.
+    assert main(["index", "--input", str(second), "--collection", "both", "--no-embed", "--id-column", "id", "--sync"]) == 0
+    capsys.readouterr()
+    assert main(search) == 0 and "note:" not in capsys.readouterr().err
+
+
 def test_a_run_that_fails_late_leaves_the_collection_as_it_was(home, tmp_path):
     path = write_csv(tmp_path / "r.csv")
     ingest(home, path, "safe", COLUMNS, embed=False, progress=False)

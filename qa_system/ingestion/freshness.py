@@ -37,42 +37,56 @@ def source_fingerprint(path: Path) -> dict:
     return {"files": len(documents), "digest": digest.hexdigest()}
 
 
+def recorded_sources(manifest: dict) -> dict[str, dict]:
+    """The files and folders a collection was indexed from, by path: each with its fingerprint, format and options
+    (``input`` of a manifest written before several were recorded)."""
+    given = manifest.get("input") or {}
+    older = {given["path"]: given} if given.get("path") and given.get("source_fingerprint") else {}
+    return manifest.get("sources") or older
+
+
 def source_notice(name: str, store: str, manifest: dict) -> str | None:
-    """One line when the source the collection ``name`` (of ``store``, described by its ``manifest``) was indexed from
-    changed since, naming the command to run again; None when it did not, when the collection records no fingerprint
-    (an upload, SubjQA, an older qa-system), or when the source is gone (the collection is all there is of it then)."""
-    given = (manifest.get("input") or {}).get("source_fingerprint")
-    path = (manifest.get("input") or {}).get("path")
-    if not given or not path:
+    """One line when a file or folder the collection ``name`` (of ``store``, described by its ``manifest``) was indexed
+    from changed since, naming the command to run again; None when none did, when the collection records no
+    fingerprint (an upload, SubjQA, an older qa-system), or when the source is gone (the collection is all there is of
+    it then)."""
+    sources = recorded_sources(manifest)
+    if not sources:
         return None
-    try:  # a folder's own time moves when a file is added or removed: that is seen at once, an edit within CHECK_EVERY_S
-        moved = Path(path).stat().st_mtime_ns
-    except OSError:
-        return None
-    stamp = (str(manifest.get("updated")), path, moved)
+    # A folder's own time moves when a file is added or removed: that is seen at once, an edit within CHECK_EVERY_S.
+    stamp = (str(manifest.get("updated")), tuple((path, _mtime(path)) for path in sources))
     checked = _checked.get((store, name))
     if checked is not None and checked[0] == stamp and time.monotonic() - checked[1] < CHECK_EVERY_S:
         return checked[2]
-    notice = _notice(name, store, manifest, Path(path), given)
+    notices = (_notice(name, store, manifest, Path(path), recorded) for path, recorded in sources.items() if _mtime(path) is not None)
+    notice = next((n for n in notices if n is not None), None)
     _checked[(store, name)] = (stamp, time.monotonic(), notice)
     return notice
 
 
-def _notice(name: str, store: str, manifest: dict, path: Path, given: dict) -> str | None:
-    now = source_fingerprint(path)
+def _mtime(path: str) -> int | None:
+    try:
+        return Path(path).stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _notice(name: str, store: str, manifest: dict, path: Path, recorded: dict) -> str | None:
+    now, given = source_fingerprint(path), recorded["source_fingerprint"]
     if now == given:
         return None
     count = f" ({now['files']} files now, {given['files']} then)" if now["files"] != given["files"] else ""
     changed = f"files of {path} were added, removed or edited" if path.is_dir() else f"{path} was edited"
     return (
         f"Collection '{name}' is answered as last indexed, and {changed} since{count}. "
-        f"Fix: run `{index_command(name, store, manifest, path)}` to update it (only what changed is processed again)."
+        f"Fix: run `{index_command(name, store, manifest, path, recorded)}` to update it (only what changed is processed again)."
     )
 
 
-def index_command(name: str, store: str, manifest: dict, path: Path) -> str:
-    """The `qa-system index` command that indexes ``path`` into the collection ``name`` again, with the options it was read with."""
-    options = (manifest.get("input") or {}).get("options") or {}
+def index_command(name: str, store: str, manifest: dict, path: Path, recorded: dict) -> str:
+    """The `qa-system index` command that indexes ``path`` into the collection ``name`` again, with the options it was
+    read with (``recorded``)."""
+    options = recorded.get("options") or {}
     words = ["qa-system", "index", "--input", str(path), "--collection", name]
     for key in ("format", "text_column", "id_column", "item_column"):
         if options.get(key) is not None:

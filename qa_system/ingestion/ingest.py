@@ -37,7 +37,7 @@ from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count, check_type, described, shown
 from qa_system.ingestion.backends import commit, saved_passages, server_answering
 from qa_system.ingestion.collections import check_collection_name, check_own_collection_name, ingestion_lock
-from qa_system.ingestion.freshness import source_fingerprint
+from qa_system.ingestion.freshness import recorded_sources, source_fingerprint
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.model_files import model_fingerprint
@@ -753,12 +753,13 @@ class _Run:
         saved_files = (saved.manifest or {}).get("files", {})
         moved = any(saved_files.get(d) != path for d, path in self.files.items())  # kept, to tell a later file of the same name
         # Files touched but not changed: recorded as they are now, so that asking no longer says they changed.
-        touched = ((saved.manifest or {}).get("input") or {}).get("source_fingerprint") != opened.state.get("source_fingerprint")
+        recorded = recorded_sources(saved.manifest or {}).get(opened.state.get("path"), {})
+        touched = "path" in opened.state and recorded.get("source_fingerprint") != opened.state.get("source_fingerprint")
         if saved.manifest is not None and not replaced and not report.staged and not moved and not touched:
             report.passages = int(saved.manifest.get("documents", 0))
             report.notes.append("nothing changed: the collection was left as it was")
         else:
-            manifest = self._manifest(opened, staging)
+            manifest = self._manifest(opened, staging, sync)
             replaced_passages = [p for d in replaced for p in saved.passage_ids(d)]
             report.passages = commit(self.settings, self.collection, staging, replaced, replaced_passages, manifest, self.rebuild)
         report.seconds = time.perf_counter() - self.started
@@ -775,12 +776,16 @@ class _Run:
                     f"index a source that holds document '{owner}' too (it is saved again under an id of its own), or pass --sync to delete it.",
                 )
 
-    def _manifest(self, opened: _Opened, staging: Path) -> dict:
+    def _manifest(self, opened: _Opened, staging: Path, sync: bool) -> dict:
         old = self.saved.manifest or {}
         now = datetime.now(UTC).isoformat()
+        read = {**opened.state, "format": opened.format, "options": self.options.as_dict()}
+        # Every file or folder whose documents it holds, so that a change to any is noticed (--sync keeps this one's only).
+        sources = ({} if sync or self.rebuild else recorded_sources(old)) | ({read["path"]: read} if "source_fingerprint" in read else {})
         manifest = {
             **{k: v for k, v in old.items() if k == "calibration"},  # fitted fusion / re-ranking stay
-            "input": {**opened.state, "format": opened.format, "options": self.options.as_dict()},
+            "input": read,
+            "sources": sources,
             "splitter": self.splitter_state,
             "created": old.get("created", now),
             "updated": now,
