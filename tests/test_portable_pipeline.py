@@ -94,6 +94,20 @@ def test_the_exported_yaml_loads_with_pipeline_loads_and_answers(exported):
     assert "reading" in best.data or "screen" in best.data
 
 
+def test_use_runtime_gives_a_loaded_pipeline_this_machines_caches_and_backends(exported, settings):
+    """Loaded with plain Pipeline.loads, the reader built its ONNX export under ~/.cache/qa_system, not QA_HOME."""
+    from qa_system.config import DEFAULT_HOME
+    from qa_system.pipelines import use_runtime
+
+    pipeline = Pipeline.loads(exported.read_text(encoding="utf-8"), allowed_modules=["qa_system"])
+    reader = pipeline.get_component("reader")
+    assert reader.onnx_cache is None  # the component's default: DEFAULT_HOME's cache
+    runtime = settings.model_copy(update={"reader_backend": "torch"})
+    assert use_runtime(pipeline, runtime) is pipeline
+    assert Path(reader.onnx_cache) == settings.home / "models" / "reader-onnx" != DEFAULT_HOME / "models" / "reader-onnx"
+    assert reader.backend == "torch"
+
+
 def test_hayhooks_sees_inputs_and_outputs_and_the_selector_stays_when_it_fits(
     settings, tmp_path, monkeypatch, selector_for_the_shipped_reader
 ):

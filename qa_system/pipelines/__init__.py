@@ -25,6 +25,7 @@ from qa_system.pipelines.loading import (
     RETRIEVAL_OUTPUT,
     load_pipeline,
     render_pipeline_yaml,
+    use_runtime,
 )
 from qa_system.pipelines.portable import SavedMemoryStore, export_pipeline
 from qa_system.pipelines.qa_pipeline import (
@@ -51,5 +52,6 @@ __all__ = [
     "export_pipeline",
     "load_pipeline",
     "render_pipeline_yaml",
+    "use_runtime",
     "validate_question",
 ]

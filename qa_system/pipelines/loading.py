@@ -143,6 +143,15 @@ def load_pipeline(retriever: str, index: Index, settings: Settings, answer_stage
         # the embedded stores' BM25 keeps its built index between processes, in the collection's own folder.
         if hasattr(component, "use_cache_dir") and index.backend in ("memory", "faiss"):
             component.use_cache_dir(settings.bm25_cache_of(index.name))
+    return use_runtime(pipeline, settings)
+
+
+def use_runtime(pipeline: Pipeline, settings: Settings) -> Pipeline:
+    """``pipeline`` (built here, or loaded from an exported YAML with ``Pipeline.loads``) set to run on this machine as
+    the doors do: ``settings``' device, backends and model caches (``$QA_HOME/models``), which no YAML holds. Without
+    it, components keep their own defaults (the caches of ``~/.cache/qa_system``)."""
+    for component_name in pipeline.graph.nodes:
+        component = pipeline.get_component(component_name)
         if hasattr(component, "use_runtime"):
             deployment = {name: getattr(settings, field) for name, field in getattr(component, "RUNTIME_SETTINGS", {}).items()}
             component.use_runtime(settings.device, settings.home, **deployment)
