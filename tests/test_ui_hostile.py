@@ -288,6 +288,29 @@ def test_a_hostile_upload_is_shown_as_text(site, browser, recorder, tmp_path):
     assert_nothing_interpreted(browser, recorder)
 
 
+def test_the_notice_that_a_hostile_folder_changed_is_text(site, browser, recorder, tmp_path):
+    """The page's warning that a collection's files changed names their folder and the command to run: as text."""
+    from qa_system.config import Settings
+    from qa_system.ingestion import ingest
+
+    url, root = site
+    folder = tmp_path / "evil **bold** # HEADING :red[red] <img src=x onerror=alert(1)> [link](javascript:alert(1)) `code`"
+    folder.mkdir()
+    (folder / "kettle.txt").write_text("The kettle boils a litre in three minutes.", encoding="utf-8")
+    ingest(Settings.from_env(home=root / "home", store="memory"), folder, "changed-later", embed=False, progress=False)
+    (folder / "lamp.txt").write_text("The lamp is warm.", encoding="utf-8")  # a file added since
+    browser.get(f"{url}/?collection=changed-later")
+    alert = wait(
+        browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "answered as last indexed" in a.text]
+    )
+    idle(browser)
+    text = alert[0].text.replace(WORD_JOINER, "")
+    assert f"files of {folder} were added, removed or edited since (2 files now, 1 then)" in text  # the folder's name as text
+    assert "qa-system index --input" in text
+    assert alert[0].find_elements("css selector", "img, a, strong, code, h1") == []
+    assert_nothing_interpreted(browser, recorder)
+
+
 def test_a_hostile_file_name_in_the_upload_progress_is_text(site, browser, recorder, tmp_path):
     """The progress bar names the file while the upload waits for its turn (the test holds the collection's
     ingestion lock until it has read the bar): a name holding Markdown and HTML is shown as it is, nothing interpreted."""
