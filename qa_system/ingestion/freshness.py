@@ -54,11 +54,12 @@ def source_notice(name: str, store: str, manifest: dict) -> str | None:
     if not sources:
         return None
     # A folder's own time moves when a file is added or removed: that is seen at once, an edit within CHECK_EVERY_S.
-    stamp = (str(manifest.get("updated")), tuple((path, _mtime(path)) for path in sources))
+    times = {path: _mtime(path) for path in sources}
+    stamp = (str(manifest.get("updated")), tuple(times.items()))
     checked = _checked.get((store, name))
     if checked is not None and checked[0] == stamp and time.monotonic() - checked[1] < CHECK_EVERY_S:
         return checked[2]
-    notices = (_notice(name, store, manifest, Path(path), recorded) for path, recorded in sources.items() if _mtime(path) is not None)
+    notices = (_notice(name, store, manifest, Path(path), recorded) for path, recorded in sources.items() if times[path] is not None)
     notice = next((n for n in notices if n is not None), None)
     _checked[(store, name)] = (stamp, time.monotonic(), notice)
     return notice
