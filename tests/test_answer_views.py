@@ -228,3 +228,20 @@ def test_cards_over_documents_of_your_own_say_documents_and_subjqas_say_reviews(
     given = [Document(id="wellness.md", content=STIPEND, meta={"document_id": "wellness.md", "referenced": False})]
     answer = GeneratedAnswer(data="It is $75.", query="q", documents=given, meta={"flags": [], "cited_document_ids": []})
     assert answer_cards(answer_views([answer]))[0].source == "cites no document"
+
+
+def test_an_answer_said_in_several_documents_says_so_on_the_card_every_door_shows():
+    """The CLI printed "(said in 2 documents)" while the API's card of the same answer said nothing of it."""
+    from qa_system.serving.api.schemas import AnswerOut
+
+    pages = [Document(id=f"p{n}", content="The monthly wellness stipend is $75.", meta={"document_id": f"wellness-{n}.md"}) for n in (1, 2)]
+    spans = [{"document_id": page.id, "start": 32, "end": 35} for page in pages]
+    meta = {"probability": 0.8, "chosen": True, "close_call": False, "support": 2, "spans": spans}
+    grouped = ExtractedAnswer(query="q", score=0.8, data="$75", document=pages[0], document_offset=ExtractedAnswer.Span(32, 35), meta=meta)
+    alone = ExtractedAnswer(
+        query="q", score=0.3, data="monthly", document=pages[1], document_offset=ExtractedAnswer.Span(4, 11), meta={"probability": 0.3}
+    )
+    views = answer_views([grouped, alone])
+    cards = answer_cards(views)
+    assert [c.said_in for c in cards] == ["said in 2 documents", ""]
+    assert AnswerOut.of(views[0], cards[0]).card.said_in == "said in 2 documents"

@@ -6,7 +6,6 @@ for it whose calibrations make every answer a close call, so that notes and head
 from __future__ import annotations
 
 import io
-import json
 from html import unescape
 from pathlib import Path
 
@@ -16,12 +15,11 @@ from haystack import Document, ExtractedAnswer
 from streamlit.testing.v1 import AppTest
 
 from helpers.api import running, wait_ready
-from helpers.selector import synthetic_records
+from helpers.selector import close_call_selector
 from helpers.subjqa import SPLIT_ROWS, row, write_subjqa
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.ingestion import IngestOptions, ingest
-from qa_system.reading.selection import SELECTOR_FILE
 from qa_system.serving.answer_views import AnswerCard, answer_cards, answer_views
 from qa_system.serving.api import create_app
 from qa_system.serving.api.schemas import AnswerOut
@@ -42,19 +40,6 @@ def corpus(root: Path) -> Path:
         review_id="r-kindle-4", review=f"{ENTITY_REVIEW} ANSWERNOTFOUND", human_ans_spans=span, human_ans_indices=f"(0, {len(span)})"
     )
     return write_subjqa(root / "subjqa", {**SPLIT_ROWS, "test": [*SPLIT_ROWS["test"], entity]})
-
-
-def close_call_selector(folder: Path, reader: Path) -> Path:
-    """A real selector (two LightGBM models) for ``reader``, its calibrations making "no answer" (55%) a close call over every answer (50%)."""
-    from qa_system.model_files import model_fingerprint
-    from qa_system.training.selector import fit_selector, selector_frames
-
-    questions, spans = selector_frames(synthetic_records(120))
-    fit_selector(questions, spans, folder, {"reader_fingerprint": model_fingerprint(reader)}, folds=2)
-    info = json.loads((folder / SELECTOR_FILE).read_text())
-    info["calibration"] = {"answer": [[0.0, 1.0], [0.5, 0.5]], "no_answer": [[0.0, 1.0], [0.55, 0.55]]}
-    (folder / SELECTOR_FILE).write_text(json.dumps(info))
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,10 @@ from haystack import Document, Pipeline
 from helpers.selector import synthetic_records
 from qa_system.reading.reader import ReaderOutput, SpanCandidate
 from qa_system.reading.selection import (
+    REVIEWS_CALIBRATION,
     SELECTOR_FILE,
     AnswerSelector,
+    Recalibration,
     Saying,
     decide,
     group_candidates,
@@ -396,3 +398,25 @@ def test_the_default_pipeline_answers_through_the_selector_trained_for_its_reade
     reader_decides = pipeline.run("How is the sound?", item_id="KINDLE", top_k=3, no_answer_threshold=0.0)["answers"]
     assert all("probability" not in a.meta for a in reader_decides)  # an explicit threshold is the reader's own decision
     assert "selector" not in build_qa_pipeline("bm25", settings.with_(selector_model="none")).pipeline.graph.nodes
+
+
+def test_a_recalibrated_selector_restates_every_chance_keeps_the_order_and_round_trips_through_yaml(trained_selector):
+    """``recalibration`` (``qa-system fit-confidence``) maps the answer's and the no-answer's chance alike, so the same answers
+    come in the same order; an exported pipeline keeps it."""
+    folder, _ = trained_selector
+    documents = [
+        Document(id="a", content="battery lasts a week. screen sharp."),
+        Document(id="b", content="the battery lasts a week, really."),
+    ]
+    reading = reading_of(documents, [(0, 0, 20, 5.0), (1, 4, 24, 4.5), (0, 22, 34, 1.0)], [0.5, 1.0])
+    fit = {"slope": 0.6, "intercept": -0.8, "calibrated_on": "40 labelled questions of 'wiki' (labels.csv)"}
+    plain = AnswerSelector(model=str(folder)).run("how is the battery?", documents, reading)["answers"]
+    pipeline = Pipeline()
+    pipeline.add_component("selector", AnswerSelector(model=str(folder), recalibration=fit))
+    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["qa_system"])
+    assert loaded.get_component("selector").to_dict()["init_parameters"]["recalibration"] == fit
+    restated = loaded.run({"selector": {"query": "how is the battery?", "documents": documents, "reading": reading}})["selector"]["answers"]
+    assert [a.data for a in restated] == [a.data for a in plain]
+    assert [a.score for a in restated] == pytest.approx([Recalibration.from_dict(fit)(a.score) for a in plain])
+    assert all(a.meta["calibrated_on"] == fit["calibrated_on"] and a.meta["recalibrated"] for a in restated)
+    assert all(a.meta["calibrated_on"] == REVIEWS_CALIBRATION and not a.meta["recalibrated"] for a in plain)

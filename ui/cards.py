@@ -142,14 +142,8 @@ def answer_card(view: AnswerView, card: AnswerCard, window: int = 220, extra_chi
         return f'<div class="qa-answer qa-noanswer"><div class="qa-answer-head">{head}{"".join([*chips, *extra_chips])}</div>{body}</div>'
     below = card.heading == BELOW_HEADING
     support = (
-        [
-            chip(
-                f"said in {view.support} {nouns.many}",
-                "unknown",
-                f"{nouns.many.capitalize()} that give this answer, in words close enough to count as one.",
-            )
-        ]
-        if view.support > 1
+        [chip(card.said_in, "unknown", f"{nouns.many.capitalize()} that give this answer, in words close enough to count as one.")]
+        if card.said_in
         else []
     )
     chips = [*score_chips(card, "unknown" if below else view.level), *support, *extra_chips]

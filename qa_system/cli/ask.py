@@ -100,11 +100,10 @@ def highlight(segments, tty: bool) -> str:
     return "".join(marked)
 
 
-def print_card(card, snippet: str | None = None, support: int = 1, noun: str = "reviews") -> None:
-    """One ``AnswerCard`` as every CLI door prints it: its line, where it came from, the review around it, its note;
-    ``support``: how many ``noun`` ("reviews" or "documents") say it."""
+def print_card(card, snippet: str | None = None) -> None:
+    """One ``AnswerCard`` as every CLI door prints it: its line, where it came from and in how many documents, the review around it, its note."""
     source = f"  {card.source}" + (f" ({card.product})" if card.product else "") if card.source else ""
-    others = f"  (said in {support} {noun})" if support > 1 else ""
+    others = f"  ({card.said_in})" if card.said_in else ""
     print(terminal_text(f"\n{card.line}{source}{others}"))
     if snippet:
         print(textwrap.indent(snippet, "   "))
@@ -160,17 +159,13 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     )
     tty = sys.stdout.isatty()
     _print_withheld(next((a["withheld"] for a in body["answers"] if a.get("withheld")), None))
-    read = {d["id"]: d.get("meta", {}) for d in body["documents"]}
-    noun = "reviews" if any(meta.get("review_id") for meta in read.values()) else "documents" if read else collection_noun(args)
     for answer in body["answers"]:  # the server's cards: the labels and notes every door shows
         snippet = None
         if answer["kind"] == "span":
             begin = answer["context_start"]
             segments = highlight_segments(answer["context"], [(answer["start"] - begin, answer["end"] - begin)])
             snippet = highlight([Segment(ELLIPSIS), *segments] if begin else segments, tty)
-        # Said in how many documents: passages of one document count once, as the selector counts them.
-        sources = {read.get(i, {}).get("document_id", i) for i in answer.get("supporting_document_ids", [])}
-        print_card(AnswerCard.of(answer["card"]), snippet, len(sources), noun)
+        print_card(AnswerCard.of(answer["card"]), snippet)
 
 
 def _question(args: argparse.Namespace):
@@ -319,7 +314,7 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
         snippet = None
         if view.kind == "span":
             snippet = highlight(view.segments(args.context), tty)
-        print_card(card, snippet, view.support, noun)
+        print_card(card, snippet)
 
 
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:

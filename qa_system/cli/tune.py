@@ -1,4 +1,5 @@
-"""`qa-system fit-threshold`: the pipeline's no-answer threshold fitted on dev and stored in the index (see ``tuning.threshold``)."""
+"""`qa-system fit-threshold`: the pipeline's no-answer threshold fitted on dev and stored in the index (``tuning.threshold``);
+`qa-system fit-confidence`: the answers' chances recalibrated to a collection of one's own (``tuning.confidence``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from qa_system.cli.evaluate import candidates_option
 from qa_system.cli.options import Options, count, depth, settings_from_args
 from qa_system.config import RETRIEVERS
+from qa_system.safe_text import terminal_text
 
 
 def cmd_fit_threshold(args: argparse.Namespace) -> None:
@@ -56,3 +58,58 @@ def register(commands, options: Options) -> None:
     p.add_argument("--out", type=Path, help="also write the dev report (with the dev-tuned rows) here")
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_fit_threshold)
+    _register_fit_confidence(commands, options)
+
+
+def cmd_fit_confidence(args: argparse.Namespace) -> None:
+    """`qa-system fit-confidence`: recalibrate the answer selector's chances to a collection on its labelled questions (or remove that)."""
+    from qa_system.errors import QAError
+    from qa_system.ingestion import open_collection
+    from qa_system.tuning.confidence import check_own_collection, fit_confidence, fit_line, reset_confidence
+
+    settings = settings_from_args(args)
+    if args.reset:
+        if args.labels is not None:
+            raise QAError("--reset removes the fit; --labels makes one.", "pass one of them.")
+        index = open_collection(settings, args.collection, embeddings=False, progress=False)
+        check_own_collection(index)
+        removed = reset_confidence(settings, index)
+        print(
+            f"'{args.collection}': " + ("recalibration removed" if removed else "no recalibration stored")
+            + "; its chances are as calibrated on product reviews."
+        )  # fmt: skip
+        return
+    if args.labels is None:
+        raise QAError("fit-confidence fits on labelled questions about the collection's documents.", "pass --labels FILE.")
+    from qa_system.ingestion.labels import load_labels
+
+    labels = load_labels(args.labels, settings, args.collection)
+    index = open_collection(settings, args.collection, embeddings=args.retriever != "bm25")
+    fit = fit_confidence(settings, index, labels, args.retriever, args.top_k_retriever, args.limit, args.out)
+    print(terminal_text(fit_line(fit)))
+    print(f"Stored in '{args.collection}': every door now states these chances (`qa-system fit-confidence --reset` removes them).")
+
+
+def _register_fit_confidence(commands, options: Options) -> None:
+    p = commands.add_parser(
+        "fit-confidence",
+        parents=[options.common],
+        help="recalibrate the answers' chances to a collection of your own on its labelled questions, and keep the fit in it",
+    )
+    p.add_argument("--collection", required=True, help="a collection of your own that `qa-system collections` lists")
+    p.add_argument(
+        "--labels",
+        type=Path,
+        help="labelled questions about its documents: CSV (question,answer,document_id[,item_id]; empty answer = none), SQuAD JSON "
+        "or MRQA JSON lines; at least 20, some answered right and some not",
+    )
+    p.add_argument("--reset", action="store_true", help="remove the collection's fit: chances as calibrated on product reviews")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="bm25", help="the retriever the questions are asked with")
+    p.add_argument(
+        "--top-k-retriever",
+        type=depth("--top-k-retriever"),
+        help="documents read per question (default: the settings', QA_TOP_K_RETRIEVER)",
+    )
+    p.add_argument("--out", type=Path, help="also write the evaluation report of the chances as stated here")
+    p.add_argument("--limit", type=count("--limit"), help="only the first N questions")
+    p.set_defaults(func=cmd_fit_confidence)

@@ -133,11 +133,16 @@ def _write(
     return metrics
 
 
-def answer_selector(settings: Settings, model: str, no_answer_threshold: float | None = None) -> AnswerSelector | None:
-    """The answer selector of ``settings`` when it was trained for ``model`` and no threshold was asked for, else None."""
+def answer_selector(
+    settings: Settings, model: str, no_answer_threshold: float | None = None, index: Index | None = None
+) -> AnswerSelector | None:
+    """The answer selector of ``settings`` when it was trained for ``model`` and no threshold was asked for, else None;
+    with ``index``, its chances recalibrated to it as the doors' are (``qa-system fit-confidence``)."""
+    from qa_system.retrieval.fitted import recalibration
+
     if no_answer_threshold is not None or not selector_fits_reader(settings.selector_model, model):
         return None
-    selector = AnswerSelector(model=settings.selector_model)
+    selector = AnswerSelector(model=settings.selector_model, recalibration=None if index is None else recalibration(index, settings, model))
     selector.use_runtime(settings.device, settings.home)
     selector.warm_up()
     return selector
@@ -264,8 +269,25 @@ def _tuned_threshold_run(
     return tuned, row
 
 
+def confidence_note(index: Index, settings: Settings, questions: Sequence[LabelledQuestion], reader_model: str) -> str:
+    """A report's line on the recalibration its '+selector' chances went through, if any, and whether it saw these questions."""
+    from qa_system.retrieval.fitted import confidence_fit, question_key
+
+    fit = confidence_fit(index, settings, reader_model)
+    if not fit:
+        return ""
+    seen = set(fit.get("question_keys", []))
+    overlap = sum(question_key(q) in seen for q in questions)
+    where = (
+        f"{overlap} of these {len(questions)} questions were among them, so its ece here is optimistic."
+        if overlap
+        else "none of these questions were among them."
+    )
+    return f"'+selector' chances recalibrated to this collection on {fit['calibrated_on']} (`qa-system fit-confidence`); {where}"
+
+
 def _pipeline_notes(
-    labels, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds
+    labels, readers, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds
 ) -> list[str]:
     from qa_system.evaluation.retrieval import CANDIDATES
     from qa_system.tuning.fusion import fits_in_force
@@ -275,6 +297,7 @@ def _pipeline_notes(
         *(labels.notes if labels else []),
         f"Each question retrieves the top {top_k_retriever} reviews with {retriever} under each candidate protocol; the reader reads them all.",
         *fits_in_force(settings, index, retriever, rerank=False),  # the stored fusion or the defaults: evaluating never fits
+        *filter(None, {confidence_note(index, settings, questions, model) for model in readers}),
         *(f"{protocol} candidates: {CANDIDATES[protocol]}." for protocol in protocols),
         f"Gold review among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}. The groups 'gold review retrieved' / "
         "'not retrieved' split the questions by it: where it was not, an answer read in another review scores only where it repeats the annotated review's words.",
@@ -342,7 +365,7 @@ def evaluate_pipelines(
     thresholds, backends = [], {}
     for model in readers:
         reader = ExtractiveReader.from_settings(settings, model, top_k=top_k, no_answer_threshold=no_answer_threshold)
-        selector = answer_selector(settings, model, no_answer_threshold)
+        selector = answer_selector(settings, model, no_answer_threshold, index)
         system = f"{retriever}+{reader_label(model)}"
         for protocol in protocols:
 
@@ -370,7 +393,7 @@ def evaluate_pipelines(
                     runs.append((columns, scored_against(run, gold, questions)))
     threshold_table = pd.DataFrame(thresholds)
     notes = _pipeline_notes(
-        labels, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds
+        labels, readers, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds
     )
     summary = {
         **source,

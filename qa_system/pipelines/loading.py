@@ -19,7 +19,7 @@ from haystack import Pipeline
 from qa_system.config import REPO_ROOT, Settings
 from qa_system.errors import QAError
 from qa_system.ingestion.indexing import embedding_backend
-from qa_system.retrieval.fitted import fusion_values, rerank_weight
+from qa_system.retrieval.fitted import fusion_values, recalibration_values, rerank_weight
 from qa_system.stores import Index
 
 PIPELINES_DIR = REPO_ROOT / "pipelines"
@@ -75,6 +75,7 @@ def render_pipeline_yaml(name: str, index: Index, settings: Settings, extra: dic
         "reader_model": json.dumps(settings.reader_model),
         "selector_model": json.dumps(settings.selector_model),
         **fusion_values(index, settings),
+        **recalibration_values(index, settings),
         **(extra or {}),
     }
     return Template(path.read_text(encoding="utf-8")).substitute(values)

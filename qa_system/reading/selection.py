@@ -15,7 +15,9 @@ training domains does not separate "this review answers it" from "it does not"
 It answers with the span of highest predicted F1 when P(answerable) x its F1 beats P(not
 answerable), the choice that maximises expected F1, and gives the answer and "no answer" the
 probability of being right (an answer is right when its F1 with the annotators' answer is at least
-0.5), each through an isotonic calibration fitted on questions none of the models saw. Candidates
+0.5), each through an isotonic calibration fitted on questions none of the models saw (product reviews). On
+other documents a ``Recalibration`` fitted on the user's own labelled questions (``qa-system fit-confidence``)
+maps both chances once more; being increasing, it changes what the chances say, never which answer comes first. Candidates
 that say the same thing in several reviews become one answer naming all of them (``same_answer``: a
 number must be the same quantity, "$75" is not "75%", and a span of a word or two held inside a longer
 answer must stand in a phrase that says the same).
@@ -60,6 +62,8 @@ SELECTOR_FILE = "selector.json"
 SIMILARITY_INFO_KEYS = {SIMILARITY_FEATURE: "similarity", TUNED_SIMILARITY_FEATURE: "tuned_similarity"}
 # "No answer" and the best answer this close in probability: the page says it is a close call.
 CLOSE_CALL = 0.15
+# What the shipped selector's chances were calibrated on, as the cards say it.
+REVIEWS_CALIBRATION = "held-out product reviews (SubjQA)"
 # Answers of two reviews are grouped as one when they share this much (token F1), or one holds the other
 # (``same_answer``: their numbers the same quantities, and a short span held inside a longer answer only by its phrase).
 GROUPING_F1 = 0.75
@@ -103,6 +107,40 @@ class Calibration:
 
     def __call__(self, value: float) -> float:
         return float(np.interp(value, self.x, self.y)) if self.x else float(value)
+
+
+@dataclass(frozen=True)
+class Recalibration:
+    """Platt scaling of a calibrated chance, fitted on other labelled questions: ``sigmoid(slope * logit(p) + intercept)``.
+
+    ``calibrated_on`` says on what, as the cards name it. The slope is never negative, so the map never reverses an order.
+    """
+
+    slope: float
+    intercept: float
+    calibrated_on: str
+
+    def __call__(self, probability: float) -> float:
+        p = min(max(probability, 1e-6), 1 - 1e-6)
+        return float(1.0 / (1.0 + math.exp(-(self.slope * math.log(p / (1 - p)) + self.intercept))))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slope": self.slope, "intercept": self.intercept, "calibrated_on": self.calibrated_on}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Recalibration | None:
+        """The recalibration of ``to_dict``'s output (a stored fit may hold more keys), None for None."""
+        if data is None:
+            return None
+        try:
+            slope, intercept, calibrated_on = float(data["slope"]), float(data["intercept"]), str(data["calibrated_on"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise QAError(
+                f"The answer selector's recalibration {data!r} is not one.", "refit it with `qa-system fit-confidence`."
+            ) from error
+        if not (math.isfinite(slope) and math.isfinite(intercept)) or slope < 0:
+            raise QAError(f"The answer selector's recalibration {data!r} is not one.", "refit it with `qa-system fit-confidence`.")
+        return cls(slope, intercept, calibrated_on)
 
 
 class SelectorModel:
@@ -345,9 +383,13 @@ class AnswerSelector:
         this project trains (``models/answer-selector``).
     :param top_k: answers returned beside "no answer" (groups of candidates that say the same thing).
     :param context_chars: characters of review kept on each side of an answer in ``context``.
+    :param recalibration: a ``Recalibration.to_dict()`` fitted on other documents' labelled questions
+        (``qa-system fit-confidence``), applied to every chance; None = as calibrated on product reviews.
 
     Each answer's ``score`` is its calibrated probability of being right, and so is the no-answer's;
-    ``meta``: ``probability`` (the same), ``supporting_documents`` (ids of every review saying it),
+    ``meta``: ``probability`` (the same), ``calibrated_on`` (what that chance was calibrated on), ``recalibrated``
+    (a ``recalibration`` restated it),
+    ``supporting_documents`` (ids of every review saying it),
     ``spans`` (document id, start, end of each), ``close_call`` (the best answer and "no answer" are
     within ``CLOSE_CALL`` of each other), ``chosen`` (the first one: the decision, which its probability backs).
 
@@ -358,10 +400,13 @@ class AnswerSelector:
         answers = selector.run(query="Is the screen sharp?", documents=docs, reading=reading)["answers"]
     """
 
-    def __init__(self, model: str | Path | None = None, top_k: int = 3, context_chars: int = 100):
+    def __init__(
+        self, model: str | Path | None = None, top_k: int = 3, context_chars: int = 100, recalibration: dict[str, Any] | None = None
+    ):
         self.model = str(model) if model is not None else None
         self.top_k = check_count(top_k, "top_k")
         self.context_chars = context_chars
+        self.recalibration = Recalibration.from_dict(recalibration)
         self.device, self.embedding_cache = "auto", None
         self._selector: SelectorModel | None = None
 
@@ -388,7 +433,8 @@ class AnswerSelector:
 
     def to_dict(self) -> dict[str, Any]:
         """The component's init parameters, as Haystack serialises a pipeline."""
-        return default_to_dict(self, model=self.model, top_k=self.top_k, context_chars=self.context_chars)
+        recalibration = self.recalibration.to_dict() if self.recalibration is not None else None
+        return default_to_dict(self, model=self.model, top_k=self.top_k, context_chars=self.context_chars, recalibration=recalibration)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AnswerSelector:
@@ -418,11 +464,13 @@ class AnswerSelector:
         # They are stated as calibrated: rescaling both to one split raised the first card's calibration error from
         # 0.090 to 0.125, and capping the second at 100% less the first reordered the first three cards of 10
         # questions. The cards say so where they overflow instead (answer_views.RankedAnswers.overflows).
-        no_answer_p = float(selector.no_answer_calibration(no_answer_value))
+        chance = self.recalibration or (lambda probability: probability)
+        calibrated_on = self.recalibration.calibrated_on if self.recalibration is not None else REVIEWS_CALIBRATION
+        no_answer_p = chance(float(selector.no_answer_calibration(no_answer_value)))
         order = [int(i) for i in np.argsort(-values, kind="stable")]  # Python ints: meta goes out as JSON (Hayhooks, the API)
         answers = []
         for group in group_candidates(spans, order, [d.content or "" for d in documents])[:top_k]:
-            probability = selector.answer_calibration(float(values[group[0]]))
+            probability = chance(selector.answer_calibration(float(values[group[0]])))
             answers.append(self._answer(query, documents, spans, group, float(probability), group[0] == decision.answer))
         best_p = answers[0].score if answers else 0.0
         close = bool(abs(best_p - no_answer_p) < CLOSE_CALL)
@@ -432,6 +480,8 @@ class AnswerSelector:
             data=None,
             meta={"probability": no_answer_p, "chosen": decision.answer is None, "close_call": close},
         )
+        for answer in [*answers, no_answer]:
+            answer.meta.update(calibrated_on=calibrated_on, recalibrated=self.recalibration is not None)
         if answers:
             answers[0].meta["close_call"] = close
         ranked = sorted([*answers, no_answer], key=lambda a: (-a.score, not a.meta["chosen"]))

@@ -1,20 +1,26 @@
-"""Fitted values as data, read from the index manifest: the hybrid's fusion, the re-ranker's mix, and the
-pipeline's no-answer threshold for a retrieval set-up (``qa-system fit-fusion``, ``qa-system fit-threshold``).
+"""Fitted values as data, read from the index manifest: the hybrid's fusion, the re-ranker's mix, the
+pipeline's no-answer threshold for a retrieval set-up, and the answer selector's recalibration to a collection's
+documents (``qa-system fit-fusion``, ``qa-system fit-threshold``, ``qa-system fit-confidence``).
 
 ``tuning/`` (above the pipelines: it runs them on a dev split) writes them, and nothing else does; ``pipelines``
 reads them here when it builds a pipeline. Fits are keyed by the question encoder (name and file
-fingerprint) and, for re-ranking, the reader, so a fit never applies to models it was not made for.
+fingerprint) and, for re-ranking, the reader, so a fit never applies to models it was not made for; the
+recalibration, which no encoder changes much, by the answer selector and the reader alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qa_system.config import Settings
 from qa_system.model_files import model_fingerprint
 from qa_system.retrieval.fusion import FusionParameters
 from qa_system.stores import Index
+
+if TYPE_CHECKING:
+    from qa_system.sources import LabelledQuestion
 
 MANIFEST_KEY = "calibration"
 DEFAULT_RETRIEVER_WEIGHT = 0.5
@@ -74,3 +80,32 @@ def no_answer_setting(retriever: str, top_k_retriever: int, candidates: str) -> 
 def no_answer_fit(index: Index, settings: Settings, setting: str, reader_model: str) -> dict[str, Any] | None:
     """The no-answer threshold fitted on dev for this set-up (``no_answer_setting``) and reader, if any."""
     return fits(index, settings).get("no_answer", {}).get(setting, {}).get(model_key(reader_model))
+
+
+CONFIDENCE_KEY = "confidence"
+
+
+def answer_models_key(settings: Settings, reader_model: str | None = None) -> str:
+    """The answer selector and reader a recalibration belongs to (``model_key`` of each)."""
+    return f"{model_key(settings.selector_model)}|{model_key(reader_model or settings.reader_model)}"
+
+
+def confidence_fit(index: Index, settings: Settings, reader_model: str | None = None) -> dict[str, Any] | None:
+    """The recalibration of the answer selector's chances fitted on this collection's labelled questions for these models, if any."""
+    return index.manifest.get(MANIFEST_KEY, {}).get(CONFIDENCE_KEY, {}).get(answer_models_key(settings, reader_model))
+
+
+def recalibration(index: Index, settings: Settings, reader_model: str | None = None) -> dict[str, Any] | None:
+    """The ``AnswerSelector``'s ``recalibration`` init parameter for this index and models (None: as calibrated on reviews)."""
+    fit = confidence_fit(index, settings, reader_model)
+    return {key: fit[key] for key in ("slope", "intercept", "calibrated_on")} if fit else None
+
+
+def recalibration_values(index: Index, settings: Settings) -> dict[str, str]:
+    """extractive.yml's recalibration placeholder."""
+    return {"recalibration": json.dumps(recalibration(index, settings))}
+
+
+def question_key(question: LabelledQuestion) -> str:
+    """A short digest of a question and its item: which questions a fit saw, without storing them."""
+    return hashlib.sha1(f"{question.item_id}\0{question.question}".encode()).hexdigest()[:12]

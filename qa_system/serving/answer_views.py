@@ -106,10 +106,12 @@ PROBABILITY_LABELS = {"span": "{} chance right", "no_answer": "{} chance there i
 PROBABILITY_HELP = {
     "span": (
         "The answer selector's probability that this answer is right (its words match an annotator's answer at F1 0.5 or more), "
-        "calibrated on questions it never saw: of the answers shown with 80%, about 8 in 10 were right."
+        "calibrated on {calibrated_on}: of the answers shown there with 80%, about 8 in 10 were right."
     ),
-    "no_answer": ("The answer selector's probability that these {noun} do not answer the question, calibrated on questions it never saw."),
+    "no_answer": "The answer selector's probability that these {noun} do not answer the question, calibrated on {calibrated_on}.",
 }
+# Said where the chances of a collection of one's own are still those fitted on product reviews.
+RECALIBRATE_HINT = " On documents unlike product reviews it can be off: `qa-system fit-confidence` fits it to yours on labelled questions."
 
 
 def _percent(probability: float) -> int:
@@ -219,7 +221,9 @@ class AnswerView:
     def help_text(self, noun: str) -> str:
         """What the score means, for a tooltip, naming what was read ``noun`` ("reviews" or "documents")."""
         if self.probability is not None and self.kind in PROBABILITY_HELP:
-            return PROBABILITY_HELP[self.kind].format(noun=noun)
+            calibrated_on = self.meta.get("calibrated_on") or "questions it never saw"
+            hint = RECALIBRATE_HINT if noun == DOCUMENTS and not self.meta.get("recalibrated") else ""
+            return PROBABILITY_HELP[self.kind].format(noun=noun, calibrated_on=calibrated_on) + hint
         return SCORE_HELP.get(self.kind, "The answering stage's score for this answer; not a calibrated chance that it is right.").format(
             noun=noun
         )
@@ -394,7 +398,8 @@ class AnswerCard:
     ``text``: the answer with HTML entities decoded, or ``NO_ANSWER_TEXT``; ``label``: its score or chance
     named as what it is; ``help``: what that means; ``note``: a close call, what a "no answer" means, or
     a generated answer's flags; ``folded``: rated below "no answer" (a page may fold it away);
-    ``source``: the review it came from (or that a generated answer cites); ``product``: that review's product.
+    ``source``: the review it came from (or that a generated answer cites); ``product``: that review's product;
+    ``said_in``: "said in 2 reviews" where several give this answer (the selector grouped them), else "".
     """
 
     kind: str
@@ -407,6 +412,7 @@ class AnswerCard:
     folded: bool = False
     source: str = ""
     product: str | None = None
+    said_in: str = ""
 
     @property
     def line(self) -> str:
@@ -484,6 +490,7 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
                 folded=below and view is not best_below,
                 source=source,
                 product=product,
+                said_in=f"said in {view.support} {noun}" if view.support > 1 else "",
             )
         )
     return cards

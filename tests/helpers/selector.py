@@ -1,8 +1,11 @@
-"""Synthetic records of the answer selector's training data: questions read in two modes, as the reader leaves them."""
+"""Synthetic records of the answer selector's training data (questions read in two modes, as the reader leaves them), and a real
+selector fitted on them whose calibrations are set by hand."""
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 WORDS = "battery screen sound price size weight light case cable button".split()
 
@@ -58,3 +61,17 @@ def synthetic_records(count: int, seed: int = 0) -> list[dict]:
             }
         )
     return records
+
+
+def close_call_selector(folder: Path, reader: Path) -> Path:
+    """A real selector (two LightGBM models) for ``reader``, its calibrations making "no answer" (55%) a close call over every answer (50%)."""
+    from qa_system.model_files import model_fingerprint
+    from qa_system.reading.selection import SELECTOR_FILE
+    from qa_system.training.selector import fit_selector, selector_frames
+
+    questions, spans = selector_frames(synthetic_records(120))
+    fit_selector(questions, spans, folder, {"reader_fingerprint": model_fingerprint(reader)}, folds=2)
+    info = json.loads((folder / SELECTOR_FILE).read_text())
+    info["calibration"] = {"answer": [[0.0, 1.0], [0.5, 0.5]], "no_answer": [[0.0, 1.0], [0.55, 0.55]]}
+    (folder / SELECTOR_FILE).write_text(json.dumps(info))
+    return folder

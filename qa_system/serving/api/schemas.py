@@ -110,6 +110,7 @@ class CardOut(BaseModel):
     folded: bool = Field(description="rated below 'no answer': a page may fold it away")
     source: str = Field(description="the review it came from, or those a generated answer cites")
     product: str | None = Field(description="the product (item_id) of that review")
+    said_in: str = Field("", description="'said in 2 reviews' where several documents give this answer (grouped as one), else empty")
 
 
 class AnswerOut(BaseModel):
@@ -125,6 +126,10 @@ class AnswerOut(BaseModel):
     probability: float | None = Field(
         None,
         description="the answer selector's calibrated probability that this answer (or 'no answer') is right; null where the score is no probability",
+    )
+    calibrated_on: str | None = Field(
+        None,
+        description="what `probability` was calibrated on: product reviews, or a collection's labelled questions (`qa-system fit-confidence`)",
     )
     close_call: bool = Field(False, description="the best answer and 'no answer' are about as likely to be right")
     supporting_document_ids: list[str] = Field(
@@ -158,6 +163,7 @@ class AnswerOut(BaseModel):
             "text": view.text,
             "score": view.score,
             "probability": view.probability,
+            "calibrated_on": view.meta.get("calibrated_on") if view.probability is not None else None,
             "close_call": bool(view.meta.get("close_call")),
             "supporting_document_ids": view.meta.get("supporting_documents", []),
             "no_answer_reason": view.meta.get("no_answer_reason"),

@@ -1,0 +1,179 @@
+"""The answer selector's chances recalibrated to a collection's documents, on its labelled questions: ``qa-system fit-confidence``.
+
+The selector's chances are calibrated on product reviews; on other documents (Wikipedia paragraphs, say) the
+same "82%" can be right far less often. ``fit_confidence`` asks the labelled questions as the doors do (the
+retriever, depth and the question's item), records each first card's chance and whether it was right (an answer
+at F1 0.5 or more, or "no answer" to a question without one: the evaluation's definition), and fits a Platt
+scaling of that chance (``reading.selection.Recalibration``): two numbers, so that a few dozen questions are
+enough, and increasing, so that no decision changes. Before storing the fit in the collection's manifest it
+reports the calibration error of the chances as stated and as recalibrated, each scored on questions the fit
+did not see (folds grouped by item). ``eval pipeline`` and every door then read the stored fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qa_system.config import Settings
+from qa_system.errors import QAError
+from qa_system.ingestion.labels import Labels
+from qa_system.metrics.calibration import expected_calibration_error
+from qa_system.reading.selection import Recalibration
+from qa_system.retrieval.fitted import CONFIDENCE_KEY, MANIFEST_KEY, answer_models_key, question_key
+from qa_system.stores import SUBJQA_PREFIX, Index, save_index
+
+# Fewer questions, or fewer right or wrong first cards among them, and two parameters are fitted on noise.
+MIN_QUESTIONS = 20
+MIN_EACH = 5
+FOLDS = 5
+
+
+def fit_platt(confidence: Sequence[float], right: Sequence[float]) -> tuple[float, float]:
+    """Slope (never negative) and intercept of ``sigmoid(slope * logit(confidence) + intercept)`` by maximum likelihood,
+    with Platt's smoothed targets, which keep a small set from fitting certainties."""
+    from scipy.optimize import minimize
+
+    p = np.clip(np.asarray(confidence, dtype=float), 1e-6, 1 - 1e-6)
+    y = np.asarray(right, dtype=float)
+    positives, negatives = y.sum(), len(y) - y.sum()
+    target = np.where(y > 0.5, (positives + 1) / (positives + 2), 1 / (negatives + 2))
+    z = np.log(p / (1 - p))
+
+    def loss(parameters: np.ndarray) -> tuple[float, np.ndarray]:
+        slope, intercept = parameters
+        q = np.clip(1 / (1 + np.exp(-(slope * z + intercept))), 1e-12, 1 - 1e-12)
+        residual = q - target
+        value = -np.sum(target * np.log(q) + (1 - target) * np.log(1 - q))
+        return float(value), np.array([np.sum(residual * z), np.sum(residual)])
+
+    result = minimize(loss, x0=np.array([1.0, 0.0]), jac=True, method="L-BFGS-B", bounds=[(0.0, 20.0), (-20.0, 20.0)])
+    slope, intercept = (float(v) for v in result.x)
+    return slope, intercept
+
+
+def recalibrated(confidence: Sequence[float], slope: float, intercept: float) -> np.ndarray:
+    """The chances through the fitted map (as ``Recalibration`` applies it)."""
+    recalibration = Recalibration(slope, intercept, "")
+    return np.array([recalibration(float(c)) for c in confidence])
+
+
+def held_out_chances(confidence: np.ndarray, right: np.ndarray, groups: Sequence[str], folds: int = FOLDS) -> np.ndarray:
+    """Each question's recalibrated chance from a fit on the other folds (questions of one item stay in one fold)."""
+    keys = sorted(set(groups))
+    if len(keys) < folds:  # too few items to keep them apart: each question is its own group
+        groups, keys = [str(i) for i in range(len(confidence))], [str(i) for i in range(len(confidence))]
+    fold_of = {key: int(hashlib.sha1(key.encode()).hexdigest(), 16) % folds for key in keys}
+    which = np.array([fold_of[g] for g in groups])
+    out = np.empty(len(confidence))
+    for fold in range(folds):
+        test = which == fold
+        if not test.any():
+            continue
+        slope, intercept = fit_platt(confidence[~test], right[~test])
+        out[test] = recalibrated(confidence[test], slope, intercept)
+    return out
+
+
+def check_enough(right: np.ndarray, source: str) -> None:
+    """Refuse a fit on too few questions, or on first cards all right or all wrong."""
+    n, n_right = len(right), int(right.sum())
+    if n < MIN_QUESTIONS or min(n_right, n - n_right) < MIN_EACH:
+        raise QAError(
+            f"Too few labelled questions to fit the chances on: {n} asked, {n_right} first cards right and {n - n_right} wrong ({source}).",
+            f"label at least {MIN_QUESTIONS} questions, with at least {MIN_EACH} answered right and {MIN_EACH} not, and run it again.",
+        )
+
+
+def check_own_collection(index: Index) -> None:
+    """SubjQA's chances are the selector's own, calibrated on judged reviews: a recalibration is for other documents."""
+    if index.name.startswith(SUBJQA_PREFIX):
+        raise QAError(
+            f"'{index.name}' is a SubjQA collection: its chances are calibrated on judged product reviews already.",
+            "fit the chances of a collection of your own (`--collection NAME --labels FILE`).",
+        )
+
+
+def fit_confidence(
+    settings: Settings,
+    index: Index,
+    labels: Labels,
+    retriever: str = "bm25",
+    top_k_retriever: int | None = None,
+    limit: int | None = None,
+    out_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Recalibrate the answer selector's chances to ``index`` on ``labels`` (questions about its documents) and store the fit.
+
+    Asks the questions with ``retriever`` over each question's item (the search page's way), reports the calibration
+    error of the chances as stated and as recalibrated, each on questions its fit did not see, and keeps the fit in
+    the manifest, where every door and ``eval pipeline`` read it. ``out_dir``: also write that pipeline evaluation's
+    report (with the stated chances). Returns the stored fit.
+
+    >>> fit_confidence(settings, open_collection(settings, "wiki"), load_labels("labels.csv", settings, "wiki"))  # doctest: +SKIP
+    """
+    from qa_system.evaluation.answering import evaluate_pipelines
+    from qa_system.evaluation.reader import right_answers
+
+    check_own_collection(index)
+    reset_confidence(settings, index, save=False)  # the chances as stated, not as an earlier fit restated them (saved with the new fit)
+    result = evaluate_pipelines(
+        settings, [settings.reader_model], retriever, top_k_retriever=top_k_retriever, out_dir=out_dir, limit=limit,
+        candidates=("product",), labels=labels, index=index,
+    )  # fmt: skip
+    records = next((r for (system, _), r in result["records"].items() if system.endswith("+selector")), None)
+    if records is None:
+        raise QAError(
+            f"The answer selector ({settings.selector_model}) was not trained for the reader {settings.reader_model}: its answers have no chance to fit.",
+            "use the reader it was trained for (the default), or train one with `qa-system train-selector`.",
+        )
+    questions = labels.questions[:limit]
+    confidence = records["confidence"].to_numpy(dtype=float)
+    right = right_answers(records).to_numpy(dtype=float)
+    source = f"{labels.path.name}, {retriever}"
+    check_enough(right, source)
+    slope, intercept = fit_platt(confidence, right)
+    held_out = held_out_chances(confidence, right, [q.item_id or "" for q in questions])
+    fit = {
+        "slope": slope,
+        "intercept": intercept,
+        "calibrated_on": f"{len(questions)} labelled questions of '{index.name}' ({labels.path.name})",
+        "questions": len(questions),
+        "right": float(right.mean()),
+        "stated": float(confidence.mean()),
+        "ece_stated": expected_calibration_error(confidence, right),
+        "ece_recalibrated": expected_calibration_error(held_out, right),
+        "retriever": retriever,
+        "top_k_retriever": top_k_retriever or settings.top_k_retriever,
+        "labels": labels.path.name,
+        "question_keys": sorted({question_key(q) for q in questions}),
+    }
+    index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})[answer_models_key(settings)] = fit
+    save_index(index, settings)
+    return fit
+
+
+def reset_confidence(settings: Settings, index: Index, save: bool = True) -> bool:
+    """Remove this collection's recalibration for the settings' models (its chances are then as calibrated on reviews);
+    False when there was none."""
+    fits = index.manifest.get(MANIFEST_KEY, {}).get(CONFIDENCE_KEY, {})
+    if fits.pop(answer_models_key(settings), None) is None:
+        return False
+    if save:
+        save_index(index, settings)
+    return True
+
+
+def fit_line(fit: dict[str, Any]) -> str:
+    """What a fit did, in one line: the error of the chances as stated and as recalibrated, on questions the fit did not see."""
+    better = fit["ece_recalibrated"] < fit["ece_stated"]
+    verdict = "" if better else " It did not lower the error here: `qa-system fit-confidence --reset` removes it."
+    return (
+        f"Chances recalibrated on {fit['calibrated_on']}: first cards were right on {fit['right']:.0%} where they stated "
+        f"{fit['stated']:.0%} on average; calibration error {fit['ece_stated']:.3f} as stated, {fit['ece_recalibrated']:.3f} "
+        f"recalibrated (each question scored by a fit on the others).{verdict}"
+    )
