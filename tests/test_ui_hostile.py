@@ -367,3 +367,43 @@ def test_figures_that_are_not_images_are_messages_and_the_rest_of_the_report_is_
         assert [a for a in alerts if f"The figure {name} is {problem}" in a], (name, alerts)
     assert len(browser.find_elements("css selector", "[data-testid='stMain'] img")) == 1  # the real plot
     assert "Latency" in page_text(browser)  # the last section, after the figures
+
+
+def test_what_a_chance_was_calibrated_on_is_text_in_its_tooltip(browser, recorder, long_reader, tmp_path):
+    """A card's chance names the labels file it was recalibrated on (``qa-system fit-confidence``): a hostile file name is
+    shown as text in the tooltip, never run or rendered."""
+    from selenium.common.exceptions import NoAlertPresentException
+
+    from helpers.confidence import labels_csv, notes_collection
+    from helpers.selector import close_call_selector
+    from qa_system.config import Settings
+    from qa_system.ingestion import open_collection
+    from qa_system.ingestion.labels import load_labels
+    from qa_system.tuning.confidence import fit_confidence
+
+    env = {
+        "QA_HOME": str(tmp_path / "home"),
+        "QA_DATA_DIR": str(tmp_path / "no-subjqa"),
+        "QA_READER_MODEL": str(long_reader),
+        "QA_READER_BACKEND": "torch",
+        "QA_SELECTOR_MODEL": str(close_call_selector(tmp_path / "selector", long_reader)),
+    }
+    settings = Settings(
+        home=env["QA_HOME"], data_dir=env["QA_DATA_DIR"], reader_model=env["QA_READER_MODEL"], reader_backend="torch",
+        selector_model=env["QA_SELECTOR_MODEL"], store="memory",
+    )  # fmt: skip
+    notes_collection(settings, tmp_path)
+    name = 'evil" onmouseover="alert(1)" <img src=x onerror=alert(1)> **bold** [link](javascript:alert(1)) # HEADING.csv'
+    labels = load_labels(labels_csv(tmp_path / name), settings, "notes")
+    fit_confidence(settings, open_collection(settings, "notes"), labels)
+    with serve(env, log=tmp_path / "streamlit.log") as url:
+        browser.get(f"{url}/?{urllib.parse.urlencode({'collection': 'notes', 'item': 'LAMP', 'q': 'Is it bright enough for reading?'})}")
+        cards = wait(browser, lambda d: d.find_elements("css selector", ANSWER_CARD))
+        idle(browser)
+        chips = [c for c in cards[0].find_elements("css selector", ".qa-chip") if "chance there is no answer here" in c.text]
+        assert chips, cards[0].text
+        assert f"calibrated on 24 labelled questions of 'notes' ({name})" in chips[0].get_attribute("title")
+        assert browser.find_elements("css selector", f"{ANSWER_CARD} img, {ANSWER_CARD} a, {ANSWER_CARD} strong, {ANSWER_CARD} h1") == []
+        with pytest.raises(NoAlertPresentException):  # the onerror= never ran
+            _ = browser.switch_to.alert.text
+        assert_nothing_interpreted(browser, recorder)

@@ -1,0 +1,47 @@
+"""A collection of one's own and labelled questions about it, for fitting the answers' chances (``qa-system fit-confidence``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qa_system.config import Settings
+from qa_system.ingestion import IngestOptions, ingest
+
+DOCUMENTS = [
+    ("n1", "LAMP", "The lamp is bright enough for reading at night."),
+    ("n2", "LAMP", "The lamp has a warm light and a long cable."),
+    ("n3", "KETTLE", "The kettle boils a litre in three minutes."),
+    ("n4", "KETTLE", "The kettle lid broke after a month."),
+]
+# 16 questions the documents answer and 8 they do not: the close-call selector says "no answer" first to each,
+# right on 8 of 24, where it states 55%.
+ANSWERED = [
+    ("Is it bright enough for reading?", "bright enough for reading", "n1"),
+    ("What light does it have?", "a warm light", "n2"),
+    ("How long is the cable?", "a long cable", "n2"),
+    ("How fast does it boil?", "in three minutes", "n3"),
+    ("What broke?", "The kettle lid broke", "n4"),
+    ("When did the lid break?", "after a month", "n4"),
+    ("How much does it boil?", "a litre", "n3"),
+    ("Is it good at night?", "reading at night", "n1"),
+]
+UNANSWERED = [("Is it waterproof?", "n1"), ("What colour is it?", "n2"), ("Is it loud?", "n3"), ("Does it whistle?", "n4")]
+
+
+def labels_csv(path, answered: int = 16, unanswered: int = 8):
+    rows = ["question,answer,document_id"]
+    for n in range(answered):
+        question, answer, document = ANSWERED[n % len(ANSWERED)]
+        rows.append(f"{question} ({n}),{answer},{document}")
+    for n in range(unanswered):
+        question, document = UNANSWERED[n % len(UNANSWERED)]
+        rows.append(f"{question} ({n}),,{document}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def notes_collection(settings: Settings, folder: Path, name: str = "notes") -> None:
+    """Index ``DOCUMENTS`` (products LAMP and KETTLE) as the collection ``name``."""
+    documents = folder / "notes.csv"
+    documents.write_text("id,product,text\n" + "".join(f"{i},{p},{t}\n" for i, p, t in DOCUMENTS), encoding="utf-8")
+    ingest(settings, documents, name, IngestOptions(text_column="text", id_column="id", item_column="product"), embed=False, progress=False)
