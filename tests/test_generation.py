@@ -592,3 +592,26 @@ def test_the_rag_pipeline_withholds_an_unsupported_answer_and_returns_the_extrac
         answers = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", top_k=3)["answers"]
     assert all(not isinstance(a, GeneratedAnswer) for a in answers) and any(a.data is None for a in answers)
     assert {a.meta["withheld"]["text"] for a in answers} == {"It has a built-in water heater and a timer [1]."}
+
+
+def test_a_generated_answer_with_a_number_the_reviews_do_not_give_is_withheld():
+    """ "The battery lasts 12 hours [1]" shares four of five content words with "The batteries last ten hours": it passed."""
+    from haystack import ExtractedAnswer
+
+    from qa_system.generation.grounding import GroundingCheck, numbers
+
+    reviews = docs("The batteries last ten hours and charging takes 2 hours.", "It costs $1,000 and weighs 2.50 kg.")
+    extracted = [ExtractedAnswer(query="q", score=0.7, data="ten hours", document=reviews[0])]
+    check = GroundingCheck(min_support=0.75)
+    [withheld] = check.run([generated("The battery lasts 12 hours [1].", reviews, [1])], extracted)["answers"]
+    assert withheld.data == "ten hours" and withheld.meta["withheld"]["reason"] == "it gives 12, which the reviews it cites do not"
+    # The same numbers written otherwise are the same numbers; a number of the question may be said back.
+    for text in ("The battery lasts 10 hours and charges in 2.0 hours [1].", "It costs 1000 dollars and weighs 2.5 kg [2]."):
+        [kept] = check.run([generated(text, reviews, [1, 2])], extracted)["answers"]
+        assert kept.meta["grounded"], text
+    question = replace(
+        generated("Yes, for 4 people: the batteries last ten hours and charging takes 2 hours [1].", reviews, [1]),
+        query="Is it good for 4 people?",
+    )
+    assert check.run([question], extracted)["answers"][0].meta["grounded"]
+    assert numbers("three, 1,000 and 3,5 [1]") == {"3", "1000", "3.5", "1"}

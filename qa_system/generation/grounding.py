@@ -3,8 +3,10 @@
 A small generator writes fluent text that no review says ("does not have a built-in water heater",
 of a kettle nobody described so). ``GroundingCheck`` measures how much of a generated answer the
 reviews it cites support: the share of its content words (numbers included) that occur in those
-reviews, or an extractive answer over the same reviews that says the same thing. An answer below
-``min_support`` is withheld: the pipeline returns the extractive answers instead (the reader's,
+reviews, or an extractive answer over the same reviews that says the same thing. A number is a claim
+of its own: "lasts 12 hours" shares most of its words with "lasts 10 hours", so every number the answer
+gives must be one the cited reviews (or the question) give, as digits or as a word ("three" is 3). An answer below
+``min_support``, or with a number they do not give, is withheld: the pipeline returns the extractive answers instead (the reader's,
 through the answer selector when there is one), each carrying in ``meta`` the withheld text and
 why. An answer that cites no review is checked against every review it was given, and shown flagged
 (``meta["flags"]``): nothing points the reader to where it comes from. A sentence the generator wrote
@@ -32,6 +34,8 @@ _STOPWORDS = frozenset(
     "according mentioned mentions".split()
 )
 _WORD = re.compile(r"[a-z0-9]+")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[a-z0-9]+")
 # An extractive answer saying the same thing as the generated one (token F1) grounds it too.
 SAME_ANSWER_F1 = 0.5
 
@@ -45,8 +49,9 @@ def _stem(word: str) -> str:
 
 
 def content_words(text: str) -> list[str]:
-    """The stems of the words of ``text`` that carry content (numbers too), in order."""
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    """The stems of the words of ``text`` that carry content, and its numbers as plain digits ("1,000" is 1000, "ten" 10), in order."""
+    words = [w for w in _TOKEN.findall(text.lower()) if w not in _STOPWORDS]
+    return [_plain_number(w) if w[0].isdigit() else _NUMBER_WORDS.get(w) or _stem(w) for w in words]
 
 
 def support(answer: str, documents: list[Document]) -> float:
@@ -56,6 +61,35 @@ def support(answer: str, documents: list[Document]) -> float:
         return 1.0
     vocabulary = {w for d in documents for w in content_words(d.content or "")}
     return sum(w in vocabulary for w in words) / len(words)
+
+
+_NUMBER_WORDS = {
+    word: str(n)
+    for n, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen "
+        "nineteen twenty".split()
+    )
+} | {"thirty": "30", "forty": "40", "fifty": "50", "hundred": "100", "thousand": "1000", "half": "0.5", "dozen": "12"}
+
+
+def numbers(text: str) -> set[str]:
+    """The numbers ``text`` gives, as plain digits ("1,000" and "1000" alike; "three" as 3; "2.50" as 2.5)."""
+    found = {_plain_number(n) for n in _NUMBER.findall(text)}
+    return found | {_NUMBER_WORDS[w] for w in _WORD.findall(text.lower()) if w in _NUMBER_WORDS}
+
+
+def _plain_number(number: str) -> str:
+    if re.fullmatch(r"\d{1,3}(,\d{3})+", number):  # thousands separators
+        number = number.replace(",", "")
+    number = number.replace(",", ".")  # a decimal comma
+    return number.rstrip("0").rstrip(".") if "." in number else number
+
+
+def unsupported_numbers(answer: str, documents: list[Document], question: str = "") -> list[str]:
+    """The numbers ``answer`` gives that neither ``documents`` nor the question gives, in the answer's order."""
+    given = numbers(question).union(*(numbers(d.content or "") for d in documents))
+    said = [_plain_number(n) for n in _NUMBER.findall(strip_citations(answer))]
+    return list(dict.fromkeys(n for n in said if n not in given))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -87,7 +121,8 @@ def grounding_flags(cites_nothing: bool, repeated: int) -> list[str]:
 class GroundingCheck:
     """Passes a generated answer the reviews it cites support; otherwise returns the extractive answers in its place.
 
-    :param min_support: the share of the answer's content words that must occur in the reviews it cites.
+    :param min_support: the share of the answer's content words that must occur in the reviews it cites; each of its
+        numbers must occur there too.
 
     The generated answer gains ``meta["support"]``, ``meta["grounded"]`` and ``meta["flags"]`` (sentences for
     its reader: it cites no review, it repeated itself; ``grounding_flags``), its repeated sentences dropped;
@@ -123,15 +158,19 @@ class GroundingCheck:
         given = list(generated.documents or [])
         cited = [d for d in given if d.meta.get("referenced")] or given
         share = support(text, cited)
+        invented = unsupported_numbers(text, cited, generated.query or "")
         same = [a for a in extracted if a.data and token_f1(a.data, strip_citations(text)) >= SAME_ANSWER_F1]
-        grounded = share >= self.min_support or bool(same)
+        grounded = not invented and (share >= self.min_support or bool(same))
         flags = grounding_flags(cited is given, repeated)
         checked = replace(generated, data=text, meta={**generated.meta, "support": share, "grounded": grounded, "flags": flags})
         if grounded:
             return {"answers": [checked]}
+        where = "reviews it cites" if cited is not given else "reviews given"
         reason = (
-            f"only {share:.0%} of its content words occur in the {'reviews it cites' if cited is not given else 'reviews given'} "
-            f"(at least {self.min_support:.0%} are needed), and no extractive answer says the same"
+            f"it gives {', '.join(invented)}, which the {where} do not"
+            if invented
+            else f"only {share:.0%} of its content words occur in the {where} (at least {self.min_support:.0%} are needed), "
+            "and no extractive answer says the same"
         )
         withheld = {
             "text": generated.data,
