@@ -468,3 +468,37 @@ def test_cli_trains_fits_and_refuses_unknown_variants(tmp_path, tiny_subjqa, enc
     assert "electronics: fusion" in capsys.readouterr().out
     assert main(["eval", "retriever", *common, "--retriever", "bm25", "hybird"]) == 2
     assert "Unknown retriever variant 'hybird'" in capsys.readouterr().err
+
+
+def test_fit_fusion_fits_a_collection_of_ones_own_on_its_labels(home, tmp_path, monkeypatch, capsys):
+    """An evaluation of hybrid on one's own collection advised `qa-system fit-fusion`, which fitted SubjQA's dev split only."""
+    from helpers.confidence import labels_csv, notes_collection
+    from qa_system.cli import main
+
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    monkeypatch.delenv("QA_STORE", raising=False)
+    notes_collection(home, tmp_path, embed=True)
+    labels = labels_csv(tmp_path / "labels.csv")
+    evaluate = [
+        "eval",
+        "retriever",
+        "--collection",
+        "notes",
+        "--labels",
+        str(labels),
+        "--retriever",
+        "hybrid",
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    assert main(evaluate) == 0
+    [note] = json.loads((tmp_path / "r" / "report.json").read_text())["fitted"]
+    assert "no fit stored; run `qa-system fit-fusion --collection notes --labels FILE` with the same encoders" in note
+    capsys.readouterr()
+    assert main(["fit-fusion", "--collection", "notes", "--labels", str(labels)]) == 0
+    assert capsys.readouterr().out.startswith("notes: fusion ")
+    assert main(evaluate) == 0
+    [note] = json.loads((tmp_path / "r" / "report.json").read_text())["fitted"]
+    assert "stored by fit-fusion, fitted on labels.csv: strict recall@1" in note
+    assert main(["fit-fusion", "--collection", "notes"]) == 2
+    assert "fit-fusion fits a SubjQA --domain on its dev split, or --collection NAME on --labels FILE" in capsys.readouterr().err

@@ -120,22 +120,37 @@ def cmd_train_retriever(args: argparse.Namespace) -> None:
         print(f"Use it with {flags}; `qa-system index {flags}` re-embeds the reviews.")
 
 
+def _fusion_targets(args: argparse.Namespace, settings):
+    """(name, index, labels) to fit on: each SubjQA ``--domain``'s index and dev split, or ``--collection`` with ``--labels``."""
+    from qa_system.errors import QAError
+    from qa_system.ingestion import open_collection
+    from qa_system.ingestion.indexing import open_or_build_index
+    from qa_system.ingestion.labels import load_labels
+
+    if args.collection is None and args.labels is None:
+        return [(domain, open_or_build_index(settings, domain), None) for domain in args.domain]
+    if args.domain or args.collection is None or args.labels is None:
+        raise QAError(
+            "fit-fusion fits a SubjQA --domain on its dev split, or --collection NAME on --labels FILE.", "pass one or the other."
+        )
+    labels = load_labels(args.labels, settings, args.collection)
+    return [(args.collection, open_collection(settings, args.collection, embeddings=True), labels)]
+
+
 def cmd_fit_fusion(args: argparse.Namespace) -> None:
     """`qa-system fit-fusion`: fit the hybrid's fusion (and ``--rerank``'s mix) on dev and store it in the index."""
-    from qa_system.ingestion.indexing import open_or_build_index
     from qa_system.tuning.fusion import fit_fusion_on_dev, fit_rerank_on_dev
 
     settings = settings_from_args(args)
-    for domain in args.domain:
-        index = open_or_build_index(settings, domain)
-        fit = fit_fusion_on_dev(settings, domain, index, args.split, args.limit)
+    for domain, index, labels in _fusion_targets(args, settings):
+        fit = fit_fusion_on_dev(settings, domain, index, args.split, args.limit, labels)
         dev = fit["dev"]
         print(
             f"{domain}: fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}); "
             f"{fit['fitted_on']} strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})"
         )
         if args.rerank:
-            fit = fit_rerank_on_dev(settings, domain, index, "hybrid", args.split, args.limit)
+            fit = fit_rerank_on_dev(settings, domain, index, "hybrid", args.split, args.limit, labels=labels)
             dev = fit["dev"]
             print(
                 f"{domain}: re-ranking retriever weight {fit['retriever_weight']:.2f}; "
@@ -290,7 +305,11 @@ def register(commands, options: Options) -> None:
         "fit-fusion", parents=[options.common], help="fit the hybrid fusion (and --rerank's mix) on a dev split for the configured encoders"
     )
     options.domain(p)
-    p.add_argument("--split", default="dev")
+    options.collection(p)
+    p.add_argument(
+        "--labels", type=Path, help="with --collection: your labelled questions about its documents (CSV, SQuAD JSON or MRQA JSON lines)"
+    )
+    p.add_argument("--split", default="dev", help="the SubjQA split to fit on (dev)")
     p.add_argument("--rerank", action="store_true", help="also fit the answerability re-ranking of hybrid (needs the reader model)")
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_fit_fusion)

@@ -125,6 +125,7 @@ class Recalibration:
         return float(1.0 / (1.0 + math.exp(-(self.slope * math.log(p / (1 - p)) + self.intercept))))
 
     def to_dict(self) -> dict[str, Any]:
+        """The recalibration as JSON (``AnswerSelector``'s ``recalibration`` init parameter)."""
         return {"slope": self.slope, "intercept": self.intercept, "calibrated_on": self.calibrated_on}
 
     @classmethod

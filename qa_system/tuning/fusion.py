@@ -25,11 +25,12 @@ from haystack import Pipeline
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
+from qa_system.ingestion.labels import Labels
 from qa_system.progress import track
 from qa_system.retrieval.fitted import DEFAULT_RETRIEVER_WEIGHT, MANIFEST_KEY, encoder_key, fits, model_key, reader_key
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, ranking_scores
 from qa_system.sources import LabelledQuestion, load_subjqa
-from qa_system.stores import Index, save_index
+from qa_system.stores import SUBJQA_PREFIX, Index, save_index
 
 RERANK_WEIGHTS = tuple(w / 20 for w in range(21))
 
@@ -71,19 +72,34 @@ def dev_questions(settings: Settings, domain: str, split: str, limit: int | None
     return questions
 
 
-def fit_fusion_on_dev(settings: Settings, domain: str, index: Index, split: str = "dev", limit: int | None = None) -> dict[str, Any]:
-    """Fit the hybrid fusion on ``split`` (per-product and split filters), store it, return the fit with dev figures.
+def fitting_questions(
+    settings: Settings, domain: str, split: str, limit: int | None, labels: Labels | None
+) -> tuple[list[LabelledQuestion], str]:
+    """The questions a fit is made on, and what they are: the first ``limit`` of ``labels`` (named by their file), else of the domain's split."""
+    if labels is None:
+        return dev_questions(settings, domain, split, limit), f"{domain} {split}"
+    questions = labels.questions[: check_count(limit, "limit", optional=True)]
+    if not questions:
+        raise QAError(f"{labels.path.name} holds no questions to fit on.", "label questions about the collection's documents.")
+    return questions, labels.path.name
+
+
+def fit_fusion_on_dev(
+    settings: Settings, domain: str, index: Index, split: str = "dev", limit: int | None = None, labels: Labels | None = None
+) -> dict[str, Any]:
+    """Fit the hybrid fusion on ``split`` (per-product and split filters), or on ``labels`` (your own labelled questions about
+    ``index``, a collection), store it, return the fit with its figures.
 
     The candidate lists are those of the ``bm25`` and ``dense`` pipelines at the depth the hybrid
     pipeline asks of its retrievers, so the fit sees what the hybrid fusion sees.
     """
     from qa_system.pipelines import FUSION_CANDIDATES, build_retrieval_pipeline
 
-    questions = dev_questions(settings, domain, split, limit)
+    questions, fitted_on = fitting_questions(settings, domain, split, limit, labels)
     sparse = build_retrieval_pipeline("bm25", settings, index=index)
     dense = build_retrieval_pipeline("dense", settings, index=index)
     candidates = []
-    for question in track(questions, f"fusion candidates ({domain} {split})", "questions"):
+    for question in track(questions, f"fusion candidates ({fitted_on})", "questions"):
         ask = dict(item_id=question.item_id, split=question.split, top_k=FUSION_CANDIDATES)
         candidates.append(
             RankedCandidates(
@@ -94,7 +110,7 @@ def fit_fusion_on_dev(settings: Settings, domain: str, index: Index, split: str 
     fit = {
         **parameters.as_dict(),
         "sparse": sparse_setting(sparse.pipeline),
-        "fitted_on": f"{domain} {split}",
+        "fitted_on": fitted_on,
         "questions": len(questions),
         "dev": {
             "fused": scores,
@@ -114,20 +130,21 @@ def fit_rerank_on_dev(
     split: str = "dev",
     limit: int | None = None,
     weights: Sequence[float] = RERANK_WEIGHTS,
+    labels: Labels | None = None,
 ) -> dict[str, Any]:
-    """Fit the answerability re-ranker's retriever weight for ``retriever`` on ``split``; store and return it.
+    """Fit the answerability re-ranker's retriever weight for ``retriever`` on ``split`` (or ``labels``); store and return it.
 
     The reader reads each candidate review once; the weights are then tried on those scores.
     """
     from qa_system.pipelines import RERANK_CANDIDATES, build_retrieval_pipeline
     from qa_system.retrieval.rerank import AnswerabilityRanker, mix
 
-    questions = dev_questions(settings, domain, split, limit)
+    questions, fitted_on = fitting_questions(settings, domain, split, limit, labels)
     pipeline = build_retrieval_pipeline(retriever, settings, index=index)
     ranker = AnswerabilityRanker(settings.reader_model)
     ranker.warm_up()
     read = []
-    for question in track(questions, f"reading candidates ({domain} {split})", "questions"):
+    for question in track(questions, f"reading candidates ({fitted_on})", "questions"):
         documents = pipeline.run(question.question, item_id=question.item_id, split=question.split, top_k=RERANK_CANDIDATES)["documents"]
         read.append((documents, ranker.answerability(question.question, documents), question.document_id))
     scores = {w: ranking_scores((mix(docs, answerability, w), relevant) for docs, answerability, relevant in read) for w in weights}
@@ -136,7 +153,7 @@ def fit_rerank_on_dev(
         "retriever_weight": best,
         "reader": reader_key(settings),
         "sparse": sparse_setting(pipeline.pipeline),
-        "fitted_on": f"{domain} {split}",
+        "fitted_on": fitted_on,
         "questions": len(questions),
         "dev": {
             "reranked": dict(zip(("recall@1", "mrr"), scores[best])),
@@ -161,7 +178,8 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
         return notes  # nothing fitted is read
     # What the fits must have seen, read from the pipeline's definition (not warmed up: no model loads).
     sparse = sparse_setting(load_pipeline(retriever, index, settings))
-    refit = f"run `qa-system fit-fusion{' --rerank' if rerank else ''}` with the same encoders to fit it"
+    own = "" if index.name.startswith(SUBJQA_PREFIX) else f" --collection {index.name} --labels FILE"
+    refit = f"run `qa-system fit-fusion{own}{' --rerank' if rerank else ''}` with the same encoders to fit it"
     if retriever == "hybrid":
         fit = fits(index, settings).get("fusion")
         if not fit:

@@ -1,4 +1,5 @@
-"""A collection of one's own and labelled questions about it, for fitting the answers' chances (``qa-system fit-confidence``)."""
+"""A collection of one's own and labelled questions about it, for the fits made on a collection's labels (``qa-system fit-confidence``,
+``fit-fusion --collection``)."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ def labels_csv(path, answered: int = 16, unanswered: int = 8):
     return path
 
 
-def notes_collection(settings: Settings, folder: Path, name: str = "notes") -> None:
-    """Index ``DOCUMENTS`` (products LAMP and KETTLE) as the collection ``name``."""
+def notes_collection(settings: Settings, folder: Path, name: str = "notes", embed: bool = False) -> None:
+    """Index ``DOCUMENTS`` (products LAMP and KETTLE) as the collection ``name`` (``embed``: with vectors, for dense and hybrid)."""
     documents = folder / "notes.csv"
     documents.write_text("id,product,text\n" + "".join(f"{i},{p},{t}\n" for i, p, t in DOCUMENTS), encoding="utf-8")
-    ingest(settings, documents, name, IngestOptions(text_column="text", id_column="id", item_column="product"), embed=False, progress=False)
+    ingest(settings, documents, name, IngestOptions(text_column="text", id_column="id", item_column="product"), embed=embed, progress=False)
