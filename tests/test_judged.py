@@ -133,7 +133,7 @@ def test_systems_with_selectors_of_the_same_folder_name_are_told_apart_in_report
     ]
 
 
-def test_judged_questions_are_asked_of_the_collection_their_domain_names(cli_home, tiny_reader, tmp_path):
+def test_judged_questions_are_asked_of_the_collection_their_domain_names(cli_home, tiny_reader, tmp_path, capsys):
     from helpers.ingestion import COLUMNS, write_csv
     from qa_system.ingestion import ingest
 
@@ -149,6 +149,8 @@ def test_judged_questions_are_asked_of_the_collection_their_domain_names(cli_hom
     overall = next(m for m in json.loads((out / "report.json").read_text())["metrics"] if m["set"] == "all")
     assert overall["questions"] == 3 and overall["system"] == f"{tiny_reader.name} + no selector"
     assert overall["right"] + overall["wrong"] + overall["abstain_missed"] == pytest.approx(1.0)  # every card judged, none abstain-ok
+    # Into a pipe (a log file, CI) its progress is log lines, never a bar's carriage returns.
+    assert "\r" not in capsys.readouterr().err
 
 
 LOCATION = JudgedQuestion(

@@ -550,9 +550,8 @@ def evaluate_judged(
     their SubjQA domain's (``judged_indexes``). Every label is checked against them first (``check_judged``), and
     the first problem is raised with the count of all of them, those already found in the label files (``problems``)
     included."""
-    from tqdm.auto import tqdm
-
     from qa_system.pipelines import build_qa_pipeline
+    from qa_system.progress import Progress
 
     embeddings = settings.retriever != "bm25"
     by_collection: dict[str | None, list[JudgedQuestion]] = {}
@@ -570,7 +569,7 @@ def evaluate_judged(
     # Before any question is asked: a bad label would stop the run midway.
     check_judged([q for q in questions if q.domain not in unknown], indexes, collection, [*problems, *named])
     runs = []
-    bar = tqdm(total=len(questions) * len(systems), desc="judged questions", unit="q", disable=not progress)
+    bar = Progress(len(questions) * len(systems), "judged questions", "questions", enabled=progress)
     for system, label in zip(systems, system_labels(systems)):
         configured = settings.model_copy(
             update={
