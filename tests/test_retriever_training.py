@@ -494,6 +494,9 @@ def test_fit_fusion_fits_a_collection_of_ones_own_on_its_labels(home, tmp_path, 
     assert main(evaluate) == 0
     [note] = json.loads((tmp_path / "r" / "report.json").read_text())["fitted"]
     assert "no fit stored; run `qa-system fit-fusion --collection notes --labels FILE` with the same encoders" in note
+    report = (tmp_path / "r" / "report.md").read_text()  # in the words of a collection, not of SubjQA's reviews and splits
+    assert "over the collection 'notes' (4 documents in 4 passages" in report and "candidate documents per question" in report
+    assert "review" not in report
     capsys.readouterr()
     assert main(["fit-fusion", "--collection", "notes", "--labels", str(labels)]) == 0
     assert capsys.readouterr().out.startswith("notes: fusion ")

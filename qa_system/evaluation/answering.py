@@ -289,18 +289,19 @@ def confidence_note(index: Index, settings: Settings, questions: Sequence[Labell
 def _pipeline_notes(
     labels, readers, top_k_retriever, retriever, protocols, golds, records, questions, settings, index, tune_threshold, thresholds
 ) -> list[str]:
-    from qa_system.evaluation.retrieval import CANDIDATES
+    from qa_system.evaluation.retrieval import CANDIDATES, OWN_CANDIDATES
     from qa_system.tuning.fusion import fits_in_force
 
     gold_retrieved = {f"{system} ({protocol})": float(r["gold_retrieved"].mean()) for (system, protocol), r in records.items()}
+    noun = "document" if labels else "review"
     notes = [
         *(labels.notes if labels else []),
-        f"Each question retrieves the top {top_k_retriever} reviews with {retriever} under each candidate protocol; the reader reads them all.",
+        f"Each question retrieves the top {top_k_retriever} {noun}s with {retriever} under each candidate protocol; the reader reads them all.",
         *fits_in_force(settings, index, retriever, rerank=False),  # the stored fusion or the defaults: evaluating never fits
         *filter(None, {confidence_note(index, settings, questions, model) for model in readers}),
-        *(f"{protocol} candidates: {CANDIDATES[protocol]}." for protocol in protocols),
-        f"Gold review among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}. The groups 'gold review retrieved' / "
-        "'not retrieved' split the questions by it: where it was not, an answer read in another review scores only where it repeats the annotated review's words.",
+        *(f"{protocol} candidates: {OWN_CANDIDATES if labels else CANDIDATES[protocol]}." for protocol in protocols),
+        f"Gold {noun} among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}. The groups 'gold review retrieved' / "
+        f"'not retrieved' split the questions by it: where it was not, an answer read in another {noun} scores only where it repeats the labelled {noun}'s words.",
         *NOTES,
         "Top-1, and best of top-k with the no-answer as a candidate.",
     ]

@@ -291,7 +291,7 @@ def evaluate_retrievers(
             by_protocol.append(records)
             timings.append(_latency_row(variant.name, protocol, records["latency_s"]))
         all_records[variant.name] = pd.concat(by_protocol, ignore_index=True)
-    chance_tables, pools = _chance(next(iter(all_records.values()), None), ks)
+    chance_tables, pools = _chance(next(iter(all_records.values()), None), ks, own=labels is not None)
     metrics = pd.concat([*tables, *chance_tables], ignore_index=True)
     timing_table = pd.DataFrame(timings)
     result = {"metrics": metrics, "records": all_records, "timings": timing_table, "notes": fitted}
@@ -312,7 +312,11 @@ def evaluate_retrievers(
                 "build_timings": index.manifest.get("build_timings", {}),
             },
         }
-        notes = [*(labels.notes if labels else []), *_protocol_notes(len(questions), index, settings.store, pools), *fitted]
+        notes = [
+            *(labels.notes if labels else []),
+            *_protocol_notes(len(questions), index, settings.store, pools, own=labels is not None),
+            *fitted,
+        ]
         _write_retrieval_report(out_dir, f"Retriever evaluation: {what}", metrics, ks, all_records, sections, summary, notes)
     return result
 
@@ -368,8 +372,13 @@ def _latency_row(retriever: str, protocol: str, latency: pd.Series) -> dict:
     }
 
 
-def _chance(reference: pd.DataFrame | None, ks: Sequence[int]) -> tuple[list[pd.DataFrame], list[str]]:
-    """The chance rows per protocol (ranking the same candidates at random), and a note on each protocol's candidate pool.
+# What the candidate protocols mean for labels of one's own: a collection has no SubjQA splits.
+OWN_CANDIDATES = "the documents of the question's item (item_id), or every document when it names none"
+
+
+def _chance(reference: pd.DataFrame | None, ks: Sequence[int], own: bool = False) -> tuple[list[pd.DataFrame], list[str]]:
+    """The chance rows per protocol (ranking the same candidates at random), and a note on each protocol's candidate pool
+    (``own``: labels of one's own, over a collection's documents).
 
     Exact, since the records of any variant (``reference``) count every question's candidates.
     """
@@ -382,25 +391,42 @@ def _chance(reference: pd.DataFrame | None, ks: Sequence[int]) -> tuple[list[pd.
         chance.insert(0, "retriever", CHANCE)
         tables.append(chance)
         counts = records["n_candidates"]
+        what, noun = (OWN_CANDIDATES, "documents") if own else (CANDIDATES[protocol], "reviews")
         pools.append(
-            f"{protocol}: {CANDIDATES[protocol]}; {counts.mean():.1f} candidate reviews per question (median {counts.median():g}, max {counts.max()})."
+            f"{protocol}: {what}; {counts.mean():.1f} candidate {noun} per question (median {counts.median():g}, max {counts.max()})."
         )
     return tables, pools
 
 
-def _protocol_notes(questions: int, index, store: str, pools: Sequence[str]) -> list[str]:
-    """The report's notes on what was asked: the index, the candidate protocols, the two definitions of a hit, chance."""
+def _protocol_notes(questions: int, index, store: str, pools: Sequence[str], own: bool = False) -> list[str]:
+    """The report's notes on what was asked: the index, the candidate protocols, the two definitions of a hit, chance
+    (``own``: labels of one's own, over a collection's documents)."""
     build = index.manifest.get("build_timings", {})
+    if own:
+        what = [
+            f"{questions} questions, over the collection '{index.name}' ({index.manifest.get('documents')} documents in "
+            f"{index.manifest.get('passages', index.manifest.get('documents'))} passages, store {store}); each asked with the filters of its candidate protocol:",
+            *pools,
+            "strict: the question's own document (a passage of it) is in the top k (primary metric). "
+            "chapter: a retrieved passage contains a gold answer text, questions without an answer always count.",
+            f"Last indexing run: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
+        ]
+        noun = "document"
+    else:
+        what = [
+            f"{questions} questions, over the index '{index.name}' of all splits ({index.manifest.get('documents')} reviews, "
+            f"one document per review, store {store}); each asked with the filters of its candidate protocol:",
+            *pools,
+            "strict: the question's own review (its document) is in the top k (primary metric). pooled (with --gold pooled): a review "
+            "of the product that the same question was asked of and that answers it (any of them when none does) is in the top k. "
+            "chapter: a retrieved review contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
+            f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
+        ]
+        noun = "review"
     return [
-        f"{questions} questions, over the index '{index.name}' of all splits ({index.manifest.get('documents')} reviews, "
-        f"one document per review, store {store}); each asked with the filters of its candidate protocol:",
-        *pools,
-        "strict: the question's own review (its document) is in the top k (primary metric). pooled (with --gold pooled): a review "
-        "of the product that the same question was asked of and that answers it (any of them when none does) is in the top k. "
-        "chapter: a retrieved review contains a gold answer text, unanswerable questions always count (the reference chapter's definition).",
-        f"Index build: {build.get('total_s', float('nan')):.1f} s (embedding {build.get('embedding_s', 0.0):.1f} s).",
+        *what,
         f"'{CHANCE}': the figures expected from ranking each question's candidates at random (the floor to compare with); "
-        "'2+ candidates': questions with more than one candidate review (the others are a hit for any retriever).",
+        f"'2+ candidates': questions with more than one candidate {noun} (the others are a hit for any retriever).",
     ]
 
 
