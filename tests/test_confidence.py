@@ -96,6 +96,10 @@ def test_fit_confidence_restates_every_doors_chances_and_reset_brings_back_the_r
     fit = confidence_fit(open_collection(own, "notes"), own)
     assert fit["questions"] == 24 and fit["right"] == pytest.approx(1 / 3)
     chance = Recalibration.from_dict(fit)(0.55)
+    # Fitted again, it fits the chances as the selector states them, not as the first fit restated them: the same fit.
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(labels)]) == 0
+    again = confidence_fit(open_collection(own, "notes"), own)
+    assert (again["slope"], again["intercept"]) == pytest.approx((fit["slope"], fit["intercept"])) and again["stated"] == fit["stated"]
     assert 0.3 < chance < 0.4  # Platt's smoothed targets keep it off the sample's 8 in 24 by a little
     shown = f"{round(chance * 100)}% chance there is no answer here"
 

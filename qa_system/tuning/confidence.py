@@ -120,11 +120,16 @@ def fit_confidence(
     from qa_system.evaluation.reader import right_answers
 
     check_own_collection(index)
-    reset_confidence(settings, index, save=False)  # the chances as stated, not as an earlier fit restated them (saved with the new fit)
-    result = evaluate_pipelines(
-        settings, [settings.reader_model], retriever, top_k_retriever=top_k_retriever, out_dir=out_dir, limit=limit,
-        candidates=("product",), labels=labels, index=index,
-    )  # fmt: skip
+    fits = index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})
+    earlier = fits.pop(answer_models_key(settings), None)  # the chances as stated, not as an earlier fit restated them
+    try:
+        result = evaluate_pipelines(
+            settings, [settings.reader_model], retriever, top_k_retriever=top_k_retriever, out_dir=out_dir, limit=limit,
+            candidates=("product",), labels=labels, index=index,
+        )  # fmt: skip
+    finally:
+        if earlier is not None:
+            fits[answer_models_key(settings)] = earlier  # replaced below only by a fit that succeeds
     records = next((r for (system, _), r in result["records"].items() if system.endswith("+selector")), None)
     if records is None:
         raise QAError(
@@ -152,7 +157,7 @@ def fit_confidence(
         "labels": labels.path.name,
         "question_keys": sorted({question_key(q) for q in questions}),
     }
-    index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})[answer_models_key(settings)] = fit
+    fits[answer_models_key(settings)] = fit
     save_index(index, settings)
     return fit
 
