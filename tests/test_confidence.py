@@ -144,3 +144,30 @@ def test_fit_confidence_refuses_too_few_labels_and_subjqa_collections_in_one_lin
     assert "pass --labels FILE" in capsys.readouterr().err
     assert main(["fit-confidence", "--collection", "notes", "--labels", str(few), "--reset"]) == 2
     assert "--reset removes the fit; --labels makes one" in capsys.readouterr().err
+
+
+def test_an_evaluation_asks_a_question_without_an_item_as_the_doors_do(own, tiny_reader, tmp_path):
+    """Asked across every document of a collection without items, the doors weigh each answer by its document's
+    retrieval score; the evaluation (and so fit-confidence) stated the unweighed chances instead."""
+    from helpers.confidence import ANSWERED, DOCUMENTS
+    from qa_system.evaluation.answering import evaluate_pipelines
+    from qa_system.ingestion import IngestOptions, ingest
+    from qa_system.ingestion.labels import load_labels
+    from qa_system.pipelines import build_qa_pipeline
+
+    # Calibrations that state each answer's value as its chance, and "no answer" never first: the weighing shows.
+    identity = {"answer": [[0.0, 1.0], [0.0, 1.0]], "no_answer": [[0.0, 1.0], [0.0, 0.0]]}
+    settings = own.with_(selector_model=str(close_call_selector(tmp_path / "identity", tiny_reader, identity)))
+    flat = tmp_path / "flat.csv"  # documents of no item: every question is asked of all of them
+    flat.write_text("id,text\n" + "".join(f"{i},{t}\n" for i, _, t in DOCUMENTS), encoding="utf-8")
+    ingest(settings, flat, "flat", IngestOptions(text_column="text", id_column="id"), embed=False, progress=False)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("question,answer,document_id\n" + "".join(f"{q},{a},{d}\n" for q, a, d in ANSWERED), encoding="utf-8")
+    index = open_collection(settings, "flat")
+    result = evaluate_pipelines(
+        settings, [settings.reader_model], labels=load_labels(labels, settings, "flat"), index=index, candidates=("product",)
+    )
+    records = next(r for (system, _), r in result["records"].items() if system.endswith("+selector"))
+    pipeline = build_qa_pipeline("bm25", settings, index=index)
+    shown = [pipeline.run(question, top_k_reader=3)["answers"][0].score for question, _, _ in ANSWERED]
+    assert records["confidence"].tolist() == pytest.approx(shown)

@@ -55,7 +55,12 @@ def _record(
     answer"), so that any threshold can be scored afterwards."""
     began = time.perf_counter()
     output = reader.run(query=question.question, documents=documents, top_k=top_k)
-    selected = None if selector is None else selector.run(question.question, documents, output["reading"], top_k=top_k)["answers"]
+    # Asked across every document (no item), the doors weigh each answer by its document's retrieval score: so does this.
+    selected = (
+        None
+        if selector is None
+        else selector.run(question.question, documents, output["reading"], top_k=top_k, all_documents=not question.item_id)["answers"]
+    )
     latency = time.perf_counter() - began
     golds = gold_answers(question.answer_texts)
     reading = output["reading"]

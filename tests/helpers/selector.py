@@ -63,8 +63,9 @@ def synthetic_records(count: int, seed: int = 0) -> list[dict]:
     return records
 
 
-def close_call_selector(folder: Path, reader: Path) -> Path:
-    """A real selector (two LightGBM models) for ``reader``, its calibrations making "no answer" (55%) a close call over every answer (50%)."""
+def close_call_selector(folder: Path, reader: Path, calibration: dict | None = None) -> Path:
+    """A real selector (two LightGBM models) for ``reader``, its calibrations making "no answer" (55%) a close call over every answer
+    (50%), or ``calibration`` ({"answer": [xs, ys], "no_answer": [xs, ys]})."""
     from qa_system.model_files import model_fingerprint
     from qa_system.reading.selection import SELECTOR_FILE
     from qa_system.training.selector import fit_selector, selector_frames
@@ -72,6 +73,6 @@ def close_call_selector(folder: Path, reader: Path) -> Path:
     questions, spans = selector_frames(synthetic_records(120))
     fit_selector(questions, spans, folder, {"reader_fingerprint": model_fingerprint(reader)}, folds=2)
     info = json.loads((folder / SELECTOR_FILE).read_text())
-    info["calibration"] = {"answer": [[0.0, 1.0], [0.5, 0.5]], "no_answer": [[0.0, 1.0], [0.55, 0.55]]}
+    info["calibration"] = calibration or {"answer": [[0.0, 1.0], [0.5, 0.5]], "no_answer": [[0.0, 1.0], [0.55, 0.55]]}
     (folder / SELECTOR_FILE).write_text(json.dumps(info))
     return folder
