@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.confidence import labels_csv, notes_collection
+from helpers.confidence import labels_csv, notes_collection, own_answering_env
 from helpers.selector import close_call_selector
 from qa_system.cli import main
 from qa_system.config import Settings
@@ -23,13 +23,7 @@ from qa_system.tuning.confidence import check_enough, fit_platt, held_out_chance
 @pytest.fixture
 def own(tmp_path, tiny_reader, monkeypatch) -> Settings:
     """A collection 'notes' of one's own documents, asked through the tiny reader and the close-call selector."""
-    env = {
-        "QA_HOME": str(tmp_path / "home"),
-        "QA_DATA_DIR": str(tmp_path / "no-subjqa"),
-        "QA_READER_MODEL": str(tiny_reader),
-        "QA_READER_BACKEND": "torch",
-        "QA_SELECTOR_MODEL": str(close_call_selector(tmp_path / "selector", tiny_reader)),
-    }
+    env = own_answering_env(tmp_path, tiny_reader)
     for name in ("QA_ES_URL", "QA_OPENSEARCH_URL", "QA_STORE", "QA_EMBEDDING_MODEL", "QA_QUERY_EMBEDDING_MODEL"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():

@@ -374,20 +374,13 @@ def test_what_a_chance_was_calibrated_on_is_text_in_its_tooltip(browser, recorde
     shown as text in the tooltip, never run or rendered."""
     from selenium.common.exceptions import NoAlertPresentException
 
-    from helpers.confidence import labels_csv, notes_collection
-    from helpers.selector import close_call_selector
+    from helpers.confidence import labels_csv, notes_collection, own_answering_env
     from qa_system.config import Settings
     from qa_system.ingestion import open_collection
     from qa_system.ingestion.labels import load_labels
     from qa_system.tuning.confidence import fit_confidence
 
-    env = {
-        "QA_HOME": str(tmp_path / "home"),
-        "QA_DATA_DIR": str(tmp_path / "no-subjqa"),
-        "QA_READER_MODEL": str(long_reader),
-        "QA_READER_BACKEND": "torch",
-        "QA_SELECTOR_MODEL": str(close_call_selector(tmp_path / "selector", long_reader)),
-    }
+    env = own_answering_env(tmp_path, long_reader)
     settings = Settings(
         home=env["QA_HOME"], data_dir=env["QA_DATA_DIR"], reader_model=env["QA_READER_MODEL"], reader_backend="torch",
         selector_model=env["QA_SELECTOR_MODEL"], store="memory",

@@ -46,3 +46,17 @@ def notes_collection(settings: Settings, folder: Path, name: str = "notes", embe
     documents = folder / "notes.csv"
     documents.write_text("id,product,text\n" + "".join(f"{i},{p},{t}\n" for i, p, t in DOCUMENTS), encoding="utf-8")
     ingest(settings, documents, name, IngestOptions(text_column="text", id_column="id", item_column="product"), embed=embed, progress=False)
+
+
+def own_answering_env(root: Path, reader: Path) -> dict[str, str]:
+    """The environment of a home of one's own collections (no SubjQA), answered by ``reader`` in PyTorch through the
+    close-call selector fitted for it (``helpers.selector.close_call_selector``)."""
+    from helpers.selector import close_call_selector
+
+    return {
+        "QA_HOME": str(root / "home"),
+        "QA_DATA_DIR": str(root / "no-subjqa"),
+        "QA_READER_MODEL": str(reader),
+        "QA_READER_BACKEND": "torch",
+        "QA_SELECTOR_MODEL": str(close_call_selector(root / "selector", reader)),
+    }
