@@ -113,6 +113,9 @@ def test_fit_confidence_restates_every_doors_chances_and_reset_brings_back_the_r
     assert main(["eval", "pipeline", "--collection", "notes", "--labels", str(labels), "--out", str(tmp_path / "report")]) == 0
     assert "24 of these 24 questions were among them, so its ece here is optimistic" in (tmp_path / "report" / "report.md").read_text()
 
+    notes_collection(own, tmp_path)  # indexed again: the fit stays
+    assert confidence_fit(open_collection(own, "notes"), own) == again
+
     assert main(["fit-confidence", "--collection", "notes", "--reset"]) == 0
     assert "recalibration removed" in capsys.readouterr().out
     assert main(question) == 0

@@ -783,7 +783,7 @@ class _Run:
         # Every file or folder whose documents it holds, so that a change to any is noticed (--sync keeps this one's only).
         sources = ({} if sync or self.rebuild else recorded_sources(old)) | ({read["path"]: read} if "source_fingerprint" in read else {})
         manifest = {
-            **{k: v for k, v in old.items() if k == "calibration"},  # fitted fusion / re-ranking stay
+            **{k: v for k, v in old.items() if k == "calibration"},  # fitted fusion, re-ranking and chances stay
             "input": read,
             "sources": sources,
             "splitter": self.splitter_state,
