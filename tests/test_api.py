@@ -349,7 +349,7 @@ def test_questions_are_answered_from_an_ingested_collection(own_collections):
         "The question names no product (item_id), and collection 'shop' holds 2 products."
     )
     unknown = httpx.post(f"{url}/query", json={"query": "Is it bright?", "item_id": "KINDLE"})  # a product of electronics, not of shop
-    assert unknown.status_code == 404 and unknown.json()["detail"].startswith("Product 'KINDLE' has no reviews in index 'shop'.")
+    assert unknown.status_code == 404 and unknown.json()["detail"].startswith("Item 'KINDLE' has no documents in collection 'shop'.")
 
 
 def test_feedback_on_an_answer_from_an_ingested_collection(own_collections, api_settings):

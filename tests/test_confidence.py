@@ -131,16 +131,63 @@ def test_fit_confidence_restates_every_doors_chances_and_reset_brings_back_the_r
     assert "held-out product reviews (SubjQA)" in card.help and "`qa-system fit-confidence` fits it to yours" in card.help
 
 
-def test_fit_confidence_refuses_too_few_labels_and_subjqa_collections_in_one_line(own, tmp_path, capsys):
+def test_fit_confidence_refuses_bad_input_in_one_line_before_asking_anything(own, tmp_path, capsys):
     few = labels_csv(tmp_path / "few.csv", answered=8, unanswered=4)
     assert main(["fit-confidence", "--collection", "notes", "--labels", str(few)]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "Too few labelled questions to fit the chances on: 12 asked" in error
     assert confidence_fit(open_collection(own, "notes"), own) is None  # nothing stored
-    assert main(["fit-confidence", "--collection", "notes"]) == 2
-    assert "pass --labels FILE" in capsys.readouterr().err
-    assert main(["fit-confidence", "--collection", "notes", "--labels", str(few), "--reset"]) == 2
-    assert "--reset removes the fit; --labels makes one" in capsys.readouterr().err
+    # Enough questions, but every first card right: the error says what is missing, not "label at least 20".
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(labels_csv(tmp_path / "all.csv", 0, 24))]) == 2
+    error = capsys.readouterr().err
+    assert "Too few first cards wrong to fit the chances on: 24 asked, 24 first cards right and 0 wrong" in error
+    assert "add labelled questions whose first card is wrong" in error
+    for argv, message in (
+        (["--labels", str(few), "--reset"], "--reset removes the fit; --labels makes one"),
+        (["--labels", str(tmp_path)], f"The labels {tmp_path} are a folder, not a file."),
+        (["--labels", str(few), "--out", str(few)], f"--out {few} is a file, not a folder."),  # before any question is asked
+    ):
+        assert main(["fit-confidence", "--collection", "notes", *argv]) == 2, argv
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and message in error, error
+    # SubjQA's chances are not refitted: said before the labels are read, and naming the command that builds it.
+    assert main(["fit-confidence", "--collection", "subjqa-electronics", "--labels", str(tmp_path / "missing.csv")]) == 2
+    assert "'subjqa-electronics' is a SubjQA collection" in capsys.readouterr().err
+    assert main(["ask", "Is it loud?", "--collection", "subjqa-books"]) == 2
+    assert "build it with `qa-system index --domain books`" in capsys.readouterr().err
+    assert main(["ask", "Is it loud?", "--collection", "notes", "--item", "NOPE"]) == 2
+    error = capsys.readouterr().err
+    assert (
+        "Item 'NOPE' has no documents in collection 'notes'. Fix: pick an item id that `qa-system products --collection notes` lists."
+        in error
+    )
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(few), "--retriever", "hybrid"]) == 2  # indexed --no-embed
+    error = capsys.readouterr().err
+    assert "Index 'notes' has no embeddings, so hybrid retrieval cannot run." in error
+    assert (
+        f"run the command that indexed it without --no-embed (`qa-system index --input {tmp_path / 'notes.csv'} --collection notes ...`)"
+        in error
+    )
+
+
+def test_fit_confidence_says_what_it_left_out_what_it_replaced_and_what_is_in_force(own, tmp_path, capsys):
+    from helpers.confidence import labels_squad
+
+    squad = labels_squad(tmp_path / "squad.json", elsewhere=1)  # one question about a paragraph the collection does not hold
+
+    assert main(["fit-confidence", "--collection", "notes"]) == 0  # neither --labels nor --reset: what is in force
+    assert capsys.readouterr().out.startswith(
+        "'notes': chances as calibrated on held-out product reviews (SubjQA); `qa-system fit-confidence"
+    )
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(labels_csv(tmp_path / "labels.csv"))]) == 0
+    capsys.readouterr()
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(squad)]) == 0
+    out = capsys.readouterr().out
+    assert "1 questions whose context is no document of collection 'notes' were left out." in out
+    assert "It replaces the fit on 24 labelled questions of 'notes' (labels.csv)." in out
+    assert "`qa-system fit-confidence --collection notes --reset` removes them" in out
+    assert main(["fit-confidence", "--collection", "notes"]) == 0
+    assert capsys.readouterr().out.startswith("'notes': chances recalibrated on 24 labelled questions of 'notes' (squad.json)")
 
 
 def test_an_evaluation_asks_a_question_without_an_item_as_the_doors_do(own, tiny_reader, tmp_path):

@@ -62,39 +62,48 @@ def register(commands, options: Options) -> None:
 
 
 def cmd_fit_confidence(args: argparse.Namespace) -> None:
-    """`qa-system fit-confidence`: recalibrate the answer selector's chances to a collection on its labelled questions (or remove that)."""
+    """`qa-system fit-confidence`: recalibrate the answer selector's chances to a collection on its labelled questions,
+    remove that (``--reset``), or say what they are calibrated on now (neither)."""
     from qa_system.errors import QAError
     from qa_system.ingestion import open_collection
-    from qa_system.tuning.confidence import check_own_collection, fit_confidence, fit_line, reset_confidence
+    from qa_system.retrieval.fitted import confidence_fit
+    from qa_system.tuning.confidence import check_own_collection, fit_confidence, fit_line, reset_confidence, status_line
 
     settings = settings_from_args(args)
-    if args.reset:
-        if args.labels is not None:
-            raise QAError("--reset removes the fit; --labels makes one.", "pass one of them.")
-        index = open_collection(settings, args.collection, embeddings=False, progress=False)
-        check_own_collection(index)
-        removed = reset_confidence(settings, index)
-        print(
-            f"'{args.collection}': " + ("recalibration removed" if removed else "no recalibration stored")
-            + "; its chances are as calibrated on product reviews."
-        )  # fmt: skip
-        return
+    check_own_collection(args.collection)
+    if args.reset and args.labels is not None:
+        raise QAError("--reset removes the fit; --labels makes one.", "pass one of them.")
     if args.labels is None:
-        raise QAError("fit-confidence fits on labelled questions about the collection's documents.", "pass --labels FILE.")
+        index = open_collection(settings, args.collection, embeddings=False, progress=False)
+        if args.reset:
+            removed = reset_confidence(settings, index)
+            print(f"'{args.collection}': " + ("recalibration removed." if removed else "no recalibration was stored."))
+        print(terminal_text(status_line(confidence_fit(index, settings), args.collection)))
+        return
     from qa_system.ingestion.labels import load_labels
 
     labels = load_labels(args.labels, settings, args.collection)
+    for note in labels.notes:  # questions left out (about documents the collection does not hold, ...): said before the fit
+        print(terminal_text(note))
     index = open_collection(settings, args.collection, embeddings=args.retriever != "bm25")
+    earlier = confidence_fit(index, settings)
     fit = fit_confidence(settings, index, labels, args.retriever, args.top_k_retriever, args.limit, args.out)
-    print(terminal_text(fit_line(fit)))
-    print(f"Stored in '{args.collection}': every door now states these chances (`qa-system fit-confidence --reset` removes them).")
+    print(terminal_text(fit_line(fit, args.collection)))
+    replaced = f" It replaces the fit on {earlier['calibrated_on']}." if earlier else ""
+    print(
+        terminal_text(
+            f"Stored in '{args.collection}': every door now states these chances "
+            f"(`qa-system fit-confidence --collection {args.collection} --reset` removes them).{replaced}"
+        )
+    )
 
 
 def _register_fit_confidence(commands, options: Options) -> None:
     p = commands.add_parser(
         "fit-confidence",
         parents=[options.common],
-        help="recalibrate the answers' chances to a collection of your own on its labelled questions, and keep the fit in it",
+        help="recalibrate the answers' chances to a collection of your own on its labelled questions, and keep the fit in it "
+        "(without --labels: what they are calibrated on now)",
     )
     p.add_argument("--collection", required=True, help="a collection of your own that `qa-system collections` lists")
     p.add_argument(
@@ -104,6 +113,7 @@ def _register_fit_confidence(commands, options: Options) -> None:
         "or MRQA JSON lines; at least 20, some answered right and some not",
     )
     p.add_argument("--reset", action="store_true", help="remove the collection's fit: chances as calibrated on product reviews")
+    # Without --labels or --reset it says what the collection's chances are calibrated on now.
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25", help="the retriever the questions are asked with")
     p.add_argument(
         "--top-k-retriever",

@@ -40,7 +40,7 @@ from qa_system.evaluation.reader import (
     squad_predictions,
     summarize_answers,
 )
-from qa_system.evaluation.report import write_report
+from qa_system.evaluation.report import check_out_dir, write_report
 from qa_system.ingestion.labels import Labels, evaluation_index, evaluation_questions
 from qa_system.metrics.calibration import reliability_diagram, reliability_table
 from qa_system.metrics.no_answer import DevPrediction, tune_no_answer_threshold
@@ -191,6 +191,7 @@ def evaluate_readers(
     """
     top_k, limit = check_count(top_k, "top_k"), check_count(limit, "limit", optional=True)
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
+    check_out_dir(out_dir)
     questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     gold = "context" if labels is not None and labels.collection is None else "review"
     records, backends = {}, {}
@@ -357,6 +358,7 @@ def evaluate_pipelines(
     no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
     protocols, golds = check_candidates(candidates), check_golds(golds)
     _check_tuning(tune_threshold, split, labels)
+    check_out_dir(out_dir)
     questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     prior = no_answer_share(load_subjqa(domain, "train", settings.data_dir).questions) if tune_threshold else None
     index = index or evaluation_index(settings, domain, labels, embeddings=retriever != "bm25")

@@ -38,6 +38,12 @@ def markdown_table(table: pd.DataFrame, digits: int = 3, literal: bool = False) 
     return "\n".join([header, rule, *rows])
 
 
+def check_out_dir(out_dir: str | Path | None) -> None:
+    """Refuse a report folder that is a file, before an evaluation asks its first question (None: no report)."""
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise QAError(f"--out {out_dir} is a file, not a folder.", "pass a folder for the report (it is made when missing).")
+
+
 def write_report(
     out_dir: str | Path,
     title: str,

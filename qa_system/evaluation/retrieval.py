@@ -40,6 +40,7 @@ from haystack import Document
 from qa_system.config import CANDIDATE_PROTOCOLS
 from qa_system.errors import QAError, check_count
 from qa_system.evaluation.gold import check_golds, pooled_documents
+from qa_system.evaluation.report import check_out_dir
 from qa_system.metrics.ranking import DEFAULT_KS, retrieval_metrics
 from qa_system.progress import track
 from qa_system.retrieval.filters import make_filters
@@ -259,6 +260,7 @@ def evaluate_retrievers(
     limit = check_count(limit, "limit", optional=True)
     protocols = check_candidates(candidates)
     pool = "pooled" in check_golds(golds)
+    check_out_dir(out_dir)
     variants = [Variant.parse(name) for name in retrievers]
     if labels is not None and any(v.tuned for v in variants):
         raise QAError(

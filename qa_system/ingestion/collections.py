@@ -181,9 +181,14 @@ def list_collections(settings: Settings) -> list[CollectionInfo]:
 
 def _unknown(settings: Settings, name: str) -> NotFound:
     known = ", ".join(c.name for c in list_collections(settings)) or "none yet"
+    build = (
+        f"qa-system index --domain {name.removeprefix(SUBJQA_PREFIX)}"
+        if name.startswith(SUBJQA_PREFIX)
+        else f"qa-system index --input FILE --collection {name}"
+    )
     return NotFound(
         f"No {settings.store} collection named '{name}' (there are: {known}).",
-        f"build it with `qa-system index --input FILE --collection {name}`, or pick one that `qa-system collections` lists.",
+        f"build it with `{build}`, or pick one that `qa-system collections` lists.",
     )
 
 

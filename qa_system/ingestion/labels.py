@@ -146,6 +146,10 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
     """The labelled questions of ``path`` (CSV, SQuAD JSON or MRQA JSON lines), their gold documents taken from
     ``collection``, or without one (SQuAD / MRQA) each question's own context."""
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise QAError(
+            f"The labels {path} are a folder, not a file.", "pass one labels file to --labels (CSV, SQuAD JSON or MRQA JSON lines)."
+        )
     if not path.is_file():
         raise QAError(
             f"The labels file {path} does not exist.",

@@ -51,8 +51,13 @@ def check_item(index: Index, item_id: str | None) -> None:
         )
     check_text(item_id, "the item id")
     if item_id is not None and stored_item(index, item_id) is None:
+        if index.manifest.get("domains"):
+            raise NotFound(
+                f"Product '{shown(item_id)}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists."
+            )
         raise NotFound(
-            f"Product '{shown(item_id)}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists."
+            f"Item '{shown(item_id)}' has no documents in collection '{index.name}'.",
+            f"pick an item id that `qa-system products --collection {index.name}` lists.",
         )
 
 
@@ -280,9 +285,16 @@ def check_embeddings(index: Index, settings: Settings, retriever: str = "dense")
         )
     stored = index.embedding_model
     if stored is None:
+        domains = index.manifest.get("domains")
+        source = index.manifest.get("input", {}).get("source") or "FILE"
+        again = (
+            f"`qa-system index --domain {domains[0]}`"
+            if domains
+            else f"the command that indexed it without --no-embed (`qa-system index --input {source} --collection {index.name} ...`): "
+            "its vectors are added, nothing else changes"
+        )
         raise QAError(
-            f"Index '{index.name}' has no embeddings, so dense retrieval cannot run.",
-            "rebuild it with `qa-system index` (without --no-embed).",
+            f"Index '{index.name}' has no embeddings, so {retriever} retrieval cannot run.", f"run {again}; or use --retriever bm25."
         )
     # The backend may differ: the questions are embedded by the index's own (QueryEmbedder).
     if not embeddings_match(index, settings, backend=False):

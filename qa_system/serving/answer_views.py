@@ -106,7 +106,7 @@ PROBABILITY_LABELS = {"span": "{} chance right", "no_answer": "{} chance there i
 PROBABILITY_HELP = {
     "span": (
         "The answer selector's probability that this answer is right (its words match an annotator's answer at F1 0.5 or more), "
-        "calibrated on {calibrated_on}: of the answers shown there with 80%, about 8 in 10 were right."
+        "calibrated on {calibrated_on}: there, answers shown with a chance were right about that often."
     ),
     "no_answer": "The answer selector's probability that these {noun} do not answer the question, calibrated on {calibrated_on}.",
 }

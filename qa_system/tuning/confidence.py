@@ -23,7 +23,7 @@ from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion.labels import Labels
 from qa_system.metrics.calibration import expected_calibration_error
-from qa_system.reading.selection import Recalibration
+from qa_system.reading.selection import REVIEWS_CALIBRATION, Recalibration
 from qa_system.retrieval.fitted import CONFIDENCE_KEY, MANIFEST_KEY, answer_models_key, question_key
 from qa_system.stores import SUBJQA_PREFIX, Index, save_index
 
@@ -82,18 +82,24 @@ def held_out_chances(confidence: np.ndarray, right: np.ndarray, groups: Sequence
 def check_enough(right: np.ndarray, source: str) -> None:
     """Refuse a fit on too few questions, or on first cards all right or all wrong."""
     n, n_right = len(right), int(right.sum())
-    if n < MIN_QUESTIONS or min(n_right, n - n_right) < MIN_EACH:
+    if n < MIN_QUESTIONS:
         raise QAError(
             f"Too few labelled questions to fit the chances on: {n} asked, {n_right} first cards right and {n - n_right} wrong ({source}).",
             f"label at least {MIN_QUESTIONS} questions, with at least {MIN_EACH} answered right and {MIN_EACH} not, and run it again.",
         )
-
-
-def check_own_collection(index: Index) -> None:
-    """SubjQA's chances are the selector's own, calibrated on judged reviews: a recalibration is for other documents."""
-    if index.name.startswith(SUBJQA_PREFIX):
+    if min(n_right, n - n_right) < MIN_EACH:
+        fewer = "wrong" if n - n_right < n_right else "right"
         raise QAError(
-            f"'{index.name}' is a SubjQA collection: its chances are calibrated on judged product reviews already.",
+            f"Too few first cards {fewer} to fit the chances on: {n} asked, {n_right} first cards right and {n - n_right} wrong ({source}).",
+            f"add labelled questions whose first card is {fewer} (at least {MIN_EACH}), and run it again.",
+        )
+
+
+def check_own_collection(name: str) -> None:
+    """SubjQA's chances are the selector's own, calibrated on judged reviews: a recalibration is for other documents."""
+    if name.startswith(SUBJQA_PREFIX):
+        raise QAError(
+            f"'{name}' is a SubjQA collection: its chances are calibrated on judged product reviews already.",
             "fit the chances of a collection of your own (`--collection NAME --labels FILE`).",
         )
 
@@ -119,7 +125,7 @@ def fit_confidence(
     from qa_system.evaluation.answering import evaluate_pipelines
     from qa_system.evaluation.reader import right_answers
 
-    check_own_collection(index)
+    check_own_collection(index.name)
     fits = index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})
     earlier = fits.pop(answer_models_key(settings), None)  # the chances as stated, not as an earlier fit restated them
     try:
@@ -173,12 +179,27 @@ def reset_confidence(settings: Settings, index: Index, save: bool = True) -> boo
     return True
 
 
-def fit_line(fit: dict[str, Any]) -> str:
+def fit_line(fit: dict[str, Any], collection: str) -> str:
     """What a fit did, in one line: the error of the chances as stated and as recalibrated, on questions the fit did not see."""
     better = fit["ece_recalibrated"] < fit["ece_stated"]
-    verdict = "" if better else " It did not lower the error here: `qa-system fit-confidence --reset` removes it."
+    verdict = (
+        "" if better else f" It did not lower the error here: `qa-system fit-confidence --collection {collection} --reset` removes it."
+    )
     return (
         f"Chances recalibrated on {fit['calibrated_on']}: first cards were right on {fit['right']:.0%} where they stated "
         f"{fit['stated']:.0%} on average; calibration error {fit['ece_stated']:.3f} as stated, {fit['ece_recalibrated']:.3f} "
         f"recalibrated (each question scored by a fit on the others).{verdict}"
+    )
+
+
+def status_line(fit: dict[str, Any] | None, collection: str) -> str:
+    """What the chances of ``collection`` are calibrated on now, and the command that changes it."""
+    if fit is None:
+        return (
+            f"'{collection}': chances as calibrated on {REVIEWS_CALIBRATION}; "
+            f"`qa-system fit-confidence --collection {collection} --labels FILE` fits them to its documents."
+        )
+    return (
+        f"'{collection}': chances recalibrated on {fit['calibrated_on']} (calibration error {fit['ece_stated']:.3f} as stated, "
+        f"{fit['ece_recalibrated']:.3f} recalibrated); `qa-system fit-confidence --collection {collection} --reset` removes it."
     )

@@ -41,6 +41,33 @@ def labels_csv(path, answered: int = 16, unanswered: int = 8):
     return path
 
 
+def labels_squad(path: Path, answered: int = 16, unanswered: int = 8, elsewhere: int = 0) -> Path:
+    """``labels_csv``'s questions as SQuAD v2.0 JSON (each document an article titled by its product), and ``elsewhere``
+    questions about a paragraph no collection holds."""
+    import json
+
+    rows = [(*ANSWERED[n % len(ANSWERED)], n) for n in range(answered)]
+    rows += [(question, "", document, n) for n, (question, document) in ((n, UNANSWERED[n % len(UNANSWERED)]) for n in range(unanswered))]
+    articles = []
+    for document, item, text in DOCUMENTS:
+        qas = [
+            {
+                "id": f"{document}-{n}-{bool(answer)}",
+                "question": f"{question} ({n})",
+                "answers": [{"text": answer, "answer_start": text.index(answer)}] if answer else [],
+                "is_impossible": not answer,
+            }
+            for question, answer, d, n in rows
+            if d == document
+        ]
+        articles.append({"title": item, "paragraphs": [{"context": text, "qas": qas}]})
+    if elsewhere:
+        other = [{"id": f"elsewhere-{n}", "question": "Where is it?", "answers": [], "is_impossible": True} for n in range(elsewhere)]
+        articles.append({"title": "ELSEWHERE", "paragraphs": [{"context": "A paragraph no collection holds.", "qas": other}]})
+    path.write_text(json.dumps({"version": "v2.0", "data": articles}), encoding="utf-8")
+    return path
+
+
 def notes_collection(settings: Settings, folder: Path, name: str = "notes", embed: bool = False) -> None:
     """Index ``DOCUMENTS`` (products LAMP and KETTLE) as the collection ``name`` (``embed``: with vectors, for dense and hybrid)."""
     documents = folder / "notes.csv"
