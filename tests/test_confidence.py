@@ -111,7 +111,9 @@ def test_fit_confidence_restates_every_doors_chances_and_reset_brings_back_the_r
 
     # An evaluation on the very questions it was fitted on says so.
     assert main(["eval", "pipeline", "--collection", "notes", "--labels", str(labels), "--out", str(tmp_path / "report")]) == 0
-    assert "24 of these 24 questions were among them, so its ece here is optimistic" in (tmp_path / "report" / "report.md").read_text()
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "24 of these 24 questions were among them, so its ece here is optimistic" in report
+    assert "| subjective |" not in report and "| factual |" not in report  # labels of one's own do not say
 
     notes_collection(own, tmp_path)  # indexed again: the fit stays
     assert confidence_fit(open_collection(own, "notes"), own) == again

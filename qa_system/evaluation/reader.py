@@ -182,17 +182,14 @@ def no_answer_f1(records: pd.DataFrame) -> float:
 
 
 def summarize_answers(records: pd.DataFrame) -> pd.DataFrame:
-    """EM/F1 (top-1 and top-k) overall, answerable vs unanswerable, subjective vs factual, for a pipeline
+    """EM/F1 (top-1 and top-k) overall, answerable vs unanswerable, subjective vs factual (where any question is
+    subjective), for a pipeline
     whether the annotated review was retrieved, and the "always answer nothing" baseline, one row each;
     with each group's own always-no F1 (``no_answer_f1``), the shares of right and wrong decisions and,
     when the answers carry a probability of being right, its expected calibration error (``ece``, 10 bins)."""
-    groups = {
-        "all": records,
-        "answerable": records[records["answerable"]],
-        "unanswerable": records[~records["answerable"]],
-        "subjective": records[records["subjective"]],
-        "factual": records[~records["subjective"]],
-    }
+    groups = {"all": records, "answerable": records[records["answerable"]], "unanswerable": records[~records["answerable"]]}
+    if records["subjective"].any():  # SubjQA marks it; labels of one's own do not say, so they have no such rows
+        groups.update(subjective=records[records["subjective"]], factual=records[~records["subjective"]])
     if "gold_retrieved" in records:
         # Under annotated gold an answer read in another review scores only where it repeats the annotated
         # one's words: the second group shows what reading other reviews costs against saying "no answer".
