@@ -406,8 +406,8 @@ def _protocol_notes(questions: int, index, store: str, pools: Sequence[str], own
     build = index.manifest.get("build_timings", {})
     if own:
         what = [
-            f"{questions} questions, over the collection '{index.name}' ({index.manifest.get('documents')} documents in "
-            f"{index.manifest.get('passages', index.manifest.get('documents'))} passages, store {store}); each asked with the filters of its candidate protocol:",
+            f"{questions} questions, over the collection '{index.name}' ({index.manifest.get('source_documents')} documents in "
+            f"{index.manifest.get('documents')} passages, store {store}); each asked with the filters of its candidate protocol:",
             *pools,
             "strict: the question's own document (a passage of it) is in the top k (primary metric). "
             "chapter: a retrieved passage contains a gold answer text, questions without an answer always count.",
