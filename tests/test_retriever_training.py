@@ -505,3 +505,17 @@ def test_fit_fusion_fits_a_collection_of_ones_own_on_its_labels(home, tmp_path, 
     assert "stored by fit-fusion, fitted on labels.csv: strict recall@1" in note
     assert main(["fit-fusion", "--collection", "notes"]) == 2
     assert "fit-fusion fits a SubjQA --domain on its dev split, or --collection NAME on --labels FILE" in capsys.readouterr().err
+
+
+def test_fit_fusion_says_when_the_questions_cannot_tell_the_retrievers_apart():
+    """One Reddit post per item: BM25, dense and every fusion found each question's post first, and `fit-fusion`
+    stored 0.5 / 0.5 as if it had chosen them."""
+    from qa_system.cli.train import fusion_fit_line
+
+    same = {"recall@1": 0.958, "mrr": 0.97}
+    fit = {"mode": "minmax", "sparse_weight": 0.5, "dense_weight": 0.5, "k": 60, "fitted_on": "fit.csv"}
+    tied = fusion_fit_line("reddit", {**fit, "dev": {"fused": same, "bm25": dict(same), "dense": dict(same)}})
+    assert tied.startswith("reddit: fusion minmax (sparse weight 0.50, dense weight 0.50, k 60); fit.csv strict recall@1 0.958")
+    assert "cannot tell the weights apart: the most even ones are kept" in tied
+    chosen = fusion_fit_line("reddit", {**fit, "dev": {"fused": same, "bm25": {"recall@1": 0.9, "mrr": 0.93}, "dense": dict(same)}})
+    assert "cannot tell" not in chosen

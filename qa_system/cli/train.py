@@ -120,6 +120,21 @@ def cmd_train_retriever(args: argparse.Namespace) -> None:
         print(f"Use it with {flags}; `qa-system index {flags}` re-embeds the reviews.")
 
 
+def fusion_fit_line(name: str, fit: dict) -> str:
+    """What `fit-fusion` fitted, in one line, and when the questions could not tell the retrievers apart, that too."""
+    dev = fit["dev"]
+    line = (
+        f"{name}: fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}); "
+        f"{fit['fitted_on']} strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})"
+    )
+    if dev["fused"] == dev["bm25"] == dev["dense"]:
+        line += (
+            ". BM25, dense and the fusion rank these questions' documents alike (recall@1 and MRR), so they cannot tell the "
+            "weights apart: the most even ones are kept; questions whose documents are harder to find can tell"
+        )
+    return line
+
+
 def _fusion_targets(args: argparse.Namespace, settings):
     """(name, index, labels) to fit on: each SubjQA ``--domain``'s index and dev split, or ``--collection`` with ``--labels``."""
     from qa_system.errors import QAError
@@ -144,11 +159,7 @@ def cmd_fit_fusion(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     for domain, index, labels in _fusion_targets(args, settings):
         fit = fit_fusion_on_dev(settings, domain, index, args.split, args.limit, labels)
-        dev = fit["dev"]
-        print(
-            f"{domain}: fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}); "
-            f"{fit['fitted_on']} strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})"
-        )
+        print(fusion_fit_line(domain, fit))
         if args.rerank:
             fit = fit_rerank_on_dev(settings, domain, index, "hybrid", args.split, args.limit, labels=labels)
             dev = fit["dev"]
