@@ -673,6 +673,16 @@ def test_the_subjqa_domain_is_a_collection_too(settings, monkeypatch, capsys):
     assert "review r-kindle-1" in capsys.readouterr().out
     with pytest.raises(QAError, match="SubjQA collection"):
         ingest(settings, settings.data_dir / "electronics" / "splits" / "test.csv", "subjqa-electronics", embed=False, progress=False)
+    # CSV labels name a review as `search` shows it (its review id), or by its stored id: the same document.
+    from qa_system.ingestion.labels import load_labels
+
+    labels = settings.home / "labels.csv"
+    labels.write_text(
+        "question,answer,document_id\nIs the screen sharp?,The screen is sharp,r-kindle-1\nIs it sharp?,sharp,electronics/r-kindle-1\n",
+        encoding="utf-8",
+    )
+    questions = load_labels(labels, settings, "subjqa-electronics").questions
+    assert [q.document_id for q in questions] == ["electronics/r-kindle-1"] * 2 and questions[0].item_id == "KINDLE"
 
 
 def test_no_collection_of_your_own_takes_a_subjqa_name(settings, tmp_path, monkeypatch, capsys):

@@ -26,7 +26,7 @@ from qa_system.ingestion.collections import open_collection
 from qa_system.ingestion.splitting import source_text
 from qa_system.sources import GoldAnswer, LabelledQuestion, load_subjqa
 from qa_system.sources.qa_files import labelled_questions, read_qa_file
-from qa_system.stores import Index
+from qa_system.stores import SUBJQA_PREFIX, Index
 
 CSV_COLUMNS = ("question", "answer", "document_id")
 
@@ -117,11 +117,13 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
                     "write a header row: question,answer,document_id[,item_id].",
                 )
             grouped: dict[tuple[str, str], dict] = {}
+            # A SubjQA review is stored as "<domain>/<review_id>", and shown (search, the page) by its review id: either names it.
+            reviews = {i.split("/", 1)[1]: i for i in documents if "/" in i} if collection.startswith(SUBJQA_PREFIX) else {}
             for row in reader:
                 row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
                 if not row.get("question"):
                     continue
-                document_id = row["document_id"]
+                document_id = reviews.get(row["document_id"], row["document_id"])
                 if document_id not in documents:
                     raise QAError(
                         f"{path} line {reader.line_num}: document '{document_id}' is not in collection '{collection}'.",
