@@ -183,7 +183,7 @@ def _unknown(settings: Settings, name: str) -> NotFound:
     known = ", ".join(c.name for c in list_collections(settings)) or "none yet"
     build = (
         f"qa-system index --domain {name.removeprefix(SUBJQA_PREFIX)}"
-        if name.startswith(SUBJQA_PREFIX)
+        if is_reserved_name(name)
         else f"qa-system index --input FILE --collection {name}"
     )
     return NotFound(

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, shown
-from qa_system.ingestion.collections import open_collection
+from qa_system.ingestion.collections import is_reserved_name, open_collection
 from qa_system.ingestion.splitting import source_text
 from qa_system.sources import GoldAnswer, LabelledQuestion, load_subjqa
 from qa_system.sources.qa_files import labelled_questions, read_qa_file
-from qa_system.stores import SUBJQA_PREFIX, Index
+from qa_system.stores import Index
 
 CSV_COLUMNS = ("question", "answer", "document_id")
 
@@ -118,7 +118,7 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
                 )
             grouped: dict[tuple[str, str], dict] = {}
             # A SubjQA review is stored as "<domain>/<review_id>", and shown (search, the page) by its review id: either names it.
-            reviews = {i.split("/", 1)[1]: i for i in documents if "/" in i} if collection.startswith(SUBJQA_PREFIX) else {}
+            reviews = {i.split("/", 1)[1]: i for i in documents if "/" in i} if is_reserved_name(collection) else {}
             for row in reader:
                 row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
                 if not row.get("question"):

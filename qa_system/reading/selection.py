@@ -134,14 +134,12 @@ class Recalibration:
         if data is None:
             return None
         try:
-            slope, intercept, calibrated_on = float(data["slope"]), float(data["intercept"]), str(data["calibrated_on"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise QAError(
-                f"The answer selector's recalibration {data!r} is not one.", "refit it with `qa-system fit-confidence`."
-            ) from error
-        if not (math.isfinite(slope) and math.isfinite(intercept)) or slope < 0:
+            recalibration = cls(float(data["slope"]), float(data["intercept"]), str(data["calibrated_on"]))
+        except (KeyError, TypeError, ValueError):
+            recalibration = None
+        if recalibration is None or not math.isfinite(recalibration.intercept) or not 0 <= recalibration.slope < math.inf:
             raise QAError(f"The answer selector's recalibration {data!r} is not one.", "refit it with `qa-system fit-confidence`.")
-        return cls(slope, intercept, calibrated_on)
+        return recalibration
 
 
 class SelectorModel:

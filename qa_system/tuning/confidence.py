@@ -21,11 +21,12 @@ import numpy as np
 
 from qa_system.config import Settings
 from qa_system.errors import QAError
+from qa_system.ingestion.collections import is_reserved_name
 from qa_system.ingestion.labels import Labels
 from qa_system.metrics.calibration import expected_calibration_error
 from qa_system.reading.selection import REVIEWS_CALIBRATION, Recalibration
 from qa_system.retrieval.fitted import CONFIDENCE_KEY, MANIFEST_KEY, answer_models_key, question_key
-from qa_system.stores import SUBJQA_PREFIX, Index, save_index
+from qa_system.stores import Index, save_index
 
 # Fewer questions, or fewer right or wrong first cards among them, and two parameters are fitted on noise.
 MIN_QUESTIONS = 20
@@ -97,7 +98,7 @@ def check_enough(right: np.ndarray, source: str) -> None:
 
 def check_own_collection(name: str) -> None:
     """SubjQA's chances are the selector's own, calibrated on judged reviews: a recalibration is for other documents."""
-    if name.startswith(SUBJQA_PREFIX):
+    if is_reserved_name(name):
         raise QAError(
             f"'{name}' is a SubjQA collection: its chances are calibrated on judged product reviews already.",
             "fit the chances of a collection of your own (`--collection NAME --labels FILE`).",

@@ -25,12 +25,13 @@ from haystack import Pipeline
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, check_count
+from qa_system.ingestion.collections import is_reserved_name
 from qa_system.ingestion.labels import Labels
 from qa_system.progress import track
 from qa_system.retrieval.fitted import DEFAULT_RETRIEVER_WEIGHT, MANIFEST_KEY, encoder_key, fits, model_key, reader_key
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, ranking_scores
 from qa_system.sources import LabelledQuestion, load_subjqa
-from qa_system.stores import SUBJQA_PREFIX, Index, save_index
+from qa_system.stores import Index, save_index
 
 RERANK_WEIGHTS = tuple(w / 20 for w in range(21))
 
@@ -178,7 +179,7 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
         return notes  # nothing fitted is read
     # What the fits must have seen, read from the pipeline's definition (not warmed up: no model loads).
     sparse = sparse_setting(load_pipeline(retriever, index, settings))
-    own = "" if index.name.startswith(SUBJQA_PREFIX) else f" --collection {index.name} --labels FILE"
+    own = "" if is_reserved_name(index.name) else f" --collection {index.name} --labels FILE"
     refit = f"run `qa-system fit-fusion{own}{' --rerank' if rerank else ''}` with the same encoders to fit it"
     if retriever == "hybrid":
         fit = fits(index, settings).get("fusion")
