@@ -217,3 +217,39 @@ def test_an_evaluation_asks_a_question_without_an_item_as_the_doors_do(own, tiny
     pipeline = build_qa_pipeline("bm25", settings, index=index)
     shown = [pipeline.run(question, top_k_reader=3)["answers"][0].score for question, _, _ in ANSWERED]
     assert records["confidence"].tolist() == pytest.approx(shown)
+
+
+def test_fit_confidence_takes_judged_labels_which_other_evaluations_send_to_eval_judged(own, tmp_path, capsys):
+    """Labels in the judged format (whether the documents answer each question, its acceptable spans) fit the chances
+    as CSV labels do; a question the documents answer only in part counts "no answer" as right there, as `eval judged`
+    scores it. `eval pipeline` given judged labels names `eval judged`, whose report then notes the fit."""
+    from helpers.confidence import labels_judged
+
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(labels_csv(tmp_path / "labels.csv"))]) == 0
+    from_csv = confidence_fit(open_collection(own, "notes"), own)
+    capsys.readouterr()
+
+    judged = labels_judged(tmp_path / "judged.jsonl")
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(judged), "--out", str(tmp_path / "fit")]) == 0
+    out = capsys.readouterr().out
+    assert "Chances recalibrated on 24 labelled questions of 'notes' (judged.jsonl)" in out and "It replaces the fit" in out
+    fit = confidence_fit(open_collection(own, "notes"), own)
+    assert (fit["slope"], fit["intercept"], fit["right"]) == pytest.approx((from_csv["slope"], from_csv["intercept"], 1 / 3))
+    assert "Judged questions" in (tmp_path / "fit" / "report.md").read_text()
+
+    partly = labels_judged(tmp_path / "partly.jsonl", partly=4)  # 4 more first cards ("no answer") acceptable
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(partly), "--limit", "22"]) == 0
+    fit = confidence_fit(open_collection(own, "notes"), own)
+    assert fit["questions"] == 22 and fit["right"] == pytest.approx(10 / 22)
+    capsys.readouterr()
+
+    assert main(["eval", "pipeline", "--collection", "notes", "--labels", str(judged)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"{judged} holds judged labels" in error and f"`qa-system eval judged --labels {judged}`" in error
+    assert main(["eval", "judged", "--collection", "notes", "--labels", str(partly), "--out", str(tmp_path / "judged")]) == 0
+    report = (tmp_path / "judged" / "report.md").read_text()
+    assert "chances recalibrated to collection 'notes' on 22 labelled questions of 'notes' (partly.jsonl)" in report
+    assert "22 of these 24 questions were among them, so its ece here is optimistic" in report
+
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(tmp_path / "labels.csv"), "--verdicts", str(judged)]) == 2
+    assert "--verdicts judge the cards of judged labels" in capsys.readouterr().err

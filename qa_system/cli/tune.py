@@ -80,14 +80,25 @@ def cmd_fit_confidence(args: argparse.Namespace) -> None:
             print(f"'{args.collection}': " + ("recalibration removed." if removed else "no recalibration was stored."))
         print(terminal_text(status_line(confidence_fit(index, settings), args.collection)))
         return
-    from qa_system.ingestion.labels import load_labels
+    from qa_system.evaluation.judged import load_judged
+    from qa_system.ingestion.labels import is_judged_file, load_labels
+    from qa_system.tuning.confidence import fit_confidence_judged
 
-    labels = load_labels(args.labels, settings, args.collection)
-    for note in labels.notes:  # questions left out (about documents the collection does not hold, ...): said before the fit
-        print(terminal_text(note))
+    judged = is_judged_file(args.labels)
+    if args.verdicts and not judged:
+        raise QAError(f"--verdicts judge the cards of judged labels; {args.labels} holds other labels.", "leave --verdicts out.")
+    if judged:
+        questions = load_judged([args.labels], args.verdicts or [])[: args.limit]
+    else:
+        labels = load_labels(args.labels, settings, args.collection)
+        for note in labels.notes:  # questions left out (about documents the collection does not hold, ...): said before the fit
+            print(terminal_text(note))
     index = open_collection(settings, args.collection, embeddings=args.retriever != "bm25")
     earlier = confidence_fit(index, settings)
-    fit = fit_confidence(settings, index, labels, args.retriever, args.top_k_retriever, args.limit, args.out)
+    if judged:
+        fit = fit_confidence_judged(settings, index, questions, args.labels.name, args.retriever, args.top_k_retriever, args.out)
+    else:
+        fit = fit_confidence(settings, index, labels, args.retriever, args.top_k_retriever, args.limit, args.out)
     print(terminal_text(fit_line(fit, args.collection)))
     replaced = f" It replaces the fit on {earlier['calibrated_on']}." if earlier else ""
     print(
@@ -109,9 +120,10 @@ def _register_fit_confidence(commands, options: Options) -> None:
     p.add_argument(
         "--labels",
         type=Path,
-        help="labelled questions about its documents: CSV (question,answer,document_id[,item_id]; empty answer = none), SQuAD JSON "
-        "or MRQA JSON lines; at least 20, some answered right and some not",
+        help="labelled questions about its documents: CSV (question,answer,document_id[,item_id]; empty answer = none), SQuAD JSON, "
+        "MRQA JSON lines or judged labels (`eval judged`'s format); at least 20, some answered right and some not",
     )
+    p.add_argument("--verdicts", type=Path, nargs="+", help="with judged labels: card verdicts, as `eval judged --verdicts` takes them")
     p.add_argument("--reset", action="store_true", help="remove the collection's fit: chances as calibrated on product reviews")
     # Without --labels or --reset it says what the collection's chances are calibrated on now.
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25", help="the retriever the questions are asked with")

@@ -270,8 +270,9 @@ def _tuned_threshold_run(
     return tuned, row
 
 
-def confidence_note(index: Index, settings: Settings, questions: Sequence[LabelledQuestion], reader_model: str) -> str:
-    """A report's line on the recalibration its '+selector' chances went through, if any, and whether it saw these questions."""
+def confidence_note(index: Index, settings: Settings, questions: Sequence, reader_model: str) -> str:
+    """A report's line on the recalibration the answer selector's chances went through, if any, and whether it saw these
+    questions (labelled or judged ones: each has an ``item_id`` and a ``question``)."""
     from qa_system.retrieval.fitted import confidence_fit, question_key
 
     fit = confidence_fit(index, settings, reader_model)
@@ -284,7 +285,7 @@ def confidence_note(index: Index, settings: Settings, questions: Sequence[Labell
         if overlap
         else "none of these questions were among them."
     )
-    return f"'+selector' chances recalibrated to this collection on {fit['calibrated_on']} (`qa-system fit-confidence`); {where}"
+    return f"The answer selector's chances recalibrated to collection '{index.name}' on {fit['calibrated_on']} (`qa-system fit-confidence`); {where}"
 
 
 def _pipeline_notes(

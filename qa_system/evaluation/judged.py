@@ -543,16 +543,22 @@ def evaluate_judged(
     out_dir: str | Path | None = None,
     progress: bool = True,
     problems: Sequence[QAError] = (),
+    index=None,
 ) -> list[JudgedRun]:
     """Ask every judged question of ``questions`` as the doors do (the configured retriever over the
     question's product, ``settings.top_k_retriever`` documents, the extractive pipeline) with each system,
-    and judge the cards. Questions are asked of ``collection``, else of the collection their domain names, else of
-    their SubjQA domain's (``judged_indexes``). Every label is checked against them first (``check_judged``), and
-    the first problem is raised with the count of all of them, those already found in the label files (``problems``)
-    included."""
+    and judge the cards. Questions are asked of ``index`` (a collection opened already), else of ``collection``, else
+    of the collection their domain names, else of their SubjQA domain's (``judged_indexes``). Every label is checked
+    against them first (``check_judged``), and the first problem is raised with the count of all of them, those already
+    found in the label files (``problems``) included."""
+    from qa_system.evaluation.answering import confidence_note
+    from qa_system.evaluation.report import check_out_dir
     from qa_system.pipelines import build_qa_pipeline
     from qa_system.progress import Progress
 
+    check_out_dir(out_dir)
+    if index is not None:
+        collection = index.name
     embeddings = settings.retriever != "bm25"
     by_collection: dict[str | None, list[JudgedQuestion]] = {}
     for question in questions:
@@ -563,12 +569,14 @@ def evaluate_judged(
             )
         by_collection.setdefault(collection or question.domain, []).append(question)
     unknown, named = (set(), []) if collection else unknown_domains(settings, questions)
-    indexes = judged_indexes(
-        settings, [name for name in by_collection if name not in unknown], collection is not None, embeddings, progress
+    indexes = (
+        {index.name: index}
+        if index is not None
+        else judged_indexes(settings, [name for name in by_collection if name not in unknown], collection is not None, embeddings, progress)
     )
     # Before any question is asked: a bad label would stop the run midway.
     check_judged([q for q in questions if q.domain not in unknown], indexes, collection, [*problems, *named])
-    runs = []
+    runs, notes = [], []
     bar = Progress(len(questions) * len(systems), "judged questions", "questions", enabled=progress)
     for system, label in zip(systems, system_labels(systems)):
         configured = settings.model_copy(
@@ -581,6 +589,8 @@ def evaluate_judged(
         records = []
         for name, part in by_collection.items():
             pipeline = build_qa_pipeline(configured.retriever, configured, index=indexes[name], answer_stage="extractive")
+            if (note := confidence_note(indexes[name], configured, part, system.reader)) and note not in notes:
+                notes.append(note)
 
             def ask(question: JudgedQuestion, pipeline=pipeline) -> list[Card]:
                 result = pipeline.run(
@@ -592,7 +602,7 @@ def evaluate_judged(
         runs.append(JudgedRun(label, pd.concat(records, ignore_index=True)))
     bar.close()
     if out_dir is not None:
-        write_judged_report(out_dir, runs, questions)
+        write_judged_report(out_dir, runs, questions, notes)
     return runs
 
 
@@ -603,8 +613,11 @@ def judged_table(runs: Sequence[JudgedRun]) -> pd.DataFrame:
     )
 
 
-def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], questions: Sequence[JudgedQuestion]) -> Path:
-    """report.json / .csv / .md, records.csv (every question's cards and verdict), reliability.png and the cards to judge."""
+def write_judged_report(
+    out_dir: str | Path, runs: Sequence[JudgedRun], questions: Sequence[JudgedQuestion], extra_notes: Sequence[str] = ()
+) -> Path:
+    """report.json / .csv / .md, records.csv (every question's cards and verdict), reliability.png and the cards to judge
+    (``extra_notes``: more lines for the report's notes)."""
     from qa_system.evaluation.report import write_report
     from qa_system.metrics.calibration import reliability_diagram
 
@@ -621,6 +634,7 @@ def write_judged_report(out_dir: str | Path, runs: Sequence[JudgedRun], question
         "useful_first = right + abstain_ok; right_top3: a right answer within the first three cards; useful_top3: a right answer, or an "
         "acceptable 'no answer', within the first three; ece: the first card's stated chance against its usefulness.",
         f"Questions: {len(questions)} ({', '.join(f'{k} {v}' for k, v in sorted(answerable.items()))}).",
+        *extra_notes,
     ]
     records = pd.concat([run.records.assign(system=run.system) for run in runs], ignore_index=True)
     to_judge = write_cards_to_judge(Path(out_dir) / CARDS_TO_JUDGE, records, questions)

@@ -7,6 +7,8 @@
   from the content): each context is matched to the collection's document with the same text (a
   context that is in none is skipped and counted). Without a collection every context is its own
   gold document (``qa_files.labelled_questions``), which evaluates the reader on the file itself.
+* Judged labels (``evaluation.judged``: whether the documents answer, every acceptable span) are told
+  apart by their first line and sent to `qa-system eval judged`.
 
 Answer offsets are located in the document's text (put back together from its passages); an
 answer that is not found there keeps its text (EM / F1 compare texts) and is counted.
@@ -15,6 +17,7 @@ answer that is not found there keeps its text (EM / F1 compare texts) and is cou
 from __future__ import annotations
 
 import csv
+import json
 import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -157,6 +160,11 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
             f"The labels file {path} does not exist.",
             "pass a CSV (question,answer,document_id[,item_id]), SQuAD JSON or MRQA JSON lines file to --labels.",
         )
+    if is_judged_file(path):
+        raise QAError(
+            f"{path} holds judged labels (whether the documents answer each question, and its acceptable spans).",
+            f"evaluate them with `qa-system eval judged --labels {path}` (with --collection NAME for a collection of your own).",
+        )
     documents = collection_documents(settings or Settings.from_env(), collection) if collection else None
     notes, missing = [], 0
     if path.suffix.lower() == ".csv":
@@ -200,6 +208,18 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
     if missing:
         notes.append(f"{missing} answers are not found in their document's text (they still count, as text).")
     return Labels(questions, path, collection, file_format, notes)
+
+
+def is_judged_file(path: str | Path) -> bool:
+    """Whether ``path`` holds judged labels (``evaluation.judged``): JSON lines whose first question says whether the
+    documents answer it. Only the first line is read, and only its first megabyte (a SQuAD file is one long line)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            line = next((line for line in iter(lambda: file.readline(1_000_000), "") if line.strip()), "")
+        row = json.loads(line)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(row, dict) and "answerable" in row and "question" in row
 
 
 def evaluation_questions(

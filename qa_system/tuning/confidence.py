@@ -13,9 +13,10 @@ did not see (folds grouped by item). ``eval pipeline`` and every door then read 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from qa_system.metrics.calibration import expected_calibration_error
 from qa_system.reading.selection import REVIEWS_CALIBRATION, Recalibration
 from qa_system.retrieval.fitted import CONFIDENCE_KEY, MANIFEST_KEY, answer_models_key, question_key
 from qa_system.stores import Index, save_index
+
+if TYPE_CHECKING:
+    from qa_system.evaluation.judged import JudgedQuestion
 
 # Fewer questions, or fewer right or wrong first cards among them, and two parameters are fitted on noise.
 MIN_QUESTIONS = 20
@@ -127,33 +131,85 @@ def fit_confidence(
     from qa_system.evaluation.reader import right_answers
 
     check_own_collection(index.name)
-    fits = index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})
-    earlier = fits.pop(answer_models_key(settings), None)  # the chances as stated, not as an earlier fit restated them
-    try:
+    with _stated_chances(settings, index):
         result = evaluate_pipelines(
             settings, [settings.reader_model], retriever, top_k_retriever=top_k_retriever, out_dir=out_dir, limit=limit,
             candidates=("product",), labels=labels, index=index,
         )  # fmt: skip
-    finally:
-        if earlier is not None:
-            fits[answer_models_key(settings)] = earlier  # replaced below only by a fit that succeeds
     records = next((r for (system, _), r in result["records"].items() if system.endswith("+selector")), None)
     if records is None:
-        raise QAError(
-            f"The answer selector ({settings.selector_model}) was not trained for the reader {settings.reader_model}: its answers have no chance to fit.",
-            "use the reader it was trained for (the default), or train one with `qa-system train-selector`.",
-        )
+        raise _no_chances(settings)
     questions = labels.questions[:limit]
-    confidence = records["confidence"].to_numpy(dtype=float)
-    right = right_answers(records).to_numpy(dtype=float)
-    source = f"{labels.path.name}, {retriever}"
-    check_enough(right, source)
+    return _store_fit(
+        settings, index, questions, records["confidence"].to_numpy(dtype=float), right_answers(records).to_numpy(dtype=float),
+        labels.path.name, retriever, top_k_retriever,
+    )  # fmt: skip
+
+
+def fit_confidence_judged(
+    settings: Settings,
+    index: Index,
+    questions: Sequence[JudgedQuestion],
+    labels_name: str,
+    retriever: str = "bm25",
+    top_k_retriever: int | None = None,
+    out_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """``fit_confidence`` on judged questions (``evaluation.judged``: each judged over every document of its item, with its
+    card verdicts): a first card is right when ``eval judged`` finds it useful (a right answer, or "no answer" where
+    the documents do not fully answer). ``out_dir``: also write that judged evaluation's report (with the stated chances)."""
+    from qa_system.evaluation.judged import JudgedSystem, evaluate_judged
+
+    check_own_collection(index.name)
+    configured = settings.model_copy(update={"retriever": retriever})
+    system = JudgedSystem(settings.reader_model, settings.selector_model, top_k_retriever)
+    with _stated_chances(settings, index):
+        (run,) = evaluate_judged(configured, questions, [system], out_dir=out_dir, index=index)
+    confidence = run.records["chance"].to_numpy(dtype=float)
+    if np.isnan(confidence).any():
+        raise _no_chances(settings)
+    right = run.records["useful"].to_numpy(dtype=float)
+    return _store_fit(settings, index, questions, confidence, right, labels_name, retriever, top_k_retriever)
+
+
+@contextmanager
+def _stated_chances(settings: Settings, index: Index) -> Iterator[None]:
+    """The chances as the selector states them while the questions are asked, not as an earlier fit restated them; the
+    earlier fit is back afterwards (replaced only by a fit that succeeds)."""
+    fits = index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})
+    earlier = fits.pop(answer_models_key(settings), None)
+    try:
+        yield
+    finally:
+        if earlier is not None:
+            fits[answer_models_key(settings)] = earlier
+
+
+def _no_chances(settings: Settings) -> QAError:
+    return QAError(
+        f"The answer selector ({settings.selector_model}) was not trained for the reader {settings.reader_model}: its answers have no chance to fit.",
+        "use the reader it was trained for (the default), or train one with `qa-system train-selector`.",
+    )
+
+
+def _store_fit(
+    settings: Settings,
+    index: Index,
+    questions: Sequence,
+    confidence: np.ndarray,
+    right: np.ndarray,
+    labels_name: str,
+    retriever: str,
+    top_k_retriever: int | None,
+) -> dict[str, Any]:
+    """Fit the map on each first card's stated chance and whether it was right, and keep it in the collection's manifest."""
+    check_enough(right, f"{labels_name}, {retriever}")
     slope, intercept = fit_platt(confidence, right)
     held_out = held_out_chances(confidence, right, [q.item_id or "" for q in questions])
     fit = {
         "slope": slope,
         "intercept": intercept,
-        "calibrated_on": f"{len(questions)} labelled questions of '{index.name}' ({labels.path.name})",
+        "calibrated_on": f"{len(questions)} labelled questions of '{index.name}' ({labels_name})",
         "questions": len(questions),
         "right": float(right.mean()),
         "stated": float(confidence.mean()),
@@ -161,10 +217,10 @@ def fit_confidence(
         "ece_recalibrated": expected_calibration_error(held_out, right),
         "retriever": retriever,
         "top_k_retriever": top_k_retriever or settings.top_k_retriever,
-        "labels": labels.path.name,
+        "labels": labels_name,
         "question_keys": sorted({question_key(q) for q in questions}),
     }
-    fits[answer_models_key(settings)] = fit
+    index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})[answer_models_key(settings)] = fit
     save_index(index, settings)
     return fit
 

@@ -68,6 +68,26 @@ def labels_squad(path: Path, answered: int = 16, unanswered: int = 8, elsewhere:
     return path
 
 
+def labels_judged(path: Path, answered: int = 16, unanswered: int = 8, partly: int = 0) -> Path:
+    """``labels_csv``'s questions as judged labels (``eval judged``'s format), the first ``partly`` answered ones judged
+    answered only in part (where "no answer" is acceptable too)."""
+    import json
+
+    texts = {document: (item, text) for document, item, text in DOCUMENTS}
+    lines = []
+    for n in range(answered):
+        question, answer, document = ANSWERED[n % len(ANSWERED)]
+        item, text = texts[document]
+        start = text.index(answer)
+        span = {"review_id": document, "start": start, "end": start + len(answer), "text": answer}
+        lines.append({"id": f"a{n}", "item_id": item, "question": f"{question} ({n})", "answerable": "partly" if n < partly else "yes", "answers": [span]})
+    for n in range(unanswered):
+        question, document = UNANSWERED[n % len(UNANSWERED)]
+        lines.append({"id": f"u{n}", "item_id": texts[document][0], "question": f"{question} ({n})", "answerable": "no", "answers": []})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
 def notes_collection(settings: Settings, folder: Path, name: str = "notes", embed: bool = False) -> None:
     """Index ``DOCUMENTS`` (products LAMP and KETTLE) as the collection ``name`` (``embed``: with vectors, for dense and hybrid)."""
     documents = folder / "notes.csv"
