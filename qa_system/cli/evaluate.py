@@ -14,7 +14,7 @@ def _print_answer_metrics(result: dict, out: Path) -> None:
     metrics = result["metrics"]
     shown = metrics[
         metrics["group"].isin(
-            ["all", "answerable", "unanswerable", "gold review retrieved", "gold review not retrieved", "always no answer"]
+            ["all", "answerable", "unanswerable", "gold retrieved", "gold not retrieved", "always no answer"]
         )
     ]
     keys = [c for c in ("system", "candidates", "gold") if c in metrics]

@@ -302,8 +302,8 @@ def _pipeline_notes(
         *fits_in_force(settings, index, retriever, rerank=False),  # the stored fusion or the defaults: evaluating never fits
         *filter(None, {confidence_note(index, settings, questions, model) for model in readers}),
         *(f"{protocol} candidates: {OWN_CANDIDATES if labels else CANDIDATES[protocol]}." for protocol in protocols),
-        f"Gold {noun} among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}. The groups 'gold review retrieved' / "
-        f"'not retrieved' split the questions by it: where it was not, an answer read in another {noun} scores only where it repeats the labelled {noun}'s words.",
+        f"Gold {noun} among them: {', '.join(f'{s} {v:.3f}' for s, v in gold_retrieved.items())}. The groups 'gold retrieved' / 'gold not retrieved' split"
+        f" the questions by it: where it was not, an answer read in another {noun} scores only where it repeats the labelled {noun}'s words.",
         *NOTES,
         "Top-1, and best of top-k with the no-answer as a candidate.",
     ]

@@ -193,8 +193,8 @@ def summarize_answers(records: pd.DataFrame) -> pd.DataFrame:
     if "gold_retrieved" in records:
         # Under annotated gold an answer read in another review scores only where it repeats the annotated
         # one's words: the second group shows what reading other reviews costs against saying "no answer".
-        groups["gold review retrieved"] = records[records["gold_retrieved"]]
-        groups["gold review not retrieved"] = records[~records["gold_retrieved"]]
+        groups["gold retrieved"] = records[records["gold_retrieved"]]
+        groups["gold not retrieved"] = records[~records["gold_retrieved"]]
     rows = {}
     for name, group in groups.items():
         rows[name] = {
