@@ -70,6 +70,21 @@ def test_a_candidate_keeps_to_one_line_and_a_question_of_the_document_is_none():
     assert [c.text for c in found] == ["Absolutely, it is great for reading books"]  # the review's own question asks
 
 
+def test_of_two_spans_in_one_phrase_a_candidate_keeps_the_one_the_question_leads_to():
+    """ "I charged it for 2 hours and the battery lasts 10 hours": both spans grow to that one phrase, a candidate once;
+    asked how long the battery lasts, the span shown inside it is "10 hours", though the reader liked "2 hours" more."""
+    review = "I charged it for 2 hours and the battery lasts 10 hours of recording. It arrived in 3 days."
+    spans = [(review.index("2 hours"), review.index("2 hours") + 7, 5.0), (review.index("10 hours"), review.index("10 hours") + 8, 4.5)]
+    read = [ReadDocument(review, 0.0, spans)]
+    (battery,) = candidates(read, phrases=True, query="How long does the battery last?")
+    assert battery.text == "I charged it for 2 hours and the battery lasts 10 hours of recording" and battery.logit == 5.0
+    assert battery.as_read(review).text == "10 hours"
+    (charging,) = candidates(read, phrases=True, query="How long did it charge for?")  # no more words lead to one: the reader's best
+    assert charging.as_read(review).text == "2 hours"
+    (unasked,) = candidates(read, phrases=True)
+    assert unasked.as_read(review).text == "2 hours"
+
+
 def test_a_phrase_starts_after_the_last_break_before_its_span_wherever_the_span_starts():
     """Spans that start on a break, inside one, or just after it: the phrase starts after the last of the review's
     breaks that ends by the span's start (its spaces left out)."""

@@ -13,9 +13,7 @@ from qa_system.errors import QAError
 def _print_answer_metrics(result: dict, out: Path) -> None:
     metrics = result["metrics"]
     shown = metrics[
-        metrics["group"].isin(
-            ["all", "answerable", "unanswerable", "gold retrieved", "gold not retrieved", "always no answer"]
-        )
+        metrics["group"].isin(["all", "answerable", "unanswerable", "gold retrieved", "gold not retrieved", "always no answer"])
     ]
     keys = [c for c in ("system", "candidates", "gold") if c in metrics]
     calibrated = ["ece"] if metrics["ece"].notna().any() else []  # only the answer selector's scores are probabilities

@@ -19,7 +19,7 @@ import math
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from qa_system.metrics.squad import f1 as token_f1
@@ -120,11 +120,13 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     return left, right
 
 
-def candidates(documents: Sequence[ReadDocument], phrases: bool = False) -> list[Candidate]:
+def candidates(documents: Sequence[ReadDocument], phrases: bool = False, query: str = "") -> list[Candidate]:
     """The best ``SPANS_PER_DOCUMENT`` spans of each review, the best ``SPANS_PER_QUESTION`` of them all, best first;
-    with ``phrases``, each span grown to its whole phrase (``phrase_bounds``), a phrase counted once. A span is
-    kept to one line (``one_line``), and one inside a question of the document (``asks``) is no candidate."""
+    with ``phrases``, each span grown to its whole phrase (``phrase_bounds``), a phrase counted once, with its best
+    span, or the one of its spans that the ``query``'s words lead up to (``_led_to``). A span is kept to one line
+    (``one_line``), and one inside a question of the document (``asks``) is no candidate."""
     spans = []
+    question_stems = {_stem(word) for word in content_words(query)}
     for position, document in enumerate(documents):
         kept: dict[tuple[int, int], Candidate] = {}
         for span_start, span_end, logit in document.spans:
@@ -132,13 +134,33 @@ def candidates(documents: Sequence[ReadDocument], phrases: bool = False) -> list
             if asks(document.content, span_start, span_end):
                 continue
             start, end = phrase_bounds(document.content, span_start, span_end) if phrases else (span_start, span_end)
+            grown = (span_start, span_end) if (start, end) != (span_start, span_end) else None
             if (start, end) not in kept:
-                grown = (span_start, span_end) if (start, end) != (span_start, span_end) else None
                 kept[start, end] = Candidate(position, start, end, logit, document.content[start:end], grown)
+            elif grown is not None and (first := kept[start, end]).span is not None:
+                if _led_to(document.content, start, grown, first.span, question_stems):
+                    kept[start, end] = replace(first, span=grown)
             if len(kept) == SPANS_PER_DOCUMENT:
                 break
         spans += kept.values()
     return sorted(spans, key=lambda c: c.logit, reverse=True)[:SPANS_PER_QUESTION]
+
+
+def _led_to(content: str, phrase_start: int, span: tuple[int, int], best: tuple[int, int], question_stems: set[str]) -> bool:
+    """Whether, of two spans of one phrase, ``span`` rather than the reader's ``best`` is the one the question asks for:
+    the words leading up to it (from the phrase's start or the other span's end) share more of the question's. In "I
+    charged it for 2 hours and the battery lasts 10 hours", "How long does the battery last?" leads to "10 hours"."""
+
+    def lead(own: tuple[int, int], other: tuple[int, int]) -> int:
+        begin = other[1] if other[1] <= own[0] else phrase_start
+        return len({_stem(word) for word in content_words(content[begin : own[0]])} & question_stems)
+
+    return lead(span, best) > lead(best, span)
+
+
+def _stem(word: str) -> str:
+    """A word without a plural's or a verb's -s ("lasts" and "last" meet; "glass" stays)."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def one_line(content: str, start: int, end: int) -> tuple[int, int]:
@@ -228,7 +250,7 @@ def features(
     ``phrases``: the candidates are whole phrases (``candidates``); ``similarities``: by feature name (one of
     ``SIMILARITY_FEATURES``), the cosine of the question with each candidate's text by one encoder
     (``phrase_similarity.PhraseSimilarity``), added to each row under that name."""
-    spans = candidates(documents, phrases)
+    spans = candidates(documents, phrases, query)
     texts = [c.text for c in spans]
     cosines = {name: score(query, texts) for name, score in (similarities or {}).items()}
     nulls = [d.null_logit for d in documents if math.isfinite(d.null_logit)] or [0.0]

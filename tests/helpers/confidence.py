@@ -80,7 +80,15 @@ def labels_judged(path: Path, answered: int = 16, unanswered: int = 8, partly: i
         item, text = texts[document]
         start = text.index(answer)
         span = {"review_id": document, "start": start, "end": start + len(answer), "text": answer}
-        lines.append({"id": f"a{n}", "item_id": item, "question": f"{question} ({n})", "answerable": "partly" if n < partly else "yes", "answers": [span]})
+        lines.append(
+            {
+                "id": f"a{n}",
+                "item_id": item,
+                "question": f"{question} ({n})",
+                "answerable": "partly" if n < partly else "yes",
+                "answers": [span],
+            }
+        )
     for n in range(unanswered):
         question, document = UNANSWERED[n % len(UNANSWERED)]
         lines.append({"id": f"u{n}", "item_id": texts[document][0], "question": f"{question} ({n})", "answerable": "no", "answers": []})
