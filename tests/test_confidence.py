@@ -253,3 +253,27 @@ def test_fit_confidence_takes_judged_labels_which_other_evaluations_send_to_eval
 
     assert main(["fit-confidence", "--collection", "notes", "--labels", str(tmp_path / "labels.csv"), "--verdicts", str(judged)]) == 2
     assert "--verdicts judge the cards of judged labels" in capsys.readouterr().err
+
+
+def test_the_fit_says_when_one_kind_of_card_fares_worse_under_the_one_map():
+    """Answers stated 80% and right on 40%, "no answer" stated 80% and right on 80%: the one map lowers both, so the
+    answers' chances improve and "no answer"'s get worse, and the fit's line says so."""
+    from qa_system.tuning.confidence import fit_line, kind_errors
+
+    rng = np.random.default_rng(1)
+    abstained = np.arange(400) % 4 == 0
+    stated = np.full(400, 0.8) + rng.uniform(-0.05, 0.05, 400)
+    right = np.where(abstained, rng.uniform(size=400) < 0.8, rng.uniform(size=400) < 0.4).astype(float)
+    held_out = held_out_chances(stated, right, [f"item-{i % 40}" for i in range(400)])
+    kinds = kind_errors(stated, held_out, right, abstained)
+    assert kinds["answer"]["questions"] == 300 and kinds["no answer"]["questions"] == 100
+    assert kinds["answer"]["ece_recalibrated"] < kinds["answer"]["ece_stated"]
+    assert kinds["no answer"]["ece_recalibrated"] > kinds["no answer"]["ece_stated"] + 0.1
+    fit = {
+        "calibrated_on": "400 labelled questions of 'wiki' (labels.csv)", "right": right.mean(), "stated": stated.mean(),
+        "ece_stated": expected_calibration_error(stated, right), "ece_recalibrated": expected_calibration_error(held_out, right),
+        "kinds": kinds,
+    }  # fmt: skip
+    line = fit_line(fit, "wiki")
+    assert 'Its 100 first cards that said "no answer" fare worse' in line and "one map serves answers" in line
+    assert "fare worse" not in fit_line({**fit, "kinds": {"answer": kinds["answer"]}}, "wiki")

@@ -84,6 +84,20 @@ def held_out_chances(confidence: np.ndarray, right: np.ndarray, groups: Sequence
     return out
 
 
+def kind_errors(confidence: np.ndarray, held_out: np.ndarray, right: np.ndarray, abstained: np.ndarray) -> dict[str, dict]:
+    """One map serves both kinds of first card; how each kind (``answer``, ``no answer``: ``abstained``) fares under it:
+    its questions, and the calibration error of its chances as stated and as recalibrated (``held_out``)."""
+    return {
+        kind: {
+            "questions": int(chosen.sum()),
+            "ece_stated": expected_calibration_error(confidence[chosen], right[chosen]),
+            "ece_recalibrated": expected_calibration_error(held_out[chosen], right[chosen]),
+        }
+        for kind, chosen in (("answer", ~abstained), ("no answer", abstained))
+        if chosen.any()
+    }
+
+
 def check_enough(right: np.ndarray, source: str) -> None:
     """Refuse a fit on too few questions, or on first cards all right or all wrong."""
     n, n_right = len(right), int(right.sum())
@@ -142,7 +156,7 @@ def fit_confidence(
     questions = labels.questions[:limit]
     return _store_fit(
         settings, index, questions, records["confidence"].to_numpy(dtype=float), right_answers(records).to_numpy(dtype=float),
-        labels.path.name, retriever, top_k_retriever,
+        (records["prediction"] == "").to_numpy(), labels.path.name, retriever, top_k_retriever,
     )  # fmt: skip
 
 
@@ -169,7 +183,8 @@ def fit_confidence_judged(
     if np.isnan(confidence).any():
         raise _no_chances(settings)
     right = run.records["useful"].to_numpy(dtype=float)
-    return _store_fit(settings, index, questions, confidence, right, labels_name, retriever, top_k_retriever)
+    abstained = run.records["first"].fillna("").eq("").to_numpy()
+    return _store_fit(settings, index, questions, confidence, right, abstained, labels_name, retriever, top_k_retriever)
 
 
 @contextmanager
@@ -198,11 +213,13 @@ def _store_fit(
     questions: Sequence,
     confidence: np.ndarray,
     right: np.ndarray,
+    abstained: np.ndarray,
     labels_name: str,
     retriever: str,
     top_k_retriever: int | None,
 ) -> dict[str, Any]:
-    """Fit the map on each first card's stated chance and whether it was right, and keep it in the collection's manifest."""
+    """Fit the map on each first card's stated chance and whether it was right (``abstained``: the first cards that said
+    "no answer"), and keep it in the collection's manifest."""
     check_enough(right, f"{labels_name}, {retriever}")
     slope, intercept = fit_platt(confidence, right)
     held_out = held_out_chances(confidence, right, [q.item_id or "" for q in questions])
@@ -215,6 +232,7 @@ def _store_fit(
         "stated": float(confidence.mean()),
         "ece_stated": expected_calibration_error(confidence, right),
         "ece_recalibrated": expected_calibration_error(held_out, right),
+        "kinds": kind_errors(confidence, held_out, right, abstained),
         "retriever": retriever,
         "top_k_retriever": top_k_retriever or settings.top_k_retriever,
         "labels": labels_name,
@@ -245,8 +263,21 @@ def fit_line(fit: dict[str, Any], collection: str) -> str:
     return (
         f"Chances recalibrated on {fit['calibrated_on']}: first cards were right on {fit['right']:.0%} where they stated "
         f"{fit['stated']:.0%} on average; calibration error {fit['ece_stated']:.3f} as stated, {fit['ece_recalibrated']:.3f} "
-        f"recalibrated (each question scored by a fit on the others).{verdict}"
+        f"recalibrated (each question scored by a fit on the others).{verdict}{_worse_kind(fit) if better else ''}"
     )
+
+
+def _worse_kind(fit: dict[str, Any]) -> str:
+    """A sentence on a kind of first card (answers, "no answer") whose chances the one map made worse, if any."""
+    said = {"answer": "gave an answer", "no answer": 'said "no answer"'}
+    for kind, figures in fit.get("kinds", {}).items():
+        if figures["questions"] >= MIN_EACH and figures["ece_recalibrated"] > figures["ece_stated"] + 0.02:
+            return (
+                f" Its {figures['questions']} first cards that {said[kind]} fare worse ({figures['ece_stated']:.3f} as stated, "
+                f'{figures["ece_recalibrated"]:.3f} recalibrated): one map serves answers and "no answer" alike, and here they err '
+                "differently."
+            )
+    return ""
 
 
 def status_line(fit: dict[str, Any] | None, collection: str) -> str:
