@@ -600,3 +600,27 @@ def test_a_loaded_store_counts_terms_for_haystacks_bm25_only_when_it_is_used_and
     opened = open_index(indexed["memory"], "electronics").store  # a saved index opens without counting
     assert opened.count_documents() > 0 and not opened._bm25_attr
     assert opened.bm25_retrieval("bass", filters=make_filters(item_id="HEADPHONES"), top_k=1)[0].meta["review_id"] == "r-phones-1"
+
+
+def test_a_document_split_into_passages_is_one_hit_at_its_best_passage():
+    """A long document of one's own is indexed as passages that share its document_id: found first, with two more of
+    its passages further down, it scores MAP 1 (it counted three hits, MAP 0.81); chance still counts every passage."""
+    from qa_system.evaluation.retrieval import relevant_ranks
+    from qa_system.metrics.ranking import average_precision
+    from qa_system.sources import GoldAnswer, LabelledQuestion
+
+    question = LabelledQuestion(
+        "q1", "How long is the cable?", "LAMP", "manual", "manual", "own", "test", [GoldAnswer("two metres", 10)], False
+    )
+    passages = [
+        Document(id="manual#0", content="The cable is two metres long.", meta={"document_id": "manual"}),
+        Document(id="other", content="The lamp is bright.", meta={"document_id": "other"}),
+        Document(id="manual#3", content="Wipe it with a dry cloth.", meta={"document_id": "manual"}),
+        Document(id="manual#5", content="The warranty lasts a year.", meta={"document_id": "manual"}),
+    ]
+    ranks = relevant_ranks(question, passages, pooled={"manual", "other"})
+    assert ranks["strict"] == [1] and average_precision(ranks["strict"]) == 1.0
+    assert ranks["pooled"] == [1, 2] and ranks["chapter"] == [1]
+    every = relevant_ranks(question, passages, pooled={"manual"}, once_per_document=False)
+    assert every["strict"] == [1, 3, 4] and every["pooled"] == [1, 3, 4]
+    assert average_precision(every["strict"]) == pytest.approx((1 + 2 / 3 + 3 / 4) / 3)

@@ -122,18 +122,36 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def relevant_ranks(question: LabelledQuestion, documents: list[Document], pooled: set[str] | None = None) -> dict[str, list[int]]:
+def relevant_ranks(
+    question: LabelledQuestion, documents: list[Document], pooled: set[str] | None = None, once_per_document: bool = True
+) -> dict[str, list[int]]:
     """1-based ranks of the relevant documents among ``documents``, per definition (strict: the gold review's document;
     pooled, when ``pooled`` names its documents: any review of the product the question was asked of that answers it).
 
-    A collection's long document is split into passages that share its ``document_id`` meta: any of them counts.
+    A collection's long document is split into passages that share its ``document_id`` meta: any of them counts, and
+    a document counts once, at its best passage's rank (its other passages further down are no second hit, which
+    would lower MAP for a document found first), unless not ``once_per_document``. The chapter's definition judges
+    each passage's text.
     """
-    strict = [r for r, d in enumerate(documents, 1) if question.document_id in (d.id, d.meta.get("document_id"))]
+    strict = _first_of_each(documents, lambda keys: question.document_id in keys, once_per_document)
     answers = [_squash(a.text) for a in question.answers if a.text.strip()]
     chapter = [r for r, d in enumerate(documents, 1) if any(a in _squash(d.content or "") for a in answers)]
     ranks = {"strict": strict, "chapter": chapter}
     if pooled is not None:
-        ranks["pooled"] = [r for r, d in enumerate(documents, 1) if {d.id, d.meta.get("document_id")} & pooled]
+        ranks["pooled"] = _first_of_each(documents, lambda keys: bool(keys & pooled), once_per_document)
+    return ranks
+
+
+def _first_of_each(documents: list[Document], relevant: Callable[[set[str]], bool], once_per_document: bool) -> list[int]:
+    """1-based ranks of the relevant ones among ``documents`` (``relevant`` of a passage's id and its document's), with
+    ``once_per_document`` each document's first passage only."""
+    ranks, seen = [], set()
+    for rank, document in enumerate(documents, 1):
+        keys = {document.id, document.meta.get("document_id")} - {None}
+        source = document.meta.get("document_id") or document.id
+        if relevant(keys) and not (once_per_document and source in seen):
+            seen.add(source)
+            ranks.append(rank)
     return ranks
 
 
@@ -162,7 +180,8 @@ def run_retriever(
         pool = {}
         if candidates is not None:
             allowed = candidates(question)
-            relevant = relevant_ranks(question, allowed, relevant_documents)
+            # Chance counts every relevant passage among the candidates: any of them is a hit.
+            relevant = relevant_ranks(question, allowed, relevant_documents, once_per_document=False)
             pool = {"n_candidates": len(allowed), **{f"{name}_relevant": len(found) for name, found in relevant.items()}}
         records.append(
             {
