@@ -83,6 +83,11 @@ def test_of_two_spans_in_one_phrase_a_candidate_keeps_the_one_the_question_leads
     assert charging.as_read(review).text == "2 hours"
     (unasked,) = candidates(read, phrases=True)
     assert unasked.as_read(review).text == "2 hours"
+    # Nothing but spaces or stop words between two spans: both are led by the words before the first; the reader's best stays.
+    review = "Battery lasts around 30 hours with noise cancelling on."
+    spans = [(review.index("30 hours"), review.index("30 hours") + 8, 5.0), (review.index("around"), review.index("around") + 6, 4.0)]
+    (headphones,) = candidates([ReadDocument(review, 0.0, spans)], phrases=True, query="How long does the battery last?")
+    assert headphones.as_read(review).text == "30 hours"
 
 
 def test_a_phrase_starts_after_the_last_break_before_its_span_wherever_the_span_starts():

@@ -148,12 +148,18 @@ def candidates(documents: Sequence[ReadDocument], phrases: bool = False, query: 
 
 def _led_to(content: str, phrase_start: int, span: tuple[int, int], best: tuple[int, int], question_stems: set[str]) -> bool:
     """Whether, of two spans of one phrase, ``span`` rather than the reader's ``best`` is the one the question asks for:
-    the words leading up to it (from the phrase's start or the other span's end) share more of the question's. In "I
+    the words leading up to it share more of the question's. The first span is led by the phrase's words before it, the
+    second by those between the two, or, where only stop words come between ("around 30 hours"), by the first's. In "I
     charged it for 2 hours and the battery lasts 10 hours", "How long does the battery last?" leads to "10 hours"."""
 
+    def words(begin: int, end: int) -> set[str]:
+        return {_stem(word) for word in content_words(content[begin:end])}
+
     def lead(own: tuple[int, int], other: tuple[int, int]) -> int:
-        begin = other[1] if other[1] <= own[0] else phrase_start
-        return len({_stem(word) for word in content_words(content[begin : own[0]])} & question_stems)
+        if other[1] <= own[0] and (between := words(other[1], own[0])):
+            return len(between & question_stems)
+        first = other if other[1] <= own[0] else own
+        return len(words(phrase_start, first[0]) & question_stems)
 
     return lead(span, best) > lead(best, span)
 
