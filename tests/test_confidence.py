@@ -277,3 +277,17 @@ def test_the_fit_says_when_one_kind_of_card_fares_worse_under_the_one_map():
     line = fit_line(fit, "wiki")
     assert 'Its 100 first cards that said "no answer" fare worse' in line and "one map serves answers" in line
     assert "fare worse" not in fit_line({**fit, "kinds": {"answer": kinds["answer"]}}, "wiki")
+
+
+def test_a_fit_that_does_not_lower_the_error_is_not_stored(own, tmp_path, capsys):
+    """13 of 24 first cards right where they state 55%: the chances are about right already, and a fit scored on the
+    questions it did not see only adds noise. It says so and leaves the chances, and an earlier fit, as they were."""
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(labels_csv(tmp_path / "labels.csv"))]) == 0
+    earlier = confidence_fit(open_collection(own, "notes"), own)
+    capsys.readouterr()
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(labels_csv(tmp_path / "even.csv", 11, 13))]) == 0
+    out = capsys.readouterr().out
+    assert "Fitted on 24 labelled questions of 'notes' (even.csv): first cards were right on 54% where they stated 55%" in out
+    assert "It did not lower the error here, so it was not stored: the chances stay as they were." in out
+    assert "'notes': chances recalibrated on 24 labelled questions of 'notes' (labels.csv)" in out and "Stored in" not in out
+    assert confidence_fit(open_collection(own, "notes"), own) == earlier

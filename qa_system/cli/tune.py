@@ -100,6 +100,9 @@ def cmd_fit_confidence(args: argparse.Namespace) -> None:
     else:
         fit = fit_confidence(settings, index, labels, args.retriever, args.top_k_retriever, args.limit, args.out)
     print(terminal_text(fit_line(fit, args.collection)))
+    if not fit["stored"]:
+        print(terminal_text(status_line(earlier, args.collection)))
+        return
     replaced = f" It replaces the fit on {earlier['calibrated_on']}." if earlier else ""
     print(
         terminal_text(

@@ -137,7 +137,7 @@ def fit_confidence(
     Asks the questions with ``retriever`` over each question's item (the search page's way), reports the calibration
     error of the chances as stated and as recalibrated, each on questions its fit did not see, and keeps the fit in
     the manifest, where every door and ``eval pipeline`` read it. ``out_dir``: also write that pipeline evaluation's
-    report (with the stated chances). Returns the stored fit.
+    report (with the stated chances). Returns the fit, ``stored`` or not (``_store_fit``).
 
     >>> fit_confidence(settings, open_collection(settings, "wiki"), load_labels("labels.csv", settings, "wiki"))  # doctest: +SKIP
     """
@@ -219,7 +219,8 @@ def _store_fit(
     top_k_retriever: int | None,
 ) -> dict[str, Any]:
     """Fit the map on each first card's stated chance and whether it was right (``abstained``: the first cards that said
-    "no answer"), and keep it in the collection's manifest."""
+    "no answer"), and keep it in the collection's manifest when it lowers the calibration error on questions it did not
+    see (``stored``); a fit that does not leaves the chances, and any earlier fit, as they were."""
     check_enough(right, f"{labels_name}, {retriever}")
     slope, intercept = fit_platt(confidence, right)
     held_out = held_out_chances(confidence, right, [q.item_id or "" for q in questions])
@@ -238,9 +239,11 @@ def _store_fit(
         "labels": labels_name,
         "question_keys": sorted({question_key(q) for q in questions}),
     }
+    if fit["ece_recalibrated"] >= fit["ece_stated"]:
+        return {**fit, "stored": False}
     index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})[answer_models_key(settings)] = fit
     save_index(index, settings)
-    return fit
+    return {**fit, "stored": True}
 
 
 def reset_confidence(settings: Settings, index: Index, save: bool = True) -> bool:
@@ -256,14 +259,12 @@ def reset_confidence(settings: Settings, index: Index, save: bool = True) -> boo
 
 def fit_line(fit: dict[str, Any], collection: str) -> str:
     """What a fit did, in one line: the error of the chances as stated and as recalibrated, on questions the fit did not see."""
-    better = fit["ece_recalibrated"] < fit["ece_stated"]
-    verdict = (
-        "" if better else f" It did not lower the error here: `qa-system fit-confidence --collection {collection} --reset` removes it."
-    )
+    stored = fit.get("stored", True)
+    verdict = _worse_kind(fit) if stored else " It did not lower the error here, so it was not stored: the chances stay as they were."
     return (
-        f"Chances recalibrated on {fit['calibrated_on']}: first cards were right on {fit['right']:.0%} where they stated "
-        f"{fit['stated']:.0%} on average; calibration error {fit['ece_stated']:.3f} as stated, {fit['ece_recalibrated']:.3f} "
-        f"recalibrated (each question scored by a fit on the others).{verdict}{_worse_kind(fit) if better else ''}"
+        f"{'Chances recalibrated' if stored else 'Fitted'} on {fit['calibrated_on']}: first cards were right on {fit['right']:.0%} "
+        f"where they stated {fit['stated']:.0%} on average; calibration error {fit['ece_stated']:.3f} as stated, "
+        f"{fit['ece_recalibrated']:.3f} recalibrated (each question scored by a fit on the others).{verdict}"
     )
 
 
