@@ -442,3 +442,21 @@ def test_an_exported_pipeline_names_no_path_of_this_machine_and_loads_under_anot
     )
     found = outputs["sparse_retriever"]["documents"]
     assert found and all(d.meta["item_id"] == "KINDLE" for d in found)
+
+
+def test_the_documented_python_that_loads_an_export_runs_as_written(settings, tmp_path, monkeypatch, selector_for_the_shipped_reader):
+    """The docs' Python block under "Haystack YAML and Hayhooks", run as written on an export with an answer selector
+    (the shipped reader always gets one): it passed no query to the selector, and failed."""
+    monkeypatch.setenv("QA_SELECTOR_MODEL", str(selector_for_the_shipped_reader))
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    monkeypatch.setenv("QA_READER_BACKEND", "torch")
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "reviews.yml").write_text(export(settings, tmp_path).read_text(encoding="utf-8"), encoding="utf-8")
+    section = (REPO_ROOT / "docs" / "pipelines-and-stores.md").read_text(encoding="utf-8").split("## Haystack YAML and Hayhooks")[1]
+    code = section.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "pipelines-and-stores.md", "exec"), namespace)
+    answers = namespace["result"]["selector"]["answers"]
+    assert answers and all(0 <= a.meta["probability"] <= 1 for a in answers)

@@ -56,7 +56,9 @@ def register(commands, options: Options) -> None:
     p.add_argument("--top-k", type=count("--top-k"), default=3, help="answers per question (top-k EM/F1 in the report)")
     candidates_option(p)
     p.add_argument("--out", type=Path, help="also write the dev report (with the dev-tuned rows) here")
-    p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
+    p.add_argument(
+        "--limit", type=count("--limit"), help="only the first N questions (the threshold fitted on them is stored all the same)"
+    )
     p.set_defaults(func=cmd_fit_threshold)
     _register_fit_confidence(commands, options)
 
