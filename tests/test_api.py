@@ -350,6 +350,11 @@ def test_questions_are_answered_from_an_ingested_collection(own_collections):
     )
     unknown = httpx.post(f"{url}/query", json={"query": "Is it bright?", "item_id": "KINDLE"})  # a product of electronics, not of shop
     assert unknown.status_code == 404 and unknown.json()["detail"].startswith("Item 'KINDLE' has no documents in collection 'shop'.")
+    # An item asked of a collection without items: not found either (it answered "no answer" at 100%).
+    itemless = httpx.post(f"{url}/query", json={"query": "Where can I park?", "collection": "notes", "item_id": "LAMP"})
+    assert itemless.status_code == 404 and itemless.json()["detail"].startswith(
+        "Collection 'notes' has no items: none of its documents names one, so item 'LAMP' has none."
+    )
 
 
 def test_feedback_on_an_answer_from_an_ingested_collection(own_collections, api_settings):

@@ -43,13 +43,18 @@ def validate_question(index: Index, query: object, item_id: str | None) -> None:
 
 
 def check_item(index: Index, item_id: str | None) -> None:
-    """NotFound when the index has products and ``item_id`` is none of them (None: every document)."""
+    """NotFound when ``item_id`` is none of the index's products, or the index has none (None: every document)."""
     if item_id is not None and not isinstance(item_id, str):
         raise QAError(
             f"item_id must be one product's id (a str), not {type(item_id).__name__}.",
             'pass item_id="ID" of one product (`qa-system products` lists them), or item_id=None to ask every document.',
         )
     check_text(item_id, "the item id")
+    if item_id is not None and not index.item_counts() and not index.manifest.get("domains"):
+        raise NotFound(
+            f"Collection '{index.name}' has no items: none of its documents names one, so item '{shown(item_id)}' has none.",
+            "ask without an item (every document is asked), or give the documents one (`--item-column` when indexing, `item_id` when uploading).",
+        )
     if item_id is not None and stored_item(index, item_id) is None:
         if index.manifest.get("domains"):
             raise NotFound(
