@@ -247,7 +247,7 @@ async def delete_document(name: str, document_id: str, request: Request, documen
     if report.not_found:
         raise HTTPException(
             404,
-            f"No document '{shown(document_id)}' in collection '{name}'. Fix: send an id the collection holds (GET /query's documents show them).",
+            f"No document '{shown(document_id)}' in collection '{name}'. Fix: send an id the collection holds (the documents of POST /query's answers show them).",
         )
     return DeleteOut(**report.as_dict())
 

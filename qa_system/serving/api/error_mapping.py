@@ -138,8 +138,17 @@ def _is_document_route(request: Request) -> bool:
     return len(parts) > 3 and parts[1] == "collections" and parts[3] == "documents"
 
 
+# The library's errors name the command that lists products; a client has a route for it.
+_PRODUCTS_COMMAND = re.compile(r"`qa-system products(?: --collection ([a-z0-9][a-z0-9_.-]*))?`")
+
+
+def products_route(message: str) -> str:
+    """``message`` with `qa-system products [--collection NAME]` said as the route that lists them."""
+    return _PRODUCTS_COMMAND.sub(lambda match: f"GET /products?collection={match[1]}" if match[1] else "GET /products", message)
+
+
 async def _library_error(request: Request, error: QAError) -> JSONResponse:
-    message = in_http_terms(str(error)) if _is_document_route(request) else str(error)
+    message = products_route(in_http_terms(str(error)) if _is_document_route(request) else str(error))
     return error_response(_public(request, message, status_of(error)), status_of(error))
 
 

@@ -191,6 +191,18 @@ def is_upload(scope: Scope) -> bool:
     return scope["method"] == "POST" and len(parts) == 4 and parts[1] == "collections" and parts[3] == "documents"
 
 
+def too_large_fix(scope: Scope, upload: bool) -> str:
+    """What makes a body too large for its route fit, and the setting of that route's limit (its closing bracket left out)."""
+    path = scope["path"].rstrip("/")
+    if upload:
+        return "send the documents in several requests (QA_API_MAX_UPLOAD_BYTES"
+    if path.startswith("/query"):
+        return "send a shorter question (QA_API_MAX_BODY_BYTES"
+    if path.endswith("/documents/delete"):
+        return "send the ids in several requests, or a filter that matches them (QA_API_MAX_BODY_BYTES"
+    return "send a smaller body (QA_API_MAX_BODY_BYTES"
+
+
 class Guarded:
     """The rate limit (when on: every request but the probes', and every one without the right token), the bearer token
     (when one is set) and the body size limit, in that order (``max_upload_bytes`` for a body that adds documents,
@@ -235,12 +247,7 @@ class Guarded:
             await refuse(400, f"{cut} Fix: send the whole body again; nothing was changed.", scope, receive, send)
             return
         if body is None:
-            fix = (
-                "send the documents in several requests (QA_API_MAX_UPLOAD_BYTES"
-                if upload
-                else "send a shorter question (QA_API_MAX_BODY_BYTES"
-            )
-            message = f"The request body is larger than {limit} bytes. Fix: {fix} sets the limit)."
+            message = f"The request body is larger than {limit} bytes. Fix: {too_large_fix(scope, upload)} sets the limit)."
             await refuse(413, message, scope, receive, send)
             return
         delivered = False
