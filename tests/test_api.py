@@ -374,11 +374,12 @@ def test_feedback_on_an_answer_from_an_ingested_collection(own_collections, api_
     }
     assert httpx.post(f"{url}/feedback", json=click).status_code == 201
     (row,) = [f for f in FeedbackStore(api_settings.feedback_db).all() if f.click_id == "own/1"]
-    assert (row.document_id, row.context, row.item_id, row.verdict) == (
+    assert (row.document_id, row.context, row.item_id, row.verdict, row.collection) == (
         "s3",
         SHOP[2][2],
         "KETTLE",
         "wrong_span",
+        "shop",  # the collection first served, which a click naming none is about
     )  # read from the collection
     elsewhere = httpx.post(f"{url}/feedback", json={**click, "collection": "notes", "click_id": None})
     assert elsewhere.status_code == 404 and elsewhere.json()["detail"].startswith("No document 's3' in collection 'notes'.")

@@ -68,6 +68,35 @@ def test_a_database_of_an_earlier_version_gains_click_ids(tmp_path):
     assert [(f.verdict, f.click_id) for f in store.all()] == [("wrong", None), ("correct", "c")]
 
 
+def test_one_id_in_two_collections_or_a_review_edited_between_clicks_are_exported_apart(tmp_path):
+    """Two collections hold a document 'FAQ-4' ("$18" in one, "$22" in the other): a confirmed answer in each was one
+    labelled question with both answers and one context, so one answer was not at its offsets (and an older database,
+    without collections, is upgraded in place)."""
+    path = tmp_path / "feedback.sqlite"
+    with sqlite3.connect(path) as connection:  # the table as the previous version created it
+        connection.execute(
+            "CREATE TABLE feedback (id INTEGER PRIMARY KEY AUTOINCREMENT, created TEXT NOT NULL, verdict TEXT NOT NULL, "
+            'question TEXT NOT NULL, answer TEXT, start INTEGER, "end" INTEGER, document_id TEXT, item_id TEXT, '
+            "review_id TEXT, context TEXT, score REAL, pipeline TEXT, labelled_question_id TEXT, click_id TEXT)"
+        )
+    store = FeedbackStore(path)
+    hotels, live = "Breakfast costs $18 a day.", "Breakfast costs $22 a day."
+    store.record(
+        replace(click("correct", "$18", context=hotels, document_id="FAQ-4", question="How much is breakfast?"), collection="hotels")
+    )
+    store.record(replace(click("correct", "$22", context=live, document_id="FAQ-4", question="How much is breakfast?"), collection="live"))
+    store.record(replace(click("correct", "$22", context=live, document_id="FAQ-4", question="How much is breakfast?"), collection=None))
+    assert [f.collection for f in store.all()] == ["hotels", "live", None]
+    export = store.export()
+    contexts = {
+        paragraph["context"]: [a["text"] for qa in paragraph["qas"] for a in qa["answers"]]
+        for article in export.squad["data"]
+        for paragraph in article["paragraphs"]
+    }
+    assert contexts == {hotels: ["$18"], live: ["$22", "$22"]}  # "live" and an unnamed collection: two questions, one text
+    assert export.report.questions == 3 and export.report.unlocated_answers == 0
+
+
 def test_unrecorded_clicks_take_only_new_known_verdicts_from_the_page():
     assert unrecorded_clicks(["correct", "wrong", "correct"], 1) == ["wrong", "correct"]  # in click order
     assert unrecorded_clicks(["correct"], 1) == [] and unrecorded_clicks(None, 0) == []

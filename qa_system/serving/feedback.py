@@ -16,6 +16,8 @@ overwritten, so disagreements and changes of mind stay visible to whoever analys
 When clicks on the same question and review contradict each other, the latest click on each
 prediction counts, and a confirmed span beats a confirmed "no answer" (the user found one). A span
 that is not at its offsets in its review (which an older version could store) is never exported.
+A review is told apart by its collection and its text as well as its id: two collections may hold
+one id, and a review edited between two clicks is a new text, each exported with its own spans.
 """
 
 from __future__ import annotations
@@ -58,9 +60,12 @@ CREATE TABLE IF NOT EXISTS feedback (
     score REAL,
     pipeline TEXT,
     labelled_question_id TEXT,
-    click_id TEXT
+    click_id TEXT,
+    collection TEXT
 )
 """
+# Columns a database of an earlier version lacks, added when it is opened.
+_LATER_COLUMNS = ("click_id", "collection")
 # A click the page may see twice (a rerun repeats it) is stored once: its id is unique.
 _CLICK_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS feedback_click_id ON feedback (click_id)"
 
@@ -83,6 +88,7 @@ class Feedback:
     pipeline: str | None = None  # which retriever / answer stage / model produced the answer
     labelled_question_id: str | None = None  # evaluation mode: the SubjQA question asked
     click_id: str | None = None  # the page's id of the click; recording it again stores nothing
+    collection: str | None = None  # the collection asked (None: clicks recorded before it was kept)
     created: str = ""  # ISO time, set when recorded
     id: int | None = None
 
@@ -157,8 +163,9 @@ class FeedbackStore:
                 connection.row_factory = sqlite3.Row
                 with connection:
                     connection.execute(_SCHEMA)
-                    if "click_id" not in {row["name"] for row in connection.execute("PRAGMA table_info(feedback)")}:
-                        connection.execute("ALTER TABLE feedback ADD COLUMN click_id TEXT")  # a database of an earlier version
+                    present = {row["name"] for row in connection.execute("PRAGMA table_info(feedback)")}
+                    for column in (c for c in _LATER_COLUMNS if c not in present):
+                        connection.execute(f"ALTER TABLE feedback ADD COLUMN {column} TEXT")
                     connection.execute(_CLICK_INDEX)
                 with connection:
                     yield connection
@@ -253,18 +260,19 @@ def feedback_to_questions(clicks: list[Feedback]) -> tuple[list[LabelledQuestion
     latest: dict[tuple, Feedback] = {}
     for click in clicks:  # oldest first, so later clicks on the same prediction win
         if click.document_id is not None and click.context is not None and (click.located or click.answer is None):
-            latest[(" ".join(click.question.split()), click.document_id, click.start, click.end, click.answer is None)] = click
-    grouped: dict[tuple[str, str], list[Feedback]] = {}
-    for (question, document_id, *_), click in latest.items():
+            review = (click.collection or "", click.document_id, click.context)
+            latest[(" ".join(click.question.split()), review, click.start, click.end, click.answer is None)] = click
+    grouped: dict[tuple[str, tuple], list[Feedback]] = {}
+    for (question, review, *_), click in latest.items():
         if click.verdict == "correct":
-            grouped.setdefault((question, document_id), []).append(click)
+            grouped.setdefault((question, review), []).append(click)
     questions, used = [], 0
-    for (question, document_id), confirmed in grouped.items():
+    for (question, (collection, document_id, context)), confirmed in grouped.items():
         spans = [c for c in confirmed if c.is_span]
         kept = spans or confirmed
         used += len(kept)
         first = kept[0]
-        key = hashlib.sha1(f"{question}\n{document_id}".encode()).hexdigest()[:16]
+        key = hashlib.sha1(f"{question}\n{collection}\n{document_id}\n{context}".encode()).hexdigest()[:16]
         questions.append(
             LabelledQuestion(
                 id=f"feedback-{key}",

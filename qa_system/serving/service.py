@@ -296,7 +296,8 @@ class QAService:
         "no answer"): the review's text is read from the collection, never taken from the client."""
         check_length(values.get("question"))
         document = None if document_id is None else self.document(collection, document_id)
-        return self.feedback.record(Feedback.about(document, item_id=document.meta.get("item_id") if document else None, **values))
+        item_id = document.meta.get("item_id") if document else None
+        return self.feedback.record(Feedback.about(document, item_id=item_id, collection=collection or self.names[0], **values))
 
     def export_feedback(self) -> FeedbackExport:
         """The feedback as SQuAD v2, in memory: requests at once share no file."""

@@ -74,7 +74,7 @@ def to_squad(questions: Iterable[LabelledQuestion], keep_unlocated: bool = False
     texts), so that it scores every question exactly as ``qa_system`` does. Not for training.
     """
     report = SquadReport()
-    articles: dict[str, dict[str, dict[str, Any]]] = {}
+    articles: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
     for question in questions:
         located = question.answers if keep_unlocated else question.located_answers
         report.unlocated_answers += len(question.answers) - len(question.located_answers)
@@ -82,7 +82,8 @@ def to_squad(questions: Iterable[LabelledQuestion], keep_unlocated: bool = False
             report.skipped_questions += 1
             continue
         paragraphs = articles.setdefault(question.item_id, {})
-        paragraph = paragraphs.setdefault(question.document_id, {"context": question.context, "qas": []})
+        # By text as well as id: one id may name two texts (a review edited between two labels, two collections' documents).
+        paragraph = paragraphs.setdefault((question.document_id, question.context), {"context": question.context, "qas": []})
         paragraph["qas"].append(
             {
                 "id": question.id,
