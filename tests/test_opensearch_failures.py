@@ -366,3 +366,18 @@ def test_a_collection_deleted_while_the_api_serves_it_answers_as_an_unknown_one_
             QAService(settings, [ServedCollection(name)]).index(name)
         assert asked.json()["detail"] == str(unknown.value)
         assert str(unknown.value).startswith(f"No opensearch collection named '{name}'") and "`qa-system collections`" in str(unknown.value)
+
+
+def test_the_elasticsearch_store_pointed_at_elasticsearch_7_names_the_store_that_serves_it(opensearch_url, tmp_path, capsys, monkeypatch):
+    """The bundled Elasticsearch 7.9.2 (or an OpenSearch) answers, but the elasticsearch store's client (8.x) refuses
+    it: that was "Elasticsearch ... is unreachable" while the server answered."""
+    source = tmp_path / "notes.csv"
+    source.write_text("id,text\nn1,The lamp is bright.\n", encoding="utf-8")
+    monkeypatch.setenv("QA_ES_URL", opensearch_url)
+    argv = ["index", "--input", str(source), "--collection", "notes", "--store", "elasticsearch", "--no-embed", "--home", str(tmp_path)]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and re.search(
+        rf"The server at {re.escape(opensearch_url)} is (Elasticsearch 7|OpenSearch) [\d.]+, ", error
+    )
+    assert "which the elasticsearch store cannot use (it needs Elasticsearch 8). Fix: use --store opensearch" in error

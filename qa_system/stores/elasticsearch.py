@@ -3,23 +3,40 @@
 from __future__ import annotations
 
 from qa_system.config import Settings
-from qa_system.errors import Unavailable
+from qa_system.errors import QAError, Unavailable
 from qa_system.stores.index import MANIFEST_KEY, Index
 
 
 def elasticsearch_client(settings: Settings):
-    """An Elasticsearch client on ``settings.es_url``, after checking the server answers."""
-    from elasticsearch import Elasticsearch
+    """An Elasticsearch client on ``settings.es_url``, after checking that an Elasticsearch 8 server answers there."""
+    from elasticsearch import Elasticsearch, UnsupportedProductError
 
     fix = "start it with `docker compose up -d elasticsearch` or set QA_ES_URL to a running server."
     try:
         client = Elasticsearch(settings.es_url, request_timeout=5)
-        reachable = client.ping()
+        client.info()
+    except UnsupportedProductError:  # it answers, as a server this client does not take (Elasticsearch 7, OpenSearch)
+        raise QAError(
+            f"The server at {settings.es_url} is {_server_name(settings.es_url)}, which the elasticsearch store cannot use (it needs Elasticsearch 8).",
+            "use --store opensearch (QA_STORE=opensearch, QA_OPENSEARCH_URL) for OpenSearch and Elasticsearch 7, or point QA_ES_URL at Elasticsearch 8.",
+        ) from None
     except Exception:  # the client raises many types for bad URLs and refused connections
-        reachable = False
-    if not reachable:
-        raise Unavailable(f"Elasticsearch at {settings.es_url} is unreachable.", fix)
+        raise Unavailable(f"Elasticsearch at {settings.es_url} is unreachable.", fix) from None
     return Elasticsearch(settings.es_url, request_timeout=60)
+
+
+def _server_name(url: str) -> str:
+    """What the server at ``url`` says it is ("Elasticsearch 7.9.2", "OpenSearch 2.11.0"), from its root document."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            version = json.loads(response.read(100_000))["version"]
+    except Exception:  # any answer but the usual root document
+        return "another search server"
+    product = "OpenSearch" if version.get("distribution") == "opensearch" else "Elasticsearch"
+    return f"{product} {version.get('number', '')}".strip()
 
 
 def elasticsearch_store(settings: Settings, name: str):
