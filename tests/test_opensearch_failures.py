@@ -378,6 +378,6 @@ def test_the_elasticsearch_store_pointed_at_elasticsearch_7_names_the_store_that
     assert main(argv) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and re.search(
-        rf"The server at {re.escape(opensearch_url)} is (Elasticsearch 7|OpenSearch) [\d.]+, ", error
+        rf"The server at {re.escape(opensearch_url)} is (Elasticsearch 7|OpenSearch )[\d.]+, ", error
     )
     assert "which the elasticsearch store cannot use (it needs Elasticsearch 8). Fix: use --store opensearch" in error
