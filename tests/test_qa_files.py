@@ -294,3 +294,24 @@ def test_eval_reader_labels_scores_a_file_as_eval_reader_file_did(tmp_path, tiny
     pd.testing.assert_frame_equal(pd.DataFrame(report["metrics"]).drop(columns=["system", "latency_ms"]), expected, check_dtype=False)
     assert report["questions"] == len(examples) > 0
     assert json.loads(next(out.glob("predictions-*.json")).read_text()) == squad_predictions(records)
+
+
+def test_eval_reader_says_which_squad_questions_it_left_out_and_why_none_is_left(tmp_path, tiny_reader, capsys):
+    """A SQuAD question whose answer is not at its answer_start is left out: said in the report only (the console said
+    nothing), and a file of such questions alone was "holds no labelled question. Fix: index the labelled documents
+    first", which no reader evaluation without a collection needs."""
+    from qa_system.cli import main
+
+    context = "The lamp is bright enough for reading. The cable is two metres long."
+    good = {"id": "q1", "question": "Is it bright?", "answers": [{"text": "bright enough", "answer_start": context.index("bright")}]}
+    off = {"id": "q2", "question": "How long is the cable?", "answers": [{"text": "two metres", "answer_start": 3}]}
+    for name, qas in (("mixed.json", [good, off]), ("off.json", [off])):
+        data = {"version": "v2.0", "data": [{"title": "LAMP", "paragraphs": [{"context": context, "qas": qas}]}]}
+        (tmp_path / name).write_text(json.dumps(data), encoding="utf-8")
+    home = ["--home", str(tmp_path / "home"), "--reader", str(tiny_reader)]
+    assert main(["eval", "reader", "--labels", str(tmp_path / "mixed.json"), "--out", str(tmp_path / "report"), *home]) == 0
+    assert "mixed.json: 1 answers not at their given offsets and 1 questions left without one were left out." in capsys.readouterr().out
+    assert main(["eval", "reader", "--labels", str(tmp_path / "off.json"), *home]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "off.json holds no labelled question that can be read (1 answers not at their given offsets" in error
+    assert "Fix: check the file's answers and their answer_start offsets." in error

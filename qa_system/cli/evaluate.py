@@ -8,6 +8,7 @@ from pathlib import Path
 from qa_system.cli.options import Options, count, depth, number, settings_from_args
 from qa_system.config import CANDIDATE_PROTOCOLS, GOLD_PROTOCOLS, RETRIEVERS
 from qa_system.errors import QAError
+from qa_system.safe_text import terminal_text
 
 
 def _print_answer_metrics(result: dict, out: Path) -> None:
@@ -78,6 +79,8 @@ def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, need
             "add --collection NAME (index the labelled documents with `qa-system index --input FILE --collection NAME`).",
         )
     labels = load_labels(args.labels, settings, args.collection)
+    for note in labels.notes:  # questions left out, answers not found: said before the run, as well as in the report
+        print(terminal_text(note))
     return labels, open_collection(settings, args.collection, embeddings) if needs_index else None, None
 
 

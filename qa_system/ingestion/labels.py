@@ -166,7 +166,7 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
             f"evaluate them with `qa-system eval judged --labels {path}` (with --collection NAME for a collection of your own).",
         )
     documents = collection_documents(settings or Settings.from_env(), collection) if collection else None
-    notes, missing = [], 0
+    notes, missing, unread = [], 0, ""
     if path.suffix.lower() == ".csv":
         if documents is None:
             raise QAError(
@@ -179,9 +179,8 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
         examples, report = read_qa_file(path)
         file_format = report.format
         if report.skipped_questions or report.unlocated_answers:
-            notes.append(
-                f"{path.name}: {report.unlocated_answers} answers not at their given offsets and {report.skipped_questions} questions left without one were left out."
-            )
+            unread = f"{report.unlocated_answers} answers not at their given offsets and {report.skipped_questions} questions left without one were left out"
+            notes.append(f"{path.name}: {unread}.")
         if documents is None:
             questions = labelled_questions(examples, path.name)
         else:
@@ -200,10 +199,14 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
             if unmatched:
                 notes.append(f"{unmatched} questions whose context is no document of collection '{collection}' were left out.")
     if not questions:
-        where = f" whose document is in collection '{collection}'" if collection else ""
+        if collection is None:
+            raise QAError(
+                f"{path} holds no labelled question that can be read{f' ({unread})' if unread else ''}.",
+                "check the file's answers and their answer_start offsets.",
+            )
         raise QAError(
-            f"{path} holds no labelled question{where}.",
-            f"index the labelled documents first (`qa-system index --input {path} --collection {collection or 'NAME'}`), or check the file.",
+            f"{path} holds no labelled question whose document is in collection '{collection}'.",
+            f"index the labelled documents first (`qa-system index --input {path} --collection {collection}`), or check the file.",
         )
     if missing:
         notes.append(f"{missing} answers are not found in their document's text (they still count, as text).")
