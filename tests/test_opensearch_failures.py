@@ -28,7 +28,7 @@ from qa_system.ingestion import list_collections
 from qa_system.serving.api import create_app
 from qa_system.serving.served import ServedCollection
 from qa_system.serving.service import QAService
-from qa_system.stores import delete_opensearch_index, opensearch_client, remove_leftover_indices
+from qa_system.stores import OPENSEARCH_FIX, delete_opensearch_index, opensearch_client, remove_leftover_indices
 
 pytestmark = pytest.mark.opensearch
 
@@ -136,7 +136,20 @@ def documents(settings: Settings, name: str) -> int:
 
 
 def index_command(source, name: str, url: str) -> list[str]:
-    return ["index", "--input", str(source), "--collection", name, "--no-embed", "--store", "opensearch", "--opensearch-url", url]
+    return [
+        "index",
+        "--input",
+        str(source),
+        "--collection",
+        name,
+        "--item-column",
+        "item_id",
+        "--no-embed",
+        "--store",
+        "opensearch",
+        "--opensearch-url",
+        url,
+    ]
 
 
 @pytest.fixture
@@ -381,3 +394,22 @@ def test_the_elasticsearch_store_pointed_at_elasticsearch_7_names_the_store_that
         rf"The server at {re.escape(opensearch_url)} is (Elasticsearch 7|OpenSearch )[\d.]+, ", error
     )
     assert "which the elasticsearch store cannot use (it needs Elasticsearch 8). Fix: use --store opensearch" in error
+
+
+def test_health_says_unavailable_while_the_search_server_does_not_answer(os_settings, name, reviews, tiny_reader, tmp_path, monkeypatch):
+    """The search server goes away under a ready API: every question then fails (503), and /health said "ready" (200),
+    so a load balancer kept sending questions there. It says "unavailable" (503) with the reason now."""
+    first, _ = reviews
+    assert main(index_command(first, name, os_settings.opensearch_url)) == 0
+    monkeypatch.setattr("qa_system.serving.service.STORE_CHECK_EVERY_S", 0.0)
+    proxy = CuttingProxy(os_settings.opensearch_url, cut="(?!)")  # matches no request: it goes down when told
+    settings = api_settings_for(tmp_path / "api", tiny_reader, "http://127.0.0.1:9")
+    settings = settings.model_copy(update={"store": "opensearch", "opensearch_url": proxy.url})
+    with running(create_app(settings, service=QAService(settings, [ServedCollection(name)]))) as api:
+        assert wait_ready(api).status_code == 200
+        proxy.down()
+        health = httpx.get(f"{api}/health", timeout=30)
+        assert health.status_code == 503 and health.json()["status"] == "unavailable", health.text
+        assert health.json()["error"] == f"OpenSearch at {proxy.url} is unreachable. Fix: {OPENSEARCH_FIX}"
+        asked = httpx.post(f"{api}/query", json={"query": "Does it boil fast?", "item_id": "KETTLE", "collection": name}, timeout=60)
+        assert asked.status_code == 503, asked.text

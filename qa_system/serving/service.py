@@ -12,6 +12,7 @@ background and ``status()`` follows it; every other method is thread-safe and bl
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,12 +44,14 @@ from qa_system.serving.served import (
 )
 from qa_system.serving.uploads import Uploads
 from qa_system.sources import SPLITS, LabelledQuestion, load_subjqa
-from qa_system.stores import Index, IndexGone
+from qa_system.stores import Index, IndexGone, store_problem
 
 logger = logging.getLogger(__name__)
 # Seconds between two listings of a search server's collections, which tell an open collection that another
 # process changed (a local store's folder tells it at once).
 LIST_AGAIN_S = 10.0
+# How often ``health`` asks a search server whether it answers (a load balancer may poll every second).
+STORE_CHECK_EVERY_S = 5.0
 
 
 class QAService:
@@ -77,6 +80,7 @@ class QAService:
         self.settings = settings
         self.catalogue = Catalogue(settings, collections, any_collection)
         self.feedback = FeedbackStore(settings.feedback_db)
+        self._store_checked: tuple[float, str | None] = (-math.inf, None)  # when /health last asked the search server, and its answer
         self._tasks = TaskRegistry()  # opening collections, uploads, the reader's export: one task per key, progress for every waiter
         self.collections_open = OpenCollections(settings, self.catalogue.resolve, self._tasks)
         self.pipelines = PipelineCache(settings, self.collections_open.lock, self.collections_open.is_open)
@@ -128,6 +132,18 @@ class QAService:
     def status(self) -> dict[str, Any]:
         """``{"status": "loading" | "ready" | "failed", ...}``: progress while loading, the one-line error when it failed."""
         return self.loading.status()
+
+    def health(self) -> dict[str, Any]:
+        """``status()``, and once ready, ``unavailable`` with the one-line error while the search server does not answer
+        (asked at most every ``STORE_CHECK_EVERY_S``): every question would fail then, so a load balancer should know."""
+        status = self.status()
+        if status["status"] != "ready":
+            return status
+        checked_at, problem = self._store_checked
+        if time.monotonic() - checked_at > STORE_CHECK_EVERY_S:
+            problem = store_problem(self.settings)
+            self._store_checked = (time.monotonic(), problem)
+        return {**status, "status": "unavailable", "error": problem} if problem else status
 
     @property
     def device(self) -> str:

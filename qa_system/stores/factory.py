@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 from qa_system.config import Settings, check_settings
 from qa_system.errors import QAError, check_type
-from qa_system.stores.elasticsearch import _load_elasticsearch, _save_elasticsearch
+from qa_system.stores.elasticsearch import _load_elasticsearch, _save_elasticsearch, elasticsearch_client
 from qa_system.stores.faiss import _load_faiss, _save_faiss, faiss_manifest
 from qa_system.stores.index import Index, check_domains, index_name
 from qa_system.stores.memory import _load_memory, _memory_manifest, _memory_path, _save_memory
-from qa_system.stores.opensearch import _load_opensearch, _save_opensearch
+from qa_system.stores.opensearch import _load_opensearch, _save_opensearch, opensearch_client
 
 _LOADERS = {"memory": _load_memory, "faiss": _load_faiss, "elasticsearch": _load_elasticsearch, "opensearch": _load_opensearch}
 _SAVERS = {"memory": _save_memory, "faiss": _save_faiss, "elasticsearch": _save_elasticsearch, "opensearch": _save_opensearch}
@@ -88,3 +88,15 @@ def saved_document_count(settings: Settings, name: str) -> int | None:
 def save_index(index: Index, settings: Settings) -> None:
     """Save ``index`` in its backend, replacing the saved one of that name in one atomic step."""
     _SAVERS[index.backend](index, settings)
+
+
+def store_problem(settings: Settings) -> str | None:
+    """Why the settings' search server cannot be used now, in one line; None when it answers, or when the store lives in
+    this process (memory, FAISS)."""
+    if settings.store not in ("opensearch", "elasticsearch"):
+        return None
+    try:
+        (opensearch_client if settings.store == "opensearch" else elasticsearch_client)(settings)
+    except QAError as error:
+        return str(error)
+    return None

@@ -315,9 +315,10 @@ class FeedbackOut(BaseModel):
 
 
 class HealthOut(BaseModel):
-    """Whether the server is ready to answer: loading (with progress), ready, or failed (with the reason)."""
+    """Whether the server is ready to answer: loading (with progress), ready, failed (with the reason), or unavailable
+    (its search server stopped answering; with the reason)."""
 
-    status: Literal["loading", "ready", "failed"]
+    status: Literal["loading", "ready", "failed", "unavailable"]
     collections: list[str]
     reader_backend: str = Field(
         description='what the reader reads with once loaded ("onnx int8", "torch", "torch bfloat16"); before that, QA_READER_BACKEND'
@@ -328,7 +329,7 @@ class HealthOut(BaseModel):
         None,
         description="loading: the search server is unreachable; `error` says which and how to fix it, `retry_in_s` when the load tries again",
     )
-    error: str | None = Field(None, description="failed: why")
+    error: str | None = Field(None, description="failed or unavailable: why")
     load_s: float | None = None
     memory_mb: float | None = Field(None, description="the server process's resident memory (RSS), in MB")
     open_collections: list[str] | None = Field(

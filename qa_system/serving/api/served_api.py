@@ -57,9 +57,10 @@ class ServedAPI:
         self.generating.shutdown(wait=False, cancel_futures=True)
         self.changing.shutdown(wait=False, cancel_futures=True)
 
-    def status(self) -> dict[str, Any]:
-        """The service's status (``QAService.status``), with the readiness gauge brought up to date; its errors name no path of the server."""
-        status = self.service.status()
+    def status(self, health: bool = False) -> dict[str, Any]:
+        """The service's status (``QAService.status``; with ``health``, ``QAService.health``: whether its search server
+        answers too), with the readiness gauge brought up to date; its errors name no path of the server."""
+        status = self.service.health() if health else self.service.status()
         self.metrics.ready.set(status["status"] == "ready")
         if status.get("error"):
             status = {**status, "error": public(status["error"], self.settings)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import psutil
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -19,16 +21,20 @@ metrics_router = APIRouter(route_class=StrictJSONRoute)  # listed after the othe
     "/health",
     response_model=HealthOut,
     tags=["service"],
-    summary="ready (200) once the models and indexes are loaded, else 503",
+    summary="ready (200) once the models and indexes are loaded and the search server answers, else 503",
     responses={
-        503: {"model": HealthOut, "description": "loading (with progress, or waiting for the search server) or failed (with the reason)"},
+        503: {
+            "model": HealthOut,
+            "description": "loading (with progress, or waiting for the search server), failed (with the reason), or unavailable "
+            "(the search server stopped answering)",
+        },
         **errors(),
     },
 )
 async def health(api: Served) -> JSONResponse:
     """The server's status: loading, ready or failed, the collections it serves and the reader's backend,
     its memory (RSS) and the collections open now."""
-    status = api.status()
+    status = await asyncio.to_thread(api.status, True)  # it may ask the search server, which may not answer at once
     memory_mb = round(psutil.Process().memory_info().rss / 2**20, 1)
     body = HealthOut(
         **status,
