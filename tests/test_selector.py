@@ -271,6 +271,18 @@ def test_a_number_is_the_same_answer_only_as_the_same_quantity():
     assert not same_answer("great", "great for reading books")  # a word alone: its phrase unknown, not the longer answer
 
 
+def test_an_answer_that_says_only_part_of_a_groups_head_does_not_support_it():
+    """Three hotels' pet policies end alike: the first's card ("no pets are allowed. Pets may not be left alone in
+    rooms") was "said in 3 documents", of which two allow dogs and share only the last sentence."""
+    head = "Pet policy at Alpine Lodge: no pets are allowed. Pets may not be left alone in rooms"
+    assert not same_answer(head, "Pets may not be left alone in rooms")
+    assert same_answer("Pets may not be left alone in rooms", head)  # the longer one says all the head says
+    assert same_answer("This thing is awesome", "This thing is awesome, especially now that it supports HBO Go")
+    assert same_answer("It is great for reading books", "great for reading books")  # a head adding little is still one
+    spans = [Candidate(0, 0, len(head), 3.0, head), Candidate(1, 0, 35, 2.0, "Pets may not be left alone in rooms")]
+    assert group_candidates(spans, [0, 1]) == [[0], [1]]
+
+
 def test_a_candidate_is_agreed_with_by_the_spans_of_other_reviews_that_say_nearly_the_same():
     from qa_system.reading.selection_features import ReadDocument, features
 

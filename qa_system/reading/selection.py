@@ -52,6 +52,7 @@ from qa_system.reading.selection_features import (
     Candidate,
     ReadDocument,
     answer_row,
+    content_words,
     features,
     phrase_bounds,
     shown_text_row,
@@ -71,6 +72,9 @@ GROUPING_F1 = 0.75
 # longer answer, it is that answer only when its whole phrase says the same ("10" of "10 paid sick days" is not
 # the "10" of "10 weeks of paid leave").
 SHORT_SPAN_WORDS = 2
+# A group's head that holds a shorter answer says more than it when it adds more words that carry meaning than this:
+# a review saying only "Pets may not be left alone" does not say "No pets are allowed. Pets may not be left alone".
+MAX_ADDED_WORDS = 3
 # A number with what makes it a quantity: a currency before it, a percent after it (else the word after it).
 _QUANTITY = re.compile(r"(?P<currency>[$\u20ac\u00a3\u00a5])?\s?(?P<number>\d+(?:[.,]\d+)*)(?:\s?(?P<percent>%|percent\b))?", re.IGNORECASE)
 _NEXT_WORD = re.compile(r"[\s-]*([^\W\d_]+)")
@@ -305,7 +309,8 @@ class Saying:
 
 
 def same_answer(a: str | Saying, b: str | Saying) -> bool:
-    """Do two answers say the same thing: equal once normalised, one inside the other, or nearly all words shared;
+    """Does answer ``b`` say what answer ``a`` (a group's head) says: equal once normalised, one inside the other (``b``
+    inside ``a`` only when ``a`` adds at most ``MAX_ADDED_WORDS`` words that carry meaning), or nearly all words shared;
     and the numbers of the shorter are those of the longer, the same quantities ("$75" is not "75%", the "10" of
     "10 days" not that of "10 weeks"); a span of ``SHORT_SPAN_WORDS`` or fewer held inside a longer answer only
     when its phrase says the same (``Saying``: a text alone is its own phrase, which says no more than it)."""
@@ -318,9 +323,12 @@ def same_answer(a: str | Saying, b: str | Saying) -> bool:
             return False
     elif not short.quantities <= long.quantities:
         return False
-    if short.words != long.words and len(short.words.split()) <= SHORT_SPAN_WORDS and f" {short.words} " in f" {long.words} ":
-        # Held inside the longer answer: its phrase says more than it does, and what the longer answer (or its phrase) says.
-        return short.phrase != short.words and (_words_match(short.phrase, long.words) or _words_match(short.phrase, long.phrase))
+    if short.words != long.words and f" {short.words} " in f" {long.words} ":
+        if len(short.words.split()) <= SHORT_SPAN_WORDS:
+            # Held inside the longer answer: its phrase says more than it does, and what the longer answer (or its phrase) says.
+            return short.phrase != short.words and (_words_match(short.phrase, long.words) or _words_match(short.phrase, long.phrase))
+        # An answer held inside the head says only part of it: it supports the head unless the head adds much more.
+        return long is not a or len(content_words(long.words) - content_words(short.words)) <= MAX_ADDED_WORDS
     return True
 
 
