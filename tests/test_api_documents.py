@@ -146,14 +146,17 @@ def test_a_collection_created_filled_updated_and_pruned_over_http(call):
         ),
     )
     assert (report["changed"], report["added"], report["documents"]) == (1, 0, 100)  # an upsert: the other 99 stay
-    # A rating given as a word would turn the column to text, which needs every document again: refused, the 100 kept.
-    task = call(
+    # A rating given as a word would turn the column to text, which needs every document again: refused at once (it
+    # was a 202 whose task failed later, which a client that does not poll took for done), the 100 kept.
+    refused = call(
         "POST", "/collections/{name}/documents", "/collections/mine/documents", json={"documents": [{**review(300), "rating": "four"}]}
     )
-    while (status := call("GET", "/tasks/{task_id}", task.headers["location"]).json())["status"] == "running":
-        time.sleep(0.2)
-    assert status["status"] == "failed" and status["error_status"] == 422, status
-    assert "(the types of metadata columns changed (rating: integer -> text))" in status["error"] and "pass sync=true" in status["error"]
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == (
+        "Every document of collection 'mine' must be processed again (the types of metadata columns changed (rating: integer -> text)), "
+        "but documents.jsonl holds 1 of its 100 documents; it was left as it was. Fix: index a source that holds all of them, or pass "
+        "sync=true to keep only this source's documents (or give the columns named values of the types they had)."
+    )
     deleted = call("DELETE", "/collections/{name}/documents/{document_id}", "/collections/mine/documents/r003")
     assert deleted.status_code == 200 and deleted.json()["deleted"] == ["r003"] and deleted.json()["documents"] == 99
     # An id with "/" in it (a file's path in its folder), escaped or not.

@@ -453,11 +453,17 @@ def _check_source_type(source: object) -> None:
 
 
 def check_source(
-    source: Source, options: IngestOptions = IngestOptions(), name: str | None = None, into: tuple[str, dict | None] | None = None
+    source: Source,
+    options: IngestOptions = IngestOptions(),
+    name: str | None = None,
+    into: tuple[str, dict | None] | None = None,
+    sync: bool = False,
 ) -> int:
     """Read ``source`` through without indexing anything: how many documents it holds, or the QAError that
     `index --input` would give for it (a missing column, a bad row, a repeated id, no documents at all; ``into``, the
-    collection's name and saved manifest: the ids it takes from a column that the source has, left unread)."""
+    collection's name and saved manifest: the ids it takes from a column that the source has, left unread, and a
+    metadata column whose type changed, which means processing every document again, in a source that holds fewer
+    documents than the collection, unless ``sync``)."""
     seen: dict[str, str] = {}
     with open_source(source, options, name) as opened:
         if into is not None:
@@ -471,7 +477,38 @@ def check_source(
             seen[record.id or record.content_hash()] = record.where
     if not seen:
         raise QAError(f"{opened.name} holds no documents.", "check the file (and its text column and format).")
+    if into is not None and not sync:
+        collection, manifest = into
+        _, changed = changed_types(manifest, opened.types, opened.format)
+        held = (manifest or {}).get("documents") or 0
+        if changed and len(seen) < held:
+            raise QAError(
+                f"Every document of collection '{collection}' must be processed again ({retyped_cause(changed)}), but "
+                f"{opened.name} holds {len(seen)} of its {held} documents; it was left as it was.",
+                RETYPED_FIX,
+            )
     return len(seen)
+
+
+def changed_types(manifest: dict | None, found: dict[str, str], source_format: str) -> tuple[dict[str, str], list[str]]:
+    """The saved collection's metadata types (of ``manifest``; None: a new collection), and each column of ``found`` whose
+    type changed ("rating: integer -> text")."""
+    saved = (manifest or {}).get("meta_types")
+    untyped = saved is None or (source_format == "files" and "file" not in saved and found)  # before sidecars were typed
+    if manifest is not None and untyped:  # written before columns were typed: all text
+        return {}, [f"{column}: text -> {kind}" for column, kind in found.items() if kind != "text"]
+    saved = saved or {}
+    return saved, [f"{column}: {saved[column]} -> {kind}" for column, kind in found.items() if column in saved and saved[column] != kind]
+
+
+def retyped_cause(changed: list[str]) -> str:
+    return f"the types of metadata columns changed ({', '.join(changed)})"
+
+
+RETYPED_FIX = (
+    "index a source that holds all of them, or pass --sync to keep only this source's documents "
+    "(or give the columns named values of the types they had)."
+)
 
 
 def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptions, opened: _Opened) -> None:
@@ -624,21 +661,11 @@ class _Run:
 
     def _type_columns(self, found: dict[str, str], source_format: str) -> None:
         """The metadata types of the collection after this run; a column whose type changed means processing every document again."""
-        saved = (self.saved.manifest or {}).get("meta_types")
-        untyped = saved is None or (source_format == "files" and "file" not in saved and found)  # before sidecars were typed
-        if self.saved.manifest is not None and untyped:  # written before columns were typed: all text
-            saved = {}
-            changed = [f"{column}: text -> {kind}" for column, kind in found.items() if kind != "text"]
-        else:
-            changed = [
-                f"{column}: {saved[column]} -> {kind}"
-                for column, kind in found.items()
-                if column in (saved or {}) and saved[column] != kind
-            ]
-        self.types = {**(saved or {}), **found}
+        saved, changed = changed_types(self.saved.manifest, found, source_format)
+        self.types = {**saved, **found}
         self.retyped = bool(changed)
         if changed:
-            self.reasons.append((f"the types of metadata columns changed ({', '.join(changed)})", "every document was processed again"))
+            self.reasons.append((retyped_cause(changed), "every document was processed again"))
             self.rebuild = True
 
     def _add(self, record: Record) -> bool:
@@ -735,8 +762,9 @@ class _Run:
             raise QAError(
                 f"Every document of collection '{self.collection}' must be processed again ({causes}), but {opened.name} lacks "
                 f"{len(kept)} of its {len(saved.documents)} documents{unread}; it was left as it was.",
-                "index a source that holds all of them, or pass --sync to keep only this source's documents"
-                + (" (or give the columns named values of the types they had)." if self.retyped else "."),
+                RETYPED_FIX
+                if self.retyped
+                else "index a source that holds all of them, or pass --sync to keep only this source's documents.",
             )
         self.dropped = dropped
         report.deleted, report.kept_missing = len(dropped), len(kept)

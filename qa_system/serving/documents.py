@@ -132,7 +132,7 @@ class DocumentChanges:
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", f'create it first: POST /collections with {{"name": "{name}"}}.')
-        documents = check_source(io.BytesIO(source), options, file_name, into=(name, manifest))
+        documents = check_source(io.BytesIO(source), options, file_name, into=(name, manifest), sync=sync)
         # A collection indexed without vectors (`index --no-embed`, BM25 only) stays so: embedding it would mean
         # processing every document again, which a file of a few new ones cannot give.
         embed = manifest.get("embedding_model") is not None or not manifest.get("source_documents")
