@@ -10,7 +10,7 @@ count, the total and share when known, the rate and the time left, and one line 
     embedding: done, 5,000/5,000 reviews in 2m03s, 40.6 reviews/s
 
 A job whose total is unknown (a file read as a stream) may say how far it is by a share
-(``fraction``, e.g. of the file's bytes): the time left comes from that.
+(``fraction``, e.g. of the file's bytes read and of what they hold processed): the time left comes from that.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class Progress:
         parts = []
         share = self.fraction() if with_share and self.fraction is not None else None
         if share is not None:
-            parts.append(f"~{100 * share:.0f}% of the source")
+            parts.append(f"~{100 * share:.0f}% done")
         left = self._left(now)
         if left is not None:
             parts.append(f"{duration(left)} left")
@@ -174,7 +174,7 @@ class Progress:
             text = f"{self.desc}: {self.n:,} {self.unit}"
             share = self.fraction() if self.fraction is not None else None
             if share is not None:
-                text += f" (~{100 * share:.0f}% of the source)"
+                text += f" (~{100 * share:.0f}% done)"
         rate = self._rate(now)
         if rate is not None and self.n > self._start_n:
             text += f", {rate:,.1f} {self.unit}/s"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 from types import SimpleNamespace
 
 from helpers.models import tiny_model_dir
@@ -50,7 +51,7 @@ def test_not_a_terminal_logs_a_line_every_few_seconds_with_count_total_rate_and_
     assert "\r" not in stream.getvalue()  # no bar redrawn into a log
 
 
-def test_a_job_of_unknown_total_says_how_far_it_is_by_the_share_of_its_source():
+def test_a_job_of_unknown_total_says_how_far_it_is_by_the_share_done():
     stream, clock, share = io.StringIO(), Clock(), [0.0]
     progress = Progress(None, "indexing mine", "documents", stream=stream, every=5, clock=clock, fraction=lambda: share[0])
     clock.now += 20
@@ -59,7 +60,7 @@ def test_a_job_of_unknown_total_says_how_far_it_is_by_the_share_of_its_source():
     progress.close()
     progress.close()  # once
     assert stream.getvalue().splitlines() == [
-        "indexing mine: 5,000 documents (~25% of the source), 250.0 documents/s, 1m00s left",
+        "indexing mine: 5,000 documents (~25% done), 250.0 documents/s, 1m00s left",
         "indexing mine: done, 5,000 documents in 20s, 250.0 documents/s",
     ]
 
@@ -128,12 +129,12 @@ def test_index_input_into_a_log_prints_progress_lines_not_silence(tmp_path, caps
     )
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("indexing mine: ")]
-    assert len(lines) == 41, err
+    assert len(lines) == 42, err  # a line a document, one when its batch was staged, and the last
     assert all(
-        re.fullmatch(r"indexing mine: [\d,]+ documents \(~\d+% of the source\), [\d,.]+ documents/s(, \S+ left)?(, embedded \d+)?", line)
+        re.fullmatch(r"indexing mine: [\d,]+ documents \(~\d+% done\), [\d,.]+ documents/s(, \S+ left)?(, embedded \d+)?", line)
         for line in lines[:-1]
     ), lines
-    assert [int(re.search(r"(\d+) documents", line)[1]) for line in lines[:-1]] == list(range(1, 41))
+    assert [int(re.search(r"(\d+) documents", line)[1]) for line in lines[:-1]] == [*range(1, 41), 40]
     assert re.fullmatch(r"indexing mine: done, 40 documents in \d+s, [\d,.]+ documents/s, embedded 0", lines[-1]), lines[-1]
 
 
@@ -158,3 +159,22 @@ def test_reader_training_into_a_log_prints_its_steps_with_rate_and_loss(tmp_path
     assert lines[-2].endswith(tuple("0123456789")) and ", loss " in lines[-2]  # the last loss logged so far (logs follow their step)
     assert re.fullmatch(r"training the reader: done, 2/2 steps in \d+s, [\d.,]+ steps/s, loss \d+\.\d{4}", lines[-1]), lines
     assert "{'loss'" not in captured.out + captured.err  # no printed dict per logged step
+
+
+def test_indexing_a_few_long_documents_says_how_much_is_left_to_embed(home, tmp_path, capsys, monkeypatch):
+    """Three long documents are read at once (the whole source) and then embedded for a while: the lines said "~100% of
+    the source, 0s left" all that time, and a job whose last batch ended it said nothing at all."""
+    from qa_system.ingestion import ingest
+    from qa_system.ingestion.ingest import IngestOptions
+
+    monkeypatch.setattr("qa_system.progress.LOG_EVERY_S", 0.0)  # a line at each step
+    monkeypatch.setattr(sys.modules["qa_system.ingestion.ingest"], "EMBED_CHUNK", 4)
+    text = " ".join(f"Sentence {n} of the manual says the kettle boils water." for n in range(12))
+    source = tmp_path / "manuals.csv"
+    source.write_text("id,text\n" + "".join(f'm{n},"{text}"\n' for n in range(3)), encoding="utf-8")
+    report = ingest(home, source, "manuals", IngestOptions(id_column="id", passage_words=20, passage_overlap=0), progress=True)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("indexing manuals")]
+    shares = [int(line.split("(~")[1].split("%")[0]) for line in lines if "% done)" in line]
+    assert report.embedded > 8 and len(shares) >= 2
+    assert shares[0] < 50 and shares == sorted(shares) and shares[-1] == 100  # read at once, then as the embedding goes
+    assert lines[-1].startswith("indexing manuals: done, 3 documents in ") and lines[-1].endswith(f"embedded {report.embedded}")

@@ -594,6 +594,7 @@ class _Run:
         self.taken_ids: dict[str, str] = {}  # staged passage id -> its document, where a document saved under older ids has that id
         self.items: Counter = Counter()
         self.batch: list[tuple[str, str, dict]] = []  # (document id, text, metadata) of new and changed documents
+        self.to_embed = self.split_documents = 0  # passages split for embedding so far (report.embedded of them are), of how many documents
         # A document read from a file is named by its path in the folder given: the file each one was read from
         # tells another folder's file of the same name apart from a new version of it.
         self.files_root: Path | None = None
@@ -632,11 +633,23 @@ class _Run:
         )
         if self.vector_search is False:
             report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
-        # The total is unknown (the source is read as a stream): the share of it read so far gives the time left.
-        with Progress(None, f"indexing {self.collection}", "documents", enabled=progress, fraction=opened.fraction) as bar:
 
-            def embedded(midway: bool) -> None:  # midway through a batch, the count stands still: show the figure at once
-                bar.set_postfix(refresh=midway, embedded=report.embedded)
+        def done() -> float | None:
+            """The share of the work done: of the source read, and of its passages (split so far, and as many again a
+            document for those read but not split yet), embedded; a few long documents are read at once, and embedded
+            for minutes."""
+            read = opened.fraction()
+            if read is None or not self.embed:
+                return read
+            per_document = self.to_embed / self.split_documents if self.split_documents else 1.0
+            expected = self.to_embed + len(self.batch) * per_document
+            return read * report.embedded / expected if expected else read
+
+        # The total is unknown (the source is read as a stream): the share of the work done gives the time left.
+        with Progress(None, f"indexing {self.collection}", "documents", enabled=progress, fraction=done) as bar:
+
+            def embedded() -> None:  # the count of documents read stands still meanwhile: the figure shown at once
+                bar.set_postfix(refresh=True, embedded=report.embedded)
                 if self.on_progress is not None:
                     self.on_progress(IngestProgress(report.read, report.embedded, opened.fraction()))
 
@@ -716,11 +729,13 @@ class _Run:
                 "or pass --force if this file is the new version of that one (a folder that moved).",
             )
 
-    def _flush(self, staged: IO[str], progressed: Callable[[bool], None]) -> None:
+    def _flush(self, staged: IO[str], progressed: Callable[[], None]) -> None:
         """Split, embed and stage the queued documents; ``progressed`` hears of every chunk embedded, and of the end."""
         report = self.report
-        passages = [passage for document in self.batch for passage in self.splitter.passages(*document)]
+        batch, self.batch = self.batch, []  # the next documents read queue behind it
+        passages = [passage for document in batch for passage in self.splitter.passages(*document)]
         if self.embed:
+            self.to_embed, self.split_documents = self.to_embed + len(passages), self.split_documents + len(batch)
             self.embedder = self.embedder or settings_embedder(self.settings)
             began = time.perf_counter()
             # In chunks, each reported: a batch of long documents is thousands of passages, minutes on a CPU.
@@ -731,17 +746,16 @@ class _Run:
                     passage["embedding"] = document.embedding
                 report.embedded += len(chunk)
                 if start + EMBED_CHUNK < len(passages):
-                    progressed(True)
+                    progressed()
             report.embedding_s += time.perf_counter() - began
-            report.embedded_documents += len(self.batch)
+            report.embedded_documents += len(batch)
         for passage in passages:
             staged.write(document_line(passage) + "\n")
             if passage["id"] in self.saved.older_ids:
                 self.taken_ids[passage["id"]] = passage["meta"]["document_id"]
         report.staged += len(passages)
-        self.staged_documents.update(document_id for document_id, _, _ in self.batch)
-        self.batch.clear()
-        progressed(False)
+        self.staged_documents.update(document_id for document_id, _, _ in batch)
+        progressed()
 
     def commit(self, staging: Path, opened: _Opened, sync: bool, force: bool) -> IngestReport:
         """After the whole source was read: the shrink guard, the manifest, and the commit (skipped when nothing changed)."""
