@@ -53,14 +53,21 @@ def test_a_click_seen_twice_is_one_row(store):
     assert again.id == first.id and [f.click_id for f in store.all()] == ["page/feedback-1-1/0", "page/feedback-1-1/1", None, None]
 
 
-def test_a_database_of_an_earlier_version_gains_click_ids(tmp_path):
-    path = tmp_path / "feedback.sqlite"
-    with sqlite3.connect(path) as connection:  # the table as the previous version created it
+def earlier_database(path, *later_columns: str):
+    """A feedback database as an earlier version created it: its first columns, and ``later_columns`` (TEXT)."""
+    columns = "".join(f", {column} TEXT" for column in later_columns)
+    with sqlite3.connect(path) as connection:
         connection.execute(
             "CREATE TABLE feedback (id INTEGER PRIMARY KEY AUTOINCREMENT, created TEXT NOT NULL, verdict TEXT NOT NULL, "
             'question TEXT NOT NULL, answer TEXT, start INTEGER, "end" INTEGER, document_id TEXT, item_id TEXT, '
-            "review_id TEXT, context TEXT, score REAL, pipeline TEXT, labelled_question_id TEXT)"
+            f"review_id TEXT, context TEXT, score REAL, pipeline TEXT, labelled_question_id TEXT{columns})"
         )
+    return path
+
+
+def test_a_database_of_an_earlier_version_gains_click_ids(tmp_path):
+    path = earlier_database(tmp_path / "feedback.sqlite")
+    with sqlite3.connect(path) as connection:
         connection.execute("INSERT INTO feedback (created, verdict, question, document_id) VALUES ('t', 'wrong', 'q?', 'd')")
     store = FeedbackStore(path)
     store.record(replace(click("correct", "bass is deep"), click_id="c"))
@@ -72,14 +79,7 @@ def test_one_id_in_two_collections_or_a_review_edited_between_clicks_are_exporte
     """Two collections hold a document 'FAQ-4' ("$18" in one, "$22" in the other): a confirmed answer in each was one
     labelled question with both answers and one context, so one answer was not at its offsets (and an older database,
     without collections, is upgraded in place)."""
-    path = tmp_path / "feedback.sqlite"
-    with sqlite3.connect(path) as connection:  # the table as the previous version created it
-        connection.execute(
-            "CREATE TABLE feedback (id INTEGER PRIMARY KEY AUTOINCREMENT, created TEXT NOT NULL, verdict TEXT NOT NULL, "
-            'question TEXT NOT NULL, answer TEXT, start INTEGER, "end" INTEGER, document_id TEXT, item_id TEXT, '
-            "review_id TEXT, context TEXT, score REAL, pipeline TEXT, labelled_question_id TEXT, click_id TEXT)"
-        )
-    store = FeedbackStore(path)
+    store = FeedbackStore(earlier_database(tmp_path / "feedback.sqlite", "click_id"))
     hotels, live = "Breakfast costs $18 a day.", "Breakfast costs $22 a day."
     store.record(
         replace(click("correct", "$18", context=hotels, document_id="FAQ-4", question="How much is breakfast?"), collection="hotels")
