@@ -840,3 +840,15 @@ def test_server_paths_are_said_by_the_settings_that_name_them(settings, tmp_path
     assert public(f"Not {home}2/x nor {home}.bak, but {configured.reader_model}.", configured) == (
         f"Not {home}2/x nor {home}.bak, but {Path(configured.reader_model).name}."
     )
+
+
+def test_an_upload_of_html_text_is_counted_and_with_html_indexed_as_its_text(call):
+    call("POST", "/collections", json={"name": "web"})
+    upload = "/collections/{name}/documents"
+    page = {"id": "w1", "item_id": "P1", "text": "<p>The battery lasts <b>two days</b> &amp; charges fast.</p>"}
+    report = finished(call, call("POST", upload, "/collections/web/documents", json={"documents": [page]}))
+    assert report["html_texts"] == 1  # counted: the tags were indexed as written
+    report = finished(call, call("POST", upload, "/collections/web/documents?html=true", json={"documents": [page]}))
+    assert (report["html_texts"], report["changed"]) == (0, 1)
+    asked = call("POST", "/query", json={"query": "How long does the battery last?", "item_id": "P1", "collection": "web"}).json()
+    assert [d["content"] for d in asked["documents"]] == ["The battery lasts two days & charges fast."]

@@ -1154,3 +1154,37 @@ def test_two_ingestions_into_one_collection_at_once_lose_nothing(home, tmp_path)
     assert len(ids) == 800 and {"a0", "a399", "b0", "b399"} <= ids
     manifest = collection_manifest(home, "shop")  # what `collections` and `products` report
     assert manifest["source_documents"] == 800 and sum(manifest["item_counts"].values()) == 800
+
+
+def test_html_in_a_text_column_is_counted_and_with_html_indexed_as_the_text_a_browser_shows(cli_home, tmp_path, capsys, monkeypatch):
+    """Answers showed "<p>The <b>cancellation policy</b> ..." from a CSV of scraped pages; the report did not say why."""
+    import qa_system.ingestion.freshness as freshness
+    from qa_system.sources.markup import has_tags, html_text
+
+    assert html_text("<p>Free &amp; easy <b>cancellation</b><br/>up to <i>48 hours</i>.</p><script>x = 1</script>") == (
+        "Free & easy cancellation\nup to 48 hours."
+    )
+    assert has_tags('see <a href="x">the policy</a>') and not has_tags("5 < 6 and 7 > 3; I <3 it")
+    monkeypatch.setattr(freshness, "CHECK_EVERY_S", 0)
+    source = tmp_path / "faq.csv"
+    source.write_text(
+        'id,hotel,text\nf1,city,"<p>The <b>cancellation policy</b>: free up to <i>48 hours</i> before arrival.</p>"\n'
+        "f2,city,Breakfast is served from 7 am.\n",
+        encoding="utf-8",
+    )
+    index = ["index", "--input", str(source), "--collection", "faq", "--id-column", "id", "--item-column", "hotel", "--no-embed"]
+    assert main(index) == 0
+    assert "  1 text holds HTML tags (<p>, <br/>, ...), indexed and shown as written: --html indexes the text a browser shows instead." in (
+        capsys.readouterr().out
+    )
+    assert documents(cli_home, "faq")["f1"].content.startswith("<p>The <b>cancellation policy</b>")
+    assert main([*index, "--html"]) == 0
+    out = capsys.readouterr().out
+    assert "1 changed, 1 unchanged" in out and "HTML tags" not in out
+    assert documents(cli_home, "faq")["f1"].content == "The cancellation policy: free up to 48 hours before arrival."
+    source.write_text(source.read_text(encoding="utf-8") + "f3,city,Parking costs $20 a night.\n", encoding="utf-8")
+    assert main(["search", "parking", "--collection", "faq", "--item", "city"]) == 0  # the command that indexes it again reads HTML
+    assert (
+        f"run `qa-system index --input {source} --collection faq --id-column id --item-column hotel --html --store memory --no-embed`"
+        in (capsys.readouterr().err)
+    )

@@ -67,6 +67,7 @@ PENDING_COLLECTION = "pending_collection"  # picked on the next run: the collect
 COLLECTION_SHOWN = "collection_shown"  # the collection the product and answer belong to
 UPLOAD_IN_PROGRESS = "upload_in_progress"  # the upload this visitor follows
 UPLOADED = "uploaded"  # the summary of the upload just done
+HTML_BOX = "Text is HTML"  # the upload form's box for IngestOptions.html
 # The widgets whose values survive a visit to the dashboard (``kept``), and their defaults.
 KEPT_WIDGETS = (
     "stage",
@@ -293,6 +294,10 @@ def upload_form(settings: Settings) -> None:
                 resources.UPLOAD_ENCODINGS,
                 help="How the file's text is encoded (UTF-8 with or without BOM is read as UTF-8).",
             )
+            html = st.checkbox(
+                HTML_BOX,
+                help="The text column holds web markup (`<p>`, `<br/>`, `&amp;`): index the text a browser shows, without the tags.",
+            )
             embed = st.checkbox(
                 "Embed for dense and hybrid search",
                 value=True,
@@ -309,6 +314,7 @@ def upload_form(settings: Settings) -> None:
                 item_column=item_column.strip() or None,
                 id_column=id_column.strip() or None,
                 encoding=encoding,
+                html=html,
             )
             started = resources.start_upload(settings, file, collection, options, embed)
             if started is None:
@@ -330,7 +336,9 @@ def upload_form(settings: Settings) -> None:
         finally:
             if upload.task.wait(0):
                 del st.session_state[UPLOAD_IN_PROGRESS]
-    st.session_state.update({PENDING_COLLECTION: upload.collection, UPLOADED: report.summary()})
+    # The report names the command line's flag; here it is a box of the form.
+    summary = [line.replace("--html", f"the box “{HTML_BOX}”") for line in report.summary()]
+    st.session_state.update({PENDING_COLLECTION: upload.collection, UPLOADED: summary})
     st.rerun()
 
 

@@ -59,6 +59,7 @@ def _ingest(args: argparse.Namespace, settings) -> None:
         id_column=args.id_column,
         item_column=args.item_column,
         encoding=args.encoding,
+        html=args.html,
         passage_words=args.passage_words,
         passage_overlap=args.passage_overlap,
     )
@@ -169,6 +170,11 @@ def register(commands, options: Options) -> None:
     )
     group.add_argument(
         "--encoding", default="utf-8", help="text encoding of the input (default utf-8; a byte-order mark is honoured), e.g. latin-1"
+    )
+    group.add_argument(
+        "--html",
+        action="store_true",
+        help="the text column holds HTML (<p>, <br/>, entities): index the text a browser shows, without the tags",
     )
     group.add_argument(
         "--passage-words",

@@ -94,6 +94,8 @@ def index_command(name: str, store: str, manifest: dict, path: Path, recorded: d
             words += [f"--{key.replace('_', '-')}", str(options[key])]
     if options.get("encoding") not in (None, "utf-8"):
         words += ["--encoding", options["encoding"]]
+    if options.get("html"):
+        words.append("--html")
     words += ["--store", store]  # QA_STORE may name another
     if not manifest.get("embedding_model"):
         words.append("--no-embed")  # as it was: else every document would be embedded

@@ -97,6 +97,7 @@ class IngestReport:
     empty_rows: int = 0
     empty_texts: int = 0
     duplicates: int = 0
+    html_texts: int = 0  # texts that hold HTML tags, indexed as written (``IngestOptions.html`` reads their text)
     files_skipped: list[str] = field(default_factory=list)
     files_unreadable: list[str] = field(default_factory=list)  # "name: why", each left out of a folder
     links_skipped: list[str] = field(default_factory=list)  # links that lead outside the folder, not followed
@@ -147,6 +148,11 @@ class IngestReport:
             lines += [f"    {entry}" for entry in self.files_unreadable[:LISTED]] + [
                 f"    ... and {len(self.files_unreadable) - LISTED} more."
             ] * (len(self.files_unreadable) > LISTED)
+        if self.html_texts:
+            lines.append(
+                f"  {self.html_texts} {'text holds' if self.html_texts == 1 else 'texts hold'} HTML tags (<p>, <br/>, ...), indexed "
+                "and shown as written: --html indexes the text a browser shows instead."
+            )
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
@@ -662,6 +668,7 @@ class _Run:
                 self._flush(staged, embedded)
         counts = opened.counts
         report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
+        report.html_texts = counts.html_texts
         report.files_unreadable, report.links_skipped = counts.files_unreadable, counts.links_skipped
         report.sidecars_unused = counts.sidecars_unused
         if not self.seen:

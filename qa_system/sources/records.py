@@ -43,6 +43,7 @@ class IngestOptions:
     id_column: str | None = None  # None: a hash of the content
     item_column: str | None = None  # None: no item (tables), the title (SQuAD), the file (folders)
     encoding: str = "utf-8"
+    html: bool = False  # a table's text column holds HTML: its text is indexed (``markup.html_text``)
     passage_words: int | None = None  # None: as the collection was split, else PASSAGE_WORDS
     passage_overlap: int | None = None  # None: as the collection was split, else PASSAGE_OVERLAP
 
@@ -51,6 +52,7 @@ class IngestOptions:
         for name in ("format", "text_column", "id_column", "item_column"):
             check_type(getattr(self, name), name, str, "a str or None", optional=True)
         check_type(self.encoding, "encoding", str, "the name of a text encoding (a str such as 'cp1252')")
+        check_type(self.html, "html", bool, "True or False")
         for name in ("passage_words", "passage_overlap"):
             check_type(getattr(self, name), name, int, "a whole number or None", optional=True)
 
@@ -103,6 +105,7 @@ class ReadCounts:
     rows: int = 0
     empty_rows: int = 0
     empty_texts: int = 0
+    html_texts: int = 0  # texts that hold HTML tags, read as written (without ``IngestOptions.html``)
     files_skipped: list[str] = field(default_factory=list)  # files of kinds no converter reads
     files_unreadable: list[str] = field(default_factory=list)  # "name: why" of a folder's files that could not be read
     links_skipped: list[str] = field(default_factory=list)  # links that lead outside the folder

@@ -3,7 +3,8 @@
 The text column is ``--text-column``, else ``text``, else ``review``; ``--id-column`` and
 ``--item-column`` name the document id and the item (product) column; every other non-empty column
 is kept as metadata. Empty rows and rows with an empty text are skipped and counted. A missing
-column is an error that lists the columns the file has.
+column is an error that lists the columns the file has. ``--html``: the text column holds HTML, of which the
+text is read (``markup``); without it, texts that hold tags are counted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import IO, Any
 
 from qa_system.errors import QAError
 from qa_system.sources.decoding import decoded, text_encoding
+from qa_system.sources.markup import has_tags, html_text
 from qa_system.sources.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
 
 DEFAULT_TEXT_COLUMNS = ("text", "review")
@@ -53,10 +55,14 @@ def _columns(available: list[str], options: IngestOptions, name: str) -> tuple[s
     return text, options.id_column, options.item_column
 
 
-def _record(values: dict, columns: tuple[str, str | None, str | None], where: str, counts: ReadCounts) -> Record | None:
+def _record(values: dict, columns: tuple[str, str | None, str | None], where: str, counts: ReadCounts, html: bool = False) -> Record | None:
     text_column, id_column, item_column = columns
     text = values.get(text_column)
     text = "" if text is None else meta_value(text)
+    if html:
+        text = html_text(text)
+    elif has_tags(text):
+        counts.html_texts += 1
     if not text.strip():
         counts.empty_texts += 1
         return None
@@ -125,7 +131,7 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
                         f"{name} line {line}: the row has {how} fields ({len(fields)}) than the header ({len(header)}).",
                         "repair that row (quote fields that hold the delimiter, a quote or a line break).",
                     )
-                record = _record(dict(zip(header, fields)), columns, f"{name} line {line}", counts)
+                record = _record(dict(zip(header, fields)), columns, f"{name} line {line}", counts, options.html)
                 if record is not None:
                     yield record
         except csv.Error as error:
@@ -204,6 +210,6 @@ def _object_records(objects: Iterable[tuple[str, Any]], name: str, options: Inge
                 f"{where} has no '{columns[0]}' key for its text; its keys are: {', '.join(values) or '(none)'}.",
                 f"give every document its text under '{columns[0]}', or pass --text-column.",
             )
-        record = _record(values, columns, where, counts)
+        record = _record(values, columns, where, counts, options.html)
         if record is not None:
             yield record

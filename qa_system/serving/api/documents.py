@@ -219,12 +219,13 @@ async def add_documents(
     ),
     item_column: str | None = Query(None, description="as --item-column (default for JSON: item_id, when the documents have one)"),
     encoding: str = Query("utf-8", description="a file's text encoding"),
+    html: bool = Query(False, description="the text holds HTML: its text is indexed, without the tags (as --html)"),
     sync: bool = Query(False, description="also delete the documents that are not in this request (as --sync)"),
 ) -> JSONResponse:
     """Add documents, or update those whose id is there already (upsert), in the background: 202 with a task id to poll
     (GET /tasks/{task_id}). The body is `{"documents": [...]}` (JSON) or a file (CSV, TSV, JSON lines: its content type, or `format`).
     It is read through first, so a file that `qa-system index --input` refuses is refused here at once, with its message."""
-    options = IngestOptions(text_column=text_column, id_column=id_column, item_column=item_column, encoding=encoding)
+    options = IngestOptions(text_column=text_column, id_column=id_column, item_column=item_column, encoding=encoding, html=html)
     source, options, file_name = await upload(request, name, format, filename, options)
     api = request.app.state.api
     change = await api.changing_documents(documents.add, name, source, options, file_name, sync)

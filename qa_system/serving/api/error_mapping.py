@@ -72,7 +72,9 @@ def one_line(error: RequestValidationError) -> str:
 
 
 # The document routes take `index --input`'s flags as query parameters: the library's messages name the flags.
-_FLAG = re.compile(r"--(text-column|id-column|item-column|encoding|format|sync)\b(?: (?!(?:with|to|or|for|and)\b)([a-z][a-z0-9_-]*)\b)?")
+_FLAG = re.compile(
+    r"--(text-column|id-column|item-column|encoding|format|sync|html)\b(?: (?!(?:with|to|or|for|and)\b)([a-z][a-z0-9_-]*)\b)?"
+)
 
 
 def in_http_terms(message: str) -> str:
@@ -81,8 +83,8 @@ def in_http_terms(message: str) -> str:
 
     def parameter(match: re.Match) -> str:
         name = match[1].replace("-", "_")
-        if name == "sync":
-            return "sync=true"
+        if name in ("sync", "html"):
+            return f"{name}=true"
         return f"{name}={match[2]}" if match[2] else name
 
     return _FLAG.sub(parameter, message)
