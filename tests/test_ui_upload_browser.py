@@ -116,6 +116,21 @@ def test_a_windows_1252_file_says_which_encoding_to_pick_and_reads_once_picked(s
     assert {info.name: info.documents for info in list_collections(settings)}["tickets"] == 1
 
 
+def test_html_text_is_counted_and_with_the_box_ticked_indexed_as_its_text(site, browser):
+    from helpers.ingestion import documents
+
+    url, root, settings = site
+    path = root / "pages.csv"
+    path.write_text('id,product,text\np1,LAMP-1,"<p>The lamp is <b>bright</b> &amp; warm.</p>"\n', encoding="utf-8")
+    upload(browser, url, path, **{"Id column": "id"})
+    # The report names the form's box, not the command line's --html.
+    wait(browser, lambda d: "Collection 'pages'" in page_text(d) and "1 text holds HTML tags" in page_text(d))
+    assert "the box “Text is HTML”" in page_text(browser) and "--html" not in page_text(browser)
+    upload(browser, url, path, checked=("Text is HTML",), **{"Id column": "id"})
+    wait(browser, lambda d: "Collection 'pages'" in page_text(d) and "1 changed" in page_text(d))
+    assert [d.content for d in documents(settings, "pages").values()] == ["The lamp is bright & warm."]
+
+
 def test_leaving_the_page_during_an_upload_does_not_lose_it(site, tmp_path):
     """The upload is indexed by the server, not by the visitor's script: closing the browser while its
     upload waits for its turn (the test holds the collection's ingestion lock until the visitor has left) still

@@ -40,8 +40,9 @@ def selected(driver, label: str) -> str | None:
     return boxes[0].get_attribute("value") if boxes else None
 
 
-def upload(driver, url: str, path: Path, **fields: str) -> None:
-    """Open the page, fill the upload form (``fields``: label -> text) with ``path`` and submit it."""
+def upload(driver, url: str, path: Path, checked: tuple[str, ...] = (), **fields: str) -> None:
+    """Open the page, fill the upload form (``fields``: label -> text; ``checked``: the labels of boxes to tick) with
+    ``path`` and submit it."""
     driver.get(url)
     click(driver, "xpath", "//summary[.//p[normalize-space()='Add your own documents']]")
     wait(driver, lambda d: d.find_elements("css selector", "[data-testid='stFileUploader'] input[type='file']"))[0].send_keys(str(path))
@@ -55,6 +56,8 @@ def upload(driver, url: str, path: Path, **fields: str) -> None:
     )
     for label, text in fields.items():
         usable(driver, "css selector", f"input[aria-label='{label}']").send_keys(text)
+    for label in checked:
+        click(driver, "xpath", f"//div[@data-testid='stCheckbox']//label[.//p[normalize-space()='{label}']]")
     click(driver, "xpath", "//button[.//p[normalize-space()='Index the file']]")
 
 
