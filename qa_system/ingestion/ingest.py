@@ -508,6 +508,7 @@ def changed_types(manifest: dict | None, found: dict[str, str], source_format: s
 
 
 def retyped_cause(changed: list[str]) -> str:
+    """Why every document is processed again when the columns ``changed`` (``changed_types``) changed type."""
     return f"the types of metadata columns changed ({', '.join(changed)})"
 
 
