@@ -211,6 +211,24 @@ def test_a_close_call_never_states_two_chances_over_100_percent_as_if_both_could
     )
 
 
+def test_an_answer_and_no_answer_past_100_percent_say_so_on_the_no_answer_card():
+    """ "74% chance right" first, "44% chance there is no answer here" folded below it: no close call, and nothing said
+    that both cannot be right."""
+    answers = stipend_answers({"document_id": "wellness.md"}, 0.74, 0.44)
+    for answer in answers:
+        answer.meta["close_call"] = False
+    first, no_answer = answer_cards(answer_views(answers))
+    assert first.note == "" and no_answer.folded
+    assert no_answer.note == (
+        "The first answer has a 74% chance of being right, \u201cno answer\u201d a 44% chance, each estimated on its own; "
+        "both cannot be right, so at least one of these chances is too high here."
+    )
+    within = stipend_answers({"document_id": "wellness.md"}, 0.54, 0.44)
+    for answer in within:
+        answer.meta["close_call"] = False
+    assert answer_cards(answer_views(within))[1].note == ""  # 98%: nothing to say
+
+
 def test_cards_over_documents_of_your_own_say_documents_and_subjqas_say_reviews():
     own = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.55, 0.45)))
     assert own[1].text == "No answer in these documents" and "these documents do not answer" in own[1].help

@@ -558,9 +558,9 @@ def show_answers(service: QAService, asked: Asked, nouns: cards.Nouns) -> None:
     folded = [(view, card) for view, card in shown if card.folded]
     if folded:
         spans = sum(card.kind != "no_answer" for _, card in folded)
-        with st.expander(
-            f"{spans} more candidate(s) rated below “no answer”{f' ({ranked.no_answer.score_label})' if ranked.no_answer.score_label else ''}"
-        ):
+        chance = f" ({ranked.no_answer.score_label})" if ranked.no_answer.score_label else ""
+        # Only the "no answer" card folded: the fold names it, not "0 more candidate(s)".
+        with st.expander(f"{spans} more candidate(s) rated below “no answer”{chance}" if spans else f"“No answer”{chance}"):
             for view, card in folded:
                 answer_card(service, asked, view, card, nouns)
 

@@ -318,6 +318,17 @@ class RankedAnswers:
             return False
         return _percent(answer.probability) + _percent(self.no_answer.probability) > 100
 
+    def overflow_note(self) -> str:
+        """Below an answer whose chance and "no answer"'s add up past 100% (no close call: that says it), a sentence on
+        the "no answer" card saying so; else ""."""
+        first = self.above[0] if self.above else None
+        if first is None or self.abstains or first.meta.get("close_call") or not self.overflows(first):
+            return ""
+        return (
+            f"The first answer has {a_chance(first.probability)} of being right, \u201cno answer\u201d {a_chance(self.no_answer.probability)}, "
+            f"each estimated on its own; {BOTH_CANNOT_BE_RIGHT}."
+        )
+
     def no_answer_note(self) -> str:
         """What a "no answer" means here, in words that do not oversell it.
 
@@ -456,6 +467,7 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
         if view.kind == "no_answer":
             note = ranked.close_call if ranked.abstains else ""
             note = note or (ranked.no_answer_note() if view is ranked.no_answer else "")
+            note = note or (ranked.overflow_note() if view is ranked.no_answer else "")
             if view.meta.get("no_documents"):
                 note = no_documents_note(noun)
             cards.append(
