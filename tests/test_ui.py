@@ -246,12 +246,15 @@ def test_a_question_over_the_limit_is_refused_on_the_page_with_the_apis_message(
     too_long = "a" * (MAX_QUESTION_CHARS + 1)
     with pytest.raises(QAError) as refused:  # the check /query and /feedback answer 422 with
         check_length(too_long)
-    at = ask(page(), too_long, "HEADPHONES")
+    at = ask(page(), "How is the bass?", "HEADPHONES")
+    assert at.query_params["q"] == "How is the bass?"
+    at = ask(at, too_long, "HEADPHONES")
     assert (
         not at.exception
         and messages(at) == str(refused.value) == "The question is 1001 characters long. Fix: ask in at most 1000 characters."
     )
     assert at.session_state["asked"] is None and not answer_cards(at)
+    assert "q" not in at.query_params  # the link named the question before, which a reload would ask again
 
 
 def test_no_page_module_runs_a_pipeline_itself():

@@ -444,6 +444,8 @@ def ask(settings: Settings, options: Options, has_products: bool) -> None:
             output = service.ask(asked, retrieval_fallback=True)  # a reader that does not load: the reviews are still shown
     except QAError as error:
         st.session_state[ASKED] = None
+        if "q" in st.query_params:  # the link named the answer shown before: a reload would ask that question again
+            del st.query_params["q"]
         st.error(markdown_literal(error), icon=WARNING)  # messages quote the question and the (linked) product
         return
     warning = None
