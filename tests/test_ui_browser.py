@@ -60,11 +60,11 @@ def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flag
             assert alerts() == ["info\nThe answers below come from other settings (retriever: BM25 (keywords)). Press Ask to update them."]
             driver.find_element("xpath", "//button[.//p[normalize-space()='Ask']]").click()
             wait.until(lambda d: not alerts())
-            for page in ("Evaluation dashboard", "Ask the reviews"):
+            for page in ("Evaluation dashboard", "Ask a question"):
                 page_link(page).click()
                 wait.until(
                     lambda d: d.find_elements(
-                        "css selector", ANSWER_CARD if page == "Ask the reviews" else "input[aria-label='Reports folder']"
+                        "css selector", ANSWER_CARD if page == "Ask a question" else "input[aria-label='Reports folder']"
                     )
                 )
             assert option("Dense (meaning)").find_element("css selector", "input").is_selected()
@@ -81,7 +81,7 @@ def test_the_dashboard_and_back_keeps_the_settings_and_a_changed_setting_is_flag
             wait.until(lambda d: d.find_elements("css selector", "input[aria-label='Reports folder']"))
             folder_box().send_keys("retriever", Keys.ENTER)
             wait.until(lambda d: d.current_url.endswith("/dashboard?folder=retriever"))
-            page_link("Ask the reviews").click()
+            page_link("Ask a question").click()
             wait.until(lambda d: d.find_elements("css selector", ANSWER_CARD))
             assert driver.current_url.endswith("/?item=HEADPHONES&q=How+is+the+bass%3F")  # the search page's link only
             page_link("Evaluation dashboard").click()

@@ -21,10 +21,11 @@ if UI_DIR not in sys.path:
 from cards import CSS  # noqa: E402
 
 # An emoji favicon is drawn by the page itself; a ":material/..." one is fetched from fonts.gstatic.com.
-st.set_page_config(page_title="Ask the reviews", page_icon="🔎", layout="wide")
+# Named for every collection, reviews or documents of one's own: the page's heading says which.
+st.set_page_config(page_title="Ask a question", page_icon="🔎", layout="wide")
 st.html(CSS)
 pages = [
-    st.Page("search.py", title="Ask the reviews", icon=":material/search:", default=True),
+    st.Page("search.py", title="Ask a question", icon=":material/search:", default=True),
     st.Page("dashboard.py", title="Evaluation dashboard", icon=":material/monitoring:", url_path="dashboard"),
 ]
 page = st.navigation(pages)
