@@ -186,7 +186,9 @@ def test_a_shared_link_shows_its_hostile_product_as_text(site, browser, recorder
     url, _ = site
     item = f"X'. [Your session expired: click here]({recorder.origin}/phish) ![p]({recorder.origin}/p.png)"
     browser.get(f"{url}/?{urllib.parse.urlencode({'item': item, 'q': 'hi'})}")
-    alert = wait(browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "has no reviews" in a.text])
+    alert = wait(
+        browser, lambda d: [a for a in d.find_elements("css selector", "[data-testid='stAlert']") if "There is no product" in a.text]
+    )
     idle(browser)
     assert item in alert[0].text.replace(WORD_JOINER, "")  # the product id exactly as linked, as text
     assert_nothing_interpreted(browser, recorder)

@@ -372,13 +372,19 @@ def default_product(counts: dict[str, int], subjqa: bool) -> str:
     return DEFAULT_ITEM if DEFAULT_ITEM in counts else max(counts, key=counts.get)
 
 
-def init_from_url(counts: dict[str, int], subjqa: bool) -> None:
+def init_from_url(service: QAService, collection: str, counts: dict[str, int], subjqa: bool) -> None:
     """``?collection=...&item=...&q=...`` pre-fills the form (and asks), so that answers can be linked to;
-    ``item=*`` is "All documents"."""
+    ``item=*`` is "All documents". A product the collection does not hold is said at once, as an unknown collection
+    is: the collection's default product is shown, and the linked question waits in the box (not asked of another)."""
     if PRODUCT in st.session_state:
         return
     params = st.query_params
     item = params.get("item")
+    if item not in (None, "", ALL_DOCUMENTS_LINK) and counts and (item := service.stored_item(collection, item)) is None:
+        default = default_product(counts, subjqa)
+        st.session_state[NOTICE] = f"There is no product '{params['item']}' in this collection: showing {default or 'all documents'}."
+        st.session_state.update({PRODUCT: default, QUESTION: params.get("q", "")})
+        return
     st.session_state[PRODUCT] = ALL_DOCUMENTS if item == ALL_DOCUMENTS_LINK else item or default_product(counts, subjqa)
     if params.get("q"):
         st.session_state[QUESTION] = params["q"]
@@ -670,7 +676,7 @@ def main() -> None:
     service = resources.service(settings)
     feedback_panel(service.feedback, settings)
     counts = index.item_counts()
-    init_from_url(counts, options.subjqa)
+    init_from_url(service, options.collection, counts, options.subjqa)
     if options.evaluation:
         st.button(
             "Random labelled question",

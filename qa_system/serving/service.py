@@ -25,6 +25,7 @@ from qa_system.devices import resolve_device
 from qa_system.errors import QAError
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport
 from qa_system.pipelines import QAPipeline
+from qa_system.pipelines.qa_pipeline import stored_item
 from qa_system.reading.onnx_cache import prepare_reader
 from qa_system.serving.answering import ANSWER_STAGES, answer_stage_or_retrieval, check_question, pipeline_label, run_question  # noqa: F401 - ANSWER_STAGES: for the page
 from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
@@ -178,6 +179,11 @@ class QAService:
         if self.loading.still_opening(name, name in self.served):
             raise QAError(f"Collection '{name}' is still loading.", "wait until GET /health answers ready.")
         return self.opening(name).result()
+
+    def stored_item(self, collection: str | None, item_id: str) -> str | None:
+        """``item_id`` as ``collection`` spells it (``pipelines.stored_item``: trimmed and in Unicode NFC), None when
+        it holds no such product: a door checks a linked item before it asks anything."""
+        return stored_item(self.index(collection), item_id)
 
     def embedding(self, collection: str | None) -> BackgroundTask[Index]:
         """The task embedding ``collection`` for dense and hybrid questions, shared by every caller."""
