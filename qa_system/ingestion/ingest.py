@@ -488,11 +488,7 @@ def check_source(
         _, changed = changed_types(manifest, opened.types, opened.format)
         held = (manifest or {}).get("documents") or 0
         if changed and len(seen) < held:
-            raise QAError(
-                f"Every document of collection '{collection}' must be processed again ({retyped_cause(changed)}), but "
-                f"{opened.name} holds {len(seen)} of its {held} documents; it was left as it was.",
-                RETYPED_FIX,
-            )
+            raise reprocessing_refused(collection, retyped_cause(changed), f"{opened.name} holds {len(seen)} of its {held} documents", True)
     return len(seen)
 
 
@@ -512,10 +508,14 @@ def retyped_cause(changed: list[str]) -> str:
     return f"the types of metadata columns changed ({', '.join(changed)})"
 
 
-RETYPED_FIX = (
-    "index a source that holds all of them, or pass --sync to keep only this source's documents "
-    "(or give the columns named values of the types they had)."
-)
+def reprocessing_refused(collection: str, causes: str, shortfall: str, retyped: bool) -> QAError:
+    """The refusal of a run that must process every document of ``collection`` again (``causes``) from a source that
+    does not hold them all (``shortfall``); ``retyped``: a column's type changed, which other values undo."""
+    fix = "index a source that holds all of them, or pass --sync to keep only this source's documents"
+    return QAError(
+        f"Every document of collection '{collection}' must be processed again ({causes}), but {shortfall}; it was left as it was.",
+        f"{fix} (or give the columns named values of the types they had)." if retyped else f"{fix}.",
+    )
 
 
 def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptions, opened: _Opened) -> None:
@@ -781,13 +781,8 @@ class _Run:
         if self.rebuild and kept:
             # Processing again needs each document's source: those missing from this one would be lost.
             causes = "; ".join(cause for cause, _ in self.reasons)
-            raise QAError(
-                f"Every document of collection '{self.collection}' must be processed again ({causes}), but {opened.name} lacks "
-                f"{len(kept)} of its {len(saved.documents)} documents{unread}; it was left as it was.",
-                RETYPED_FIX
-                if self.retyped
-                else "index a source that holds all of them, or pass --sync to keep only this source's documents.",
-            )
+            lacking = f"{opened.name} lacks {len(kept)} of its {len(saved.documents)} documents{unread}"
+            raise reprocessing_refused(self.collection, causes, lacking, self.retyped)
         self.dropped = dropped
         report.deleted, report.kept_missing = len(dropped), len(kept)
         self.items.update(saved.documents[d][1] for d in kept if saved.documents[d][1] is not None)
