@@ -317,7 +317,7 @@ def test_a_collection_the_cli_indexes_while_the_server_runs_is_served_at_once(ca
     path = tmp_path / "later.jsonl"
     path.write_text("\n".join(json.dumps(review(n)) for n in range(4)), encoding="utf-8")
     ingest(settings, path, "indexed-later", embed=False, progress=False)  # `qa-system index` in another shell
-    asked = {"query": "How long does the battery last?", "collection": "indexed-later"}
+    asked = {"query": "How long does the battery last?", "collection": "indexed-later", "item_id": "P1"}  # the file's item_id
     answered = call("POST", "/query", json=asked)  # "Unknown collection" until the server was restarted
     assert answered.status_code == 200 and answered.json()["answers"], answered.text
     assert "indexed-later" in [listed["name"] for listed in call("GET", "/collections").json()]
@@ -380,7 +380,7 @@ def test_collections_deleted_or_damaged_elsewhere_are_left_out_of_the_list_and_n
     path.write_text("\n".join(json.dumps(review(n)) for n in range(3)), encoding="utf-8")
     for name in ("goes-away", "gets-damaged"):
         ingest(settings, path, name, embed=False, progress=False)
-        assert call("POST", "/query", json={"query": "battery?", "collection": name}).status_code == 200
+        assert call("POST", "/query", json={"query": "battery?", "collection": name, "item_id": "P1"}).status_code == 200
     delete_collection(settings, "goes-away")  # `qa-system collections --delete` in another shell
     (settings.index_dir / "memory" / "gets-damaged.json").write_text('{"documents": [', encoding="utf-8")
     ingest(settings, path, "saved-since", embed=False, progress=False)

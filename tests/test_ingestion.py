@@ -67,6 +67,24 @@ def test_tsv_defaults_to_the_review_column_and_content_hash_ids(home, tmp_path):
     assert all(len(i) == 32 and d.meta["content_hash"] == i for i, d in docs.items())  # id = content hash
 
 
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_a_column_named_item_id_is_the_item_without_a_flag(home, tmp_path, suffix):
+    # as an upload's item_id and a sidecar's are: not metadata named item_id_column with no product to ask about
+    path = tmp_path / f"reviews.{suffix}"
+    rows = [(r[2], r[1], "acme") for r in REVIEWS]
+    if suffix == "csv":
+        write_csv(path, rows, header=("text", "item_id", "brand"))
+    else:
+        path.write_text("".join(json.dumps({"text": t, "item_id": i, "brand": b}) + "\n" for t, i, b in rows), encoding="utf-8")
+    ingest(home, path, "plain", IngestOptions(), embed=False, progress=False)
+    assert open_collection(home, "plain").item_counts() == {"P1": 2, "P2": 2}
+    assert not any("item_id_column" in d.meta for d in documents(home, "plain").values())
+    # a column --item-column names still wins, and the item_id column is kept as metadata
+    ingest(home, path, "brands", IngestOptions(item_column="brand"), embed=False, progress=False)
+    assert open_collection(home, "brands").item_counts() == {"acme": 4}
+    assert {d.meta["item_id_column"] for d in documents(home, "brands").values()} == {"P1", "P2"}
+
+
 def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     path = tmp_path / "reviews.jsonl"
     lines = [{"text": t, "sku": item, "rating": int(stars), "tags": ["a", "b"]} for _, item, t, stars in REVIEWS]

@@ -1,7 +1,7 @@
 """CSV / TSV, JSON lines and JSON arrays -> Records, one row at a time (a JSON array is read whole).
 
-The text column is ``--text-column``, else ``text``, else ``review``; ``--id-column`` and
-``--item-column`` name the document id and the item (product) column; every other non-empty column
+The text column is ``--text-column``, else ``text``, else ``review``; ``--id-column`` names the document id
+column, ``--item-column`` (else ``item_id``, when the file has it) the item (product); every other non-empty column
 is kept as metadata. Empty rows and rows with an empty text are skipped and counted. A missing
 column is an error that lists the columns the file has. ``--html``: the text column holds HTML, of which the
 text is read (``markup``); without it, texts that hold tags are counted.
@@ -22,6 +22,8 @@ from qa_system.sources.markup import has_tags, html_text
 from qa_system.sources.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
 
 DEFAULT_TEXT_COLUMNS = ("text", "review")
+# The name the index, the API's uploads and sidecar files give the item: a table's column of that name is its item too.
+DEFAULT_ITEM_COLUMN = "item_id"
 TABLE_FIX = "pass a CSV / TSV file (or JSON lines), saved as text; export spreadsheets as CSV (UTF-8)."
 # Columns a file may have: every other one is metadata of every document, and a search server maps at most
 # 1,000 fields an index; a header of 40,000 columns (349 KB) is a mistake, not a table to index.
@@ -52,7 +54,8 @@ def _columns(available: list[str], options: IngestOptions, name: str) -> tuple[s
     for flag, column in (("--text-column", text), ("--id-column", options.id_column), ("--item-column", options.item_column)):
         if column is not None and column not in available:
             raise QAError(f"{name} has no column '{column}' ({flag}); its columns are: {shown}.", f"pass {flag} with one of those columns.")
-    return text, options.id_column, options.item_column
+    item = options.item_column or (DEFAULT_ITEM_COLUMN if DEFAULT_ITEM_COLUMN in available else None)
+    return text, options.id_column, item
 
 
 def _record(values: dict, columns: tuple[str, str | None, str | None], where: str, counts: ReadCounts, html: bool = False) -> Record | None:
