@@ -69,6 +69,37 @@ def test_a_rating_filter_returns_only_matching_documents(settings, reviews):
     assert len(documents) == len([n for n in range(40) if rating(n) == 1 or 1 + n % 12 == 12])
 
 
+EQUALITIES = [
+    {"field": "meta.price", "operator": "==", "value": 4},  # the column is typed number: stored 4.0
+    {"field": "meta.price", "operator": "==", "value": 4.0},
+    {"field": "meta.overall", "operator": "==", "value": 4.0},  # an integer column asked with a float
+    {"field": "meta.reviewTime", "operator": "==", "value": "2013-05-05T00:00:00"},  # the stored date is "2013-05-05"
+]
+
+
+@pytest.mark.parametrize("condition", EQUALITIES)
+def test_an_equality_filter_matches_as_the_store_does_whatever_the_values_form(settings, reviews, condition):
+    # The retriever's fast path for equalities compared the stored value literally: found nothing, "no answer" at 100%
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    index = open_collection(settings, "amz", embeddings=False, progress=False)
+    expected = {d.meta["document_id"] for d in index.store.filter_documents(condition)}
+    documents = build_retrieval_pipeline("bm25", settings, index=index).run("battery", filters=condition, top_k=50)["documents"]
+    assert expected and {d.meta["document_id"] for d in documents} == expected
+
+
+def test_a_filter_built_in_python_may_hold_dates(settings, reviews):
+    import datetime
+
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    pipeline = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
+    since = {"field": "meta.reviewTime", "operator": ">=", "value": datetime.date(2013, 12, 1)}
+    documents = pipeline.run("battery", filters=since, top_k=50)["documents"]
+    assert documents and all(d.meta["reviewTime"] >= "2013-12-01" for d in documents)
+    on = {"field": "meta.reviewTime", "operator": "in", "value": [datetime.datetime(2013, 5, 5)]}
+    assert {d.meta["reviewTime"] for d in pipeline.run("battery", filters=on, top_k=50)["documents"]} == {"2013-05-05"}
+    assert since["value"] == datetime.date(2013, 12, 1)  # the caller's filter is left as it was
+
+
 @pytest.mark.parametrize(
     "bad, message",
     [
@@ -266,6 +297,14 @@ def test_a_rating_filter_on_a_real_search_server(opensearch_url, tmp_path, tiny_
         }
         documents = pipeline.run("battery", filters=cheap, top_k=50)["documents"]
         assert sorted(d.meta["document_id"] for d in documents) == [f"R{n:03d}" for n in range(10) if 1 + n % 12 < 6]
+        memory = settings.with_(store="memory")
+        ingest(memory, reviews, name, OPTIONS, embed=False, progress=False)
+        in_memory = build_retrieval_pipeline("bm25", memory, index=open_collection(memory, name, embeddings=False, progress=False))
+        for condition in EQUALITIES:  # the same documents as in the memory store
+            found = [
+                {d.meta["document_id"] for d in p.run("battery", filters=condition, top_k=50)["documents"]} for p in (pipeline, in_memory)
+            ]
+            assert found[0] and found[0] == found[1], condition
     finally:
         delete_opensearch_index(settings, name)
 

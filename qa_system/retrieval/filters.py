@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from haystack import Document
 
+from qa_system.sources.columns import is_iso_date
 from qa_system.stores.filter_checks import (
     FILTER_FIX,
     check_collection_filters,
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 FILTERABLE_FIELDS = ("item_id", "split", "domain", "review_id")
+# The values postings hold; a number matches whatever its type (2 finds a stored 2.0, as == does).
+POSTED = (str, int, float, bool)
 
 
 def make_filters(**meta: Any) -> dict | None:
@@ -63,7 +66,8 @@ def equality_conditions(filters: dict | None) -> list[tuple[str, Any]] | None:
 
     Retrievers answer such filters from precomputed postings instead of scanning every document. A
     field may come twice (the product scope and a user's filter on ``meta.item_id``): every pair must
-    hold, so two different values of one field match nothing.
+    hold, so two different values of one field match nothing. A date is left to the scan, which compares
+    it as a date ("2024-10-22T00:00:00" is the stored "2024-10-22"), as the stores do.
     """
     if not filters:
         return []
@@ -71,7 +75,10 @@ def equality_conditions(filters: dict | None) -> list[tuple[str, Any]] | None:
     wanted = []
     for condition in conditions:
         field = condition.get("field", "")
-        if condition.get("operator") != "==" or not field.startswith("meta.") or not isinstance(condition.get("value"), (str, int, bool)):
+        value = condition.get("value")
+        if condition.get("operator") != "==" or not field.startswith("meta.") or not isinstance(value, POSTED):
+            return None
+        if isinstance(value, str) and is_iso_date(value):
             return None
         wanted.append((field.removeprefix("meta."), condition.get("value")))
     return wanted
@@ -86,7 +93,7 @@ class MetaPostings:
         for position, document in self._documents:
             for key, value in document.meta.items():
                 for element in value if isinstance(value, list) else [value]:
-                    if isinstance(element, (str, int, bool)):
+                    if isinstance(element, POSTED):
                         postings.setdefault((key, element), set()).add(position)
         self._postings = {key: np.asarray(sorted(positions), dtype="int64") for key, positions in postings.items()}
 

@@ -8,6 +8,7 @@ field, or comparing a number with text: such filters would compare strings in on
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import unicodedata
@@ -174,6 +175,22 @@ def check_collection_filters(filters: Any, manifest: Mapping[str, Any]) -> dict 
     return _either_unicode_form(check_filters(filters, manifest.get("meta_types"), fields))
 
 
+def _dates_as_text(node: Any, depth: int = 0) -> Any:
+    """``node`` with Python dates and datetimes (``datetime.date``, pandas' ``Timestamp``) written as the ISO text
+    the index holds (a copy where one is found): a filter built in Python may hold them, and JSON cannot."""
+    if depth > MAX_FILTER_DEPTH + 1 or not isinstance(node, dict):
+        return node
+    if isinstance(node.get("conditions"), list):
+        children = [_dates_as_text(child, depth + 1) for child in node["conditions"]]
+        return node if all(a is b for a, b in zip(children, node["conditions"])) else {**node, "conditions": children}
+    value = node.get("value")
+    if isinstance(value, datetime.date):
+        return {**node, "value": value.isoformat()}
+    if isinstance(value, list) and any(isinstance(v, datetime.date) for v in value):
+        return {**node, "value": [v.isoformat() if isinstance(v, datetime.date) else v for v in value]}
+    return node
+
+
 def _either_unicode_form(node: Any) -> Any:
     """``node`` with each text compared for (in)equality in both Unicode forms, composed and decomposed (NFC and NFD):
     "Café" typed with one code point for "é" matches one stored with two, as product ids are matched (a copy)."""
@@ -219,6 +236,7 @@ def check_filters(filters: Any, types: Mapping[str, str] | None = None, fields: 
         return None
     if not isinstance(filters, dict):
         raise QAError(f"The filter is a {type(filters).__name__}, not an object.", FILTER_FIX)
+    filters = _dates_as_text(filters)
     conditions = [0]
 
     def walk(node: Any, where: str, depth: int) -> None:
