@@ -1034,6 +1034,44 @@ def test_csv_labels_name_the_collection_documents(home, tmp_path):
     assert load_labels(path, home, "labelled").questions[0].item_id == "P1"
 
 
+def test_retrievers_are_evaluated_on_a_collection_without_items(cli_home, tmp_path, capsys):
+    # the questions are asked of every document: the chance baseline's candidates were a crash (no filter to match)
+    columns = ["--text-column", "body", "--id-column", "review_id", "--no-embed"]
+    assert main(["index", "--input", str(write_csv(tmp_path / "r.csv")), "--collection", "unlabelled-items", *columns]) == 0
+    path = tmp_path / "labels.csv"
+    path.write_text(
+        "question,answer,document_id\nWhat broke?,The cable broke,r4\nHow long does it last?,a whole week,r1\n", encoding="utf-8"
+    )
+    out = tmp_path / "report"
+    command = ["eval", "retriever", "--collection", "unlabelled-items", "--labels", str(path), "--retriever", "bm25", "--out", str(out)]
+    assert main(command) == 0, capsys.readouterr().err
+    rows = [r for r in json.loads((out / "report.json").read_text())["metrics"] if r["group"] == "all" and r["definition"] == "strict"]
+    assert {r["retriever"]: r["n"] for r in rows} == {"bm25": 2, "chance (random order)": 2}
+    assert next(r for r in rows if r["retriever"] == "chance (random order)")["recall@1"] == pytest.approx(1 / len(REVIEWS))
+    from qa_system import evaluate_retrievers
+
+    with pytest.raises(QAError, match=r"labels is a str \(.*labels.csv\), not labels read from a file. Fix: pass qa_system.load_labels"):
+        evaluate_retrievers(cli_home, labels=str(path))  # was an AttributeError from deep inside
+
+
+def test_the_documented_python_evaluation_runs_as_written(cli_home, monkeypatch):
+    """docs/evaluation.md's Python block on the README's sample collection, run as written from the repository root."""
+    from qa_system.config import REPO_ROOT
+
+    monkeypatch.setenv("QA_READER_BACKEND", "torch")  # the same reader without its int8 export, built once per machine
+    monkeypatch.chdir(REPO_ROOT)
+    columns = ["--text-column", "body", "--id-column", "review_id", "--item-column", "product", "--no-embed"]
+    assert main(["index", "--input", "data/reviews.csv", "--collection", "sample", *columns]) == 0
+    code = (REPO_ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8").split("```python\n")[1].split("```")[0]
+    namespace: dict = {}
+    exec(compile(code, "evaluation.md", "exec"), namespace)
+    labelled = len(namespace["labels"].questions)
+    retrieval, answers = namespace["retrieval"]["metrics"], namespace["answers"]["metrics"]
+    assert labelled >= 20 and set(retrieval[retrieval["group"] == "all"]["n"]) == {labelled}
+    f1 = answers["f1"].dropna()
+    assert len(f1) > 0 and f1.between(0, 1).all()
+
+
 def squad_file(path, paragraphs):
     data = [{"title": title, "paragraphs": [{"context": context, "qas": qas}]} for title, context, qas in paragraphs]
     path.write_text(json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")

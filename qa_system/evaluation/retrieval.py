@@ -73,8 +73,8 @@ def check_candidates(candidates: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(candidates))
 
 
-def candidate_filters(question: LabelledQuestion, candidates: str) -> dict:
-    """The filters ``question`` is asked with under a candidate protocol."""
+def candidate_filters(question: LabelledQuestion, candidates: str) -> dict | None:
+    """The filters ``question`` is asked with under a candidate protocol (None: every document, for a question without item or split)."""
     return make_filters(item_id=question.item_id, split=question.split if candidates == "split" else None)
 
 
@@ -90,7 +90,7 @@ def candidate_finder(store) -> Callable[[LabelledQuestion, str], list[Document]]
         if question.item_id not in products:
             products[question.item_id] = store.filter_documents(filters=make_filters(item_id=question.item_id))
         filters = candidate_filters(question, candidates)
-        return [d for d in products[question.item_id] if document_matches(filters, d)]
+        return [d for d in products[question.item_id] if filters is None or document_matches(filters, d)]
 
     return find
 

@@ -231,6 +231,11 @@ def evaluation_questions(
     """What an evaluation asks: the first ``limit`` questions of ``labels`` (your own), else of SubjQA's ``domain``
     ``split``; what they are, for a report's title; and where they come from, for its summary."""
     if labels is not None:
+        if not isinstance(labels, Labels):  # a path, from Python
+            raise QAError(
+                f"labels is a {type(labels).__name__} ({shown(str(labels))}), not labels read from a file.",
+                "pass qa_system.load_labels(path, settings, collection), which reads and checks the file.",
+            )
         return (
             labels.questions[:limit],
             labels.title,
