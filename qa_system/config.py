@@ -37,6 +37,7 @@ EMBEDDING_BACKENDS = ("onnx", "torch")
 INPUT_FORMATS = ("csv", "tsv", "jsonl", "json", "squad", "files")
 # Reviews read per question unless asked otherwise: the answer selector was fitted reading the product's best eight.
 TOP_K_RETRIEVER = 8
+TOP_K_READER = 3
 DEFAULT_ES_URL = "http://localhost:9200"
 DEFAULT_OPENSEARCH_URL = "http://localhost:9200"
 HUB_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -129,7 +130,7 @@ class Settings(BaseSettings):
     selector_model: str = Field(default_factory=default_selector_model)
     retriever: str = "bm25"
     top_k_retriever: int = TOP_K_RETRIEVER
-    top_k_reader: int = 3
+    top_k_reader: int = TOP_K_READER
     batch_size: int = 32
     generator: str = "smollm2"
     # hf: model id or path; openai: the model name the server expects.

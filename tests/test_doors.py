@@ -238,3 +238,33 @@ def test_the_url_shell_checks_an_item_with_the_server_and_keeps_the_one_before_o
     captured = capsys.readouterr()
     assert "error: Product 'KINDLE' is not one of the 2 products of collection 'shop'" in captured.err
     assert "Asking about LAMP." in captured.err and "Q: Is it bright?  (LAMP in shop;" in captured.out
+
+
+def test_every_door_reads_the_configured_depths(doors, capsys, monkeypatch):
+    # QA_TOP_K_RETRIEVER and QA_TOP_K_READER were read by the evaluations only: every door read 8 reviews and showed 3 answers
+    settings, _ = doors
+    monkeypatch.setenv("QA_TOP_K_RETRIEVER", "2")
+    monkeypatch.setenv("QA_TOP_K_READER", "1")
+    configured = Settings.from_env()
+
+    def depths(documents, answers) -> tuple[int, int]:
+        return len(documents), len([a for a in answers if a is not None])
+
+    from qa_system import build_qa_pipeline, open_index
+
+    result = build_qa_pipeline("bm25", configured, index=open_index(configured, "electronics")).run(QUESTION, item_id="KINDLE")
+    assert depths(result["documents"], [a.data for a in result["answers"]]) == (2, 1)
+    result = QAService(configured).ask(Question(QUESTION, "KINDLE"))
+    assert depths(result["documents"], [a.data for a in result["answers"]]) == (2, 1)
+    with running(create_app(configured, [ServedCollection("electronics", subjqa_domain=True)])) as url:
+        assert wait_ready(url).status_code == 200
+        body = query(url, item_id="KINDLE").json()
+        assert depths(body["documents"], [a["text"] if a["kind"] == "span" else None for a in body["answers"]]) == (2, 1)
+        assert query(url, item_id="KINDLE", top_k=3).json()["documents"][2]  # a request's own depth still wins
+    assert printed(["search", QUESTION, "--item", "KINDLE"], capsys).startswith("2 review(s) for KINDLE")
+    out = printed(["ask", QUESTION, "--item", "KINDLE"], capsys)
+    assert out.count("chance right") == 1  # one span, after the "no answer" card
+
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception and (at.session_state["top_k"], at.session_state["top_k_reader"]) == (2, 1)

@@ -27,7 +27,7 @@ from haystack import Document
 from kept import keep_widgets, restore_widgets
 from streamlit.delta_generator import DeltaGenerator
 
-from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER, Settings
+from qa_system.config import RETRIEVERS, TOP_K_READER, TOP_K_RETRIEVER, Settings
 from qa_system.errors import QAError
 from qa_system.evaluation.spot_check import gold_rank, random_question, score_prediction
 from qa_system.ingestion import CollectionInfo, IngestOptions, collection_name_from
@@ -84,9 +84,11 @@ KEPT_WIDGETS = (
     "product",
     "question",
 )
+# The sliders' ranges of the reviews read and the answers shown.
+MAX_TOP_K, MAX_TOP_K_READER = 10, 5
 WIDGET_DEFAULTS = {
     "top_k": TOP_K_RETRIEVER,
-    "top_k_reader": 3,
+    "top_k_reader": TOP_K_READER,
     "tuned_threshold": True,
     "threshold": 0.0,
     "filter": "",
@@ -186,10 +188,10 @@ def answer_settings(place: DeltaGenerator, nouns: cards.Nouns) -> dict:
         retriever = st.radio(
             "Retriever", RETRIEVERS, format_func=RETRIEVER_LABELS.get, key="retriever", help=f"How the {nouns.many} to read are found."
         )
-        top_k = st.slider(f"{nouns.many.capitalize()} to read (retriever top-k)", 1, 10, key="top_k")
+        top_k = st.slider(f"{nouns.many.capitalize()} to read (retriever top-k)", 1, MAX_TOP_K, key="top_k")
         top_k_reader, threshold = 1, None
         if stage == "extractive":
-            top_k_reader = st.slider("Answers to show (reader top-k)", 1, 5, key="top_k_reader")
+            top_k_reader = st.slider("Answers to show (reader top-k)", 1, MAX_TOP_K_READER, key="top_k_reader")
             if not st.toggle("Reader's tuned no-answer threshold", key="tuned_threshold"):
                 threshold = st.slider(
                     "No-answer threshold",
@@ -644,8 +646,19 @@ def page_caption(options: Options) -> str:
     return markdown_literal(f"{what}: the answer comes straight out of the documents of collection {options.collection}.")
 
 
+def widget_defaults(settings: Settings) -> dict:
+    """``WIDGET_DEFAULTS`` with the depths the settings name (``QA_TOP_K_RETRIEVER``, ``QA_TOP_K_READER``), as the
+    other doors read them, within the sliders' ranges."""
+    depths = {"top_k": min(settings.top_k_retriever, MAX_TOP_K), "top_k_reader": min(settings.top_k_reader, MAX_TOP_K_READER)}
+    return {**WIDGET_DEFAULTS, **depths}
+
+
 def main() -> None:
-    restore_widgets("search", WIDGET_DEFAULTS)
+    try:
+        defaults = widget_defaults(Settings.from_env())
+    except QAError:  # said below, where the page reads the settings
+        defaults = WIDGET_DEFAULTS
+    restore_widgets("search", defaults)
     answering, store, filter_text = sidebar()
     heading = st.container()  # the title, once the collection (reviews or documents) is known
     try:

@@ -9,7 +9,7 @@ import textwrap
 from html import unescape
 
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
-from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
+from qa_system.config import RETRIEVERS, TOP_K_READER, TOP_K_RETRIEVER
 from qa_system.errors import check_question_text, check_text, shown
 from qa_system.safe_text import terminal_text
 
@@ -379,7 +379,7 @@ def register(commands, options: Options) -> None:
     p.add_argument(
         "--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)"
     )
-    p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER)
+    p.add_argument("--top-k", type=depth("--top-k"), help=f"reviews to retrieve (default: QA_TOP_K_RETRIEVER, {TOP_K_RETRIEVER})")
     p.add_argument("--width", type=count("--width", 3), default=400, help="characters of each review to print")
     p.set_defaults(func=cmd_search)
 
@@ -398,8 +398,8 @@ def register(commands, options: Options) -> None:
     )
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument("--rerank", action="store_true", help="re-rank the reviews by the reader's answerability before answering")
-    p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews to retrieve")
-    p.add_argument("--answers", type=count("--answers"), default=3, help="answers to show (extractive)")
+    p.add_argument("--top-k", type=depth("--top-k"), help=f"reviews to retrieve (default: QA_TOP_K_RETRIEVER, {TOP_K_RETRIEVER})")
+    p.add_argument("--answers", type=count("--answers"), help=f"answers to show (extractive; default: QA_TOP_K_READER, {TOP_K_READER})")
     p.add_argument(
         "--no-answer-threshold",
         type=number("--no-answer-threshold"),
@@ -428,8 +428,8 @@ def register(commands, options: Options) -> None:
     )
     p.add_argument("--mode", choices=["extractive", "rag"], default="extractive")
     p.add_argument("--retriever", choices=RETRIEVERS)
-    p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews to retrieve")
-    p.add_argument("--answers", type=count("--answers"), default=3, help="answers to show (extractive)")
+    p.add_argument("--top-k", type=depth("--top-k"), help=f"reviews to retrieve (default: QA_TOP_K_RETRIEVER, {TOP_K_RETRIEVER})")
+    p.add_argument("--answers", type=count("--answers"), help=f"answers to show (extractive; default: QA_TOP_K_READER, {TOP_K_READER})")
     p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"))
     p.add_argument("--context", type=count("--context", 0), default=150, help="characters of review shown around each answer")
     p.add_argument("--url", help="ask a running `qa-system api` at this URL instead of loading the models here")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, depth, open_index_for, settings_from_args
-from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
+from qa_system.config import RETRIEVERS, TOP_K_READER, TOP_K_RETRIEVER
 from qa_system.disk_cache import atomic_file
 from qa_system.errors import QAError
 
@@ -49,7 +49,7 @@ def register(commands, options: Options) -> None:
     p.add_argument(
         "--rerank", action="store_true", help="re-rank the reviews by the reader's answerability (fitted by fit-fusion --rerank)"
     )
-    p.add_argument("--top-k", type=depth("--top-k"), default=TOP_K_RETRIEVER, help="reviews to retrieve")
-    p.add_argument("--answers", type=count("--answers"), default=3, help="answers to return (extractive)")
+    p.add_argument("--top-k", type=depth("--top-k"), help=f"reviews to retrieve (default: QA_TOP_K_RETRIEVER, {TOP_K_RETRIEVER})")
+    p.add_argument("--answers", type=count("--answers"), help=f"answers to return (extractive; default: QA_TOP_K_READER, {TOP_K_READER})")
     p.add_argument("--output", type=Path, required=True, help="the YAML file to write")
     p.set_defaults(func=cmd_export_pipeline)

@@ -80,13 +80,18 @@ def stored_item(index: Index, item_id: str | None) -> str | None:
 
 @dataclass
 class QAPipeline:
-    """A Haystack pipeline plus the index it reads and the project's calling convention."""
+    """A Haystack pipeline plus the index it reads and the project's calling convention.
+
+    ``top_k`` and ``top_k_reader``: what ``run`` reads and answers when not told (the settings' ``top_k_retriever``
+    and ``top_k_reader``, ``QA_TOP_K_RETRIEVER`` / ``QA_TOP_K_READER``, in ``build_qa_pipeline``)."""
 
     pipeline: Pipeline
     index: Index
     retriever: str
     answer_stage: str | None = None
     rerank: bool = False
+    top_k: int = TOP_K_RETRIEVER
+    top_k_reader: int | None = None
 
     @property
     def reader_backend(self) -> str | None:
@@ -154,12 +159,13 @@ class QAPipeline:
         item_id: str | None = None,
         split: str | None = None,
         filters: dict | None = None,
-        top_k: int = TOP_K_RETRIEVER,
+        top_k: int | None = None,
         top_k_reader: int | None = None,
         no_answer_threshold: float | None = None,
         streaming_callback: StreamingCallbackT | None = None,
     ) -> dict[str, Any]:
-        """Retrieve the ``top_k`` reviews for ``query`` (optionally of one product and split), then answer.
+        """Retrieve the ``top_k`` reviews for ``query`` (optionally of one product and split), then answer with at most
+        ``top_k_reader`` answers (both default to the pipeline's: the settings').
 
         Returns ``documents`` (retrieved, best first), ``answers`` (when the pipeline has an answer
         stage: ``ExtractedAnswer``s, the answer selector's when it has one, each scored by its calibrated
@@ -174,8 +180,8 @@ class QAPipeline:
         """
         # Checked here so every door (CLI, page, Python) gets the same message: top_k=0 read nothing and
         # answered "no answer, score 1.00"; negative values sliced the candidate lists from the end.
-        top_k = check_count(top_k, "top_k")
-        top_k_reader = check_count(top_k_reader, "top_k_reader", optional=True)
+        top_k = check_count(self.top_k if top_k is None else top_k, "top_k")
+        top_k_reader = check_count(self.top_k_reader if top_k_reader is None else top_k_reader, "top_k_reader", optional=True)
         no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
         self.validate(query, item_id)
         item_id = stored_item(self.index, item_id)
@@ -258,7 +264,7 @@ def build_qa_pipeline(
         check_embeddings(index, settings, retriever)
     pipeline = load_pipeline(retriever, index, settings, answer_stage, rerank)
     pipeline.warm_up()
-    return QAPipeline(pipeline, index, retriever, answer_stage, rerank=rerank)
+    return QAPipeline(pipeline, index, retriever, answer_stage, rerank, settings.top_k_retriever, settings.top_k_reader)
 
 
 def _check_arguments(retriever: object, settings: object, index: object) -> None:

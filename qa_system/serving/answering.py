@@ -30,7 +30,7 @@ def check_question(question: Question, index: Index, collection: str) -> Questio
             f"The question names no product (item_id), and collection '{collection}' holds {len(products)} products.",
             "send the item_id of one (GET /products lists them), or all_products: true to ask every document (each answer names its product).",
         )
-    check_count(question.top_k, "top_k")
+    check_count(question.top_k, "top_k", optional=True)
     check_count(question.top_k_reader, "top_k_reader", optional=True)
     check_number(question.no_answer_threshold, "no_answer_threshold", optional=True)
     check_collection_filters(question.filters, index.manifest)

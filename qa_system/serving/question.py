@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qa_system.config import TOP_K_RETRIEVER
 from qa_system.errors import MAX_QUESTION_CHARS, check_question_length  # noqa: F401 - the doors import them from here
 
 
@@ -21,9 +20,9 @@ class Question:
     collection: str | None = None
     retriever: str | None = None  # None: the configured one
     mode: str = "extractive"
-    top_k: int = TOP_K_RETRIEVER
+    top_k: int | None = None  # None: the settings' (QA_TOP_K_RETRIEVER)
     split: str | None = None  # only reviews of this SubjQA split (the page's evaluation mode)
-    top_k_reader: int | None = None
+    top_k_reader: int | None = None  # None: the settings' (QA_TOP_K_READER)
     no_answer_threshold: float | None = None
     filters: dict | None = None  # more conditions on the documents' metadata (Haystack's syntax), ANDed with item_id
     all_products: bool = False  # asked of every document on purpose (the page's "All documents"), not a forgotten item_id

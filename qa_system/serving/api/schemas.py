@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from haystack import Document
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StringConstraints
 
-from qa_system.config import RETRIEVERS, TOP_K_RETRIEVER
+from qa_system.config import RETRIEVERS, TOP_K_READER, TOP_K_RETRIEVER
 from qa_system.errors import QAError, check_count, check_number, check_text
 from qa_system.pipelines import ANSWER_STAGES
 from qa_system.retrieval.filters import check_filters
@@ -77,9 +77,14 @@ class QueryRequest(BaseModel):
     collection: Text | None = Field(None, description="collection to ask in (GET /collections); default: the first one served")
     retriever: Retriever | None = Field(None, description="how reviews are found; default: the server's (QA_RETRIEVER, bm25)")
     mode: Mode = Field("extractive", description="extractive: answer spans copied from reviews; rag: a generated answer citing them")
-    top_k: Count("top_k", 1, MAX_TOP_K) = Field(TOP_K_RETRIEVER, ge=1, le=MAX_TOP_K, description="reviews to retrieve and read")
-    top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER) = Field(
-        3, ge=1, le=MAX_TOP_K_READER, description="answer spans to return (extractive)"
+    top_k: Count("top_k", 1, MAX_TOP_K, optional=True) = Field(
+        None, ge=1, le=MAX_TOP_K, description=f"reviews to retrieve and read; default: the server's (QA_TOP_K_RETRIEVER, {TOP_K_RETRIEVER})"
+    )
+    top_k_reader: Count("top_k_reader", 1, MAX_TOP_K_READER, optional=True) = Field(
+        None,
+        ge=1,
+        le=MAX_TOP_K_READER,
+        description=f"answer spans to return (extractive); default: the server's (QA_TOP_K_READER, {TOP_K_READER})",
     )
     no_answer_threshold: Number("no_answer_threshold") = Field(
         None, description="logit margin an answer needs over 'no answer' (extractive); default: the reader's tuned one"
