@@ -343,6 +343,25 @@ def test_changes_are_added_and_sync_deletes_what_is_gone(home, tmp_path):
     assert retrieval.run("sunlight", item_id="P1", top_k=1)["documents"][0].id == "r2"
 
 
+def test_a_pipeline_built_before_an_update_answers_from_the_documents_as_they_are_now(home, tmp_path):
+    # a notebook holds its pipeline while it updates the collection: it answered from deleted and old documents
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "live", COLUMNS, embed=False, progress=False)
+    index = open_collection(home, "live")
+    retrieval = build_retrieval_pipeline("bm25", home, index=index)
+    assert {d.id for d in retrieval.run("battery screen cable bass", top_k=10)["documents"]} == {"r1", "r2", "r3", "r4"}
+    rows = [("r1", "P1", "The battery now lasts a month.", "5"), *REVIEWS[2:]]
+    ingest(home, write_csv(path, rows), "live", COLUMNS, embed=False, sync=True, progress=False)  # r2 deleted, r1 changed
+    found = {d.id: d.content for d in retrieval.run("battery screen cable bass", top_k=10)["documents"]}
+    assert sorted(found) == ["r1", "r3", "r4"] and found["r1"] == "The battery now lasts a month."
+    assert retrieval.index.item_counts() == {"P1": 1, "P2": 2}
+    kept = retrieval.pipeline
+    retrieval.run("battery", top_k=1)
+    assert retrieval.pipeline is kept  # opened again only when saved again
+    served = build_retrieval_pipeline("bm25", home, index=index, follow_saved_changes=False)  # a service reopens its own
+    assert "r2" in {d.id for d in served.run("battery screen cable bass", top_k=10)["documents"]}
+
+
 def test_a_file_added_that_needs_every_document_processed_again_is_refused_unless_it_holds_them_all(home, tmp_path):
     ingest(home, write_csv(tmp_path / "r.csv"), "add", COLUMNS, embed=False, progress=False)
     saved = home.index_dir / "memory" / "add.json"

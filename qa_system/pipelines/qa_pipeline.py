@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from haystack import Pipeline
@@ -22,7 +23,7 @@ from qa_system.errors import NotFound, QAError, check_count, check_number, check
 from qa_system.ingestion.indexing import embeddings_match
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
 from qa_system.retrieval.filters import FILTER_FIX, check_collection_filters, combine_filters, make_filters
-from qa_system.stores import Index, open_index
+from qa_system.stores import Index, open_index, saved_manifest, saved_signature
 from qa_system.stores.filter_checks import filter_fields
 from qa_system.timing import component_timings
 
@@ -78,12 +79,19 @@ def stored_item(index: Index, item_id: str | None) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def _version(manifest: dict) -> Any:
+    return manifest.get("updated", manifest.get("created"))
+
+
 @dataclass
 class QAPipeline:
     """A Haystack pipeline plus the index it reads and the project's calling convention.
 
     ``top_k`` and ``top_k_reader``: what ``run`` reads and answers when not told (the settings' ``top_k_retriever``
-    and ``top_k_reader``, ``QA_TOP_K_RETRIEVER`` / ``QA_TOP_K_READER``, in ``build_qa_pipeline``)."""
+    and ``top_k_reader``, ``QA_TOP_K_RETRIEVER`` / ``QA_TOP_K_READER``, in ``build_qa_pipeline``).
+    With ``settings``, a collection saved in files (memory, FAISS) that was saved again since it was opened (by ``ingest``
+    in this process or another, a deletion, an upload) is opened again before the next question, so that it is
+    answered from the documents as they are now (a search server's store is read live anyway)."""
 
     pipeline: Pipeline
     index: Index
@@ -92,6 +100,29 @@ class QAPipeline:
     rerank: bool = False
     top_k: int = TOP_K_RETRIEVER
     top_k_reader: int | None = None
+    settings: Settings | None = None
+    _compared: tuple | None = field(default=None, repr=False)  # the saved files' signature last compared with the index
+    _reopening: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def follow_saved_changes(self) -> None:
+        """Open the collection again, and build the pipeline over it, when it was saved again since (see the class)."""
+        if self.settings is None:
+            return
+        signature = saved_signature(self.settings, self.index.name)
+        if signature is None or signature == self._compared:
+            return
+        with self._reopening:
+            if signature == self._compared:
+                return
+            try:
+                saved = saved_manifest(self.settings, self.index.name)
+            except QAError:  # unreadable now: the question reads what this pipeline holds, as before
+                return
+            if saved is not None and _version(saved) != _version(self.index.manifest):
+                index = _reopened(self.settings, self.index, embeddings=self.retriever != "bm25")
+                fresh = build_qa_pipeline(self.retriever, self.settings, index=index, answer_stage=self.answer_stage, rerank=self.rerank)
+                self.pipeline, self.index = fresh.pipeline, fresh.index
+            self._compared = signature
 
     @property
     def reader_backend(self) -> str | None:
@@ -180,6 +211,7 @@ class QAPipeline:
         """
         # Checked here so every door (CLI, page, Python) gets the same message: top_k=0 read nothing and
         # answered "no answer, score 1.00"; negative values sliced the candidate lists from the end.
+        self.follow_saved_changes()
         top_k = check_count(self.top_k if top_k is None else top_k, "top_k")
         top_k_reader = check_count(self.top_k_reader if top_k_reader is None else top_k_reader, "top_k_reader", optional=True)
         no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
@@ -229,13 +261,15 @@ def build_retrieval_pipeline(
     domains: str | Sequence[str] = "electronics",
     index: Index | None = None,
     rerank: bool = False,
+    follow_saved_changes: bool = True,
 ) -> QAPipeline:
-    """Open the domain's index and build the named retrieval pipeline over it (``rerank``: answerability re-ranking appended).
+    """Open the domain's index and build the named retrieval pipeline over it (``rerank``: answerability re-ranking appended;
+    ``follow_saved_changes``: as ``build_qa_pipeline``'s).
 
     >>> pipeline = build_retrieval_pipeline("hybrid")
     >>> pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["documents"]
     """
-    return build_qa_pipeline(retriever, settings, domains, index, answer_stage=None, rerank=rerank)
+    return build_qa_pipeline(retriever, settings, domains, index, None, rerank, follow_saved_changes)
 
 
 def build_qa_pipeline(
@@ -245,10 +279,12 @@ def build_qa_pipeline(
     index: Index | None = None,
     answer_stage: str | None = "extractive",
     rerank: bool = False,
+    follow_saved_changes: bool = True,
 ) -> QAPipeline:
     """Retrieval followed by an answer stage (``extractive``: the span reader of ``settings.reader_model``,
     int8 ONNX unless ``settings.reader_backend`` is torch, exported into the cache on first use;
     ``rag``: a prompt of the retrieved reviews for ``settings.generator``, answers citing them).
+    ``follow_saved_changes``: answer from the collection as saved now when it changes (see ``QAPipeline``).
 
     >>> pipeline = build_qa_pipeline("bm25")
     >>> pipeline.run("Is it good for reading?", item_id="B0074BW614", top_k=3)["answers"]
@@ -264,7 +300,19 @@ def build_qa_pipeline(
         check_embeddings(index, settings, retriever)
     pipeline = load_pipeline(retriever, index, settings, answer_stage, rerank)
     pipeline.warm_up()
-    return QAPipeline(pipeline, index, retriever, answer_stage, rerank, settings.top_k_retriever, settings.top_k_reader)
+    followed = settings if follow_saved_changes else None  # a service reopens its collections itself
+    return QAPipeline(pipeline, index, retriever, answer_stage, rerank, settings.top_k_retriever, settings.top_k_reader, followed)
+
+
+def _reopened(settings: Settings, index: Index, embeddings: bool) -> Index:
+    """``index`` opened again as saved now: a SubjQA domain's (re-indexed when its files changed), else a collection's."""
+    from qa_system.ingestion.collections import open_collection
+    from qa_system.ingestion.indexing import open_or_build_index
+
+    domains = index.manifest.get("domains")
+    if domains:
+        return open_or_build_index(settings, domains, embeddings=embeddings, progress=False)
+    return open_collection(settings, index.name, embeddings=embeddings, progress=False)
 
 
 def _check_arguments(retriever: object, settings: object, index: object) -> None:

@@ -45,7 +45,7 @@ class PipelineCache:
         with building:  # one build per key; requests for other pipelines go on meanwhile
             built = self.built.get(key)
             if built is None or built.index is not index:  # a pipeline over an older version of the collection is never reused
-                built = build_qa_pipeline(retriever, self.settings, index=index, answer_stage=mode)
+                built = build_qa_pipeline(retriever, self.settings, index=index, answer_stage=mode, follow_saved_changes=False)
                 with self.lock:
                     if self.is_open(index):  # still the version served
                         self.built[key] = built

@@ -10,7 +10,15 @@ that uses them.
 
 from qa_system.disk_cache import TemporaryOwner, atomic_file, remove_leftovers, temporary_owner, temporary_prefix
 from qa_system.stores.elasticsearch import elasticsearch_client, elasticsearch_store
-from qa_system.stores.factory import open_index, save_index, saved_document_count, saved_manifest, store_problem, try_open_index
+from qa_system.stores.factory import (
+    open_index,
+    save_index,
+    saved_document_count,
+    saved_manifest,
+    saved_signature,
+    store_problem,
+    try_open_index,
+)
 from qa_system.stores.faiss import new_faiss_store
 from qa_system.stores.index import MANIFEST_KEY, SUBJQA_PREFIX, Index, IndexGone, check_domains, index_name
 from qa_system.stores.memory import memory_documents, new_memory_store, write_memory_index
@@ -62,6 +70,7 @@ __all__ = [
     "save_index",
     "saved_document_count",
     "saved_manifest",
+    "saved_signature",
     "saving_stopped",
     "temporary_owner",
     "temporary_prefix",

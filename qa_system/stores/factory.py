@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from qa_system.config import Settings, check_settings
 from qa_system.errors import QAError, check_type
 from qa_system.stores.elasticsearch import _load_elasticsearch, _save_elasticsearch, elasticsearch_client
-from qa_system.stores.faiss import _load_faiss, _save_faiss, faiss_manifest
+from qa_system.stores.faiss import _faiss_dir, _load_faiss, _save_faiss, faiss_manifest
 from qa_system.stores.index import Index, check_domains, index_name
 from qa_system.stores.memory import _load_memory, _memory_manifest, _memory_path, _save_memory
 from qa_system.stores.opensearch import _load_opensearch, _save_opensearch, opensearch_client
@@ -72,6 +72,22 @@ def saved_manifest(settings: Settings, name: str) -> dict | None:
             f"The saved index {path} is unreadable ({error}).",
             f"delete it (`qa-system collections --delete {name}`) and index it again (`qa-system index`).",
         ) from error
+
+
+def saved_signature(settings: Settings, name: str) -> tuple | None:
+    """What changes whenever the index ``name`` is saved again, for a store saved in files (memory, FAISS: its manifest
+    file's identity, size and time; one stat, cheap enough before every question); None for a search server's, or none."""
+    if settings.store == "memory":
+        path = _memory_path(settings, name)
+    elif settings.store == "faiss":
+        path = _faiss_dir(settings, name) / "manifest.json"
+    else:
+        return None
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def saved_document_count(settings: Settings, name: str) -> int | None:
