@@ -220,7 +220,15 @@ def test_a_question_that_no_document_passes_says_so_and_a_split_needs_labelled_s
     nothing = pipeline.run("Is it sturdy?", filters={"field": "meta.overall", "operator": ">", "value": 5})
     assert nothing["documents"] == []
     (card,) = answer_cards(answer_views(nothing["answers"]))  # not a calibrated guess about reviews that were never read
-    assert card.kind == "no_answer" and card.note == NO_DOCUMENTS_NOTE
+    assert card.kind == "no_answer" and card.note == NO_DOCUMENTS_NOTE and card.label == "nothing was read"
+    # Asked of every document, none holds a word of it: it blamed "the product, filters and split", none asked, at "99%"
+    unmatched = pipeline.run("Grösse xyzzy?")
+    (card,) = answer_cards(answer_views(unmatched["answers"]))
+    assert unmatched["documents"] == [] and card.label == "nothing was read"
+    assert card.note == (
+        "There was nothing to read: no document holds a word of the question. "
+        "Ask with other words, or with the dense or hybrid retriever, which find documents by meaning."
+    )
     with pytest.raises(QAError, match=r"^Collection 'amz' has no labelled splits: its documents have no 'split' field\. Fix: "):
         pipeline.run("Is it sturdy?", split="train")
 

@@ -252,6 +252,10 @@ class QAPipeline:
         for name in deciding:
             if "answers" in outputs.get(name, {}):
                 result["answers"] = outputs[name]["answers"]
+        if not result["documents"] and filters is None:  # asked of every document, and no word of the question is in one
+            for answer in result.get("answers", []):
+                if answer.meta.get("no_documents"):
+                    answer.meta["no_word_matched"] = True
         return result
 
 

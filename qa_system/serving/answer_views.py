@@ -103,6 +103,7 @@ SCORE_HELP = {
 # The answer selector's scores are probabilities of being right, calibrated on held-out questions
 # (reading/selection.py): they are shown as chances, and only they are.
 PROBABILITY_LABELS = {"span": "{} chance right", "no_answer": "{} chance there is no answer here"}
+NOTHING_READ_LABEL = "nothing was read"
 PROBABILITY_HELP = {
     "span": (
         "The answer selector's probability that this answer is right (its words match an annotator's answer at F1 0.5 or more), "
@@ -209,6 +210,8 @@ class AnswerView:
     def score_label(self) -> str:
         """The score named as what it is: a chance where it is a probability ("72% chance right"), else
         the reader's score ("reader score 0.87", "no-answer score 0.96"); "" when there is none."""
+        if self.meta.get("no_documents"):  # no chance to state about documents never read
+            return NOTHING_READ_LABEL
         if self.probability is not None and self.kind in PROBABILITY_LABELS:
             return PROBABILITY_LABELS[self.kind].format(chance_text(self.probability))
         return f"{SCORE_LABELS.get(self.kind, 'score')} {self.score_text}" if self.score_text else ""
@@ -376,8 +379,14 @@ def no_answer_text(noun: str = REVIEWS) -> str:
     return f"No answer in these {noun}"
 
 
-def no_documents_note(noun: str = DOCUMENTS) -> str:
-    """The note of a "no answer" where nothing was read."""
+def no_documents_note(noun: str = DOCUMENTS, no_word_matched: bool = False) -> str:
+    """The note of a "no answer" where nothing was read: nothing passed what the question was limited to, or (asked of
+    every document) none shares a word with the question."""
+    if no_word_matched:
+        return (
+            f"There was nothing to read: no {singular(noun)} holds a word of the question. "
+            "Ask with other words, or with the dense or hybrid retriever, which find documents by meaning."
+        )
     return f"There was nothing to read: no {singular(noun)} passes the product, filters and split asked for."
 
 
@@ -469,7 +478,7 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
             note = note or (ranked.no_answer_note() if view is ranked.no_answer else "")
             note = note or (ranked.overflow_note() if view is ranked.no_answer else "")
             if view.meta.get("no_documents"):
-                note = no_documents_note(noun)
+                note = no_documents_note(noun, bool(view.meta.get("no_word_matched")))
             cards.append(
                 AnswerCard(
                     "no_answer",
