@@ -263,3 +263,37 @@ def test_an_answer_said_in_several_documents_says_so_on_the_card_every_door_show
     cards = answer_cards(views)
     assert [c.said_in for c in cards] == ["said in 2 documents", ""]
     assert AnswerOut.of(views[0], cards[0]).card.said_in == "said in 2 documents"
+
+
+def test_the_first_card_says_when_the_question_or_its_document_is_not_english():
+    # German reviews answered "ich liebe deutsche Wörter" to "Wie laut ist die Maschine?" at 78%, with nothing said
+    from qa_system.language import guess_language
+
+    questions = {
+        "Wie laut ist die Maschine?": "German",
+        "¿Funciona la lámpara sin internet?": "Spanish",
+        "Est-ce que la batterie dure longtemps?": "French",
+        "Is it good for reading?": "English",
+        "Grösse?": None,  # too short to tell: nothing said
+    }
+    assert {question: guess_language(question) for question in questions} == questions
+    german = Document(id="r02", content="Leider ist der Wassertank zu klein. Außerdem ist sie ziemlich laut.", meta={"document_id": "r02"})
+    start = german.content.index("Außerdem")
+
+    def cards(query: str) -> list:
+        span = ExtractedAnswer(
+            query=query, score=0.6, data="Außerdem ist sie ziemlich laut", document=german,
+            document_offset=ExtractedAnswer.Span(start, start + 30), meta={"probability": 0.6, "chosen": True},
+        )  # fmt: skip
+        none = ExtractedAnswer(query=query, score=0.3, data=None, meta={"probability": 0.3, "chosen": False})
+        return answer_cards(answer_views([span, none]))
+
+    first, *rest = cards("Wie laut ist die Maschine?")
+    assert first.note == (
+        "The question looks German: the reader was trained on English, so its answers to other languages are less often right "
+        "than their chances say."
+    )
+    assert not any(card.note for card in rest)
+    assert cards("How loud is it?")[0].note.startswith("Its document looks German: ")
+    english = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.7, 0.2)))
+    assert "looks" not in english[0].note  # an English question over English documents: nothing said

@@ -59,6 +59,23 @@ def test_csv_with_its_own_column_names(home, tmp_path):
     assert open_collection(home, "mine").item_counts() == {"P1": 2, "P2": 2}
 
 
+def test_the_report_counts_documents_in_another_language_than_english(home, tmp_path):
+    rows = [
+        ("d1", "P1", "Die Maschine ist sehr laut und der Wassertank ist zu klein.", "2"),
+        ("d2", "P1", "La máquina es muy ruidosa y el depósito es pequeño.", "2"),
+        ("d3", "P1", "Der Kaffee ist gut, aber die Milchschaumdüse ist nicht leicht zu reinigen.", "4"),
+        *REVIEWS,
+    ]
+    report = ingest(home, write_csv(tmp_path / "mixed.csv", rows), "mixed", COLUMNS, embed=False, progress=False)
+    assert report.other_languages == {"German": 2, "Spanish": 1}
+    assert (
+        "  3 documents seem to be in another language than English (2 German, 1 Spanish): the reader and the encoder were trained "
+        "on English, so answers from them are less often right than their chances say."
+    ) in report.summary()
+    english = ingest(home, write_csv(tmp_path / "r.csv"), "english", COLUMNS, embed=False, progress=False)
+    assert english.other_languages == {} and not any("language" in line for line in english.summary())
+
+
 def test_tsv_defaults_to_the_review_column_and_content_hash_ids(home, tmp_path):
     path = write_csv(tmp_path / "reviews.tsv", [(r[2], r[1]) for r in REVIEWS], header=("review", "asin"), delimiter="\t")
     ingest(home, path, "tsv", IngestOptions(item_column="asin"), embed=False, progress=False)

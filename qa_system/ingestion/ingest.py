@@ -40,6 +40,7 @@ from qa_system.ingestion.collections import check_collection_name, check_own_col
 from qa_system.ingestion.freshness import recorded_sources, source_fingerprint
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
+from qa_system.language import other_language
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, check_folder_encodings, read_files, sidecar_types
@@ -98,6 +99,7 @@ class IngestReport:
     empty_texts: int = 0
     duplicates: int = 0
     html_texts: int = 0  # texts that hold HTML tags, indexed as written (``IngestOptions.html`` reads their text)
+    other_languages: dict[str, int] = field(default_factory=dict)  # documents read that look German, Spanish, ...
     files_skipped: list[str] = field(default_factory=list)
     files_unreadable: list[str] = field(default_factory=list)  # "name: why", each left out of a folder
     links_skipped: list[str] = field(default_factory=list)  # links that lead outside the folder, not followed
@@ -152,6 +154,14 @@ class IngestReport:
             lines.append(
                 f"  {self.html_texts} {'text holds' if self.html_texts == 1 else 'texts hold'} HTML tags (<p>, <br/>, ...), indexed "
                 "and shown as written: --html indexes the text a browser shows instead."
+            )
+        if self.other_languages:
+            languages = sorted(self.other_languages.items(), key=lambda kv: -kv[1])
+            count = sum(self.other_languages.values())
+            lines.append(
+                f"  {_files(count, 'document')} {'seems' if count == 1 else 'seem'} to be in another language than English "
+                f"({', '.join(f'{n} {language}' for language, n in languages)}): the reader and the encoder were trained on English, "
+                "so answers from them are less often right than their chances say."
             )
         lines += [f"  note: {note}" for note in self.notes]
         return lines
@@ -704,6 +714,8 @@ class _Run:
             return False
         self.seen[document_id] = record.where
         report.read += 1
+        if (language := other_language(record.text)) is not None:
+            report.other_languages[language] = report.other_languages.get(language, 0) + 1
         if record.item_id is not None:
             self.items[record.item_id] += 1
         before = self.saved.documents.get(document_id)

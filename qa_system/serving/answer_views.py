@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, fields
 from html import unescape
 from typing import TYPE_CHECKING, Any
 
+from qa_system.language import language_note
+
 if TYPE_CHECKING:  # a client of a running server prints cards without importing Haystack
     from haystack import Document
 
@@ -169,6 +171,7 @@ class AnswerView:
     sources: list[Document] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     noun: str | None = None
+    query: str | None = None  # the question it answers
 
     @property
     def probability(self) -> float | None:
@@ -247,16 +250,17 @@ def answer_view(answer: Any) -> AnswerView:
     """An ``ExtractedAnswer``, a ``GeneratedAnswer`` or anything with ``.data`` as an ``AnswerView``."""
     score = getattr(answer, "score", None)
     meta = dict(getattr(answer, "meta", None) or {})
+    query = getattr(answer, "query", None)
     if getattr(answer, "data", None) is None or not str(answer.data).strip():
-        return AnswerView("no_answer", None, score, meta=meta)
+        return AnswerView("no_answer", None, score, meta=meta, query=query)
     offset = getattr(answer, "document_offset", None)
     document = getattr(answer, "document", None)
     if document is not None and offset is not None:
-        return AnswerView("span", answer.data, score, document, offset.start, offset.end, meta=meta, noun=noun_of([document]))
+        return AnswerView("span", answer.data, score, document, offset.start, offset.end, meta=meta, noun=noun_of([document]), query=query)
     documents = list(getattr(answer, "documents", None) or [])
     cited = set(meta.get("cited_document_ids") or [])
     sources = [d for d in documents if d.meta.get("referenced") or d.id in cited]
-    return AnswerView("generated", str(answer.data), score, sources=sources, meta=meta, noun=noun_of(documents))
+    return AnswerView("generated", str(answer.data), score, sources=sources, meta=meta, noun=noun_of(documents), query=query)
 
 
 def answer_views(answers: Sequence[Any]) -> list[AnswerView]:
@@ -459,6 +463,14 @@ def _source(view: AnswerView, noun: str) -> tuple[str, str | None]:
     return "", None
 
 
+def _language_note(views: Sequence[AnswerView]) -> str:
+    """``language_note`` of the question, else of the first answer's document: said on the first card."""
+    first = next((view for view in views if view.kind != "no_answer"), None)
+    document = None if first is None else first.document if first.kind == "span" else next(iter(first.sources), None)
+    question = next((view.query for view in views if view.query), None)
+    return language_note(question or "", document.content if document is not None else None)
+
+
 def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[AnswerCard]:
     """The cards of ``answer_views`` (in their order, best first): what every door shows of them.
 
@@ -471,6 +483,7 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
     ranked = rank_answers(views, noun)
     noun = ranked.noun
     best_below = ranked.best_below
+    language = _language_note(views)
     cards, number = [], 0
     for position, view in enumerate(views):
         if view.kind == "no_answer":
@@ -479,6 +492,8 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
             note = note or (ranked.overflow_note() if view is ranked.no_answer else "")
             if view.meta.get("no_documents"):
                 note = no_documents_note(noun, bool(view.meta.get("no_word_matched")))
+            if position == 0:
+                note = " ".join(filter(None, [note, language]))
             cards.append(
                 AnswerCard(
                     "no_answer",
@@ -494,7 +509,7 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
             continue
         number += 1
         below = any(view is other for other in ranked.below)
-        note = ranked.close_call if position == 0 else ""
+        note = " ".join(filter(None, [ranked.close_call, language])) if position == 0 else ""
         if view.kind == "generated":
             note = " ".join(filter(None, [note, *(f"{flag}." for flag in view.meta.get("flags", []))]))
         source, product = _source(view, noun)
