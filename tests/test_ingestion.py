@@ -74,6 +74,8 @@ def test_the_report_counts_documents_in_another_language_than_english(home, tmp_
     ) in report.summary()
     english = ingest(home, write_csv(tmp_path / "r.csv"), "english", COLUMNS, embed=False, progress=False)
     assert english.other_languages == {} and not any("language" in line for line in english.summary())
+    single = ingest(home, write_csv(tmp_path / "one.csv", REVIEWS[:1]), "one", COLUMNS, embed=False, progress=False)
+    assert single.summary()[0] == "Collection 'one' (memory): 1 document in 1 passage."  # not "1 documents in 1 passages"
 
 
 def test_tsv_defaults_to_the_review_column_and_content_hash_ids(home, tmp_path):
@@ -1068,6 +1070,9 @@ def test_csv_labels_name_the_collection_documents(home, tmp_path):
         load_labels(path, home, "labelled")
     path.write_text("question,answer,document_id,item_id\nHow long does it last?,a whole week,r1, P1 \n", encoding="utf-8")
     assert load_labels(path, home, "labelled").questions[0].item_id == "P1"
+    # a spreadsheet saved in Europe separates its columns with ";", as `index` reads them
+    path.write_text("question;answer;document_id\nHow long does it last?;a whole week, or more;r1\n", encoding="utf-8")
+    assert [a.text for a in load_labels(path, home, "labelled").questions[0].answers] == ["a whole week, or more"]
 
 
 def test_retrievers_are_evaluated_on_a_collection_without_items(cli_home, tmp_path, capsys):

@@ -120,14 +120,13 @@ class IngestReport:
     def summary(self) -> list[str]:
         """The report for people, a line each: the collection, what changed, the speed, and what was skipped or left out."""
         lines = [
-            f"Collection '{self.collection}' ({self.store}): {self.documents} documents in {self.passages} passages.",
+            f"Collection '{self.collection}' ({self.store}): {_files(self.documents, 'document')} in {_files(self.passages, 'passage')}.",
             f"  {self.read} read from {self.source}: {self.added} added, {self.changed} changed, {self.unchanged} unchanged; "
             f"{self.deleted} deleted, {self.kept_missing} no longer in the source but kept"
             + ("" if not self.kept_missing else " (--sync deletes them)")
             + ".",
-            f"  {self.embedded_documents} documents embedded ({self.embedded} passages); {self.seconds:.1f} s, {self.documents_per_s:,.1f} documents/s"
-            + (f" (embedding {self.embedding_s:.1f} s)" if self.embedding_s else "")
-            + ".",
+            f"  {_files(self.embedded_documents, 'document')} embedded ({_files(self.embedded, 'passage')}); {self.seconds:.1f} s, "
+            f"{self.documents_per_s:,.1f} documents/s" + (f" (embedding {self.embedding_s:.1f} s)" if self.embedding_s else "") + ".",
         ]
         skipped = [
             f"{n} {what}"

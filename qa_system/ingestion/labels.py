@@ -29,6 +29,7 @@ from qa_system.ingestion.collections import is_reserved_name, open_collection
 from qa_system.ingestion.splitting import source_text
 from qa_system.sources import GoldAnswer, LabelledQuestion, load_subjqa
 from qa_system.sources.qa_files import labelled_questions, read_qa_file
+from qa_system.sources.tables import header_delimiter
 from qa_system.stores import Index
 
 CSV_COLUMNS = ("question", "answer", "document_id")
@@ -111,7 +112,9 @@ def _same_id(given: str, stored: str) -> bool:
 def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) -> tuple[list[LabelledQuestion], int]:
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
+            header = handle.readline()
+            handle.seek(0)
+            reader = csv.DictReader(handle, delimiter=header_delimiter(header))  # a European spreadsheet's ";" too
             columns = [c.strip() for c in reader.fieldnames or []]
             missing = [c for c in CSV_COLUMNS if c not in columns]
             if missing:

@@ -83,7 +83,8 @@ def _record(values: dict, columns: tuple[str, str | None, str | None], where: st
     return Record(check_text_length(text, where), item, meta, where, record_id)
 
 
-def _delimiter(header_line: str, tsv: bool) -> str:
+def header_delimiter(header_line: str, tsv: bool = False) -> str:
+    """The delimiter of a table whose header row is ``header_line`` (a tab with ``tsv``)."""
     if tsv:
         return "\t"
     # A ".csv" from a European spreadsheet often uses ";" (or a tab): take the one the header uses.
@@ -107,7 +108,7 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
             return
         # strict: a quote left open is an error at the end of the file (or where a later quote closes it), not a
         # field that silently swallows every row after it.
-        reader = csv.reader(itertools.chain([header_line], lines), delimiter=_delimiter(header_line, tsv), strict=True)
+        reader = csv.reader(itertools.chain([header_line], lines), delimiter=header_delimiter(header_line, tsv), strict=True)
         line = header_start + 1  # where the row being read starts
         try:
             # A column without a name (a trailing delimiter in the header) is named by its position.
