@@ -184,6 +184,9 @@ def test_a_filter_on_the_product_column_by_its_own_name_filters_the_products(set
     for by_its_name in ({"field": "meta.asin", "operator": "==", "value": "P1"}, nested):
         documents = pipeline.run("battery screen", filters=by_its_name, top_k=50)["documents"]
         assert len(documents) == 20 and {d.meta["item_id"] for d in documents} == {"P1"}
+    # the id column too (--id-column reviewerID), stored as meta.document_id
+    ids = {"field": "meta.reviewerID", "operator": "in", "value": ["R001", "R004"]}
+    assert sorted(d.meta["document_id"] for d in pipeline.run("battery", filters=ids, top_k=50)["documents"]) == ["R001", "R004"]
 
 
 def test_filters_combine_flat_and_parse_from_json():

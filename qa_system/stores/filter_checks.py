@@ -166,12 +166,15 @@ def filter_fields(manifest: Mapping[str, Any]) -> set[str] | None:
 
 def check_collection_filters(filters: Any, manifest: Mapping[str, Any]) -> dict | None:
     """``check_filters`` against a collection (its manifest): its metadata types, and the fields its documents hold.
-    The column a collection takes its products from (``--item-column category``) is stored as ``item_id``: a filter
-    on ``meta.category`` means ``meta.item_id`` (the filter returned says so)."""
-    column = ((manifest.get("input") or {}).get("options") or {}).get("item_column")
+    The column a collection takes its products from (``--item-column category``) is stored as ``item_id``, and its
+    ids' (``--id-column ticket_id``) as ``document_id``: a filter on ``meta.category`` means ``meta.item_id``, and
+    one on ``meta.ticket_id`` ``meta.document_id`` (the filter returned says so)."""
+    options = (manifest.get("input") or {}).get("options") or {}
     fields = filter_fields(manifest)
-    if isinstance(column, str) and column != "item_id" and fields is not None and column not in fields:
-        filters = _field_renamed(filters, f"meta.{column}", "meta.item_id")
+    for option, stored in (("item_column", "item_id"), ("id_column", "document_id")):
+        column = options.get(option)
+        if isinstance(column, str) and column != stored and fields is not None and column not in fields:
+            filters = _field_renamed(filters, f"meta.{column}", f"meta.{stored}")
     return _either_unicode_form(check_filters(filters, manifest.get("meta_types"), fields))
 
 
