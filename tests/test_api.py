@@ -506,6 +506,19 @@ def test_bad_queries_get_one_line_4xx_naming_the_fix(api, body, status, message)
     assert detail.startswith(message) and "Fix:" in detail and "\n" not in detail
 
 
+def test_a_saved_collection_the_server_does_not_serve_says_how_to_serve_it(api, api_settings, tmp_path):
+    from qa_system.ingestion import ingest
+
+    source = tmp_path / "notes.csv"
+    source.write_text("text\nThe lamp is bright.\n", encoding="utf-8")
+    ingest(api_settings, source, "saved-elsewhere", embed=False, progress=False)  # `qa-system index`, the server not started with it
+    response = ask(api, collection="saved-elsewhere")
+    assert response.status_code == 404 and response.json()["detail"] == (  # it was "Unknown collection", and it is on disk
+        "Collection 'saved-elsewhere' is not served here (this server serves: electronics). "
+        "Fix: start the server with it too (`qa-system api --collection saved-elsewhere`), or ask one of those."
+    )
+
+
 def test_malformed_or_incomplete_bodies_are_one_line_422(api):
     broken = httpx.post(f"{api}/query", content=b'{"query": "Is it good?", ', headers={"Content-Type": "application/json"})
     assert broken.status_code == 422 and broken.json()["detail"].startswith("The request body is not valid JSON")

@@ -115,7 +115,20 @@ class Catalogue:
             return ServedCollection(name)
         if self.serve_own and (own := self._saved_since(name)) is not None:
             return own
-        raise NotFound(f"Unknown collection '{shown(name)}'.", f"use one of: {', '.join(map(shown, self.names))}.")
+        served = ", ".join(map(shown, self.names))
+        if self._saved(name):  # saved, but not what this server was started with
+            raise NotFound(
+                f"Collection '{shown(name)}' is not served here (this server serves: {served}).",
+                f"start the server with it too (`qa-system api --collection {shown(name)}`), or ask one of those.",
+            )
+        raise NotFound(f"Unknown collection '{shown(name)}'.", f"use one of: {served}.")
+
+    def _saved(self, name: str) -> bool:
+        """Whether the store holds a collection ``name`` (False when it cannot be listed now)."""
+        try:
+            return any(info.name == name for info in list_collections(self.settings))
+        except QAError:
+            return False
 
     def serve_own_collections(self) -> None:
         """Serve (opened on first use) every collection of your own the store holds: those the document routes
