@@ -268,6 +268,38 @@ def test_list_valued_meta_matches_by_element_where_haystack_compares_whole_lists
     assert len(store.embedding_retrieval([0.0, 1.0], top_k=2)) == 2
 
 
+def test_a_filtered_vector_search_ranks_as_haystacks_own_store_does():
+    # the allowed documents are scored directly (they were an id filter Haystack checked id by id: seconds a question)
+    import random
+
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    from qa_system.stores.meta_filters import MultiValueInMemoryDocumentStore
+
+    rng = random.Random(7)
+    documents = [
+        Document(
+            id=f"d{n}",
+            content=f"review {n}",
+            embedding=[rng.uniform(-1, 1) for _ in range(8)],
+            meta={"item_id": f"P{n % 5}", "stars": n % 5},
+        )
+        for n in range(400)
+    ]
+    ours, haystacks = (
+        MultiValueInMemoryDocumentStore(embedding_similarity_function="cosine"),
+        InMemoryDocumentStore(embedding_similarity_function="cosine"),
+    )
+    ours.write_documents(documents)
+    haystacks.write_documents(documents)
+    query = [rng.uniform(-1, 1) for _ in range(8)]
+    for filters in ({"field": "meta.item_id", "operator": "==", "value": "P2"}, {"field": "meta.stars", "operator": ">=", "value": 3}):
+        for keep in (False, True):
+            found = ours.embedding_retrieval(query, filters=filters, top_k=10, return_embedding=keep)
+            expected = haystacks.embedding_retrieval(query, filters=filters, top_k=10, return_embedding=keep)
+            assert [(d.id, d.score, d.embedding) for d in found] == [(d.id, d.score, d.embedding) for d in expected]
+
+
 def test_top_k_is_respected(indexed):
     for retriever in ("bm25", "dense", "hybrid"):
         result = build_retrieval_pipeline(retriever, indexed["memory"]).run("quality", top_k=2)

@@ -119,13 +119,23 @@ class MultiValueInMemoryDocumentStore(InMemoryDocumentStore):
         scale_score: bool = False,
         return_embedding: bool | None = False,
     ) -> list[Document]:
-        """Haystack's vector search, over the documents ``filters`` allows (matched as ``filter_documents`` does)."""
-        by_id = self._by_id(filters)
-        if by_id is not None and not by_id["value"]:
+        """Haystack's vector search, over the documents ``filters`` allows (matched as ``filter_documents`` does).
+
+        The allowed documents are scored directly: handed to Haystack as an id filter, each document's id was looked up
+        in the list of allowed ids, a cost of passages x allowed passages (seconds for a product of a few thousand).
+        """
+        if not filters:
+            return super().embedding_retrieval(query_embedding, top_k=top_k, scale_score=scale_score, return_embedding=return_embedding)
+        if len(query_embedding) == 0 or not isinstance(query_embedding[0], float):
+            raise ValueError("query_embedding should be a non-empty list of floats.")
+        self._validate_filters(filters)
+        allowed = [d for d in self.storage.values() if d.embedding is not None and document_matches(filters, d)]
+        if not allowed:
             return []
-        return super().embedding_retrieval(
-            query_embedding, filters=by_id, top_k=top_k, scale_score=scale_score, return_embedding=return_embedding
-        )
+        scores = self._compute_query_embedding_similarity_scores(embedding=query_embedding, documents=allowed, scale_score=scale_score)
+        keep = self.return_embedding if return_embedding is None else return_embedding
+        best = sorted(zip(allowed, scores, strict=True), key=lambda pair: pair[1], reverse=True)[:top_k]
+        return [replace(document, score=score, embedding=document.embedding if keep else None) for document, score in best]
 
     def bm25_retrieval(
         self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False
