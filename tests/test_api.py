@@ -426,6 +426,9 @@ def test_feedback_is_stored_once_per_click_and_exported_as_squad(api, api_settin
     assert saved.status_code == 201 and saved.json()["verdict"] == "correct"
     again = httpx.post(f"{api}/feedback", json=click)
     assert again.status_code == 200 and again.json()["id"] == saved.json()["id"]  # a retried click is one row, and says so
+    for blank in ("", "   ", "\x00"):  # one blank id sent by every client made each later click "sent again": dropped
+        refused = httpx.post(f"{api}/feedback", json={**click, "click_id": blank})
+        assert refused.status_code == 422 and "click_id" in refused.json()["detail"] and "Fix: send a unique id" in refused.json()["detail"]
 
     (row,) = [f for f in FeedbackStore(api_settings.feedback_db).all() if f.click_id == "client-1/click-1"]  # the page's store
     document = next(d for d in body["documents"] if d["id"] == span["document_id"])

@@ -108,6 +108,12 @@ class Feedback:
             raise QAError(f"Unknown feedback verdict '{self.verdict}'.", f"use one of: {', '.join(VERDICTS)}.")
         if not self.question.strip():
             raise QAError("Feedback needs the question it is about.", "ask a question before judging its answers.")
+        if self.click_id is not None and (not self.click_id.strip() or not self.click_id.isprintable()):
+            # one blank id shared by every client would make each later click "sent again", and drop it
+            raise QAError(
+                f"The feedback's click_id {self.click_id!r} is blank or holds control characters.",
+                "send a unique id of printable characters for each click, or leave click_id out.",
+            )
         if self.is_span and not self.located:
             raise QAError(
                 f"The answer '{self.answer[:40]}' is not at offsets {self.start}-{self.end} of its review.",
