@@ -432,6 +432,12 @@ def test_a_table_read_again_without_the_id_column_its_collection_uses_is_refused
     with pytest.raises(QAError, match=r"^Collection 'ids' takes its document ids from the column 'review_id', which .*r\.csv has: "):
         ingest(home, path, "ids", forgot, embed=False, progress=False)
     assert digest(saved) == before
+    other_ids = IngestOptions(text_column="body", id_column="body", item_column="product")  # it doubled every document
+    with pytest.raises(
+        QAError, match=r"read with --id-column body, each of its rows would be added again .* Fix: pass --id-column review_id"
+    ):
+        ingest(home, path, "ids", other_ids, embed=False, progress=False)
+    assert digest(saved) == before
     # A file without that column is read as before (its documents identified by their content).
     other = write_csv(tmp_path / "other.csv", [("P3", "A sturdy tripod.", "5")], header=("product", "body", "stars"))
     assert ingest(home, other, "ids", forgot, embed=False, progress=False).added == 1

@@ -528,15 +528,18 @@ def reprocessing_refused(collection: str, causes: str, shortfall: str, retyped: 
 
 
 def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptions, opened: _Opened) -> None:
-    """A source that has the column the collection takes its document ids from (``--id-column``), read without it,
-    would add each of its rows again, under an id from its content: refused."""
+    """A source that has the column the collection takes its document ids from (``--id-column``), read without it or
+    with another id column, would add each of its rows again, under another id: refused."""
     column = (((manifest or {}).get("input") or {}).get("options") or {}).get("id_column")
-    if column and options.id_column is None and meta_key(column) in opened.types:
-        raise QAError(
-            f"Collection '{collection}' takes its document ids from the column '{column}', which {opened.name} has: "
-            "read without --id-column, each of its rows would be added again as a new document; it was left as it was.",
-            f"pass --id-column {column}, or another column of unique ids.",
-        )
+    if not column or options.id_column == column or meta_key(column) not in opened.types:
+        return
+    read = "without --id-column" if options.id_column is None else f"with --id-column {options.id_column}"
+    raise QAError(
+        f"Collection '{collection}' takes its document ids from the column '{column}', which {opened.name} has: "
+        f"read {read}, each of its rows would be added again as a new document; it was left as it was.",
+        f"pass --id-column {column}"
+        + (", or another column of unique ids." if options.id_column is None else " (or index into a new collection to use other ids)."),
+    )
 
 
 def _remove_what_killed_runs_left(staging_dir: Path, own_lock: Path) -> list[str]:
