@@ -855,6 +855,18 @@ def test_a_table_saved_as_txt_with_columns_named_is_refused_not_read_as_one_docu
     assert sorted(documents(cli_home, "txt")) == ["r1", "r2"]
 
 
+def test_an_empty_input_path_or_a_dataframe_is_refused_naming_the_fix(cli_home, tmp_path, capsys, monkeypatch):
+    import pandas as pd
+
+    (tmp_path / "stray.txt").write_text("A note that is no document of the collection.", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # "" was the current folder: its stray files were indexed
+    assert main(["index", "--input", "", "--collection", "stray", "--no-embed"]) == 2
+    assert capsys.readouterr().err.startswith("error: The input path is empty. Fix: name the file or folder to index")
+    assert not (cli_home.index_dir / "memory" / "stray.json").exists()
+    with pytest.raises(QAError, match=r"not a DataFrame\. Fix: write it as a table first: df\.to_csv\('reviews\.csv', index=False\)"):
+        ingest(cli_home, pd.DataFrame({"text": ["Great battery."]}), "frame", embed=False, progress=False)
+
+
 def test_a_collection_name_too_long_says_so(cli_home, tmp_path, capsys):
     write_csv(tmp_path / "r.csv")
     assert main(["index", "--input", str(tmp_path / "r.csv"), "--collection", "a" * 201, "--text-column", "body", "--no-embed"]) == 2

@@ -149,8 +149,7 @@ def register(commands, options: Options) -> None:
     )
     options.domain(p)
     p.add_argument(
-        "--input",
-        type=Path,
+        "--input",  # as given: Path("") would be the current folder
         help="a CSV / TSV / JSON lines file, a JSON array of documents, a SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf documents",
     )
     p.add_argument(

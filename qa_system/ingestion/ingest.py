@@ -460,11 +460,19 @@ def _check_source_type(source: object) -> None:
             f"source must be a path or a file opened in binary mode, not a file opened as text ({shown(getattr(source, 'name', ''))}).",
             "open it with open(path, 'rb'), or pass its path.",
         )
+    if type(source).__name__ == "DataFrame":
+        raise QAError(
+            "source must be a path or an open binary file, not a DataFrame.",
+            "write it as a table first: df.to_csv('reviews.csv', index=False), or pass io.BytesIO(df.to_csv(index=False).encode()) "
+            "with name='reviews.csv'.",
+        )
     if not isinstance(source, (str, os.PathLike)) and not callable(getattr(source, "read", None)):
         raise QAError(
             f"source must be a path (str or pathlib.Path) or an open binary file, not {described(source)}.",
             "pass one file or folder per call (a folder is read whole), e.g. ingest(settings, 'data/reviews.csv', 'mine').",
         )
+    if isinstance(source, (str, os.PathLike)) and not os.fspath(source).strip():  # Path("") is the current folder
+        raise QAError("The input path is empty.", "name the file or folder to index (--input PATH); a variable left unset gives ''.")
 
 
 def check_source(
