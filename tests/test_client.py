@@ -245,6 +245,23 @@ def test_escape_codes_in_stored_documents_are_printed_as_text(tmp_path, capsys, 
     assert "P1\\x1b]8;;http://evil.example/\\x07click" in out and "days.\\x1b]8;;" in out and "red\\x1b]8;;" in out
 
 
+def test_line_breaks_in_stored_ids_and_metadata_cannot_print_result_lines_of_their_own(tmp_path, capsys, monkeypatch):
+    from qa_system.cli.ask import print_card
+    from qa_system.serving.answer_views import AnswerCard
+
+    monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
+    forged = "real\n\n2. score 9.999  document FAKE  (P1)\n   The battery lasts forever"
+    source = tmp_path / "forged.jsonl"
+    source.write_text(json.dumps({"id": forged, "text": "battery doc", "item_id": "P1\nX", "tag": "a\r\nb"}) + "\n", encoding="utf-8")
+    assert main(["index", "--input", str(source), "--collection", "forged", "--id-column", "id", "--no-embed"]) == 0
+    capsys.readouterr()
+    assert main(["search", "battery", "--collection", "forged"]) == 0
+    print_card(AnswerCard("span", 1, "1.", "battery doc", "60% chance right", "", "", source=f"document {forged}", product="P1\nX"))
+    lines = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("2. score") or line.startswith("   The battery lasts forever") for line in lines), lines
+    assert sum("\\n\\n2. score 9.999  document FAKE" in line for line in lines) == 2  # shown, escaped, in its own line
+
+
 @pytest.mark.parametrize("token", ["zq\nxw", "zqéxw", "zq xw"], ids=["line break", "non-ASCII", "space"])
 def test_a_token_no_http_header_can_carry_is_one_line_that_never_shows_it(token, capsys, monkeypatch):
     """It was a traceback (UnicodeEncodeError) for a non-ASCII token; the token itself is never printed."""

@@ -54,7 +54,13 @@ def cmd_search(args: argparse.Namespace) -> None:
         own = ", ".join(f"{key} {value}" for key, value in user_metadata(meta).items())  # the source's columns: rating, date, ...
         about = ", ".join(filter(None, (meta.get("item_id"), splits)))  # a collection without products names none
         details = "; ".join(filter(None, (about, own)))
-        print(terminal_text(f"\n{rank}. score {document.score:.3f}  {document_label(document)}" + (f"  ({details})" if details else "")))
+        # One line whatever the ids and metadata hold: a line break in them would print a result line of their own making.
+        print(
+            "\n"
+            + terminal_text(
+                f"{rank}. score {document.score:.3f}  {document_label(document)}" + (f"  ({details})" if details else ""), newlines=False
+            )
+        )
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
@@ -104,7 +110,7 @@ def print_card(card, snippet: str | None = None) -> None:
     """One ``AnswerCard`` as every CLI door prints it: its line, where it came from and in how many documents, the review around it, its note."""
     source = f"  {card.source}" + (f" ({card.product})" if card.product else "") if card.source else ""
     others = f"  ({card.said_in})" if card.said_in else ""
-    print(terminal_text(f"\n{card.line}{source}{others}"))
+    print("\n" + terminal_text(f"{card.line}{source}{others}", newlines=False))
     if snippet:
         print(textwrap.indent(snippet, "   "))
     if card.note:
@@ -362,7 +368,7 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
             # shorten needs room for its " ..." placeholder: --context 0 still shows a stub of each review.
             snippet = textwrap.shorten(terminal_text(document.content or ""), width=max(2 * args.context, 10), placeholder=" ...")
             product = f"  ({document.meta['item_id']})" if document.meta.get("item_id") else ""
-            print(terminal_text(f"[{document.meta['source_index']}] {document_label(document)}{product}"))
+            print(terminal_text(f"[{document.meta['source_index']}] {document_label(document)}{product}", newlines=False))
             print(textwrap.indent(textwrap.fill(snippet, width=100), "    "))
 
 
