@@ -19,7 +19,7 @@ from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import ingest, open_collection
 from qa_system.pipelines import build_retrieval_pipeline
-from qa_system.retrieval.filters import MetaPostings, check_filters, combine_filters, make_filters, parse_filters
+from qa_system.retrieval.filters import MetaPostings, check_collection_filters, check_filters, combine_filters, make_filters, parse_filters
 from qa_system.sources.columns import column_types, value_type
 
 RATING_AT_LEAST_4 = {"field": "meta.overall", "operator": ">=", "value": 4}
@@ -174,6 +174,11 @@ def test_a_filter_on_a_field_no_document_has_is_one_line_naming_the_fields_there
     ):
         subjqa.run("battery", item_id="KINDLE", filters=rating_4)
     assert subjqa.run("battery", filters={"field": "meta.split", "operator": "==", "value": "dev"})["documents"]
+    # A collection of thousands of fields names the first of them: the message was 1.2 MB
+    wide = {f"field_{n:05d}": "text" for n in range(5000)}
+    with pytest.raises(QAError) as raised:
+        check_collection_filters(rating_4, {"meta_types": wide, "input": {"format": "jsonl"}})
+    assert str(raised.value).endswith("meta.field_00049, ... (4,955 more).") and len(str(raised.value)) < 3000
 
 
 def test_a_filter_on_the_product_column_by_its_own_name_filters_the_products(settings, reviews):

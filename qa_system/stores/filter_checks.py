@@ -27,6 +27,8 @@ ORDERING = (">", ">=", "<", "<=")
 # Bounds on what one request may ask the store to evaluate.
 MAX_FILTER_CONDITIONS = 100
 MAX_FILTER_DEPTH = 8
+# Fields named in the message of a filter on a field no document has (a collection may have thousands).
+LISTED_FIELDS = 50
 FILTER_FIX = (
     'write a condition {"field": "meta.rating", "operator": ">=", "value": 4} (operators '
     + ", ".join(COMPARISONS)
@@ -61,9 +63,11 @@ def _check_condition(condition: dict, where: str, types: Mapping[str, str], fiel
     check_text(field, "the filter's field")
     if fields is not None and field != "id" and field.removeprefix("meta.") not in fields:
         # No document has it: the filter would match nothing, and "no answer" would be said over reviews never read.
+        names = sorted(fields, key=lambda name: (name in PASSAGE_META, name))  # the source's own fields first
+        more = f", ... ({len(names) - LISTED_FIELDS:,} more)" if len(names) > LISTED_FIELDS else ""
         raise QAError(
             f"The filter names '{shown(field)}', a field no document of this collection has.",
-            f"filter on one of: {', '.join('meta.' + name for name in sorted(fields))}.",
+            f"filter on one of: {', '.join('meta.' + name for name in names[:LISTED_FIELDS])}{more}.",
         )
     if operator not in COMPARISONS:
         raise QAError(f"The filter's condition {where} has the operator {operator!r}.", f"use one of: {', '.join(COMPARISONS)}.")
