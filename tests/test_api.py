@@ -306,6 +306,16 @@ def own_collections(api_settings, tmp_path_factory) -> Iterator[str]:
         yield url
 
 
+def test_an_error_names_no_file_of_the_server_and_a_request_field_for_a_flag(own_collections, api_settings):
+    # 'notes' was indexed without vectors: the fix named the command, with the source file's full path on the server
+    asked = httpx.post(
+        f"{own_collections}/query", json={"query": "When does the office open?", "collection": "notes", "retriever": "dense"}
+    )
+    detail = asked.json()["detail"]
+    assert asked.status_code == 422 and "--input notes.jsonl --collection notes" in detail, detail
+    assert "/" not in detail.split("--input ")[1].split()[0] and detail.endswith('or use "retriever": "bm25".')
+
+
 def test_ingested_collections_are_listed_beside_a_domain_with_their_products(own_collections):
     url = own_collections
     assert httpx.get(f"{url}/health").json()["collections"] == ["shop", "electronics", "notes"]

@@ -837,8 +837,13 @@ def test_server_paths_are_said_by_the_settings_that_name_them(settings, tmp_path
     assert public(f"{tmp_path}/fb.sqlite cannot be used; {tmp_path}/reports/r1 and {home}.", configured) == (
         "$QA_FEEDBACK_DB cannot be used; $QA_REPORTS_DIR/r1 and $QA_HOME."
     )
+    # Not $QA_HOME either: a path that goes on after the root is not the root. One in a folder of the server is said by
+    # its name (a collection's source file); one in no folder of it (a route, a client's own path) is left as it is.
     assert public(f"Not {home}2/x nor {home}.bak, but {configured.reader_model}.", configured) == (
-        f"Not {home}2/x nor {home}.bak, but {Path(configured.reader_model).name}."
+        f"Not {home}2/x nor {home.name}.bak, but {Path(configured.reader_model).name}."
+    )
+    assert public("Fix: run `qa-system index --input /no-such-folder/data/reviews.csv`, POST /collections/NAME/documents", configured) == (
+        "Fix: run `qa-system index --input /no-such-folder/data/reviews.csv`, POST /collections/NAME/documents"
     )
 
 

@@ -115,13 +115,24 @@ def _server_paths(settings: Settings) -> list[tuple[str, str]]:
     return sorted(paths.items(), key=lambda pair: len(pair[0]), reverse=True)
 
 
+# An absolute path of two or more parts in a message (not a URL's, nor a route's: those are no folders of the server).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.])/(?:[^\s/`'\"()]+/)+[^\s/`'\"()]*[^\s/`'\"().,;:]")
+
+
+def _file_name(match: re.Match) -> str:
+    """A path of the server's own (its folder is there) by its name alone; anything else as it is (a route, a client's path)."""
+    path = Path(match[0])
+    return path.name if path.parent.is_dir() else match[0]
+
+
 def public(message: str, settings: Settings) -> str:
     """``message`` as a client may read it: the server's own paths said by the settings that name them
-    ("$QA_HOME/indexes/memory/docs.json", "$QA_FEEDBACK_DB"), a model folder by its name; the log keeps the whole."""
+    ("$QA_HOME/indexes/memory/docs.json", "$QA_FEEDBACK_DB"), a model folder by its name, any other file of the server
+    (a collection's source file) by its name; the log keeps the whole."""
     for path, name in _server_paths(settings):
         if path in message:
             message = re.sub(re.escape(path) + _PATH_ENDS, lambda _, name=name: name, message)
-    return message
+    return _ABSOLUTE_PATH.sub(_file_name, message)
 
 
 def _public(request: Request, message: str, status: int) -> str:
@@ -149,8 +160,13 @@ def products_route(message: str) -> str:
     return _PRODUCTS_COMMAND.sub(lambda match: f"GET /products?collection={match[1]}" if match[1] else "GET /products", message)
 
 
+# The library's errors name `ask`'s --retriever; a request names it as a field.
+_RETRIEVER_FLAG = re.compile(r"--retriever (bm25|dense|hybrid)\b")
+
+
 async def _library_error(request: Request, error: QAError) -> JSONResponse:
     message = products_route(in_http_terms(str(error)) if _is_document_route(request) else str(error))
+    message = _RETRIEVER_FLAG.sub(lambda match: f'"retriever": "{match[1]}"', message)
     return error_response(_public(request, message, status_of(error)), status_of(error))
 
 
