@@ -311,6 +311,19 @@ def test_an_upload_into_a_collection_indexed_without_vectors_keeps_it_so(call, s
     assert (report["added"], report["kept_missing"], report["documents"], report["embedded"]) == (1, 6, 7, 0)
 
 
+def test_a_sync_that_would_delete_most_documents_is_a_422_at_once_and_force_applies_it(call):
+    call("POST", "/collections", json={"name": "shrinks"})
+    upload = "/collections/{name}/documents"
+    finished(call, call("POST", upload, "/collections/shrinks/documents", json={"documents": [review(n) for n in range(6)]}))
+    refused = call("POST", upload, "/collections/shrinks/documents?sync=true", json={"documents": [review(0)]})
+    assert refused.status_code == 422 and refused.json()["detail"] == (  # it was a 202, a failed task naming --force, and no force
+        "The new data would leave 1 documents where collection 'shrinks' holds 6; it was left as it was. "
+        "Fix: check the source (a truncated file?), or pass force=true to apply it anyway."
+    )
+    forced = call("POST", upload, "/collections/shrinks/documents?sync=true&force=true", json={"documents": [review(0)]})
+    assert finished(call, forced)["documents"] == 1
+
+
 def test_a_collection_the_cli_indexes_while_the_server_runs_is_served_at_once(call, settings, tmp_path):
     from qa_system.ingestion import ingest
 

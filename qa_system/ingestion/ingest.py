@@ -481,12 +481,14 @@ def check_source(
     name: str | None = None,
     into: tuple[str, dict | None] | None = None,
     sync: bool = False,
+    force: bool = False,
 ) -> int:
     """Read ``source`` through without indexing anything: how many documents it holds, or the QAError that
     `index --input` would give for it (a missing column, a bad row, a repeated id, no documents at all; ``into``, the
-    collection's name and saved manifest: the ids it takes from a column that the source has, left unread, and a
+    collection's name and saved manifest: the ids it takes from a column that the source has, left unread, a
     metadata column whose type changed, which means processing every document again, in a source that holds fewer
-    documents than the collection, unless ``sync``)."""
+    documents than the collection, unless ``sync``, and with ``sync`` a source that would leave fewer than
+    ``MIN_KEPT_SHARE`` of them, unless ``force``)."""
     seen: dict[str, str] = {}
     with open_source(source, options, name) as opened:
         if into is not None:
@@ -500,13 +502,23 @@ def check_source(
             seen[record.id or record.content_hash()] = record.where
     if not seen:
         raise QAError(f"{opened.name} holds no documents.", "check the file (and its text column and format).")
-    if into is not None and not sync:
+    if into is not None:
         collection, manifest = into
         _, changed = changed_types(manifest, opened.types, opened.format)
-        held = (manifest or {}).get("documents") or 0
-        if changed and len(seen) < held:
+        held = (manifest or {}).get("source_documents") or (manifest or {}).get("documents") or 0
+        if not sync and changed and len(seen) < held:
             raise reprocessing_refused(collection, retyped_cause(changed), f"{opened.name} holds {len(seen)} of its {held} documents", True)
+        if sync and not force and held and len(seen) < MIN_KEPT_SHARE * held:
+            raise shrink_refused(collection, len(seen), held)
     return len(seen)
+
+
+def shrink_refused(collection: str, left: int, held: int, unread: str = "") -> QAError:
+    """The refusal of a run that would leave ``left`` of the ``held`` documents of ``collection`` (under ``MIN_KEPT_SHARE``)."""
+    return QAError(
+        f"The new data would leave {left} documents where collection '{collection}' holds {held}{unread}; it was left as it was.",
+        "check the source (a truncated file?), or pass --force to apply it anyway.",
+    )
 
 
 def changed_types(manifest: dict | None, found: dict[str, str], source_format: str) -> tuple[dict[str, str], list[str]]:
@@ -810,11 +822,7 @@ class _Run:
         self.items.update(saved.documents[d][1] for d in kept if saved.documents[d][1] is not None)
         report.documents = len(self.seen) + len(kept)
         if saved.documents and report.documents < MIN_KEPT_SHARE * len(saved.documents) and not force:
-            raise QAError(
-                f"The new data would leave {report.documents} documents where collection '{self.collection}' holds {len(saved.documents)}{unread}; "
-                "it was left as it was.",
-                "check the source (a truncated file?), or pass --force to apply it anyway.",
-            )
+            raise shrink_refused(self.collection, report.documents, len(saved.documents), unread)
         replaced = (self.staged_documents & saved.documents.keys()) | dropped
         self._check_taken_ids(replaced)
         saved_files = (saved.manifest or {}).get("files", {})

@@ -126,13 +126,14 @@ class DocumentChanges:
         info = delete_collection(self.settings, name)
         return {"name": name, "documents": info.documents}
 
-    def add(self, name: str, source: bytes, options: IngestOptions, file_name: str, sync: bool = False) -> Change:
-        """Check ``source`` (a file's bytes, read as `index --input` reads it), then add or update its documents in the background."""
+    def add(self, name: str, source: bytes, options: IngestOptions, file_name: str, sync: bool = False, force: bool = False) -> Change:
+        """Check ``source`` (a file's bytes, read as `index --input` reads it), then add or update its documents in the background
+        (``sync`` and ``force`` as `index`'s)."""
         self._check_own(name)
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
             raise NotFound(f"No collection named '{name}'.", f'create it first: POST /collections with {{"name": "{name}"}}.')
-        documents = check_source(io.BytesIO(source), options, file_name, into=(name, manifest), sync=sync)
+        documents = check_source(io.BytesIO(source), options, file_name, into=(name, manifest), sync=sync, force=force)
         # A collection indexed without vectors (`index --no-embed`, BM25 only) stays so: embedding it would mean
         # processing every document again, which a file of a few new ones cannot give.
         embed = manifest.get("embedding_model") is not None or not manifest.get("source_documents")
@@ -156,6 +157,7 @@ class DocumentChanges:
                     name=file_name,
                     embed=embed,
                     sync=sync,
+                    force=force,
                     progress=False,
                     on_progress=progressed,
                 )

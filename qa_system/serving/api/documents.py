@@ -221,6 +221,7 @@ async def add_documents(
     encoding: str = Query("utf-8", description="a file's text encoding"),
     html: bool = Query(False, description="the text holds HTML: its text is indexed, without the tags (as --html)"),
     sync: bool = Query(False, description="also delete the documents that are not in this request (as --sync)"),
+    force: bool = Query(False, description="apply a sync that leaves fewer than half the collection's documents (as --force)"),
 ) -> JSONResponse:
     """Add documents, or update those whose id is there already (upsert), in the background: 202 with a task id to poll
     (GET /tasks/{task_id}). The body is `{"documents": [...]}` (JSON) or a file (CSV, TSV, JSON lines: its content type, or `format`).
@@ -228,7 +229,7 @@ async def add_documents(
     options = IngestOptions(text_column=text_column, id_column=id_column, item_column=item_column, encoding=encoding, html=html)
     source, options, file_name = await upload(request, name, format, filename, options)
     api = request.app.state.api
-    change = await api.changing_documents(documents.add, name, source, options, file_name, sync)
+    change = await api.changing_documents(documents.add, name, source, options, file_name, sync, force)
     logged(request, f"Adding {change.documents} documents to collection '{name}' (task {change.id})")
     body = TaskOut(**change.status())
     return JSONResponse(body.model_dump(), status_code=202, headers={"Location": f"/tasks/{change.id}"})

@@ -73,7 +73,7 @@ def one_line(error: RequestValidationError) -> str:
 
 # The document routes take `index --input`'s flags as query parameters: the library's messages name the flags.
 _FLAG = re.compile(
-    r"--(text-column|id-column|item-column|encoding|format|sync|html)\b(?: (?!(?:with|to|or|for|and)\b)([a-z][a-z0-9_-]*)\b)?"
+    r"--(text-column|id-column|item-column|encoding|format|sync|html|force)\b(?: (?!(?:with|to|or|for|and)\b)([a-z][a-z0-9_-]*)\b)?"
 )
 
 
@@ -83,7 +83,7 @@ def in_http_terms(message: str) -> str:
 
     def parameter(match: re.Match) -> str:
         name = match[1].replace("-", "_")
-        if name in ("sync", "html"):
+        if name in ("sync", "html", "force"):
             return f"{name}=true"
         return f"{name}={match[2]}" if match[2] else name
 
