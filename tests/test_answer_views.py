@@ -151,6 +151,8 @@ def test_a_generated_answers_card_notes_its_grounding_flags():
     [card] = answer_cards(answer_views([answer]), "reviews")  # given no review: the caller says what it holds
     assert card.kind == "generated" and card.text == "The battery lasts ten hours." and card.source == "cites no review"
     assert card.note == f"{flags[0]}. {flags[1]}."
+    [card] = answer_cards(answer_views([answer]), "documents")  # over documents of one's own, it names them
+    assert card.note.startswith("It cites none of the documents: check it against the documents themselves. The generator")
 
 
 def test_a_spans_card_is_one_line_while_its_offsets_still_point_into_the_review():

@@ -358,7 +358,7 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     if prompt.get("truncated"):
         shortened = ", ".join(f"[{n}]" for n in prompt["truncated_reviews"]) or "none"
         print(
-            f"   (prompt cut to {prompt['budget_tokens']} tokens: reviews shortened {shortened}; {len(prompt['dropped_document_ids'])} dropped)"
+            f"   (prompt cut to {prompt['budget_tokens']} tokens: {noun} shortened {shortened}; {len(prompt['dropped_document_ids'])} dropped)"
         )
     for heading, cited in ((f"Cited {noun}", True), ("Also given", False)):
         documents = [d for d in answer.documents if d.meta["referenced"] is cited]

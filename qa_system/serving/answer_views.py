@@ -511,7 +511,9 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
         below = any(view is other for other in ranked.below)
         note = " ".join(filter(None, [ranked.close_call, language])) if position == 0 else ""
         if view.kind == "generated":
-            note = " ".join(filter(None, [note, *(f"{flag}." for flag in view.meta.get("flags", []))]))
+            # The grounding check's flags speak of reviews; over documents of one's own they are documents.
+            flags = [flag.replace("the reviews", f"the {noun}") for flag in view.meta.get("flags", [])]
+            note = " ".join(filter(None, [note, *(f"{flag}." for flag in flags)]))
         source, product = _source(view, noun)
         heading = BELOW_HEADING if view is best_below else f"{number}."
         cards.append(
