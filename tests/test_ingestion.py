@@ -656,6 +656,11 @@ def test_collections_list_and_delete(cli_home, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == ["P1\t2 documents", "P2\t2 documents"]  # counted as documents, not reviews
     assert main(["search", "cable", "--collection", "shop", "--item", "P2", "--top-k", "1"]) == 0
     assert "document r4" in capsys.readouterr().out
+    assert main(["search", "cable", "--collection", "shop", "--item", "p2"]) == 2  # typed in another case: the id is named
+    assert capsys.readouterr().err.strip() == (
+        "error: Item 'p2' has no documents in collection 'shop'. "
+        "Fix: pick 'P2' (ids are matched as written), or another item id that `qa-system products --collection shop` lists."
+    )
     assert list(cli_home.bm25_cache_of("shop").iterdir())  # the search left its BM25 index for the next one
     assert main(["collections", "--delete", "shop"]) == 0
     assert list_collections(cli_home) == [] and not cli_home.bm25_cache_of("shop").exists()  # its cache goes with it

@@ -57,13 +57,17 @@ def check_item(index: Index, item_id: str | None) -> None:
             "ask without an item (every document is asked), or give the documents one (`--item-column` when indexing, `item_id` when uploading).",
         )
     if item_id is not None and stored_item(index, item_id) is None:
+        wanted = unicodedata.normalize("NFC", item_id.strip()).casefold()
+        alike = sorted(stored for stored in index.item_counts() if unicodedata.normalize("NFC", stored.strip()).casefold() == wanted)
+        meant = f"'{shown(alike[0])}' (ids are matched as written), or another " if alike else ""  # typed in another case
         if index.manifest.get("domains"):
             raise NotFound(
-                f"Product '{shown(item_id)}' has no reviews in index '{index.name}'.", "pick an item id that `qa-system products` lists."
+                f"Product '{shown(item_id)}' has no reviews in index '{index.name}'.",
+                f"pick {meant or 'an '}item id that `qa-system products` lists.",
             )
         raise NotFound(
             f"Item '{shown(item_id)}' has no documents in collection '{index.name}'.",
-            f"pick an item id that `qa-system products --collection {index.name}` lists.",
+            f"pick {meant or 'an '}item id that `qa-system products --collection {index.name}` lists.",
         )
 
 
