@@ -20,6 +20,8 @@ def test_a_written_report_reads_back(tmp_path):
     assert list(report.sections) == ["latency"] and report.sections["latency"].loc[0, "p50_ms"] == 3.0
     assert [p.name for p in report.figures] == ["recall_at_k.png"]
     assert report.notes == ["strict: the question's own review."]
+    german = read_report(write(tmp_path / "rückversand", title="Rückversand: Größe"))  # as written, not \u00fc
+    assert german.title == "Rückversand: Größe" and "Rückversand: Größe" in (tmp_path / "rückversand" / "report.json").read_text("utf-8")
 
 
 def test_reports_are_found_recursively_newest_first(tmp_path):

@@ -118,7 +118,9 @@ def _write(
     write_squad(questions, out / "gold.json", keep_unlocated=True)
     for columns, records in runs:
         stem = re.sub(r"[^\w+.-]+", "_", "-".join(columns.values()))  # "bm25+reader, dev-tuned threshold" -> a plain file name
-        (out / f"predictions-{stem}.json").write_text(json.dumps(squad_predictions(records), indent=1), encoding="utf-8")
+        (out / f"predictions-{stem}.json").write_text(
+            json.dumps(squad_predictions(records), indent=1, ensure_ascii=False), encoding="utf-8"
+        )
     plotted = metrics[metrics["gold"] == "annotated"] if "gold" in metrics else metrics  # one bar pair per system
     figures = {"em_f1.png": em_f1_plot(plotted, title=title)}
     reliability = _reliability(runs)

@@ -259,7 +259,7 @@ def evaluate_rag(
         write_squad(questions, out / "gold.json", keep_unlocated=True)
         for name in records:
             predictions = squad_predictions(all_records[all_records["system"] == name])
-            (out / f"predictions-{name}.json").write_text(json.dumps(predictions, indent=1), encoding="utf-8")
+            (out / f"predictions-{name}.json").write_text(json.dumps(predictions, indent=1, ensure_ascii=False), encoding="utf-8")
         write_report(
             out,
             title,

@@ -67,7 +67,7 @@ def write_report(
         "metrics": table.to_dict(orient="records"),
         **{name: frame.to_dict(orient="records") for name, frame in sections.items()},
     }
-    (out / "report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    (out / "report.json").write_text(json.dumps(payload, indent=2, default=str, ensure_ascii=False), encoding="utf-8")
     table.to_csv(out / "report.csv", index=False)
     if records is not None:
         records.to_csv(out / "records.csv", index=False)
