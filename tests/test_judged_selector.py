@@ -51,6 +51,10 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("||>>HEADPHONE QUALITYThe headphones are good.+Impressive battery life", "battery", "Impressive battery life"),
         ("The LEDs, the HDMI port and my TRENDnet router work well.", "router", "The LEDs, the HDMI port and my TRENDnet router work well"),
         ("It was fine. :-) We heard the doors slam.", "heard", "We heard the doors slam"),  # no smiley's rest
+        # a dot inside a word is no sentence's end: the address was cut at its dot ("escriba a soporte@lux")
+        ("Escriba a soporte@lux.com si tiene dudas. Gracias.", "soporte", "Escriba a soporte@lux.com si tiene dudas"),
+        ("Sold on amazon.com for less than in shops. Buy it.", "Sold", "Sold on amazon.com for less than in shops"),
+        ("Great battery.The screen is dim.", "screen", "The screen is dim"),  # run together before a capital: two sentences
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase
