@@ -194,6 +194,23 @@ def test_a_filter_on_the_product_column_by_its_own_name_filters_the_products(set
     assert sorted(d.meta["document_id"] for d in pipeline.run("battery", filters=ids, top_k=50)["documents"]) == ["R001", "R004"]
 
 
+def test_an_index_built_from_documents_given_is_filtered_on_their_own_fields(settings):
+    from qa_system.ingestion.indexing import build_index
+
+    tickets = [
+        Document(id=f"t{n}", content=f"Ticket {n}: the sync failed.", meta={"created": f"2025-0{n}-01", "priority": "high", "item_id": "A"})
+        for n in range(1, 5)
+    ]
+    index = build_index(settings, documents=tickets, name="tickets", embed=False, progress=False)
+    pipeline = build_retrieval_pipeline("bm25", settings, index=index)
+    since = {"field": "meta.created", "operator": ">=", "value": "2025-03-01"}  # refused: "a field no document has"
+    assert sorted(d.id for d in pipeline.run("sync", filters=since, top_k=10)["documents"]) == ["t3", "t4"]
+    with pytest.raises(
+        QAError, match=r"'meta.nope', a field no document .* Fix: filter on one of: meta.created, meta.item_id, meta.priority"
+    ):
+        pipeline.run("sync", filters={"field": "meta.nope", "operator": "==", "value": 1})
+
+
 def test_filters_combine_flat_and_parse_from_json():
     item = {"operator": "AND", "conditions": [{"field": "meta.item_id", "operator": "==", "value": "P1"}]}
     assert combine_filters(item, RATING_AT_LEAST_4) == {"operator": "AND", "conditions": [*item["conditions"], RATING_AT_LEAST_4]}

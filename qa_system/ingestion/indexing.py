@@ -19,6 +19,7 @@ from qa_system.errors import QAError, Unavailable
 from qa_system.ingestion.embedding import LEGACY_BACKEND, DocumentEmbedder, indexing_backend, load_encoder
 from qa_system.model_files import model_fingerprint
 from qa_system.sources import SPLITS, available_splits, load_subjqa, source_files
+from qa_system.sources.columns import column_types
 from qa_system.stores import (
     Index,
     check_domains,
@@ -181,6 +182,8 @@ def build_index(
     manifest: dict = {"domains": domains, "splits": list(splits), "format": INDEX_FORMAT, "created": datetime.now(UTC).isoformat()}
     if documents is None:
         documents = _subjqa_documents(settings, domains, splits, manifest)
+    else:  # fields of their own, which filters are checked against (not SubjQA's)
+        manifest["meta_types"] = column_types(d.meta for d in documents)
     _check_replaceable(settings, name, documents, force)
     timings = {}
     start = time.perf_counter()

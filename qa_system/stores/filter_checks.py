@@ -160,7 +160,7 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
 def filter_fields(manifest: Mapping[str, Any]) -> set[str] | None:
     """The metadata fields the documents of a collection hold, from its manifest; None where it does not tell
     (manifests written before columns were typed, or before a folder's sidecars were)."""
-    if manifest.get("domains"):  # a SubjQA collection
+    if manifest.get("domains") and "meta_types" not in manifest:  # a SubjQA collection (documents given have their own)
         return set(SUBJQA_META)
     types = manifest.get("meta_types")
     if types is None or (manifest.get("input", {}).get("format") == "files" and "file" not in types):
