@@ -74,6 +74,8 @@ def test_the_report_counts_documents_in_another_language_than_english(home, tmp_
     ) in report.summary()
     english = ingest(home, write_csv(tmp_path / "r.csv"), "english", COLUMNS, embed=False, progress=False)
     assert english.other_languages == {} and not any("language" in line for line in english.summary())
+    last = open_collection(home, "english").manifest["last_update"]  # it said 0 passages and 0 documents/s
+    assert "passages" not in last and last["documents_per_s"] > 0 and last["read"] == english.read
     single = ingest(home, write_csv(tmp_path / "one.csv", REVIEWS[:1]), "one", COLUMNS, embed=False, progress=False)
     assert single.summary()[0] == "Collection 'one' (memory): 1 document in 1 passage."  # not "1 documents in 1 passages"
 
@@ -374,6 +376,9 @@ def test_a_pipeline_built_before_an_update_answers_from_the_documents_as_they_ar
     found = {d.id: d.content for d in retrieval.run("battery screen cable bass", top_k=10)["documents"]}
     assert sorted(found) == ["r1", "r3", "r4"] and found["r1"] == "The battery now lasts a month."
     assert retrieval.index.item_counts() == {"P1": 1, "P2": 2}
+    assert repr(retrieval) == (  # one line in a notebook, not the manifest and the graph (3,200 characters)
+        "QAPipeline(retriever='bm25', answer_stage='retrieval', rerank=False, collection='live' (memory), top_k=8, top_k_reader=3)"
+    )
     kept = retrieval.pipeline
     retrieval.run("battery", top_k=1)
     assert retrieval.pipeline is kept  # opened again only when saved again

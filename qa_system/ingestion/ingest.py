@@ -879,8 +879,9 @@ class _Run:
             # Nothing embedded in this run (no document changed): the saved vectors' backend stays.
             manifest["embedding_backend"] = self.embedder.backend if self.embedder is not None else embedding_backend(old)
             manifest["embedding_dim"] = _embedding_dim(staging) or old.get("embedding_dim")
-        seconds = time.perf_counter() - self.started
-        manifest["last_update"] = {**self.report.as_dict(), "seconds": seconds}
+        seconds = self.report.seconds = time.perf_counter() - self.started  # its speed too, as the report says it
+        # The passages are counted as the collection is committed, after this: the manifest's "documents" holds them.
+        manifest["last_update"] = {key: value for key, value in self.report.as_dict().items() if key != "passages"}
         manifest["build_timings"] = {"total_s": seconds, "embedding_s": self.report.embedding_s}
         return manifest
 

@@ -108,6 +108,13 @@ class QAPipeline:
     _compared: tuple | None = field(default=None, repr=False)  # the saved files' signature last compared with the index
     _reopening: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def __repr__(self) -> str:  # not the whole manifest and Haystack graph a notebook would print
+        stage = self.answer_stage or "retrieval"
+        return (
+            f"QAPipeline(retriever={self.retriever!r}, answer_stage={stage!r}, rerank={self.rerank}, "
+            f"collection={self.index.name!r} ({self.index.backend}), top_k={self.top_k}, top_k_reader={self.top_k_reader})"
+        )
+
     def follow_saved_changes(self) -> None:
         """Open the collection again, and build the pipeline over it, when it was saved again since (see the class)."""
         if self.settings is None:
