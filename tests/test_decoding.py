@@ -24,3 +24,13 @@ def test_an_encoding_error_names_the_encoding_to_read_the_file_with(home, tmp_pa
         ingest(home, tmp_path / "tickets.csv", "tickets", IngestOptions(encoding=encoding), embed=False, progress=False)
     assert refused.value.encoding == suggested
     assert cli_fix in str(refused.value) and str(refused.value) == f"{refused.value.problem} Fix: {refused.value.fix}"
+
+
+@pytest.mark.parametrize("encoding, written", [("utf-8", "utf-32"), ("utf-32-le", "utf-32-le")], ids=["with its mark", "named"])
+def test_utf32_text_is_read(home, tmp_path, encoding, written):
+    # its mark was taken for UTF-16's ("no 'text' column; its columns are: \x00t\x00e..."), and named it was "binary data"
+    from helpers.ingestion import documents
+
+    (tmp_path / "notes.csv").write_bytes("text\nDie Größe passt.\n".encode(written))
+    ingest(home, tmp_path / "notes.csv", "notes", IngestOptions(encoding=encoding), embed=False, progress=False)
+    assert [d.content for d in documents(home, "notes").values()] == ["Die Größe passt."]

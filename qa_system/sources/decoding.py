@@ -66,10 +66,12 @@ def text_encoding(binary: IO[bytes], name: str, encoding: str, fix: str) -> str:
     """The codec to read ``binary`` with, after refusing binary files (``fix`` says what to pass instead)."""
     encoding = check_encoding(encoding)
     head = _head(binary)
+    if head.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):  # before UTF-16's: UTF-32-LE's mark starts with it
+        return "utf-32"
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return "utf-16"
     kind = next((what for signature, what in _SIGNATURES.items() if head.startswith(signature)), None)
-    if kind is None and b"\x00" in head and not encoding.startswith("utf-16"):
+    if kind is None and b"\x00" in head and not encoding.startswith(("utf-16", "utf-32")):
         order = _utf16_without_mark(head)
         if order is not None:
             raise EncodingError(
