@@ -1127,6 +1127,13 @@ def test_csv_labels_name_the_collection_documents(home, tmp_path):
     # a spreadsheet saved in Europe separates its columns with ";", as `index` reads them
     path.write_text("question;answer;document_id\nHow long does it last?;a whole week, or more;r1\n", encoding="utf-8")
     assert [a.text for a in load_labels(path, home, "labelled").questions[0].answers] == ["a whole week, or more"]
+    # a row whose question is blank is said, not dropped unseen; a header naming a column twice is refused, as a table's is
+    path.write_text("question,answer,document_id\n   ,a week,r1\n,,\nWhat broke?,The cable broke,r4\n", encoding="utf-8")
+    labels = load_labels(path, home, "labelled")
+    assert len(labels.questions) == 1 and labels.notes == ["labels.csv: 1 row without a question was left out."]
+    path.write_text("question,question,answer,document_id\nWhy?,How?,because,r1\n", encoding="utf-8")
+    with pytest.raises(QAError, match=r"labels.csv repeats the column name\(s\) question\. Fix: give every column a unique name"):
+        load_labels(path, home, "labelled")
 
 
 def test_retrievers_are_evaluated_on_a_collection_without_items(cli_home, tmp_path, capsys):

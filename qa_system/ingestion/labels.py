@@ -29,7 +29,7 @@ from qa_system.ingestion.collections import is_reserved_name, open_collection
 from qa_system.ingestion.splitting import source_text
 from qa_system.sources import GoldAnswer, LabelledQuestion, load_subjqa
 from qa_system.sources.qa_files import labelled_questions, read_qa_file
-from qa_system.sources.tables import header_delimiter
+from qa_system.sources.tables import header_delimiter, repeated_names
 from qa_system.stores import Index
 
 CSV_COLUMNS = ("question", "answer", "document_id")
@@ -109,13 +109,19 @@ def _same_id(given: str, stored: str) -> bool:
     return unicodedata.normalize("NFC", given.strip()) == unicodedata.normalize("NFC", stored.strip())
 
 
-def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) -> tuple[list[LabelledQuestion], int]:
+def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) -> tuple[list[LabelledQuestion], int, int]:
+    """The questions of a CSV labels file, how many of their answers are not in their document's text, and how many rows
+    had no question."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
             header = handle.readline()
             handle.seek(0)
             reader = csv.DictReader(handle, delimiter=header_delimiter(header))  # a European spreadsheet's ";" too
             columns = [c.strip() for c in reader.fieldnames or []]
+            if repeated := repeated_names(columns):  # a row's values would go to one of them, unsaid
+                raise QAError(
+                    f"{path} repeats the column name(s) {', '.join(repeated)}.", "give every column a unique name in the header row."
+                )
             missing = [c for c in CSV_COLUMNS if c not in columns]
             if missing:
                 raise QAError(
@@ -125,9 +131,11 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
             grouped: dict[tuple[str, str], dict] = {}
             # A SubjQA review is stored as "<domain>/<review_id>", and shown (search, the page) by its review id: either names it.
             reviews = {i.split("/", 1)[1]: i for i in documents if "/" in i} if is_reserved_name(collection) else {}
+            blank = 0
             for row in reader:
                 row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
                 if not row.get("question"):
+                    blank += any(row.values())  # a row of nothing at all is no row
                     continue
                 document_id = reviews.get(row["document_id"], row["document_id"])
                 if document_id not in documents:
@@ -147,7 +155,7 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
         labelled, absent = _question(entry["id"], question, document_id, documents[document_id], entry["answers"], collection)
         questions.append(labelled)
         missing += absent
-    return questions, missing
+    return questions, missing, blank
 
 
 def load_labels(path: str | Path, settings: Settings | None = None, collection: str | None = None) -> Labels:
@@ -176,8 +184,12 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
                 "CSV labels name their documents by id, so they need a collection.",
                 "add --collection NAME (the collection those ids are in).",
             )
-        questions, missing = _csv_labels(path, documents, collection)
+        questions, missing, blank = _csv_labels(path, documents, collection)
         file_format = "CSV"
+        if blank:
+            notes.append(
+                f"{path.name}: {blank} {'row' if blank == 1 else 'rows'} without a question {'was' if blank == 1 else 'were'} left out."
+            )
     else:
         examples, report = read_qa_file(path)
         file_format = report.format
