@@ -17,7 +17,7 @@ from helpers.filters import OPTIONS, rating, write_reviews
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
-from qa_system.ingestion import ingest, open_collection
+from qa_system.ingestion import IngestOptions, ingest, open_collection
 from qa_system.pipelines import build_retrieval_pipeline
 from qa_system.retrieval.filters import MetaPostings, check_collection_filters, check_filters, combine_filters, make_filters, parse_filters
 from qa_system.sources.columns import column_types, value_type
@@ -209,6 +209,16 @@ def test_an_index_built_from_documents_given_is_filtered_on_their_own_fields(set
         QAError, match=r"'meta.nope', a field no document .* Fix: filter on one of: meta.created, meta.item_id, meta.priority"
     ):
         pipeline.run("sync", filters={"field": "meta.nope", "operator": "==", "value": 1})
+
+
+def test_a_column_of_numbers_with_a_decimal_comma_is_said_in_the_report(settings, tmp_path):
+    # a European spreadsheet's "4,5": kept as text, and nothing said until a filter with >= was refused
+    source = tmp_path / "excel.csv"
+    source.write_text("id;stars;price;text\nr1;4,5;1,000;Great.\nr2;2;12;Loud.\nr3;3,0;n/a;Fine.\n", encoding="utf-8")
+    report = ingest(settings, source, "excel", IngestOptions(id_column="id"), embed=False, progress=False)
+    commas = [note for note in report.notes if "decimal comma" in note]
+    assert len(commas) == 1 and commas[0].startswith("column 'stars' holds numbers written with a decimal comma (4,5): it is kept as text")
+    assert open_collection(settings, "excel").manifest["meta_types"]["stars"] == "text"  # price holds "n/a": no note for it
 
 
 def test_filters_combine_flat_and_parse_from_json():

@@ -42,7 +42,7 @@ from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embe
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.language import other_language
 from qa_system.model_files import model_fingerprint
-from qa_system.sources.columns import column_types, typed_meta
+from qa_system.sources.columns import DecimalCommas, column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, check_folder_encodings, read_files, sidecar_types
 from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, IngestOptions, ReadCounts, Record, Source, meta_key
 from qa_system.sources.squad_documents import read_squad_documents
@@ -661,6 +661,7 @@ class _Run:
         from qa_system.progress import Progress
 
         self._type_columns(opened.types, opened.format)
+        self.decimal_commas = DecimalCommas(opened.types)
         _check_same_ids(self.saved.manifest, self.collection, self.options, opened)
         if opened.format == "files":
             self.files_root = Path(opened.state["path"])
@@ -702,6 +703,12 @@ class _Run:
         counts = opened.counts
         report.empty_rows, report.empty_texts, report.files_skipped = counts.empty_rows, counts.empty_texts, counts.files_skipped
         report.html_texts = counts.html_texts
+        for column in self.decimal_commas.columns:
+            report.notes.append(
+                f"column '{column}' holds numbers written with a decimal comma (4,5): it is kept as text, which a filter "
+                "cannot compare with >= or <; to filter on it, write its numbers with a decimal point (4.5), e.g. by exporting "
+                "the spreadsheet with a point as its decimal separator."
+            )
         report.files_unreadable, report.links_skipped = counts.files_unreadable, counts.links_skipped
         report.sidecars_unused = counts.sidecars_unused
         if not self.seen:
@@ -736,6 +743,7 @@ class _Run:
             return False
         self.seen[document_id] = record.where
         report.read += 1
+        self.decimal_commas.see(record.meta)
         if (language := other_language(record.text)) is not None:
             report.other_languages[language] = report.other_languages.get(language, 0) + 1
         if record.item_id is not None:

@@ -23,6 +23,30 @@ _INTEGER = re.compile(r"-?(0|[1-9]\d{0,15})")
 _DECIMAL = re.compile(r"-?(0|[1-9]\d*)(\.\d+([eE][+-]?\d+)?|[eE][+-]?\d+)")  # a fraction or an exponent: whole numbers are _INTEGER's
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?")
 MAX_EXACT = 2**53  # integers past this are not exact as a double (nor in a JSON reader that uses one): text
+# A number written with a decimal comma (a European spreadsheet's "4,5"): text here, as "1,000" may be a thousand.
+_DECIMAL_COMMA = re.compile(r"-?\d+,\d+")
+
+
+class DecimalCommas:
+    """The text columns whose every value is a whole number or one written with a decimal comma, at least one of them
+    such ("4,5"): typed as text, they are said in the report (``see`` each row's metadata, then ``columns``)."""
+
+    def __init__(self, types: Mapping[str, str]):
+        self._text = {key for key, kind in types.items() if kind == "text"}
+        self._seen: set[str] = set()
+
+    def see(self, meta: Mapping[str, Any]) -> None:
+        for key, value in meta.items():
+            if key not in self._text or not isinstance(value, str):
+                continue
+            if _DECIMAL_COMMA.fullmatch(value.strip()):
+                self._seen.add(key)
+            elif value_type(value) != "integer":
+                self._text.discard(key)
+
+    @property
+    def columns(self) -> list[str]:
+        return sorted(self._seen & self._text)
 
 
 def is_iso_date(text: str) -> bool:
