@@ -532,6 +532,21 @@ def test_a_filter_value_matches_the_stored_text_in_either_unicode_form(settings,
     assert _shops_found(pipeline) == SHOPS_FOUND
 
 
+def test_a_product_id_typed_in_two_unicode_forms_is_one_product(settings, tmp_path):
+    # it was two products named "café" in the list, and asking one form read half the reviews
+    path = tmp_path / "cafe.jsonl"
+    forms = [unicodedata.normalize(form, "café") for form in ("NFC", "NFD", "NFC")]
+    path.write_text(
+        "".join(json.dumps({"text": f"Review {n}: the coffee is good.", "item_id": f}) + "\n" for n, f in enumerate(forms)), "utf-8"
+    )
+    ingest(settings, path, "cafe", embed=False, progress=False)
+    index = open_collection(settings, "cafe", embeddings=False, progress=False)
+    assert index.item_counts() == {unicodedata.normalize("NFC", "café"): 3}
+    pipeline = build_retrieval_pipeline("bm25", settings, index=index)
+    for typed in forms[:2]:
+        assert len(pipeline.run("coffee", item_id=typed, top_k=10)["documents"]) == 3
+
+
 @pytest.mark.opensearch
 def test_a_filter_value_matches_the_stored_text_in_either_unicode_form_on_a_real_search_server(opensearch_url, tmp_path, tiny_subjqa):
     from qa_system.stores import delete_opensearch_index

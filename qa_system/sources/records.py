@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
@@ -73,6 +74,12 @@ class Record:
     meta: dict[str, str]
     where: str  # "reviews.csv line 12": for messages
     id: str | None = None  # None: the content hash's id
+
+    def __post_init__(self) -> None:
+        # One product whatever the Unicode form its id was typed in ("café" with one code point for "é" or two): the
+        # product list shows it once, and asking by either form reads all its documents.
+        if self.item_id is not None:
+            self.item_id = unicodedata.normalize("NFC", self.item_id)
 
     def checked(self) -> Record:
         """The record, once all its text is known to be UTF-8: JSON can escape half a character ("\\ud800"),
