@@ -610,6 +610,11 @@ def test_text_that_is_not_utf8_is_a_one_line_422_naming_the_field(api, span_clic
 def test_a_body_that_is_not_utf8_is_one_line_naming_the_fix(api, path):
     detail = refused(post_raw(api, path, b'{"query": "is it \xff good", "item_id": "KINDLE"}'), 422, "The request body is not valid JSON (")
     assert "0xff" in detail and "not UTF-8" in detail
+    import gzip
+
+    packed = gzip.compress(json.dumps({"query": "Is it good?", "item_id": "KINDLE"}).encode())  # "byte 0x8b ... is not UTF-8"
+    detail = refused(post_raw(api, path, packed), 422, "The request body is not valid JSON (it is gzip-compressed, which this server")
+    assert "send it uncompressed" in detail
 
 
 def test_a_keep_alive_connection_survives_a_500(api_settings, tmp_path, monkeypatch):

@@ -49,6 +49,8 @@ def read_json(body: bytes) -> Any:
         raise
     except UnicodeDecodeError as error:
         problem = f"byte 0x{body[error.start]:02x} at position {error.start} is not UTF-8"
+        if body.startswith(b"\x1f\x8b"):  # gzip's magic: the server does not unpack compressed request bodies
+            problem = "it is gzip-compressed, which this server does not unpack (send it uncompressed, without Content-Encoding)"
     except RecursionError:
         problem = "arrays or objects nested more deeply than the parser allows"
     except Refused as error:
