@@ -299,3 +299,21 @@ def test_the_first_card_says_when_the_question_or_its_document_is_not_english():
     assert cards("How loud is it?")[0].note.startswith("Its document looks German: ")
     english = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.7, 0.2)))
     assert "looks" not in english[0].note  # an English question over English documents: nothing said
+
+
+def test_a_passage_of_a_longer_document_is_marked_where_the_document_goes_on():
+    # "**Sie die Schuhe ...": a passage that starts mid-sentence looked like the start of the manual
+    text = "Sie die Schuhe an einem trockenen Ort. Die Sohle ist aus Gummi und hält lange"
+    start = text.index("Die Sohle")
+
+    def shown(meta: dict) -> str:
+        document = Document(id="manual#3", content=text, meta=meta)
+        answer = ExtractedAnswer(
+            query="q", score=0.6, data="Die Sohle", document=document, document_offset=ExtractedAnswer.Span(start, start + 9)
+        )
+        return "".join(segment.text for segment in answer_views([answer])[0].segments())
+
+    assert shown({"document_id": "manual", "source_offset": 3275, "passage": 2, "passages": 5}) == f"…{text}…"
+    assert shown({"document_id": "manual", "source_offset": 0, "passage": 0, "passages": 5}) == f"{text}…"
+    assert shown({"document_id": "manual", "source_offset": 3275, "passage": 4, "passages": 5}) == f"…{text}"
+    assert shown({"review_id": "r1"}) == text  # a review read whole

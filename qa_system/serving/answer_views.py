@@ -240,10 +240,17 @@ class AnswerView:
         return score_level(self.score)
 
     def segments(self, window: int | None = None) -> list[Segment]:
-        """The answer's review with the answer highlighted (empty for answers without a review)."""
+        """The answer's review with the answer highlighted (empty for answers without a review). A passage of a longer
+        document is marked "…" where the document goes on before or after it: it starts and ends mid-sentence."""
         if self.document is None or self.document.content is None:
             return []
-        return highlight_segments(self.document.content, self.supporting_spans, window)
+        segments = highlight_segments(self.document.content, self.supporting_spans, window)
+        meta = self.document.meta
+        if segments and int(meta.get("source_offset", 0) or 0) > 0 and segments[0].text != ELLIPSIS:
+            segments.insert(0, Segment(ELLIPSIS))
+        if segments and int(meta.get("passage", 0) or 0) + 1 < int(meta.get("passages", 1) or 1) and segments[-1].text != ELLIPSIS:
+            segments.append(Segment(ELLIPSIS))
+        return segments
 
 
 def answer_view(answer: Any) -> AnswerView:
