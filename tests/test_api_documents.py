@@ -300,6 +300,23 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     assert call("DELETE", "/collections/{name}", "/collections/subjqa-electronics").status_code == 422
 
 
+def test_a_collection_of_ones_own_hidden_behind_a_served_domain_says_how_to_reach_it(call, settings, tmp_path):
+    from qa_system.ingestion import delete_collection, ingest
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps(review(1)), encoding="utf-8")
+    ingest(settings, path, "electronics", embed=False, progress=False)  # made by the CLI, or by a server without the domain
+    try:
+        refused = call("DELETE", "/collections/{name}", "/collections/electronics")
+        assert refused.status_code == 422 and refused.json()["detail"] == (  # it said to name it otherwise: it exists
+            "'electronics' is the SubjQA domain this server serves (the collection subjqa-electronics); your own collection "
+            "'electronics' is hidden behind it here. Fix: change or delete your own with `qa-system index --collection electronics` "
+            "/ `qa-system collections --delete electronics`, or from a server that does not serve that domain."
+        )
+    finally:
+        delete_collection(settings, "electronics")
+
+
 def test_an_upload_into_a_collection_indexed_without_vectors_keeps_it_so(call, settings, tmp_path):
     from qa_system.ingestion import ingest
 
