@@ -219,6 +219,30 @@ def test_the_first_card_is_the_one_most_likely_to_be_right_and_reads_as_a_whole_
     json.dumps([a.meta for a in answers])  # plain types only: the API and Hayhooks encode them
 
 
+def test_a_selector_not_told_whether_a_product_was_asked_sees_it_in_the_documents(judged_selector):
+    # a pipeline run from its exported YAML says nothing of a product: across products its spans went unweighed
+    folder, _, _ = judged_selector
+    selector = AnswerSelector(model=str(folder), top_k=3)
+    content = FILLER + f" {ANSWER}. Great buy."
+    start = content.index("lasts a whole week")
+    reading = ReaderOutput(
+        [SpanCandidate(1, start, start + 18, 4.0, 0), SpanCandidate(0, content.index("grey"), content.index("grey") + 4, 0.1, 0)],
+        0.5,
+        {0: 0.5, 1: 0.5},
+    )  # the answer in the document the retriever liked least
+
+    def answers(items: tuple[str, str], all_documents: bool | None) -> list[tuple]:
+        documents = [
+            Document(id=f"d{n}", content=content, score=score, meta={"item_id": item})
+            for n, (item, score) in enumerate(zip(items, (9.0, 1.0)))
+        ]
+        found = selector.run(query="How long does the battery last?", documents=documents, reading=reading, all_documents=all_documents)
+        return [(a.data, round(a.score, 6)) for a in found["answers"]]
+
+    assert answers(("P1", "P2"), None) == answers(("P1", "P2"), True) != answers(("P1", "P2"), False)
+    assert answers(("P1", "P1"), None) == answers(("P1", "P1"), False)
+
+
 def test_the_fit_does_not_depend_on_the_order_of_the_labels(tmp_path):
     records, labels = judged_records(120, seed=3)
     fits = []

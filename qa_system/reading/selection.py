@@ -450,7 +450,12 @@ class AnswerSelector:
 
     @component.output_types(answers=list[ExtractedAnswer])
     def run(
-        self, query: str, documents: list[Document], reading: ReaderOutput, top_k: int | None = None, all_documents: bool = False
+        self,
+        query: str,
+        documents: list[Document],
+        reading: ReaderOutput,
+        top_k: int | None = None,
+        all_documents: bool | None = None,
     ) -> dict[str, list[ExtractedAnswer]]:
         """The answers and "no answer" by their probability of being right, the first one ``chosen``.
 
@@ -458,8 +463,12 @@ class AnswerSelector:
         they disagree (the decision answers, but "no answer" has the higher probability), the probabilities
         win, so that no door ever shows an answer above a "no answer" it says is likelier right. Among equal
         probabilities the decision goes first. ``all_documents``: asked across every document rather than about one
-        product (``SelectorModel.choose``)."""
+        product (``SelectorModel.choose``); None (a pipeline run from its YAML, which has no product to say): when the
+        documents are not all of one product."""
         top_k = self.top_k if top_k is None else check_count(top_k, "top_k")
+        if all_documents is None:
+            items = {document.meta.get("item_id") for document in documents}
+            all_documents = len(items) != 1 or None in items
         if not math.isfinite(reading.null_logit):  # no document had text to read: there is no answer in them, for sure
             meta = {"probability": 1.0, "chosen": True, "close_call": False, "no_documents": True}
             return {"answers": [ExtractedAnswer(query=query, score=1.0, data=None, meta=meta)]}
