@@ -259,6 +259,9 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
         ),
     )
     assert report["added"] == 2 and report["source"] == "from-csv.csv"
+    named = "/collections/from-csv/documents?text_column=body&id_column=review_id&filename=../../etc/passwd.csv"
+    report = finished(call, call("POST", upload, named, content=csv_text, headers={"Content-Type": "text/csv"}))
+    assert report["source"] == "passwd.csv"  # a client's name for its file, without its folders (listed as ../../etc/passwd.csv)
     refused = call(
         "POST", upload, "/collections/from-csv/documents?text_column=text", content=csv_text, headers={"Content-Type": "text/csv"}
     )

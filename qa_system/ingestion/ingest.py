@@ -136,7 +136,7 @@ class IngestReport:
         if skipped:
             lines.append(f"  skipped: {', '.join(skipped)}.")
         if self.files_skipped:
-            lines.append(f"  {len(self.files_skipped)} files of other kinds left out (e.g. {self.files_skipped[0]}).")
+            lines.append(f"  {_files(len(self.files_skipped))} of other kinds left out (e.g. {self.files_skipped[0]}).")
         if self.links_skipped:
             lines.append(f"  {len(self.links_skipped)} links to outside the folder not followed: {_first(self.links_skipped)}.")
         if self.sidecars_unused:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -183,7 +184,9 @@ async def upload(
             f'send it as {", ".join(FILE_FORMATS)} (a file) or application/json ({{"documents": [...]}}), '
             f"or name its format: format=csv|tsv|jsonl|json|squad, or filename=NAME.csv (.tsv, .jsonl, .json).",
         )
-    name = filename or f"{collection}{FILE_SUFFIXES.get(fmt or '', '')}"
+    # A client's name for its file, without the folders it may hold ("../../etc/passwd.csv" is listed as passwd.csv).
+    name = PurePosixPath(filename.replace("\\", "/")).name if filename else ""
+    name = name or f"{collection}{FILE_SUFFIXES.get(fmt or '', '')}"
     return body, IngestOptions(**{**options.as_dict(), "format": fmt}), name
 
 
