@@ -129,6 +129,10 @@ def test_a_filter_built_in_python_may_hold_dates(settings, reviews):
             "The filter's '!=' compares 'meta.reviewTime', a date, with the text 'soon'",
         ),
         ({"field": "meta.reviewTime", "operator": "==", "value": 2013}, "compares 'meta.reviewTime', a date, with the number 2013"),
+        (  # it also said "compare with a number"
+            {"field": "meta.reviewTime", "operator": ">", "value": "last year"},
+            "the text 'last year', which is no ISO date. Fix: compare it with an ISO date such as \"2024-01-31\".",
+        ),
         # a true / false column is text in the index: the JSON boolean matched nothing, silently
         (
             {"field": "meta.zip", "operator": "==", "value": True},

@@ -153,7 +153,9 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
     if isinstance(value, str) and not is_iso_date(value):
         raise QAError(
             f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.",
-            'compare with a number, or an ISO date such as "2024-01-31".',
+            'compare it with an ISO date such as "2024-01-31".'
+            if kind == "date"
+            else 'compare with a number, or an ISO date such as "2024-01-31".',
         )
 
 
