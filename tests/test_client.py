@@ -257,7 +257,21 @@ def test_line_breaks_in_stored_ids_and_metadata_cannot_print_result_lines_of_the
     capsys.readouterr()
     assert main(["search", "battery", "--collection", "forged"]) == 0
     print_card(AnswerCard("span", 1, "1.", "battery doc", "60% chance right", "", "", source=f"document {forged}", product="P1\nX"))
+    print_card(
+        AnswerCard(
+            "span",
+            1,
+            "1.",
+            "11 cm",
+            "90% chance right",
+            "",
+            "",
+            source="document manual.md (answer at character 4407)",
+            product="manual.md",
+        )
+    )
     lines = capsys.readouterr().out.splitlines()
+    assert "1. 11 cm  90% chance right  document manual.md (answer at character 4407)" in lines  # not "(manual.md)" again
     assert not any(line.startswith("2. score") or line.startswith("   The battery lasts forever") for line in lines), lines
     assert sum("\\n\\n2. score 9.999  document FAKE" in line for line in lines) == 2  # shown, escaped, in its own line
 

@@ -108,7 +108,9 @@ def highlight(segments, tty: bool) -> str:
 
 def print_card(card, snippet: str | None = None) -> None:
     """One ``AnswerCard`` as every CLI door prints it: its line, where it came from and in how many documents, the review around it, its note."""
-    source = f"  {card.source}" + (f" ({card.product})" if card.product else "") if card.source else ""
+    # A file of a folder is its own product: "document manual.md (manual.md)" named it twice.
+    named = card.product and card.product not in (card.source.removeprefix("document ").split(" (")[0], "")
+    source = f"  {card.source}" + (f" ({card.product})" if named else "") if card.source else ""
     others = f"  ({card.said_in})" if card.said_in else ""
     print("\n" + terminal_text(f"{card.line}{source}{others}", newlines=False))
     if snippet:
