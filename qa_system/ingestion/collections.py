@@ -55,7 +55,9 @@ def check_collection_name(name: object) -> str:
             "pick a shorter name, e.g. my-reviews.",
         )
     if not NAME_PATTERN.fullmatch(name):
-        raise QAError(f"'{shown(name)}' is not a valid collection name.", NAME_FIX)
+        lowered = name.lower()  # "Reviews": the name meant is most likely the lowercase one
+        fix = f"write it in lowercase: '{lowered}'." if lowered != name and NAME_PATTERN.fullmatch(lowered) else NAME_FIX
+        raise QAError(f"'{shown(name)}' is not a valid collection name.", fix)
     if CONCRETE_INDEX_NAME.fullmatch(name):  # for every store: a name is the same collection whichever store serves it
         raise QAError(
             f"'{name}' is named like the index behind a collection on a search server (NAME--TIME-ID).",
