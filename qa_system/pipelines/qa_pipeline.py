@@ -220,9 +220,9 @@ class QAPipeline:
         conditions in Haystack's syntax (``{"field": "meta.rating", "operator": ">=", "value": 4}``, AND / OR / NOT),
         checked by ``check_collection_filters`` against the index's metadata types and fields and ANDed with ``item_id`` and ``split``.
         """
+        self.follow_saved_changes()
         # Checked here so every door (CLI, page, Python) gets the same message: top_k=0 read nothing and
         # answered "no answer, score 1.00"; negative values sliced the candidate lists from the end.
-        self.follow_saved_changes()
         top_k = check_count(self.top_k if top_k is None else top_k, "top_k")
         top_k_reader = check_count(self.top_k_reader if top_k_reader is None else top_k_reader, "top_k_reader", optional=True)
         no_answer_threshold = check_number(no_answer_threshold, "no_answer_threshold", optional=True)
