@@ -181,6 +181,14 @@ def list_collections(settings: Settings) -> list[CollectionInfo]:
     ]
 
 
+def is_saved_collection(settings: Settings, name: str) -> bool:
+    """Whether the store holds a collection ``name`` (False when it cannot be listed now): for messages about a name."""
+    try:
+        return any(info.name == name for info in list_collections(settings))
+    except QAError:
+        return False
+
+
 def _unknown(settings: Settings, name: str) -> NotFound:
     known = ", ".join(c.name for c in list_collections(settings)) or "none yet"
     build = (

@@ -24,8 +24,9 @@ from typing import Any
 
 from qa_system.config import Settings
 from qa_system.errors import Conflict, NoSpace, NotFound, QAError, Unavailable, disk_error, shown
-from qa_system.ingestion import IngestOptions, IngestProgress, check_own_collection_name, delete_collection, ingest, list_collections
+from qa_system.ingestion import IngestOptions, IngestProgress, check_own_collection_name, delete_collection, ingest
 from qa_system.ingestion.changes import DeleteReport, create_collection, delete_documents
+from qa_system.ingestion.collections import is_saved_collection
 from qa_system.ingestion.ingest import check_source
 from qa_system.serving.background import BackgroundTask
 from qa_system.serving.service import QAService
@@ -96,7 +97,7 @@ class DocumentChanges:
         check_own_collection_name(name)
         served = self.service.served.get(name)
         if served is not None and served.subjqa_domain:
-            mine = any(info.name == name for info in list_collections(self.settings))
+            mine = is_saved_collection(self.settings, name)
             raise QAError(
                 f"'{name}' is the SubjQA domain this server serves (the collection subjqa-{name})"
                 + (f"; your own collection '{name}' is hidden behind it here." if mine else "."),

@@ -17,7 +17,7 @@ from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, shown
 from qa_system.ingestion import CollectionInfo, collection_info, list_collections
 from qa_system.ingestion import open_collection as open_saved_collection
-from qa_system.ingestion.collections import is_reserved_name
+from qa_system.ingestion.collections import is_reserved_name, is_saved_collection
 from qa_system.ingestion.indexing import embeddings_match, open_or_build_index
 from qa_system.serving.background import Report
 from qa_system.stores import Index, index_name
@@ -116,19 +116,12 @@ class Catalogue:
         if self.serve_own and (own := self._saved_since(name)) is not None:
             return own
         served = ", ".join(map(shown, self.names))
-        if self._saved(name):  # saved, but not what this server was started with
+        if is_saved_collection(self.settings, name):  # saved, but not what this server was started with
             raise NotFound(
                 f"Collection '{shown(name)}' is not served here (this server serves: {served}).",
                 f"start the server with it too (`qa-system api --collection {shown(name)}`), or ask one of those.",
             )
         raise NotFound(f"Unknown collection '{shown(name)}'.", f"use one of: {served}.")
-
-    def _saved(self, name: str) -> bool:
-        """Whether the store holds a collection ``name`` (False when it cannot be listed now)."""
-        try:
-            return any(info.name == name for info in list_collections(self.settings))
-        except QAError:
-            return False
 
     def serve_own_collections(self) -> None:
         """Serve (opened on first use) every collection of your own the store holds: those the document routes
