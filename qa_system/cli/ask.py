@@ -54,13 +54,9 @@ def cmd_search(args: argparse.Namespace) -> None:
         own = ", ".join(f"{key} {value}" for key, value in user_metadata(meta).items())  # the source's columns: rating, date, ...
         about = ", ".join(filter(None, (meta.get("item_id"), splits)))  # a collection without products names none
         details = "; ".join(filter(None, (about, own)))
+        line = f"{rank}. score {document.score:.3f}  {document_label(document)}" + (f"  ({details})" if details else "")
         # One line whatever the ids and metadata hold: a line break in them would print a result line of their own making.
-        print(
-            "\n"
-            + terminal_text(
-                f"{rank}. score {document.score:.3f}  {document_label(document)}" + (f"  ({details})" if details else ""), newlines=False
-            )
-        )
+        print("\n" + terminal_text(line, newlines=False))
         print(textwrap.indent(textwrap.fill(snippet, width=100), "   "))
 
 
