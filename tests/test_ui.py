@@ -85,10 +85,10 @@ def test_switching_retriever_and_pipeline(page, monkeypatch):
             )
             return {**output, "answers": [answer]}
 
-    def build(retriever, settings, index=None, answer_stage="extractive"):
+    def build(retriever, settings, index=None, answer_stage="extractive", **options):
         if answer_stage == "rag":
-            return CitingGenerator(real_build(retriever, settings, index=index, answer_stage=None))
-        return real_build(retriever, settings, index=index, answer_stage=answer_stage)
+            return CitingGenerator(real_build(retriever, settings, index=index, answer_stage=None, **options))
+        return real_build(retriever, settings, index=index, answer_stage=answer_stage, **options)
 
     monkeypatch.setattr(service_module, "build_qa_pipeline", build)
     at.radio(key="stage").set_value("rag").run()

@@ -36,6 +36,7 @@ class DecimalCommas:
         self._seen: set[str] = set()
 
     def see(self, meta: Mapping[str, Any]) -> None:
+        """Take one row's metadata into account."""
         for key, value in meta.items():
             if key not in self._text or not isinstance(value, str):
                 continue
@@ -46,6 +47,7 @@ class DecimalCommas:
 
     @property
     def columns(self) -> list[str]:
+        """The columns seen so far that hold numbers written with a decimal comma, and only whole numbers besides."""
         return sorted(self._seen & self._text)
 
 
