@@ -37,7 +37,8 @@ _LANGUAGES_OF: dict[str, list[str]] = {}
 for _language, _words in _OTHER_WORDS.items():
     for _word in set(_words.split()) - _ENGLISH_WORDS:
         _LANGUAGES_OF.setdefault(_word, []).append(_language)
-_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+# A word, hyphenated ones whole: "e-ink", "non-stick" and "die-cast" hold no Portuguese "e", Italian "non" or German "die".
+_WORD = re.compile(r"[^\W\d_]+(?:['\-][^\W\d_]+)*")
 # Read of a long text: its first sentences hold enough function words to tell (and indexing counts every document).
 SAMPLE_CHARS = 400
 

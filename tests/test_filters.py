@@ -218,10 +218,14 @@ def test_an_index_built_from_documents_given_is_filtered_on_their_own_fields(set
 def test_a_column_of_numbers_with_a_decimal_comma_is_said_in_the_report(settings, tmp_path):
     # a European spreadsheet's "4,5": kept as text, and nothing said until a filter with >= was refused
     source = tmp_path / "excel.csv"
-    source.write_text("id;stars;price;text\nr1;4,5;1,000;Great.\nr2;2;12;Loud.\nr3;3,0;n/a;Fine.\n", encoding="utf-8")
+    source.write_text(
+        "id;stars;weight;votes;price;text\nr1;4,5;1.250,5;1,024;1,000;Great.\nr2;2;980,0;12;12;Loud.\nr3;3,0;1.020,0;3,500;n/a;Fine.\n",
+        encoding="utf-8",
+    )  # votes: "1,024" may be an English thousand, and no advice to write "1.024"
     report = ingest(settings, source, "excel", IngestOptions(id_column="id"), embed=False, progress=False)
     commas = [note for note in report.notes if "decimal comma" in note]
-    assert len(commas) == 1 and commas[0].startswith("column 'stars' holds numbers written with a decimal comma (4,5): it is kept as text")
+    assert [note.split("'")[1] for note in commas] == ["stars", "weight"]
+    assert commas[0].startswith("column 'stars' holds numbers written with a decimal comma (4,5): it is kept as text")
     assert open_collection(settings, "excel").manifest["meta_types"]["stars"] == "text"  # price holds "n/a": no note for it
 
 

@@ -499,7 +499,7 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
             note = note or (ranked.overflow_note() if view is ranked.no_answer else "")
             if view.meta.get("no_documents"):
                 note = no_documents_note(noun, bool(view.meta.get("no_word_matched")))
-            if position == 0:
+            if position == 0 and not view.meta.get("no_documents"):  # nothing read: nothing answered in any language
                 note = " ".join(filter(None, [note, language]))
             cards.append(
                 AnswerCard(

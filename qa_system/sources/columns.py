@@ -23,8 +23,10 @@ _INTEGER = re.compile(r"-?(0|[1-9]\d{0,15})")
 _DECIMAL = re.compile(r"-?(0|[1-9]\d*)(\.\d+([eE][+-]?\d+)?|[eE][+-]?\d+)")  # a fraction or an exponent: whole numbers are _INTEGER's
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?")
 MAX_EXACT = 2**53  # integers past this are not exact as a double (nor in a JSON reader that uses one): text
-# A number written with a decimal comma (a European spreadsheet's "4,5"): text here, as "1,000" may be a thousand.
-_DECIMAL_COMMA = re.compile(r"-?\d+,\d+")
+# A number written with a decimal comma (a European spreadsheet's "4,5", "1.250,5"): text here. Three digits after the
+# comma ("1,024") may be an English thousand, and tell nothing.
+_DECIMAL_COMMA = re.compile(r"-?(\d{1,3}(\.\d{3})+|\d+),(\d{1,2}|\d{4,})")
+_THOUSANDS = re.compile(r"-?\d{1,3}(\.\d{3})+")  # "1.250" beside "1.250,5": a thousand, in the same notation
 
 
 class DecimalCommas:
@@ -42,7 +44,7 @@ class DecimalCommas:
                 continue
             if _DECIMAL_COMMA.fullmatch(value.strip()):
                 self._seen.add(key)
-            elif value_type(value) != "integer":
+            elif value_type(value) != "integer" and not _THOUSANDS.fullmatch(value.strip()):
                 self._text.discard(key)
 
     @property
