@@ -99,6 +99,10 @@ def test_a_column_named_item_id_is_the_item_without_a_flag(home, tmp_path, suffi
         path.write_text("".join(json.dumps({"text": t, "item_id": i, "brand": b}) + "\n" for t, i, b in rows), encoding="utf-8")
     ingest(home, path, "plain", IngestOptions(), embed=False, progress=False)
     assert open_collection(home, "plain").item_counts() == {"P1": 2, "P2": 2}
+    spreadsheet = tmp_path / f"Export.{suffix}"  # a spreadsheet's header in other case
+    spreadsheet.write_text(path.read_text(encoding="utf-8").replace("item_id", "Item_ID"), encoding="utf-8")
+    ingest(home, spreadsheet, "export", IngestOptions(), embed=False, progress=False)
+    assert open_collection(home, "export").item_counts() == {"P1": 2, "P2": 2}
     assert not any("item_id_column" in d.meta for d in documents(home, "plain").values())
     # a column --item-column names still wins, and the item_id column is kept as metadata
     ingest(home, path, "brands", IngestOptions(item_column="brand"), embed=False, progress=False)

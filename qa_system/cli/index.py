@@ -166,7 +166,7 @@ def register(commands, options: Options) -> None:
     group.add_argument("--id-column", help="column holding a unique document id (default: a hash of the content)")
     group.add_argument(
         "--item-column",
-        help="column naming what a document is about, e.g. the product: the --item filter (default: item_id, when the file has it; files: a key of <file>.meta.json)",
+        help="column naming what a document is about, e.g. the product: the --item filter (default: a column named item_id, in any case; files: a key of <file>.meta.json)",
     )
     group.add_argument(
         "--encoding", default="utf-8", help="text encoding of the input (default utf-8; a byte-order mark is honoured), e.g. latin-1"

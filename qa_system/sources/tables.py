@@ -54,7 +54,7 @@ def _columns(available: list[str], options: IngestOptions, name: str) -> tuple[s
     for flag, column in (("--text-column", text), ("--id-column", options.id_column), ("--item-column", options.item_column)):
         if column is not None and column not in available:
             raise QAError(f"{name} has no column '{column}' ({flag}); its columns are: {shown}.", f"pass {flag} with one of those columns.")
-    item = options.item_column or (DEFAULT_ITEM_COLUMN if DEFAULT_ITEM_COLUMN in available else None)
+    item = options.item_column or next((c for c in available if c.lower() == DEFAULT_ITEM_COLUMN), None)  # "Item_ID" too
     return text, options.id_column, item
 
 
