@@ -1,7 +1,7 @@
 """CSV / TSV, JSON lines and JSON arrays -> Records, one row at a time (a JSON array is read whole).
 
 The text column is ``--text-column``, else ``text``, else ``review``; ``--id-column`` names the document id
-column, ``--item-column`` (else ``item_id``, when the file has it) the item (product); every other non-empty column
+column, ``--item-column`` (else a column named ``item_id``, in any case) the item (product); every other non-empty column
 is kept as metadata. Empty rows and rows with an empty text are skipped and counted. A missing
 column is an error that lists the columns the file has. ``--html``: the text column holds HTML, of which the
 text is read (``markup``); without it, texts that hold tags are counted.
