@@ -30,6 +30,7 @@ from qa_system.stores import (
     elasticsearch_client,
     opensearch_client,
     saved_manifest,
+    saved_version,
     temporary_prefix,
     try_open_index,
 )
@@ -125,7 +126,7 @@ def collection_info(name: str, store: str, manifest: dict, size: int | None = No
         encoder=manifest.get("embedding_model"),
         kind="subjqa" if subjqa else "ingested",
         source=source,
-        updated=manifest.get("updated", manifest.get("created")),
+        updated=saved_version(manifest),
         source_notice=source_notice(name, store, manifest),
     )
 

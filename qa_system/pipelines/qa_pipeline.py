@@ -23,7 +23,7 @@ from qa_system.errors import NotFound, QAError, check_count, check_number, check
 from qa_system.ingestion.indexing import embeddings_match
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
 from qa_system.retrieval.filters import FILTER_FIX, check_collection_filters, combine_filters, make_filters
-from qa_system.stores import Index, open_index, saved_manifest, saved_signature
+from qa_system.stores import Index, open_index, saved_manifest, saved_signature, saved_version
 from qa_system.stores.filter_checks import filter_fields
 from qa_system.timing import component_timings
 
@@ -83,10 +83,6 @@ def stored_item(index: Index, item_id: str | None) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _version(manifest: dict) -> Any:
-    return manifest.get("updated", manifest.get("created"))
-
-
 @dataclass
 class QAPipeline:
     """A Haystack pipeline plus the index it reads and the project's calling convention.
@@ -129,7 +125,7 @@ class QAPipeline:
                 saved = saved_manifest(self.settings, self.index.name)
             except QAError:  # unreadable now: the question reads what this pipeline holds, as before
                 return
-            if saved is not None and _version(saved) != _version(self.index.manifest):
+            if saved is not None and saved_version(saved) != saved_version(self.index.manifest):
                 index = _reopened(self.settings, self.index, embeddings=self.retriever != "bm25")
                 fresh = build_qa_pipeline(self.retriever, self.settings, index=index, answer_stage=self.answer_stage, rerank=self.rerank)
                 self.pipeline, self.index = fresh.pipeline, fresh.index

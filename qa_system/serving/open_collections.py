@@ -16,7 +16,7 @@ from collections.abc import Callable
 from qa_system.config import Settings
 from qa_system.serving.background import BackgroundTask, Report, TaskRegistry
 from qa_system.serving.served import ServedCollection
-from qa_system.stores import Index
+from qa_system.stores import Index, saved_version
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class OpenCollections:
                 info = listed.get(index.name)
                 if info is None and "@" not in index.name:  # "@": a copy of eval's, never listed
                     self._changed(name)
-                elif info is not None and info.updated not in (None, index.manifest.get("updated", index.manifest.get("created"))):
+                elif info is not None and info.updated not in (None, saved_version(index.manifest)):
                     self._changed(name)
 
     def sizes(self) -> dict[str, int]:

@@ -20,7 +20,7 @@ from qa_system.stores.factory import (
     try_open_index,
 )
 from qa_system.stores.faiss import new_faiss_store
-from qa_system.stores.index import MANIFEST_KEY, SUBJQA_PREFIX, Index, IndexGone, check_domains, index_name
+from qa_system.stores.index import MANIFEST_KEY, SUBJQA_PREFIX, Index, IndexGone, check_domains, index_name, saved_version
 from qa_system.stores.memory import memory_documents, new_memory_store, write_memory_index
 from qa_system.stores.opensearch import (
     CONCRETE_INDEX_NAME,
@@ -71,6 +71,7 @@ __all__ = [
     "saved_document_count",
     "saved_manifest",
     "saved_signature",
+    "saved_version",
     "saving_stopped",
     "temporary_owner",
     "temporary_prefix",

@@ -31,6 +31,11 @@ def check_domains(domains: object) -> list[str]:
     )
 
 
+def saved_version(manifest: dict) -> str | None:
+    """When the index of ``manifest`` was last saved (its ISO time): what tells a version open from a newer one saved."""
+    return manifest.get("updated", manifest.get("created"))
+
+
 class IndexGone(NotFound):
     """A search server no longer holds the index a store was opened on: another process deleted the collection."""
 
