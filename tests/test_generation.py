@@ -594,6 +594,29 @@ def test_the_rag_pipeline_withholds_an_unsupported_answer_and_returns_the_extrac
     assert {a.meta["withheld"]["text"] for a in answers} == {"It has a built-in water heater and a timer [1]."}
 
 
+def test_a_generated_answer_that_says_the_opposite_of_the_reviews_is_withheld():
+    """ "Yes, PayPal is supported [1]" shares every content word with "PayPal is not supported": it passed."""
+    from haystack import ExtractedAnswer
+
+    from qa_system.generation.grounding import GroundingCheck, contradicted
+
+    reviews = docs("We take cards. PayPal is not supported.", "The sound isn't great, but it is loud. Case not included.")
+    extracted = [ExtractedAnswer(query="q", score=0.7, data="PayPal is not supported", document=reviews[0])]
+    check = GroundingCheck(min_support=0.75)
+    [withheld] = check.run([generated("Yes, PayPal is supported [1].", reviews, [1])], extracted)["answers"]
+    assert withheld.data == "PayPal is not supported"  # the extractive answer, though it shares most words with the generated one
+    assert withheld.meta["withheld"]["reason"] == 'it says "Yes, PayPal is supported." the other way round from the reviews it cites'
+    for text in ("No, PayPal is not supported [1].", "PayPal isn't supported [1]."):
+        assert check.run([generated(text, reviews, [1])], extracted)["answers"][0].meta["grounded"], text
+    assert contradicted("The sound is great.", reviews) == "The sound is great."
+    # The same thing worded otherwise, a negation elsewhere in the sentence, or another review saying it: no contradiction.
+    assert contradicted("It comes without a case.", reviews) is None
+    assert contradicted("It is loud, not quiet.", reviews) is None
+    assert contradicted("The sound is great.", [*reviews, *docs("Great sound for the price.")]) is None
+    assert contradicted("You can't return opened items.", docs("Opened items cannot be returned unless defective.")) is None
+    assert contradicted("You can return opened items.", docs("Opened items can’t be returned unless defective.")) is not None
+
+
 def test_a_generated_answer_with_a_number_the_reviews_do_not_give_is_withheld():
     """ "The battery lasts 12 hours [1]" shares four of five content words with "The batteries last ten hours": it passed."""
     from haystack import ExtractedAnswer

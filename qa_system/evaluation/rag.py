@@ -100,6 +100,7 @@ def answer_record(question: LabelledQuestion, result: dict[str, Any]) -> dict[st
         "no_answer_reason": answer.meta.get("no_answer_reason"),
         "generated": withheld["text"] if withheld else (answer.data or "") if "cited_document_ids" in answer.meta else "",
         "withheld": withheld is not None,
+        "withheld_reason": withheld["reason"] if withheld else "",
         "support": support,
         "truncated": bool(answer.meta.get("prompt", {}).get("truncated", False)),
         "prompt_tokens": usage.get("prompt_tokens"),

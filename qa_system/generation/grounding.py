@@ -10,7 +10,10 @@ gives must be one the cited reviews (or the question) give, as digits or as a wo
 through the answer selector when there is one), each carrying in ``meta`` the withheld text and
 why. An answer that cites no review is checked against every review it was given, and shown flagged
 (``meta["flags"]``): nothing points the reader to where it comes from. A sentence the generator wrote
-again (a small model may loop on one) is kept once, and the answer flagged for it.
+again (a small model may loop on one) is kept once, and the answer flagged for it. Shared words do not
+make agreement: "Yes, PayPal is supported" shares every content word with "PayPal is not supported", so
+an answer that words a claim the other way round from every cited sentence saying it (a negation near
+the same words on one side only, ``contradicted``) is withheld too.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[a-z0-9]+")
 # An extractive answer saying the same thing as the generated one (token F1) grounds it too.
 SAME_ANSWER_F1 = 0.5
+# A negation applies to the content words this many tokens either side of it, within its clause.
+NEGATION_REACH = 3
+_NEGATIONS = frozenset("not no never cannot without none nothing neither nor".split())
+_CLAUSE_END = re.compile(r"[,;:!?()]|\.(?!\d)|\b(?:but|however|although|though)\b")
+_CONTRACTED_NOT = ((re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"))
+_ANSWER_WORD = re.compile(r"^\s*(?:yes|no)\b[\s,.!:;-]*", re.IGNORECASE)
 
 
 def _stem(word: str) -> str:
@@ -48,10 +57,16 @@ def _stem(word: str) -> str:
     return word
 
 
+def _content_word(token: str) -> str:
+    """A token's stem, or its number as plain digits ("1,000" is 1000, "ten" 10); "" for a word that says nothing."""
+    if token in _STOPWORDS:
+        return ""
+    return _plain_number(token) if token[0].isdigit() else _NUMBER_WORDS.get(token) or _stem(token)
+
+
 def content_words(text: str) -> list[str]:
-    """The stems of the words of ``text`` that carry content, and its numbers as plain digits ("1,000" is 1000, "ten" 10), in order."""
-    words = [w for w in _TOKEN.findall(text.lower()) if w not in _STOPWORDS]
-    return [_plain_number(w) if w[0].isdigit() else _NUMBER_WORDS.get(w) or _stem(w) for w in words]
+    """The content words of ``text`` (``_content_word``), in order."""
+    return [word for token in _TOKEN.findall(text.lower()) if (word := _content_word(token))]
 
 
 def support(answer: str, documents: list[Document]) -> float:
@@ -92,6 +107,43 @@ def unsupported_numbers(answer: str, documents: list[Document], question: str = 
     return list(dict.fromkeys(n for n in said if n not in given))
 
 
+def negated_words(sentence: str) -> tuple[set[str], set[str]]:
+    """(content words, those a negation reaches) of one sentence: "PayPal is not supported" negates paypal and support."""
+    words, negated = set(), set()
+    plain = sentence.lower().replace("’", "'")
+    for contracted, spelled in _CONTRACTED_NOT:
+        plain = contracted.sub(spelled, plain)
+    for clause in _CLAUSE_END.split(plain):
+        tokens = _TOKEN.findall(clause)
+        content = ["" if token in _NEGATIONS else _content_word(token) for token in tokens]
+        words.update(word for word in content if word)
+        for at, token in enumerate(tokens):
+            if token in _NEGATIONS:
+                negated.update(word for word in content[max(0, at - NEGATION_REACH) : at + NEGATION_REACH + 1] if word)
+    return words, negated
+
+
+def contradicted(answer: str, documents: list[Document]) -> str | None:
+    """The first sentence of ``answer`` that every sentence of ``documents`` saying it words the other way round, else None.
+
+    A document sentence says an answer's sentence when it shares two of its content words (all, when it
+    has fewer); it words it the other way round when a shared word is negated on one side only. A leading
+    "Yes," or "No," answers the question and is not read as a negation of the rest.
+    """
+    sentences = [negated_words(s) for d in documents for s in _SENTENCE_END.split(d.content or "")]
+    for claim in _SENTENCE_END.split(strip_citations(answer)):
+        words, negated = negated_words(_ANSWER_WORD.sub("", claim))
+        needed = min(2, len(words))
+        verdicts = [
+            bool((negated ^ their_negated) & shared)
+            for their_words, their_negated in sentences
+            if needed and len(shared := words & their_words) >= needed
+        ]
+        if verdicts and all(verdicts):
+            return claim.strip()
+    return None
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -122,7 +174,7 @@ class GroundingCheck:
     """Passes a generated answer the reviews it cites support; otherwise returns the extractive answers in its place.
 
     :param min_support: the share of the answer's content words that must occur in the reviews it cites; each of its
-        numbers must occur there too.
+        numbers must occur there too, and none of its sentences may be worded the other way round (``contradicted``).
 
     The generated answer gains ``meta["support"]``, ``meta["grounded"]`` and ``meta["flags"]`` (sentences for
     its reader: it cites no review, it repeated itself; ``grounding_flags``), its repeated sentences dropped;
@@ -160,7 +212,9 @@ class GroundingCheck:
         share = support(text, cited)
         invented = unsupported_numbers(text, cited, generated.query or "")
         same = [a for a in extracted if a.data and token_f1(a.data, strip_citations(text)) >= SAME_ANSWER_F1]
-        grounded = not invented and (share >= self.min_support or bool(same))
+        said = not invented and (share >= self.min_support or bool(same))
+        reversed_claim = contradicted(text, cited) if said else None
+        grounded = said and not reversed_claim
         flags = grounding_flags(cited is given, repeated)
         checked = replace(generated, data=text, meta={**generated.meta, "support": share, "grounded": grounded, "flags": flags})
         if grounded:
@@ -169,6 +223,8 @@ class GroundingCheck:
         reason = (
             f"it gives {', '.join(invented)}, which the {where} do not"
             if invented
+            else f'it says "{reversed_claim}" the other way round from the {where}'
+            if said
             else f"only {share:.0%} of its content words occur in the {where} (at least {self.min_support:.0%} are needed), "
             "and no extractive answer says the same"
         )
