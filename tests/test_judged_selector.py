@@ -55,6 +55,10 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("Escriba a soporte@lux.com si tiene dudas. Gracias.", "soporte", "Escriba a soporte@lux.com si tiene dudas"),
         ("Sold on amazon.com for less than in shops. Buy it.", "Sold", "Sold on amazon.com for less than in shops"),
         ("Great battery.The screen is dim.", "screen", "The screen is dim"),  # run together before a capital: two sentences
+        # an abbreviation's dot ends no phrase; "etc." may end a sentence, and does
+        ("It holds ca. 30 cups, e.g. for a party. Nice.", "30 cups", "It holds ca. 30 cups, e.g. for a party"),
+        ("Ask Dr. Smith vs. the shop. Nice.", "shop", "Ask Dr. Smith vs. the shop"),
+        ("Pens, cards etc. The bag holds all.", "bag", "The bag holds all"),
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase

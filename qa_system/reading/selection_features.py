@@ -41,14 +41,19 @@ _WORD = re.compile(r"\w+")
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
 # Where a phrase ends: a sentence's end (not a decimal point: "1.5 hours", "$199.99"; nor a dot inside a word, before a
-# small letter: "i.e.", "amazon.com", "help@lux.com", "v1.x"), a semicolon, a dash between
+# small letter: "amazon.com", "help@lux.com", "v1.x"), a semicolon, a dash between
 # words, a comma before a word that starts a new clause, a rule or heading mark of three or more
 # ("Battery=====The battery lasts", "***EDIT***", "---"), or a capitalised heading run into the word that starts its
 # text ("HEADPHONE QUALITYThe headphones": reviews whose lines were joined; only before a word that starts sentences,
 # so that "LEDs", "HDMI" and "TRENDnet" stay whole); Chinese and Japanese full stops too.
 _SENTENCE_STARTS = "The|This|These|That|Those|They|There|It|Its|My|We|Our|You|Your|One|First|Overall|For|If|When|After|As|In|So"
+# Nor the dot of an abbreviation that does not end sentences ("ca. 30 cups", "e.g. on a plane", "Dr. Smith").
+_ABBREVIATIONS = "".join(
+    rf"(?<!\b{a})" for a in "[Cc]a [Aa]pprox [Vv]s [Ee]\\.g [Ii]\\.e [Ee]sp [Ii]ncl [Rr]esp Dr Mr Mrs Ms Prof St".split()
+)
 PHRASE_BREAK = re.compile(
-    r"(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff])|[!?;\n\u3002\uff01\uff1f\uff1b]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
+    rf"{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))|"
+    r"[!?;\n\u3002\uff01\uff1f\uff1b]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
     rf"|(?<=[A-Z]{{3}})(?=(?:{_SENTENCE_STARTS})\b)"
 )
 # What a phrase does not start with (the rest of a bracket closed after a break, a list's bullet) nor end with.
