@@ -159,6 +159,35 @@ def test_squad_contexts_are_documents_with_the_title_as_item(home, tmp_path):
     ]
 
 
+def test_a_manual_saved_as_a_web_page_or_markdown_keeps_its_steps_headings_and_table_rows(home, tmp_path):
+    """A manual's .html lost every numbered step and heading, and its .md kept tables as "| Weight | 3.9 kg |"; a table
+    row read "Every month" as the side brush's replacement, from the column before."""
+    folder = tmp_path / "manuals"
+    folder.mkdir()
+    (folder / "robot.html").write_text(
+        "<html><body><nav><a href='/'>Home</a> | <a href='/shop'>Shop</a></nav><h2>4. Setting up the dock</h2>"
+        "<ol><li>Place the dock against a wall.</li><li>Plug it in.<ul><li>Use the cable supplied.</li></ul></li></ol>"
+        "<table><thead><tr><th>Part</th><th>Clean</th><th>Replace</th></tr></thead><tbody>"
+        "<tr><td>Side brush</td><td>Every month</td><td>Every 3 to 6 months</td></tr>"
+        "<tr><td>HEPA<br>filter</td><td></td><td>Every year</td></tr></tbody></table>"
+        "<table><tr><th>Weight</th><td>3.9 kg</td></tr></table><p>Questions? Call us.</p></body></html>",
+        encoding="utf-8",
+    )
+    (folder / "filter.md").write_text(
+        "# Filter\n\n## Specifications\n\n| Specification | Value |\n|---|---|\n| Standby power | 0.4 W |\n\n"
+        "3. Open the door.\n4. Check the **cartridges**.\n",
+        encoding="utf-8",
+    )
+    ingest(home, folder, "manuals", embed=False, progress=False)
+    docs = documents(home, "manuals")
+    assert docs["robot.html"].content == (
+        "4. Setting up the dock\n1. Place the dock against a wall.\n2. Plug it in.\nUse the cable supplied.\n"
+        "Part: Side brush, Clean: Every month, Replace: Every 3 to 6 months\nPart: HEPA filter, Replace: Every year\n"
+        "Weight: 3.9 kg\nQuestions? Call us."
+    )
+    assert docs["filter.md"].content == "Filter\nSpecifications\nStandby power: 0.4 W\n3. Open the door.\n4. Check the cartridges."
+
+
 def test_a_folder_of_documents_through_haystack_converters(home, tmp_path):
     folder = tmp_path / "docs"
     (folder / "manuals").mkdir(parents=True)

@@ -1,6 +1,6 @@
 """`pip install .` without extras: qa_system imports and answers, and the two paths that need an extra say which.
 
-The extras' packages (pypdf, trafilatura, markdown-it-py, mdit-plain: `files`; selenium: `browser`) are made
+The extras' packages (pypdf, markdown-it-py: `files`; selenium: `browser`) are made
 unimportable in a subprocess by a meta-path finder in a sitecustomize on its PYTHONPATH, as if never installed.
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from helpers.subjqa import write_subjqa
 
-EXTRAS = {"files": ("pypdf", "trafilatura", "markdown_it", "mdit_plain"), "browser": ("selenium",)}
+EXTRAS = {"files": ("pypdf", "markdown_it"), "browser": ("selenium",)}
 BLOCKER = '''
 import sys
 
@@ -69,7 +69,7 @@ def bare_install(tmp_path, tiny_reader):
 
 
 def test_the_blocker_blocks(bare_install):
-    for name in ("pypdf", "selenium", "mdit_plain"):
+    for name in ("pypdf", "selenium", "markdown_it"):
         assert f"ModuleNotFoundError: No module named '{name}'" in bare_install(f"import {name}").stderr
 
 
@@ -80,7 +80,7 @@ def test_without_extras_qa_system_imports_and_answers(bare_install):
     assert report == {"code": 0, "loaded": []}, result.stderr[-2000:]  # answered, and no extra's package was asked for
 
 
-@pytest.mark.parametrize("suffix, packages", [(".pdf", "pypdf"), (".html", "trafilatura"), (".md", "markdown_it, mdit_plain")])
+@pytest.mark.parametrize("suffix, packages", [(".pdf", "pypdf"), (".md", "markdown_it")])
 def test_without_the_files_extra_indexing_such_a_file_names_it(bare_install, tmp_path, suffix, packages):
     document = tmp_path / f"doc{suffix}"
     document.write_bytes(b"%PDF-1.4\n" if suffix == ".pdf" else b"Great for reading.")

@@ -1,9 +1,10 @@
-"""A folder (or one file) of .txt, .md, .html and .pdf files -> Records, through Haystack's converters.
+"""A folder (or one file) of .txt, .md, .html and .pdf files -> Records: PDFs through Haystack's converter, web pages
+and Markdown as the text a reader sees (``sources.markup``: every heading, step and table row kept).
 
 Each file is a document whose id is its path inside the folder, so that an edited file is a
 *changed* document on the next run. The file is the item, unless a sidecar ``<file>.meta.json``
 (a JSON object of metadata) names one: its ``item_id`` key, or the key ``--item-column`` gives.
-Haystack's converters log and skip a file they cannot read; here that is an error naming the file,
+Haystack's PDF converter logs and skips a file it cannot read; here that is an error naming the file,
 as is a PDF without a text layer (a scan), for a file given alone; in a folder such a file is left
 out, named with its reason, and the rest is read. A folder's text files that do not decode are the
 exception: ``--encoding`` reads them, so the folder is refused, naming them all, before any is read.
@@ -24,6 +25,7 @@ from haystack.dataclasses import ByteStream
 from qa_system.errors import QAError
 from qa_system.sources.columns import column_types
 from qa_system.sources.decoding import EncodingError, check_encoding
+from qa_system.sources.markup import html_text, markdown_text
 from qa_system.sources.records import IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
 
 SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
@@ -34,15 +36,9 @@ for _library in ("haystack.components.converters", "pypdf"):
     logging.getLogger(_library).setLevel(logging.ERROR)
 
 
-# The optional packages (the `files` extra: pip install 'qa_system[files]') that Haystack's converter of each kind needs.
+# The optional packages (the `files` extra: pip install 'qa_system[files]') that reading each kind needs.
 FILES_EXTRA = "pip install 'qa_system[files]'"
-_CONVERTER_PACKAGES = {
-    ".pdf": ("pypdf",),
-    ".html": ("trafilatura",),
-    ".htm": ("trafilatura",),
-    ".md": ("markdown_it", "mdit_plain"),
-    ".markdown": ("markdown_it", "mdit_plain"),
-}
+_CONVERTER_PACKAGES = {".pdf": ("pypdf",), ".md": ("markdown_it",), ".markdown": ("markdown_it",)}
 
 
 def check_converters(suffixes: Iterable[str]) -> None:
@@ -60,16 +56,13 @@ def _installed(package: str) -> bool:
         return False
 
 
-def _converter(suffix: str):
-    from haystack.components.converters import HTMLToDocument, MarkdownToDocument, PyPDFToDocument
-
+def _as_text(suffix: str, text: str) -> str:
+    """A decoded file's text as a reader sees it (plain text as it is)."""
     if suffix in (".md", ".markdown"):
-        return MarkdownToDocument(progress_bar=False)
+        return markdown_text(text)
     if suffix in (".html", ".htm"):
-        return HTMLToDocument()
-    if suffix == ".pdf":
-        return PyPDFToDocument()
-    return None  # plain text: decoded here, with the same encoding checks as the tables
+        return html_text(text)
+    return text
 
 
 def _decode(data: bytes, path: Path, encoding: str, utf8_first: bool = False) -> str:
@@ -155,8 +148,9 @@ def convert(path: Path, encoding: str = "utf-8", utf8_first: bool = False) -> st
     if suffix == ".pdf":
         if not data.startswith(b"%PDF"):
             raise QAError(f"{path} is not a PDF file.", "give it its real suffix, or leave it out.")
-        converter = _converter(suffix)
-        documents = converter.run(sources=[ByteStream(data)])["documents"]
+        from haystack.components.converters import PyPDFToDocument
+
+        documents = PyPDFToDocument().run(sources=[ByteStream(data)])["documents"]
         if not documents:
             raise QAError(
                 f"{path} could not be read as a PDF (damaged or encrypted?).", "repair or decrypt it, or leave it out of the folder."
@@ -167,14 +161,7 @@ def convert(path: Path, encoding: str = "utf-8", utf8_first: bool = False) -> st
                 f"{path} has no text layer (a scanned PDF?).", "run OCR on it first (e.g. ocrmypdf), or leave it out of the folder."
             )
         return text
-    text = _decode(data, path, encoding, utf8_first)
-    converter = _converter(suffix)
-    if converter is None or not text.strip():
-        return text
-    documents = converter.run(sources=[ByteStream(text.encode("utf-8"), meta={"encoding": "utf-8"})])["documents"]
-    if not documents:
-        raise QAError(f"{path} could not be converted to text.", "check that it is well-formed, or leave it out of the folder.")
-    return documents[0].content or ""
+    return _as_text(suffix, _decode(data, path, encoding, utf8_first))
 
 
 def _sidecar(path: Path) -> dict:
