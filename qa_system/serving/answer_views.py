@@ -332,11 +332,16 @@ class RankedAnswers:
             return False
         return _percent(answer.probability) + _percent(self.no_answer.probability) > 100
 
+    def overflows_notably(self, answer: AnswerView) -> bool:
+        """``overflows``, with both chances at least ``NOTABLE_CHANCE``: a 99% answer beside an 8% "no answer" overflows
+        by a few points, which said on most cards reads as if no chance could be trusted."""
+        return self.overflows(answer) and min(answer.probability, self.no_answer.probability) >= NOTABLE_CHANCE
+
     def overflow_note(self) -> str:
         """Below an answer whose chance and "no answer"'s add up past 100% (no close call: that says it), a sentence on
         the "no answer" card saying so; else ""."""
         first = self.above[0] if self.above else None
-        if first is None or self.abstains or first.meta.get("close_call") or not self.overflows(first):
+        if first is None or self.abstains or first.meta.get("close_call") or not self.overflows_notably(first):
             return ""
         return (
             f"The first answer has {a_chance(first.probability)} of being right, \u201cno answer\u201d {a_chance(self.no_answer.probability)}, "
@@ -356,7 +361,7 @@ class RankedAnswers:
             return ""
         if best.probability is not None and self.no_answer.probability is not None:
             chances = f"The best answer found has {a_chance(best.probability)} of being right, \u201cno answer\u201d {a_chance(self.no_answer.probability)}"
-            if self.overflows(best):
+            if self.overflows_notably(best):
                 chances += f", each estimated on its own ({BOTH_CANNOT_BE_RIGHT})"
             return f"{chances}, so the answer is \u201cno answer\u201d. The span is shown below."
         return (
@@ -383,6 +388,8 @@ def rank_answers(views: Sequence[AnswerView], noun: str | None = None) -> Ranked
 
 # The chances of an answer and of "no answer" are calibrated apart and may add up past 100% (``RankedAnswers.overflows``).
 BOTH_CANNOT_BE_RIGHT = "both cannot be right, so at least one of these chances is too high here"
+# Outside a close call, chances past 100% are said only when the lesser of the two is at least this.
+NOTABLE_CHANCE = 0.25
 
 
 def no_answer_text(noun: str = REVIEWS) -> str:
