@@ -196,6 +196,45 @@ def test_reindex_is_atomic_old_index_serves_until_the_swap(os_settings, name):
     assert concrete_indices(os_settings, name) == [staging.to_dict()["init_parameters"]["index"]]
 
 
+def test_a_collection_saved_by_another_writer_meanwhile_keeps_its_change_and_refuses_this_one(os_settings, name):
+    """Two API servers with their own QA_HOME on one search server: both tasks said "done", and one upload was gone
+    (or the alias served both new indices, every review twice). No file lock reaches the other writer."""
+    from qa_system.errors import Conflict
+
+    build_index(os_settings, documents=CORPUS, embed=False, progress=False, name=name)
+    theirs = new_opensearch_index(os_settings, name, embedding_dim=None)  # both start from the index in service
+    ours = new_opensearch_index(os_settings, name, embedding_dim=None)
+    theirs.write_documents([*CORPUS, review("c-1", "CLOCK", "The clock ticks.")], refresh=True)
+    ours.write_documents([*CORPUS, review("d-1", "DESK", "The desk wobbles.")], refresh=True)
+    save_index(Index("opensearch", name, theirs, {"documents": 4}), os_settings)
+    with pytest.raises(Conflict, match=rf"^Collection '{name}' was changed by another writer while this change ran .* theirs is kept"):
+        save_index(Index("opensearch", name, ours, {"documents": 4}), os_settings)
+    served = open_index(os_settings, name=name)
+    assert served.manifest == {"documents": 4} and sorted(d.id.split("/")[-1] for d in served.store.filter_documents()) == [
+        "a-1",
+        "a-2",
+        "b-1",
+        "c-1",
+    ]
+    discard_opensearch_index(os_settings, ours)  # what a failed run does with its index
+    assert concrete_indices(os_settings, name) == [theirs.to_dict()["init_parameters"]["index"]]  # one index, served once
+    # A change saved in place meanwhile (deleted documents, a recalibration: the manifest of the index in service
+    # saved again) is another writer's change too.
+    later = new_opensearch_index(os_settings, name, embedding_dim=None)
+    later.write_documents(CORPUS, refresh=True)
+    in_service = open_index(os_settings, name=name)
+    save_index(Index("opensearch", name, in_service.store, {**in_service.manifest, "recalibration": {"a": 1.0}}), os_settings)
+    with pytest.raises(Conflict):
+        save_index(Index("opensearch", name, later, {"documents": 3}), os_settings)
+    discard_opensearch_index(os_settings, later)
+    assert open_index(os_settings, name=name).manifest == {"documents": 4, "recalibration": {"a": 1.0}}
+    # Without another writer, a change goes in, and the index it started from is deleted in the same step.
+    alone = new_opensearch_index(os_settings, name, embedding_dim=None)
+    alone.write_documents([review("e-1", "FAN", "The fan hums.")], refresh=True)
+    save_index(Index("opensearch", name, alone, {"documents": 1}), os_settings)
+    assert concrete_indices(os_settings, name) == [alone.to_dict()["init_parameters"]["index"]]
+
+
 def test_failed_reindex_leaves_the_old_index_serving(os_settings, name):
     build_index(os_settings, documents=CORPUS, embed=False, progress=False, name=name)
     before = concrete_indices(os_settings, name)

@@ -237,27 +237,6 @@ def test_a_server_that_stops_answering_during_the_first_steps_is_one_line_and_th
     assert documents(os_settings, name) == 3 and concrete_indices(os_settings, name) == served_from(os_settings, name)
 
 
-def test_a_server_that_stops_answering_before_the_retired_index_is_deleted_keeps_the_update(os_settings, name, reviews, capsys):
-    first, second = reviews
-    url = os_settings.opensearch_url
-    assert main(index_command(first, name, url)) == 0
-    [old] = served_from(os_settings, name)
-    capsys.readouterr()
-    proxy = CuttingProxy(url, rf"DELETE /{re.escape(old)}")
-    assert main(index_command(second, name, proxy.url)) == 0  # the swap took effect: the collection is updated
-    err = capsys.readouterr().err
-    assert err == (
-        f"Could not delete {old}, the index collection '{name}' was served from before this update "
-        "(the search server stopped answering); the next ingestion into it removes it.\n"
-    )
-    [new] = served_from(os_settings, name)
-    assert new != old and documents(os_settings, name) == 3 and concrete_indices(os_settings, name) == sorted([old, new])
-    assert [(c.name, c.documents) for c in list_collections(os_settings) if c.name.startswith(name)] == [(name, 3)]
-    assert main(index_command(second, name, url)) == 0  # nothing changed, and the retired index goes
-    assert f"removed the search server index {old}, which an unfinished ingestion left." in capsys.readouterr().out
-    assert concrete_indices(os_settings, name) == [new]
-
-
 def test_indexing_subjqa_when_the_answer_to_the_swap_is_lost_is_one_line_and_keeps_the_new_index(
     os_settings, name, tiny_subjqa, monkeypatch, capsys
 ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -12,7 +13,7 @@ from datetime import UTC
 from typing import Any
 
 from qa_system.config import Settings
-from qa_system.errors import QAError, Unavailable
+from qa_system.errors import Conflict, QAError, Unavailable
 from qa_system.stores.index import MANIFEST_KEY, Index
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,10 @@ logger = logging.getLogger(__name__)
 # index writes a new concrete index beside the one in service and then moves the alias in one
 # atomic ``_aliases`` call: searches see the old reviews until the new ones are complete, a failed
 # run leaves the old index serving (its half-written successor is deleted), and reviews missing
-# from the new corpus are gone after the swap. Servers without the k-NN plugin (e.g. Elasticsearch 7
+# from the new corpus are gone after the swap. That call also deletes the indices the run started from
+# (``BASE_KEY``), so it fails whole when another writer (a process with another QA_HOME, on another
+# machine: no file lock reaches it) swapped them out meanwhile: its change is never overwritten, and
+# this run's is refused (``changed_meanwhile``) rather than lost or served twice. Servers without the k-NN plugin (e.g. Elasticsearch 7
 # OSS, which the tests run) get an index without vectors: BM25 works, dense retrieval says why not.
 # A run killed or cut off from the server leaves its concrete index behind, served by no alias: it is
 # listed as no collection, and the next run into that collection (or its deletion) removes it once its
@@ -36,6 +40,9 @@ OWNER_KEY = "qa_system_owner"
 # A leftover whose maker cannot be told dead (another machine, an older release) is removed after this long:
 # no run takes a day between creating its index and swapping it in.
 ABANDONED_AFTER_S = 24 * 3600
+# The indices the alias served when a concrete index was made, each with its manifest's fingerprint, in the new
+# index's mapping's _meta: its swap goes ahead only if they still serve, unchanged, and are deleted in the same step.
+BASE_KEY = "qa_system_base"
 # The concrete indices this process is building now: never a leftover, whatever their owner says.
 _BUILDING: set[str] = set()
 
@@ -163,7 +170,8 @@ def new_opensearch_index(settings: Settings, name: str, embedding_dim: int | Non
     concrete = f"{name}--{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid4().hex[:6]}"
     body = opensearch_index_body(embedding_dim)
     _BUILDING.add(concrete)
-    owned = {**body, "mappings": {**body["mappings"], "_meta": {OWNER_KEY: _this_process()}}}
+    base = {served: _manifest_fingerprint(client, served) for served in _aliased_indices(client, name)}
+    owned = {**body, "mappings": {**body["mappings"], "_meta": {OWNER_KEY: _this_process(), BASE_KEY: base}}}
     client.indices.create(index=concrete, body=owned)
     return _opensearch_document_store(settings, concrete, body)
 
@@ -305,37 +313,52 @@ def _save_opensearch(index: Index, settings: Settings) -> None:
     from opensearchpy.exceptions import ConnectionError as NoAnswer
 
     try:
-        client = opensearch_client(settings)
-        retired = _swap_in(client, index, settings)
+        _swap_in(opensearch_client(settings), index, settings)
     except (NoAnswer, Unavailable):  # a refused connection, a timeout: the alias serves what it served, or the swap took effect
         raise saving_stopped(settings, index.name) from None
-    for old in retired:  # out of service now; a failure here must not undo the swap
-        try:
-            client.indices.delete(index=old, ignore_unavailable=True)
-        except Exception as error:  # noqa: BLE001
-            logger.warning(
-                "Could not delete %s, the index collection '%s' was served from before this update (%s); the next ingestion into it removes it.",
-                old,
-                index.name,
-                "the search server stopped answering" if isinstance(error, NoAnswer) else error,
-            )
 
 
-def _swap_in(client, index: Index, settings: Settings) -> list[str]:
-    """Save the manifest into the index's store and move the alias to it; returns the concrete indices it retired."""
+def _manifest_fingerprint(client, concrete: str) -> str:
+    """A digest of the manifest in ``concrete``'s mapping: every save of a collection changes it (its counts, its time)."""
+    meta = next(iter(client.indices.get_mapping(index=concrete).values()), {}).get("mappings", {}).get("_meta", {})
+    return hashlib.sha256(json.dumps(meta.get(MANIFEST_KEY), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def changed_meanwhile(settings: Settings, name: str) -> Conflict:
+    """The error of a run whose collection another writer saved while it ran: nothing of this run was saved."""
+    return Conflict(
+        f"Collection '{name}' was changed by another writer while this change ran (a server or command with another "
+        f"QA_HOME, using the search server at {settings.opensearch_url}); nothing of this change was saved, and theirs is kept.",
+        "run the change again: it starts from the collection as it is now.",
+    )
+
+
+def _swap_in(client, index: Index, settings: Settings) -> None:
+    """Save the manifest into the index's store and move the alias to it, deleting the indices it served (``BASE_KEY``)."""
+    from opensearchpy.exceptions import NotFoundError
+
     target = _store_index(index.store)
     meta = next(iter(client.indices.get_mapping(index=target).values()), {}).get("mappings", {}).get("_meta", {})
+    base = meta.pop(BASE_KEY, None)
     client.indices.put_mapping(index=target, body={"_meta": {**meta, MANIFEST_KEY: index.manifest}})  # _meta is replaced whole
     client.indices.refresh(index=target)
     if target == index.name:  # the index in service (e.g. a manifest update): nothing to swap
-        return []
-    retired = _aliased_indices(client, index.name)
-    actions = [{"remove": {"index": old, "alias": index.name}} for old in retired]
+        return
+    served = _aliased_indices(client, index.name)
+    if base is None:  # an index made without a base (an older release's): it replaces what serves now
+        base = dict.fromkeys(served)
+    elif sorted(served) != sorted(base) or any(
+        fingerprint is not None and _manifest_fingerprint(client, old) != fingerprint for old, fingerprint in base.items()
+    ):
+        raise changed_meanwhile(settings, index.name)
+    actions = [{"remove_index": {"index": old}} for old in base]
     actions.append({"add": {"index": target, "alias": index.name}})
-    if not retired and client.indices.exists(index=index.name):
+    if not base and client.indices.exists(index=index.name):
         _check_not_behind_an_alias(client, index.name)
         actions.append({"remove_index": {"index": index.name}})  # a plain index of that name: replaced in the same step
-    client.indices.update_aliases(body={"actions": actions})
+    try:
+        client.indices.update_aliases(body={"actions": actions})
+    except NotFoundError:  # an index of the base deleted since the check: another writer's swap
+        raise changed_meanwhile(settings, index.name) from None
     _BUILDING.discard(target)
     index.store = _opensearch_document_store(settings, index.name, opensearch_index_body(index.manifest.get("embedding_dim")))
-    return retired
