@@ -615,6 +615,9 @@ def test_a_generated_answer_that_says_the_opposite_of_the_reviews_is_withheld():
     assert contradicted("The sound is great.", [*reviews, *docs("Great sound for the price.")]) is None
     assert contradicted("You can't return opened items.", docs("Opened items cannot be returned unless defective.")) is None
     assert contradicted("You can return opened items.", docs("Opened items can’t be returned unless defective.")) is not None
+    # A negation that reaches no word both say is no contradiction ("not clear" and "terrible" say the same), nor is "it's".
+    assert contradicted("The picture quality is not clear.", docs("Picture quality was terrible.")) is None
+    assert contradicted("It's a bag.", docs("It's not what I hoped for.")) is None
 
 
 def test_a_generated_answer_with_a_number_the_reviews_do_not_give_is_withheld():

@@ -34,14 +34,14 @@ _STOPWORDS = frozenset(
     "i you he she we they me him her us them my your his our their what how which who why when where does do did doing can could "
     "will would should has have had having there here about as so if not no nor yes very just also too than then more most "
     "some any all both each such only own same other into over under again further once review reviews reviewer says said "
-    "according mentioned mentions".split()
+    "according mentioned mentions s t d ll re ve m".split()  # and what an apostrophe leaves ("it's", "don't", "we'll")
 )
 _WORD = re.compile(r"[a-z0-9]+")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[a-z0-9]+")
 # An extractive answer saying the same thing as the generated one (token F1) grounds it too.
 SAME_ANSWER_F1 = 0.5
-# A negation applies to the content words this many tokens either side of it, within its clause.
+# A negation applies to the content words of the next this many tokens, within its clause ("is not supported").
 NEGATION_REACH = 3
 _NEGATIONS = frozenset("not no never cannot without none nothing neither nor".split())
 _CLAUSE_END = re.compile(r"[,;:!?()]|\.(?!\d)|\b(?:but|however|although|though)\b")
@@ -107,37 +107,50 @@ def unsupported_numbers(answer: str, documents: list[Document], question: str = 
     return list(dict.fromkeys(n for n in said if n not in given))
 
 
-def negated_words(sentence: str) -> tuple[set[str], set[str]]:
-    """(content words, those a negation reaches) of one sentence: "PayPal is not supported" negates paypal and support."""
-    words, negated = set(), set()
+def clauses(sentence: str) -> list[tuple[set[str], set[str], bool]]:
+    """Each clause of a sentence as (its content words, those a negation reaches, whether it holds a negation):
+    "PayPal is not supported" is ({paypal, support}, {support}, True)."""
     plain = sentence.lower().replace("’", "'")
     for contracted, spelled in _CONTRACTED_NOT:
         plain = contracted.sub(spelled, plain)
+    read = []
     for clause in _CLAUSE_END.split(plain):
         tokens = _TOKEN.findall(clause)
         content = ["" if token in _NEGATIONS else _content_word(token) for token in tokens]
-        words.update(word for word in content if word)
-        for at, token in enumerate(tokens):
-            if token in _NEGATIONS:
-                negated.update(word for word in content[max(0, at - NEGATION_REACH) : at + NEGATION_REACH + 1] if word)
-    return words, negated
+        reached = {
+            word for at, token in enumerate(tokens) if token in _NEGATIONS for word in content[at + 1 : at + NEGATION_REACH + 1] if word
+        }
+        read.append(({word for word in content if word}, reached, any(token in _NEGATIONS for token in tokens)))
+    return read
+
+
+def _words_the_other_way_round(
+    claim: list[tuple[set[str], set[str], bool]], said: list[tuple[set[str], set[str], bool]], shared: set[str]
+) -> bool:
+    """Whether the clauses that hold ``shared`` words are negated on one side only, with a negation that reaches one of them
+    ("supported" in "PayPal is not supported"; not "quality" in "the picture quality is not clear")."""
+    negated = [any(negation for words, _, negation in side if words & shared) for side in (claim, said)]
+    reached = set().union(*(reach for _, reach, _ in claim + said))
+    return negated[0] != negated[1] and bool(reached & shared)
 
 
 def contradicted(answer: str, documents: list[Document]) -> str | None:
     """The first sentence of ``answer`` that every sentence of ``documents`` saying it words the other way round, else None.
 
     A document sentence says an answer's sentence when it shares two of its content words (all, when it
-    has fewer); it words it the other way round when a shared word is negated on one side only. A leading
-    "Yes," or "No," answers the question and is not read as a negation of the rest.
+    has fewer); it words it the other way round when the clauses holding them are negated on one side only, by
+    a negation that reaches a shared word. A leading "Yes," or "No," answers the question and is not read as a
+    negation of the rest.
     """
-    sentences = [negated_words(s) for d in documents for s in _SENTENCE_END.split(d.content or "")]
+    sentences = [clauses(s) for d in documents for s in _SENTENCE_END.split(d.content or "")]
     for claim in _SENTENCE_END.split(strip_citations(answer)):
-        words, negated = negated_words(_ANSWER_WORD.sub("", claim))
+        read = clauses(_ANSWER_WORD.sub("", claim))
+        words = set().union(*(w for w, _, _ in read))
         needed = min(2, len(words))
         verdicts = [
-            bool((negated ^ their_negated) & shared)
-            for their_words, their_negated in sentences
-            if needed and len(shared := words & their_words) >= needed
+            _words_the_other_way_round(read, said, shared)
+            for said in sentences
+            if needed and len(shared := words & set().union(*(w for w, _, _ in said))) >= needed
         ]
         if verdicts and all(verdicts):
             return claim.strip()
