@@ -468,6 +468,21 @@ def test_minmax_fusion_keeps_confidence():
         RankFusion(mode="max")
 
 
+def test_bm25_finds_a_word_written_with_or_without_its_hyphen():
+    """ "Is there free wifi?" missed the hotel's "complimentary wi-fi"; "Is the keyboard backlit?" its "not back-lit"."""
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    store = InMemoryDocumentStore()
+    store.write_documents(
+        [Document(content=text) for text in ("The complimentary wi-fi was a plus.", "It is not backlit.", "Free parking.")]
+    )
+    retriever = BM25sRetriever(store, return_unmatched=False)
+    assert [d.content for d in retriever.run("wifi")["documents"]] == ["The complimentary wi-fi was a plus."]
+    assert [d.content for d in retriever.run("back-lit keyboard")["documents"]] == ["It is not backlit."]
+    plain = BM25sRetriever(store, return_unmatched=False, join_hyphenated=False)  # Haystack's own tokens
+    assert plain.run("wifi")["documents"] == [] and BM25sRetriever.from_dict(plain.to_dict()).join_hyphenated is False
+
+
 def test_bm25s_retriever_rebuilds_when_the_store_changes():
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 

@@ -56,6 +56,7 @@ def same_scoring_bm25(store: Any, top_k: int = TOP_K) -> BM25sRetriever:
         stopwords=None,
         return_unmatched=False,
         token_pattern=_DEFAULT_BM25_TOKENIZATION_REGEX,
+        join_hyphenated=False,
     )
 
 

@@ -68,21 +68,37 @@ def _stopwords(name: str | None) -> frozenset[str]:
     return frozenset(_bm25s().stopwords.STOPWORDS_EN)
 
 
+# A word written with a hyphen is a word written without one too ("wi-fi" finds "wifi", "backlit" finds "back-lit"):
+# the joined form is added beside the text's own, as the OpenSearch analyzer's char filter does (stores/opensearch.py).
+HYPHENATED = re.compile(r"([a-z0-9]+)-([a-z0-9]+)")
+HYPHENATED_JOINED = r"\1-\2 \1\2"
+
+
 class Analyzer:
-    """Lower-case word tokens, English stopwords removed, Snowball-stemmed (like Elasticsearch's `english`).
+    """Lower-case word tokens, English stopwords removed, Snowball-stemmed (like Elasticsearch's `english`), a hyphenated
+    word's joined form added (``join_hyphenated``).
 
     ``token_pattern`` is the regular expression of a token; with Haystack's
-    ``bm25_tokenization_regex``, no stemmer and no stopwords, the tokens are those of Haystack's
+    ``bm25_tokenization_regex``, no stemmer, no stopwords and no joined words, the tokens are those of Haystack's
     InMemoryDocumentStore (text lower-cased and NFC-normalised first, as there).
     """
 
-    def __init__(self, stemmer_language: str | None = "english", stopwords: str | None = "en", token_pattern: str = WORD_PATTERN):
+    def __init__(
+        self,
+        stemmer_language: str | None = "english",
+        stopwords: str | None = "en",
+        token_pattern: str = WORD_PATTERN,
+        join_hyphenated: bool = True,
+    ):
         self.stemmer = _stemmer(stemmer_language)
         self.stopwords = _stopwords(stopwords)
         self.token = re.compile(token_pattern)
+        self.join_hyphenated = join_hyphenated
 
     def __call__(self, text: str) -> list[str]:
         text = unicodedata.normalize("NFC", text.lower())
+        if self.join_hyphenated:
+            text = HYPHENATED.sub(HYPHENATED_JOINED, text)
         tokens = [t for t in self.token.findall(text) if t not in self.stopwords]
         return self.stemmer.stemWords(tokens) if self.stemmer else tokens
 
@@ -121,6 +137,7 @@ class BM25sRetriever:
     :param return_unmatched: with filters, also return the allowed documents sharing no term with the query.
     :param token_pattern: the regular expression of a token.
     :param cache_dir: where built indexes are saved and loaded again (None: built in every process).
+    :param join_hyphenated: add a hyphenated word's joined form ("wi-fi" is also "wifi"), to the documents and the query.
 
     Usage::
 
@@ -140,13 +157,15 @@ class BM25sRetriever:
         return_unmatched: bool = True,
         token_pattern: str = WORD_PATTERN,
         cache_dir: str | None = None,
+        join_hyphenated: bool = True,
     ):
         self.document_store = document_store
         self.return_unmatched = return_unmatched
         self.top_k = check_count(top_k, "top_k", 0)
         self.k1, self.b, self.method = k1, b, method
         self.stemmer_language, self.stopwords, self.token_pattern = stemmer_language, stopwords, token_pattern
-        self.analyzer = Analyzer(stemmer_language, stopwords, token_pattern)
+        self.join_hyphenated = join_hyphenated
+        self.analyzer = Analyzer(stemmer_language, stopwords, token_pattern, join_hyphenated)
         self.cache_dir = None if cache_dir is None else str(cache_dir)
         self._machine_cache_dir: str | None = None  # the collection's own folder, given at load time (use_cache_dir)
         self._bm25 = None
@@ -177,6 +196,7 @@ class BM25sRetriever:
     def _digest(self, documents: list[Document]) -> str:
         """Names the index of these documents (their order is the index's row order) under these settings."""
         settings = [self.k1, self.b, self.method, self.stemmer_language, self.stopwords, self.token_pattern, _bm25s().__version__]
+        settings += ["joined"] if self.join_hyphenated else []  # digests of indexes built without joined words stay as they were
         digest = hashlib.sha256(json.dumps(settings).encode())
         for document in documents:
             for text in (document.id, document.content):
@@ -235,6 +255,7 @@ class BM25sRetriever:
             return_unmatched=self.return_unmatched,
             token_pattern=self.token_pattern,
             cache_dir=self.cache_dir,
+            join_hyphenated=self.join_hyphenated,
         )
 
     @classmethod

@@ -49,13 +49,17 @@ _BUILDING: set[str] = set()
 
 OPENSEARCH_FIX = "start an OpenSearch server there, or set QA_OPENSEARCH_URL (--opensearch-url) to a running one."
 # BM25 as the memory store's bm25s defaults (see retrieval/bm25.py): English (Snowball) stemming,
-# stopwords kept, k1 1.2, b 1.0; one shard, so that term statistics are corpus-wide as there.
-OPENSEARCH_ANALYZER = {"tokenizer": "standard", "filter": ["lowercase", "porter2_english"]}
+# stopwords kept, hyphenated words joined too, k1 1.2, b 1.0; one shard, so that term statistics are corpus-wide as there.
+# A hyphenated word's joined form added beside it ("wi-fi" is also "wifi"), as retrieval/bm25.py's Analyzer does.
+OPENSEARCH_ANALYZER = {"char_filter": ["hyphenated_joined"], "tokenizer": "standard", "filter": ["lowercase", "porter2_english"]}
 OPENSEARCH_SETTINGS = {
     "index": {
         "number_of_shards": 1,
         "similarity": {"default": {"type": "BM25", "k1": 1.2, "b": 1.0}},
         "analysis": {
+            "char_filter": {
+                "hyphenated_joined": {"type": "pattern_replace", "pattern": "([A-Za-z0-9]+)-([A-Za-z0-9]+)", "replacement": "$1-$2 $1$2"}
+            },
             "filter": {"porter2_english": {"type": "stemmer", "language": "porter2"}},
             "analyzer": {"default": OPENSEARCH_ANALYZER},
         },
