@@ -606,6 +606,9 @@ def test_a_generated_answer_that_says_the_opposite_of_the_reviews_is_withheld():
     [withheld] = check.run([generated("Yes, PayPal is supported [1].", reviews, [1])], extracted)["answers"]
     assert withheld.data == "PayPal is not supported"  # the extractive answer, though it shares most words with the generated one
     assert withheld.meta["withheld"]["reason"] == 'it says "Yes, PayPal is supported." the other way round from the reviews it cites'
+    own = [replace(d, meta={}) for d in reviews]  # documents of one's own: named so, not "reviews"
+    [withheld] = check.run([generated("Yes, PayPal is supported [1].", own, [1])], extracted)["answers"]
+    assert withheld.meta["withheld"]["reason"] == 'it says "Yes, PayPal is supported." the other way round from the documents it cites'
     for text in ("No, PayPal is not supported [1].", "PayPal isn't supported [1]."):
         assert check.run([generated(text, reviews, [1])], extracted)["answers"][0].meta["grounded"], text
     assert contradicted("The sound is great.", reviews) == "The sound is great."

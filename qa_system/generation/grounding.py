@@ -172,11 +172,11 @@ def collapse_repetition(text: str) -> tuple[str, int]:
     return " ".join(kept), len(_SENTENCE_END.split(text.strip())) - len(kept)
 
 
-def grounding_flags(cites_nothing: bool, repeated: int) -> list[str]:
-    """What a reader of a generated answer is told about how it was written: it cites no review, it repeated itself."""
+def grounding_flags(cites_nothing: bool, repeated: int, noun: str = "reviews") -> list[str]:
+    """What a reader of a generated answer is told about how it was written: it cites none of the ``noun``, it repeated itself."""
     flags = []
     if cites_nothing:
-        flags.append("It cites none of the reviews: check it against the reviews themselves")
+        flags.append(f"It cites none of the {noun}: check it against the {noun} themselves")
     if repeated:
         flags.append(f"The generator wrote {'a sentence' if repeated == 1 else f'{repeated} sentences'} again; each is shown once")
     return flags
@@ -228,11 +228,12 @@ class GroundingCheck:
         said = not invented and (share >= self.min_support or bool(same))
         reversed_claim = contradicted(text, cited) if said else None
         grounded = said and not reversed_claim
-        flags = grounding_flags(cited is given, repeated)
+        noun = "reviews" if any(d.meta.get("review_id") for d in given) else "documents"  # SubjQA's reviews, or one's own
+        flags = grounding_flags(cited is given, repeated, noun)
         checked = replace(generated, data=text, meta={**generated.meta, "support": share, "grounded": grounded, "flags": flags})
         if grounded:
             return {"answers": [checked]}
-        where = "reviews it cites" if cited is not given else "reviews given"
+        where = f"{noun} it cites" if cited is not given else f"{noun} given"
         reason = (
             f"it gives {', '.join(invented)}, which the {where} do not"
             if invented
