@@ -283,7 +283,7 @@ def test_documents_from_a_file_with_the_ingestions_rules(call):
     assert unknown.status_code == 404 and "POST /collections" in unknown.json()["detail"]
     assert call("POST", upload, "/collections/from-csv/documents", json={"documents": []}).status_code == 422
     lost = call("GET", "/tasks/{task_id}", "/tasks/no-such-task")  # as a task the server ran before a restart
-    assert lost.status_code == 404 and "a change still running then changed nothing" in lost.json()["detail"]
+    assert lost.status_code == 404 and "a change still running then was saved whole or not at all" in lost.json()["detail"]
     assert lost.json()["detail"].endswith("see what the collection holds (GET /collections) and add the documents again.")
     assert call("POST", upload, "/collections/from-csv/documents", auth=False, json={"documents": [review(1)]}).status_code == 401
 

@@ -53,6 +53,18 @@ def test_a_click_seen_twice_is_one_row(store):
     assert again.id == first.id and [f.click_id for f in store.all()] == ["page/feedback-1-1/0", "page/feedback-1-1/1", None, None]
 
 
+def test_one_click_sent_by_several_clients_at_once_is_new_to_exactly_one(tmp_path):
+    """Four clients sending one click_id at once were answered 201, 201, 200, 201: three were told it was new."""
+    store = FeedbackStore(tmp_path / "feedback.sqlite3")
+    store.all()  # the database made, as a server's first request finds it
+    for round_number in range(4):
+        sent = replace(click("correct", "bass is deep"), click_id=f"client/{round_number}")
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: store.record_click(sent), range(8)))
+        assert len({saved.id for saved, _ in answers}) == 1 and sum(new for _, new in answers) == 1
+    assert store.record_click(sent)[1] is False and len(store.all()) == 4
+
+
 def earlier_database(path, *later_columns: str):
     """A feedback database as an earlier version created it: its first columns, and ``later_columns`` (TEXT)."""
     columns = "".join(f", {column} TEXT" for column in later_columns)

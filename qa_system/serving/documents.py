@@ -209,7 +209,7 @@ class DocumentChanges:
         if change is None:
             raise NotFound(
                 f"No task '{shown(task_id)}' on this server: it started none of that id, or it has restarted since "
-                f"(a server keeps its last {KEPT_TASKS} tasks until it stops, and a change still running then changed nothing).",
+                f"(a server keeps its last {KEPT_TASKS} tasks until it stops; a change still running then was saved whole or not at all).",
                 "poll the task_id that adding documents returned, from the server that returned it; if that server restarted, "
                 "see what the collection holds (GET /collections) and add the documents again.",
             )

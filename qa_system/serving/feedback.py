@@ -183,6 +183,11 @@ class FeedbackStore:
     def record(self, feedback: Feedback) -> Feedback:
         """Store one click (committed before returning) and return it with its id and time; a click
         whose ``click_id`` is stored already is not stored again (the stored one is returned)."""
+        return self.record_click(feedback)[0]
+
+    def record_click(self, feedback: Feedback) -> tuple[Feedback, bool]:
+        """``record``, and whether the click was new: told by the insert itself, so that clients sending one click at
+        once learn it was new from exactly one answer."""
         feedback = feedback.validated()
         values = {f.name: getattr(feedback, f.name) for f in fields(Feedback) if f.name != "id"}
         values["created"] = feedback.created or datetime.now(UTC).isoformat(timespec="seconds")
@@ -191,13 +196,9 @@ class FeedbackStore:
         with self._connection() as connection:
             cursor = connection.execute(insert, list(values.values()))
             if cursor.rowcount == 0:
-                return Feedback(**dict(connection.execute("SELECT * FROM feedback WHERE click_id = ?", (feedback.click_id,)).fetchone()))
-        return Feedback(**{**values, "id": cursor.lastrowid})
-
-    def has_click(self, click_id: str) -> bool:
-        """Whether a click with this ``click_id`` is stored already (sending it again stores nothing new)."""
-        with self._connection() as connection:
-            return connection.execute("SELECT 1 FROM feedback WHERE click_id = ?", (click_id,)).fetchone() is not None
+                stored = connection.execute("SELECT * FROM feedback WHERE click_id = ?", (feedback.click_id,)).fetchone()
+                return Feedback(**dict(stored)), False
+        return Feedback(**{**values, "id": cursor.lastrowid}), True
 
     def all(self) -> list[Feedback]:
         """Every click, oldest first."""

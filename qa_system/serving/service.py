@@ -313,13 +313,14 @@ class QAService:
         label = pipeline_label(self.settings, retriever, question.mode, result.get("reader_backend"), result.get("device"))
         return {**result, **fallback, "pipeline": label}
 
-    def record_feedback(self, collection: str | None, document_id: str | None, **values: Any) -> Feedback:
+    def record_feedback(self, collection: str | None, document_id: str | None, **values: Any) -> tuple[Feedback, bool]:
         """One click on an answer of ``document_id`` (the review it came from, or the closest one for a
-        "no answer"): the review's text is read from the collection, never taken from the client."""
+        "no answer"): the review's text is read from the collection, never taken from the client. Returns the
+        stored click and whether it was new (``FeedbackStore.record_click``)."""
         check_length(values.get("question"))
         document = None if document_id is None else self.document(collection, document_id)
         item_id = document.meta.get("item_id") if document else None
-        return self.feedback.record(Feedback.about(document, item_id=item_id, collection=collection or self.names[0], **values))
+        return self.feedback.record_click(Feedback.about(document, item_id=item_id, collection=collection or self.names[0], **values))
 
     def export_feedback(self) -> FeedbackExport:
         """The feedback as SQuAD v2, in memory: requests at once share no file."""

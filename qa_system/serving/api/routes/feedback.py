@@ -32,12 +32,11 @@ async def feedback(body: FeedbackRequest, api: Served) -> JSONResponse:
     values = body.model_dump(exclude={"collection", "document_id"})
     service = api.loaded()
 
-    def record() -> tuple[Feedback, bool]:  # both database reads in the worker: the event loop never waits on SQLite
-        repeated = body.click_id is not None and service.feedback.has_click(body.click_id)
-        return service.record_feedback(body.collection, body.document_id, **values), repeated
+    def record() -> tuple[Feedback, bool]:  # in the worker: the event loop never waits on SQLite
+        return service.record_feedback(body.collection, body.document_id, **values)
 
-    (saved, repeated), _ = await api.blocking(record)
-    return JSONResponse(FeedbackOut.of(saved).model_dump(mode="json"), status_code=200 if repeated else 201)
+    (saved, new), _ = await api.blocking(record)
+    return JSONResponse(FeedbackOut.of(saved).model_dump(mode="json"), status_code=201 if new else 200)
 
 
 @router.get(
