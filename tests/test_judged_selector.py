@@ -98,6 +98,22 @@ def test_of_two_spans_in_one_phrase_a_candidate_keeps_the_one_the_question_leads
     assert headphones.as_read(review).text == "30 hours"
 
 
+def test_a_card_never_shows_a_span_that_drops_a_negation_of_its_phrase():
+    """ "Does the X2 need to be connected to a water pipe?" showed "The X2 is a countertop unit" (89%), dropping "and does
+    not need any plumbing": the phrase is shown whole when the rest of it holds a negation."""
+    faq = "A: No. The X2 is a countertop unit and does not need any plumbing. You fill it by hand."
+    span = (faq.index("The X2"), faq.index("unit") + 4, 5.0)
+    (unit,) = candidates([ReadDocument(faq, 0.0, [span])], phrases=True)
+    assert unit.as_read(faq).text == "The X2 is a countertop unit and does not need any plumbing"
+    for negated in ("and doesn't need any plumbing", "and needs no plumbing", "without plumbing"):
+        text = f"The X2 is a countertop unit {negated}. You fill it by hand."
+        (unit,) = candidates([ReadDocument(text, 0.0, [(0, text.index("unit") + 4, 5.0)])], phrases=True)
+        assert unit.as_read(text).text == text.split(".")[0], negated
+    plain = "The X2 is a countertop unit and needs plumbing. You fill it by hand."
+    (unit,) = candidates([ReadDocument(plain, 0.0, [(0, plain.index("unit") + 4, 5.0)])], phrases=True)
+    assert unit.as_read(plain).text == "The X2 is a countertop unit"  # nothing dropped that turns it round
+
+
 def test_a_phrase_starts_after_the_last_break_before_its_span_wherever_the_span_starts():
     """Spans that start on a break, inside one, or just after it: the phrase starts after the last of the review's
     breaks that ends by the span's start (its spaces left out)."""

@@ -38,6 +38,7 @@ _STOPWORDS = frozenset(
     "about any as so if not no yes your my our their me us them than then too very just also".split()
 )
 _WORD = re.compile(r"\w+")
+_NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cannot)\b|n['’]t\b", re.IGNORECASE)
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
 # Where a phrase ends: a sentence's end (not a decimal point: "1.5 hours", "$199.99"; nor a dot inside a word, before a
@@ -93,10 +94,15 @@ class Candidate:
     span: tuple[int, int] | None = None
 
     def as_read(self, content: str) -> Candidate:
-        """The reader's own span, shown instead of the phrase it grew to."""
+        """The reader's own span, shown instead of the phrase it grew to; the phrase when the rest of it holds a
+        negation, which the span alone would drop ("The X2 is a countertop unit" of "... unit and does not need any
+        plumbing", asked whether it needs a water pipe)."""
         if self.span is None:
             return self
         start, end = self.span
+        rest = content[self.start : start] + " " + content[end : self.end]
+        if _NEGATION.search(rest):
+            return self
         return Candidate(self.document, start, end, self.logit, content[start:end])
 
 
