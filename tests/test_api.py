@@ -631,7 +631,7 @@ def test_a_keep_alive_connection_survives_a_500(api_settings, tmp_path, monkeypa
         assert wait_ready(url).status_code == 200
         with httpx.Client(event_hooks=hooks, timeout=60) as client:
             unusable = client.post(f"{url}/feedback", json={"verdict": "wrong", "question": "Is it good?", "answer": "Yes."})
-            monkeypatch.setattr(FeedbackStore, "record", bug)
+            monkeypatch.setattr(FeedbackStore, "record_click", bug)
             failed = client.post(f"{url}/feedback", json={"verdict": "wrong", "question": "Is it good?", "answer": "Yes."})
             after = client.get(f"{url}/health")
     # A database that cannot be opened is the server's state, said in one line with the fix.
