@@ -165,7 +165,7 @@ def test_a_manual_saved_as_a_web_page_or_markdown_keeps_its_steps_headings_and_t
     folder = tmp_path / "manuals"
     folder.mkdir()
     (folder / "robot.html").write_text(
-        "<html><body><nav><a href='/'>Home</a> | <a href='/shop'>Shop</a></nav><h2>4. Setting up the dock</h2>"
+        "<html><body><h2>4. Setting up the dock</h2>"
         "<ol><li>Place the dock against a wall.</li><li>Plug it in.<ul><li>Use the cable supplied.</li></ul></li></ol>"
         "<table><thead><tr><th>Part</th><th>Clean</th><th>Replace</th></tr></thead><tbody>"
         "<tr><td>Side brush</td><td>Every month</td><td>Every 3 to 6 months</td></tr>"
@@ -185,7 +185,31 @@ def test_a_manual_saved_as_a_web_page_or_markdown_keeps_its_steps_headings_and_t
         "Part: Side brush, Clean: Every month, Replace: Every 3 to 6 months\nPart: HEPA filter, Replace: Every year\n"
         "Weight: 3.9 kg\nQuestions? Call us."
     )
-    assert docs["filter.md"].content == "Filter\nSpecifications\nStandby power: 0.4 W\n3. Open the door.\n4. Check the cartridges."
+    assert docs["filter.md"].content == (
+        "Filter\nSpecifications\nSpecification: Standby power, Value: 0.4 W\n3. Open the door.\n4. Check the cartridges."
+    )
+
+
+def test_a_web_page_written_loosely_loses_no_text():
+    """Cells and rows whose end tags are left out (valid HTML), a table never closed, a caption, a cell across two
+    columns and a page laid out in a table: all of it read as a browser shows it (the first version dropped such rows,
+    and an unclosed table took the rest of the page with it)."""
+    from qa_system.sources.markup import html_text
+
+    legacy = "<p>Codes:</p><table><tr><th>Code<th>Meaning<th>Fix<tr><td>F3<td>Boiled dry<td>Refill it</table><p>Call us.</p>"
+    assert html_text(legacy) == "Codes:\nCode: F3, Meaning: Boiled dry, Fix: Refill it\nCall us."
+    unclosed = "<h1>Blender</h1><table><tr><td>Speed</td><td>1-5</td></tr><h2>Warranty</h2><p>The motor is covered for 7 years.</p>"
+    assert html_text(unclosed) == "Blender\nSpeed: 1-5\nWarranty\nThe motor is covered for 7 years."
+    spanned = (
+        "<table><caption>Filter life</caption><tr><th>Part</th><th colspan=2>Interval</th></tr>"
+        "<tr><td>Brush</td><td>Clean monthly</td><td></td></tr><tr><td colspan=3>Keep all parts dry</td></tr></table>"
+    )
+    assert html_text(spanned) == "Filter life\nPart: Brush, Interval: Clean monthly\nKeep all parts dry"
+    assert html_text("<table><tr><th>A</th><th>B</th><th>C</th></tr></table>") == "A, B, C"  # a header alone is kept
+    layout = "<table><tr><td><h1>Kettle</h1><ol><li>Fill</li><li>Switch on</li></ol></td><td><p>Offers</p></td></tr></table>"
+    assert html_text(layout) == "Kettle\n1. Fill\n2. Switch on\nOffers"  # a page laid out in a table reads as a page
+    assert html_text("<tr><td>a</td><td>b</td></tr>") == "a\nb"  # a row cut out of its table (an HTML text column)
+    assert html_text("<nav><a>Home</a><p>Real content</p>") == "Home\nReal content"  # menus are text too: none is lost
 
 
 def test_a_folder_of_documents_through_haystack_converters(home, tmp_path):
