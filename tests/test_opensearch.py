@@ -146,7 +146,10 @@ def test_public_api_pipeline_on_the_opensearch_store(os_settings, os_index):
 
 def test_bm25_analyzer_matches_the_project_bm25(os_settings, name):
     """English stemming (books ~ book, boils ~ boiling), stopwords kept, hyphenated words joined too: as the memory store's BM25."""
-    routers = [review("r-1", "ROUTER", "The wi-fi is fast and the state-of-the-art antenna helps."), review("r-2", "ROUTER", "Slow wifi.")]
+    routers = [
+        review("r-1", "ROUTER", "The wi-fi is fast and the state-of-the-art antenna helps."),
+        review("r-2", "ROUTER", "Slow wifi, set up in 2-3 minutes (2024-01-31, x-2b)."),
+    ]
     index = build_index(os_settings, documents=[*CORPUS, *routers], embed=False, progress=False, name=name)
     bm25 = build_retrieval_pipeline("bm25", os_settings, index=index)
     assert review_ids(bm25, "boiling", top_k=3) == ["b-1"]
@@ -155,8 +158,10 @@ def test_bm25_analyzer_matches_the_project_bm25(os_settings, name):
     in_memory = build_retrieval_pipeline(
         "bm25", memory, index=build_index(memory, documents=[*CORPUS, *routers], embed=False, progress=False, name=name)
     )
-    for question in ("wifi", "Is the wi-fi fast?", "stateof", "theart antenna"):
+    for question in ("wifi", "Is the wi-fi fast?", "stateof", "theart antenna", "23 minutes"):
         assert review_ids(bm25, question, top_k=3) == review_ids(in_memory, question, top_k=3) != [], question
+    for question in ("x2b", "202401"):  # joined words only: no part starts with a digit
+        assert review_ids(bm25, question, top_k=3) == review_ids(in_memory, question, top_k=3) == [], question
     settings = opensearch_client(os_settings).indices.get_settings(index=name)
     [concrete] = settings
     assert settings[concrete]["settings"]["index"]["similarity"]["default"] == {"type": "BM25", "k1": "1.2", "b": "1.0"}

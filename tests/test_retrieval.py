@@ -479,6 +479,10 @@ def test_bm25_finds_a_word_written_with_or_without_its_hyphen():
     retriever = BM25sRetriever(store, return_unmatched=False)
     assert [d.content for d in retriever.run("wifi")["documents"]] == ["The complimentary wi-fi was a plus."]
     assert [d.content for d in retriever.run("back-lit keyboard")["documents"]] == ["It is not backlit."]
+    from qa_system.retrieval.bm25 import Analyzer
+
+    joined = Analyzer(stopwords=None)("Check-in takes 2-3 minutes, open 9-5 since 2024-01-31; COVID-19 rules, e-mail us")
+    assert {"checkin", "email"} <= set(joined) and not {"23", "95", "202401", "covid19"} & set(joined)  # words only
     plain = BM25sRetriever(store, return_unmatched=False, join_hyphenated=False)  # Haystack's own tokens
     assert plain.run("wifi")["documents"] == [] and BM25sRetriever.from_dict(plain.to_dict()).join_hyphenated is False
 

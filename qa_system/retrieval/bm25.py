@@ -70,7 +70,8 @@ def _stopwords(name: str | None) -> frozenset[str]:
 
 # A word written with a hyphen is a word written without one too ("wi-fi" finds "wifi", "backlit" finds "back-lit"):
 # the joined form is added beside the text's own, as the OpenSearch analyzer's char filter does (stores/opensearch.py).
-HYPHENATED = re.compile(r"([a-z0-9]+)-([a-z0-9]+)")
+# Only words: each part starts with a letter, so that "2-3 minutes" is no "23" and "2024-01-31" no "202401".
+HYPHENATED = re.compile(r"(?<![a-z0-9])([a-z][a-z0-9]*)-([a-z][a-z0-9]*)(?![a-z0-9])")
 HYPHENATED_JOINED = r"\1-\2 \1\2"
 
 
@@ -196,7 +197,9 @@ class BM25sRetriever:
     def _digest(self, documents: list[Document]) -> str:
         """Names the index of these documents (their order is the index's row order) under these settings."""
         settings = [self.k1, self.b, self.method, self.stemmer_language, self.stopwords, self.token_pattern, _bm25s().__version__]
-        settings += ["joined"] if self.join_hyphenated else []  # digests of indexes built without joined words stay as they were
+        settings += (
+            ["hyphenated words joined"] if self.join_hyphenated else []
+        )  # digests of indexes built without joined words stay as they were
         digest = hashlib.sha256(json.dumps(settings).encode())
         for document in documents:
             for text in (document.id, document.content):

@@ -58,7 +58,11 @@ OPENSEARCH_SETTINGS = {
         "similarity": {"default": {"type": "BM25", "k1": 1.2, "b": 1.0}},
         "analysis": {
             "char_filter": {
-                "hyphenated_joined": {"type": "pattern_replace", "pattern": "([A-Za-z0-9]+)-([A-Za-z0-9]+)", "replacement": "$1-$2 $1$2"}
+                "hyphenated_joined": {
+                    "type": "pattern_replace",
+                    "pattern": "(?<![A-Za-z0-9])([A-Za-z][A-Za-z0-9]*)-([A-Za-z][A-Za-z0-9]*)(?![A-Za-z0-9])",
+                    "replacement": "$1-$2 $1$2",
+                }
             },
             "filter": {"porter2_english": {"type": "stemmer", "language": "porter2"}},
             "analyzer": {"default": OPENSEARCH_ANALYZER},
