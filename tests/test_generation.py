@@ -621,6 +621,16 @@ def test_a_generated_answer_that_says_the_opposite_of_the_reviews_is_withheld():
     # A negation that reaches no word both say is no contradiction ("not clear" and "terrible" say the same), nor is "it's".
     assert contradicted("The picture quality is not clear.", docs("Picture quality was terrible.")) is None
     assert contradicted("It's a bag.", docs("It's not what I hoped for.")) is None
+    # Negations that turn nothing round, and two that cancel out.
+    for consistent, document in (
+        ("It is cheap and durable.", "It is not only cheap but also durable."),
+        ("The staff were helpful.", "I cannot praise the helpful staff enough."),
+        ("The battery lasts all day.", "No doubt the battery lasts all day."),
+        ("You need the app to use it.", "It does not work without the app."),
+    ):
+        assert contradicted(consistent, docs(document)) is None, document
+    assert contradicted("It works without the app.", docs("It does not work without the app.")) is not None
+    assert contradicted("The room was clean.", docs("The room was hardly clean.")) is not None
 
 
 def test_a_generated_answer_with_a_number_the_reviews_do_not_give_is_withheld():

@@ -43,7 +43,11 @@ _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[a-z0-9]+")
 SAME_ANSWER_F1 = 0.5
 # A negation applies to the content words of the next this many tokens, within its clause ("is not supported").
 NEGATION_REACH = 3
-_NEGATIONS = frozenset("not no never cannot without none nothing neither nor".split())
+_NEGATIONS = frozenset("not no never cannot without none nothing neither nor nobody nowhere hardly".split())
+# Negations that turn nothing round: "not only cheap but also durable", "no doubt it lasts", "I cannot praise it enough".
+_IDIOMS = re.compile(
+    r"\b(?:not|no|without)\s+(?:only|just|merely|doubt|question|wonder|a\s+doubt)\b|\b(?:can\s+not|cannot|could\s+not)\b(?=[^,;.]*\benough\b)"
+)
 _CLAUSE_END = re.compile(r"[,;:!?()]|\.(?!\d)|\b(?:but|however|although|though)\b")
 _CONTRACTED_NOT = ((re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"))
 _ANSWER_WORD = re.compile(r"^\s*(?:yes|no)\b[\s,.!:;-]*", re.IGNORECASE)
@@ -107,50 +111,54 @@ def unsupported_numbers(answer: str, documents: list[Document], question: str = 
     return list(dict.fromkeys(n for n in said if n not in given))
 
 
-def clauses(sentence: str) -> list[tuple[set[str], set[str], bool]]:
-    """Each clause of a sentence as (its content words, those a negation reaches, whether it holds a negation):
-    "PayPal is not supported" is ({paypal, support}, {support}, True)."""
+def clauses(sentence: str) -> list[tuple[set[str], list[set[str]]]]:
+    """Each clause of a sentence as (its content words, the words each of its negations reaches), idioms left out:
+    "PayPal is not supported" is ({paypal, support}, [{support}])."""
     plain = sentence.lower().replace("’", "'")
     for contracted, spelled in _CONTRACTED_NOT:
         plain = contracted.sub(spelled, plain)
+    plain = _IDIOMS.sub(" ", plain)
     read = []
     for clause in _CLAUSE_END.split(plain):
         tokens = _TOKEN.findall(clause)
         content = ["" if token in _NEGATIONS else _content_word(token) for token in tokens]
-        reached = {
-            word for at, token in enumerate(tokens) if token in _NEGATIONS for word in content[at + 1 : at + NEGATION_REACH + 1] if word
-        }
-        read.append(({word for word in content if word}, reached, any(token in _NEGATIONS for token in tokens)))
+        reaches = [
+            {word for word in content[at + 1 : at + NEGATION_REACH + 1] if word} for at, token in enumerate(tokens) if token in _NEGATIONS
+        ]
+        read.append(({word for word in content if word}, reaches))
     return read
 
 
 def _words_the_other_way_round(
-    claim: list[tuple[set[str], set[str], bool]], said: list[tuple[set[str], set[str], bool]], shared: set[str]
+    claim: list[tuple[set[str], list[set[str]]]], said: list[tuple[set[str], list[set[str]]]], shared: set[str]
 ) -> bool:
-    """Whether the clauses that hold ``shared`` words are negated on one side only, with a negation that reaches one of them
-    ("supported" in "PayPal is not supported"; not "quality" in "the picture quality is not clear")."""
-    negated = [any(negation for words, _, negation in side if words & shared) for side in (claim, said)]
-    reached = set().union(*(reach for _, reach, _ in claim + said))
-    return negated[0] != negated[1] and bool(reached & shared)
+    """Whether the ``shared`` words are negated on one side only: by an odd number of negations that reach them there
+    ("supported" in "PayPal is not supported"; not "quality" in "the picture quality is not clear"; two negations say
+    yes: "it does not work without the app")."""
+
+    def negated(side: list[tuple[set[str], list[set[str]]]]) -> bool:
+        return sum(bool(reach & shared) for _, reaches in side for reach in reaches) % 2 == 1
+
+    return negated(claim) != negated(said)
 
 
 def contradicted(answer: str, documents: list[Document]) -> str | None:
     """The first sentence of ``answer`` that every sentence of ``documents`` saying it words the other way round, else None.
 
     A document sentence says an answer's sentence when it shares two of its content words (all, when it
-    has fewer); it words it the other way round when the clauses holding them are negated on one side only, by
-    a negation that reaches a shared word. A leading "Yes," or "No," answers the question and is not read as a
-    negation of the rest.
+    has fewer); it words it the other way round when the shared words are negated on one side only
+    (``_words_the_other_way_round``). A leading "Yes," or "No," answers the question and is not read as a negation
+    of the rest.
     """
     sentences = [clauses(s) for d in documents for s in _SENTENCE_END.split(d.content or "")]
     for claim in _SENTENCE_END.split(strip_citations(answer)):
         read = clauses(_ANSWER_WORD.sub("", claim))
-        words = set().union(*(w for w, _, _ in read))
+        words = set().union(*(w for w, _ in read))
         needed = min(2, len(words))
         verdicts = [
             _words_the_other_way_round(read, said, shared)
             for said in sentences
-            if needed and len(shared := words & set().union(*(w for w, _, _ in said))) >= needed
+            if needed and len(shared := words & set().union(*(w for w, _ in said))) >= needed
         ]
         if verdicts and all(verdicts):
             return claim.strip()
