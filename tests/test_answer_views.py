@@ -231,7 +231,7 @@ def test_an_answer_and_no_answer_past_100_percent_say_so_on_the_no_answer_card()
     assert answer_cards(answer_views(within))[1].note == ""  # 98%: nothing to say
     # A sure answer beside an unlikely "no answer" (99% and 8%) says nothing: said on most cards, it read as if no
     # chance could be trusted.
-    for answer_p, no_answer_p, said in ((0.99, 0.08, False), (0.81, 0.24, False), (0.81, 0.25, True)):
+    for answer_p, no_answer_p, said in ((0.99, 0.08, False), (0.81, 0.24, False), (0.81, 0.25, True), (0.81, 0.246, True)):
         answers = stipend_answers({"document_id": "wellness.md"}, answer_p, no_answer_p)
         for answer in answers:
             answer.meta["close_call"] = False

@@ -59,6 +59,8 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("It holds ca. 30 cups, e.g. for a party. Nice.", "30 cups", "It holds ca. 30 cups, e.g. for a party"),
         ("Ask Dr. Smith vs. the shop. Nice.", "shop", "Ask Dr. Smith vs. the shop"),
         ("Pens, cards etc. The bag holds all.", "bag", "The bag holds all"),
+        ("Made in the U.S. and sturdy. Nice.", "sturdy", "Made in the U.S. and sturdy"),  # an initial's dot
+        ("We stayed on Main St. It was noisy at night.", "noisy", "It was noisy at night"),  # "St." may end a sentence
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase

@@ -48,9 +48,10 @@ _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".s
 # text ("HEADPHONE QUALITYThe headphones": reviews whose lines were joined; only before a word that starts sentences,
 # so that "LEDs", "HDMI" and "TRENDnet" stay whole); Chinese and Japanese full stops too.
 _SENTENCE_STARTS = "The|This|These|That|Those|They|There|It|Its|My|We|Our|You|Your|One|First|Overall|For|If|When|After|As|In|So"
-# Nor the dot of an abbreviation that does not end sentences ("ca. 30 cups", "e.g. on a plane", "Dr. Smith").
+# Nor the dot of an abbreviation that does not end sentences ("ca. 30 cups", "e.g. on a plane", "Dr. Smith", "Fig. 3")
+# or of an initial ("Made in the U.S.", "J. Smith").
 _ABBREVIATIONS = "".join(
-    rf"(?<!\b{a})" for a in "[Cc]a [Aa]pprox [Vv]s [Ee]\\.g [Ii]\\.e [Ee]sp [Ii]ncl [Rr]esp Dr Mr Mrs Ms Prof St".split()
+    rf"(?<!\b{a})" for a in "[A-Z] [Cc]a [Aa]pprox [Vv]s [Ee]\\.g [Ii]\\.e [Ee]sp [Ii]ncl [Rr]esp [Ff]ig Dr Mr Mrs Ms Prof".split()
 )
 PHRASE_BREAK = re.compile(
     rf"{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))|"

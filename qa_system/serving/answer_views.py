@@ -333,9 +333,9 @@ class RankedAnswers:
         return _percent(answer.probability) + _percent(self.no_answer.probability) > 100
 
     def overflows_notably(self, answer: AnswerView) -> bool:
-        """``overflows``, with both chances at least ``NOTABLE_CHANCE``: a 99% answer beside an 8% "no answer" overflows
+        """``overflows``, with both chances at least ``NOTABLE_PERCENT`` as shown: a 99% answer beside an 8% "no answer" overflows
         by a few points, which said on most cards reads as if no chance could be trusted."""
-        return self.overflows(answer) and min(answer.probability, self.no_answer.probability) >= NOTABLE_CHANCE
+        return self.overflows(answer) and min(_percent(answer.probability), _percent(self.no_answer.probability)) >= NOTABLE_PERCENT
 
     def overflow_note(self) -> str:
         """Below an answer whose chance and "no answer"'s add up past 100% (no close call: that says it), a sentence on
@@ -388,8 +388,8 @@ def rank_answers(views: Sequence[AnswerView], noun: str | None = None) -> Ranked
 
 # The chances of an answer and of "no answer" are calibrated apart and may add up past 100% (``RankedAnswers.overflows``).
 BOTH_CANNOT_BE_RIGHT = "both cannot be right, so at least one of these chances is too high here"
-# Outside a close call, chances past 100% are said only when the lesser of the two is at least this.
-NOTABLE_CHANCE = 0.25
+# Outside a close call, chances past 100% are said only when the lesser of the two, as shown, is at least this.
+NOTABLE_PERCENT = 25
 
 
 def no_answer_text(noun: str = REVIEWS) -> str:
