@@ -59,7 +59,8 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("It holds ca. 30 cups, e.g. for a party. Nice.", "30 cups", "It holds ca. 30 cups, e.g. for a party"),
         ("Ask Dr. Smith vs. the shop. Nice.", "shop", "Ask Dr. Smith vs. the shop"),
         ("Pens, cards etc. The bag holds all.", "bag", "The bag holds all"),
-        ("Made in the U.S. and sturdy. Nice.", "sturdy", "Made in the U.S. and sturdy"),  # an initial's dot
+        ("Made in the U.S. and sturdy. Nice.", "sturdy", "Made in the U.S. and sturdy"),  # initials' dots
+        ("Beds were good, good A/C. The location was great.", "location", "The location was great"),
         ("We stayed on Main St. It was noisy at night.", "noisy", "It was noisy at night"),  # "St." may end a sentence
     ]:
         start = text.index(span)
@@ -78,6 +79,21 @@ def test_a_candidate_keeps_to_one_line_and_a_question_of_the_document_is_none():
     review = "Is it worth the money? Absolutely, it is great for reading books."
     found = candidates([ReadDocument(review, 0.0, [(6, 21, 5.0), (23, 33, 4.0)])], phrases=True)
     assert [c.text for c in found] == ["Absolutely, it is great for reading books"]  # the review's own question asks
+
+
+def test_a_heading_of_the_document_is_no_candidate():
+    """ "Connecting to the App and Wi-Fi" (62%) and "Error Codes" were cards: a heading names what follows, it does not
+    answer. A review's own short line ("Great sound"), a table row and a numbered step still answer."""
+    manual = (
+        "Charge it first.\n5. Connecting to the App and Wi-Fi\nThe robot connects only to 2.4 GHz networks.\n"
+        "9. Error Codes\nCode: E1, Meaning: Tank empty\nPros\nGreat sound\n1. Place the dock against a wall.\nEnd."
+    )
+    spans = [
+        (manual.index(text), manual.index(text) + len(text), 9.0 - i)
+        for i, text in enumerate(("Connecting to the App and Wi-Fi", "Error Codes", "Tank empty", "Great sound", "Place the dock"))
+    ]
+    found = candidates([ReadDocument(manual, 0.0, spans)])
+    assert [c.text for c in found] == ["Tank empty", "Great sound", "Place the dock"]
 
 
 def test_of_two_spans_in_one_phrase_a_candidate_keeps_the_one_the_question_leads_to():

@@ -38,6 +38,7 @@ _STOPWORDS = frozenset(
     "about any as so if not no yes your my our their me us them than then too very just also".split()
 )
 _WORD = re.compile(r"\w+")
+_HEADING_NUMBER = re.compile(r"^(?:\d+(?:\.\d+)*\.?|[A-Z]\.)\s+")  # "9. ", "4.2 ", "B. " before a heading's words
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cannot)\b|n['’]t\b", re.IGNORECASE)
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
@@ -49,12 +50,12 @@ _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".s
 # so that "LEDs", "HDMI" and "TRENDnet" stay whole); Chinese and Japanese full stops too.
 _SENTENCE_STARTS = "The|This|These|That|Those|They|There|It|Its|My|We|Our|You|Your|One|First|Overall|For|If|When|After|As|In|So"
 # Nor the dot of an abbreviation that does not end sentences ("ca. 30 cups", "e.g. on a plane", "Dr. Smith", "Fig. 3")
-# or of an initial ("Made in the U.S.", "J. Smith").
+# or of initials ("Made in the U.S. and"; a lone capital's dot may end one: "good A/C. The location").
 _ABBREVIATIONS = "".join(
-    rf"(?<!\b{a})" for a in "[A-Z] [Cc]a [Aa]pprox [Vv]s [Ee]\\.g [Ii]\\.e [Ee]sp [Ii]ncl [Rr]esp [Ff]ig Dr Mr Mrs Ms Prof".split()
+    rf"(?<!\b{a})" for a in "[A-Z]\\.[A-Z] [Cc]a [Aa]pprox [Vv]s [Ee]\\.g [Ii]\\.e [Ee]sp [Ii]ncl [Rr]esp [Ff]ig Dr Mr Mrs Ms Prof".split()
 )
 PHRASE_BREAK = re.compile(
-    rf"{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))|"
+    rf"{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))(?![A-Z]\.)|"
     r"[!?;\n\u3002\uff01\uff1f\uff1b]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
     rf"|(?<=[A-Z]{{3}})(?=(?:{_SENTENCE_STARTS})\b)"
 )
@@ -137,14 +138,14 @@ def candidates(documents: Sequence[ReadDocument], phrases: bool = False, query: 
     """The best ``SPANS_PER_DOCUMENT`` spans of each review, the best ``SPANS_PER_QUESTION`` of them all, best first;
     with ``phrases``, each span grown to its whole phrase (``phrase_bounds``), a phrase counted once, with its best
     span, or the one of its spans that the ``query``'s words lead up to (``_led_to``). A span is kept to one line
-    (``one_line``), and one inside a question of the document (``asks``) is no candidate."""
+    (``one_line``), and one inside a question or a heading of the document (``asks``, ``heads``) is no candidate."""
     spans = []
     question_stems = {_stem(word) for word in content_words(query)}
     for position, document in enumerate(documents):
         kept: dict[tuple[int, int], Candidate] = {}
         for span_start, span_end, logit in document.spans:
             span_start, span_end = one_line(document.content, span_start, span_end)
-            if asks(document.content, span_start, span_end):
+            if asks(document.content, span_start, span_end) or heads(document.content, span_start, span_end):
                 continue
             start, end = phrase_bounds(document.content, span_start, span_end) if phrases else (span_start, span_end)
             grown = (span_start, span_end) if (start, end) != (span_start, span_end) else None
@@ -200,6 +201,21 @@ def asks(content: str, start: int, end: int) -> bool:
     worth the money?" in a review): such a sentence asks, it does not answer."""
     after = _SENTENCE_MARK.search(content, end)
     return after is not None and after.group() == "?"
+
+
+def heads(content: str, start: int, end: int) -> bool:
+    """Whether the span lies in a heading of the document: a line of its own, followed by more text, of two to twelve
+    words in title case ("Connecting to the App and Wi-Fi", "9. Error Codes"), with no sentence's end, no colon and no
+    number but its own: a heading names what follows, it does not answer. A review's "Great sound" line is no heading."""
+    line_start = content.rfind("\n", 0, start) + 1
+    line_end = content.find("\n", end)
+    if line_end < 0 or not content[line_end:].strip():
+        return False
+    line = _HEADING_NUMBER.sub("", content[line_start:line_end].strip())
+    words = line.split()
+    if not 2 <= len(words) <= 12 or re.search(r"[.!?:;,\d]", line):
+        return False
+    return all(word[0].isupper() for word in words if len(word) > 3)
 
 
 def content_words(text: str) -> set[str]:
