@@ -86,14 +86,17 @@ def test_a_heading_of_the_document_is_no_candidate():
     answer. A review's own short line ("Great sound"), a table row and a numbered step still answer."""
     manual = (
         "Charge it first.\n5. Connecting to the App and Wi-Fi\nThe robot connects only to 2.4 GHz networks.\n"
-        "9. Error Codes\nCode: E1, Meaning: Tank empty\nPros\nGreat sound\n1. Place the dock against a wall.\nEnd."
+        "9. Error Codes\nCode: E1, Meaning: Tank empty\nPros\nGreat sound\n1. Place the dock against a wall.\n"
+        "CleanBot S7 Firmware Release Notes\nVersion 3.0 is out.\nIt lasts 2 Hours\nEnd."
     )
     spans = [
         (manual.index(text), manual.index(text) + len(text), 9.0 - i)
-        for i, text in enumerate(("Connecting to the App and Wi-Fi", "Error Codes", "Tank empty", "Great sound", "Place the dock"))
+        for i, text in enumerate(
+            ("Connecting to the App and Wi-Fi", "Error Codes", "CleanBot S7", "Tank empty", "Great sound", "Place the dock", "2 Hours")
+        )
     ]
     found = candidates([ReadDocument(manual, 0.0, spans)])
-    assert [c.text for c in found] == ["Tank empty", "Great sound", "Place the dock"]
+    assert [c.text for c in found] == ["Tank empty", "Great sound", "Place the dock", "2 Hours"]
 
 
 def test_of_two_spans_in_one_phrase_a_candidate_keeps_the_one_the_question_leads_to():
@@ -114,6 +117,11 @@ def test_of_two_spans_in_one_phrase_a_candidate_keeps_the_one_the_question_leads
     spans = [(review.index("30 hours"), review.index("30 hours") + 8, 5.0), (review.index("around"), review.index("around") + 6, 4.0)]
     (headphones,) = candidates([ReadDocument(review, 0.0, spans)], phrases=True, query="How long does the battery last?")
     assert headphones.as_read(review).text == "30 hours"
+    # Words after "of" belong to the span before them: "20 g of citric acid" is what the question asks.
+    manual = "Dissolve 20 g of citric acid in 1 litre of water, then start the program."
+    spans = [(manual.index("1 litre"), manual.index("1 litre") + 7, 5.0), (manual.index("20 g"), manual.index("20 g") + 4, 4.5)]
+    (descaling,) = candidates([ReadDocument(manual, 0.0, spans)], phrases=True, query="How much citric acid do I need?")
+    assert descaling.as_read(manual).text == "20 g"
 
 
 def test_a_card_never_shows_a_span_that_drops_a_negation_of_its_phrase():

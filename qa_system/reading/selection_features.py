@@ -163,17 +163,21 @@ def candidates(documents: Sequence[ReadDocument], phrases: bool = False, query: 
 def _led_to(content: str, phrase_start: int, span: tuple[int, int], best: tuple[int, int], question_stems: set[str]) -> bool:
     """Whether, of two spans of one phrase, ``span`` rather than the reader's ``best`` is the one the question asks for:
     the words leading up to it share more of the question's. The first span is led by the phrase's words before it, the
-    second by those between the two, or, where only stop words come between ("around 30 hours"), by the first's. In "I
-    charged it for 2 hours and the battery lasts 10 hours", "How long does the battery last?" leads to "10 hours"."""
+    second by those between the two (unless they start with "of": "20 g of citric acid in 1 litre" leads the first),
+    or, where only stop words come between ("around 30 hours"), by the first's. In "I charged it for 2 hours and the
+    battery lasts 10 hours", "How long does the battery last?" leads to "10 hours"."""
 
     def words(begin: int, end: int) -> set[str]:
         return {_stem(word) for word in content_words(content[begin:end])}
 
     def lead(own: tuple[int, int], other: tuple[int, int]) -> int:
-        if other[1] <= own[0] and (between := words(other[1], own[0])):
-            return len(between & question_stems)
-        first = other if other[1] <= own[0] else own
-        return len(words(phrase_start, first[0]) & question_stems)
+        first, second = (other, own) if other[1] <= own[0] else (own, other)
+        between = words(first[1], second[0])
+        # "20 g of citric acid in 1 litre": words after "of" describe the first span, they do not lead to the second.
+        of_first = content[first[1] : second[0]].lstrip().lower().startswith("of ")
+        if own == second and between:
+            return 0 if of_first else len(between & question_stems)
+        return len(words(phrase_start, first[0]) & question_stems) + (len(between & question_stems) if own == first and of_first else 0)
 
     return lead(span, best) > lead(best, span)
 
@@ -205,15 +209,16 @@ def asks(content: str, start: int, end: int) -> bool:
 
 def heads(content: str, start: int, end: int) -> bool:
     """Whether the span lies in a heading of the document: a line of its own, followed by more text, of two to twelve
-    words in title case ("Connecting to the App and Wi-Fi", "9. Error Codes"), with no sentence's end, no colon and no
-    number but its own: a heading names what follows, it does not answer. A review's "Great sound" line is no heading."""
+    words in title case ("Connecting to the App and Wi-Fi", "9. Error Codes", "CleanBot S7 Release Notes"), with no
+    sentence's end, no colon and no number but its own: a heading names what follows, it does not answer. A review's
+    "Great sound" line is no heading."""
     line_start = content.rfind("\n", 0, start) + 1
     line_end = content.find("\n", end)
     if line_end < 0 or not content[line_end:].strip():
         return False
     line = _HEADING_NUMBER.sub("", content[line_start:line_end].strip())
     words = line.split()
-    if not 2 <= len(words) <= 12 or re.search(r"[.!?:;,\d]", line):
+    if not 2 <= len(words) <= 12 or re.search(r"[.!?:;,]|\b\d", line):  # a model's name may hold digits ("S7")
         return False
     return all(word[0].isupper() for word in words if len(word) > 3)
 
