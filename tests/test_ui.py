@@ -130,7 +130,7 @@ def test_a_click_that_cannot_be_stored_is_said_in_its_card_and_not_acknowledged(
 
     at = page()
     ask(at, "How is the bass?", "HEADPHONES")
-    monkeypatch.setattr(FeedbackStore, "record", refuse)
+    monkeypatch.setattr(FeedbackStore, "record_click", refuse)
     vote(at, 1, "correct")
     # Shown as text: the message's Markdown characters are escaped.
     assert not at.exception and any("The feedback database is read-only" in w.value.replace("\\", "") for w in at.warning)
