@@ -12,8 +12,8 @@ why. An answer that cites no review is checked against every review it was given
 (``meta["flags"]``): nothing points the reader to where it comes from. A sentence the generator wrote
 again (a small model may loop on one) is kept once, and the answer flagged for it. Shared words do not
 make agreement: "Yes, PayPal is supported" shares every content word with "PayPal is not supported", so
-an answer that words a claim the other way round from every cited sentence saying it (a negation near
-the same words on one side only, ``contradicted``) is withheld too.
+an answer that words a claim the other way round from every cited sentence saying it (the same words
+negated on one side only, ``contradicted``) is withheld too.
 """
 
 from __future__ import annotations
@@ -111,7 +111,11 @@ def unsupported_numbers(answer: str, documents: list[Document], question: str = 
     return list(dict.fromkeys(n for n in said if n not in given))
 
 
-def clauses(sentence: str) -> list[tuple[set[str], list[set[str]]]]:
+# A clause as read: its content words, and the words each of its negations reaches.
+Clause = tuple[set[str], list[set[str]]]
+
+
+def clauses(sentence: str) -> list[Clause]:
     """Each clause of a sentence as (its content words, the words each of its negations reaches), idioms left out:
     "PayPal is not supported" is ({paypal, support}, [{support}])."""
     plain = sentence.lower().replace("’", "'")
@@ -129,14 +133,12 @@ def clauses(sentence: str) -> list[tuple[set[str], list[set[str]]]]:
     return read
 
 
-def _words_the_other_way_round(
-    claim: list[tuple[set[str], list[set[str]]]], said: list[tuple[set[str], list[set[str]]]], shared: set[str]
-) -> bool:
+def _words_the_other_way_round(claim: list[Clause], said: list[Clause], shared: set[str]) -> bool:
     """Whether the ``shared`` words are negated on one side only: by an odd number of negations that reach them there
     ("supported" in "PayPal is not supported"; not "quality" in "the picture quality is not clear"; two negations say
     yes: "it does not work without the app")."""
 
-    def negated(side: list[tuple[set[str], list[set[str]]]]) -> bool:
+    def negated(side: list[Clause]) -> bool:
         return sum(bool(reach & shared) for _, reaches in side for reach in reaches) % 2 == 1
 
     return negated(claim) != negated(said)

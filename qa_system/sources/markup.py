@@ -33,6 +33,8 @@ def _squeezed(text: str) -> str:
 
 
 class _Cell:
+    """One table cell as it is read: its text so far, whether it is a header cell, the columns it spans."""
+
     def __init__(self, header: bool, columns: int = 1) -> None:
         self.parts: list[str] = []
         self.header = header
