@@ -62,7 +62,7 @@ def cmd_search(args: argparse.Namespace) -> None:
 
 def collection_noun(args: argparse.Namespace) -> str:
     """What the collection asked holds, where nothing read says: SubjQA's domains reviews, a collection of your own documents."""
-    from qa_system.serving.answer_views import DOCUMENTS, REVIEWS
+    from qa_system.nouns import DOCUMENTS, REVIEWS
 
     subjqa = getattr(args, "subjqa_domain", None)  # the shell's: its collection is named even for a SubjQA domain
     return (REVIEWS if subjqa else DOCUMENTS) if subjqa is not None else DOCUMENTS if getattr(args, "collection", None) else REVIEWS
@@ -71,7 +71,7 @@ def collection_noun(args: argparse.Namespace) -> str:
 def noun_read(documents, args: argparse.Namespace) -> str:
     """What ``documents`` are: "reviews" for SubjQA's (their meta holds a review_id), "documents" for a collection's
     (``answer_views.noun_of``); what the collection holds (``collection_noun``) when none was read."""
-    from qa_system.serving.answer_views import noun_of
+    from qa_system.nouns import noun_of
 
     return noun_of(documents) or collection_noun(args)
 

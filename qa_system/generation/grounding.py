@@ -27,6 +27,7 @@ from haystack import Document, ExtractedAnswer, GeneratedAnswer, component, defa
 from qa_system.errors import check_number
 from qa_system.generation.answers import strip_citations
 from qa_system.metrics.squad import f1 as token_f1
+from qa_system.nouns import DOCUMENTS, noun_of
 
 # Words that say nothing of the reviews' content: whether they occur there proves nothing.
 _STOPWORDS = frozenset(
@@ -238,7 +239,7 @@ class GroundingCheck:
         said = not invented and (share >= self.min_support or bool(same))
         reversed_claim = contradicted(text, cited) if said else None
         grounded = said and not reversed_claim
-        noun = "reviews" if any(d.meta.get("review_id") for d in given) else "documents"  # SubjQA's reviews, or one's own
+        noun = noun_of(given) or DOCUMENTS
         flags = grounding_flags(cited is given, repeated, noun)
         checked = replace(generated, data=text, meta={**generated.meta, "support": share, "grounded": grounded, "flags": flags})
         if grounded:

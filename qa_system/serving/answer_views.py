@@ -16,13 +16,12 @@ from html import unescape
 from typing import TYPE_CHECKING, Any
 
 from qa_system.language import language_note
+from qa_system.nouns import DOCUMENTS, REVIEWS, noun_of
 
 if TYPE_CHECKING:  # a client of a running server prints cards without importing Haystack
     from haystack import Document
 
 ELLIPSIS = "…"
-# What the cards call the texts read: SubjQA's are reviews (their meta holds a ``review_id``), a collection's documents.
-REVIEWS, DOCUMENTS = "reviews", "documents"
 # The most characters a cut moves to keep a word whole: past it (text without spaces) it cuts inside the word.
 WORD_SLACK = 30
 
@@ -131,14 +130,6 @@ def a_chance(probability: float) -> str:
     """The chance with its article, as it is read aloud: "a 72% chance", "an 89% chance"."""
     percent = _percent(probability)
     return f"{'an' if percent in (8, 11, 18) or 80 <= percent <= 89 else 'a'} {percent}% chance"
-
-
-def noun_of(documents: Sequence[Document]) -> str | None:
-    """``REVIEWS`` when the documents are SubjQA's reviews (their meta holds a ``review_id``), ``DOCUMENTS`` when they are
-    a collection's; None when there are none (nothing was read: the caller knows what would have been)."""
-    if not documents:
-        return None
-    return REVIEWS if any((d.meta or {}).get("review_id") for d in documents) else DOCUMENTS
 
 
 def singular(noun: str) -> str:
