@@ -234,3 +234,25 @@ def test_a_database_that_cannot_be_opened_is_one_unavailable_line(tmp_path, bloc
         with pytest.raises(Unavailable, match=r"The feedback database .* cannot be used .*QA_FEEDBACK_DB") as caught:
             call()
         assert len(str(caught.value).splitlines()) == 1
+
+
+def test_a_full_disk_is_one_no_space_line_and_the_clicks_before_it_are_kept(store, monkeypatch):
+    from qa_system.errors import NoSpace
+    from qa_system.serving import feedback as feedback_module
+
+    store.record(click("correct", answer="deep"))
+    connect = sqlite3.connect
+
+    def full_database(*args, **kwargs):
+        # SQLite's own "database or disk is full": the file may not grow past the pages it has now
+        connection = connect(*args, **kwargs)
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        connection.execute(f"PRAGMA max_page_count = {pages}")
+        return connection
+
+    monkeypatch.setattr(feedback_module.sqlite3, "connect", full_database)
+    with pytest.raises(NoSpace, match=r"No space left on the disk of the feedback database .*nothing was saved") as caught:
+        store.record(click("wrong", answer="deep", context=REVIEW + " long review" * 5000))
+    assert len(str(caught.value).splitlines()) == 1
+    monkeypatch.undo()
+    assert [f.verdict for f in store.all()] == ["correct"]

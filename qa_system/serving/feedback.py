@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from qa_system.errors import QAError, Unavailable, check_text
+from qa_system.errors import NO_SPACE, NoSpace, QAError, Unavailable, check_text
 from qa_system.sources.squad import SquadReport, to_squad
 from qa_system.sources.subjqa import GoldAnswer, LabelledQuestion
 
@@ -176,6 +176,12 @@ class FeedbackStore:
                 with connection:
                     yield connection
         except (OSError, sqlite3.Error) as error:
+            full = isinstance(error, sqlite3.Error) and (getattr(error, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+            if full or (isinstance(error, OSError) and error.errno in NO_SPACE):
+                raise NoSpace(
+                    f"No space left on the disk of the feedback database {self.path}; nothing was saved.",
+                    "free space there (or point QA_FEEDBACK_DB at another disk), then send the click again.",
+                ) from error
             raise Unavailable(
                 f"The feedback database {self.path} cannot be used ({error}).", "point QA_FEEDBACK_DB at a file this process can write."
             ) from error
