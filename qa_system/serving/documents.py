@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 # Finished tasks kept for polling; the oldest are forgotten first.
 KEPT_TASKS = 1000
+# How long a stopping server waits for the changes still running: with uvicorn's 10 s for the requests in flight,
+# it stays within the 30 s that a service manager (Kubernetes, systemd) gives a process before killing it.
+STOP_GRACE_S = 15.0
 
 
 def error_status(error: BaseException) -> int:
@@ -214,6 +217,27 @@ class DocumentChanges:
                 "see what the collection holds (GET /collections) and add the documents again.",
             )
         return change.status()
+
+    def finish(self, grace_s: float | None = None) -> None:
+        """Let the changes still running finish, for up to ``grace_s`` seconds in all (``STOP_GRACE_S``), saying in the log what each of
+        them became: a server that stops kills them, and nobody polls their task any more."""
+        with self._lock:
+            running = list(self._running.values())
+        if not running:
+            return
+        grace_s = STOP_GRACE_S if grace_s is None else grace_s
+        logger.warning("Stopping: waiting up to %.0f s for %d change(s) of documents still running.", grace_s, len(running))
+        deadline = time.monotonic() + grace_s
+        for change in running:
+            task = f"Task {change.id} ({change.documents} documents into collection '{change.collection}')"
+            if change.task is None or not change.task.wait(max(0.0, deadline - time.monotonic())):
+                logger.error(
+                    "%s stops unfinished with the server: a change is saved whole or not at all, so the collection keeps what "
+                    "it held before it. Fix: once the server is back, send the documents again.",
+                    task,
+                )
+            elif not change.task.failed:  # a failure was logged by the task itself
+                logger.info("%s finished before the server stopped.", task)
 
     def _refuse_while_running(self, name: str) -> None:
         running = self._running.get(name)

@@ -54,6 +54,7 @@ ROUTERS = (
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.api.start()
     yield
+    app.state.documents.finish()
     app.state.api.stop()
 
 
