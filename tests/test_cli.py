@@ -449,4 +449,4 @@ def test_search_over_a_collection_of_your_own_counts_documents(cli_env, tmp_path
     assert main(["index", "--input", str(pages), "--collection", "handbook", "--no-embed"]) == 0
     capsys.readouterr()
     assert main(["search", "wellness stipend", "--collection", "handbook"]) == 0
-    assert capsys.readouterr().out.startswith("1 document(s) for all products")
+    assert capsys.readouterr().out.startswith("1 document(s) for all documents")

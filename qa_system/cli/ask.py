@@ -44,7 +44,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     noun = singular(noun_read(documents, args))
     print(
         terminal_text(
-            f"{len(documents)} {noun}(s) for {args.item or 'all products'} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"
+            f"{len(documents)} {noun}(s) for {asked_about(args.item, collection_noun(args))} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"
         )
     )
     for rank, document in enumerate(documents, 1):
@@ -66,6 +66,13 @@ def collection_noun(args: argparse.Namespace) -> str:
 
     subjqa = getattr(args, "subjqa_domain", None)  # the shell's: its collection is named even for a SubjQA domain
     return (REVIEWS if subjqa else DOCUMENTS) if subjqa is not None else DOCUMENTS if getattr(args, "collection", None) else REVIEWS
+
+
+def asked_about(item: str | None, noun: str) -> str:
+    """What a question was asked about: its item, else all the products of SubjQA's reviews or all of a collection's documents."""
+    from qa_system.nouns import REVIEWS
+
+    return item or ("all products" if noun == REVIEWS else "all documents")
 
 
 def noun_read(documents, args: argparse.Namespace) -> str:
@@ -141,7 +148,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
     timings = result["timings"]
     print(
         terminal_text(
-            f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"Q: {args.question}  ({asked_about(args.item, collection_noun(args))}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
             f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})"
         )
     )
@@ -157,7 +164,7 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     timings = body["timings"]
     print(
         terminal_text(
-            f"Q: {args.question}  ({body['item_id'] or 'all products'} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"Q: {args.question}  ({asked_about(body['item_id'], collection_noun(args))} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
             f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {public_url(args.url)})"
         )
     )
@@ -225,7 +232,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
     print(
         terminal_text(
-            f"Ask about {args.item or 'all products'} ({public_url(args.url) if args.url else service.names[0]}); ':item ID' picks a product, "
+            f"Ask about {asked_about(args.item, collection_noun(args))} ({public_url(args.url) if args.url else service.names[0]}); ':item ID' picks a product, "
             "':help' lists the commands, ':quit' ends."
         ),
         file=sys.stderr,
@@ -277,7 +284,7 @@ def _shell_command(command: str, value: str, args: argparse.Namespace, service, 
 
         item = check_item_at(args.url, item, _collection(args), token)
     args.item = item
-    print(terminal_text(f"Asking about {item or 'all products'}."), file=sys.stderr)
+    print(terminal_text(f"Asking about {asked_about(item, collection_noun(args))}."), file=sys.stderr)
 
 
 def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
@@ -289,7 +296,7 @@ def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
     timings = result["timings"]
     print(
         terminal_text(
-            f"Q: {args.question}  ({args.item or 'all products'}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"Q: {args.question}  ({asked_about(args.item, collection_noun(args))}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
             f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})"
         )
     )
@@ -323,7 +330,7 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
 
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     """The generated answer (streamed with --stream), then the reviews it cites and the others it was given."""
-    print(terminal_text(f"Q: {args.question}  ({args.item or 'all products'})"))
+    print(terminal_text(f"Q: {args.question}  ({asked_about(args.item, collection_noun(args))})"))
     if args.stream:
         print("A: ", end="", flush=True)
     stream = (lambda chunk: print(terminal_text(chunk.content), end="", flush=True)) if args.stream else None
