@@ -126,6 +126,26 @@ def test_the_selectors_probabilities_are_shown_as_chances_with_every_review_sayi
     assert rank_answers(clear).close_call == ""
 
 
+def test_a_span_of_the_same_review_overlapping_the_answer_is_not_highlighted_with_it():
+    """The card said "My dish was $23 for four pieces of sashimi", the highlight ran on into the next sentence."""
+    text = "My dish was $23 for four pieces of sashimi. Having said that, the staff were friendly. The sashimi was fresh."
+    document = Document(id="d1", content=text, meta={"review_id": "r1"})
+    own_end = text.index(".")
+    overlapping = text.index(" Having") - 7  # "sashimi. Having said that, ...": the group's other span, running past the card's
+    fresh = text.index("The sashimi was fresh")
+    spans = [
+        {"document_id": "d1", "start": 0, "end": own_end},
+        {"document_id": "d1", "start": overlapping, "end": text.index(" The sashimi")},
+        {"document_id": "d1", "start": fresh, "end": len(text) - 1},
+    ]
+    answer = ExtractedAnswer(
+        query="Is the sashimi good?", score=0.58, data=text[:own_end], document=document,
+        document_offset=ExtractedAnswer.Span(0, own_end), meta={"probability": 0.58, "spans": spans},
+    )  # fmt: skip
+    (view,) = answer_views([answer])
+    assert [s.text for s in view.segments() if s.highlighted] == [text[:own_end], "The sashimi was fresh"]
+
+
 def test_a_chance_is_shown_as_a_percentage_short_of_certainty():
     assert [chance_text(p) for p in (0.0, 0.004, 0.55, 0.996, 1.0)] == ["1%", "1%", "55%", "99%", "99%"]
     assert [a_chance(p) for p in (0.72, 0.89, 0.08, 0.11, 0.18, 0.8)] == [

@@ -176,10 +176,13 @@ class AnswerView:
 
     @property
     def supporting_spans(self) -> list[tuple[int, int]]:
-        """The answer's offsets in its own review, and those of every span of the same review saying the same thing."""
+        """The answer's offsets in its own review, and those of every other span of the same review saying the same thing.
+        A span overlapping the answer's own is left out: highlighted with it, it would mark more than the card says."""
         document_id = self.document.id if self.document is not None else None
         spans = [(s["start"], s["end"]) for s in self.meta.get("spans", []) if s["document_id"] == document_id]
-        return spans or ([(self.start, self.end)] if self.start is not None and self.end is not None else [])
+        if self.start is None or self.end is None:
+            return spans
+        return [(self.start, self.end), *(span for span in spans if span[1] <= self.start or span[0] >= self.end)]
 
     @property
     def withheld(self) -> dict | None:
