@@ -224,6 +224,9 @@ def test_a_close_call_never_states_two_chances_over_100_percent_as_if_both_could
     assert [c.label for c in cards] == ["78% chance right", "72% chance there is no answer here"]  # each as calibrated, in order
     # Abstaining (the no-answer card first), its note says it too.
     abstained = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.60, 0.72, first="none")))
+    assert abstained[0].note.startswith(
+        "A close call: the best answer below has a 60% chance of being right, and \u201cno answer\u201d a 72%"
+    )
     assert "each estimated on its own" in abstained[0].note and abstained[1].label == "60% chance right"
     # Chances that fit in 100% read as before.
     coherent = answer_cards(answer_views(stipend_answers({"document_id": "wellness.md"}, 0.55, 0.45)))[0].note
@@ -249,9 +252,10 @@ def test_an_answer_and_no_answer_past_100_percent_say_so_on_the_no_answer_card()
     for answer in within:
         answer.meta["close_call"] = False
     assert answer_cards(answer_views(within))[1].note == ""  # 98%: nothing to say
-    # A sure answer beside an unlikely "no answer" (99% and 8%) says nothing: said on most cards, it read as if no
-    # chance could be trusted.
-    for answer_p, no_answer_p, said in ((0.99, 0.08, False), (0.81, 0.24, False), (0.81, 0.25, True), (0.81, 0.246, True)):
+    # A sure answer beside an unlikely "no answer" (99% and 8%), or chances a few points past 100% (77% and 27%), say
+    # nothing: said on most cards, it read as if no chance could be trusted.
+    cases = ((0.99, 0.08, False), (0.81, 0.24, False), (0.77, 0.27, False), (0.81, 0.28, False), (0.81, 0.29, True), (0.81, 0.286, True))
+    for answer_p, no_answer_p, said in cases:
         answers = stipend_answers({"document_id": "wellness.md"}, answer_p, no_answer_p)
         for answer in answers:
             answer.meta["close_call"] = False

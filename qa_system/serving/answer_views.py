@@ -312,9 +312,12 @@ class RankedAnswers:
         answer = self.above[0] if self.above else self.best_below
         if answer is None or answer.probability is None or self.no_answer is None or self.no_answer.probability is None:
             return ""
-        chances = f"this answer has {a_chance(answer.probability)} of being right, and \u201cno answer\u201d {a_chance(self.no_answer.probability)}"
+        which = "the best answer below" if self.abstains else "this answer"
+        chances = (
+            f"{which} has {a_chance(answer.probability)} of being right, and \u201cno answer\u201d {a_chance(self.no_answer.probability)}"
+        )
         check = f"Read the {singular(self.noun)} before you rely on it."
-        if self.overflows(answer):
+        if self.overflows_notably(answer):
             return f"A close call: {chances}, each estimated on its own; {BOTH_CANNOT_BE_RIGHT}. {check}"
         return f"A close call: {chances}. {check}"
 
@@ -327,9 +330,13 @@ class RankedAnswers:
         return _percent(answer.probability) + _percent(self.no_answer.probability) > 100
 
     def overflows_notably(self, answer: AnswerView) -> bool:
-        """``overflows``, with both chances at least ``NOTABLE_PERCENT`` as shown: a 99% answer beside an 8% "no answer" overflows
-        by a few points, which said on most cards reads as if no chance could be trusted."""
-        return self.overflows(answer) and min(_percent(answer.probability), _percent(self.no_answer.probability)) >= NOTABLE_PERCENT
+        """``overflows`` by at least ``NOTABLE_OVERFLOW`` points, with both chances at least ``NOTABLE_PERCENT`` as shown: a 99%
+        answer beside an 8% "no answer", or a 77% "no answer" beside a 27% answer, overflow by a few points, which said on
+        most cards reads as if no chance could be trusted."""
+        if not self.overflows(answer):
+            return False
+        shown = (_percent(answer.probability), _percent(self.no_answer.probability))
+        return min(shown) >= NOTABLE_PERCENT and sum(shown) >= 100 + NOTABLE_OVERFLOW
 
     def overflow_note(self) -> str:
         """Below an answer whose chance and "no answer"'s add up past 100% (no close call: that says it), a sentence on
@@ -382,8 +389,10 @@ def rank_answers(views: Sequence[AnswerView], noun: str | None = None) -> Ranked
 
 # The chances of an answer and of "no answer" are calibrated apart and may add up past 100% (``RankedAnswers.overflows``).
 BOTH_CANNOT_BE_RIGHT = "both cannot be right, so at least one of these chances is too high here"
-# Outside a close call, chances past 100% are said only when the lesser of the two, as shown, is at least this.
+# Chances past 100% are said only when the lesser of the two, as shown, is at least this, and they add up to at least
+# this many points past 100.
 NOTABLE_PERCENT = 25
+NOTABLE_OVERFLOW = 10
 
 
 def no_answer_text(noun: str = REVIEWS) -> str:
