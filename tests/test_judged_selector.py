@@ -62,6 +62,15 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("Made in the U.S. and sturdy. Nice.", "sturdy", "Made in the U.S. and sturdy"),  # initials' dots
         ("Beds were good, good A/C. The location was great.", "location", "The location was great"),
         ("We stayed on Main St. It was noisy at night.", "noisy", "It was noisy at night"),  # "St." may end a sentence
+        # an ellipsis ends a phrase, whatever follows it: the card read ".they are impeccably clean"
+        ("As for the washrooms downstairs...they are impeccably clean.", "impeccably", "they are impeccably clean"),
+        ("As for the washrooms downstairs...they are impeccably clean.", "washrooms", "As for the washrooms downstairs"),
+        ("The facilities\u2026very clean!", "clean", "very clean"),
+        # a bracket opened is closed: the card read "amenities including cups (nice touch"
+        ("Amenities including cups (nice touch!). Run to Guu!", "cups", "Amenities including cups (nice touch!)"),
+        ("It was affordable ($100+ tip - and we ordered tons).", "affordable", "It was affordable ($100+ tip - and we ordered tons)"),
+        ("We had a fire place (it was chilly!)Breakfast was nice.", "fire", "We had a fire place (it was chilly!)"),
+        ("It was affordable (a tip - " + "x " * 50 + ")", "affordable", "It was affordable"),  # closed too far away
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase

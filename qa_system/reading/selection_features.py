@@ -42,7 +42,7 @@ _HEADING_NUMBER = re.compile(r"^(?:\d+(?:\.\d+)*\.?|[A-Z]\.)\s+")  # "9. ", "4.2
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cannot)\b|n['’]t\b", re.IGNORECASE)
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
-# Where a phrase ends: a sentence's end (not a decimal point: "1.5 hours", "$199.99"; nor a dot inside a word, before a
+# Where a phrase ends: an ellipsis ("the washrooms...they are clean"), a sentence's end (not a decimal point: "1.5 hours", "$199.99"; nor a dot inside a word, before a
 # small letter: "amazon.com", "help@lux.com", "v1.x"), a semicolon, a dash between
 # words, a comma before a word that starts a new clause, a rule or heading mark of three or more
 # ("Battery=====The battery lasts", "***EDIT***", "---"), or a capitalised heading run into the word that starts its
@@ -55,7 +55,7 @@ _ABBREVIATIONS = "".join(
     rf"(?<!\b{a})" for a in "[A-Z]\\.[A-Z] [Cc]a [Aa]pprox [Vv]s [Ee]\\.g [Ii]\\.e [Ee]sp [Ii]ncl [Rr]esp [Ff]ig Dr Mr Mrs Ms Prof".split()
 )
 PHRASE_BREAK = re.compile(
-    rf"{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))(?![A-Z]\.)|"
+    rf"\.{{2,}}|\u2026|{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))(?![A-Z]\.)|"
     r"[!?;\n\u3002\uff01\uff1f\uff1b]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
     rf"|(?<=[A-Z]{{3}})(?=(?:{_SENTENCE_STARTS})\b)"
 )
@@ -65,6 +65,9 @@ _PHRASE_TAIL = "([{:,-\u2013\u2014"
 # A phrase longer than this (a review without punctuation, or without spaces) is not shown whole: the reader's own span is.
 MAX_PHRASE_WORDS = 40
 MAX_PHRASE_CHARS = 400
+# A phrase that opens a bracket and breaks inside it ("(nice touch!)", "($100+ tip - and we ordered tons)") ends at
+# its ")" when that comes within this many characters on the same line.
+BRACKET_REACH = 80
 # An HTML entity left in stored text ("&amp;", "&#34;"): its semicolon does not end a phrase.
 _ENTITY = re.compile(r"&#?\w{1,8};")
 _SENTENCE_END = ".!?\n"
@@ -129,9 +132,33 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     left = _PHRASE_LEAD.match(content, left, start).end()
     while right > end and (content[right - 1].isspace() or content[right - 1] in _PHRASE_TAIL):
         right -= 1
+    right = _bracket_closed(content, left, right, end)
     if right - left > MAX_PHRASE_CHARS or len(content[left:right].split()) > MAX_PHRASE_WORDS:
         return start, end
     return left, right
+
+
+def _bracket_closed(content: str, left: int, right: int, end: int) -> int:
+    """Where a phrase ``content[left:right]`` around a span ending at ``end`` ends once its brackets are closed: at the ")"
+    that closes the first one it leaves open, when that comes soon on the same line; else before that "(" when the span
+    ends before it ("affordable ($100+ tip" reads "affordable"); else at ``right``."""
+    depth, opened = 0, None
+    for position in range(left, right):
+        if content[position] == "(":
+            opened = position if depth == 0 else opened
+            depth += 1
+        elif content[position] == ")" and depth:
+            depth -= 1
+    if depth == 0:
+        return right
+    close = content.find(")", right, right + BRACKET_REACH)
+    if close != -1 and "\n" not in content[right:close]:
+        return close + 1
+    if opened >= end:
+        while opened > end and content[opened - 1].isspace():
+            opened -= 1
+        return opened
+    return right
 
 
 def candidates(documents: Sequence[ReadDocument], phrases: bool = False, query: str = "") -> list[Candidate]:
