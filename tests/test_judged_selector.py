@@ -133,6 +133,17 @@ def test_of_two_spans_in_one_phrase_a_candidate_keeps_the_one_the_question_leads
     assert descaling.as_read(manual).text == "20 g"
 
 
+def test_a_card_never_shows_a_span_without_a_letter_or_digit_alone():
+    """ "How much is parking?" showed "$$" (96%) of "Overnight parking was $$ at $40/night"."""
+    review = "Overnight parking was $$ at $40/night but that was my only complaint. Great stay."
+    span = (review.index("$$"), review.index("$$") + 2, 5.0)
+    (parking,) = candidates([ReadDocument(review, 0.0, [span])], phrases=True)
+    assert parking.as_read(review).text == "Overnight parking was $$ at $40/night but that was my only complaint"
+    span = (review.index("$40"), review.index("$40") + 3, 5.0)
+    (price,) = candidates([ReadDocument(review, 0.0, [span])], phrases=True)
+    assert price.as_read(review).text == "$40"
+
+
 def test_a_card_never_shows_a_span_that_drops_a_negation_of_its_phrase():
     """ "Does the X2 need to be connected to a water pipe?" showed "The X2 is a countertop unit" (89%), dropping "and does
     not need any plumbing": the phrase is shown whole when the rest of it holds a negation."""

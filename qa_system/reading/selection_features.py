@@ -101,12 +101,13 @@ class Candidate:
     def as_read(self, content: str) -> Candidate:
         """The reader's own span, shown instead of the phrase it grew to; the phrase when the rest of it holds a
         negation, which the span alone would drop ("The X2 is a countertop unit" of "... unit and does not need any
-        plumbing", asked whether it needs a water pipe)."""
+        plumbing", asked whether it needs a water pipe), or when the span holds no letter or digit ("$$" of "parking was $$
+        at $40/night")."""
         if self.span is None:
             return self
         start, end = self.span
         rest = content[self.start : start] + " " + content[end : self.end]
-        if _NEGATION.search(rest):
+        if _NEGATION.search(rest) or not any(character.isalnum() for character in content[start:end]):
             return self
         return Candidate(self.document, start, end, self.logit, content[start:end])
 
