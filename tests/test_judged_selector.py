@@ -88,6 +88,11 @@ def test_a_candidate_keeps_to_one_line_and_a_question_of_the_document_is_none():
     review = "Is it worth the money? Absolutely, it is great for reading books."
     found = candidates([ReadDocument(review, 0.0, [(6, 21, 5.0), (23, 33, 4.0)])], phrases=True)
     assert [c.text for c in found] == ["Absolutely, it is great for reading books"]  # the review's own question asks
+    # ... and one that exclaims answers: "Do they give free bread?" found no candidate in it
+    review = "Small portions. What kind of a restaurant doesn't provide complimentary bread?! Save your money."
+    bread = review.index("doesn't provide")
+    found = candidates([ReadDocument(review, 0.0, [(bread, bread + len("doesn't provide complimentary bread"), 5.0)])], phrases=True)
+    assert [c.text for c in found] == ["What kind of a restaurant doesn't provide complimentary bread"]
 
 
 def test_a_heading_of_the_document_is_no_candidate():

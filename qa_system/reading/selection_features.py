@@ -230,9 +230,10 @@ def one_line(content: str, start: int, end: int) -> tuple[int, int]:
 
 def asks(content: str, start: int, end: int) -> bool:
     """Whether the span lies in a question of the document ("How do I reset the router?", an FAQ's heading; "Is it
-    worth the money?" in a review): such a sentence asks, it does not answer."""
+    worth the money?" in a review): such a sentence asks, it does not answer. One that ends "?!" or "!?" exclaims ("What
+    kind of a restaurant doesn't provide complimentary bread?!"), and answers."""
     after = _SENTENCE_MARK.search(content, end)
-    return after is not None and after.group() == "?"
+    return after is not None and after.group() == "?" and "!" not in content[after.start() - 1 : after.end() + 1]
 
 
 def heads(content: str, start: int, end: int) -> bool:
