@@ -279,6 +279,30 @@ def test_the_fit_says_when_one_kind_of_card_fares_worse_under_the_one_map():
     assert "fare worse" not in fit_line({**fit, "kinds": {"answer": kinds["answer"]}}, "wiki")
 
 
+def test_a_flat_map_that_would_state_one_chance_for_every_card_is_not_stored():
+    """31 labelled questions of one's own product reviews: first cards stated 99% were right on 13 of 18, those stated
+    74-96% on 10 of 13. The fit's slope was 0: every card, "no answer" too, said 74%, and it was stored."""
+    from qa_system.tuning.confidence import fit_line, why_not_stored
+
+    stated = np.array([0.994] * 18 + [0.96, 0.96, 0.96, 0.937, 0.937, 0.891, 0.891, 0.865, 0.774, 0.774, 0.774, 0.737, 0.737])
+    right = np.array([1.0] * 13 + [0.0] * 5 + [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    slope, intercept = fit_platt(stated, right)
+    assert slope < 0.05  # no order to keep: higher stated chances were not right more often
+    held_out = held_out_chances(stated, right, [f"item-{i % 6}" for i in range(31)])
+    fit = {
+        "slope": slope, "intercept": intercept, "calibrated_on": "31 labelled questions of 'shop' (labels.csv)",
+        "right": right.mean(), "stated": stated.mean(), "ece_stated": expected_calibration_error(stated, right),
+        "ece_recalibrated": expected_calibration_error(held_out, right),
+    }  # fmt: skip
+    assert fit["ece_recalibrated"] < fit["ece_stated"]  # a lower error all the same: a single chance near the base rate
+    assert why_not_stored(fit, stated) == "flat"
+    line = fit_line({**fit, "stored": False, "not_stored": "flat"}, "shop")
+    assert "did not tell right first cards from wrong ones" in line and "about 74% for every card" in line
+    assert "was not stored: the chances stay as they were" in line
+    assert why_not_stored({**fit, "slope": 0.6}, stated) is None
+    assert why_not_stored(fit, np.full(31, 0.55)) is None  # one stated chance: a shift of it is all a map can be
+
+
 def test_a_fit_that_does_not_lower_the_error_is_not_stored(own, tmp_path, capsys):
     """13 of 24 first cards right where they state 55%: the chances are about right already, and a fit scored on the
     questions it did not see only adds noise. It says so and leaves the chances, and an earlier fit, as they were."""

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 MIN_QUESTIONS = 20
 MIN_EACH = 5
 FOLDS = 5
+# A map flatter than this states nearly one chance for every card, "no answer" too: the stated chances did not tell
+# right first cards from wrong ones on the labels, and a flat map would hide the order they do give.
+MIN_SLOPE = 0.2
 
 
 def fit_platt(confidence: Sequence[float], right: Sequence[float]) -> tuple[float, float]:
@@ -220,7 +223,8 @@ def _store_fit(
 ) -> dict[str, Any]:
     """Fit the map on each first card's stated chance and whether it was right (``abstained``: the first cards that said
     "no answer"), and keep it in the collection's manifest when it lowers the calibration error on questions it did not
-    see (``stored``); a fit that does not leaves the chances, and any earlier fit, as they were."""
+    see and keeps the chances apart (``stored``, ``why_not_stored``); a fit that does not leaves the chances, and any
+    earlier fit, as they were."""
     check_enough(right, f"{labels_name}, {retriever}")
     slope, intercept = fit_platt(confidence, right)
     held_out = held_out_chances(confidence, right, [q.item_id or "" for q in questions])
@@ -239,11 +243,22 @@ def _store_fit(
         "labels": labels_name,
         "question_keys": sorted({question_key(q) for q in questions}),
     }
-    if fit["ece_recalibrated"] >= fit["ece_stated"]:
-        return {**fit, "stored": False}
+    refusal = why_not_stored(fit, confidence)
+    if refusal is not None:
+        return {**fit, "stored": False, "not_stored": refusal}
     index.manifest.setdefault(MANIFEST_KEY, {}).setdefault(CONFIDENCE_KEY, {})[answer_models_key(settings)] = fit
     save_index(index, settings)
     return {**fit, "stored": True}
+
+
+def why_not_stored(fit: dict[str, Any], confidence: np.ndarray) -> str | None:
+    """Why a fit of the ``confidence`` stated is not to be stored: ``no lower error`` on questions it did not see, or
+    ``flat`` (a slope under ``MIN_SLOPE``: about one chance for every card, where the stated ones differ); None to store it."""
+    if fit["ece_recalibrated"] >= fit["ece_stated"]:
+        return "no lower error"
+    if fit["slope"] < MIN_SLOPE and np.ptp(confidence) > 0.01:  # one stated chance throughout leaves nothing to flatten
+        return "flat"
+    return None
 
 
 def reset_confidence(settings: Settings, index: Index, save: bool = True) -> bool:
@@ -260,7 +275,16 @@ def reset_confidence(settings: Settings, index: Index, save: bool = True) -> boo
 def fit_line(fit: dict[str, Any], collection: str) -> str:
     """What a fit did, in one line: the error of the chances as stated and as recalibrated, on questions the fit did not see."""
     stored = fit.get("stored", True)
-    verdict = _worse_kind(fit) if stored else " It did not lower the error here, so it was not stored: the chances stay as they were."
+    if stored:
+        verdict = _worse_kind(fit)
+    elif fit.get("not_stored") == "flat":
+        verdict = (
+            f" The chances as stated did not tell right first cards from wrong ones on these questions, so the map states about "
+            f"{fit['right']:.0%} for every card, \u201cno answer\u201d too, and was not stored: the chances stay as they were. "
+            "Label more questions (some the documents do not answer) and fit again."
+        )
+    else:
+        verdict = " It did not lower the error here, so it was not stored: the chances stay as they were."
     return (
         f"{'Chances recalibrated' if stored else 'Fitted'} on {fit['calibrated_on']}: first cards were right on {fit['right']:.0%} "
         f"where they stated {fit['stated']:.0%} on average; calibration error {fit['ece_stated']:.3f} as stated, "
