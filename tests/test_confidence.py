@@ -133,6 +133,30 @@ def test_fit_confidence_restates_every_doors_chances_and_reset_brings_back_the_r
     assert "held-out product reviews (SubjQA)" in card.help and "`qa-system fit-confidence` fits it to yours" in card.help
 
 
+def test_a_running_service_and_a_pipeline_built_before_a_fit_state_its_chances_at_once(own, tmp_path, capsys):
+    """A running API server kept the chances of before `fit-confidence` (and of before `--reset`) until a document
+    changed or it restarted; a pipeline built in a notebook kept them for good."""
+    from qa_system.pipelines import build_qa_pipeline
+    from qa_system.serving.question import Question
+    from qa_system.serving.service import QAService, ServedCollection
+
+    service = QAService(own, [ServedCollection("notes")])
+    pipeline = build_qa_pipeline("bm25", own, index=open_collection(own, "notes"))
+
+    def chances() -> tuple[float, float]:
+        question = "Is it bright enough for reading?"
+        served = service.ask(Question(question, "LAMP", collection="notes"))["answers"]
+        built = pipeline.run(question, item_id="LAMP")["answers"]
+        return served[0].meta["probability"], built[0].meta["probability"]
+
+    assert chances() == pytest.approx((0.55, 0.55))
+    assert main(["fit-confidence", "--collection", "notes", "--labels", str(labels_csv(tmp_path / "labels.csv"))]) == 0
+    fitted = Recalibration.from_dict(confidence_fit(open_collection(own, "notes"), own))(0.55)
+    assert 0.3 < fitted < 0.4 and chances() == pytest.approx((fitted, fitted))
+    assert main(["fit-confidence", "--collection", "notes", "--reset"]) == 0
+    assert chances() == pytest.approx((0.55, 0.55))
+
+
 def test_fit_confidence_refuses_bad_input_in_one_line_before_asking_anything(own, tmp_path, capsys):
     few = labels_csv(tmp_path / "few.csv", answered=8, unanswered=4)
     assert main(["fit-confidence", "--collection", "notes", "--labels", str(few)]) == 2

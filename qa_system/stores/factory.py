@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from qa_system.config import Settings, check_settings
 from qa_system.errors import QAError, check_type
@@ -102,7 +103,10 @@ def saved_document_count(settings: Settings, name: str) -> int | None:
 
 
 def save_index(index: Index, settings: Settings) -> None:
-    """Save ``index`` in its backend, replacing the saved one of that name in one atomic step."""
+    """Save ``index`` in its backend, replacing the saved one of that name in one atomic step. Its manifest records when
+    (``saved_version``), so that a process serving the collection sees any change: its documents, and a fit stored
+    in it (``fit-confidence``) too."""
+    index.manifest["saved"] = datetime.now(UTC).isoformat()
     _SAVERS[index.backend](index, settings)
 
 

@@ -32,8 +32,9 @@ def check_domains(domains: object) -> list[str]:
 
 
 def saved_version(manifest: dict) -> str | None:
-    """When the index of ``manifest`` was last saved (its ISO time): what tells a version open from a newer one saved."""
-    return manifest.get("updated", manifest.get("created"))
+    """When the index of ``manifest`` was last saved (its ISO time): what tells a version open from a newer one saved
+    (``saved``; an index saved by an older version records when its documents last changed)."""
+    return manifest.get("saved", manifest.get("updated", manifest.get("created")))
 
 
 class IndexGone(NotFound):
