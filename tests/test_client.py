@@ -305,6 +305,20 @@ def test_a_password_in_the_url_is_never_printed(capsys, monkeypatch):
     assert captured.err.count(f"The server at {shown} answered 502") == 2 and f"Cannot reach the API at {shown}" in captured.err
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:abc", "http://[::1", "http://reader:pa55word@host:xx/"])
+def test_a_url_that_is_none_is_one_line_in_ask_and_the_shell(url, capsys, monkeypatch):
+    """A port that is not a number printed httpx's traceback."""
+    assert main(["ask", "Is it good?", "--url", url, "--item", "KINDLE"]) == 2
+    monkeypatch.setattr("sys.stdin", io.StringIO("Is it good?\n"))
+    assert main(["shell", "--url", url]) == 0  # said, and the shell goes on to the end of its input
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and all(
+        "is not one (Invalid port" in line and "Fix: pass --url as the API serves on" in line for line in errors
+    )
+    assert "Traceback" not in captured.err and "pa55word" not in captured.out + captured.err
+
+
 def test_a_shell_command_given_what_it_does_not_take_says_so_and_the_shell_goes_on(capsys, monkeypatch):
     """':quit now' ended the shell without a word."""
     with misbehaving(answering(b"{}")) as url:

@@ -154,6 +154,11 @@ def _exchange(
     error = done.get("error")
     if isinstance(error, QAError):
         raise error
+    if isinstance(error, httpx.InvalidURL):
+        raise QAError(
+            f"The API's URL {public_url(url)} is not one ({str(error).replace(url, public_url(url))}).",
+            "pass --url as the API serves on, e.g. http://127.0.0.1:8000.",
+        ) from None
     if isinstance(error, httpx.HTTPError):
         raise Unavailable(
             f"Cannot reach the API at {public_url(url)} ({type(error).__name__}: {str(error).replace(url, public_url(url))}).",
