@@ -547,6 +547,38 @@ def test_a_server_stopping_during_a_change_waits_for_it_and_logs_what_it_became(
         assert saved_manifest(settings, name).get("source_documents", 0) == 0
 
 
+def test_an_upload_that_failed_before_its_202_names_no_path_of_the_server(settings, monkeypatch):
+    """A full disk failed an upload before its 202 was written: the 202 said "No space left on the disk of /srv/...",
+    where GET /tasks/{id} says $QA_HOME."""
+    import errno
+
+    from qa_system.serving import documents as documents_module
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(documents_module, "ingest", full_disk)
+    app = create_app(settings)
+    add = app.state.documents.add
+
+    def add_and_wait(*args, **kwargs):  # the task fails before the route writes its reply
+        change = add(*args, **kwargs)
+        change.task.wait(60)
+        return change
+
+    monkeypatch.setattr(app.state.documents, "add", add_and_wait)
+    with running(app) as url:
+        assert wait_ready(url).status_code == 200
+        record = Recorder(url)
+        record("POST", "/collections", json={"name": "full-disk"})
+        accepted = record("POST", "/collections/{name}/documents", "/collections/full-disk/documents", json={"documents": [review(1)]})
+        assert accepted.status_code == 202, accepted.text
+        polled = record("GET", "/tasks/{task_id}", accepted.headers["location"]).json()
+    assert accepted.json()["status"] == "failed" and accepted.json()["error_status"] == 507
+    assert accepted.json()["error"] == polled["error"] and "No space left on the disk of $QA_HOME" in polled["error"]
+    assert str(settings.home) not in accepted.text
+
+
 def through_guards(messages: list[dict], headers: dict[str, str] | None = None) -> tuple[list[bytes], int, dict]:
     """``messages`` sent as a POST's body to an app behind ``Guarded``: the bodies the app was handed, and the answer's status and body."""
     handed, answer = [], {}

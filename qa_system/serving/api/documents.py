@@ -234,7 +234,7 @@ async def add_documents(
     api = request.app.state.api
     change = await api.changing_documents(documents.add, name, source, options, file_name, sync, force)
     logged(request, f"Adding {change.documents} documents to collection '{name}' (task {change.id})")
-    body = TaskOut(**change.status())
+    body = task_out(change.status(), documents.settings)
     return JSONResponse(body.model_dump(), status_code=202, headers={"Location": f"/tasks/{change.id}"})
 
 
@@ -259,8 +259,12 @@ async def delete_document(name: str, document_id: str, request: Request, documen
 
 async def task(task_id: str, documents: Changes) -> TaskOut:
     """How far adding documents is: running (with progress), done (with the report) or failed (with the one-line error)."""
-    status = documents.task(task_id)
-    return TaskOut(**{**status, "error": status["error"] and public(in_http_terms(status["error"]), documents.settings)})
+    return task_out(documents.task(task_id), documents.settings)
+
+
+def task_out(status: dict[str, Any], settings: Settings) -> TaskOut:
+    """A task's status as the API sends it: its error in HTTP's terms, naming no path of the server."""
+    return TaskOut(**{**status, "error": status["error"] and public(in_http_terms(status["error"]), settings)})
 
 
 def register(router: APIRouter, dependencies: list, errors) -> None:
