@@ -12,6 +12,9 @@ phishing link, fetch a remote image or restyle the page. Two ways to show such t
   ``<``, ``>`` and ``&`` become HTML entities, and an invisible word joiner breaks the autolinks,
   which Streamlit finds in the *unescaped* text and so no escape can stop.
 * ``html_text`` (``html.escape``) for HTML shown with ``st.html``, which parses no Markdown at all.
+
+Reports' CSV files open in spreadsheets, which run a cell starting with "=" (and "+", "-", "@") as a formula:
+``spreadsheet_table`` writes such a cell of text with a leading "'", which shows it as text.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from __future__ import annotations
 import html
 import re
 import string
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # read by reports only: the pages and the CLI import this module without pandas
+    import pandas as pd
 
 # U+2060 WORD JOINER: invisible, and not a character an autolink's scheme, "www." or e-mail address can hold.
 WORD_JOINER = "\u2060"
@@ -50,3 +57,27 @@ def terminal_text(text: object, newlines: bool = True) -> str:
     pattern = _TERMINAL_UNSAFE if newlines else _TERMINAL_UNSAFE_LINE
     text = str(text).replace("\r\n", "\n") if newlines else str(text)  # Windows' line break is a line break; a lone \r is escaped
     return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+# What a spreadsheet reads as the start of a formula; "+" and "-" start numbers too, which stay as they are.
+_FORMULA_START = ("=", "@", "\t", "\r", "+", "-")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def spreadsheet_text(value: object) -> object:
+    """``value`` for a CSV cell: text a spreadsheet would run as a formula ("=HYPERLINK(...)", "@SUM(1)", "-2+3") after a
+    "'", which shows it as text; anything else, numbers written as text included, as it is."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def spreadsheet_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every cell and column name of text made safe to open in a spreadsheet (``spreadsheet_text``)."""
+    import pandas as pd
+
+    safe = table.rename(columns=spreadsheet_text)
+    for column in safe.columns:
+        if pd.api.types.is_object_dtype(safe[column]) or pd.api.types.is_string_dtype(safe[column]):
+            safe[column] = safe[column].map(spreadsheet_text)
+    return safe

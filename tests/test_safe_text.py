@@ -50,3 +50,28 @@ def test_terminal_text_keeps_line_breaks_windows_ones_too_and_escapes_other_cont
     assert terminal_text("Line one.\r\nLine two.\n\tEnd") == "Line one.\nLine two.\n\tEnd"  # a CSV cell saved on Windows
     assert terminal_text("over\rwrite \x1b[2J") == "over\\rwrite \\x1b[2J"  # a lone carriage return rewrites the line
     assert terminal_text("a\r\nb", newlines=False) == "a\\r\\nb"
+
+
+def test_a_reports_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_written_as_text(tmp_path):
+    """A labelled question "=HYPERLINK(...)" or an item "=CMD|' /C calc'!A0" went into records.csv as it was."""
+    import csv
+
+    import pandas as pd
+
+    from qa_system.evaluation.report import write_report
+
+    hostile = ['=HYPERLINK("http://evil","x")', "=CMD|' /C calc'!A0", "@SUM(1)", "+1+2", "-2+3", "\t=1", "\r=1"]
+    kept = ["Is it good?", "-20", "+3.5", "1e-3", "- a dash, then words", ""]
+    records = pd.DataFrame(
+        {"question": hostile + kept, "f1": [0.5] * (len(hostile) + len(kept)), "=bad": [-1] * (len(hostile) + len(kept))}
+    )
+    table = pd.DataFrame({"system": ["=1+1", "bm25"], "f1": [-0.5, 0.5]})
+    write_report(tmp_path, "t", table, {}, records=records)
+    rows = list(csv.reader((tmp_path / "records.csv").open(encoding="utf-8", newline="")))
+    assert rows[0] == ["question", "f1", "'=bad"]
+    questions = [row[0] for row in rows[1:]]
+    assert questions[: len(hostile)] == ["'" + text for text in hostile]
+    assert questions[len(hostile) :] == ["Is it good?", "-20", "+3.5", "1e-3", "'- a dash, then words", ""]
+    assert [row[2] for row in rows[1:]] == ["-1"] * len(questions)  # numbers stay numbers
+    report = list(csv.reader((tmp_path / "report.csv").open(encoding="utf-8", newline="")))
+    assert report[1:] == [["'=1+1", "-0.5"], ["bm25", "0.5"]]

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from qa_system.errors import QAError  # noqa: E402
-from qa_system.safe_text import markdown_literal  # noqa: E402
+from qa_system.safe_text import markdown_literal, spreadsheet_table  # noqa: E402
 
 
 def markdown_table(table: pd.DataFrame, digits: int = 3, literal: bool = False) -> str:
@@ -68,9 +68,9 @@ def write_report(
         **{name: frame.to_dict(orient="records") for name, frame in sections.items()},
     }
     (out / "report.json").write_text(json.dumps(payload, indent=2, default=str, ensure_ascii=False), encoding="utf-8")
-    table.to_csv(out / "report.csv", index=False)
+    _write_csv(table, out / "report.csv")
     if records is not None:
-        records.to_csv(out / "records.csv", index=False)
+        _write_csv(records, out / "records.csv")
     lines = [f"# {title}", ""]
     lines += [f"- {note}" for note in notes or []]
     lines += ["", "## Metrics", "", markdown_table(table), ""]
@@ -82,6 +82,12 @@ def write_report(
         lines += [f"![{filename}]({filename})", ""]
     (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
     return out
+
+
+def _write_csv(table: pd.DataFrame, path: Path) -> None:
+    """``table`` as CSV that a spreadsheet opens as text (``spreadsheet_table``), in RFC 4180's lines: a cell holding a
+    line break of either kind is quoted, so that a review's lone "\r" cannot end a row."""
+    spreadsheet_table(table).to_csv(path, index=False, lineterminator="\r\n")
 
 
 # ------------------------------------------------------------------------------------ reading
