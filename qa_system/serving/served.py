@@ -163,6 +163,16 @@ class Catalogue:
             self.served.pop(name, None)
             self._listed = None
 
+    def forget_missing(self, found: dict[str, CollectionInfo]) -> None:
+        """Serving every collection of your own (``serve_own``), stop serving those the store's listing ``found`` lacks:
+        another process (the CLI, another server) deleted them. The default collection stays."""
+        if not self.serve_own:
+            return
+        with self.lock:
+            for name, collection in list(self.served.items())[1:]:
+                if not collection.subjqa_domain and name not in found:
+                    self.served.pop(name)
+
     def changed(self) -> None:
         """The store changed (an upload): listed again when next asked."""
         self._listed = None

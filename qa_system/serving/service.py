@@ -140,6 +140,7 @@ class QAService:
         status = self.status()
         if status["status"] != "ready":
             return status
+        self._close_changed()  # the collections it names: none that another process deleted
         checked_at, problem = self._store_checked
         if time.monotonic() - checked_at > STORE_CHECK_EVERY_S:
             problem = store_problem(self.settings)
@@ -172,8 +173,8 @@ class QAService:
     def index(self, collection: str | None) -> Index:
         """The index of ``collection`` (None: the first one served), opened when it is not (again, after the
         memory budget closed it); NotFound for a name not served here."""
-        name = self.catalogue.resolve(collection).name
         self._close_changed()
+        name = self.catalogue.resolve(collection).name
         if (index := self.collections_open.already_open(name)) is not None:
             return index
         if self.loading.still_opening(name, name in self.served):
@@ -203,18 +204,20 @@ class QAService:
         found, fresh = self.catalogue.listed(max_age_s)
         if fresh:
             self.collections_open.close_changed(found)
+            self.catalogue.forget_missing(found)
         return self.catalogue.available(found)
 
     def _close_changed(self) -> None:
         """An open collection that another process changed (the CLI's `index`, another server's upload) is closed, so
-        that it is served as saved now: the store is listed again when its folder changed (a local store), else
-        every ``LIST_AGAIN_S`` seconds."""
+        that it is served as saved now, and one it deleted is served no more (``Catalogue.forget_missing``): the store is
+        listed again when its folder changed (a local store), else every ``LIST_AGAIN_S`` seconds."""
         try:
             found, fresh = self.catalogue.listed(LIST_AGAIN_S)
         except QAError:  # the search server unreachable: the question says so, not the listing
             return
         if fresh:
             self.collections_open.close_changed(found)
+            self.catalogue.forget_missing(found)
 
     def collections(self) -> list[dict[str, Any]]:
         """Each collection served, as ``served.collection_summary`` describes it. With ``serve_own``, the store's own
