@@ -110,6 +110,23 @@ def test_a_column_named_item_id_is_the_item_without_a_flag(home, tmp_path, suffi
     assert {d.meta["item_id_column"] for d in documents(home, "brands").values()} == {"P1", "P2"}
 
 
+@pytest.mark.parametrize("column", ["id", "Document_ID", "uuid"])
+def test_a_column_named_as_ids_without_id_column_is_noted_once(home, tmp_path, column):
+    """A file edited and indexed again added a second copy of each edited row, without a word: its "id" column is
+    metadata unless --id-column names it."""
+    path = tmp_path / "notes.jsonl"
+    path.write_text(
+        "".join(json.dumps({column: f"n{i}", "text": text}) + "\n" for i, (*_, text, _) in enumerate(REVIEWS)), encoding="utf-8"
+    )
+    (note,) = [n for n in ingest(home, path, "notes", IngestOptions(), embed=False, progress=False).notes if "looks like" in n]
+    assert note.startswith(f"column '{column}' looks like the documents' ids, but it is kept as metadata")
+    assert note.endswith(f"index with --id-column {column} (the API's id_column={column}).")
+    again = ingest(home, path, "notes", IngestOptions(), embed=False, progress=False)  # said when the collection is made
+    assert not any("looks like" in n for n in again.notes)
+    by_id = ingest(home, path, "by-id", IngestOptions(id_column=column), embed=False, progress=False)
+    assert not any("looks like" in n for n in by_id.notes)
+
+
 def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     path = tmp_path / "reviews.jsonl"
     lines = [{"text": t, "sku": item, "rating": int(stars), "tags": ["a", "b"]} for _, item, t, stars in REVIEWS]

@@ -44,7 +44,7 @@ from qa_system.language import other_language
 from qa_system.model_files import model_fingerprint
 from qa_system.sources.columns import DecimalCommas, column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, check_folder_encodings, read_files, sidecar_types
-from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, IngestOptions, ReadCounts, Record, Source, meta_key
+from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, RESERVED_META, IngestOptions, ReadCounts, Record, Source, meta_key
 from qa_system.sources.squad_documents import read_squad_documents
 from qa_system.sources.tables import read_json_array, read_json_lines, read_table
 from qa_system.stores import (
@@ -562,6 +562,22 @@ def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptio
     )
 
 
+# Column names that say they hold a document's id.
+ID_COLUMN_NAMES = frozenset({"id", "doc_id", "docid", "document_id", "uuid"})
+
+
+def _id_like_column(types: dict[str, str], options: IngestOptions, manifest: dict | None) -> str | None:
+    """A column of the source named as its documents' ids ("id", "document_id", ...) while they take their ids from their
+    text: the first indexing of a collection without --id-column (one holding documents keeps how it takes ids)."""
+    if options.id_column is not None or (manifest or {}).get("source_documents"):
+        return None
+    for key in types:
+        column = key.removesuffix("_column") if key.endswith("_column") and key.removesuffix("_column") in RESERVED_META else key
+        if column.lower() in ID_COLUMN_NAMES:
+            return column
+    return None
+
+
 def _remove_what_killed_runs_left(staging_dir: Path, own_lock: Path) -> list[str]:
     """Remove the lock files no run holds and the staging files of killed ingestions (into any collection):
     a line for each staging file (they can be large) and one for the lock files."""
@@ -673,6 +689,12 @@ class _Run:
         )
         if self.vector_search is False:
             report.notes.append("no vectors: the server has no k-NN plugin, so only --retriever bm25 runs on this collection")
+        if (id_like := _id_like_column(opened.types, self.options, self.saved.manifest)) is not None:
+            report.notes.append(
+                f"column '{id_like}' looks like the documents' ids, but it is kept as metadata and documents are told apart by "
+                "their text: a row edited later is added as a new document beside the old one. To update documents by it, "
+                f"index with --id-column {id_like} (the API's id_column={id_like})."
+            )
 
         def done() -> float | None:
             """The share of the work done: of the source read, and of its passages (split so far, and as many again a
