@@ -201,6 +201,24 @@ def test_a_collection_created_filled_updated_and_pruned_over_http(call):
     )
 
 
+def test_a_delete_by_a_filter_that_leaves_fewer_than_half_the_documents_needs_force(call):
+    """{"field": "meta.item_id", "operator": "!=", "value": "nothing"} emptied a collection; a sync that would is refused."""
+    assert call("POST", "/collections", json={"name": "wide"}).status_code == 201
+    finished(
+        call,
+        call("POST", "/collections/{name}/documents", "/collections/wide/documents", json={"documents": [review(n) for n in range(10)]}),
+    )
+    route = ("POST", "/collections/{name}/documents/delete", "/collections/wide/documents/delete")
+    refused = call(*route, json={"filters": {"field": "meta.item_id", "operator": "!=", "value": "nothing"}})
+    assert refused.status_code == 422 and refused.json()["detail"] == (
+        "The filter matches 10 of the 10 documents of collection 'wide': deleting them would leave 0; nothing was deleted. "
+        'Fix: check the filter, or send "force": true to delete them anyway.'
+    )
+    assert call(*route, json={"filters": {"field": "meta.rating", "operator": "<", "value": 3}}).json()["documents"] == 6  # 4 of 10
+    forced = call(*route, json={"filters": {"field": "meta.rating", "operator": "<", "value": 5}, "force": True})
+    assert forced.status_code == 200 and forced.json()["documents"] == 2
+
+
 def test_a_rating_filter_on_query_returns_only_matching_documents(call):
     call("POST", "/collections", json={"name": "rated"})
     finished(

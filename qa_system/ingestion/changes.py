@@ -25,6 +25,7 @@ from qa_system.disk_cache import taking_turns
 from qa_system.errors import Conflict, NotFound, QAError, check_text, shown
 from qa_system.ingestion.backends import commit
 from qa_system.ingestion.collections import check_collection_name, ingestion_lock
+from qa_system.ingestion.indexing import MIN_KEPT_SHARE
 from qa_system.stores import Index, save_index, saved_manifest, try_open_index
 from qa_system.stores.filter_checks import check_collection_filters
 
@@ -119,8 +120,12 @@ def _document_ids(index: Index, filters: dict) -> set[str]:
     return {passage.meta.get("document_id", passage.id) for passage in index.store.filter_documents(filters)}
 
 
-def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = None, filters: dict | None = None) -> DeleteReport:
-    """Delete the documents ``ids`` (their source ids), or those with a passage that ``filters`` matches, with all their passages."""
+def delete_documents(
+    settings: Settings, name: str, ids: Sequence[str] | None = None, filters: dict | None = None, force: bool = False
+) -> DeleteReport:
+    """Delete the documents ``ids`` (their source ids), or those with a passage that ``filters`` matches, with all their
+    passages. A filter that would leave fewer than ``MIN_KEPT_SHARE`` of the documents (a mistyped filter can match them
+    all) is refused unless ``force``, as a sync is."""
     check_collection_name(name)
     if (ids is None) == (filters is None):
         raise QAError(
@@ -146,6 +151,13 @@ def delete_documents(settings: Settings, name: str, ids: Sequence[str] | None = 
             report.not_found = [i for i in ids if i not in found]
         else:
             found = _document_ids(index, check_collection_filters(filters, index.manifest))
+            held = int(index.manifest.get("source_documents", 0))
+            if not force and held and held - len(found) < MIN_KEPT_SHARE * held:
+                raise QAError(
+                    f"The filter matches {len(found)} of the {held} documents of collection '{name}': deleting them would leave "
+                    f"{held - len(found)}; nothing was deleted.",
+                    'check the filter, or send "force": true to delete them anyway.',
+                )
         _delete(index, settings, sorted(found), report)
     return report
 

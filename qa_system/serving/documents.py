@@ -197,11 +197,12 @@ class DocumentChanges:
             logger.error("%s: internal error.", task, exc_info=error)
         return error
 
-    def delete(self, name: str, ids: Sequence[str] | None = None, filters: dict | None = None) -> DeleteReport:
-        """Delete documents of ``name`` by id or by filter (with all their passages), then serve what is left."""
+    def delete(self, name: str, ids: Sequence[str] | None = None, filters: dict | None = None, force: bool = False) -> DeleteReport:
+        """Delete documents of ``name`` by id or by filter (with all their passages; ``force`` as ``delete_documents``'s),
+        then serve what is left."""
         self._check_own(name)
         self._refuse_while_running(name)
-        report = delete_documents(self.settings, name, ids, filters)
+        report = delete_documents(self.settings, name, ids, filters, force)
         if report.deleted:
             self.service.reopen(name)
         return report

@@ -71,6 +71,7 @@ class DeleteRequest(BaseModel):
 
     ids: list[Text] | None = Field(None, description="document ids (the id column's values)")
     filters: Filters = Field(None, description="a metadata filter, as /query's")
+    force: bool = Field(False, description="delete by a filter that leaves fewer than half the collection's documents (else a 422)")
 
 
 class DeleteOut(BaseModel):
@@ -240,7 +241,7 @@ async def add_documents(
 
 async def delete_documents(name: str, body: DeleteRequest, request: Request, documents: Changes) -> DeleteOut:
     """Delete documents by their ids, or every document with a passage that `filters` matches (with all its passages)."""
-    report = await request.app.state.api.changing_documents(documents.delete, name, body.ids, body.filters)
+    report = await request.app.state.api.changing_documents(documents.delete, name, body.ids, body.filters, body.force)
     logged(request, f"{len(report.deleted)} documents deleted from collection '{name}'")
     return DeleteOut(**report.as_dict())
 
