@@ -690,6 +690,31 @@ def test_kill_9_while_saving_keeps_the_collection(home, tmp_path):
     assert sorted(p.name for p in saved.parent.iterdir()) == ["killed.json"]
 
 
+def test_sigterm_while_saving_is_one_line_exit_143_and_keeps_the_collection(home, tmp_path):
+    """A service manager's SIGTERM (or `kill`) ended `index` with exit -15 and not a word; Ctrl+C said what was saved."""
+    from qa_system.cli.main import TERMINATED
+
+    path = write_csv(tmp_path / "r.csv")
+    ingest(home, path, "termed", COLUMNS, embed=False, progress=False)
+    saved = home.index_dir / "memory" / "termed.json"
+    before = digest(saved)
+    write_csv(path, [*REVIEWS, ("r5", "P3", "A sturdy tripod.", "5")])
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        os.fsync = lambda *args: os.kill(os.getpid(), signal.SIGTERM)
+        from qa_system.cli import main
+        sys.exit(main(["index", "--input", {str(path)!r}, "--collection", "termed", "--text-column", "body",
+                       "--id-column", "review_id", "--no-embed"]))
+    """)
+    stopped = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "QA_HOME": str(home.home)}, capture_output=True, text=True, timeout=300
+    )
+    assert stopped.returncode == 143, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == TERMINATED and "Traceback" not in stopped.stderr
+    assert digest(saved) == before
+    assert ingest(home, path, "termed", COLUMNS, embed=False, progress=False).added == 1
+
+
 def test_a_damaged_collection_file_is_one_line_naming_the_fix(home, tmp_path):
     path = write_csv(tmp_path / "r.csv")
     ingest(home, path, "damaged", COLUMNS, embed=False, progress=False)

@@ -14,7 +14,9 @@ import argparse
 import errno
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -87,10 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one `qa-system` command; returns its exit code.
 
-    0 when it succeeded, 2 for a ``QAError`` (printed as one line on stderr), 130 when interrupted.
+    0 when it succeeded, 2 for a ``QAError`` (printed as one line on stderr), 130 when interrupted (Ctrl+C), 143 when
+    told to stop (SIGTERM: a service manager, `kill`), each with a line saying what was saved.
     """
     args = None
     try:
+        stop_on_sigterm = _stopping_on_sigterm()
         # Inside the try: count and threshold flags are checked by the library while parsing (QAError).
         args = build_parser().parse_args(argv)
         # --collection, --input and --labels name other data than a SubjQA domain.
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 else ["electronics"]
             )
             args.domain_default = True  # not named: a client of a server asks the server's default collection
-        with console_logging():
+        with console_logging(), stop_on_sigterm:
             args.func(args)
             sys.stdout.flush()  # a closed pipe is found here, not at exit
     except QAError as error:
@@ -114,17 +118,41 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # a path that cannot be written or read: a folder, a file, /proc, no permission, a full disk
         print(terminal_text(_os_error_line(error, args), newlines=False), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stopped:
         # It may come after a save: what is saved is whole, not unchanged (a collection swapped in holds every change).
-        print(INTERRUPTED, file=sys.stderr)
-        return 130
+        print(TERMINATED if isinstance(stopped, Terminated) else INTERRUPTED, file=sys.stderr)
+        return 143 if isinstance(stopped, Terminated) else 130
     return 0
 
 
-INTERRUPTED = (
-    "interrupted. What was saved is whole: a collection holds all of this run's changes or none of them "
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as Ctrl+C raises KeyboardInterrupt: its work stops the same way."""
+
+
+@contextmanager
+def _stopping_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` while a command runs (the default ends the process without a word), the handler
+    before it restored afterwards; a server installs its own meanwhile. Only the main thread may handle signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated
+
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+WHAT_WAS_SAVED = (
+    "What was saved is whole: a collection holds all of this run's changes or none of them "
     "(`qa-system collections` shows when each was last updated)."
 )
+INTERRUPTED = f"interrupted. {WHAT_WAS_SAVED}"
+TERMINATED = f"stopped (SIGTERM). {WHAT_WAS_SAVED}"
 
 
 def _os_error_line(error: OSError, args: argparse.Namespace | None = None) -> str:
