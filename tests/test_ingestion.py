@@ -127,6 +127,26 @@ def test_a_column_named_as_ids_without_id_column_is_noted_once(home, tmp_path, c
     assert not any("looks like" in n for n in by_id.notes)
 
 
+def test_a_column_of_dates_or_numbers_that_a_few_values_turn_to_text_is_noted_with_the_first(home, tmp_path):
+    """One "2024-02-30" turned a column of 145 dates to text without a word; every date filter then failed."""
+    rows = [f"Review {i}: the battery is fine.,2024-01-{i % 28 + 1:02d},{i % 5 + 1},{i % 3}" for i in range(20)]
+    rows[5], rows[8] = "Review 5 has a bad date.,2024-02-30,3,0", "Review 8 has no rating.,2024-01-09,n/a,1"
+    path = tmp_path / "gaps.csv"
+    path.write_text("text,date,rating,mixed\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    notes = [n for n in ingest(home, path, "gaps", IngestOptions(), embed=False, progress=False).notes if "that is not" in n]
+    assert [note.replace(f"{tmp_path}/", "") for note in notes] == [
+        "column 'date' holds 19 dates and 1 value that is not (the first: '2024-02-30', gaps.csv line 7): it is kept as text, "
+        "which a filter cannot compare with >= or <; to filter on it, write each of its values as an ISO 8601 date (2024-01-31), "
+        "or leave the cell empty where there is none.",
+        "column 'rating' holds 19 numbers and 1 value that is not (the first: 'n/a', gaps.csv line 10): it is kept as text, "
+        "which a filter cannot compare with >= or <; to filter on it, write each of its values as a number with a decimal point "
+        "(4.5), or leave the cell empty where there is none.",
+    ]
+    text = tmp_path / "text.csv"  # a text column with a few numbers or dates in it is text, and nothing is said
+    text.write_text("text,colour\n" + "".join(f"Review {i}.,{'red' if i % 4 else i}\n" for i in range(20)), encoding="utf-8")
+    assert not any("that is not" in n for n in ingest(home, text, "text", IngestOptions(), embed=False, progress=False).notes)
+
+
 def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     path = tmp_path / "reviews.jsonl"
     lines = [{"text": t, "sku": item, "rating": int(stars), "tags": ["a", "b"]} for _, item, t, stars in REVIEWS]

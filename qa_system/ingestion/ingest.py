@@ -42,7 +42,7 @@ from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embe
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
 from qa_system.language import other_language
 from qa_system.model_files import model_fingerprint
-from qa_system.sources.columns import DecimalCommas, column_types, typed_meta
+from qa_system.sources.columns import DecimalCommas, StrayValues, column_types, typed_meta
 from qa_system.sources.files import SUFFIXES, check_folder_encodings, read_files, sidecar_types
 from qa_system.sources.records import PASSAGE_OVERLAP, PASSAGE_WORDS, RESERVED_META, IngestOptions, ReadCounts, Record, Source, meta_key
 from qa_system.sources.squad_documents import read_squad_documents
@@ -678,6 +678,7 @@ class _Run:
 
         self._type_columns(opened.types, opened.format)
         self.decimal_commas = DecimalCommas(opened.types)
+        self.stray_values = StrayValues(opened.types)
         _check_same_ids(self.saved.manifest, self.collection, self.options, opened)
         if opened.format == "files":
             self.files_root = Path(opened.state["path"])
@@ -731,6 +732,15 @@ class _Run:
                 "cannot compare with >= or <; to filter on it, write its numbers with a decimal point (4.5), e.g. by exporting "
                 "the spreadsheet with a point as its decimal separator."
             )
+        for column, kind, typed, stray, value, where in self.stray_values.columns:
+            if column in self.decimal_commas.columns:
+                continue
+            written = "an ISO 8601 date (2024-01-31)" if kind == "date" else "a number with a decimal point (4.5)"
+            report.notes.append(
+                f"column '{column}' holds {typed} {kind}s and {stray} value{'s' * (stray > 1)} that {'are' if stray > 1 else 'is'} "
+                f"not (the first: '{shown(value, 40)}', {where}): it is kept as text, which a filter cannot compare with >= or <; "
+                f"to filter on it, write each of its values as {written}, or leave the cell empty where there is none."
+            )
         report.files_unreadable, report.links_skipped = counts.files_unreadable, counts.links_skipped
         report.sidecars_unused = counts.sidecars_unused
         if not self.seen:
@@ -766,6 +776,7 @@ class _Run:
         self.seen[document_id] = record.where
         report.read += 1
         self.decimal_commas.see(record.meta)
+        self.stray_values.see(record.meta, record.where)
         if (language := other_language(record.text)) is not None:
             report.other_languages[language] = report.other_languages.get(language, 0) + 1
         if record.item_id is not None:

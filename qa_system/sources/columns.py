@@ -53,6 +53,47 @@ class DecimalCommas:
         return sorted(self._seen & self._text)
 
 
+class StrayValues:
+    """The text columns whose values are all dates, or all numbers, but for a few (``STRAY_SHARE`` at most) that are not
+    ("2024-02-30", "31.01.2024", "n/a"): a column of one type for every value, they turned it to text, which a filter
+    cannot compare with >= or <. ``see`` each row's metadata and where the row is, then read ``columns``."""
+
+    def __init__(self, types: Mapping[str, str]):
+        self._text = {key for key, kind in types.items() if kind == "text"}
+        self._kinds: dict[str, dict[str, int]] = {}
+        self._first: dict[str, tuple[str, str]] = {}  # column -> (its first stray value, where it is)
+
+    def see(self, meta: Mapping[str, Any], where: str) -> None:
+        """Take one row's metadata (at ``where``) into account."""
+        for key in self._text.intersection(meta):
+            value = meta[key]
+            kind = value_type(value) if isinstance(value, str) else "text"
+            kind = "number" if kind == "integer" else kind  # whole numbers and fractions make one numeric column
+            counts = self._kinds.setdefault(key, {})
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind == "text" and key not in self._first:
+                self._first[key] = (value, where)
+
+    @property
+    def columns(self) -> list[tuple[str, str, int, int, str, str]]:
+        """Each such column: its name, the type of most of its values ("date" or "number"), how many are of it and how
+        many not, and the first stray value with where it is."""
+        found = []
+        for key, counts in sorted(self._kinds.items()):
+            stray = counts.get("text", 0)
+            for kind in ("date", "number"):
+                typed = counts.get(kind, 0)
+                if stray and typed >= MIN_TYPED and stray <= STRAY_SHARE * (typed + stray) and typed + stray == sum(counts.values()):
+                    found.append((key, kind, typed, stray, *self._first[key]))
+        return found
+
+
+# A column is said to be of a type that a few stray values turned to text when it holds at least this many values of
+# that type, and the strays are at most this share of its values.
+MIN_TYPED = 3
+STRAY_SHARE = 0.1
+
+
 def is_iso_date(text: str) -> bool:
     """Whether ``text`` is an ISO 8601 date, or date and time ("2024-01-31", "2024-01-31T12:00:00Z")."""
     if not _ISO_DATE.fullmatch(text):
