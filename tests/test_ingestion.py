@@ -1231,6 +1231,10 @@ def test_csv_labels_name_the_collection_documents(home, tmp_path):
     labels = load_labels(path, home, "labelled")
     by_question = {q.question: q for q in labels.questions}
     assert [(a.text, a.start) for a in by_question["How long does it last?"].answers] == [("a whole week", 24), ("a week", None)]
+    # the answer not in its document's text is named, so that it can be mended
+    assert labels.notes == [
+        "1 answer is not found in its document's text (it still counts, as text): 'a week' (labels-2: 'How long does it last?')."
+    ]
     assert by_question["Is it loud?"].no_answer and by_question["Is it loud?"].item_id == "P2"  # the document's item
     assert by_question["What broke?"].context == REVIEWS[3][2] and by_question["What broke?"].split is None
     path.write_text("question,answer,document_id\nWhy?,because,r404\n", encoding="utf-8")
@@ -1255,6 +1259,17 @@ def test_csv_labels_name_the_collection_documents(home, tmp_path):
     path.write_text("question,question,answer,document_id\nWhy?,How?,because,r1\n", encoding="utf-8")
     with pytest.raises(QAError, match=r"labels.csv repeats the column name\(s\) question\. Fix: give every column a unique name"):
         load_labels(path, home, "labelled")
+    # a row of more fields than the header was read as if it had not; no question at all told to index the labels file
+    path.write_text("question,answer,document_id\nHow long does it last?,a week, or more,r1\n", encoding="utf-8")
+    with pytest.raises(QAError, match=r"labels.csv line 2: the row has 4 fields where the header has 3\. Fix: quote a field"):
+        load_labels(path, home, "labelled")
+    for text, rows in (
+        ("question,answer,document_id\n", ""),
+        ("question,answer,document_id\n ,a week,r1\n", " (1 row without a question)"),
+    ):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(QAError, match=rf"labels.csv holds no labelled question{re.escape(rows)}\. Fix: write one question a row"):
+            load_labels(path, home, "labelled")
 
 
 def test_retrievers_are_evaluated_on_a_collection_without_items(cli_home, tmp_path, capsys):

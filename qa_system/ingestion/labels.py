@@ -67,12 +67,13 @@ def collection_documents(settings: Settings, collection: str) -> dict[str, _Docu
 
 def _question(
     qid: str, question: str, document_id: str, document: _Document, answers: list[str], domain: str
-) -> tuple[LabelledQuestion, int]:
-    """The labelled question, and how many of its answers are not in the document's text."""
-    located, missing = [], 0
+) -> tuple[LabelledQuestion, list[str]]:
+    """The labelled question, and its answers that are not in the document's text."""
+    located, missing = [], []
     for text in dict.fromkeys(a for a in answers if a.strip()):
         start = document.text.find(text)
-        missing += start < 0
+        if start < 0:
+            missing.append(text)
         located.append(GoldAnswer(text, start if start >= 0 else None))
     labelled = LabelledQuestion(
         id=qid,
@@ -109,9 +110,9 @@ def _same_id(given: str, stored: str) -> bool:
     return unicodedata.normalize("NFC", given.strip()) == unicodedata.normalize("NFC", stored.strip())
 
 
-def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) -> tuple[list[LabelledQuestion], int, int]:
-    """The questions of a CSV labels file, how many of their answers are not in their document's text, and how many rows
-    had no question."""
+def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) -> tuple[list[LabelledQuestion], list[str], int]:
+    """The questions of a CSV labels file, what says which of their answers are not in their document's text
+    (``_not_found``), and how many rows had no question."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
             header = handle.readline()
@@ -133,7 +134,12 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
             reviews = {i.split("/", 1)[1]: i for i in documents if "/" in i} if is_reserved_name(collection) else {}
             blank = 0
             for row in reader:
-                row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
+                if None in row:  # more fields than the header names: one of them was a text holding a comma, unquoted
+                    raise QAError(
+                        f"{path} line {reader.line_num}: the row has {len(columns) + len(row[None])} fields where the header has {len(columns)}.",
+                        'quote a field that holds a comma ("It is big, but light") or remove the extra fields.',
+                    )
+                row = {k.strip(): (v or "").strip() for k, v in row.items()}
                 if not row.get("question"):
                     blank += any(row.values())  # a row of nothing at all is no row
                     continue
@@ -150,12 +156,17 @@ def _csv_labels(path: Path, documents: dict[str, _Document], collection: str) ->
         raise QAError(f"{path} is not UTF-8 text ({error.reason}).", "re-save the labels file as UTF-8.") from None
     except csv.Error as error:
         raise QAError(f"{path} is not readable CSV ({error}).", "repair the file (quote fields holding commas).") from None
-    questions, missing = [], 0
+    questions, missing = [], []
     for (question, document_id), entry in grouped.items():
         labelled, absent = _question(entry["id"], question, document_id, documents[document_id], entry["answers"], collection)
         questions.append(labelled)
-        missing += absent
+        missing += _not_found(labelled, absent)
     return questions, missing, blank
+
+
+def _not_found(question: LabelledQuestion, answers: list[str]) -> list[str]:
+    """Each of ``answers`` that is not in the text of ``question``'s document, named with the question's id and text."""
+    return [f"'{shown(answer, 60)}' ({question.id}: '{shown(question.question, 60)}')" for answer in answers]
 
 
 def load_labels(path: str | Path, settings: Settings | None = None, collection: str | None = None) -> Labels:
@@ -177,7 +188,7 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
             f"evaluate them with `qa-system eval judged --labels {path}` (with --collection NAME for a collection of your own).",
         )
     documents = collection_documents(settings or Settings.from_env(), collection) if collection else None
-    notes, missing, unread = [], 0, ""
+    notes, missing, unread = [], [], ""
     if path.suffix.lower() == ".csv":
         if documents is None:
             raise QAError(
@@ -210,10 +221,15 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
                     example.id, example.question, document_id, documents[document_id], [text for text, _ in example.answers], collection
                 )
                 questions.append(labelled)
-                missing += absent
+                missing += _not_found(labelled, absent)
             if unmatched:
                 notes.append(f"{unmatched} questions whose context is no document of collection '{collection}' were left out.")
     if not questions:
+        if file_format == "CSV":  # a row naming a document the collection lacks was refused already
+            rows = f" ({blank} {'row' if blank == 1 else 'rows'} without a question)" if blank else ""
+            raise QAError(
+                f"{path} holds no labelled question{rows}.", "write one question a row under the header question,answer,document_id."
+            )
         if collection is None:
             raise QAError(
                 f"{path} holds no labelled question that can be read{f' ({unread})' if unread else ''}.",
@@ -224,7 +240,10 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
             f"index the labelled documents first (`qa-system index --input {path} --collection {collection}`), or check the file.",
         )
     if missing:
-        notes.append(f"{missing} answers are not found in their document's text (they still count, as text).")
+        notes.append(
+            f"{len(missing)} {'answer is' if len(missing) == 1 else 'answers are'} not found in {'its' if len(missing) == 1 else 'their'} document's text "
+            f"({'it still counts' if len(missing) == 1 else 'they still count'}, as text): {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}."
+        )
     return Labels(questions, path, collection, file_format, notes)
 
 
