@@ -271,6 +271,9 @@ def test_eval_retriever_writes_the_report(indexed_cli, tmp_path, capsys):
     # Every test product has its gold review among at most 3 reviews: recall@3 is 1.
     assert strict_all["recall@3"] == 1.0
     assert "| recall@3 |" in (out / "report.md").read_text()
+    # MRR and MAP count what the largest k retrieved: the same words said what they were changed with --k
+    depth = "MRR and MAP are over each retriever's top 3 documents (the largest k)"
+    assert depth in capsys.readouterr().out and depth in (out / "report.md").read_text()
     chance = [m for m in report["metrics"] if m["retriever"] == CHANCE and m["definition"] == "strict"]
     # Each test product has one test review: any order finds it first, and no question has 2+ candidates.
     assert [(m["group"], m["recall@1"]) for m in chance if m["group"] in ("all", "2+ candidates")] == [("all", 1.0)]

@@ -267,7 +267,7 @@ def evaluate_retrievers(
     (``<index>@<encoder directory>``), so the configured index is never re-embedded by an evaluation.
 
     Returns {"metrics": DataFrame, "records": {variant: DataFrame, a "candidates" column naming the
-    protocol}, "timings": DataFrame, "notes": [fitted parameters in force]} and writes the report to
+    protocol}, "timings": DataFrame, "notes": [fitted parameters in force, the depth of MRR and MAP]} and writes the report to
     ``out_dir`` when given.
     """
     from qa_system.errors import QAError
@@ -315,7 +315,8 @@ def evaluate_retrievers(
     chance_tables, pools = _chance(next(iter(all_records.values()), None), ks, own=labels is not None)
     metrics = pd.concat([*tables, *chance_tables], ignore_index=True)
     timing_table = pd.DataFrame(timings)
-    result = {"metrics": metrics, "records": all_records, "timings": timing_table, "notes": fitted}
+    depth = f"MRR and MAP are over each retriever's top {max(ks)} documents (the largest k): one ranked lower counts as not found, so they change with the k asked for."
+    result = {"metrics": metrics, "records": all_records, "timings": timing_table, "notes": [*fitted, depth]}
     if out_dir is not None:
         sections = {"latency": timing_table, "encoders": pd.DataFrame(encoders)}
         if len(protocols) > 1:
@@ -337,6 +338,7 @@ def evaluate_retrievers(
             *(labels.notes if labels else []),
             *_protocol_notes(len(questions), index, settings.store, pools, own=labels is not None),
             *fitted,
+            depth,
         ]
         _write_retrieval_report(out_dir, f"Retriever evaluation: {what}", metrics, ks, all_records, sections, summary, notes)
     return result
