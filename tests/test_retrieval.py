@@ -16,7 +16,7 @@ from qa_system.pipelines import build_qa_pipeline, build_retrieval_pipeline, ren
 from qa_system.retrieval import BM25sRetriever, make_filters, reciprocal_rank_fusion
 from qa_system.retrieval.fusion import RankFusion, minmax_fusion
 from qa_system.stores import Index, new_memory_store, open_index
-from qa_system.tuning.bm25 import RANK_BY, BM25Setting, recommended, tune_bm25
+from qa_system.tuning.bm25 import IN_FORCE, RANK_BY, STANDARD, BM25Setting, recommended, tune_bm25
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +97,22 @@ def test_bm25_recommendation_prefers_the_standard_among_near_ties():
         ]
     )
     # 100 questions: MRR gaps of 0.002 are noise, so the setting two changes from the standard wins.
-    assert recommended(table, questions=100).name == 1
+    assert recommended(table, questions=100, reference=STANDARD).name == 1
     # 1000 questions: 0.002 is two questions' worth, so only the near-best MRRs remain (three changes each; first kept).
-    assert recommended(table, questions=1000).name == 0
+    assert recommended(table, questions=1000, reference=STANDARD).name == 0
+
+
+def test_where_the_grid_ties_the_recommendation_is_the_setting_in_force():
+    """Every row tied on a user's labels, and it recommended b 0.75 where BM25sRetriever uses b 1.0."""
+    import inspect
+
+    defaults = inspect.signature(BM25sRetriever.__init__).parameters
+    assert IN_FORCE == BM25Setting(*(defaults[name].default for name in ("stemmer_language", "stopwords", "k1", "b")))
+    grid = [dict(stemmer_language=stem, stopwords=stop, k1=k1, b=b) for stem in ("english", "none") for stop in ("en", "none")
+            for k1 in (0.9, 1.2) for b in (0.75, 1.0)]  # fmt: skip
+    table = pd.DataFrame([{**row, RANK_BY[0]: 0.9, RANK_BY[1]: 0.8} for row in grid])
+    best = recommended(table, questions=30)
+    assert (best["stemmer_language"], best["stopwords"], best["k1"], best["b"]) == ("english", "none", 1.2, 1.0)
 
 
 def test_tune_bm25_scores_each_setting_and_writes_a_report(settings, tmp_path):
@@ -137,10 +150,10 @@ def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, c
     table = pd.DataFrame(report["metrics"])
     assert len(table) == 64 and table["recommended"].sum() == 1
     # Each question's words are in its own review only, within its product's two: ranked first whatever the setting,
-    # so every setting ties and the standard one is recommended.
+    # so every setting ties and the one in force is recommended.
     assert (table["strict mrr"] == 1.0).all() and (table["answerable strict recall@1"] == 1.0).all()
     best = report["best"]
-    assert (best["stemmer_language"], best["stopwords"], best["k1"], best["b"]) == ("english", "en", 1.2, 0.75)
+    assert (best["stemmer_language"], best["stopwords"], best["k1"], best["b"]) == ("english", "none", 1.2, 1.0)
     assert "over the 4 passages of collection 'labelled'" in (out / "report.md").read_text()
     capsys.readouterr()
     assert main(["tune-bm25", "--labels", str(labels)]) == 2
@@ -150,7 +163,7 @@ def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, c
     from qa_system.ingestion.labels import load_labels
 
     same = tune_bm25(home, "electronics", labels=load_labels(labels, home, "labelled"))
-    assert len(same) == 64 and same.loc[same["recommended"], ["k1", "b"]].values.tolist() == [[1.2, 0.75]]
+    assert len(same) == 64 and same.loc[same["recommended"], ["k1", "b"]].values.tolist() == [[1.2, 1.0]]
     squad = tmp_path / "own.json"
     squad.write_text(
         json.dumps(
