@@ -256,3 +256,15 @@ def test_a_full_disk_is_one_no_space_line_and_the_clicks_before_it_are_kept(stor
     assert len(str(caught.value).splitlines()) == 1
     monkeypatch.undo()
     assert [f.verdict for f in store.all()] == ["correct"]
+
+
+def test_a_damaged_database_says_so_and_how_to_start_afresh(store):
+    """ "file is not a database. Fix: point QA_FEEDBACK_DB at a file this process can write": the file was damaged."""
+    from qa_system.errors import Unavailable
+
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    store.path.write_bytes(b"not a database at all, but long enough to look like a header " * 20)
+    with pytest.raises(
+        Unavailable, match=r"The feedback database .*feedback.sqlite is damaged \(file is not a database\)\. Fix: move it aside"
+    ):
+        store.record(click("correct", answer="deep"))

@@ -64,6 +64,8 @@ CREATE TABLE IF NOT EXISTS feedback (
     collection TEXT
 )
 """
+# SQLite's codes for a file that is not a database, or one whose pages do not hold together.
+DAMAGED = frozenset({sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT})
 # Columns a database of an earlier version lacks, added when it is opened.
 _LATER_COLUMNS = ("click_id", "collection")
 # A click the page may see twice (a rerun repeats it) is stored once: its id is unique.
@@ -181,6 +183,11 @@ class FeedbackStore:
                 raise NoSpace(
                     f"No space left on the disk of the feedback database {self.path}; nothing was saved.",
                     "free space there (or point QA_FEEDBACK_DB at another disk), then send the click again.",
+                ) from error
+            if isinstance(error, sqlite3.Error) and (getattr(error, "sqlite_errorcode", 0) & 0xFF) in DAMAGED:
+                raise Unavailable(
+                    f"The feedback database {self.path} is damaged ({error}).",
+                    f"move it aside (`sqlite3 {self.path.name} .recover` may get its clicks back); a new one is made at the next click.",
                 ) from error
             raise Unavailable(
                 f"The feedback database {self.path} cannot be used ({error}).", "point QA_FEEDBACK_DB at a file this process can write."
