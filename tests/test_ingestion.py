@@ -933,6 +933,12 @@ BAD_INPUTS = {
         [],
         "the row that starts on line 2 is not readable CSV (unexpected end of data)",
     ),
+    "one line longer than a document may be": (  # was "close the quote", where there is none
+        b"x" * 32_000_010 + b"\n",
+        "csv",
+        [],
+        "a field of the row that starts on line 1 is longer than a document may be (32,000,000 characters). Fix: split that text",
+    ),
     "a JSON line whose text key is misspelt": (  # was skipped as an empty text
         b'{"body": "fine", "review_id": "a", "product": "P1"}\n{"Body": "lost", "review_id": "b", "product": "P1"}\n',
         "jsonl",

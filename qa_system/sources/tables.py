@@ -139,6 +139,12 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
                 if record is not None:
                     yield record
         except csv.Error as error:
+            if "field larger than field limit" in str(error):  # also a file of no line break read as a table
+                raise QAError(
+                    f"{name}: a field of the row that starts on line {line} is longer than a document may be "
+                    f"({MAX_DOCUMENT_CHARS:,} characters).",
+                    "split that text into several rows, or check --format (a file of one long line is no table).",
+                ) from error
             raise QAError(
                 f"{name}: the row that starts on line {line} is not readable CSV ({error}).",
                 'close the quote that opens in that row (a quote inside a quoted field is written twice: ""), or check --format.',
