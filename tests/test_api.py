@@ -117,11 +117,14 @@ def test_health_is_503_until_the_models_and_index_are_loaded(api, api_settings):
     with running(create_app(api_settings, service=service)) as url:
         before = httpx.get(f"{url}/health")
         assert before.status_code == 503 and before.json()["status"] == "loading"
+        assert httpx.head(f"{url}/health").status_code == 503  # a probe asking with HEAD was told 405
         for response in (httpx.get(f"{url}/collections"), ask(url)):
             assert response.status_code == 503 and "still loading" in response.json()["detail"]
         release.set()
         after = wait_ready(url)
         assert after.status_code == 200
+        head = httpx.head(f"{url}/health")
+        assert head.status_code == 200 and head.content == b""
         assert (
             after.json()["status"] == "ready"
             and after.json()["collections"] == ["electronics"]

@@ -47,6 +47,13 @@ async def health(api: Served) -> JSONResponse:
     return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if status["status"] == "ready" else 503)
 
 
+@router.head("/health", include_in_schema=False)
+async def health_head(api: Served) -> Response:
+    """``/health``'s status without its body, for the load balancers and probes that ask with HEAD."""
+    status = await asyncio.to_thread(api.status, True)
+    return Response(status_code=200 if status["status"] == "ready" else 503)
+
+
 @metrics_router.get(
     "/metrics",
     dependencies=PROTECTED,
