@@ -155,6 +155,11 @@ def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     assert report.read == 4 and report.empty_rows == 1
     meta = next(d.meta for d in documents(home, "jsonl").values() if d.content == REVIEWS[0][2])
     assert meta["item_id"] == "P1" and meta["rating"] == 5 and meta["tags"] == '["a", "b"]'  # a number stays one, a list is JSON text
+    # a key of no name was a field "meta." that no filter could name
+    path.write_text(json.dumps({"text": "Fine.", "": "blank key"}) + "\n", encoding="utf-8")
+    ingest(home, path, "unnamed", IngestOptions(), embed=False, progress=False)
+    (document,) = documents(home, "unnamed").values()
+    assert document.meta["unnamed_column"] == "blank key" and "" not in document.meta
 
 
 def test_a_json_array_of_documents_reads_as_json_lines_do(home, tmp_path, capsys, monkeypatch):

@@ -120,7 +120,10 @@ class ReadCounts:
 
 
 def meta_key(name: str) -> str:
-    """The metadata key of a source column: its name, or ``<name>_column`` when the index itself uses that name."""
+    """The metadata key of a source column: its name, ``<name>_column`` when the index itself uses that name, and
+    ``unnamed_column`` for a JSON key of no name ("meta." is no field a filter can name)."""
+    if not name.strip():
+        return "unnamed_column"
     return f"{name}_column" if name in RESERVED_META else name
 
 
