@@ -236,6 +236,9 @@ def test_filters_combine_flat_and_parse_from_json():
     assert parse_filters('{"field": "meta.overall", "operator": ">=", "value": 4}') == RATING_AT_LEAST_4 and parse_filters("  ") is None
     with pytest.raises(QAError, match=r"^The filter is not JSON \(Expecting value at character 0\)\. Fix: "):
         parse_filters("rating >= 4")
+    # a key given twice was read as its last value, unsaid (the API refused it)
+    with pytest.raises(QAError, match=r"^The filter is not one filter: the key 'value' appears twice\. Fix: "):
+        parse_filters('{"field": "meta.overall", "operator": ">=", "value": 4, "value": 1}')
     deep = {"operator": "NOT", "conditions": [RATING_AT_LEAST_4]}
     for _ in range(10):
         deep = {"operator": "NOT", "conditions": [deep]}

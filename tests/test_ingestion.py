@@ -938,6 +938,12 @@ BAD_INPUTS = {
         [],
         "the row that starts on line 2 is not readable CSV (unexpected end of data)",
     ),
+    "a JSON line with a key twice": (  # its last value was kept, unsaid
+        b'{"body": "fine", "review_id": "a", "product": "P1", "product": "P2"}\n',
+        "jsonl",
+        [],
+        "line 1 is not one document: the key 'product' appears twice. Fix: give each key once.",
+    ),
     "one line longer than a document may be": (  # was "close the quote", where there is none
         b"x" * 32_000_010 + b"\n",
         "csv",

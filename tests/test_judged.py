@@ -92,6 +92,7 @@ def test_judged_label_files_are_read_and_bad_lines_are_one_error(tmp_path):
         "not json": "{",
         "unknown answerable": json.dumps({"id": "a", "question": "q", "answerable": "maybe", "answers": []}),
         "answerable without spans": json.dumps({"id": "a", "question": "q", "answerable": "yes", "answers": []}),
+        "a key twice": '{"id": "a", "question": "q", "answerable": "yes", "answerable": "no", "answers": []}',  # which one?
     }
     for line in cases.values():
         bad = tmp_path / "bad.jsonl"

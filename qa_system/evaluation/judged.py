@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from qa_system import strict_json
 from qa_system.errors import QAError, shown
 from qa_system.metrics.calibration import expected_calibration_error, reliability_table
 from qa_system.metrics.squad import f1 as token_f1
@@ -208,7 +209,9 @@ def _json_lines(paths: Iterable[str | Path], kind: str, each: str, fix: str) -> 
                 if not line.strip():
                     continue
                 try:
-                    yield json.loads(line), where
+                    yield strict_json.loads(line), where
+                except strict_json.Refused as error:  # a repeated key or NaN: which value was meant?
+                    raise QAError(f"{where}: {error}.", fix) from None
                 except json.JSONDecodeError as error:
                     raise QAError(f"{where}: not JSON ({error.msg}).", fix) from None
                 except RecursionError:

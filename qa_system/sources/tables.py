@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from qa_system import strict_json
 from qa_system.errors import QAError
 from qa_system.sources.decoding import decoded, text_encoding
 from qa_system.sources.markup import has_tags, html_text
@@ -165,7 +166,9 @@ def read_json_lines(binary: IO[bytes], name: str, options: IngestOptions, counts
                 counts.empty_rows += 1
                 continue
             try:
-                yield f"{name} line {number}", json.loads(line)
+                yield f"{name} line {number}", strict_json.loads(line, constants=True)
+            except strict_json.Refused as error:  # which of a repeated key's values was meant?
+                raise QAError(f"{name} line {number} is not one document: {error}.", "give each key once.") from None
             except json.JSONDecodeError as error:
                 raise QAError(
                     f"{name} line {number} is not JSON ({error.msg}).",
@@ -187,7 +190,9 @@ def read_json_array(binary: IO[bytes], name: str, options: IngestOptions, counts
     encoding = text_encoding(binary, name, options.encoding, "pass a JSON file of one array of objects, saved as text.")
     with decoded(binary, name, encoding) as text:
         try:
-            array = json.loads(text.read())
+            array = strict_json.loads(text.read(), constants=True)
+        except strict_json.Refused as error:
+            raise QAError(f"{name} holds a document that is not one: {error}.", "give each key of a document once.") from None
         except json.JSONDecodeError as error:
             raise QAError(
                 f"{name} is not valid JSON (line {error.lineno}: {error.msg}).", "repair the file, or write it as JSON lines."

@@ -15,6 +15,7 @@ import unicodedata
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from qa_system import strict_json
 from qa_system.errors import QAError, check_text, shown
 from qa_system.sources.columns import is_iso_date
 
@@ -41,11 +42,13 @@ def parse_filters(text: str | None) -> dict | None:
     if text is None or not text.strip():
         return None
     try:
-        value = json.loads(text)
+        value = strict_json.loads(text)
     except json.JSONDecodeError as error:
         raise QAError(f"The filter is not JSON ({error.msg} at character {error.pos}).", FILTER_FIX) from None
     except RecursionError:
         raise QAError("The filter nests too deeply.", FILTER_FIX) from None
+    except strict_json.Refused as error:  # a repeated key: which of its values was meant?
+        raise QAError(f"The filter is not one filter: {error}.", FILTER_FIX) from None
     return check_filters(value)
 
 

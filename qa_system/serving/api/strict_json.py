@@ -22,21 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
-
-class Refused(ValueError):
-    """What ``read_json`` refuses in a body that Python's parser would take."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found = dict(pairs)
-    if len(found) < len(pairs):  # which value a repeated key means depends on the parser: a proxy may have read the other
-        keys = [key for key, _ in pairs]
-        raise Refused(f"the key {next(k for k in keys if keys.count(k) > 1)!r} appears twice")
-    return found
-
-
-def _no_constant(name: str) -> None:
-    raise Refused(f"{name} is not a JSON number")
+from qa_system import strict_json
 
 
 def read_json(body: bytes) -> Any:
@@ -44,7 +30,7 @@ def read_json(body: bytes) -> Any:
     key; else a JSONDecodeError naming the problem, which FastAPI turns into the API's one-line 422 (it answered
     other parse errors, such as a byte that is not UTF-8, with a bare 400)."""
     try:
-        return json.loads(body.decode("utf-8-sig"), parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+        return strict_json.loads(body.decode("utf-8-sig"))
     except json.JSONDecodeError:
         raise
     except UnicodeDecodeError as error:
@@ -53,7 +39,7 @@ def read_json(body: bytes) -> Any:
             problem = "it is gzip-compressed, which this server does not unpack (send it uncompressed, without Content-Encoding)"
     except RecursionError:
         problem = "arrays or objects nested more deeply than the parser allows"
-    except Refused as error:
+    except strict_json.Refused as error:
         problem = str(error)
     except ValueError:  # the one other: an integer longer than Python converts
         problem = f"a number of more than {sys.get_int_max_str_digits()} digits"
