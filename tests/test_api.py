@@ -537,7 +537,9 @@ def test_a_saved_collection_the_server_does_not_serve_says_how_to_serve_it(api, 
 
 def test_malformed_or_incomplete_bodies_are_one_line_422(api):
     broken = httpx.post(f"{api}/query", content=b'{"query": "Is it good?", ', headers={"Content-Type": "application/json"})
-    assert broken.status_code == 422 and broken.json()["detail"].startswith("The request body is not valid JSON")
+    assert broken.status_code == 422 and broken.json()["detail"].startswith("The request body is not valid JSON (Expecting property name")
+    control = httpx.post(f"{api}/query", content=b'{"query": "Is it\x01 good?"}', headers={"Content-Type": "application/json"})
+    assert control.json()["detail"].startswith("The request body is not valid JSON (Invalid control character at character 16).")
     missing = httpx.post(f"{api}/query", json={"query": "Is it good?"})
     assert missing.status_code == 422 and missing.json()["detail"] == (
         "The question names no product (item_id), and collection 'electronics' holds 3 products. "

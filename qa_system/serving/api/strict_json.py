@@ -31,8 +31,8 @@ def read_json(body: bytes) -> Any:
     other parse errors, such as a byte that is not UTF-8, with a bare 400)."""
     try:
         return strict_json.loads(body.decode("utf-8-sig"))
-    except json.JSONDecodeError:
-        raise
+    except json.JSONDecodeError as error:  # its message names no place ("Invalid control character at"): said here
+        problem = f"{error.msg}{'' if error.msg.endswith(' at') else ' at'} character {error.pos}"
     except UnicodeDecodeError as error:
         problem = f"byte 0x{body[error.start]:02x} at position {error.start} is not UTF-8"
         if body.startswith(b"\x1f\x8b"):  # gzip's magic: the server does not unpack compressed request bodies
