@@ -177,6 +177,16 @@ def described(value: object) -> str:
     return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} ({shown(repr(value), 80)})"
 
 
+def json_kind(value: object) -> str:
+    """What a value read from JSON is, in JSON's words: "an object", "an array", "a string", "a number", "true", "null"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    kinds = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}
+    return next((kind for python, kind in kinds.items() if isinstance(value, python)), f"a {type(value).__name__}")
+
+
 def check_type(value: object, name: str, types: type | tuple[type, ...], takes: str, *, optional: bool = False):
     """``value`` when it is one of ``types`` (or None, with ``optional``); else a QAError naming the argument ``name``,
     what it got and what it takes. The Python API's entry points check here: the other doors hand over text."""

@@ -241,7 +241,7 @@ def test_a_rating_filter_on_query_returns_only_matching_documents(call):
         ({"field": "rating", "operator": ">=", "value": 4}, "filters apply to 'meta.<name>'"),
         ({"field": "meta.rating", "operator": ">=", "value": "four"}, "the text 'four', which is no ISO date"),
         ({"field": "meta.date", "operator": ">=", "value": 4}, "'meta.date', a date, with the number 4"),
-        ([at_least_4], "The filter is a list, not an object."),
+        ([at_least_4], "The filter is an array, not an object."),
     ):
         refused = call("POST", "/query", json={"query": "battery?", "item_id": "P1", "collection": "rated", "filters": bad})
         assert refused.status_code == 422 and message in refused.json()["detail"] and "\n" not in refused.json()["detail"], refused.text

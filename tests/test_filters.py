@@ -103,7 +103,7 @@ def test_a_filter_built_in_python_may_hold_dates(settings, reviews):
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ([RATING_AT_LEAST_4], "The filter is a list, not an object."),
+        ([RATING_AT_LEAST_4], "The filter is an array, not an object."),
         ({"field": "overall", "operator": ">=", "value": 4}, "has the field 'overall': filters apply to 'meta.<name>'"),
         (
             {"field": "meta.overall", "operator": "=>", "value": 4},

@@ -176,7 +176,7 @@ def test_a_json_array_of_documents_reads_as_json_lines_do(home, tmp_path, capsys
     assert main(["search", "hinge", "--collection", "no-items"]) == 0  # a document of no product: no "(None)" beside it
     assert re.search(r"^1\. score [\d.]+  document \w+  \(id_column a1\)$", capsys.readouterr().out, re.MULTILINE)
     path.write_text(json.dumps([rows[0], "a string"]), encoding="utf-8")
-    with pytest.raises(QAError, match=r"export\.json \[1\] is a JSON str, not an object\. Fix: "):
+    with pytest.raises(QAError, match=r"export\.json \[1\] is a string, not an object\. Fix: "):
         ingest(home, path, "array", IngestOptions(item_column="sku", id_column="id"), embed=False, progress=False)
     assert len(documents(home, "array")) == 4
 

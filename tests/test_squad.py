@@ -91,7 +91,7 @@ def test_offsets_that_do_not_match_are_counted_and_reported(tmp_path):
         ([{"id": "a", "answers": []}], "data[0].paragraphs[0].qas[0] has no 'question'"),
         (
             [{"id": "a", "question": "?", "answers": [{"text": "x", "answer_start": "4"}]}],
-            "qas[0].answers[0].answer_start has the wrong type",
+            "qas[0].answers[0].answer_start is a string, not a number",
         ),
         (
             [{"id": "a", "question": "?", "answers": [{"text": "battery", "answer_start": 4}], "is_impossible": True}],

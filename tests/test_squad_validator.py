@@ -37,7 +37,7 @@ BAD = {
     "an article without paragraphs": (json.dumps({"data": [{"title": "t"}]}).encode(), "data[0] has no 'paragraphs'."),
     "a context that is not text": (
         json.dumps({"data": [{"paragraphs": [{"context": 3, "qas": []}]}]}).encode(),
-        "data[0].paragraphs[0].context has the wrong type (int).",
+        "data[0].paragraphs[0].context is a number, not a string.",
     ),
     "half a character in a context": (
         b'{"data": [{"paragraphs": [{"context": "a \\ud800 b", "qas": []}]}]}',
@@ -84,7 +84,7 @@ def test_mrqa_reads_its_records_with_the_public_field_checks(tmp_path):
     assert mrqa.checked_field is checked_field and mrqa.checked_list is checked_list
     record = {"qid": 7, "question": "?", "flag": True}
     assert checked_field(record, "qid", (str, int), "line 2", Path("x.jsonl"), "MRQA") == 7
-    with pytest.raises(QAError, match=r"x.jsonl: line 2.flag has the wrong type \(bool\). Fix: fix that record \(MRQA format\)."):
+    with pytest.raises(QAError, match=r"x.jsonl: line 2.flag is true, not a number. Fix: fix that record \(MRQA format\)."):
         checked_field(record, "flag", int, "line 2", Path("x.jsonl"), "MRQA")
     with pytest.raises(QAError, match="line 2 has no 'detected_answers'"):
         checked_list(record, "detected_answers", "line 2", Path("x.jsonl"), "MRQA")

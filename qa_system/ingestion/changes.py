@@ -22,7 +22,7 @@ from typing import Any
 
 from qa_system.config import Settings
 from qa_system.disk_cache import taking_turns
-from qa_system.errors import Conflict, NotFound, QAError, check_text, shown
+from qa_system.errors import Conflict, NotFound, QAError, check_text, json_kind, shown
 from qa_system.ingestion.backends import commit
 from qa_system.ingestion.collections import check_collection_name, ingestion_lock
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE
@@ -92,7 +92,7 @@ def documents_file(rows: Sequence[Any]) -> io.BytesIO:
     for position, row in enumerate(rows):
         if not isinstance(row, dict):
             raise QAError(
-                f"documents[{position}] is a {type(row).__name__}, not an object.", 'send objects such as {"text": "...", "rating": 5}.'
+                f"documents[{position}] is {json_kind(row)}, not an object.", 'send objects such as {"text": "...", "rating": 5}.'
             )
         line = json.dumps(row, ensure_ascii=False)
         try:

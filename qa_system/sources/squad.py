@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from qa_system.errors import QAError, check_text
+from qa_system.errors import QAError, check_text, json_kind
 from qa_system.sources.decoding import check_encoding
 from qa_system.sources.subjqa import LabelledQuestion
 
@@ -260,8 +260,12 @@ def checked_field(record: Any, name: str, kind, where: str, path: str | Path, fo
     if not isinstance(record, dict) or name not in record:
         raise QAError(f"{path}: {where} has no '{name}'.", f"fix that record ({form} format).")
     value = record[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        raise QAError(f"{path}: {where}.{name} has the wrong type ({type(value).__name__}).", f"fix that record ({form} format).")
+        raise QAError(
+            f"{path}: {where}.{name} is {json_kind(value)}, not {' or '.join(json_kind(k()) for k in kinds)}.",
+            f"fix that record ({form} format).",
+        )
     try:  # JSON can escape half a character ("\\ud800"), which no tokenizer takes
         return check_text(value, f"the {name} at {where} of {path}")
     except QAError as error:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from qa_system import strict_json
-from qa_system.errors import QAError
+from qa_system.errors import QAError, json_kind
 from qa_system.sources.decoding import decoded, text_encoding
 from qa_system.sources.markup import has_tags, html_text
 from qa_system.sources.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
@@ -202,9 +202,7 @@ def read_json_array(binary: IO[bytes], name: str, options: IngestOptions, counts
                 f"{name} nests JSON arrays or objects too deeply to read.", 'write an array of flat objects, e.g. [{"text": "..."}].'
             ) from None
     if not isinstance(array, list):
-        raise QAError(
-            f"{name} is a JSON {type(array).__name__}, not an array of documents.", 'write an array of objects, e.g. [{"text": "..."}].'
-        )
+        raise QAError(f"{name} is {json_kind(array)}, not an array of documents.", 'write an array of objects, e.g. [{"text": "..."}].')
     counts.rows += len(array)
     yield from _object_records(((f"{name} [{position}]", values) for position, values in enumerate(array)), name, options, counts)
 
@@ -214,9 +212,7 @@ def _object_records(objects: Iterable[tuple[str, Any]], name: str, options: Inge
     columns = None
     for where, values in objects:
         if not isinstance(values, dict):
-            raise QAError(
-                f"{where} is a JSON {type(values).__name__}, not an object.", 'write each document as a JSON object, e.g. {"text": "..."}.'
-            )
+            raise QAError(f"{where} is {json_kind(values)}, not an object.", 'write each document as a JSON object, e.g. {"text": "..."}.')
         _check_column_count(len(values), where)
         if columns is None:
             columns = _columns(list(values), options, name)

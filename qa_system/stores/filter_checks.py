@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from qa_system import strict_json
-from qa_system.errors import QAError, check_text, shown
+from qa_system.errors import QAError, check_text, json_kind, shown
 from qa_system.sources.columns import is_iso_date
 
 # What the index adds to every passage of a collection of your own, and what a SubjQA review carries.
@@ -247,13 +247,13 @@ def check_filters(filters: Any, types: Mapping[str, str] | None = None, fields: 
     if filters is None:
         return None
     if not isinstance(filters, dict):
-        raise QAError(f"The filter is a {type(filters).__name__}, not an object.", FILTER_FIX)
+        raise QAError(f"The filter is {json_kind(filters)}, not an object.", FILTER_FIX)
     filters = _dates_as_text(filters)
     conditions = [0]
 
     def walk(node: Any, where: str, depth: int) -> None:
         if not isinstance(node, dict):
-            raise QAError(f"The filter's condition {where} is a {type(node).__name__}, not an object.", FILTER_FIX)
+            raise QAError(f"The filter's condition {where} is {json_kind(node)}, not an object.", FILTER_FIX)
         conditions[0] += 1
         if depth > MAX_FILTER_DEPTH or conditions[0] > MAX_FILTER_CONDITIONS:
             raise QAError(
