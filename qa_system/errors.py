@@ -6,6 +6,7 @@ place where counts, thresholds and text from any door are checked.
 """
 
 import errno
+import json
 import math
 import unicodedata
 from numbers import Integral, Real
@@ -185,6 +186,14 @@ def json_kind(value: object) -> str:
         return str(value).lower()
     kinds = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}
     return next((kind for python, kind in kinds.items() if isinstance(value, python)), f"a {type(value).__name__}")
+
+
+def json_text(value: object) -> str:
+    """A value read from JSON as JSON writes it (null, true, "text", [1, 2]), shortened as ``shown`` does."""
+    try:
+        return shown(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError):  # not JSON's (a date of a Python caller's filter)
+        return shown(repr(value))
 
 
 def check_type(value: object, name: str, types: type | tuple[type, ...], takes: str, *, optional: bool = False):

@@ -109,7 +109,10 @@ def test_a_filter_built_in_python_may_hold_dates(settings, reviews):
             {"field": "meta.overall", "operator": "=>", "value": 4},
             "has the operator '=>'. Fix: use one of: ==, !=, >, >=, <, <=, in, not in.",
         ),
-        ({"field": "meta.overall", "operator": "in", "value": 4}, "The filter's 'in' on 'meta.overall' needs a list of values"),
+        ({"field": "meta.overall", "operator": "in", "value": 4}, "The filter's 'in' on 'meta.overall' needs a list of values, not 4"),
+        # said as JSON writes it: it was "not None"
+        ({"field": "meta.overall", "operator": ">", "value": None}, "needs a number or an ISO date, not null."),
+        ({"field": "meta.overall", "operator": "==", "value": {"a": True}}, 'needs a number, text, true/false or null, not {"a": true}.'),
         ({"field": "meta.overall", "operator": ">="}, "has no 'value'"),
         ({"operator": "AND", "conditions": []}, "needs a non-empty list of 'conditions'"),
         ({"operator": "XOR", "conditions": [RATING_AT_LEAST_4]}, "is neither a comparison"),

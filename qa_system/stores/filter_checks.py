@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from qa_system import strict_json
-from qa_system.errors import QAError, check_text, json_kind, shown
+from qa_system.errors import QAError, check_text, json_kind, json_text, shown
 from qa_system.sources.columns import is_iso_date
 
 # What the index adds to every passage of a collection of your own, and what a SubjQA review carries.
@@ -79,12 +79,14 @@ def _check_condition(condition: dict, where: str, types: Mapping[str, str], fiel
     if operator in ("in", "not in"):
         if not isinstance(value, list) or not all(_is_scalar(v) for v in value):
             raise QAError(
-                f"The filter's '{operator}' on '{field}' needs a list of values, not {value!r}.",
+                f"The filter's '{operator}' on '{field}' needs a list of values, not {json_text(value)}.",
                 'write e.g. {"field": "meta.rating", "operator": "in", "value": [4, 5]}.',
             )
         values = value
     elif not _is_scalar(value):
-        raise QAError(f"The filter's '{operator}' on '{field}' needs a number, text, true/false or null, not {value!r}.", FILTER_FIX)
+        raise QAError(
+            f"The filter's '{operator}' on '{field}' needs a number, text, true/false or null, not {json_text(value)}.", FILTER_FIX
+        )
     else:
         values = [value]
     for element in values:
@@ -138,7 +140,7 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
     number = _is_number(value)
     if not number and not isinstance(value, str):
         raise QAError(
-            f"The filter's '{operator}' on '{field}' needs a number or an ISO date, not {value!r}.",
+            f"The filter's '{operator}' on '{field}' needs a number or an ISO date, not {json_text(value)}.",
             'write e.g. {"field": "meta.rating", "operator": ">=", "value": 4}.',
         )
     if kind == "text":
