@@ -1008,6 +1008,10 @@ def test_ask_url_asks_a_running_server_and_its_errors_are_one_line(api, capsys):
     assert main(["ask", "Is it good?", "--item", "NOPE", "--url", api]) == 2  # the server's 404, as one line
     err = capsys.readouterr().err
     assert "Product 'NOPE' has no reviews" in err and len(err.strip().splitlines()) == 1
+    # the server's limits are said as the flags that set them (it said "pass top_k=1 to 50")
+    assert main(["ask", "Is it good?", "--item", "KINDLE", "--url", api, "--top-k", "100", "--answers", "60"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --top-k must be a whole number from 1 to 50, not 100. Fix: pass --top-k 1 to 50"), err
     port = free_port()
     assert main(["ask", "Is it good?", "--item", "KINDLE", "--url", f"http://127.0.0.1:{port}"]) == 2
     err = capsys.readouterr().err

@@ -12,6 +12,7 @@ decompressed (a gzip bomb stops there), and a reply that is not JSON of the ``/q
 from __future__ import annotations
 
 import json
+import re
 import threading
 import unicodedata
 import zlib
@@ -63,7 +64,27 @@ def ask_server(
     if question.split is not None:
         raise QAError("A server answers from every split.", "leave out --split with --url, or ask without --url.")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return _checked_reply(_json_reply(url, *_exchange(url, body, headers, timeout, max_bytes)), url)
+    try:
+        return _checked_reply(_json_reply(url, *_exchange(url, body, headers, timeout, max_bytes)), url)
+    except QAError as error:  # the server names its fields: said as the flags that set them
+        raise type(error)(in_flag_terms(error.problem), error.fix and in_flag_terms(error.fix)) from None
+
+
+# The question's fields in a server's messages, and the flags of `ask` / `shell` that set them.
+_FIELD_FLAGS = {
+    "top_k_reader": "--answers",
+    "top_k": "--top-k",
+    "no_answer_threshold": "--no-answer-threshold",
+    "item_id": "--item",
+    "filters": "--filter",
+}
+_FIELD = re.compile(rf"\b({'|'.join(_FIELD_FLAGS)})\b(=?)")
+
+
+def in_flag_terms(message: str) -> str:
+    """A server's message about a question's fields, said as the flags that set them ("pass top_k=1 to 50" -> "pass
+    --top-k 1 to 50")."""
+    return _FIELD.sub(lambda match: _FIELD_FLAGS[match[1]] + (" " if match[2] else ""), message)
 
 
 def _json_reply(url: str, status: int, data: bytes) -> Any:
