@@ -693,7 +693,12 @@ def test_a_run_that_fails_late_leaves_the_collection_as_it_was(home, tmp_path):
     assert list((home.index_dir / "staging").iterdir()) == []
 
 
-def test_kill_9_while_saving_keeps_the_collection(home, tmp_path):
+@pytest.mark.parametrize("kill", ["SIGKILL", "SIGTERM"])
+def test_a_signal_while_saving_keeps_the_collection(home, tmp_path, kill):
+    """kill -9 stops the run where it is; SIGTERM (a service manager, `kill`) ended `index` with exit -15 and not a word,
+    where Ctrl+C said what was saved: now it says so too, exit 143."""
+    from qa_system.cli.main import TERMINATED
+
     path = write_csv(tmp_path / "r.csv")
     ingest(home, path, "killed", COLUMNS, embed=False, progress=False)
     saved = home.index_dir / "memory" / "killed.json"
@@ -701,7 +706,7 @@ def test_kill_9_while_saving_keeps_the_collection(home, tmp_path):
     write_csv(path, [*REVIEWS, ("r5", "P3", "A sturdy tripod.", "5")])
     script = textwrap.dedent(f"""
         import os, signal, sys
-        os.fsync = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+        os.fsync = lambda *args: os.kill(os.getpid(), signal.{kill})
         from qa_system.cli import main
         sys.exit(main(["index", "--input", {str(path)!r}, "--collection", "killed", "--text-column", "body",
                        "--id-column", "review_id", "--no-embed"]))
@@ -709,35 +714,13 @@ def test_kill_9_while_saving_keeps_the_collection(home, tmp_path):
     killed = subprocess.run(
         [sys.executable, "-c", script], env={**os.environ, "QA_HOME": str(home.home)}, capture_output=True, text=True, timeout=300
     )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    if kill == "SIGKILL":
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+    else:
+        assert killed.returncode == 143 and killed.stderr.strip().splitlines()[-1] == TERMINATED, killed.stderr
     assert digest(saved) == before
     assert ingest(home, path, "killed", COLUMNS, embed=False, progress=False).added == 1
     assert sorted(p.name for p in saved.parent.iterdir()) == ["killed.json"]
-
-
-def test_sigterm_while_saving_is_one_line_exit_143_and_keeps_the_collection(home, tmp_path):
-    """A service manager's SIGTERM (or `kill`) ended `index` with exit -15 and not a word; Ctrl+C said what was saved."""
-    from qa_system.cli.main import TERMINATED
-
-    path = write_csv(tmp_path / "r.csv")
-    ingest(home, path, "termed", COLUMNS, embed=False, progress=False)
-    saved = home.index_dir / "memory" / "termed.json"
-    before = digest(saved)
-    write_csv(path, [*REVIEWS, ("r5", "P3", "A sturdy tripod.", "5")])
-    script = textwrap.dedent(f"""
-        import os, signal, sys
-        os.fsync = lambda *args: os.kill(os.getpid(), signal.SIGTERM)
-        from qa_system.cli import main
-        sys.exit(main(["index", "--input", {str(path)!r}, "--collection", "termed", "--text-column", "body",
-                       "--id-column", "review_id", "--no-embed"]))
-    """)
-    stopped = subprocess.run(
-        [sys.executable, "-c", script], env={**os.environ, "QA_HOME": str(home.home)}, capture_output=True, text=True, timeout=300
-    )
-    assert stopped.returncode == 143, stopped.stderr
-    assert stopped.stderr.strip().splitlines()[-1] == TERMINATED and "Traceback" not in stopped.stderr
-    assert digest(saved) == before
-    assert ingest(home, path, "termed", COLUMNS, embed=False, progress=False).added == 1
 
 
 def test_a_damaged_collection_file_is_one_line_naming_the_fix(home, tmp_path):
