@@ -1,6 +1,9 @@
-"""JSON read strictly (RFC 8259): no repeated key and no NaN or Infinity, which Python's parser takes and other
-parsers (a proxy's, a client's, a spreadsheet's export) read differently or not at all. A filter, a document or a
-label written with a key twice meant one of its values, and which one depends on who reads it: it is refused."""
+"""JSON read strictly (RFC 8259): no repeated key, and no NaN or Infinity.
+
+Python's parser takes both, which other parsers (a proxy's, a client's, a spreadsheet's export) read differently or
+not at all. A filter, a document or a label written with a key twice meant one of its values, and which one depends
+on who reads it: it is refused.
+"""
 
 from __future__ import annotations
 
