@@ -44,7 +44,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     noun = singular(noun_read(documents, args))
     print(
         terminal_text(
-            f"{len(documents)} {noun}(s) for {asked_about(args.item, collection_noun(args))} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"
+            f"{len(documents)} {noun}(s) for {asked_about(args.item, args)} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"
         )
     )
     for rank, document in enumerate(documents, 1):
@@ -68,11 +68,12 @@ def collection_noun(args: argparse.Namespace) -> str:
     return (REVIEWS if subjqa else DOCUMENTS) if subjqa is not None else DOCUMENTS if getattr(args, "collection", None) else REVIEWS
 
 
-def asked_about(item: str | None, noun: str) -> str:
-    """What a question was asked about: its item, else all the products of SubjQA's reviews or all of a collection's documents."""
+def asked_about(item: str | None, args: argparse.Namespace) -> str:
+    """What a question was asked about: its item, else all the products of SubjQA's reviews or all of a collection's
+    documents (``collection_noun``)."""
     from qa_system.nouns import REVIEWS
 
-    return item or ("all products" if noun == REVIEWS else "all documents")
+    return item or ("all products" if collection_noun(args) == REVIEWS else "all documents")
 
 
 def noun_read(documents, args: argparse.Namespace) -> str:
@@ -148,7 +149,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
     timings = result["timings"]
     print(
         terminal_text(
-            f"Q: {args.question}  ({asked_about(args.item, collection_noun(args))}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"Q: {args.question}  ({asked_about(args.item, args)}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
             f"reader {1000 * timings['answer_s']:.0f} ms, {result['reader_backend']})"
         )
     )
@@ -164,7 +165,7 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
     timings = body["timings"]
     print(
         terminal_text(
-            f"Q: {args.question}  ({asked_about(body['item_id'], collection_noun(args))} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"Q: {args.question}  ({asked_about(body['item_id'], args)} in {body['collection']}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
             f"answer {1000 * timings['answer_s']:.0f} ms, queue {1000 * timings.get('queue_s', 0):.0f} ms; {body['pipeline']} at {public_url(args.url)})"
         )
     )
@@ -232,7 +233,7 @@ def cmd_shell(args: argparse.Namespace) -> None:
         args.collection, args.domain = service.names[0], None  # the service's own name for its default collection
     print(
         terminal_text(
-            f"Ask about {asked_about(args.item, collection_noun(args))} ({public_url(args.url) if args.url else service.names[0]}); ':item ID' picks a product, "
+            f"Ask about {asked_about(args.item, args)} ({public_url(args.url) if args.url else service.names[0]}); ':item ID' picks a product, "
             "':help' lists the commands, ':quit' ends."
         ),
         file=sys.stderr,
@@ -284,7 +285,7 @@ def _shell_command(command: str, value: str, args: argparse.Namespace, service, 
 
         item = check_item_at(args.url, item, _collection(args), token)
     args.item = item
-    print(terminal_text(f"Asking about {asked_about(item, collection_noun(args))}."), file=sys.stderr)
+    print(terminal_text(f"Asking about {asked_about(item, args)}."), file=sys.stderr)
 
 
 def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
@@ -296,7 +297,7 @@ def _answer_line(args: argparse.Namespace, service, token: str | None) -> None:
     timings = result["timings"]
     print(
         terminal_text(
-            f"Q: {args.question}  ({asked_about(args.item, collection_noun(args))}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
+            f"Q: {args.question}  ({asked_about(args.item, args)}; retrieval {1000 * timings['retrieval_s']:.0f} ms, "
             f"answer {1000 * timings['answer_s']:.0f} ms; {result['pipeline']})"
         )
     )
@@ -318,7 +319,7 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
     from qa_system.serving.answer_views import answer_cards, answer_views, reading_noun
 
     views = answer_views(answers)
-    noun = reading_noun(views, collection_noun(args))  # what was read, or what the collection holds where nothing was
+    noun = reading_noun(views, args)  # what was read, or what the collection holds where nothing was
     tty = sys.stdout.isatty()
     _print_withheld(next((v.withheld for v in views if v.withheld), None))
     for view, card in zip(views, answer_cards(views, noun)):
@@ -330,7 +331,7 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
 
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     """The generated answer (streamed with --stream), then the reviews it cites and the others it was given."""
-    print(terminal_text(f"Q: {args.question}  ({asked_about(args.item, collection_noun(args))})"))
+    print(terminal_text(f"Q: {args.question}  ({asked_about(args.item, args)})"))
     if args.stream:
         print("A: ", end="", flush=True)
     stream = (lambda chunk: print(terminal_text(chunk.content), end="", flush=True)) if args.stream else None
