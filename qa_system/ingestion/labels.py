@@ -240,9 +240,10 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
             f"index the labelled documents first (`qa-system index --input {path} --collection {collection}`), or check the file.",
         )
     if missing:
+        one = len(missing) == 1
         notes.append(
-            f"{len(missing)} {'answer is' if len(missing) == 1 else 'answers are'} not found in {'its' if len(missing) == 1 else 'their'} document's text "
-            f"({'it still counts' if len(missing) == 1 else 'they still count'}, as text): {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}."
+            f"{len(missing)} {'answer is' if one else 'answers are'} not found in {'its' if one else 'their'} document's text "
+            f"({'it still counts' if one else 'they still count'}, as text): {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}."
         )
     return Labels(questions, path, collection, file_format, notes)
 

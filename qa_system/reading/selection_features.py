@@ -42,9 +42,9 @@ _HEADING_NUMBER = re.compile(r"^(?:\d+(?:\.\d+)*\.?|[A-Z]\.)\s+")  # "9. ", "4.2
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cannot)\b|n['’]t\b", re.IGNORECASE)
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
-# Where a phrase ends: an ellipsis ("the washrooms...they are clean"), a sentence's end (not a decimal point: "1.5 hours", "$199.99"; nor a dot inside a word, before a
-# small letter: "amazon.com", "help@lux.com", "v1.x"), a semicolon, a dash between
-# words, a comma before a word that starts a new clause, a rule or heading mark of three or more
+# Where a phrase ends: an ellipsis ("the washrooms...they are clean"), a sentence's end (not a decimal point: "1.5
+# hours", "$199.99"; nor a dot inside a word, before a small letter: "amazon.com", "help@lux.com", "v1.x"), a
+# semicolon, a dash between words, a comma before a word that starts a new clause, a rule or heading mark of three or more
 # ("Battery=====The battery lasts", "***EDIT***", "---"), or a capitalised heading run into the word that starts its
 # text ("HEADPHONE QUALITYThe headphones": reviews whose lines were joined; only before a word that starts sentences,
 # so that "LEDs", "HDMI" and "TRENDnet" stay whole); Chinese and Japanese full stops too.
