@@ -178,13 +178,13 @@ class FeedbackStore:
                 with connection:
                     yield connection
         except (OSError, sqlite3.Error) as error:
-            full = isinstance(error, sqlite3.Error) and (getattr(error, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
-            if full or (isinstance(error, OSError) and error.errno in NO_SPACE):
+            code = getattr(error, "sqlite_errorcode", 0) & 0xFF if isinstance(error, sqlite3.Error) else None  # its primary code
+            if code == sqlite3.SQLITE_FULL or (isinstance(error, OSError) and error.errno in NO_SPACE):
                 raise NoSpace(
                     f"No space left on the disk of the feedback database {self.path}; nothing was saved.",
                     "free space there (or point QA_FEEDBACK_DB at another disk), then send the click again.",
                 ) from error
-            if isinstance(error, sqlite3.Error) and (getattr(error, "sqlite_errorcode", 0) & 0xFF) in DAMAGED:
+            if code in DAMAGED:
                 raise Unavailable(
                     f"The feedback database {self.path} is damaged ({error}).",
                     f"move it aside (`sqlite3 {self.path.name} .recover` may get its clicks back); a new one is made at the next click.",

@@ -203,8 +203,7 @@ class QAService:
         ``max_age_s``; an open one that changed is closed."""
         found, fresh = self.catalogue.listed(max_age_s)
         if fresh:
-            self.collections_open.close_changed(found)
-            self.catalogue.forget_missing(found)
+            self._listed_again(found)
         return self.catalogue.available(found)
 
     def _close_changed(self) -> None:
@@ -216,8 +215,12 @@ class QAService:
         except QAError:  # the search server unreachable: the question says so, not the listing
             return
         if fresh:
-            self.collections_open.close_changed(found)
-            self.catalogue.forget_missing(found)
+            self._listed_again(found)
+
+    def _listed_again(self, found: dict[str, CollectionInfo]) -> None:
+        """The store listed afresh (``found``): an open collection saved since is closed, one deleted is served no more."""
+        self.collections_open.close_changed(found)
+        self.catalogue.forget_missing(found)
 
     def collections(self) -> list[dict[str, Any]]:
         """Each collection served, as ``served.collection_summary`` describes it. With ``serve_own``, the store's own
