@@ -12,8 +12,8 @@ from haystack import Document
 
 from qa_system.evaluation.judged import JudgedQuestion, JudgedSpan
 from qa_system.reading.reader import ReaderOutput, SpanCandidate
-from qa_system.reading.selection import SELECTOR_FILE, USEFUL, AnswerSelector
-from qa_system.reading.selection_features import MAX_PHRASE_WORDS, ReadDocument, candidates, features, phrase_bounds
+from qa_system.reading.selection import SELECTOR_FILE, USEFUL, AnswerSelector, SelectorModel
+from qa_system.reading.selection_features import MAX_PHRASE_WORDS, ReadDocument, candidates, features, other_codes, phrase_bounds
 from qa_system.training.judged_selector import MODE, fit_judged_selector, judged_frames, summarize_out_of_fold
 from qa_system.training.selector import _read_document
 
@@ -288,6 +288,21 @@ def test_the_first_card_is_the_one_most_likely_to_be_right_and_reads_as_a_whole_
     chances = [a.score for a in answers]
     assert chances == sorted(chances, reverse=True)
     json.dumps([a.meta for a in answers])  # plain types only: the API and Hayhooks encode them
+
+
+def test_the_row_of_another_code_than_the_one_asked_is_no_answer(judged_selector):
+    """ "What does error E3 mean?" over a manual's table of codes: the row of E1 came first (74%), beside E3's."""
+    folder, _, _ = judged_selector
+    table = "Code: E1, Meaning: Water tank empty\nCode: E3, Meaning: Wheel stuck\nCode: E4, Meaning: Cliff sensor dirty"
+    spans = [(table.index(row), table.index("\n", table.index(row)), logit) for row, logit in (("Code: E1", 4.0), ("Code: E3", 3.0))]
+    found, values, _, decision = SelectorModel(folder).choose("What does error E3 mean?", [ReadDocument(table, 0.5, spans)])
+    by_text = dict(zip((c.text for c in found), values))
+    assert by_text["Code: E1, Meaning: Water tank empty"] == 0.0 < by_text["Code: E3, Meaning: Wheel stuck"]
+    assert decision.answer is None or found[decision.answer].text.startswith("Code: E3")
+    # a text naming only another model is read as before when no text names the one asked
+    assert other_codes("Is the S7 quiet?", ["I came from the S6, this one is quiet", "Quiet enough"]) == [False, False]
+    assert other_codes("What does E3 mean?", ["E1: tank empty", "E3: wheel stuck", "Press the button"]) == [True, False, False]
+    assert other_codes("What does e-3 mean?", ["E1: tank", "E3: wheel"]) == [True, False]  # one code however written
 
 
 def test_a_selector_not_told_whether_a_product_was_asked_sees_it_in_the_documents(judged_selector):

@@ -54,6 +54,7 @@ from qa_system.reading.selection_features import (
     answer_row,
     content_words,
     features,
+    other_codes,
     phrase_bounds,
     shown_text_row,
 )
@@ -231,6 +232,8 @@ class SelectorModel:
         span_scores = self.span_f1(rows)
         if all_documents and rows:
             span_scores = span_scores * retrieval_weights(rows)
+        if spans:  # the row of another error code than the one asked for is no answer (a manual's table of codes)
+            span_scores = np.where(other_codes(query, [span.text for span in spans]), 0.0, span_scores)
         best = int(np.argmax(span_scores)) if spans else None
         p = self.answerable(
             answer_row(

@@ -252,6 +252,28 @@ def heads(content: str, start: int, end: int) -> bool:
     return all(word[0].isupper() for word in words if len(word) > 3)
 
 
+# A code of letters and a number: an error code ("E3", "F-04"), a model ("S7"), a format ("mp3").
+_CODE = re.compile(r"\b([A-Za-z]{1,4})-?(\d{1,4})\b")
+
+
+def codes(text: str) -> set[tuple[str, str]]:
+    """The codes ``text`` names, each as (its letters in lower case, its number): "E3" and "e-3" are one."""
+    return {(match[1].lower(), match[2]) for match in _CODE.finditer(text)}
+
+
+def other_codes(query: str, texts: Sequence[str]) -> list[bool]:
+    """For each candidate text, whether it names another code of the kind the question asks about, and not the asked
+    one, while some other candidate names the asked one: the table row of "E1" answers no question about "E3"
+    where the row of "E3" is there to read. A review that only names another model ("I came from the S6") is not
+    passed over when no text names the asked "S7"."""
+    asked = codes(query)
+    found = [codes(text) for text in texts]
+    if not asked or not any(named & asked for named in found):
+        return [False] * len(texts)
+    kinds = {letters for letters, _ in asked}
+    return [not named & asked and any(letters in kinds for letters, _ in named) for named in found]
+
+
 def content_words(text: str) -> set[str]:
     """The words of ``text`` that carry meaning (lower case, stop words left out)."""
     return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS}
