@@ -71,6 +71,17 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("It was affordable ($100+ tip - and we ordered tons).", "affordable", "It was affordable ($100+ tip - and we ordered tons)"),
         ("We had a fire place (it was chilly!)Breakfast was nice.", "fire", "We had a fire place (it was chilly!)"),
         ("It was affordable (a tip - " + "x " * 50 + ")", "affordable", "It was affordable"),  # closed too far away
+        (
+            "Our room was on the ground floor. . .they are spotless and the view was great.",
+            "spotless",
+            "they are spotless and the view was great",
+        ),
+        ("The hotel gives you slippers [a nice touch!] and robes.", "slippers", "The hotel gives you slippers [a nice touch!]"),
+        ("Check-in was slow {we waited an hour!} but fine.", "slow", "Check-in was slow {we waited an hour!}"),
+        # a bracket opened before a break and closed in the phrase: no lone ")" shown
+        ("We got coffee cups (nice touch! we loved them) and a kettle.", "kettle", "and a kettle"),
+        ("We got coffee cups (nice touch! we loved them) and a kettle.", "loved", "we loved them"),
+        ("The rooms (clean, but tiny. The beds were hard) cost 90 euros. Fine.", "beds", "The beds were hard"),
     ]:
         start = text.index(span)
         assert text[slice(*phrase_bounds(text, start, start + len(span)))] == phrase
@@ -93,6 +104,10 @@ def test_a_candidate_keeps_to_one_line_and_a_question_of_the_document_is_none():
     bread = review.index("doesn't provide")
     found = candidates([ReadDocument(review, 0.0, [(bread, bread + len("doesn't provide complimentary bread"), 5.0)])], phrases=True)
     assert [c.text for c in found] == ["What kind of a restaurant doesn't provide complimentary bread"]
+    for asking in ("Is there free parking?! No, parking costs $20 a night.", "Is the breakfast any good!? Yes, very."):
+        echo = asking.index("?") - 8
+        found = candidates([ReadDocument(asking, 0.0, [(echo, echo + 4, 5.0)])], phrases=True)
+        assert found == []  # the question repeated, with no negation to turn round, still asks
 
 
 def test_a_heading_of_the_document_is_no_candidate():

@@ -42,7 +42,7 @@ _HEADING_NUMBER = re.compile(r"^(?:\d+(?:\.\d+)*\.?|[A-Z]\.)\s+")  # "9. ", "4.2
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cannot)\b|n['’]t\b", re.IGNORECASE)
 # "How long/many/much ...": a quantity asked for, answered in a few words.
 _HOW_MUCH = frozenset("many much long far old big heavy often tall large loud".split())
-# Where a phrase ends: an ellipsis ("the washrooms...they are clean"), a sentence's end (not a decimal point: "1.5
+# Where a phrase ends: an ellipsis ("the washrooms...they are clean", ". . ."), a sentence's end (not a decimal point: "1.5
 # hours", "$199.99"; nor a dot inside a word, before a small letter: "amazon.com", "help@lux.com", "v1.x"), a
 # semicolon, a dash between words, a comma before a word that starts a new clause, a rule or heading mark of three or more
 # ("Battery=====The battery lasts", "***EDIT***", "---"), or a capitalised heading run into the word that starts its
@@ -55,7 +55,7 @@ _ABBREVIATIONS = "".join(
     rf"(?<!\b{a})" for a in "[A-Z]\\.[A-Z] [Cc]a [Aa]pprox [Vv]s [Ee]\\.g [Ii]\\.e [Ee]sp [Ii]ncl [Rr]esp [Ff]ig Dr Mr Mrs Ms Prof".split()
 )
 PHRASE_BREAK = re.compile(
-    rf"\.{{2,}}|\u2026|{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))(?![A-Z]\.)|"
+    rf"\.(?: ?\.)+|\u2026|{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))(?![A-Z]\.)|"
     r"[!?;\n\u3002\uff01\uff1f\uff1b]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
     rf"|(?<=[A-Z]{{3}})(?=(?:{_SENTENCE_STARTS})\b)"
 )
@@ -66,13 +66,16 @@ _PHRASE_TAIL = "([{:,-\u2013\u2014"
 MAX_PHRASE_WORDS = 40
 MAX_PHRASE_CHARS = 400
 # A phrase that opens a bracket and breaks inside it ("(nice touch!)", "($100+ tip - and we ordered tons)") ends at
-# its ")" when that comes within this many characters on the same line.
+# its closing bracket when that comes within this many characters on the same line.
 BRACKET_REACH = 80
+_BRACKETS = {"(": ")", "[": "]", "{": "}"}
+_OPENERS = {closer: opener for opener, closer in _BRACKETS.items()}
 # An HTML entity left in stored text ("&amp;", "&#34;"): its semicolon does not end a phrase.
 _ENTITY = re.compile(r"&#?\w{1,8};")
 _SENTENCE_END = ".!?\n"
 _SENTENCE_MARK = re.compile(r"(?<!\d)\.|\.(?!\d)|[!?\n\u3002\uff01\uff1f]")  # where the sentence around a span ends
 _LINE = re.compile(r"[^\n]+")
+_MARKS = re.compile(r"[?!]*")  # the question and exclamation marks that end a sentence together
 
 
 @dataclass(frozen=True)
@@ -133,33 +136,44 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     left = _PHRASE_LEAD.match(content, left, start).end()
     while right > end and (content[right - 1].isspace() or content[right - 1] in _PHRASE_TAIL):
         right -= 1
-    right = _bracket_closed(content, left, right, end)
+    left, right = _brackets_closed(content, left, right, start, end)
     if right - left > MAX_PHRASE_CHARS or len(content[left:right].split()) > MAX_PHRASE_WORDS:
         return start, end
     return left, right
 
 
-def _bracket_closed(content: str, left: int, right: int, end: int) -> int:
-    """Where a phrase ``content[left:right]`` around a span ending at ``end`` ends once its brackets are closed: at the ")"
-    that closes the first one it leaves open, when that comes soon on the same line; else before that "(" when the span
-    ends before it ("affordable ($100+ tip" reads "affordable"); else at ``right``."""
-    depth, opened = 0, None
+def _brackets_closed(content: str, left: int, right: int, start: int, end: int) -> tuple[int, int]:
+    """The bounds of a phrase ``content[left:right]`` around the span ``start:end`` once its brackets match. A bracket it
+    leaves open ends it at the bracket that closes it, when that comes soon on the same line ("cups (nice touch!)"),
+    else before the bracket when the span ends before it ("affordable ($100+ tip" reads "affordable"). A bracket it
+    closes without opening (one opened before a break) starts it after that bracket when the span comes after it
+    ("we loved them) and a kettle" reads "and a kettle"), and ends it there when the span comes before."""
+    opened: list[int] = []
     for position in range(left, right):
-        if content[position] == "(":
-            opened = position if depth == 0 else opened
-            depth += 1
-        elif content[position] == ")" and depth:
-            depth -= 1
-    if depth == 0:
-        return right
-    close = content.find(")", right, right + BRACKET_REACH)
+        character = content[position]
+        if character in _BRACKETS:
+            opened.append(position)
+        elif character in _OPENERS:
+            if opened and content[opened[-1]] == _OPENERS[character]:
+                opened.pop()
+            elif position < start:
+                left, opened = _PHRASE_LEAD.match(content, position + 1, start).end(), []
+            elif position >= end:
+                right = position
+                break
+    while right > end and content[right - 1].isspace():
+        right -= 1
+    if not opened:
+        return left, right
+    first = opened[0]
+    close = content.find(_BRACKETS[content[first]], right, right + BRACKET_REACH)
     if close != -1 and "\n" not in content[right:close]:
-        return close + 1
-    if opened >= end:
-        while opened > end and content[opened - 1].isspace():
-            opened -= 1
-        return opened
-    return right
+        return left, close + 1
+    if first >= end:
+        while first > end and content[first - 1].isspace():
+            first -= 1
+        return left, first
+    return left, right
 
 
 def candidates(documents: Sequence[ReadDocument], phrases: bool = False, query: str = "") -> list[Candidate]:
@@ -230,10 +244,15 @@ def one_line(content: str, start: int, end: int) -> tuple[int, int]:
 
 def asks(content: str, start: int, end: int) -> bool:
     """Whether the span lies in a question of the document ("How do I reset the router?", an FAQ's heading; "Is it
-    worth the money?" in a review): such a sentence asks, it does not answer. One that ends "?!" or "!?" exclaims ("What
-    kind of a restaurant doesn't provide complimentary bread?!"), and answers."""
+    worth the money?" in a review): such a sentence asks, it does not answer. One that ends "?!" or "!?" and holds a
+    negation exclaims the other way round ("What kind of a restaurant doesn't provide complimentary bread?!"), and
+    answers; "Is there free parking?!" still asks."""
     after = _SENTENCE_MARK.search(content, end)
-    return after is not None and after.group() == "?" and "!" not in content[after.start() - 1 : after.end() + 1]
+    marks = _MARKS.match(content, after.start()).group() if after is not None else ""  # "?", "?!", "!?", "!"
+    if "?" not in marks:
+        return False
+    sentence_start = max(content.rfind(mark, 0, start) for mark in _SENTENCE_END) + 1
+    return not ("!" in marks and _NEGATION.search(content, sentence_start, after.start()))
 
 
 def heads(content: str, start: int, end: int) -> bool:
