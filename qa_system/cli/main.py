@@ -129,21 +129,40 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the command is, as Ctrl+C raises KeyboardInterrupt: its work stops the same way."""
 
 
+# How long a command told to stop may go on when the stop was swallowed (a native library's load catches everything).
+STOP_WITHIN_S = 10.0
+
+
 @contextmanager
 def _stopping_on_sigterm() -> Iterator[None]:
     """SIGTERM raises ``Terminated`` while a command runs (the default ends the process without a word), the handler
-    before it restored afterwards; a server installs its own meanwhile. Only the main thread may handle signals."""
+    before it restored afterwards; a server installs its own meanwhile. Only the main thread may handle signals.
+
+    Code that catches every exception can swallow it (ONNX Runtime loading a model): a command that ends anyway says it
+    was stopped, and one still running ``STOP_WITHIN_S`` later ends the process, as the signal's default would."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    asked, left = threading.Event(), threading.Event()
+
+    def deadline() -> None:
+        if not left.wait(STOP_WITHIN_S):
+            print(TERMINATED, file=sys.stderr, flush=True)
+            os._exit(143)
 
     def terminated(signum, frame):
+        if not asked.is_set():
+            asked.set()
+            threading.Thread(target=deadline, name="sigterm-deadline", daemon=True).start()
         raise Terminated
 
     before = signal.signal(signal.SIGTERM, terminated)
     try:
         yield
+        if asked.is_set():
+            raise Terminated
     finally:
+        left.set()
         signal.signal(signal.SIGTERM, before)
 
 
