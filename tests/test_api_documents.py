@@ -527,23 +527,24 @@ def test_an_upload_being_read_and_checked_holds_no_question_worker(settings, mon
     assert threads == ["qa-api-changes_0"]
 
 
-@pytest.mark.parametrize("finishes", [True, False], ids=["finishes-in-time", "killed-unfinished"])
+@pytest.mark.parametrize("finishes", [True, False], ids=["finishes-in-time", "stopped-at-its-next-batch"])
 def test_a_server_stopping_during_a_change_waits_for_it_and_logs_what_it_became(settings, monkeypatch, caplog, finishes):
-    """A stop signal killed a running upload without a word in the log; nobody polls its task any more."""
+    """A stop signal killed a running upload without a word in the log (nobody polls its task any more), and a process
+    ending while it embedded aborted (exit 134)."""
+    from qa_system.ingestion import IngestProgress
     from qa_system.serving import documents as documents_module
     from qa_system.stores import saved_manifest
 
-    started, release, stopped = threading.Event(), threading.Event(), threading.Event()
+    started, release = threading.Event(), threading.Event()
     real_ingest = documents_module.ingest
 
-    def held_ingest(*args, **kwargs):  # a long change: it goes on when released, or dies with its process once stopped
+    def long_ingest(*args, **kwargs):  # a long change: it reports its progress batch after batch until released
         started.set()
-        release.wait(60)
-        if stopped.is_set():
-            raise SystemExit("the process ended")
+        while not release.wait(0.05):
+            kwargs["on_progress"](IngestProgress(0, 0, None))
         return real_ingest(*args, **kwargs)
 
-    monkeypatch.setattr(documents_module, "ingest", held_ingest)
+    monkeypatch.setattr(documents_module, "ingest", long_ingest)
     monkeypatch.setattr(documents_module, "STOP_GRACE_S", 30.0 if finishes else 0.5)
     name = f"stopping-{finishes}".lower()
     with caplog.at_level(logging.INFO, logger="qa_system.serving.documents"):
@@ -557,15 +558,14 @@ def test_a_server_stopping_during_a_change_waits_for_it_and_logs_what_it_became(
             assert task.status_code == 202 and started.wait(60)
             if finishes:
                 threading.Timer(1.0, release.set).start()  # released while the server waits for it
-        stopped.set()
-        release.set()
+    release.set()
     task_line = f"Task {task.json()['task_id']} (8 documents into collection '{name}')"
     assert "Stopping: waiting up to" in caplog.text
     if finishes:
         assert f"{task_line} finished before the server stopped." in caplog.text
         assert saved_manifest(settings, name)["source_documents"] == 8
     else:
-        assert f"{task_line} stops unfinished with the server" in caplog.text and "send the documents again" in caplog.text
+        assert f"{task_line} was stopped with the server" in caplog.text and "send the documents again" in caplog.text
         assert saved_manifest(settings, name).get("source_documents", 0) == 0
 
 

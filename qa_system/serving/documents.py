@@ -36,9 +36,11 @@ logger = logging.getLogger(__name__)
 
 # Finished tasks kept for polling; the oldest are forgotten first.
 KEPT_TASKS = 1000
-# How long a stopping server waits for the changes still running: with uvicorn's 10 s for the requests in flight,
-# it stays within the 30 s that a service manager (Kubernetes, systemd) gives a process before killing it.
-STOP_GRACE_S = 15.0
+# How long a stopping server waits for the changes still running, then for those it stopped to end (at their next
+# batch): with uvicorn's 10 s for the requests in flight, within the 30 s that a service manager (Kubernetes, systemd)
+# gives a process before killing it. A change still embedding when the process ends would end it with an abort.
+STOP_GRACE_S = 10.0
+STOP_CANCEL_S = 5.0
 
 
 def error_status(error: BaseException) -> int:
@@ -60,6 +62,7 @@ class Change:
     started: float = field(default_factory=time.time)
     progress: IngestProgress | None = None
     task: BackgroundTask | None = None
+    stop: threading.Event = field(default_factory=threading.Event)  # set: end at the next batch, nothing saved
 
     def status(self) -> dict[str, Any]:
         """``running`` (with progress), ``done`` (with the ingestion report) or ``failed`` (with the one-line error and its status)."""
@@ -155,6 +158,8 @@ class DocumentChanges:
 
         def work(report) -> dict[str, Any]:
             def progressed(progress: IngestProgress) -> None:
+                if change.stop.is_set():
+                    raise QAError("The server stopped before this change was saved; nothing of it was saved.", "send the documents again.")
                 change.progress = progress
 
             try:
@@ -219,23 +224,31 @@ class DocumentChanges:
             )
         return change.status()
 
-    def finish(self, grace_s: float | None = None) -> None:
-        """Let the changes still running finish, for up to ``grace_s`` seconds in all (``STOP_GRACE_S``), saying in the log what each of
-        them became: a server that stops kills them, and nobody polls their task any more."""
+    def finish(self) -> None:
+        """Let the changes still running finish, for up to ``STOP_GRACE_S`` seconds in all, then stop the others at their
+        next batch (``STOP_CANCEL_S``), saying in the log what each became: nobody polls their task any more."""
         with self._lock:
             running = list(self._running.values())
         if not running:
             return
-        grace_s = STOP_GRACE_S if grace_s is None else grace_s
-        logger.warning("Stopping: waiting up to %.0f s for %d change(s) of documents still running.", grace_s, len(running))
-        deadline = time.monotonic() + grace_s
+        logger.warning("Stopping: waiting up to %.0f s for %d change(s) of documents still running.", STOP_GRACE_S, len(running))
+
+        def ended(change: Change, deadline: float) -> bool:  # its task is made just after it is listed as running
+            return change.task is not None and change.task.wait(max(0.0, deadline - time.monotonic()))
+
+        deadline = time.monotonic() + STOP_GRACE_S
+        unfinished = [change for change in running if not ended(change, deadline)]
+        for change in unfinished:
+            change.stop.set()
+        deadline = time.monotonic() + STOP_CANCEL_S
         for change in running:
             task = f"Task {change.id} ({change.documents} documents into collection '{change.collection}')"
-            if change.task is None or not change.task.wait(max(0.0, deadline - time.monotonic())):
+            if change in unfinished:
                 logger.error(
-                    "%s stops unfinished with the server: a change is saved whole or not at all, so the collection keeps what "
-                    "it held before it. Fix: once the server is back, send the documents again.",
+                    "%s was %s with the server: a change is saved whole or not at all, so the collection keeps what it held "
+                    "before it. Fix: once the server is back, send the documents again.",
                     task,
+                    "stopped" if ended(change, deadline) else "still running when it ended",
                 )
             elif not change.task.failed:  # a failure was logged by the task itself
                 logger.info("%s finished before the server stopped.", task)
