@@ -439,8 +439,11 @@ def test_collections_deleted_or_damaged_elsewhere_are_left_out_of_the_list_and_n
     assert listed.status_code == 200, listed.text
     names = [c["name"] for c in listed.json()]
     assert "saved-since" in names and "goes-away" not in names and "gets-damaged" not in names
-    # Nor does the server name the deleted one anywhere else: /health listed it, and so did an unknown name's 404.
-    assert "goes-away" not in call("GET", "/health").json()["collections"]
+    # Nor does the server name the deleted one anywhere else: /health listed it, and so did an unknown name's 404; and it
+    # names one made since at once (/health lacked it until it was asked for)
+    ingest(settings, path, "made-meanwhile", embed=False, progress=False)
+    health = call("GET", "/health").json()["collections"]
+    assert "goes-away" not in health and "made-meanwhile" in health
     unknown = call("POST", "/query", json={"query": "battery?", "collection": "no-such-one", "item_id": "P1"})
     assert unknown.status_code == 404 and "saved-since" in unknown.json()["detail"] and "goes-away" not in unknown.json()["detail"]
     (settings.index_dir / "memory" / "gets-damaged.json").unlink()

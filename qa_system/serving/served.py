@@ -163,15 +163,18 @@ class Catalogue:
             self.served.pop(name, None)
             self._listed = None
 
-    def forget_missing(self, found: dict[str, CollectionInfo]) -> None:
-        """Serving every collection of your own (``serve_own``), stop serving those the store's listing ``found`` lacks:
-        another process (the CLI, another server) deleted them. The default collection stays."""
+    def follow(self, found: dict[str, CollectionInfo]) -> None:
+        """Serving every collection of your own (``serve_own``), serve as the store's listing ``found`` has them: those
+        another process (the CLI, another server) made since too, and no more those it deleted. The default stays."""
         if not self.serve_own:
             return
         with self.lock:
             for name, collection in list(self.served.items())[1:]:
                 if not collection.subjqa_domain and name not in found:
                     self.served.pop(name)
+            for info in found.values():
+                if _own(info) and info.name not in self.served:
+                    self.serve(ServedCollection(info.name))
 
     def changed(self) -> None:
         """The store changed (an upload): listed again when next asked."""

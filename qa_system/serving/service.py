@@ -140,7 +140,7 @@ class QAService:
         status = self.status()
         if status["status"] != "ready":
             return status
-        self._close_changed()  # the collections it names: none that another process deleted
+        self._close_changed()  # the collections it names as the store holds them now
         checked_at, problem = self._store_checked
         if time.monotonic() - checked_at > STORE_CHECK_EVERY_S:
             problem = store_problem(self.settings)
@@ -208,7 +208,7 @@ class QAService:
 
     def _close_changed(self) -> None:
         """An open collection that another process changed (the CLI's `index`, another server's upload) is closed, so
-        that it is served as saved now, and one it deleted is served no more (``Catalogue.forget_missing``): the store is
+        that it is served as saved now, one it made is served and one it deleted no more (``Catalogue.follow``): the store is
         listed again when its folder changed (a local store), else every ``LIST_AGAIN_S`` seconds."""
         try:
             found, fresh = self.catalogue.listed(LIST_AGAIN_S)
@@ -218,9 +218,10 @@ class QAService:
             self._listed_again(found)
 
     def _listed_again(self, found: dict[str, CollectionInfo]) -> None:
-        """The store listed afresh (``found``): an open collection saved since is closed, one deleted is served no more."""
+        """The store listed afresh (``found``): an open collection saved since is closed, one made since is served, one
+        deleted is served no more."""
         self.collections_open.close_changed(found)
-        self.catalogue.forget_missing(found)
+        self.catalogue.follow(found)
 
     def collections(self) -> list[dict[str, Any]]:
         """Each collection served, as ``served.collection_summary`` describes it. With ``serve_own``, the store's own
