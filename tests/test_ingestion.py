@@ -148,6 +148,15 @@ def test_a_column_of_dates_or_numbers_that_a_few_values_turn_to_text_is_noted_wi
     assert not any("that is not" in n for n in ingest(home, text, "text", IngestOptions(), embed=False, progress=False).notes)
 
 
+def test_the_first_documents_of_a_collection_made_empty_change_no_settings(home, tmp_path):
+    """The first upload into a collection made over HTTP said "the passage settings changed (None -> {'words': 200, ...})"."""
+    from qa_system.ingestion.changes import create_collection
+
+    create_collection(home, "made-empty")
+    report = ingest(home, write_csv(tmp_path / "r.csv"), "made-empty", COLUMNS, embed=False, progress=False)
+    assert report.added == len(REVIEWS) and not [note for note in report.notes if "changed" in note or "again" in note]
+
+
 def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     path = tmp_path / "reviews.jsonl"
     lines = [{"text": t, "sku": item, "rating": int(stars), "tags": ["a", "b"]} for _, item, t, stars in REVIEWS]

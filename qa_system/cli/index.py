@@ -74,7 +74,7 @@ def cmd_collections(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     if args.delete is not None:
         info = delete_collection(settings, args.delete)
-        print(f"Deleted the {info.store} collection '{info.name}' ({info.documents} documents).")
+        print(f"Deleted the {info.store} collection '{info.name}' ({info.documents} document{'s' * (info.documents != 1)}).")
         return
     collections = list_collections(settings)
     if args.json:

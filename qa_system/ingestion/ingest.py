@@ -371,8 +371,9 @@ def _saved(settings: Settings, collection: str) -> _Saved:
 
 
 def _rebuild_reasons(saved: _Saved, settings: Settings, embed: bool, splitter: dict) -> list[tuple[str, str]]:
-    """Why every document must be processed again, as (cause, effect) pairs (none: only new and changed ones)."""
-    if saved.manifest is None:
+    """Why every document must be processed again, as (cause, effect) pairs (none: only new and changed ones; a collection
+    made empty, over HTTP, has none to process again)."""
+    if saved.manifest is None or not saved.documents:
         return []
     reasons = []
     had_vectors = saved.manifest.get("embedding_model") is not None
