@@ -310,7 +310,7 @@ def test_a_url_that_is_none_is_one_line_in_ask_and_the_shell(url, capsys, monkey
     """A port that is not a number printed httpx's traceback."""
     assert main(["ask", "Is it good?", "--url", url, "--item", "KINDLE"]) == 2
     monkeypatch.setattr("sys.stdin", io.StringIO("Is it good?\n"))
-    assert main(["shell", "--url", url]) == 0  # said, and the shell goes on to the end of its input
+    assert main(["shell", "--url", url]) == 2  # said before the first question: it was said at every question
     captured = capsys.readouterr()
     errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
     assert len(errors) == 2 and all(

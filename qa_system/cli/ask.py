@@ -220,11 +220,13 @@ def cmd_shell(args: argparse.Namespace) -> None:
     """`qa-system shell`: questions read line by line and answered by one service (or a running API with --url),
     so that only the first pays for loading the models. ``:item ID`` picks the product, ``:quit`` (or end of input) ends."""
     from qa_system.errors import QAError
-    from qa_system.serving.client import public_url
+    from qa_system.serving.client import check_url, public_url
 
     settings = settings_from_args(args)
     service = None
-    if not args.url:  # with --url, a client of the running server: the models are not even imported
+    if args.url:  # a client of the running server: the models are not even imported
+        check_url(args.url)
+    else:
         from qa_system.serving.service import QAService, ServedCollection
 
         names = [ServedCollection(args.collection)] if args.collection else [ServedCollection(d, subjqa_domain=True) for d in args.domain]

@@ -48,6 +48,23 @@ def public_url(url: str) -> str:
         return url.partition("@")[2] or url
 
 
+def check_url(url: str) -> None:
+    """A QAError when ``url`` cannot be a server's (a port that is not a number): said before the first question."""
+    import httpx
+
+    try:
+        httpx.URL(url).port  # noqa: B018 - reading it is the check
+    except httpx.InvalidURL as error:
+        raise _not_a_url(url, error) from None
+
+
+def _not_a_url(url: str, error: Exception) -> QAError:
+    return QAError(
+        f"The API's URL {public_url(url)} is not one ({str(error).replace(url, public_url(url))}).",
+        "pass --url as the API serves on, e.g. http://127.0.0.1:8000.",
+    )
+
+
 def _error(status: int, detail: str) -> QAError:
     problem, _, fix = detail.partition(" Fix: ")
     kind = NotFound if status == 404 else Unavailable if status == 503 else QAError
@@ -176,10 +193,7 @@ def _exchange(
     if isinstance(error, QAError):
         raise error
     if isinstance(error, httpx.InvalidURL):
-        raise QAError(
-            f"The API's URL {public_url(url)} is not one ({str(error).replace(url, public_url(url))}).",
-            "pass --url as the API serves on, e.g. http://127.0.0.1:8000.",
-        ) from None
+        raise _not_a_url(url, error) from None
     if isinstance(error, httpx.HTTPError):
         raise Unavailable(
             f"Cannot reach the API at {public_url(url)} ({type(error).__name__}: {str(error).replace(url, public_url(url))}).",
