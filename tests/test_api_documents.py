@@ -214,6 +214,8 @@ def test_a_delete_by_a_filter_that_leaves_fewer_than_half_the_documents_needs_fo
         "The filter matches 10 of the 10 documents of collection 'wide': deleting them would leave 0; nothing was deleted. "
         'Fix: check the filter, or send "force": true to delete them anyway.'
     )
+    said_yes = call(*route, json={"filters": {"field": "meta.rating", "operator": "<", "value": 5}, "force": "yes"})
+    assert said_yes.status_code == 422 and said_yes.json()["detail"].startswith("Invalid 'force'")  # true or false, not "yes"
     assert call(*route, json={"filters": {"field": "meta.rating", "operator": "<", "value": 3}}).json()["documents"] == 6  # 4 of 10
     forced = call(*route, json={"filters": {"field": "meta.rating", "operator": "<", "value": 5}, "force": True})
     assert forced.status_code == 200 and forced.json()["documents"] == 2

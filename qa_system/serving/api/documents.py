@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, shown
@@ -71,7 +71,7 @@ class DeleteRequest(BaseModel):
 
     ids: list[Text] | None = Field(None, description="document ids (the id column's values)")
     filters: Filters = Field(None, description="a metadata filter, as /query's")
-    force: bool = Field(False, description="delete by a filter that leaves fewer than half the collection's documents (else a 422)")
+    force: StrictBool = Field(False, description="delete by a filter that leaves fewer than half the collection's documents (else a 422)")
 
 
 class DeleteOut(BaseModel):
