@@ -143,6 +143,12 @@ def test_a_column_of_dates_or_numbers_that_a_few_values_turn_to_text_is_noted_wi
         "which a filter cannot compare with >= or <; to filter on it, write each of its values as a number with a decimal point "
         "(4.5), or leave the cell empty where there is none.",
     ]
+    small = tmp_path / "small.csv"  # one stray in a small file is a stray too
+    small.write_text("text,date\n" + "".join(f"Review {i}.,2024-01-0{i + 1}\n" for i in range(4)) + "Review 4.,soon\n", encoding="utf-8")
+    assert any(
+        "column 'date' holds 4 dates and 1 value" in n
+        for n in ingest(home, small, "small", IngestOptions(), embed=False, progress=False).notes
+    )
     text = tmp_path / "text.csv"  # a text column with a few numbers or dates in it is text, and nothing is said
     text.write_text("text,colour\n" + "".join(f"Review {i}.,{'red' if i % 4 else i}\n" for i in range(20)), encoding="utf-8")
     assert not any("that is not" in n for n in ingest(home, text, "text", IngestOptions(), embed=False, progress=False).notes)

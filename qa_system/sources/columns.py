@@ -83,13 +83,14 @@ class StrayValues:
             stray = counts.get("text", 0)
             for kind in ("date", "number"):
                 typed = counts.get(kind, 0)
-                if stray and typed >= MIN_TYPED and stray <= STRAY_SHARE * (typed + stray) and typed + stray == sum(counts.values()):
+                few = stray <= max(1, STRAY_SHARE * (typed + stray))  # one stray in five rows is still a stray
+                if stray and typed >= MIN_TYPED and few and typed + stray == sum(counts.values()):
                     found.append((key, kind, typed, stray, *self._first[key]))
         return found
 
 
 # A column is said to be of a type that a few stray values turned to text when it holds at least this many values of
-# that type, and the strays are at most this share of its values.
+# that type, and the strays are one, or at most this share of its values.
 MIN_TYPED = 3
 STRAY_SHARE = 0.1
 
