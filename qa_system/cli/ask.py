@@ -321,7 +321,7 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
     from qa_system.serving.answer_views import answer_cards, answer_views, reading_noun
 
     views = answer_views(answers)
-    noun = reading_noun(views, args)  # what was read, or what the collection holds where nothing was
+    noun = reading_noun(views, collection_noun(args))  # what was read, or what the collection holds where nothing was
     tty = sys.stdout.isatty()
     _print_withheld(next((v.withheld for v in views if v.withheld), None))
     for view, card in zip(views, answer_cards(views, noun)):
