@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import zlib
 from dataclasses import replace
 from datetime import date, timedelta
@@ -746,7 +745,7 @@ def test_a_sigterm_swallowed_by_code_that_catches_everything_still_stops(home, t
     from qa_system.cli.main import TERMINATED
 
     path = write_csv(tmp_path / "r.csv")
-    after = "pass" if then == "finishes" else "time.sleep(300)"
+    after = "pass" if then == "finishes" else "time.sleep(3600)"  # past the run's timeout, unless the process is ended
     script = textwrap.dedent(f"""
         import os, signal, sys, time
         def swallowing(*args):
@@ -761,12 +760,10 @@ def test_a_sigterm_swallowed_by_code_that_catches_everything_still_stops(home, t
         sys.exit(main(["index", "--input", {str(path)!r}, "--collection", "swallowed", "--text-column", "body",
                        "--id-column", "review_id", "--no-embed"]))
     """)
-    began = time.monotonic()
     stopped = subprocess.run(
         [sys.executable, "-c", script], env={**os.environ, "QA_HOME": str(home.home)}, capture_output=True, text=True, timeout=300
     )
     assert stopped.returncode == 143 and stopped.stderr.strip().splitlines()[-1] == TERMINATED, stopped.stderr
-    assert time.monotonic() - began < 200  # not the 300 s it would have gone on for
 
 
 def test_a_damaged_collection_file_is_one_line_naming_the_fix(home, tmp_path):
