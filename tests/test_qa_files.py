@@ -310,7 +310,10 @@ def test_eval_reader_says_which_squad_questions_it_left_out_and_why_none_is_left
         (tmp_path / name).write_text(json.dumps(data), encoding="utf-8")
     home = ["--home", str(tmp_path / "home"), "--reader", str(tiny_reader)]
     assert main(["eval", "reader", "--labels", str(tmp_path / "mixed.json"), "--out", str(tmp_path / "report"), *home]) == 0
-    assert "mixed.json: 1 answers not at their given offsets and 1 questions left without one were left out." in capsys.readouterr().out
+    assert (
+        "mixed.json: 1 answers not at their given offsets and 1 questions left without one were left out "
+        "(the first: data[0].paragraphs[0].qas[1] (id q2): 'two metres' is not at offset 3)."
+    ) in capsys.readouterr().out  # which one, so that it can be mended
     assert main(["eval", "reader", "--labels", str(tmp_path / "off.json"), *home]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "off.json holds no labelled question that can be read (1 answers not at their given offsets" in error

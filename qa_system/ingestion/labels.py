@@ -206,7 +206,8 @@ def load_labels(path: str | Path, settings: Settings | None = None, collection: 
         file_format = report.format
         if report.skipped_questions or report.unlocated_answers:
             unread = f"{report.unlocated_answers} answers not at their given offsets and {report.skipped_questions} questions left without one were left out"
-            notes.append(f"{path.name}: {unread}.")
+            first = f" (the first: {report.problems[0]})" if report.problems else ""
+            notes.append(f"{path.name}: {unread}{first}.")
         if documents is None:
             questions = labelled_questions(examples, path.name)
         else:
