@@ -136,9 +136,10 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     left = _PHRASE_LEAD.match(content, left, start).end()
     while right > end and (content[right - 1].isspace() or content[right - 1] in _PHRASE_TAIL):
         right -= 1
-    left, right = _brackets_closed(content, left, right, start, end)
-    if right - left > MAX_PHRASE_CHARS or len(content[left:right].split()) > MAX_PHRASE_WORDS:
-        return start, end
+    for _ in range(2):  # measured before its brackets are matched (which reads it character by character) and after
+        if right - left > MAX_PHRASE_CHARS or len(content[left:right].split()) > MAX_PHRASE_WORDS:
+            return start, end
+        left, right = _brackets_closed(content, left, right, start, end)
     return left, right
 
 
