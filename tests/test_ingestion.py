@@ -177,6 +177,28 @@ def test_json_lines_keep_other_keys_as_metadata_numbers_typed(home, tmp_path):
     assert document.meta["unnamed_column"] == "blank key" and "" not in document.meta
 
 
+def test_two_fields_kept_under_one_metadata_key_are_refused_not_one_dropped(home, tmp_path):
+    # "id" is kept as "id_column" (the index has its own id), "" as "unnamed_column": beside a field of that name, one
+    # of the two lost its values without a word.
+    table = tmp_path / "t.csv"
+    table.write_text("text,id,id_column\nGreat screen.,7,A-7\n", encoding="utf-8")
+    with pytest.raises(QAError, match=r"t.csv line 2: the fields 'id' and 'id_column' would both be kept as the metadata 'id_column'"):
+        ingest(home, table, "collide", IngestOptions(), embed=False, progress=False)
+    lines = tmp_path / "t.jsonl"
+    lines.write_text(json.dumps({"text": "Fine.", "unnamed_column": "x", "": "y"}) + "\n", encoding="utf-8")
+    with pytest.raises(QAError, match=r"line 1: the fields 'unnamed_column' and '' would both be kept as the metadata 'unnamed_column'"):
+        ingest(home, lines, "collide", IngestOptions(), embed=False, progress=False)
+    assert "collide" not in [info.name for info in list_collections(home)]  # nothing of either file was saved
+    ingest(home, table, "collide", IngestOptions(id_column="id"), embed=False, progress=False)  # "id" is the id: no clash
+    assert documents(home, "collide")["7"].meta["id_column"] == "A-7"
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("The tent kept us dry.", encoding="utf-8")
+    (folder / "a.txt.meta.json").write_text(json.dumps({"id": 1, "id_column": 2}), encoding="utf-8")
+    with pytest.raises(QAError, match=r"a.txt.meta.json: the fields 'id' and 'id_column' would both be kept"):
+        ingest(home, folder, "collide-docs", embed=False, progress=False)
+
+
 def test_a_json_array_of_documents_reads_as_json_lines_do(home, tmp_path, capsys, monkeypatch):
     path = tmp_path / "export.json"  # pandas' to_json(orient="records"), most APIs' exports
     rows = [{"id": review_id, "sku": item, "text": text, "rating": int(stars)} for review_id, item, text, stars in REVIEWS]

@@ -26,7 +26,7 @@ from qa_system.errors import QAError
 from qa_system.sources.columns import column_types
 from qa_system.sources.decoding import EncodingError, check_encoding
 from qa_system.sources.markup import html_text, markdown_text
-from qa_system.sources.records import IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
+from qa_system.sources.records import IngestOptions, ReadCounts, Record, check_text_length, meta_value, metadata
 
 SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
 SIDECAR = ".meta.json"
@@ -251,7 +251,7 @@ def _record(text: str, sidecar: dict, relative: str, options: IngestOptions) -> 
 def _item_and_meta(sidecar: dict, relative: str, options: IngestOptions) -> tuple[str, dict[str, str]]:
     item_key = options.item_column or "item_id"
     item = meta_value(sidecar[item_key]) if sidecar.get(item_key) not in (None, "") else relative
-    meta = {"file": relative, **{meta_key(k): meta_value(v) for k, v in sidecar.items() if k != item_key and v not in (None, "")}}
+    meta = {"file": relative, **metadata(sidecar, (item_key,), f"{relative}{SIDECAR}")}
     return item, meta
 
 

@@ -127,6 +127,24 @@ def meta_key(name: str) -> str:
     return f"{name}_column" if name in RESERVED_META else name
 
 
+def metadata(values: dict, left_out, where: str) -> dict[str, str]:
+    """The metadata of a row (or a sidecar): every value not empty, under its ``meta_key``, but the fields ``left_out``;
+    a QAError naming ``where`` when two fields would be kept under one key ("id" and "id_column"), one losing its values."""
+    meta: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for name, value in values.items():
+        if name in left_out:
+            continue
+        key = meta_key(name)
+        if names.setdefault(key, name) != name:
+            raise QAError(
+                f"{where}: the fields '{names[key]}' and '{name}' would both be kept as the metadata '{key}'.", "rename one of them."
+            )
+        if value not in (None, ""):
+            meta[key] = meta_value(value)
+    return meta
+
+
 def meta_value(value) -> str:
     """Metadata as text: one type per field in every store (a number in one row and "n/a" in the next would break Elasticsearch's mapping)."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

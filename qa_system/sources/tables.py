@@ -20,7 +20,7 @@ from qa_system import strict_json
 from qa_system.errors import QAError, json_kind
 from qa_system.sources.decoding import decoded, text_encoding
 from qa_system.sources.markup import has_tags, html_text
-from qa_system.sources.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCounts, Record, check_text_length, meta_key, meta_value
+from qa_system.sources.records import MAX_DOCUMENT_CHARS, IngestOptions, ReadCounts, Record, check_text_length, meta_value, metadata
 
 DEFAULT_TEXT_COLUMNS = ("text", "review")
 # The name the index, the API's uploads and sidecar files give the item: a table's column of that name is its item too.
@@ -80,7 +80,7 @@ def _record(values: dict, columns: tuple[str, str | None, str | None], where: st
             )
     if item_column is not None:
         item = meta_value(values.get(item_column) or "").strip() or None
-    meta = {meta_key(k): meta_value(v) for k, v in values.items() if k not in columns and v not in (None, "")}
+    meta = metadata(values, columns, where)
     return Record(check_text_length(text, where), item, meta, where, record_id)
 
 
