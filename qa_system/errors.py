@@ -91,7 +91,9 @@ def check_count(value: object, name: str, minimum: int = 1, maximum: int | None 
             value = int(value.strip())
         except ValueError:
             pass
-    # bool is an int to Python, and 2.0 would index nothing: neither is a count.
+    elif isinstance(value, float) and value.is_integer():  # JSON from a client whose numbers are floats: 3.0
+        value = int(value)
+    # bool is an int to Python: no count.
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum or (maximum is not None and value > maximum):
         within = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
         fix = _fix(name, minimum, f"to {maximum}") if maximum is not None else _fix(name, minimum, "or more")

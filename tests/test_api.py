@@ -26,7 +26,7 @@ from helpers.subjqa import write_subjqa
 from qa_system.bench.api import wait_all_ready
 from qa_system.cli import main
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import QAError, check_count
 from qa_system.ingestion import IngestOptions, ingest
 from qa_system.serving.api import create_app, serve_api
 from qa_system.serving.api.schemas import public_model_name
@@ -520,6 +520,13 @@ def test_bad_queries_get_one_line_4xx_naming_the_fix(api, body, status, message)
     assert response.status_code == status, response.text
     detail = response.json()["detail"]
     assert detail.startswith(message) and "Fix:" in detail and "\n" not in detail
+
+
+def test_a_count_is_a_whole_number_however_a_client_writes_it():
+    assert [check_count(value, "top_k") for value in (3, "3", " 3 ", 3.0)] == [3, 3, 3, 3]  # 3.0: a client whose numbers are floats
+    for value in (2.5, True, "three", float("inf"), float("nan"), 0):
+        with pytest.raises(QAError, match=rf"^top_k must be a whole number of at least 1, not {re.escape(repr(value))}\."):
+            check_count(value, "top_k")
 
 
 def test_a_saved_collection_the_server_does_not_serve_says_how_to_serve_it(api, api_settings, tmp_path):
