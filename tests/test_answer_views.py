@@ -1,5 +1,7 @@
 """Answer views: highlights at the reader's real offsets, and one view for every kind of answer."""
 
+from dataclasses import replace
+
 from haystack import Document, ExtractedAnswer, GeneratedAnswer
 
 from qa_system.serving.answer_views import (
@@ -144,6 +146,25 @@ def test_a_span_of_the_same_review_overlapping_the_answer_is_not_highlighted_wit
     )  # fmt: skip
     (view,) = answer_views([answer])
     assert [s.text for s in view.segments() if s.highlighted] == [text[:own_end], "The sashimi was fresh"]
+
+
+def test_an_excerpt_stays_around_its_cards_span_when_the_same_words_come_again_far_on():
+    """A review said "7 hours" twice, 3,000 characters apart: the card's excerpt ran from one to the other."""
+    text = "I only get approximately 7 hours of listening time. " + "The buttons are fine. " * 150 + "I only got around 7 hours."
+    first, second = text.index("7 hours"), text.rindex("7 hours")
+    spans = [{"document_id": "d1", "start": first, "end": first + 7}, {"document_id": "d1", "start": second, "end": second + 7}]
+    answer = ExtractedAnswer(
+        query="How long does the battery last?", score=0.3, data="7 hours", document=Document(id="d1", content=text),
+        document_offset=ExtractedAnswer.Span(first, first + 7), meta={"probability": 0.3, "spans": spans},
+    )  # fmt: skip
+    (view,) = answer_views([answer])
+    excerpt = view.segments(150)
+    assert [s.text for s in excerpt if s.highlighted] == ["7 hours"] and len("".join(s.text for s in excerpt)) < 400
+    assert [s.text for s in view.segments() if s.highlighted] == ["7 hours", "7 hours"]  # the whole review marks both
+    near = text[: first + 60] + "7 hours" + text[first + 60 :]  # said again within the excerpt: marked there too
+    spans[1] = {"document_id": "d1", "start": first + 60, "end": first + 67}
+    (view,) = answer_views([replace(answer, document=Document(id="d1", content=near), meta={"probability": 0.3, "spans": spans})])
+    assert [s.text for s in view.segments(150) if s.highlighted] == ["7 hours", "7 hours"]
 
 
 def test_a_chance_is_shown_as_a_percentage_short_of_certainty():

@@ -238,7 +238,12 @@ class AnswerView:
         document is marked "…" where the document goes on before or after it: it starts and ends mid-sentence."""
         if self.document is None or self.document.content is None:
             return []
-        segments = highlight_segments(self.document.content, self.supporting_spans, window)
+        spans = self.supporting_spans
+        if window is not None and self.start is not None and self.end is not None:
+            # An excerpt is about its card's span: the same words further on are marked only when they fall inside it,
+            # else the excerpt would run from one to the other (thousands of characters in a long review).
+            spans = [span for span in spans if span[0] >= self.start - window and span[1] <= self.end + window]
+        segments = highlight_segments(self.document.content, spans, window)
         meta = self.document.meta
         if segments and int(meta.get("source_offset", 0) or 0) > 0 and segments[0].text != ELLIPSIS:
             segments.insert(0, Segment(ELLIPSIS))
