@@ -55,6 +55,15 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("Escriba a soporte@lux.com si tiene dudas. Gracias.", "soporte", "Escriba a soporte@lux.com si tiene dudas"),
         ("Sold on amazon.com for less than in shops. Buy it.", "Sold", "Sold on amazon.com for less than in shops"),
         ("Great battery.The screen is dim.", "screen", "The screen is dim"),  # run together before a capital: two sentences
+        # ... or before a small letter, between words: the card read "too.there's another company that warrants theirs for life"
+        ("It is past the return period too.there's a lifetime one.", "return", "It is past the return period too"),
+        ("great product.works well and cheap", "works", "works well and cheap"),
+        ("Compare it vs.the old one. Check sandisk.com, it helps.", "old", "Compare it vs.the old one"),
+        ("It plays song.mp3 files, e.g.the ones I buy.", "plays", "It plays song.mp3 files, e.g.the ones I buy"),
+        # a dash run into the word before it and followed by a capital starts a list's next item
+        ("Complaints:- The lights are bright- The manual is wrong.", "bright", "The lights are bright"),
+        ("Complaints:- The lights are bright- The manual is wrong.", "manual", "The manual is wrong"),
+        ("My T- Mobile phone works fine.", "phone", "My T- Mobile phone works fine"),
         # an abbreviation's dot ends no phrase; "etc." may end a sentence, and does
         ("It holds ca. 30 cups, e.g. for a party. Nice.", "30 cups", "It holds ca. 30 cups, e.g. for a party"),
         ("Ask Dr. Smith vs. the shop. Nice.", "shop", "Ask Dr. Smith vs. the shop"),

@@ -54,9 +54,14 @@ _SENTENCE_STARTS = "The|This|These|That|Those|They|There|It|Its|My|We|Our|You|Yo
 _ABBREVIATIONS = "".join(
     rf"(?<!\b{a})" for a in "[A-Z]\\.[A-Z] [Cc]a [Aa]pprox [Vv]s [Ee]\\.g [Ii]\\.e [Ee]sp [Ii]ncl [Rr]esp [Ff]ig Dr Mr Mrs Ms Prof".split()
 )
+# A dot between two words of small letters ends a sentence whose space was lost ("the return period too.there's
+# another"), unless what follows names a site or a file ("amazon.com", "song.mp3").
+_DOMAIN_OR_FILE = "com|net|org|edu|gov|co|uk|de|fr|ca|au|us|io|info|biz|tv|me|ly|html?|php|aspx?|jsp?|jpe?g|png|gif|pdf|txt|exe|zip|mp[34]|wav|avi|mov|mkv|docx?|xlsx?|csv"
 PHRASE_BREAK = re.compile(
     rf"\.(?: ?\.)+|\u2026|{_ABBREVIATIONS}(?:(?<!\d)\.(?![a-z\u00df-\u00f6\u00f8-\u00ff])|\.(?![\da-z\u00df-\u00f6\u00f8-\u00ff]))(?![A-Z]\.)|"
-    r"[!?;\n\u3002\uff01\uff1f\uff1b]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|([-=*_~#+])\1{2,}"
+    rf"{_ABBREVIATIONS}(?<=[a-z]{{2}})\.(?!(?:{_DOMAIN_OR_FILE})\b)(?=[a-z]+(?:['\u2019][a-z]+)?[\s,])|"
+    r"[!?;\n\u3002\uff01\uff1f\uff1b]|,\s(?:but|and|so|which|although|though|while)\s|\s[-\u2013\u2014]\s|(?<=[a-z.:!?)])[-\u2013\u2014]\s(?=[A-Z])|"
+    r"([-=*_~#+])\1{2,}"
     rf"|(?<=[A-Z]{{3}})(?=(?:{_SENTENCE_STARTS})\b)"
 )
 # What a phrase does not start with (the rest of a bracket closed after a break, a list's bullet) nor end with.
