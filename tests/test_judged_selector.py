@@ -24,8 +24,8 @@ ANSWER = "The battery lasts a whole week on one charge"
 def test_a_span_grows_to_its_whole_phrase_and_no_further():
     text = "I never thought I would. It is great for reading books when no light is available, but the battery is weak."
     start = text.index("It is great")
-    assert (
-        text[slice(*phrase_bounds(text, start, start + len("It is great")))] == "It is great for reading books when no light is available"
+    assert text[slice(*phrase_bounds(text, start, start + len("It is great")))] == (
+        "It is great for reading books when no light is available, but the battery is weak"  # a contrast stays with it
     )
     middle = text.index("battery")
     assert text[slice(*phrase_bounds(text, middle, middle + 7))] == "the battery is weak"
@@ -64,6 +64,16 @@ def test_a_span_grows_to_its_whole_phrase_and_no_further():
         ("Complaints:- The lights are bright- The manual is wrong.", "bright", "The lights are bright"),
         ("Complaints:- The lights are bright- The manual is wrong.", "manual", "The manual is wrong"),
         ("My T- Mobile phone works fine.", "phone", "My T- Mobile phone works fine"),
+        # a contrast after the phrase is read with it: the card said "stays connected while in use", its review went on
+        # "but loses it's connection when idle"
+        (
+            "My ipad stays connected while in use, but loses it's connection when idle. Great.",
+            "connected",
+            "My ipad stays connected while in use, but loses it's connection when idle",
+        ),
+        ("Breakfast was good, although the eggs were cold; fine.", "good", "Breakfast was good, although the eggs were cold"),
+        ("The sound is great, but the battery is weak. Fine.", "battery", "the battery is weak"),  # the contrast alone
+        ("The sound is great, but " + "it " * 30 + "fails.", "sound", "The sound is great"),  # a contrast too long to keep
         # an abbreviation's dot ends no phrase; "etc." may end a sentence, and does
         ("It holds ca. 30 cups, e.g. for a party. Nice.", "30 cups", "It holds ca. 30 cups, e.g. for a party"),
         ("Ask Dr. Smith vs. the shop. Nice.", "shop", "Ask Dr. Smith vs. the shop"),

@@ -67,6 +67,9 @@ PHRASE_BREAK = re.compile(
 # What a phrase does not start with (the rest of a bracket closed after a break, a list's bullet) nor end with.
 _PHRASE_LEAD = re.compile(r"(?:\s|[)\]},:;*+|>\u2022]|[-\u2013\u2014](?=[\s)\]]))*")
 _PHRASE_TAIL = "([{:,-\u2013\u2014"
+# A phrase followed by a contrast (", but ...", ", although ...") reads on through it up to this many words in all.
+_CONTRAST = re.compile(r",\s(?:but|although|though)\s")
+MAX_CONTRAST_WORDS = 30
 # A phrase longer than this (a review without punctuation, or without spaces) is not shown whole: the reader's own span is.
 MAX_PHRASE_WORDS = 40
 MAX_PHRASE_CHARS = 400
@@ -138,6 +141,13 @@ def phrase_bounds(content: str, start: int, end: int) -> tuple[int, int]:
     left = ends[before - 1] if before else 0
     after = PHRASE_BREAK.search(breaks, end)
     right = after.start() if after else len(content)
+    if after and _CONTRAST.fullmatch(after.group()):
+        # "it stays connected while in use, but loses its connection when idle": cut at "but", the card would say the
+        # opposite of its review; the contrast is kept when the whole stays short.
+        following = PHRASE_BREAK.search(breaks, after.end())
+        stop = following.start() if following else len(content)
+        if len(content[left:stop].split()) <= MAX_CONTRAST_WORDS:
+            right = stop
     left = _PHRASE_LEAD.match(content, left, start).end()
     while right > end and (content[right - 1].isspace() or content[right - 1] in _PHRASE_TAIL):
         right -= 1
