@@ -5,6 +5,7 @@ BM25 server that embeds a collection only when a dense question first needs it."
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import onnx
@@ -119,6 +120,36 @@ def test_the_export_is_cached_by_the_model_files_and_reused(onnx_cache, tmp_path
     assert cached_encoder_export(model, onnx_cache) == first and (first / EXPORT_INFO).stat().st_mtime_ns == built  # reused, not rebuilt
     (first / EXPORT_INFO).write_text("{}", encoding="utf-8")  # an export cut short is not complete
     assert not is_complete(first)
+
+
+def test_a_stop_during_loading_leaves_the_cached_export_whole(onnx_cache, monkeypatch):
+    """A native library that catches the interrupt fails with an error of its own: that is no damaged export to rebuild."""
+    from qa_system import stopping
+    from qa_system.ingestion import onnx_encoder
+
+    model = default_embedding_model()
+    export = cached_encoder_export(model, onnx_cache)
+    built = (export / EXPORT_INFO).stat().st_mtime_ns
+
+    def disguised(directory, threads=None):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("session creation failed") from None  # the interrupt only as its context
+
+    monkeypatch.setattr(onnx_encoder, "OnnxSentenceEncoder", disguised)
+    with pytest.raises(KeyboardInterrupt):
+        onnx_encoder.load_onnx_encoder(model, onnx_cache)
+    monkeypatch.setattr(stopping, "_asked", threading.Event())
+    stopping.ask_to_stop()  # SIGTERM: a plain error meanwhile is the stop too
+
+    def failing(directory, threads=None):
+        raise RuntimeError("session creation failed")
+
+    monkeypatch.setattr(onnx_encoder, "OnnxSentenceEncoder", failing)
+    with pytest.raises(KeyboardInterrupt):
+        onnx_encoder.load_onnx_encoder(model, onnx_cache)
+    assert is_complete(export) and (export / EXPORT_INFO).stat().st_mtime_ns == built  # neither thrown away nor rebuilt
 
 
 def test_a_layout_the_export_does_not_reproduce_is_one_line(tmp_path):

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -137,6 +138,24 @@ def test_a_damaged_or_half_written_export_is_found_and_rebuilt(tiny, tmp_path, b
         assert repaired.active_backend == "onnx int8" and len(builds) == count, damage
         assert exports(cache) == [export] and onnx_cache.is_complete(export) and not leftovers(cache), damage
     assert "does not load" in caplog.text  # the same-size damage is found by loading it
+
+
+def test_a_stop_during_loading_is_no_damage_to_rebuild(tiny, tmp_path, builds, monkeypatch):
+    """ONNX Runtime may catch the interrupt of a SIGTERM and fail with its own error: the export stays as it was."""
+    from qa_system import stopping
+
+    cache = tmp_path / "cache"
+    export = onnx_cache.cached_export(tiny, cache)
+    monkeypatch.setattr(stopping, "_asked", threading.Event())
+    stopping.ask_to_stop()
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("session creation failed")
+
+    monkeypatch.setattr(onnx_cache, "open_export", failing)
+    with pytest.raises(KeyboardInterrupt):
+        onnx_cache.load_cached_reader(tiny, cache)
+    assert len(builds) == 1 and onnx_cache.is_complete(export) and exports(cache) == [export]
 
 
 def test_a_failed_export_falls_back_to_torch_with_a_warning(tiny, tmp_path, monkeypatch, caplog):

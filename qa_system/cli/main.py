@@ -24,6 +24,7 @@ from qa_system.cli import ask, bench, evaluate, export, index, selector, serve, 
 from qa_system.cli.options import Options, common_options, generator_options
 from qa_system.errors import QAError
 from qa_system.safe_text import terminal_text
+from qa_system.stopping import ask_to_stop
 
 COMMAND_GROUPS = (index, ask, evaluate, train, selector, tune, serve, export, bench)
 # Library loggers whose INFO records are part of a command's output, on stdout: the addresses the
@@ -153,6 +154,7 @@ def _stopping_on_sigterm() -> Iterator[None]:
     def terminated(signum, frame):
         if not asked.is_set():
             asked.set()
+            ask_to_stop()
             threading.Thread(target=deadline, name="sigterm-deadline", daemon=True).start()
         raise Terminated
 
@@ -161,6 +163,10 @@ def _stopping_on_sigterm() -> Iterator[None]:
         yield
         if asked.is_set():
             raise Terminated
+    except KeyboardInterrupt as stopped:
+        if asked.is_set() and not isinstance(stopped, Terminated):  # the stop, passed on by code that caught it
+            raise Terminated from stopped
+        raise
     finally:
         left.set()
         signal.signal(signal.SIGTERM, before)

@@ -32,6 +32,7 @@ from qa_system.errors import QAError
 from qa_system.hub import quiet_local_load
 from qa_system.model_files import model_files_dir, model_fingerprint
 from qa_system.quantization import quantize_int8
+from qa_system.stopping import interrupted
 
 # Bump when write_encoder_export changes what it writes: every cached export is rebuilt.
 RECIPE = 2
@@ -282,6 +283,8 @@ def load_onnx_encoder(model: str | Path, cache: str | Path, threads: int | None 
     try:
         return OnnxSentenceEncoder(directory, threads)
     except Exception as error:  # noqa: BLE001 - a damaged file of the right size: built again
+        if interrupted(error):
+            raise KeyboardInterrupt from error
         logger.warning(
             "The cached ONNX encoder %s does not load (%s): rebuilding it.", directory, str(error).splitlines()[0] if str(error) else error
         )

@@ -42,6 +42,7 @@ from qa_system.errors import QAError
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.model import ModelLoadError
 from qa_system.reading.onnx import EXPORT_INFO, FP32_FILE, INT8_FILE, Report, default_reduce_range, open_export, write_export
+from qa_system.stopping import interrupted
 
 # Bump when the export recipe (write_export) changes what it writes: every cached export is rebuilt.
 RECIPE = 1
@@ -174,6 +175,8 @@ def load_cached_reader(
         try:
             return open_export(directory / file, threads, providers)
         except Exception as error:  # a damaged file of the right size
+            if interrupted(error):
+                raise KeyboardInterrupt from error
             logger.warning("The cached ONNX reader %s does not load (%s): rebuilding it.", directory, _first_line(error))
             return open_export(cached_export(model, cache, report, rebuild=True) / file, threads, providers)
 
