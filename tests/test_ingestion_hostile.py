@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -310,6 +311,35 @@ def test_a_named_pipe_as_input_is_refused_rather_than_waited_on(cli_home, tmp_pa
     assert (
         done.returncode == 2 and "is not a regular file (a named pipe, socket or device?)" in done.stderr and done.stderr.count("\n") == 1
     )
+
+
+def test_input_dash_indexes_what_is_piped_in(cli_home, tmp_path):
+    """`jq ... | qa-system index --input - --format jsonl`: what another tool writes, without a file in between."""
+    lines = "".join(json.dumps({"text": f"Review {n}: the battery lasts {n} days.", "item_id": f"P{n % 3}"}) + "\n" for n in range(300))
+
+    def index(*flags: str, piped: str | None = lines) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())", "index", "--input", "-"]
+        return subprocess.run(
+            [*command, "--collection", "piped", "--no-embed", *flags],
+            input=piped, env={**os.environ, "QA_HOME": str(cli_home.home)}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    done = index("--format", "jsonl")
+    assert done.returncode == 0 and "300 read from stdin: 300 added" in done.stdout, done.stderr
+    assert len(documents(cli_home, "piped")) == 300
+    refused = index()  # no name to tell the format by
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --input - needs --format") and refused.stderr.count("\n") == 1
+    assert "files" not in refused.stderr  # a folder's documents are not piped
+    empty = index("--format", "jsonl", piped="")
+    assert empty.returncode == 2 and "stdin holds no documents; collection 'piped' was left as it was" in empty.stderr
+    assert len(documents(cli_home, "piped")) == 300
+    _, terminal = pty.openpty()  # nothing piped: a terminal would wait for typing
+    waiting = subprocess.run(
+        [sys.executable, "-c", "import sys; from qa_system.cli import main; sys.exit(main())", "index", "--input", "-"]
+        + ["--format", "csv", "--collection", "piped"],
+        stdin=terminal, env={**os.environ, "QA_HOME": str(cli_home.home)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert waiting.returncode == 2 and waiting.stderr.startswith("error: --input - reads what is piped in, and nothing is.")
 
 
 def test_a_file_that_vanishes_while_its_folder_is_read_is_left_out_and_named(home, tmp_path):

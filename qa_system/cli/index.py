@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from qa_system.cli.options import Options, count, settings_from_args
 from qa_system.config import INPUT_FORMATS
@@ -63,8 +68,38 @@ def _ingest(args: argparse.Namespace, settings) -> None:
         passage_words=args.passage_words,
         passage_overlap=args.passage_overlap,
     )
-    report = ingest(settings, args.input, args.collection, options, embed=not args.no_embed, sync=args.sync, force=args.force)
+    if args.input == STANDARD_INPUT:
+        if args.format in (None, "files"):
+            readable = ", ".join(f for f in INPUT_FORMATS if f != "files")
+            raise QAError(
+                "--input - needs --format: what is piped in has no file name to tell its format by.", f"pass --format ({readable})."
+            )
+        with _piped_input() as piped:
+            report = ingest(
+                settings, piped, args.collection, options, name="stdin", embed=not args.no_embed, sync=args.sync, force=args.force
+            )
+    else:
+        report = ingest(settings, args.input, args.collection, options, embed=not args.no_embed, sync=args.sync, force=args.force)
     print("\n".join(report.summary()))
+
+
+STANDARD_INPUT = "-"
+# What is piped in is kept in memory up to this size, then in a temporary file: a table is read twice (its columns' types first).
+PIPED_IN_MEMORY = 64 << 20
+
+
+@contextmanager
+def _piped_input() -> Iterator[IO[bytes]]:
+    """What is piped to ``--input -``, in a file that can be read again."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise QAError(
+            "--input - reads what is piped in, and nothing is.",
+            "pipe the data in (`cat reviews.jsonl | qa-system index --input - --format jsonl ...`), or pass a file to --input.",
+        )
+    with tempfile.SpooledTemporaryFile(PIPED_IN_MEMORY) as piped:
+        shutil.copyfileobj(sys.stdin.buffer, piped)
+        piped.seek(0)
+        yield piped
 
 
 def cmd_collections(args: argparse.Namespace) -> None:
@@ -151,7 +186,8 @@ def register(commands, options: Options) -> None:
     options.domain(p)
     p.add_argument(
         "--input",  # as given: Path("") would be the current folder
-        help="a CSV / TSV / JSON lines file, a JSON array of documents, a SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf documents",
+        help="a CSV / TSV / JSON lines file, a JSON array of documents, a SQuAD JSON file, or a folder (or file) of .txt .md .html .pdf "
+        "documents; - reads what is piped in (with --format)",
     )
     p.add_argument(
         "--collection", help="the collection to create or update (lowercase letters, digits, - _ .); --domain's default: subjqa-<domain>"

@@ -248,7 +248,8 @@ def open_source(source: Source, options: IngestOptions, name: str | None = None)
             raise QAError(f"{path} does not exist.", "pass an existing file or folder to --input.")
         if not path.is_file() and not path.is_dir():  # opening a named pipe waits for a writer: forever
             raise QAError(
-                f"{path} is not a regular file (a named pipe, socket or device?).", "save the data to a file and pass that file to --input."
+                f"{path} is not a regular file (a named pipe, socket or device?).",
+                "save the data to a file and pass that file to --input, or pipe it to --input - with --format.",
             )
         if path.is_dir() and options.format not in (None, "files"):
             raise QAError(
