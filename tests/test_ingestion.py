@@ -585,6 +585,25 @@ def test_a_table_read_again_without_the_id_column_its_collection_uses_is_refused
     assert ingest(home, other, "ids", forgot, embed=False, progress=False).added == 1
 
 
+def test_a_table_read_again_with_an_id_column_its_collection_did_not_use_is_refused_unless_synced(home, tmp_path):
+    """Indexed first by content, then with --id-column: every row was added again, and after --sync a filter on the id
+    column found nothing (the dropped documents' metadata columns were still listed)."""
+    path = write_csv(tmp_path / "r.csv")
+    by_content = IngestOptions(text_column="body", item_column="product")
+    ingest(home, path, "rekeyed", by_content, embed=False, progress=False)
+    saved = home.index_dir / "memory" / "rekeyed.json"
+    before = digest(saved)
+    with pytest.raises(QAError, match=r"^Collection 'rekeyed' holds the documents of .*r\.csv under ids taken from their text: read with "):
+        ingest(home, path, "rekeyed", COLUMNS, embed=False, progress=False)
+    assert digest(saved) == before
+    synced = ingest(home, path, "rekeyed", COLUMNS, embed=False, sync=True, progress=False)
+    assert (synced.added, synced.deleted, synced.documents) == (len(REVIEWS), len(REVIEWS), len(REVIEWS))
+    assert "review_id" not in collection_manifest(home, "rekeyed")["meta_types"]  # no document holds it as metadata now
+    retrieval = build_retrieval_pipeline("bm25", home, index=open_collection(home, "rekeyed", embeddings=False, progress=False))
+    found = retrieval.run(REVIEWS[1][2], filters={"field": "meta.review_id", "operator": "==", "value": REVIEWS[1][0]})["documents"]
+    assert [d.id for d in found] == [REVIEWS[1][0]]
+
+
 def test_a_file_of_another_folder_with_a_saved_documents_name_does_not_replace_it(home, tmp_path):
     for vendor, text in (("alpha", "The Alpha router has four antennas."), ("beta", "The Beta router has two antennas.")):
         (tmp_path / vendor).mkdir()

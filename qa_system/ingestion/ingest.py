@@ -443,7 +443,7 @@ def ingest(
         if settings.store == "opensearch":  # listed as no collection meanwhile, but they hold disk space on the server
             left = remove_leftover_indices(settings, collection)
             cleaned += [f"removed the search server index {i}, which an unfinished ingestion left." for i in left]
-        run = _Run(settings, collection, options, embed, on_progress, notes=cleaned, force=force)
+        run = _Run(settings, collection, options, embed, on_progress, notes=cleaned, force=force, sync=sync)
         # Named after the lock that guards it: the file is a live run's exactly while that lock is held.
         fd, staging_name = tempfile.mkstemp(prefix=temporary_prefix(lock.stem), suffix=".jsonl", dir=staging_dir)
         staging = Path(staging_name)
@@ -494,7 +494,7 @@ def check_source(
     seen: dict[str, str] = {}
     with open_source(source, options, name) as opened:
         if into is not None:
-            _check_same_ids(into[1], into[0], options, opened)
+            _check_same_ids(into[1], into[0], options, opened, sync)
         for record in opened.records:
             record.checked()
             if record.id is not None and record.id in seen:
@@ -549,10 +549,18 @@ def reprocessing_refused(collection: str, causes: str, shortfall: str, retyped: 
     )
 
 
-def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptions, opened: _Opened) -> None:
+def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptions, opened: _Opened, sync: bool = False) -> None:
     """A source that has the column the collection takes its document ids from (``--id-column``), read without it or
-    with another id column, would add each of its rows again, under another id: refused."""
+    with another id column, would add each of its rows again, under another id: refused. So is a file whose documents
+    the collection holds under ids taken from their text, read again with ``--id-column``, unless ``sync`` replaces them."""
     column = (((manifest or {}).get("input") or {}).get("options") or {}).get("id_column")
+    recorded = recorded_sources(manifest or {}).get(opened.state.get("path"))
+    if options.id_column is not None and recorded is not None and not (recorded.get("options") or {}).get("id_column") and not sync:
+        raise QAError(
+            f"Collection '{collection}' holds the documents of {opened.name} under ids taken from their text: read with "
+            f"--id-column {options.id_column}, each would be added again beside itself; it was left as it was.",
+            f"pass --sync as well, to replace its documents with these, identified by {options.id_column}; or leave out --id-column.",
+        )
     if not column or options.id_column == column or meta_key(column) not in opened.types:
         return
     read = "without --id-column" if options.id_column is None else f"with --id-column {options.id_column}"
@@ -627,8 +635,9 @@ class _Run:
         on_progress: ProgressCallback | None,
         notes: list[str],
         force: bool = False,
+        sync: bool = False,
     ):
-        self.started, self.notes, self.force = time.perf_counter(), notes, force
+        self.started, self.notes, self.force, self.sync = time.perf_counter(), notes, force, sync
         self.settings, self.collection, self.options, self.on_progress = settings, check_collection_name(collection), options, on_progress
         self.saved = _saved(settings, collection)
         self.splitter_state = self._splitter_state(options)
@@ -681,7 +690,7 @@ class _Run:
         self._type_columns(opened.types, opened.format)
         self.decimal_commas = DecimalCommas(opened.types)
         self.stray_values = StrayValues(opened.types)
-        _check_same_ids(self.saved.manifest, self.collection, self.options, opened)
+        _check_same_ids(self.saved.manifest, self.collection, self.options, opened, self.sync)
         if opened.format == "files":
             self.files_root = Path(opened.state["path"])
         self.report = report = IngestReport(
@@ -909,7 +918,7 @@ class _Run:
             "updated": now,
             "source_documents": self.report.documents,
             "item_counts": dict(self.items),
-            "meta_types": self.types,
+            "meta_types": dict(opened.types) if sync else self.types,  # --sync keeps this source's documents only
             "files": {d: f for d, f in old.get("files", {}).items() if d not in self.dropped} | self.files,
             "machine": {"platform": platform.platform(), "python": platform.python_version()},
         }
