@@ -328,7 +328,8 @@ def test_a_collection_of_ones_own_hidden_behind_a_served_domain_says_how_to_reac
 
     path = tmp_path / "mine.jsonl"
     path.write_text(json.dumps(review(1)), encoding="utf-8")
-    ingest(settings, path, "electronics", embed=False, progress=False)  # made by the CLI, or by a server without the domain
+    # made before such names were refused, or where the data directory has no such domain
+    ingest(settings.model_copy(update={"data_dir": tmp_path}), path, "electronics", embed=False, progress=False)
     try:
         refused = call("DELETE", "/collections/{name}", "/collections/electronics")
         assert refused.status_code == 422 and refused.json()["detail"] == (  # it said to name it otherwise: it exists

@@ -604,6 +604,25 @@ def test_a_table_read_again_with_an_id_column_its_collection_did_not_use_is_refu
     assert [d.id for d in found] == [REVIEWS[1][0]]
 
 
+def test_a_new_collection_does_not_take_a_subjqa_domains_name(home, tmp_path):
+    """`index --collection electronics` was accepted, and the REST API serving that domain hid it."""
+    from qa_system.ingestion.changes import create_collection
+
+    write_subjqa(home.data_dir)  # electronics
+    path = write_csv(tmp_path / "r.csv")
+    for make in (
+        lambda: ingest(home, path, "electronics", COLUMNS, embed=False, progress=False),
+        lambda: create_collection(home, "electronics"),
+    ):
+        with pytest.raises(
+            QAError,
+            match=r"^'electronics' is the name of the SubjQA domain in .* Fix: name your own collection otherwise, e\.g\. my-electronics\.$",
+        ):
+            make()
+    assert "electronics" not in [info.name for info in list_collections(home)]
+    assert ingest(home, path, "my-electronics", COLUMNS, embed=False, progress=False).added == len(REVIEWS)
+
+
 def test_a_file_of_another_folder_with_a_saved_documents_name_does_not_replace_it(home, tmp_path):
     for vendor, text in (("alpha", "The Alpha router has four antennas."), ("beta", "The Beta router has two antennas.")):
         (tmp_path / vendor).mkdir()

@@ -24,7 +24,7 @@ from qa_system.config import Settings
 from qa_system.disk_cache import taking_turns
 from qa_system.errors import Conflict, NotFound, QAError, check_text, json_kind, shown
 from qa_system.ingestion.backends import commit
-from qa_system.ingestion.collections import check_collection_name, ingestion_lock
+from qa_system.ingestion.collections import check_collection_name, check_not_a_domain, ingestion_lock
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE
 from qa_system.stores import Index, save_index, saved_manifest, try_open_index
 from qa_system.stores.filter_checks import check_collection_filters
@@ -62,6 +62,7 @@ def create_collection(settings: Settings, name: str) -> dict:
     with taking_turns(ingestion_lock(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         if saved_manifest(settings, name) is not None:
             raise Conflict(f"A collection named '{name}' exists already.", "add documents to it, or pick another name.")
+        check_not_a_domain(settings, name)
         now = datetime.now(UTC).isoformat()
         manifest = {
             "input": {"source": "documents added over HTTP"},

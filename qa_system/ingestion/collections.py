@@ -84,6 +84,19 @@ def check_own_collection_name(name: object) -> str:
     return name
 
 
+def check_not_a_domain(settings: Settings, name: str) -> None:
+    """A new collection of your own does not take the name of a SubjQA domain in the data directory: the page and the REST
+    API serve that domain under its name, and would hide the collection behind it."""
+    from qa_system.sources.subjqa import available_domains
+
+    if name in available_domains(settings.data_dir):
+        raise QAError(
+            f"'{name}' is the name of the SubjQA domain in {settings.data_dir}, which the search page and the REST API serve "
+            "under it: a collection of your own so named would be hidden behind it there.",
+            f"name your own collection otherwise, e.g. my-{name}.",
+        )
+
+
 def collection_name_from(file_name: str) -> str:
     """A valid collection name made from a file name (an upload's): "My Reviews (2).csv" -> "my-reviews-2"."""
     stem = unicodedata.normalize("NFKD", Path(file_name).stem).encode("ascii", "ignore").decode().lower()  # "Ü" -> "u"

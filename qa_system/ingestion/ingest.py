@@ -36,7 +36,7 @@ from qa_system.config import INPUT_FORMATS, Settings, check_settings
 from qa_system.disk_cache import held_if_free, remove_unheld_locks, taking_turns
 from qa_system.errors import QAError, check_count, check_type, described, shown
 from qa_system.ingestion.backends import commit, saved_passages, server_answering
-from qa_system.ingestion.collections import check_collection_name, check_own_collection_name, ingestion_lock
+from qa_system.ingestion.collections import check_collection_name, check_not_a_domain, check_own_collection_name, ingestion_lock
 from qa_system.ingestion.freshness import recorded_sources, source_fingerprint
 from qa_system.ingestion.indexing import MIN_KEPT_SHARE, embedding_backend, embeddings_match, settings_embedder
 from qa_system.ingestion.splitting import PassageSplitter, passage_id
@@ -640,6 +640,8 @@ class _Run:
         self.started, self.notes, self.force, self.sync = time.perf_counter(), notes, force, sync
         self.settings, self.collection, self.options, self.on_progress = settings, check_collection_name(collection), options, on_progress
         self.saved = _saved(settings, collection)
+        if self.saved.manifest is None:
+            check_not_a_domain(settings, collection)
         self.splitter_state = self._splitter_state(options)
         self.vector_search = None
         if settings.store == "opensearch":
