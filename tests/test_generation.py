@@ -16,6 +16,7 @@ from helpers.down_server import DownServer
 from helpers.models import tiny_model_dir, tiny_tokenizer
 from helpers.openai_stub import MODEL, OpenAIStub
 from qa_system.cli import main
+from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.generation import (
     CitedAnswerBuilder,
@@ -432,6 +433,7 @@ def test_eval_rag_scores_generated_answers_beside_the_extractive_pipeline(cli_en
     assert "bm25+stub-model" in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
     assert report["systems"] == ["bm25+stub-model", "bm25+reader"] and report["questions"] == 4
+    assert report["top_k_retriever"] == Settings.from_env().top_k_retriever  # as many reviews as `ask --mode rag` reads (it read 3)
     rows = {(m["system"], m["group"]): m for m in report["metrics"]}
     rag = rows[("bm25+stub-model", "all")]
     # q7 (scroll wheel) exact, q6 and q8 wrongly unanswered, q9 rightly unanswered.

@@ -404,7 +404,11 @@ def register(commands, options: Options) -> None:
     own_labels(p)
     p.add_argument("--split", default="test")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
-    p.add_argument("--top-k-retriever", type=depth("--top-k-retriever"), default=3, help="reviews in the prompt")
+    p.add_argument(
+        "--top-k-retriever",
+        type=depth("--top-k-retriever"),
+        help="reviews in the prompt (default: the settings', QA_TOP_K_RETRIEVER, as `ask` reads)",
+    )
     p.add_argument(
         "--compare-extractive", action="store_true", help="also run the extractive pipeline (--reader-model) on the same questions"
     )

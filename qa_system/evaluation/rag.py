@@ -211,7 +211,7 @@ def evaluate_rag(
     retriever: str = "bm25",
     domain: str = "electronics",
     split: str = "test",
-    top_k_retriever: int = 3,
+    top_k_retriever: int | None = None,
     out_dir: str | Path | None = None,
     limit: int | None = None,
     compare_extractive: bool = False,
@@ -221,7 +221,8 @@ def evaluate_rag(
 ) -> dict[str, Any]:
     """The RAG pipeline (and, with ``compare_extractive``, the extractive one) over a labelled split of the
     domain's index, or over ``index`` (a collection) with ``labels``: your own labelled questions."""
-    top_k_retriever, limit = check_count(top_k_retriever, "top_k_retriever"), check_count(limit, "limit", optional=True)
+    top_k_retriever = settings.top_k_retriever if top_k_retriever is None else check_count(top_k_retriever, "top_k_retriever")
+    limit = check_count(limit, "limit", optional=True)
     questions, what, source = evaluation_questions(settings, domain, split, labels, limit)
     index = index or evaluation_index(settings, domain, labels, embeddings=retriever != "bm25", progress=progress)
     systems = {f"{retriever}+{generator_label(settings)}": build_qa_pipeline(retriever, settings, index=index, answer_stage="rag")}
