@@ -242,6 +242,10 @@ def test_filters_combine_flat_and_parse_from_json():
     # a key given twice was read as its last value, unsaid (the API refused it)
     with pytest.raises(QAError, match=r"^The filter is not one filter: the key 'value' appears twice\. Fix: "):
         parse_filters('{"field": "meta.overall", "operator": ">=", "value": 4, "value": 1}')
+    # read before the collection's types are known, it said "compare with a number, or an ISO date", which a text column
+    # then refused too
+    with pytest.raises(QAError, match=r"which is no ISO date\. Fix: to match text, filter 'meta.verified' with == or in; '>' compares"):
+        parse_filters('{"field": "meta.verified", "operator": ">", "value": "a"}')
     deep = {"operator": "NOT", "conditions": [RATING_AT_LEAST_4]}
     for _ in range(10):
         deep = {"operator": "NOT", "conditions": [deep]}

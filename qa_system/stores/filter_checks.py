@@ -160,7 +160,8 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
             f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.",
             'compare it with an ISO date such as "2024-01-31".'
             if kind == "date"
-            else 'compare with a number, or an ISO date such as "2024-01-31".',
+            else f"to match text, filter '{field}' with == or in; '{operator}' compares a field of numbers or dates with a number, "
+            'or an ISO date such as "2024-01-31".',
         )
 
 
