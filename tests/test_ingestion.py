@@ -139,8 +139,8 @@ def test_a_column_of_dates_or_numbers_that_a_few_values_turn_to_text_is_noted_wi
         "which a filter cannot compare with >= or <; to filter on it, write each of its values as an ISO 8601 date (2024-01-31), "
         "or leave the cell empty where there is none.",
         "column 'rating' holds 19 numbers and 1 value that is not (the first: 'n/a', gaps.csv line 10): it is kept as text, "
-        "which a filter cannot compare with >= or <; to filter on it, write each of its values as a number with a decimal point "
-        "(4.5), or leave the cell empty where there is none.",
+        "which a filter cannot compare with >= or <; to filter on it, write each of its values as a number (4, or 4.5 with a "
+        "decimal point), or leave the cell empty where there is none.",
     ]
     small = tmp_path / "small.csv"  # one stray in a small file is a stray too
     small.write_text("text,date\n" + "".join(f"Review {i}.,2024-01-0{i + 1}\n" for i in range(4)) + "Review 4.,soon\n", encoding="utf-8")

@@ -748,7 +748,7 @@ class _Run:
         for column, kind, typed, stray, value, where in self.stray_values.columns:
             if column in self.decimal_commas.columns:
                 continue
-            written = "an ISO 8601 date (2024-01-31)" if kind == "date" else "a number with a decimal point (4.5)"
+            written = "an ISO 8601 date (2024-01-31)" if kind == "date" else "a number (4, or 4.5 with a decimal point)"
             report.notes.append(
                 f"column '{column}' holds {typed} {kind}s and {stray} value{'s' * (stray > 1)} that {'are' if stray > 1 else 'is'} "
                 f"not (the first: '{shown(value, 40)}', {where}): it is kept as text, which a filter cannot compare with >= or <; "
