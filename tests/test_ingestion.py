@@ -1376,7 +1376,7 @@ def test_csv_labels_name_the_collection_documents(home, tmp_path):
             load_labels(path, home, "labelled")
 
 
-def test_retrievers_are_evaluated_on_a_collection_without_items(cli_home, tmp_path, capsys):
+def test_retrievers_are_evaluated_on_a_collection_without_items(cli_home, tmp_path, capsys, monkeypatch):
     # the questions are asked of every document: the chance baseline's candidates were a crash (no filter to match)
     columns = ["--text-column", "body", "--id-column", "review_id", "--no-embed"]
     assert main(["index", "--input", str(write_csv(tmp_path / "r.csv")), "--collection", "unlabelled-items", *columns]) == 0
@@ -1390,6 +1390,12 @@ def test_retrievers_are_evaluated_on_a_collection_without_items(cli_home, tmp_pa
     rows = [r for r in json.loads((out / "report.json").read_text())["metrics"] if r["group"] == "all" and r["definition"] == "strict"]
     assert {r["retriever"]: r["n"] for r in rows} == {"bm25": 2, "chance (random order)": 2}
     assert next(r for r in rows if r["retriever"] == "chance (random order)")["recall@1"] == pytest.approx(1 / len(REVIEWS))
+    # without --out, the report of a collection goes beside SubjQA's, not over it
+    monkeypatch.chdir(tmp_path)
+    assert main(command[: command.index("--out")]) == 0
+    assert (tmp_path / "reports" / "unlabelled-items-retriever" / "report.json").is_file() and not (
+        tmp_path / "reports" / "retriever"
+    ).exists()
     from qa_system import evaluate_retrievers
 
     with pytest.raises(QAError, match=r"labels is a str \(.*labels.csv\), not labels read from a file. Fix: pass qa_system.load_labels"):

@@ -84,8 +84,25 @@ def _what_to_evaluate(args: argparse.Namespace, settings, embeddings: bool, need
     return labels, open_collection(settings, args.collection, embeddings) if needs_index else None, None
 
 
+def report_folder_option(p: argparse.ArgumentParser, kind: str) -> None:
+    """``--out``: the folder a report is written to (``choose_report_folder`` picks it when unsaid)."""
+    p.add_argument(
+        "--out", type=Path, help=f"the report's folder (default: reports/{kind}; with --collection, reports/<collection>-{kind})"
+    )
+    p.set_defaults(report_kind=kind)
+
+
+def choose_report_folder(args: argparse.Namespace) -> None:
+    """``args.out`` as given, else ``reports/<kind>``, named after the collection evaluated when there is one: a report on
+    a collection of one's own does not overwrite SubjQA's, nor another collection's."""
+    if args.out is None:
+        collection = getattr(args, "collection", None)
+        args.out = Path("reports") / (f"{collection}-{args.report_kind}" if collection else args.report_kind)
+
+
 def cmd_eval_reader(args: argparse.Namespace) -> None:
     """`qa-system eval reader`: readers' EM / F1 given the gold review; prints the table and writes the report."""
+    choose_report_folder(args)
     from qa_system.evaluation.answering import evaluate_readers
 
     settings = settings_from_args(args)
@@ -99,6 +116,7 @@ def cmd_eval_reader(args: argparse.Namespace) -> None:
 
 def cmd_eval_pipeline(args: argparse.Namespace) -> None:
     """`qa-system eval pipeline`: retriever + reader EM / F1 on a labelled split; prints the table and writes the report."""
+    choose_report_folder(args)
     from qa_system.evaluation.answering import evaluate_pipelines
 
     settings = settings_from_args(args)
@@ -125,6 +143,7 @@ def cmd_eval_pipeline(args: argparse.Namespace) -> None:
 
 def cmd_eval_rag(args: argparse.Namespace) -> None:
     """`qa-system eval rag`: generated answers scored (F1, SAS, no-answer accuracy, citations, latency); prints the table and writes the report."""
+    choose_report_folder(args)
     from qa_system.evaluation.rag import evaluate_rag
 
     settings = settings_from_args(args)
@@ -166,6 +185,7 @@ def cmd_eval_rag(args: argparse.Namespace) -> None:
 
 def cmd_eval_annotators(args: argparse.Namespace) -> None:
     """`qa-system eval annotators`: how far SubjQA's annotators agree (the human reference); prints the table and writes the report."""
+    choose_report_folder(args)
     from qa_system.evaluation.annotators import evaluate_annotators
 
     settings = settings_from_args(args)
@@ -178,6 +198,7 @@ def cmd_eval_annotators(args: argparse.Namespace) -> None:
 
 def cmd_eval_retriever(args: argparse.Namespace) -> None:
     """`qa-system eval retriever`: recall@k, MRR and MAP of retriever variants; prints the tables and writes the report."""
+    choose_report_folder(args)
     from qa_system.evaluation.retrieval import evaluate_retrievers
 
     settings = settings_from_args(args)
@@ -208,6 +229,7 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
 
 def cmd_tune_bm25(args: argparse.Namespace) -> None:
     """`qa-system tune-bm25`: BM25 analyzers and k1 / b scored on a labelled split; prints the best rows and the recommended setting."""
+    choose_report_folder(args)
     from qa_system.tuning.bm25 import RULE, describe, tune_bm25
 
     settings = settings_from_args(args)
@@ -253,6 +275,7 @@ def candidates_option(p: argparse.ArgumentParser) -> None:
 
 def cmd_eval_judged(args: argparse.Namespace) -> None:
     """`qa-system eval judged`: the cards users read, judged over all documents of each product; prints the table and writes the report."""
+    choose_report_folder(args)
     from qa_system.evaluation.judged import CARDS_TO_JUDGE, JudgedSystem, evaluate_judged, judged_table, load_judged
 
     settings = settings_from_args(args)
@@ -307,7 +330,7 @@ def _register_judged(stages, options: Options) -> None:
         type=depth("--top-k-retriever"),
         help="reviews read per question, one for all or one per --reader (default: the settings')",
     )
-    p.add_argument("--out", type=Path, default=Path("reports/judged"))
+    report_folder_option(p, "judged")
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_judged)
 
@@ -327,7 +350,7 @@ def _register_annotators(stages, options: Options) -> None:
         metavar="FILE",
         help="predictions-*.json that `eval reader|pipeline` wrote for this split: each scored in an annotator's seat (the same gold)",
     )
-    p.add_argument("--out", type=Path, default=Path("reports/annotators"))
+    report_folder_option(p, "annotators")
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_annotators)
 
@@ -363,7 +386,7 @@ def register(commands, options: Options) -> None:
     )
     p.add_argument("--tuned-model", type=Path, help="fine-tuned encoder of the -ft variants (default models/retriever-minilm-subjqa)")
     p.add_argument("--k", nargs="+", type=depth("--k"), default=[1, 3, 5, 10, 20])
-    p.add_argument("--out", type=Path, default=Path("reports/retriever"))
+    report_folder_option(p, "retriever")
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     candidates_option(p)
     gold_option(p)
@@ -376,18 +399,18 @@ def register(commands, options: Options) -> None:
         p.add_argument("--reader", nargs="+", help="reader models to compare (default: the configured reader)")
         p.add_argument("--top-k", type=count("--top-k"), default=3, help="answers per question (top-k EM/F1)")
         p.add_argument("--no-answer-threshold", type=number("--no-answer-threshold"), help="override the reader's tuned threshold")
-        p.add_argument("--out", type=Path, default=Path(out))
+        report_folder_option(p, out)
         p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
 
     p = stages.add_parser("reader", parents=[options.common], help="EM / F1 of readers given the gold review")
-    answer_eval_options(p, "reports/reader")
+    answer_eval_options(p, "reader")
     p.set_defaults(func=cmd_eval_reader)
     p = stages.add_parser(
         "pipeline",
         parents=[options.common],
         help="EM / F1 of retriever + reader with per-product filters (and at the no-answer threshold `qa-system fit-threshold` stored, if any)",
     )
-    answer_eval_options(p, "reports/pipeline")
+    answer_eval_options(p, "pipeline")
     p.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
     p.add_argument(
         "--top-k-retriever", type=depth("--top-k-retriever"), help="reviews read per question (default: the settings', QA_TOP_K_RETRIEVER)"
@@ -412,7 +435,7 @@ def register(commands, options: Options) -> None:
     p.add_argument(
         "--compare-extractive", action="store_true", help="also run the extractive pipeline (--reader-model) on the same questions"
     )
-    p.add_argument("--out", type=Path, default=Path("reports/rag"))
+    report_folder_option(p, "rag")
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_eval_rag)
 
@@ -427,6 +450,6 @@ def register(commands, options: Options) -> None:
     own_labels(p)
     p.add_argument("--split", default="dev")
     p.add_argument("--show", type=count("--show"), default=10, help="print the best N settings")
-    p.add_argument("--out", type=Path, default=Path("reports/bm25-grid"))
+    report_folder_option(p, "bm25-grid")
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
     p.set_defaults(func=cmd_tune_bm25)
