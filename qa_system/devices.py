@@ -37,6 +37,10 @@ def check_device(setting: object) -> str:
     raise QAError(f"Unknown device {setting!r}.", f"use one of: {', '.join(DEVICES)} (QA_DEVICE or --device).")
 
 
+# The doors that set a device: the environment, or the command line's flag (which sets it for the command).
+_ASKED_BY = "QA_DEVICE or --device"
+
+
 def cuda_count() -> int:
     """How many CUDA GPUs PyTorch sees (0 without a CUDA build or a driver)."""
     try:
@@ -58,9 +62,11 @@ def resolve_device(setting: str = "auto") -> str:
         return "cuda:0" if count else "cpu"
     index = int(setting.partition(":")[2] or 0)
     if count == 0:
-        raise QAError(f"QA_DEVICE={setting} asks for a CUDA GPU, and this machine has none that PyTorch can use.", _FIX)
+        raise QAError(f"The device {setting} ({_ASKED_BY}) asks for a CUDA GPU, and this machine has none that PyTorch can use.", _FIX)
     if index >= count:
-        raise QAError(f"QA_DEVICE={setting} asks for GPU {index}, and this machine has {count} (cuda:0 to cuda:{count - 1}).", _FIX)
+        raise QAError(
+            f"The device {setting} ({_ASKED_BY}) asks for GPU {index}, and this machine has {count} (cuda:0 to cuda:{count - 1}).", _FIX
+        )
     return f"cuda:{index}"
 
 

@@ -64,7 +64,12 @@ def test_a_gpu_asked_for_and_absent_is_one_line_naming_it_and_the_fix(asked):
     with pytest.raises(QAError) as error:
         resolve_device(asked)
     message = str(error.value)
-    assert f"QA_DEVICE={asked}" in message and "QA_DEVICE=cpu" in message and "auto" in message and "\n" not in message
+    assert (
+        f"The device {asked} (QA_DEVICE or --device) asks for" in message
+        and "QA_DEVICE=cpu" in message
+        and "auto" in message
+        and "\n" not in message
+    )
 
 
 @NO_GPU
@@ -73,11 +78,11 @@ def test_the_cli_refuses_an_absent_gpu_with_exit_2_before_any_work(settings, mon
     code = main(["ask", "How is the bass?", "--item", "HEADPHONES", "--data-dir", str(settings.data_dir), "--home", str(settings.home)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
-    assert "QA_DEVICE=cuda" in err and "QA_DEVICE=cpu" in err
+    assert "The device cuda (QA_DEVICE or --device)" in err and "QA_DEVICE=cpu" in err
     assert not (settings.home / "indexes").exists()  # refused before indexing anything
     monkeypatch.delenv("QA_DEVICE")
     code = main(["collections", "--device", "cuda:1", "--home", str(settings.home)])
-    assert code == 2 and "QA_DEVICE=cuda:1" in capsys.readouterr().err
+    assert code == 2 and "The device cuda:1 (QA_DEVICE or --device)" in capsys.readouterr().err
 
 
 def test_answers_say_which_device_ran_and_the_export_never_names_one(settings, tiny_reader, tmp_path):

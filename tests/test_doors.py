@@ -228,6 +228,7 @@ def test_the_url_shell_checks_an_item_with_the_server_and_keeps_the_one_before_o
     captured = capsys.readouterr()
     errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith("error: Product 'NOPE' is not one of the ") and "collection 'electronics'" in errors[0]
+    assert f"Fix: pick an item id that {url.rstrip('/')}/products?collection=electronics lists" in errors[0]  # not "GET /products"
     asked = [line for line in captured.out.splitlines() if line.startswith("Q: ")]
     assert [line.split(";")[0] for line in asked] == [
         f"Q: {QUESTION}  (KINDLE in electronics",

@@ -203,7 +203,8 @@ def is_saved_collection(settings: Settings, name: str) -> bool:
         return False
 
 
-def _unknown(settings: Settings, name: str) -> NotFound:
+def _unknown(settings: Settings, name: str, to_use: bool = True) -> NotFound:
+    """No collection ``name``: the ones there are, and (``to_use``: it was to be read) how to build it."""
     known = ", ".join(c.name for c in list_collections(settings)) or "none yet"
     build = (
         f"qa-system index --domain {name.removeprefix(SUBJQA_PREFIX)}"
@@ -212,7 +213,9 @@ def _unknown(settings: Settings, name: str) -> NotFound:
     )
     return NotFound(
         f"No {settings.store} collection named '{name}' (there are: {known}).",
-        f"build it with `{build}`, or pick one that `qa-system collections` lists.",
+        f"build it with `{build}`, or pick one that `qa-system collections` lists."
+        if to_use
+        else "name one that `qa-system collections` lists.",
     )
 
 
@@ -235,7 +238,7 @@ def delete_collection(settings: Settings, name: str) -> CollectionInfo:
 def _delete(settings: Settings, name: str) -> CollectionInfo:
     info = next((c for c in list_collections(settings) if c.name == name), None)
     if info is None:
-        raise _unknown(settings, name)
+        raise _unknown(settings, name, to_use=False)  # nothing to delete: building it is no fix
     if settings.store == "memory":
         (settings.index_dir / "memory" / f"{name}.json").unlink()
     elif settings.store == "faiss":

@@ -18,6 +18,7 @@ import unicodedata
 import zlib
 from dataclasses import asdict
 from typing import Any
+from urllib.parse import quote
 
 from qa_system.errors import NotFound, QAError, Unavailable, shown
 from qa_system.serving.question import Question
@@ -149,7 +150,8 @@ def check_item_at(
         return matches[0]
     raise NotFound(
         f"Product '{shown(item_id)}' is not one of the {total:,} products of collection '{shown(str(name))}' at {public_url(url)}.",
-        "pick an item id that GET /products lists, or ':item' alone to ask about all products.",
+        f"pick an item id that {public_url(url).rstrip('/')}/products?collection={quote(str(name))} lists, or ':item' alone to ask "
+        "about all products.",
     )
 
 
