@@ -426,6 +426,24 @@ def test_bench_ingest_reuses_its_csv_only_when_made_from_the_same_data_and_seed(
     assert written["1"][0][1] and written["1"][0][0] != written["0"][0][0]  # another seed: written anew
 
 
+def test_bench_ingest_stopped_midway_leaves_no_collection_behind(tiny_subjqa, tmp_path):
+    """A SIGTERM during `bench ingest` left its bench-ingest-* collections in the user's store."""
+    from qa_system.bench.ingest import run_ingest_bench
+    from qa_system.config import Settings
+    from qa_system.ingestion import list_collections
+
+    settings = Settings.from_env(data_dir=tiny_subjqa, home=tmp_path / "home")
+
+    def stopped(line: str) -> None:
+        if line.startswith("  {"):  # the first run's row: its collection is saved
+            assert [c.name for c in list_collections(settings)] == ["bench-ingest-20-bm25"]
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_ingest_bench(settings, tmp_path / "out", rows=20, embed_rows=0, progress=stopped)
+    assert list_collections(settings) == []
+
+
 @pytest.mark.parametrize("gone", ["bench-api", "bench-ingest"])
 def test_the_benchmarks_are_one_family(gone, capsys):
     from qa_system.cli import build_parser

@@ -153,40 +153,49 @@ def run_ingest_bench(
         if backend == "onnx":
             _prepare_encoders(settings)
     results = []
-    for label, path, collection, embed, backend in runs:
-        if not label.endswith("re-run") and label != "one row changed" and any(c.name == collection for c in list_collections(settings)):
-            delete_collection(settings, collection)
-        progress(f"{label}: indexing {path.name} into '{collection}'")
-        run_settings = settings.with_(embedding_backend=backend)
-        result = measure_ingest(run_settings, path, collection, embed)
-        results.append(
-            {
-                "run": label,
-                "store": settings.store,
-                "embedding": indexing_backend(backend, settings.device) if embed else "-",
-                "rows": result["read"],
-                **{
-                    k: result[k]
-                    for k in (
-                        "added",
-                        "changed",
-                        "unchanged",
-                        "embedded_documents",
-                        "embedded",
-                        "passages",
-                        "seconds",
-                        "embedding_s",
-                        "documents_per_s",
-                        "peak_rss_mb",
-                    )
-                },
-                "embedded_documents_per_s": result["embedded_documents"] / result["embedding_s"] if result["embedding_s"] else float("nan"),
-            }
-        )
-        progress(f"  {results[-1]}")
-    if not keep:
-        for collection in {collection for _, _, collection, _, _ in runs}:
-            delete_collection(settings, collection)
+    try:
+        for label, path, collection, embed, backend in runs:
+            if (
+                not label.endswith("re-run")
+                and label != "one row changed"
+                and any(c.name == collection for c in list_collections(settings))
+            ):
+                delete_collection(settings, collection)
+            progress(f"{label}: indexing {path.name} into '{collection}'")
+            run_settings = settings.with_(embedding_backend=backend)
+            result = measure_ingest(run_settings, path, collection, embed)
+            results.append(
+                {
+                    "run": label,
+                    "store": settings.store,
+                    "embedding": indexing_backend(backend, settings.device) if embed else "-",
+                    "rows": result["read"],
+                    **{
+                        k: result[k]
+                        for k in (
+                            "added",
+                            "changed",
+                            "unchanged",
+                            "embedded_documents",
+                            "embedded",
+                            "passages",
+                            "seconds",
+                            "embedding_s",
+                            "documents_per_s",
+                            "peak_rss_mb",
+                        )
+                    },
+                    "embedded_documents_per_s": result["embedded_documents"] / result["embedding_s"]
+                    if result["embedding_s"]
+                    else float("nan"),
+                }
+            )
+            progress(f"  {results[-1]}")
+    finally:  # a run stopped midway (Ctrl+C, SIGTERM) leaves no benchmark collection in the user's store either
+        if not keep:
+            made = {c.name for c in list_collections(settings)}
+            for collection in {collection for _, _, collection, _, _ in runs} & made:
+                delete_collection(settings, collection)
     table = pd.DataFrame(results)
     speeds = dict(zip(table["run"], table["embedded_documents_per_s"]))
     int8_speedup = speeds.get("with embeddings, int8", float("nan")) / speeds.get("with embeddings, float32", float("nan"))
