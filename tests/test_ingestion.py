@@ -608,6 +608,7 @@ def test_a_new_collection_does_not_take_a_subjqa_domains_name(home, tmp_path):
     """`index --collection electronics` was accepted, and the REST API serving that domain hid it."""
     from qa_system.ingestion.changes import create_collection
 
+    home = home.model_copy(update={"data_dir": tmp_path / "data"})  # never the real data: the fixture's is the shared SubjQA
     write_subjqa(home.data_dir)  # electronics
     path = write_csv(tmp_path / "r.csv")
     for make in (
