@@ -81,3 +81,16 @@ def spreadsheet_table(table: pd.DataFrame) -> pd.DataFrame:
         if pd.api.types.is_object_dtype(safe[column]) or pd.api.types.is_string_dtype(safe[column]):
             safe[column] = safe[column].map(spreadsheet_text)
     return safe
+
+
+def public_url(url: str) -> str:
+    """``url`` as messages show it: a password in it (``https://user:secret@host``) replaced by ``***``."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        return parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}").geturl()
+    except ValueError:  # no URL to read a password from: shown only up to where one could start
+        return url.partition("@")[2] or url

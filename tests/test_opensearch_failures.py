@@ -383,12 +383,15 @@ def test_health_says_unavailable_while_the_search_server_does_not_answer(os_sett
     monkeypatch.setattr("qa_system.serving.service.STORE_CHECK_EVERY_S", 0.0)
     proxy = CuttingProxy(os_settings.opensearch_url, cut="(?!)")  # matches no request: it goes down when told
     settings = api_settings_for(tmp_path / "api", tiny_reader, "http://127.0.0.1:9")
-    settings = settings.model_copy(update={"store": "opensearch", "opensearch_url": proxy.url})
+    # with a password in the URL: /health answers anyone, and showed it
+    with_password = proxy.url.replace("http://", "http://admin:s3cretPW@")
+    settings = settings.model_copy(update={"store": "opensearch", "opensearch_url": with_password})
     with running(create_app(settings, service=QAService(settings, [ServedCollection(name)]))) as api:
         assert wait_ready(api).status_code == 200
         proxy.down()
         health = httpx.get(f"{api}/health", timeout=30)
         assert health.status_code == 503 and health.json()["status"] == "unavailable", health.text
-        assert health.json()["error"] == f"OpenSearch at {proxy.url} is unreachable. Fix: {OPENSEARCH_FIX}"
+        shown = proxy.url.replace("http://", "http://admin:***@")
+        assert health.json()["error"] == f"OpenSearch at {shown} is unreachable. Fix: {OPENSEARCH_FIX}"
         asked = httpx.post(f"{api}/query", json={"query": "Does it boil fast?", "item_id": "KETTLE", "collection": name}, timeout=60)
-        assert asked.status_code == 503, asked.text
+        assert asked.status_code == 503 and "s3cretPW" not in asked.text and "admin:***@" in asked.text, asked.text

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from qa_system.errors import NotFound, QAError, Unavailable, shown
+from qa_system.safe_text import public_url
 from qa_system.serving.question import Question
 
 # The longest an answer may take, all of it (connecting, the server's work, reading the reply): generous for a
@@ -34,19 +35,6 @@ ANSWER_KINDS = ("span", "no_answer", "generated")
 PRODUCTS_PAGE = 1000
 # The longest one page of a product check (GET /products) may take.
 PRODUCTS_DEADLINE_S = 60.0
-
-
-def public_url(url: str) -> str:
-    """``url`` as messages show it: a password in it (``https://user:secret@host``) replaced by ``***``."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        return parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}").geturl()
-    except ValueError:  # no URL to read a password from: shown only up to where one could start
-        return url.partition("@")[2] or url
 
 
 def check_url(url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from qa_system.config import Settings
 from qa_system.errors import QAError, Unavailable
+from qa_system.safe_text import public_url
 from qa_system.stores.index import MANIFEST_KEY, Index
 
 
@@ -17,11 +18,11 @@ def elasticsearch_client(settings: Settings):
         client.info()
     except UnsupportedProductError:  # it answers, as a server this client does not take (Elasticsearch 7, OpenSearch)
         raise QAError(
-            f"The server at {settings.es_url} is {_server_name(settings.es_url)}, which the elasticsearch store cannot use (it needs Elasticsearch 8).",
+            f"The server at {public_url(settings.es_url)} is {_server_name(settings.es_url)}, which the elasticsearch store cannot use (it needs Elasticsearch 8).",
             "use --store opensearch (QA_STORE=opensearch, QA_OPENSEARCH_URL) for OpenSearch and Elasticsearch 7, or point QA_ES_URL at Elasticsearch 8.",
         ) from None
     except Exception:  # the client raises many types for bad URLs and refused connections
-        raise Unavailable(f"Elasticsearch at {settings.es_url} is unreachable.", fix) from None
+        raise Unavailable(f"Elasticsearch at {public_url(settings.es_url)} is unreachable.", fix) from None
     return Elasticsearch(settings.es_url, request_timeout=60)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from qa_system.config import Settings
 from qa_system.errors import Conflict, QAError, Unavailable
+from qa_system.safe_text import public_url
 from qa_system.stores.index import MANIFEST_KEY, Index
 
 logger = logging.getLogger(__name__)
@@ -89,10 +90,11 @@ def opensearch_client(settings: Settings):
     from opensearchpy.exceptions import AuthenticationException, AuthorizationException, ConnectionError, SerializationError, TransportError
 
     url = settings.opensearch_url
+    shown_url = public_url(url)  # a password in it is never shown (/health answers without a token)
 
     def not_opensearch(why: str) -> QAError:
         return QAError(
-            f"{url} answered, but not as OpenSearch does ({why}).",
+            f"{shown_url} answered, but not as OpenSearch does ({why}).",
             "set QA_OPENSEARCH_URL (--opensearch-url) to your OpenSearch server's URL.",
         )
 
@@ -100,18 +102,18 @@ def opensearch_client(settings: Settings):
         info = OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=5, max_retries=0).info()
     except (AuthenticationException, AuthorizationException) as error:
         raise QAError(
-            f"OpenSearch at {url} refused the request ({error.status_code}).", "set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD."
+            f"OpenSearch at {shown_url} refused the request ({error.status_code}).", "set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD."
         ) from None
     except ConnectionError:  # refused, timed out, no such host
-        raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
+        raise Unavailable(f"OpenSearch at {shown_url} is unreachable.", OPENSEARCH_FIX) from None
     except TransportError as error:  # an HTTP error status (a proxy's 502, a web server's 404)
         if isinstance(error.status_code, int):
             raise not_opensearch(f"HTTP {error.status_code}") from None
-        raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
+        raise Unavailable(f"OpenSearch at {shown_url} is unreachable.", OPENSEARCH_FIX) from None
     except SerializationError:  # a web page
         raise not_opensearch("its reply is no JSON") from None
     except Exception:  # the client raises many types for bad URLs
-        raise Unavailable(f"OpenSearch at {url} is unreachable.", OPENSEARCH_FIX) from None
+        raise Unavailable(f"OpenSearch at {shown_url} is unreachable.", OPENSEARCH_FIX) from None
     # Every other answer would be read as an index listing, a mapping or a hit list: tracebacks far from here.
     if not (isinstance(info, dict) and isinstance(info.get("version"), dict) and info["version"].get("number")):
         raise not_opensearch("no version in its reply to GET /")
@@ -170,7 +172,7 @@ def new_opensearch_index(settings: Settings, name: str, embedding_dim: int | Non
     client = opensearch_client(settings)
     if embedding_dim is not None and not opensearch_has_knn(client):
         raise QAError(
-            f"OpenSearch at {settings.opensearch_url} has no k-NN plugin, so it cannot store review vectors.",
+            f"OpenSearch at {public_url(settings.opensearch_url)} has no k-NN plugin, so it cannot store review vectors.",
             "index without vectors (--no-embed) or use a server with the k-NN plugin.",
         )
     for leftover in remove_leftover_indices(settings, name, client):
@@ -256,7 +258,7 @@ def saving_stopped(settings: Settings, name: str) -> Unavailable:
     """The error of a run whose search server stopped answering before its collection was saved: the alias still serves
     the complete index it served (or already the new one, when only the answer to the swap was lost)."""
     return Unavailable(
-        f"The search server at {settings.opensearch_url} stopped answering while collection '{name}' was being saved; "
+        f"The search server at {public_url(settings.opensearch_url)} stopped answering while collection '{name}' was being saved; "
         "nothing already indexed was lost.",
         "once it answers, run the same command (or request) again.",
     )
@@ -336,7 +338,7 @@ def changed_meanwhile(settings: Settings, name: str) -> Conflict:
     """The error of a run whose collection another writer saved while it ran: nothing of this run was saved."""
     return Conflict(
         f"Collection '{name}' was changed by another writer while this change ran (a server or command with another "
-        f"QA_HOME, using the search server at {settings.opensearch_url}); nothing of this change was saved, and theirs is kept.",
+        f"QA_HOME, using the search server at {public_url(settings.opensearch_url)}); nothing of this change was saved, and theirs is kept.",
         "run the change again: it starts from the collection as it is now.",
     )
 

@@ -21,6 +21,7 @@ from opensearchpy.exceptions import ConnectionError as NoAnswer
 from opensearchpy.exceptions import NotFoundError, RequestError
 
 from qa_system.errors import QAError, Unavailable
+from qa_system.safe_text import public_url
 from qa_system.stores.index import IndexGone
 
 FILTER_VALUE_FIX = (
@@ -57,7 +58,7 @@ def _fields(filters: Any) -> list[str]:
 def _unavailable(store: OpenSearchDocumentStore) -> Unavailable:
     hosts = store._hosts if isinstance(store._hosts, list) else [store._hosts]
     return Unavailable(
-        f"The search server at {', '.join(map(str, hosts))} does not answer (it stopped, or the network to it is down).",
+        f"The search server at {', '.join(public_url(str(host)) for host in hosts)} does not answer (it stopped, or the network to it is down).",
         "start it again (questions are answered again once it answers), or set QA_OPENSEARCH_URL to a running one.",
     )
 
