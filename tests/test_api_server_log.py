@@ -91,6 +91,30 @@ def test_changes_and_startup_are_logged_as_uvicorn_logs_as_loud_as_asked(data_di
     assert "Collection 'quiet' created" not in quiet and "API: http" not in quiet and "POST /collections" not in quiet, quiet
 
 
+def test_the_api_waits_for_a_search_server_that_does_not_answer_yet(data_dir, tiny_reader, tmp_path):
+    """`qa-system api --store opensearch` exited 2 at start while its search server (a container still starting) did not
+    answer yet: the API starts, says why in its log, and /health says what it waits for."""
+    port, closed = free_port(), free_port()
+    env = environment(data_dir, tmp_path / "home", tiny_reader, QA_STORE="opensearch", QA_OPENSEARCH_URL=f"http://127.0.0.1:{closed}")
+    command = [*CLI, "api", "--host", "127.0.0.1", "--port", str(port), "--collection", "shop"]
+    with (tmp_path / "api.log").open("w") as log:
+        process = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline, health = time.monotonic() + 120, None
+            while health is None and process.poll() is None and time.monotonic() < deadline:
+                try:
+                    health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            assert process.poll() is None, (tmp_path / "api.log").read_text()
+            assert health is not None and health.status_code == 503 and health.json()["status"] == "loading"
+            assert health.json()["waiting"]["error"].startswith(f"OpenSearch at http://127.0.0.1:{closed} is unreachable.")
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert "The API starts, and loads the collections once it answers." in (tmp_path / "api.log").read_text()
+
+
 def test_an_unknown_log_level_is_one_line(capsys, monkeypatch):
     from qa_system.cli import main
 

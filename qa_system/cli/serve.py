@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from qa_system.cli.options import Options, count, settings_from_args
 from qa_system.errors import QAError
+
+logger = logging.getLogger(__name__)
 
 
 def cmd_ui(args: argparse.Namespace) -> None:
@@ -30,6 +33,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
 def cmd_api(args: argparse.Namespace) -> None:
     """`qa-system api`: serve the REST API until stopped; a collection name that does not exist is refused first."""
+    from qa_system.errors import Unavailable
     from qa_system.ingestion import collection_manifest
     from qa_system.serving.api import run_api
     from qa_system.serving.api.documents import check_guarded
@@ -46,7 +50,11 @@ def cmd_api(args: argparse.Namespace) -> None:
     served = args.served or DEFAULT_COLLECTIONS
     for collection in served:  # a mistyped name is refused before the server starts (a domain is built on first start)
         if not collection.subjqa_domain:
-            collection_manifest(settings, collection.name)
+            try:
+                collection_manifest(settings, collection.name)
+            except Unavailable as error:  # a search server not up yet (a container starting): the server waits for it
+                logger.warning("%s The API starts, and loads the collections once it answers.", error)
+                break
     run_api(settings, served, args.host, args.port)
 
 
