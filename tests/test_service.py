@@ -120,6 +120,18 @@ def test_a_collection_another_process_changed_is_served_as_saved_now(settings, s
         service.index("shared")  # it answered from the deleted collection
 
 
+def test_the_default_collection_deleted_elsewhere_is_left_out_of_the_list(settings):
+    """GET /collections was a 404 for every collection once the server's default one was deleted by the CLI."""
+    for name in ("first", "second"):
+        own_collection(settings, name, documents=3)
+    service = QAService(settings, [ServedCollection("first"), ServedCollection("second")])
+    service.serve_own = True  # a server with document routes: the store's collections as they are now
+    assert [c["name"] for c in service.collections()] == ["first", "second"]
+    delete_collection(settings, "first")  # `qa-system collections --delete first` in another shell
+    service.catalogue.changed()  # the store listed again, as the next listing finds it
+    assert [c["name"] for c in service.collections()] == ["second"]
+
+
 def own_faiss_collection(settings: Settings, name: str, documents: int) -> str:
     source = settings.home.parent / f"{name}.csv"
     source.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.devices import resolve_device
-from qa_system.errors import QAError
+from qa_system.errors import QAError, Unavailable
 from qa_system.ingestion import CollectionInfo, IngestOptions, IngestProgress, IngestReport
 from qa_system.pipelines import QAPipeline
 from qa_system.pipelines.qa_pipeline import stored_item
@@ -231,12 +231,12 @@ class QAService:
             return [collection_summary(name, self.index(name)) for name in self.names]
         self.catalogue.serve_own_collections()
         listed = []
-        for position, name in enumerate(self.names):
+        for name in self.names:
             try:
                 listed.append(collection_summary(name, self.index(name)))
-            except QAError:
-                if position == 0:  # the default collection: the server cannot do without it
-                    raise
+            except Unavailable:  # the search server does not answer: no list at all, said as the 503 it is
+                raise
+            except QAError:  # the default collection too: the others can still be asked by name
                 logger.warning("Collection '%s' is left out of the list: it was deleted, or cannot be read.", name)
         return listed
 
