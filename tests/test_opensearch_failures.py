@@ -23,8 +23,8 @@ import pytest
 from helpers.api import api_settings_for, running, wait_ready
 from qa_system.cli import main
 from qa_system.config import Settings
-from qa_system.errors import NotFound
-from qa_system.ingestion import list_collections
+from qa_system.errors import NoSpace, NotFound
+from qa_system.ingestion import list_collections, open_collection
 from qa_system.serving.api import create_app
 from qa_system.serving.served import ServedCollection
 from qa_system.serving.service import QAService
@@ -395,3 +395,29 @@ def test_health_says_unavailable_while_the_search_server_does_not_answer(os_sett
         assert health.json()["error"] == f"OpenSearch at {shown} is unreachable. Fix: {OPENSEARCH_FIX}"
         asked = httpx.post(f"{api}/query", json={"query": "Does it boil fast?", "item_id": "KETTLE", "collection": name}, timeout=60)
         assert asked.status_code == 503 and "s3cretPW" not in asked.text and "admin:***@" in asked.text, asked.text
+
+
+def test_a_search_server_that_refuses_writes_for_a_full_disk_is_one_line_and_the_collection_stays(os_settings, name, reviews, capsys):
+    """A full disk makes the server block writes (read_only_allow_delete): `index` printed a traceback, exit 1, and the
+    API's document routes answered 500 (a NoSpace is their 507)."""
+    from haystack import Document
+    from haystack.document_stores.types import DuplicatePolicy
+
+    first, second = reviews
+    assert main(index_command(first, name, os_settings.opensearch_url)) == 0
+    client = opensearch_client(os_settings)
+    client.indices.put_settings(index=f"{name}--*", body={"index.blocks.read_only_allow_delete": True})
+    try:
+        capsys.readouterr()
+        assert main(index_command(second, name, os_settings.opensearch_url)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: The search server refuses to write") and err.count("\n") == 1, err
+        store = open_collection(os_settings, name).store  # the document routes' writes
+        with pytest.raises(NoSpace, match=r"^The search server refuses to write"):
+            store.write_documents([Document(id="x", content="A new review.")], policy=DuplicatePolicy.OVERWRITE)
+    finally:
+        client.indices.put_settings(index=f"{name}--*", body={"index.blocks.read_only_allow_delete": None})
+    assert sorted(d.content for d in open_collection(os_settings, name).store.filter_documents()) == [
+        "The kettle boils fast.",
+        "The lamp is bright.",
+    ]

@@ -321,11 +321,18 @@ def _load_opensearch(settings: Settings, name: str) -> Index | None:
 
 def _save_opensearch(index: Index, settings: Settings) -> None:
     from opensearchpy.exceptions import ConnectionError as NoAnswer
+    from opensearchpy.exceptions import TransportError
+
+    from qa_system.stores.opensearch_store import refused_writes
 
     try:
         _swap_in(opensearch_client(settings), index, settings)
     except (NoAnswer, Unavailable):  # a refused connection, a timeout: the alias serves what it served, or the swap took effect
         raise saving_stopped(settings, index.name) from None
+    except TransportError as error:
+        if (blocked := refused_writes(error)) is not None:  # the alias serves what it served
+            raise blocked from None
+        raise
 
 
 def _manifest_fingerprint(client, concrete: str) -> str:

@@ -16,11 +16,12 @@ import re
 from typing import Any
 
 from haystack.core.serialization import generate_qualified_class_name
+from haystack.document_stores.errors import DocumentStoreError
 from haystack_integrations.document_stores.opensearch import OpenSearchDocumentStore
 from opensearchpy.exceptions import ConnectionError as NoAnswer
-from opensearchpy.exceptions import NotFoundError, RequestError
+from opensearchpy.exceptions import NotFoundError, RequestError, TransportError
 
-from qa_system.errors import QAError, Unavailable
+from qa_system.errors import NoSpace, QAError, Unavailable
 from qa_system.safe_text import public_url
 from qa_system.stores.index import IndexGone
 
@@ -45,6 +46,26 @@ def refusal_reason(error: RequestError) -> str:
     reason = _REPEATED.sub(r"\1", reason)
     reason = _HEX_BYTES.sub(lambda m: repr(bytes.fromhex(m.group(1).replace(" ", "")).decode("utf-8", "replace")), reason)
     return reason[:300]
+
+
+_BULK_REASON = re.compile(r"'reason': '([^']{1,300})'")
+
+
+def refused_writes(error: Exception) -> NoSpace | None:
+    """The error of a write the server blocks (``cluster_block_exception``: a full disk makes it set its indices
+    read-only), else None."""
+    if isinstance(error, TransportError) and error.error == "cluster_block_exception":
+        reason = refusal_reason(error)
+    elif isinstance(error, DocumentStoreError) and "cluster_block_exception" in str(error):  # a bulk write's refused documents
+        reason = next(iter(_BULK_REASON.findall(str(error))), "cluster_block_exception")
+    else:
+        return None
+    return NoSpace(
+        f"The search server refuses to write ({reason}): its disk is full, or the index was made read-only; "
+        "nothing already indexed was lost.",
+        "free disk space on the search server (it lifts the block itself once there is room; an older one needs "
+        'PUT /_all/_settings {"index.blocks.read_only_allow_delete": null}), then make the change again.',
+    )
 
 
 def _fields(filters: Any) -> list[str]:
@@ -83,6 +104,10 @@ def _answered(method):
         except NotFoundError as error:
             if error.error == "index_not_found_exception":
                 raise _gone(self) from None
+            raise
+        except (TransportError, DocumentStoreError) as error:
+            if (blocked := refused_writes(error)) is not None:
+                raise blocked from None
             raise
 
     return checked
