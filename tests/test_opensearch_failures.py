@@ -421,3 +421,13 @@ def test_a_search_server_that_refuses_writes_for_a_full_disk_is_one_line_and_the
         "The kettle boils fast.",
         "The lamp is bright.",
     ]
+
+
+def test_a_served_collection_gives_a_hung_search_server_seconds_not_a_minute(os_settings, name, reviews):
+    """A search server that hangs (a full garbage collection, a stopped container) held each question 75 s, and the API's
+    worker with it: a served collection's requests give up sooner than a build's bulk writes."""
+    from qa_system.stores.opensearch import BUILD_TIMEOUT_S, SERVE_TIMEOUT_S, new_opensearch_index
+
+    assert main(index_command(reviews[0], name, os_settings.opensearch_url)) == 0
+    assert open_collection(os_settings, name).store._timeout == SERVE_TIMEOUT_S < BUILD_TIMEOUT_S
+    assert new_opensearch_index(os_settings, name, None)._timeout == BUILD_TIMEOUT_S  # left over: the fixture removes it

@@ -143,7 +143,13 @@ def opensearch_index_body(embedding_dim: int | None) -> dict:
     return {"settings": settings, "mappings": mappings}
 
 
-def _opensearch_document_store(settings: Settings, index: str, body: dict | None = None):
+# How long a request may wait for the search server: a collection being built sends bulk writes of a batch, one served
+# answers questions, which a hung server would hold for a minute and more (and the API's worker with them).
+BUILD_TIMEOUT_S = 60
+SERVE_TIMEOUT_S = 15
+
+
+def _opensearch_document_store(settings: Settings, index: str, body: dict | None = None, timeout: int = SERVE_TIMEOUT_S):
     from qa_system.stores.opensearch_store import CheckedOpenSearchDocumentStore
 
     body = body or {}
@@ -156,7 +162,7 @@ def _opensearch_document_store(settings: Settings, index: str, body: dict | None
         embedding_dim=dim,
         mappings=body.get("mappings"),
         settings=body.get("settings"),
-        timeout=60,
+        timeout=timeout,
     )
 
 
@@ -183,7 +189,7 @@ def new_opensearch_index(settings: Settings, name: str, embedding_dim: int | Non
     base = {served: _manifest_fingerprint(client, served) for served in _aliased_indices(client, name)}
     owned = {**body, "mappings": {**body["mappings"], "_meta": {OWNER_KEY: _this_process(), BASE_KEY: base}}}
     client.indices.create(index=concrete, body=owned)
-    return _opensearch_document_store(settings, concrete, body)
+    return _opensearch_document_store(settings, concrete, body, BUILD_TIMEOUT_S)
 
 
 def _machine() -> str:
