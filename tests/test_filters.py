@@ -246,6 +246,10 @@ def test_filters_combine_flat_and_parse_from_json():
     # then refused too
     with pytest.raises(QAError, match=r"which is no ISO date\. Fix: to match text, filter 'meta.verified' with == or in; '>' compares"):
         parse_filters('{"field": "meta.verified", "operator": ">", "value": "a"}')
+    with pytest.raises(
+        QAError, match=r"Fix: write the number without quotes: \{\"field\": \"meta.stars\", \"operator\": \"<\", \"value\": 5\}\.$"
+    ):
+        parse_filters('{"field": "meta.stars", "operator": "<", "value": "5"}')  # the advice to use == led to another refusal
     deep = {"operator": "NOT", "conditions": [RATING_AT_LEAST_4]}
     for _ in range(10):
         deep = {"operator": "NOT", "conditions": [deep]}

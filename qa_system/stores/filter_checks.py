@@ -17,7 +17,7 @@ from typing import Any
 
 from qa_system import strict_json
 from qa_system.errors import QAError, check_text, json_kind, json_text, shown
-from qa_system.sources.columns import is_iso_date
+from qa_system.sources.columns import is_iso_date, value_type
 
 # What the index adds to every passage of a collection of your own, and what a SubjQA review carries.
 PASSAGE_META = ("document_id", "content_hash", "source_offset", "passage", "passages")
@@ -156,13 +156,16 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
     if kind == "date" and number:
         _refuse_a_number_for_a_date(field, value)
     if isinstance(value, str) and not is_iso_date(value):
-        raise QAError(
-            f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.",
-            'compare it with an ISO date such as "2024-01-31".'
-            if kind == "date"
-            else f"to match text, filter '{field}' with == or in; '{operator}' compares a field of numbers or dates with a number, "
-            'or an ISO date such as "2024-01-31".',
-        )
+        if kind == "date":
+            fix = 'compare it with an ISO date such as "2024-01-31".'
+        elif value_type(value.strip()) in ("integer", "number"):  # "5": a number written in quotes
+            fix = f'write the number without quotes: {{"field": "{field}", "operator": "{operator}", "value": {value.strip()}}}.'
+        else:
+            fix = (
+                f"to match text, filter '{field}' with == or in; '{operator}' compares a field of numbers or dates with a number, "
+                'or an ISO date such as "2024-01-31".'
+            )
+        raise QAError(f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.", fix)
 
 
 def filter_fields(manifest: Mapping[str, Any]) -> set[str] | None:
