@@ -431,3 +431,19 @@ def test_a_served_collection_gives_a_hung_search_server_seconds_not_a_minute(os_
     assert main(index_command(reviews[0], name, os_settings.opensearch_url)) == 0
     assert open_collection(os_settings, name).store._timeout == SERVE_TIMEOUT_S < BUILD_TIMEOUT_S
     assert new_opensearch_index(os_settings, name, None)._timeout == BUILD_TIMEOUT_S  # left over: the fixture removes it
+
+
+def test_the_note_on_an_edited_source_names_the_search_server_it_runs_on(os_settings, name, reviews, capsys):
+    """The note's command left out --opensearch-url: run as printed, it asked the default server, which was not there."""
+    import shlex
+
+    first, _ = reviews
+    url = os_settings.opensearch_url
+    assert main(index_command(first, name, url)) == 0
+    first.write_text(first.read_text(encoding="utf-8") + "3,CLOCK,The clock ticks loudly.\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["search", "clock", "--collection", name, "--store", "opensearch", "--opensearch-url", url]) == 0
+    note = capsys.readouterr().err
+    command = note[note.index("run `") + 5 : note.index("` to update")]
+    assert f"--store opensearch --opensearch-url {url}" in command
+    assert main(shlex.split(command)[1:]) == 0 and "1 added" in capsys.readouterr().out  # as printed

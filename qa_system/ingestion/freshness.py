@@ -14,12 +14,15 @@ import shlex
 import time
 from pathlib import Path
 
+from qa_system.safe_text import public_url
 from qa_system.sources.files import SIDECAR, document_files
 from qa_system.sources.records import ReadCounts
 
 CHECK_EVERY_S = 30.0
-# (store, collection) -> ((its version, its source, the source's time), when it was checked, the notice then)
-_checked: dict[tuple[str, str], tuple[tuple, float, str | None]] = {}
+# (store, collection, server) -> ((its version, its source, the source's time), when it was checked, the notice then)
+_checked: dict[tuple[str, str, str | None], tuple[tuple, float, str | None]] = {}
+# The flag that names the server of a search-server store.
+SERVER_FLAGS = {"opensearch": "--opensearch-url", "elasticsearch": "--es-url"}
 
 
 def source_fingerprint(path: Path) -> dict:
@@ -45,23 +48,25 @@ def recorded_sources(manifest: dict) -> dict[str, dict]:
     return manifest.get("sources") or older
 
 
-def source_notice(name: str, store: str, manifest: dict) -> str | None:
+def source_notice(name: str, store: str, manifest: dict, server_url: str | None = None) -> str | None:
     """One line when a file or folder the collection ``name`` (of ``store``, described by its ``manifest``) was indexed
-    from changed since, naming the command to run again; None when none did, when the collection records no
-    fingerprint (an upload, SubjQA, an older qa-system), or when the source is gone (the collection is all there is of
-    it then)."""
+    from changed since, naming the command to run again (with ``server_url``, the search server's it is on); None when
+    none did, when the collection records no fingerprint (an upload, SubjQA, an older qa-system), or when the source is
+    gone (the collection is all there is of it then)."""
     sources = recorded_sources(manifest)
     if not sources:
         return None
     # A folder's own time moves when a file is added or removed: that is seen at once, an edit within CHECK_EVERY_S.
     times = {path: _mtime(path) for path in sources}
     stamp = (str(manifest.get("updated")), tuple(times.items()))
-    checked = _checked.get((store, name))
+    checked = _checked.get((store, name, server_url))
     if checked is not None and checked[0] == stamp and time.monotonic() - checked[1] < CHECK_EVERY_S:
         return checked[2]
-    notices = (_notice(name, store, manifest, Path(path), recorded) for path, recorded in sources.items() if times[path] is not None)
+    notices = (
+        _notice(name, store, manifest, Path(path), recorded, server_url) for path, recorded in sources.items() if times[path] is not None
+    )
     notice = next((n for n in notices if n is not None), None)
-    _checked[(store, name)] = (stamp, time.monotonic(), notice)
+    _checked[(store, name, server_url)] = (stamp, time.monotonic(), notice)
     return notice
 
 
@@ -72,7 +77,7 @@ def _mtime(path: str) -> int | None:
         return None
 
 
-def _notice(name: str, store: str, manifest: dict, path: Path, recorded: dict) -> str | None:
+def _notice(name: str, store: str, manifest: dict, path: Path, recorded: dict, server_url: str | None = None) -> str | None:
     now, given = source_fingerprint(path), recorded["source_fingerprint"]
     if now == given:
         return None
@@ -80,13 +85,13 @@ def _notice(name: str, store: str, manifest: dict, path: Path, recorded: dict) -
     changed = f"files of {path} were added, removed or edited" if path.is_dir() else f"{path} was edited"
     return (
         f"Collection '{name}' is answered as last indexed, and {changed} since{count}. "
-        f"Fix: run `{index_command(name, store, manifest, path, recorded)}` to update it (only what changed is processed again)."
+        f"Fix: run `{index_command(name, store, manifest, path, recorded, server_url)}` to update it (only what changed is processed again)."
     )
 
 
-def index_command(name: str, store: str, manifest: dict, path: Path, recorded: dict) -> str:
+def index_command(name: str, store: str, manifest: dict, path: Path, recorded: dict, server_url: str | None = None) -> str:
     """The `qa-system index` command that indexes ``path`` into the collection ``name`` again, with the options it was
-    read with (``recorded``)."""
+    read with (``recorded``), on the search server at ``server_url`` (its password shown as ***)."""
     options = recorded.get("options") or {}
     words = ["qa-system", "index", "--input", str(path), "--collection", name]
     for key in ("format", "text_column", "id_column", "item_column"):
@@ -97,6 +102,8 @@ def index_command(name: str, store: str, manifest: dict, path: Path, recorded: d
     if options.get("html"):
         words.append("--html")
     words += ["--store", store]  # QA_STORE may name another
+    if server_url is not None and store in SERVER_FLAGS:  # the default URL may be another server's
+        words += [SERVER_FLAGS[store], public_url(server_url)]
     if not manifest.get("embedding_model"):
         words.append("--no-embed")  # as it was: else every document would be embedded
     return shlex.join(words)
