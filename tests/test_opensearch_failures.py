@@ -375,7 +375,9 @@ def test_the_elasticsearch_store_pointed_at_elasticsearch_7_names_the_store_that
     assert "which the elasticsearch store cannot use (it needs Elasticsearch 8). Fix: use --store opensearch" in error
 
 
-def test_health_says_unavailable_while_the_search_server_does_not_answer(os_settings, name, reviews, tiny_reader, tmp_path, monkeypatch):
+def test_health_says_unavailable_while_the_search_server_does_not_answer(
+    os_settings, name, reviews, tiny_reader, tmp_path, monkeypatch, caplog
+):
     """The search server goes away under a ready API: every question then fails (503), and /health said "ready" (200),
     so a load balancer kept sending questions there. It says "unavailable" (503) with the reason now."""
     first, _ = reviews
@@ -395,6 +397,11 @@ def test_health_says_unavailable_while_the_search_server_does_not_answer(os_sett
         assert health.json()["error"] == f"OpenSearch at {shown} is unreachable. Fix: {OPENSEARCH_FIX}"
         asked = httpx.post(f"{api}/query", json={"query": "Does it boil fast?", "item_id": "KETTLE", "collection": name}, timeout=60)
         assert asked.status_code == 503 and "s3cretPW" not in asked.text and "admin:***@" in asked.text, asked.text
+        again = httpx.post(f"{api}/query", json={"query": "Does it boil fast?", "item_id": "KETTLE", "collection": name}, timeout=60)
+        assert again.status_code == 503
+        # the log says why, once a minute (its access lines said 503 alone)
+        logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("POST /query answered 503: ")]
+        assert len(logged) == 1 and "does not answer" in logged[0] and "s3cretPW" not in logged[0], logged
 
 
 def test_a_search_server_that_refuses_writes_for_a_full_disk_is_one_line_and_the_collection_stays(os_settings, name, reviews, capsys):

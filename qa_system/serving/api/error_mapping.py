@@ -4,7 +4,9 @@ complaints said as one line, the server's own paths said by the settings that na
 from __future__ import annotations
 
 import logging
+import math
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +166,24 @@ def products_route(message: str) -> str:
 _RETRIEVER_FLAG = re.compile(r"--retriever (bm25|dense|hybrid)\b")
 
 
+# The server's own troubles (a search server that does not answer, a full disk) are logged, once a minute each: the
+# access log's 503 lines said nothing of why.
+SERVER_TROUBLE_LOG_EVERY_S = 60.0
+_troubles_logged: dict[str, float] = {}
+
+
+def _log_server_trouble(request: Request, error: QAError) -> None:
+    message, now = str(error), time.monotonic()
+    if now - _troubles_logged.get(message, -math.inf) >= SERVER_TROUBLE_LOG_EVERY_S:
+        if len(_troubles_logged) > 100:  # messages of long ago
+            _troubles_logged.clear()
+        _troubles_logged[message] = now
+        logger.warning("%s %s answered %d: %s", request.method, request.url.path, status_of(error), message)
+
+
 async def _library_error(request: Request, error: QAError) -> JSONResponse:
+    if isinstance(error, (Unavailable, NoSpace)):
+        _log_server_trouble(request, error)
     message = products_route(in_http_terms(str(error)) if _is_document_route(request) else str(error))
     message = _RETRIEVER_FLAG.sub(lambda match: f'"retriever": "{match[1]}"', message)
     return error_response(_public(request, message, status_of(error)), status_of(error))
