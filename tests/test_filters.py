@@ -427,6 +427,30 @@ def test_a_filter_on_another_product_on_a_real_search_server(opensearch_url, tmp
         delete_opensearch_index(settings, name)
 
 
+def test_a_question_no_word_of_which_is_in_the_documents_passing_its_filter_says_so_on_a_real_search_server(
+    opensearch_url, settings, reviews
+):
+    """A search server's BM25 returns only documents holding a word of the question: it said "no document passes the
+    product, filters and split asked for" where 20 did, and none held a word of it."""
+    from qa_system.pipelines import build_qa_pipeline
+    from qa_system.serving.answer_views import NO_DOCUMENTS_NOTE, answer_cards, answer_views
+    from qa_system.stores import delete_opensearch_index
+
+    settings = settings.model_copy(update={"store": "opensearch", "opensearch_url": opensearch_url})
+    name = f"qa-filters-{uuid.uuid4().hex[:8]}"
+    try:
+        ingest(settings, reviews, name, OPTIONS, embed=False, progress=False)
+        pipeline = build_qa_pipeline("bm25", settings, index=open_collection(settings, name, embeddings=False, progress=False))
+        unmatched = pipeline.run("Grösse xyzzy?", item_id="P1")
+        (card,) = answer_cards(answer_views(unmatched["answers"]))
+        assert unmatched["documents"] == [] and card.note.startswith("There was nothing to read: no document holds a word of the question.")
+        nothing = pipeline.run("Is it sturdy?", filters={"field": "meta.overall", "operator": ">", "value": 5})
+        (card,) = answer_cards(answer_views(nothing["answers"]))
+        assert card.note == NO_DOCUMENTS_NOTE  # none passes: said as before
+    finally:
+        delete_opensearch_index(settings, name)
+
+
 # Values the filter checks let through, that only the server knows it cannot compare with its field.
 SERVER_REFUSED = [
     ({"field": "meta.overall", "operator": "in", "value": [4, 10**30]}, f"meta.overall: Value '{10**30}' is out of range for a long"),

@@ -259,11 +259,17 @@ class QAPipeline:
         for name in deciding:
             if "answers" in outputs.get(name, {}):
                 result["answers"] = outputs[name]["answers"]
-        if not result["documents"] and filters is None:  # asked of every document, and no word of the question is in one
+        if not result["documents"] and (filters is None or self._some_pass(filters)):  # no word of the question is in one
             for answer in result.get("answers", []):
                 if answer.meta.get("no_documents"):
                     answer.meta["no_word_matched"] = True
         return result
+
+    def _some_pass(self, filters: dict) -> bool:
+        """Whether a document passes ``filters``, where the store counts them (a search server's BM25 returns only
+        documents that hold a word of the question; the memory store's, every one that passes)."""
+        count = getattr(self.index.store, "count_documents_by_filter", None)
+        return count is not None and count(filters) > 0
 
 
 def build_retrieval_pipeline(
