@@ -451,6 +451,49 @@ def test_a_question_no_word_of_which_is_in_the_documents_passing_its_filter_says
         delete_opensearch_index(settings, name)
 
 
+DATED = [  # a day, a time that day, a time the day before, a time in another zone that is that day in UTC, the next day
+    ("d1", "2024-01-05T12:00:00"),
+    ("d2", "2024-01-05"),
+    ("d3", "2023-12-31T23:59:59Z"),
+    ("d4", "2024-01-04T22:00:00-05:00"),
+    ("d5", "2024-01-06"),
+]
+DAY_FILTERS = {
+    "==": ("2024-01-05", ["d1", "d2", "d4"]),
+    ">": ("2024-01-05", ["d5"]),
+    "<": ("2024-01-05", ["d3"]),
+    ">=": ("2024-01-05", ["d1", "d2", "d4", "d5"]),
+    "<=": ("2024-01-05", ["d1", "d2", "d3", "d4"]),
+    "!=": ("2024-01-05", ["d3", "d5"]),
+    "in": (["2024-01-05", "2024-01-06"], ["d1", "d2", "d4", "d5"]),
+    "not in": (["2024-01-05", "2024-01-06"], ["d3"]),
+}
+
+
+def test_a_day_filters_dates_and_times_alike_in_the_memory_store_and_on_a_search_server(opensearch_url, settings, tmp_path):
+    """The memory store compared "2024-01-05" with "2024-01-05T12:00:00" as midnight (not equal, earlier), the search
+    server as that day: the same filter found other documents in each."""
+    from qa_system.stores import delete_opensearch_index
+
+    source = tmp_path / "dated.csv"
+    source.write_text("id,product,date,text\n" + "".join(f"{i},P,{date},lid {i}\n" for i, date in DATED), encoding="utf-8")
+    options = IngestOptions(id_column="id", item_column="product")
+    server = settings.model_copy(update={"store": "opensearch", "opensearch_url": opensearch_url})
+    name = f"qa-dates-{uuid.uuid4().hex[:8]}"
+    try:
+        found = {}
+        for where in (settings, server):
+            ingest(where, source, name, options, embed=False, progress=False)
+            retrieval = build_retrieval_pipeline("bm25", where, index=open_collection(where, name, embeddings=False, progress=False))
+            found[where.store] = {
+                operator: sorted(d.id for d in retrieval.run("lid", filters={"field": "meta.date", "operator": operator, "value": day}, top_k=10)["documents"])
+                for operator, (day, _) in DAY_FILTERS.items()
+            }  # fmt: skip
+        assert found["memory"] == found["opensearch"] == {operator: ids for operator, (_, ids) in DAY_FILTERS.items()}
+    finally:
+        delete_opensearch_index(server, name)
+
+
 # Values the filter checks let through, that only the server knows it cannot compare with its field.
 SERVER_REFUSED = [
     ({"field": "meta.overall", "operator": "in", "value": [4, 10**30]}, f"meta.overall: Value '{10**30}' is out of range for a long"),

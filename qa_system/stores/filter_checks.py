@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 import unicodedata
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -190,7 +191,44 @@ def check_collection_filters(filters: Any, manifest: Mapping[str, Any]) -> dict 
         column = options.get(option)
         if isinstance(column, str) and column != stored and fields is not None and column not in fields:
             filters = _field_renamed(filters, f"meta.{column}", f"meta.{stored}")
-    return _either_unicode_form(check_filters(filters, manifest.get("meta_types"), fields))
+    checked = check_filters(filters, manifest.get("meta_types"), fields)
+    return _either_unicode_form(_days_as_spans(checked, manifest.get("meta_types") or {}))
+
+
+# A date without a time of day: compared with a field of dates and times, it means the whole day.
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _days_as_spans(node: Any, types: Mapping[str, str]) -> Any:
+    """``node`` with each comparison of a date field with a day ("2024-01-05") made one with that day's span in UTC, as a
+    search server compares them: ``==`` a time on that day, ``>`` after it, ``<=`` up to its end; a time without a zone is
+    UTC. Haystack's in-memory matcher compares a day with a time as midnight, so "2024-01-05T12:00" was not "== 2024-01-05"
+    there while it was on the search server (a copy where one is changed)."""
+    if not isinstance(node, dict):
+        return node
+    if isinstance(node.get("conditions"), list):
+        return {**node, "conditions": [_days_as_spans(child, types) for child in node["conditions"]]}
+    field, operator, value = node.get("field"), node.get("operator"), node.get("value")
+    if not isinstance(field, str) or types.get(field.removeprefix("meta.")) != "date":
+        return node
+    days = value if operator in ("in", "not in") and isinstance(value, list) else [value]
+    if not days or not all(isinstance(day, str) and _DAY.fullmatch(day.strip()) for day in days):
+        return node
+
+    def start(day: str, after: int = 0) -> str:
+        return (datetime.date.fromisoformat(day.strip()) + datetime.timedelta(days=after)).isoformat() + "T00:00:00+00:00"
+
+    def within(day: str) -> dict:
+        return {"operator": "AND", "conditions": [
+            {"field": field, "operator": ">=", "value": start(day)}, {"field": field, "operator": "<", "value": start(day, 1)},
+        ]}  # fmt: skip
+
+    if operator in ("==", "in", "!=", "not in"):
+        spans = [within(day) for day in days]
+        matched = spans[0] if len(spans) == 1 else {"operator": "OR", "conditions": spans}
+        return matched if operator in ("==", "in") else {"operator": "NOT", "conditions": [matched]}
+    bound = {">": (">=", 1), ">=": (">=", 0), "<": ("<", 0), "<=": ("<", 1)}.get(operator)
+    return node if bound is None else {"field": field, "operator": bound[0], "value": start(value, bound[1])}
 
 
 def _dates_as_text(node: Any, depth: int = 0) -> Any:
