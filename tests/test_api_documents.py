@@ -917,7 +917,7 @@ def test_a_background_upload_that_fails_is_logged_with_its_task_and_collection(c
     (failure,) = [r for r in caplog.records if r.levelno == logging.ERROR and task_id in r.getMessage()]
     assert failure.getMessage() == f"Adding documents to collection 'failing' failed (task {task_id}): internal error."
     assert failure.exc_info and failure.exc_info[0] is FileExistsError  # the traceback
-    assert any(f"Adding 1 documents to collection 'failing' (task {task_id}) (client 127.0.0.1)." in r.getMessage() for r in caplog.records)
+    assert any(f"Adding 1 document to collection 'failing' (task {task_id}) (client 127.0.0.1)." in r.getMessage() for r in caplog.records)
     done = call("POST", "/collections/{name}/documents", "/collections/failing/documents", json={"documents": [review(1)]})
     assert finished(call, done)["added"] == 1  # the disk mended, the same upload goes through
 

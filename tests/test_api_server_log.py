@@ -75,6 +75,8 @@ def test_changes_and_startup_are_logged_as_uvicorn_logs_as_loud_as_asked(data_di
     with api_command(env, tmp_path / "api.log") as url:
         assert httpx.post(f"{url}/collections", json={"name": "logged"}, headers=AUTH).status_code == 201
         assert ended(url, httpx.post(f"{url}/collections/logged/documents", json=documents(2), headers=AUTH))["status"] == "done"
+        assert httpx.delete(f"{url}/collections/logged/documents/r0", headers=AUTH).status_code == 200
+        assert httpx.delete(f"{url}/collections/logged/documents/nope", headers=AUTH).status_code == 404  # was logged as a deletion
         assert httpx.delete(f"{url}/collections/logged", headers=AUTH).status_code == 200
     log = (tmp_path / "api.log").read_text(encoding="utf-8")
     assert re.search(r"^INFO:     API: http://127\.0\.0\.1:\d+  \(OpenAPI docs at /docs", log, re.M), log
@@ -82,7 +84,9 @@ def test_changes_and_startup_are_logged_as_uvicorn_logs_as_loud_as_asked(data_di
     assert re.search(
         r"^INFO:     Adding 2 documents to collection 'logged' \(task logged-1-\d+-[0-9a-f]{6}\) \(client 127\.0\.0\.1\)\.$", log, re.M
     )
-    assert re.search(r"^INFO:     Collection 'logged' deleted \(2 documents\) \(client 127\.0\.0\.1\)\.$", log, re.M), log
+    assert re.search(r"^INFO:     Document 'r0' deleted from collection 'logged' \(client 127\.0\.0\.1\)\.$", log, re.M), log
+    assert "'nope' deleted" not in log and "0 documents deleted" not in log
+    assert re.search(r"^INFO:     Collection 'logged' deleted \(1 document\) \(client 127\.0\.0\.1\)\.$", log, re.M), log
     assert log.count("Application startup complete.") == 1 and log.count('"POST /collections HTTP/1.1" 201') == 1  # uvicorn's, once
 
     with api_command(env, tmp_path / "quiet.log", args=("--log-level", "WARNING")) as url:

@@ -204,7 +204,7 @@ async def create_collection(body: CollectionRequest, request: Request, documents
 async def delete_collection(name: str, request: Request, documents: Changes) -> CollectionChanged:
     """Delete a collection of your own with all its documents (not a SubjQA one, nor the server's default)."""
     deleted = CollectionChanged(**await request.app.state.api.changing_documents(documents.drop, name))
-    logged(request, f"Collection '{name}' deleted ({deleted.documents} documents)")
+    logged(request, f"Collection '{name}' deleted ({deleted.documents} document{'s' * (deleted.documents != 1)})")
     return deleted
 
 
@@ -234,7 +234,7 @@ async def add_documents(
     source, options, file_name = await upload(request, name, format, filename, options)
     api = request.app.state.api
     change = await api.changing_documents(documents.add, name, source, options, file_name, sync, force)
-    logged(request, f"Adding {change.documents} documents to collection '{name}' (task {change.id})")
+    logged(request, f"Adding {change.documents} document{'s' * (change.documents != 1)} to collection '{name}' (task {change.id})")
     body = task_out(change.status(), documents.settings)
     return JSONResponse(body.model_dump(), status_code=202, headers={"Location": f"/tasks/{change.id}"})
 
@@ -249,7 +249,8 @@ async def delete_documents(name: str, body: DeleteRequest, request: Request, doc
 async def delete_document(name: str, document_id: str, request: Request, documents: Changes) -> DeleteOut:
     """Delete one document (all its passages) by its id; 404 when the collection holds none of that id."""
     report = await request.app.state.api.changing_documents(documents.delete, name, [document_id], None)
-    logged(request, f"{len(report.deleted)} documents deleted from collection '{name}'")
+    if report.deleted:  # none: a 404, which the access log shows
+        logged(request, f"Document '{shown(document_id)}' deleted from collection '{name}'")
     if report.not_found:
         raise HTTPException(
             404,
