@@ -510,7 +510,7 @@ def test_eval_rag_on_a_collection_with_your_own_labels(settings, tmp_path, monke
         "mine",
         3,
     )
-    assert report["title"] == "RAG evaluation: labels.csv (CSV) on collection 'mine' (bm25 top-3)"
+    assert report["title"] == "RAG evaluation: labels.csv (CSV) on collection 'mine' (bm25 top-8)"
     rag = next(m for m in report["metrics"] if m["group"] == "all")
     # Both answers exact and citing the right review (a passage of it for d1); the unanswerable question rightly unanswered.
     assert rag["em"] == 1.0 and rag["no_answer_accuracy"] == 1.0 and rag["citation_precision"] == 1.0
