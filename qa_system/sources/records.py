@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
+from collections.abc import Container
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
@@ -127,7 +128,7 @@ def meta_key(name: str) -> str:
     return f"{name}_column" if name in RESERVED_META else name
 
 
-def metadata(values: dict, left_out, where: str) -> dict[str, str]:
+def metadata(values: dict, left_out: Container[str], where: str) -> dict[str, str]:
     """The metadata of a row (or a sidecar): every value not empty, under its ``meta_key``, but the fields ``left_out``;
     a QAError naming ``where`` when two fields would be kept under one key ("id" and "id_column"), one losing its values."""
     meta: dict[str, str] = {}
