@@ -593,8 +593,15 @@ def test_a_table_read_again_with_an_id_column_its_collection_did_not_use_is_refu
     ingest(home, path, "rekeyed", by_content, embed=False, progress=False)
     saved = home.index_dir / "memory" / "rekeyed.json"
     before = digest(saved)
-    with pytest.raises(QAError, match=r"^Collection 'rekeyed' holds the documents of .*r\.csv under ids taken from their text: read with "):
+    refused = r"line 2: collection 'rekeyed' holds this row under an id taken from its content .* Fix: pass --sync as well"
+    with pytest.raises(QAError, match=refused):
         ingest(home, path, "rekeyed", COLUMNS, embed=False, progress=False)
+    copy = tmp_path / "copy.csv"  # another file of the same rows, or an upload of them: the same refusal
+    copy.write_bytes(path.read_bytes())
+    with pytest.raises(QAError, match=refused):
+        ingest(home, copy, "rekeyed", COLUMNS, embed=False, progress=False)
+    with open(path, "rb") as upload, pytest.raises(QAError, match=refused):
+        ingest(home, upload, "rekeyed", COLUMNS, name="upload.csv", embed=False, progress=False)
     assert digest(saved) == before
     synced = ingest(home, path, "rekeyed", COLUMNS, embed=False, sync=True, progress=False)
     assert (synced.added, synced.deleted, synced.documents) == (len(REVIEWS), len(REVIEWS), len(REVIEWS))

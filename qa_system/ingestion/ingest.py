@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -494,7 +494,7 @@ def check_source(
     seen: dict[str, str] = {}
     with open_source(source, options, name) as opened:
         if into is not None:
-            _check_same_ids(into[1], into[0], options, opened, sync)
+            _check_same_ids(into[1], into[0], options, opened)
         for record in opened.records:
             record.checked()
             if record.id is not None and record.id in seen:
@@ -549,18 +549,11 @@ def reprocessing_refused(collection: str, causes: str, shortfall: str, retyped: 
     )
 
 
-def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptions, opened: _Opened, sync: bool = False) -> None:
+def _check_same_ids(manifest: dict | None, collection: str, options: IngestOptions, opened: _Opened) -> None:
     """A source that has the column the collection takes its document ids from (``--id-column``), read without it or
-    with another id column, would add each of its rows again, under another id: refused. So is a file whose documents
-    the collection holds under ids taken from their text, read again with ``--id-column``, unless ``sync`` replaces them."""
+    with another id column, would add each of its rows again, under another id: refused (the other way round, see
+    ``_Run._check_not_held_by_content``)."""
     column = (((manifest or {}).get("input") or {}).get("options") or {}).get("id_column")
-    recorded = recorded_sources(manifest or {}).get(opened.state.get("path"))
-    if options.id_column is not None and recorded is not None and not (recorded.get("options") or {}).get("id_column") and not sync:
-        raise QAError(
-            f"Collection '{collection}' holds the documents of {opened.name} under ids taken from their text: read with "
-            f"--id-column {options.id_column}, each would be added again beside itself; it was left as it was.",
-            f"pass --sync as well, to replace its documents with these, identified by {options.id_column}; or leave out --id-column.",
-        )
     if not column or options.id_column == column or meta_key(column) not in opened.types:
         return
     read = "without --id-column" if options.id_column is None else f"with --id-column {options.id_column}"
@@ -692,7 +685,7 @@ class _Run:
         self._type_columns(opened.types, opened.format)
         self.decimal_commas = DecimalCommas(opened.types)
         self.stray_values = StrayValues(opened.types)
-        _check_same_ids(self.saved.manifest, self.collection, self.options, opened, self.sync)
+        _check_same_ids(self.saved.manifest, self.collection, self.options, opened)
         if opened.format == "files":
             self.files_root = Path(opened.state["path"])
         self.report = report = IngestReport(
@@ -773,6 +766,19 @@ class _Run:
             self.reasons.append((retyped_cause(changed), "every document was processed again"))
             self.rebuild = True
 
+    def _check_not_held_by_content(self, record: Record) -> None:
+        """A row read with ``--id-column`` that the collection holds under the id its content gave it (indexed before
+        without the flag: its id column then metadata) would be added again beside itself: refused, unless ``--sync``."""
+        column = self.options.id_column
+        as_before = replace(record, id=None, meta={**record.meta, meta_key(column): record.id}).content_hash()
+        if as_before in self.saved.documents:
+            raise QAError(
+                f"{record.where}: collection '{self.collection}' holds this row under an id taken from its content (indexed "
+                f"without --id-column); read with --id-column {column}, it would be added again beside itself. Nothing was changed.",
+                f"pass --sync as well, to replace the collection's documents with this source's, identified by {column}; "
+                "or leave out --id-column.",
+            )
+
     def _add(self, record: Record) -> bool:
         """Count the record, and queue it when it is new or changed; False for a duplicate."""
         report = self.report
@@ -795,6 +801,8 @@ class _Run:
         if record.item_id is not None:
             self.items[record.item_id] += 1
         before = self.saved.documents.get(document_id)
+        if record.id is not None and before is None and not self.sync and self.saved.documents:
+            self._check_not_held_by_content(record)
         if self.files_root is not None:
             self._check_same_file(document_id, before is not None and before[0] != content_hash)
         if before is not None and before[0] == content_hash:
