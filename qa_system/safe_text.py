@@ -84,13 +84,18 @@ def spreadsheet_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def public_url(url: str) -> str:
-    """``url`` as messages show it: a password in it (``https://user:secret@host``) replaced by ``***``."""
-    from urllib.parse import urlsplit
+    """``url`` as messages show it: a password in it (``https://user:secret@host``, ``user:secret@host`` without a scheme)
+    replaced by ``***``, in each of several comma-separated ones (a search server's hosts)."""
+    return ",".join(_without_password(part) for part in url.split(","))
 
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        return parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}").geturl()
-    except ValueError:  # no URL to read a password from: shown only up to where one could start
-        return url.partition("@")[2] or url
+
+def _without_password(url: str) -> str:
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    host, slash, path = rest.partition("/")
+    credentials, at, address = host.rpartition("@")  # the last "@": one unescaped in the password stays in what is hidden
+    if not at:
+        return url
+    user, colon, _ = credentials.partition(":")
+    return f"{scheme}{separator}{user}{':***' if colon else ''}@{address}{slash}{path}"

@@ -6,7 +6,7 @@ import string
 import pytest
 
 from helpers.text import shown
-from qa_system.safe_text import WORD_JOINER, html_text, markdown_literal
+from qa_system.safe_text import WORD_JOINER, html_text, markdown_literal, public_url
 
 HOSTILE = [
     "![p](http://127.0.0.1:8999/p.png)\n\n# HEADING\n\n**bold** _it_ ~~s~~ `code` > quote",
@@ -75,3 +75,15 @@ def test_a_reports_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_writte
     assert [row[2] for row in rows[1:]] == ["-1"] * len(questions)  # numbers stay numbers
     report = list(csv.reader((tmp_path / "report.csv").open(encoding="utf-8", newline="")))
     assert report[1:] == [["'=1+1", "-0.5"], ["bm25", "0.5"]]
+
+
+def test_a_password_in_a_url_is_never_shown_however_the_url_is_written():
+    assert public_url("https://alice:s3cret@host:9200/path") == "https://alice:***@host:9200/path"
+    assert public_url("alice:s3cret@127.0.0.1:9299") == "alice:***@127.0.0.1:9299"  # no scheme: it was shown whole
+    assert public_url("http://a:x@h1:9200,http://bob:s3cret@h2:9200") == "http://a:***@h1:9200,http://bob:***@h2:9200"
+    assert public_url("https://u:p@ss@host/x") == "https://u:***@host/x"  # an "@" left unescaped in the password
+    assert [public_url(u) for u in ("http://bob@host", "http://host:9200", "https://host/a@b")] == [
+        "http://bob@host",
+        "http://host:9200",
+        "https://host/a@b",
+    ]
