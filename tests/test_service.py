@@ -120,7 +120,7 @@ def test_a_collection_another_process_changed_is_served_as_saved_now(settings, s
         service.index("shared")  # it answered from the deleted collection
 
 
-def test_the_default_collection_deleted_elsewhere_is_left_out_of_the_list(settings):
+def test_the_default_collection_deleted_elsewhere_is_left_out_of_the_list(settings, caplog):
     """GET /collections was a 404 for every collection once the server's default one was deleted by the CLI."""
     for name in ("first", "second"):
         own_collection(settings, name, documents=3)
@@ -130,6 +130,9 @@ def test_the_default_collection_deleted_elsewhere_is_left_out_of_the_list(settin
     delete_collection(settings, "first")  # `qa-system collections --delete first` in another shell
     service.catalogue.changed()  # the store listed again, as the next listing finds it
     assert [c["name"] for c in service.collections()] == ["second"]
+    assert [c["name"] for c in service.collections()] == ["second"]
+    said = [r for r in caplog.records if "'first' is left out of the list" in r.getMessage()]
+    assert len(said) == 1  # said once, not at every listing
 
 
 def own_faiss_collection(settings: Settings, name: str, documents: int) -> str:

@@ -82,6 +82,7 @@ class QAService:
         self.catalogue = Catalogue(settings, collections, any_collection)
         self.feedback = FeedbackStore(settings.feedback_db)
         self._store_checked: tuple[float, str | None] = (-math.inf, None)  # when /health last asked the search server, and its answer
+        self._left_out: set[str] = set()  # collections GET /collections leaves out now: logged once each, not at every listing
         self._tasks = TaskRegistry()  # opening collections, uploads, the reader's export: one task per key, progress for every waiter
         self.collections_open = OpenCollections(settings, self.catalogue.resolve, self._tasks)
         self.pipelines = PipelineCache(settings, self.collections_open.lock, self.collections_open.is_open)
@@ -230,14 +231,17 @@ class QAService:
         if not self.serve_own:
             return [collection_summary(name, self.index(name)) for name in self.names]
         self.catalogue.serve_own_collections()
-        listed = []
+        listed, left_out = [], set()
         for name in self.names:
             try:
                 listed.append(collection_summary(name, self.index(name)))
             except Unavailable:  # the search server does not answer: no list at all, said as the 503 it is
                 raise
             except QAError:  # the default collection too: the others can still be asked by name
-                logger.warning("Collection '%s' is left out of the list: it was deleted, or cannot be read.", name)
+                left_out.add(name)
+                if name not in self._left_out:
+                    logger.warning("Collection '%s' is left out of the list: it was deleted, or cannot be read.", name)
+        self._left_out = left_out
         return listed
 
     def reopen(self, name: str) -> None:
