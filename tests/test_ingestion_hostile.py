@@ -330,6 +330,8 @@ def test_input_dash_indexes_what_is_piped_in(cli_home, tmp_path):
     refused = index()  # no name to tell the format by
     assert refused.returncode == 2 and refused.stderr.startswith("error: --input - needs --format") and refused.stderr.count("\n") == 1
     assert "files" not in refused.stderr  # a folder's documents are not piped
+    folder = index("--format", "files")
+    assert folder.returncode == 2 and folder.stderr.startswith("error: --input - reads one table or JSON file piped in, not a folder's")
     empty = index("--format", "jsonl", piped="")
     assert empty.returncode == 2 and "stdin holds no documents; collection 'piped' was left as it was" in empty.stderr
     assert len(documents(cli_home, "piped")) == 300

@@ -69,10 +69,15 @@ def _ingest(args: argparse.Namespace, settings) -> None:
         passage_overlap=args.passage_overlap,
     )
     if args.input == STANDARD_INPUT:
-        if args.format in (None, "files"):
-            readable = ", ".join(f for f in INPUT_FORMATS if f != "files")
+        readable = ", ".join(f for f in INPUT_FORMATS if f != "files")
+        if args.format is None:
             raise QAError(
                 "--input - needs --format: what is piped in has no file name to tell its format by.", f"pass --format ({readable})."
+            )
+        if args.format == "files":
+            raise QAError(
+                "--input - reads one table or JSON file piped in, not a folder's documents (--format files).",
+                f"pass --format ({readable}), or the folder to --input.",
             )
         with _piped_input() as piped:
             report = ingest(
