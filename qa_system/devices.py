@@ -53,8 +53,8 @@ def cuda_count() -> int:
 
 def resolve_device(setting: str = "auto") -> str:
     """The device that runs for ``setting``: "cpu" or "cuda:N". A GPU asked for (``cuda``, ``cuda:N``) that
-    this machine does not have is a QAError of one line naming it and the fix."""
-    setting = check_device(setting)
+    this machine does not have is a QAError of one line naming it (as written: "gpu" too) and the fix."""
+    asked, setting = setting, check_device(setting)
     if setting == "cpu":
         return "cpu"
     count = cuda_count()
@@ -62,10 +62,13 @@ def resolve_device(setting: str = "auto") -> str:
         return "cuda:0" if count else "cpu"
     index = int(setting.partition(":")[2] or 0)
     if count == 0:
-        raise QAError(f"The device {setting} ({_ASKED_BY}) asks for a CUDA GPU, and this machine has none that PyTorch can use.", _FIX)
+        raise QAError(
+            f"The device {str(asked).strip()} ({_ASKED_BY}) asks for a CUDA GPU, and this machine has none that PyTorch can use.", _FIX
+        )
     if index >= count:
         raise QAError(
-            f"The device {setting} ({_ASKED_BY}) asks for GPU {index}, and this machine has {count} (cuda:0 to cuda:{count - 1}).", _FIX
+            f"The device {str(asked).strip()} ({_ASKED_BY}) asks for GPU {index}, and this machine has {count} (cuda:0 to cuda:{count - 1}).",
+            _FIX,
         )
     return f"cuda:{index}"
 

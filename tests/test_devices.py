@@ -59,7 +59,7 @@ def test_auto_is_a_gpu_when_there_is_one_else_the_cpu():
 
 
 @NO_GPU
-@pytest.mark.parametrize("asked", ["cuda", "cuda:0", "cuda:3"])
+@pytest.mark.parametrize("asked", ["cuda", "cuda:0", "cuda:3", "gpu"])
 def test_a_gpu_asked_for_and_absent_is_one_line_naming_it_and_the_fix(asked):
     with pytest.raises(QAError) as error:
         resolve_device(asked)
