@@ -288,6 +288,11 @@ class Settings(BaseSettings):
         return self.home / "indexes"
 
     @property
+    def server_url(self) -> str | None:
+        """The URL of the search server the store is on (``opensearch`` or ``elasticsearch``); None for the local stores."""
+        return {"opensearch": self.opensearch_url, "elasticsearch": self.es_url}.get(self.store)
+
+    @property
     def bm25_cache(self) -> Path:
         """Where built BM25 indexes of the embedded stores are kept, so that reopening a collection skips tokenising it."""
         return self.home / "cache" / "bm25"

@@ -453,4 +453,6 @@ def test_the_note_on_an_edited_source_names_the_search_server_it_runs_on(os_sett
     note = capsys.readouterr().err
     command = note[note.index("run `") + 5 : note.index("` to update")]
     assert f"--store opensearch --opensearch-url {url}" in command
+    assert main(["collections", "--store", "opensearch", "--opensearch-url", url]) == 0  # the listing's note says so too
+    assert f"--store opensearch --opensearch-url {url}" in capsys.readouterr().err
     assert main(shlex.split(command)[1:]) == 0 and "1 added" in capsys.readouterr().out  # as printed

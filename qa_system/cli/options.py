@@ -44,8 +44,7 @@ def open_index_for(args: argparse.Namespace, settings: Settings, embeddings: boo
         if args.domain:
             raise QAError("--domain and --collection both name what to work on.", "pass one of them.")
         index = open_collection(settings, args.collection, embeddings=embeddings)
-        server = {"opensearch": settings.opensearch_url, "elasticsearch": settings.es_url}.get(index.backend)
-        if notice := source_notice(index.name, index.backend, index.manifest, server):
+        if notice := source_notice(index.name, index.backend, index.manifest, settings.server_url):
             print(terminal_text(f"note: {notice}", newlines=False), file=sys.stderr)
         return index
     from qa_system.ingestion.indexing import open_or_build_index

@@ -125,8 +125,8 @@ class CollectionInfo:
         return asdict(self)
 
 
-def collection_info(name: str, store: str, manifest: dict, size: int | None = None) -> CollectionInfo:
-    """What the collection ``name`` holds, read from its manifest."""
+def collection_info(name: str, store: str, manifest: dict, size: int | None = None, server_url: str | None = None) -> CollectionInfo:
+    """What the collection ``name`` holds, read from its manifest (``server_url``: the search server it is on)."""
     subjqa = bool(manifest.get("domains"))
     source = ", ".join(manifest["domains"]) if subjqa else manifest.get("input", {}).get("source")
     passages = int(manifest.get("documents", 0))
@@ -140,7 +140,7 @@ def collection_info(name: str, store: str, manifest: dict, size: int | None = No
         kind="subjqa" if subjqa else "ingested",
         source=source,
         updated=saved_version(manifest),
-        source_notice=source_notice(name, store, manifest),
+        source_notice=source_notice(name, store, manifest, server_url),
     )
 
 
@@ -191,7 +191,8 @@ def list_collections(settings: Settings) -> list[CollectionInfo]:
             infos.append(collection_info(name, settings.store, manifest, _size(path)))
         return infos
     return [
-        collection_info(name, settings.store, manifest, size) for name, (manifest, size) in sorted(_server_collections(settings).items())
+        collection_info(name, settings.store, manifest, size, settings.server_url)
+        for name, (manifest, size) in sorted(_server_collections(settings).items())
     ]
 
 
