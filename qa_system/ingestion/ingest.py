@@ -801,8 +801,8 @@ class _Run:
         if record.item_id is not None:
             self.items[record.item_id] += 1
         before = self.saved.documents.get(document_id)
-        if record.id is not None and before is None and not self.sync and self.saved.documents:
-            self._check_not_held_by_content(record)
+        if self.options.id_column is not None and before is None and not self.sync and self.saved.documents:
+            self._check_not_held_by_content(record)  # a folder's files have ids (their paths) without --id-column
         if self.files_root is not None:
             self._check_same_file(document_id, before is not None and before[0] != content_hash)
         if before is not None and before[0] == content_hash:
