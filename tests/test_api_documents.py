@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.api import api_settings_for, running, sse_events, wait_ready
 from helpers.openai_stub import OpenAIStub
+from helpers.subjqa import write_subjqa
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
@@ -339,6 +340,25 @@ def test_a_collection_of_ones_own_hidden_behind_a_served_domain_says_how_to_reac
         )
     finally:
         delete_collection(settings, "electronics")
+
+
+def test_an_upload_to_a_subjqa_domain_the_server_does_not_serve_says_to_name_it_otherwise(call, settings):
+    """It said "create it first: POST /collections" with that name, which POST /collections then refused."""
+    write_subjqa(settings.data_dir, domain="restaurants")  # in the data directory, not served here
+    try:
+        for method, route, path, body in (
+            ("POST", "/collections/{name}/documents", "/collections/restaurants/documents", {"documents": [review(1)]}),
+            ("POST", "/collections", "/collections", {"name": "restaurants"}),
+        ):
+            refused = call(method, route, path, json=body)
+            assert (
+                refused.status_code == 422
+                and refused.json()["detail"].startswith("'restaurants' is the name of the SubjQA domain in ")
+                and refused.json()["detail"].endswith("Fix: name your own collection otherwise, e.g. my-restaurants.")
+            ), refused.text
+        assert call("GET", "/collections", "/collections").json()  # the server goes on
+    finally:
+        shutil.rmtree(settings.data_dir / "restaurants")
 
 
 def test_an_upload_into_a_collection_indexed_without_vectors_keeps_it_so(call, settings, tmp_path):

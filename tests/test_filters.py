@@ -427,28 +427,40 @@ def test_a_filter_on_another_product_on_a_real_search_server(opensearch_url, tmp
         delete_opensearch_index(settings, name)
 
 
-def test_a_question_no_word_of_which_is_in_the_documents_passing_its_filter_says_so_on_a_real_search_server(
+def test_a_product_whose_reviews_hold_no_word_of_the_question_is_read_as_in_the_memory_store_on_a_real_search_server(
     opensearch_url, settings, reviews
 ):
-    """A search server's BM25 returns only documents holding a word of the question: it said "no document passes the
-    product, filters and split asked for" where 20 did, and none held a word of it."""
+    """A search server's BM25 returned only documents holding a word of the question, the memory store every one the
+    product's filter allows (unmatched ones at score 0): the same question was answered in one store and not the other.
+    Without a filter a word must still match, and a filter that no document passes still says so."""
     from qa_system.pipelines import build_qa_pipeline
     from qa_system.serving.answer_views import NO_DOCUMENTS_NOTE, answer_cards, answer_views
     from qa_system.stores import delete_opensearch_index
 
-    settings = settings.model_copy(update={"store": "opensearch", "opensearch_url": opensearch_url})
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    in_memory = build_retrieval_pipeline("bm25", settings, index=open_collection(settings, "amz", embeddings=False, progress=False))
+    server = settings.model_copy(update={"store": "opensearch", "opensearch_url": opensearch_url})
     name = f"qa-filters-{uuid.uuid4().hex[:8]}"
     try:
-        ingest(settings, reviews, name, OPTIONS, embed=False, progress=False)
-        pipeline = build_qa_pipeline("bm25", settings, index=open_collection(settings, name, embeddings=False, progress=False))
-        unmatched = pipeline.run("Grösse xyzzy?", item_id="P1")
+        ingest(server, reviews, name, OPTIONS, embed=False, progress=False)
+        index = open_collection(server, name, embeddings=False, progress=False)
+        retrieval = build_retrieval_pipeline("bm25", server, index=index)
+        for question in ("Grösse xyzzy?", "Is the battery good?"):
+            expected = in_memory.run(question, item_id="P1", top_k=50)["documents"]
+            found = retrieval.run(question, item_id="P1", top_k=50)["documents"]
+            assert len(found) == len(expected) == 20
+            assert {d.meta["document_id"] for d in found} == {d.meta["document_id"] for d in expected}
+            assert sum(d.score > 0 for d in found) == sum(d.score > 0 for d in expected)
+        assert all(d.score == 0 for d in retrieval.run("Grösse xyzzy?", item_id="P1", top_k=50)["documents"])
+        pipeline = build_qa_pipeline("bm25", server, index=index)
+        unmatched = pipeline.run("Grösse xyzzy?")  # no product asked: a word must match
         (card,) = answer_cards(answer_views(unmatched["answers"]))
         assert unmatched["documents"] == [] and card.note.startswith("There was nothing to read: no document holds a word of the question.")
         nothing = pipeline.run("Is it sturdy?", filters={"field": "meta.overall", "operator": ">", "value": 5})
         (card,) = answer_cards(answer_views(nothing["answers"]))
-        assert card.note == NO_DOCUMENTS_NOTE  # none passes: said as before
+        assert nothing["documents"] == [] and card.note == NO_DOCUMENTS_NOTE
     finally:
-        delete_opensearch_index(settings, name)
+        delete_opensearch_index(server, name)
 
 
 DATED = [  # a day, a time that day, a time the day before, a time in another zone that is that day in UTC, the next day

@@ -380,6 +380,21 @@ def test_a_column_without_a_name_is_named_by_its_position(home, tmp_path):
     assert documents(home, "named")["r1"].meta["column_3"] == "extra" and "" not in documents(home, "named")["r1"].meta
 
 
+def test_a_column_without_a_name_whose_position_name_is_taken_is_named_in_the_error(home, tmp_path):
+    """ "text,,column_2": the second column, named column_2 by its position, was said to repeat a name the user wrote once."""
+    (tmp_path / "r.csv").write_text("text,,column_2\nfine,a,b\n", encoding="utf-8")
+    with pytest.raises(
+        QAError,
+        match=r"^The header of .*/r\.csv leaves column 2 without a name, and the name it would get, column_2, is another column's\. "
+        r"Fix: name column 2 in the header row\.$",
+    ):
+        ingest(home, tmp_path / "r.csv", "blank", IngestOptions(), embed=False, progress=False)
+    (tmp_path / "r.csv").write_text("text,,,column_9\nfine,a,b,c\n", encoding="utf-8")  # no clash: named by position
+    ingest(home, tmp_path / "r.csv", "blank", IngestOptions(), embed=False, progress=False)
+    (document,) = documents(home, "blank").values()
+    assert (document.meta["column_2"], document.meta["column_3"], document.meta["column_9"]) == ("a", "b", "c")
+
+
 def test_collections_cc_v2_and_cc_underscore_v2_keep_their_own_bm25_caches(cli_home, tmp_path, capsys):
     """Their cache folders were both 'cc_v2' (characters replaced): deleting one deleted the other's cached index."""
     for name in ("cc.v2", "cc_v2"):

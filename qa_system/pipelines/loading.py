@@ -50,11 +50,26 @@ RETRIEVAL_OUTPUT = {"bm25": "sparse_retriever", "dense": "dense_retriever", "hyb
 ANSWER_STAGES = ("extractive", "rag")
 
 
+# OpenSearch's BM25 query as the integration writes it, with the words made optional under a filter: a filter in the
+# bool query makes its `should` clause optional, so the documents a filter allows that share no word with the question
+# follow the matching ones at score 0, as in the memory store (``BM25sRetriever.return_unmatched``); a product's reviews
+# often answer in other words. Without a filter (`null` is skipped by the server) a word must match, as before.
+OPENSEARCH_BM25_QUERY = {
+    "query": {
+        "bool": {
+            "should": [{"multi_match": {"query": "$query", "fuzziness": 0, "type": "most_fields", "operator": "OR"}}],
+            "filter": "$filters",
+        }
+    }
+}
+
+
 def _backend_parameters(index: Index, settings: Settings) -> dict[str, dict[str, Any]]:
     """Init parameters a backend's components need beside those of the YAML files: OpenSearch's k-NN
-    search must filter inside the search (else the k nearest of all products are filtered afterwards)."""
+    search must filter inside the search (else the k nearest of all products are filtered afterwards), and its BM25
+    search reads a filtered product's reviews as the memory store does (``OPENSEARCH_BM25_QUERY``)."""
     if index.backend == "opensearch":
-        return {"dense_retriever": {"efficient_filtering": True}}
+        return {"dense_retriever": {"efficient_filtering": True}, "sparse_retriever": {"custom_query": OPENSEARCH_BM25_QUERY}}
     return {}
 
 

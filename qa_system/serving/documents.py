@@ -26,7 +26,7 @@ from qa_system.config import Settings
 from qa_system.errors import Conflict, NoSpace, NotFound, QAError, Unavailable, disk_error, shown
 from qa_system.ingestion import IngestOptions, IngestProgress, check_own_collection_name, delete_collection, ingest
 from qa_system.ingestion.changes import DeleteReport, create_collection, delete_documents
-from qa_system.ingestion.collections import is_saved_collection
+from qa_system.ingestion.collections import check_not_a_domain, is_saved_collection
 from qa_system.ingestion.ingest import check_source
 from qa_system.serving.background import BackgroundTask
 from qa_system.serving.service import QAService
@@ -144,6 +144,7 @@ class DocumentChanges:
         self._check_own(name)
         manifest = saved_manifest(self.settings, name)
         if manifest is None:
+            check_not_a_domain(self.settings, name)  # else the advice below leads to a refusal
             raise NotFound(f"No collection named '{name}'.", f'create it first: POST /collections with {{"name": "{name}"}}.')
         documents = check_source(io.BytesIO(source), options, file_name, into=(name, manifest), sync=sync, force=force)
         # A collection indexed without vectors (`index --no-embed`, BM25 only) stays so: embedding it would mean

@@ -113,12 +113,19 @@ def read_table(binary: IO[bytes], name: str, options: IngestOptions, counts: Rea
         line = header_start + 1  # where the row being read starts
         try:
             # A column without a name (a trailing delimiter in the header) is named by its position.
-            header = [column.strip() or f"column_{n}" for n, column in enumerate(next(reader), 1)]
-            _check_column_count(len(header), f"The header of {name}")
-            repeated = repeated_names(header)
+            given = [column.strip() for column in next(reader)]
+            _check_column_count(len(given), f"The header of {name}")
+            repeated = repeated_names([column for column in given if column])
             if repeated:
                 raise QAError(
                     f"{name} repeats the column name(s) {', '.join(repeated)}.", "give every column a unique name in the header row."
+                )
+            header = [column or f"column_{n}" for n, column in enumerate(given, 1)]
+            if taken := next((n for n, column in enumerate(given, 1) if not column and f"column_{n}" in given), None):
+                raise QAError(
+                    f"The header of {name} leaves column {taken} without a name, and the name it would get, column_{taken}, is "
+                    "another column's.",
+                    f"name column {taken} in the header row.",
                 )
             columns = _columns(header, options, name)
             while True:

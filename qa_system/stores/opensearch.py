@@ -101,8 +101,16 @@ def opensearch_client(settings: Settings):
     try:
         info = OpenSearch(hosts=url, http_auth=_opensearch_auth(), timeout=5, max_retries=0).info()
     except (AuthenticationException, AuthorizationException) as error:
+        # A 401 or 403 may come from OpenSearch's security or from another server asking for a password (a wrong URL).
+        other_server = "or, if it is not your OpenSearch server, set QA_OPENSEARCH_URL (--opensearch-url) to that server's URL."
+        if _opensearch_auth() is None:
+            raise QAError(
+                f"{shown_url} refused the request ({error.status_code}) without a user name and password.",
+                f"set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD to a user of that server, {other_server}",
+            ) from None
         raise QAError(
-            f"OpenSearch at {shown_url} refused the request ({error.status_code}).", "set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD."
+            f"{shown_url} refused the user named in OPENSEARCH_USERNAME ({error.status_code}).",
+            f"check OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD and that user's permissions, {other_server}",
         ) from None
     except ConnectionError:  # refused, timed out, no such host
         raise Unavailable(f"OpenSearch at {shown_url} is unreachable.", OPENSEARCH_FIX) from None
