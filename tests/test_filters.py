@@ -18,6 +18,7 @@ from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, ingest, open_collection
+from qa_system.ingestion.indexing import open_or_build_index
 from qa_system.pipelines import build_retrieval_pipeline
 from qa_system.retrieval.filters import MetaPostings, check_collection_filters, check_filters, combine_filters, make_filters, parse_filters
 from qa_system.sources.columns import column_types, value_type
@@ -282,6 +283,13 @@ def test_a_question_that_no_document_passes_says_so_and_a_split_needs_labelled_s
     unmatched = pipeline.run("Grösse xyzzy?")
     (card,) = answer_cards(answer_views(unmatched["answers"]))
     assert unmatched["documents"] == [] and card.label == "nothing was read"
+    assert card.note == (  # indexed without vectors: the dense retriever cannot run on it
+        "There was nothing to read: no document holds a word of the question. Ask with other words: finding documents "
+        "by meaning (the dense or hybrid retriever) needs vectors, which this collection was indexed without."
+    )
+    # A SubjQA domain is embedded when a dense question first needs it
+    subjqa = build_qa_pipeline("bm25", settings, index=open_or_build_index(settings, ["electronics"], embeddings=False, progress=False))
+    (card,) = answer_cards(answer_views(subjqa.run("Grösse xyzzy?")["answers"]))
     assert card.note == (
         "There was nothing to read: no document holds a word of the question. "
         "Ask with other words, or with the dense or hybrid retriever, which find documents by meaning."

@@ -262,8 +262,14 @@ class QAPipeline:
         if not result["documents"] and (filters is None or self._some_pass(filters)):  # no word of the question is in one
             for answer in result.get("answers", []):
                 if answer.meta.get("no_documents"):
-                    answer.meta["no_word_matched"] = True
+                    answer.meta.update(no_word_matched=True, by_meaning=self._searchable_by_meaning())
         return result
+
+    def _searchable_by_meaning(self) -> bool:
+        """Whether a dense or hybrid question can run on this index: it has vectors (a SubjQA domain's are made when such
+        a question first needs them) on a store that searches them."""
+        manifest = self.index.manifest
+        return manifest.get("vector_search") is not False and bool(manifest.get("domains") or self.index.embedding_model)
 
     def _some_pass(self, filters: dict) -> bool:
         """Whether a document passes ``filters``, where the store counts them (a search server's BM25 returns only

@@ -405,14 +405,16 @@ def no_answer_text(noun: str = REVIEWS) -> str:
     return f"No answer in these {noun}"
 
 
-def no_documents_note(noun: str = DOCUMENTS, no_word_matched: bool = False) -> str:
+def no_documents_note(noun: str = DOCUMENTS, no_word_matched: bool = False, by_meaning: bool = True) -> str:
     """The note of a "no answer" where nothing was read: nothing passed what the question was limited to, or (asked of
-    every document) none shares a word with the question."""
+    every document) none shares a word with the question (``by_meaning``: the collection can be searched by meaning)."""
     if no_word_matched:
-        return (
-            f"There was nothing to read: no {singular(noun)} holds a word of the question. "
-            "Ask with other words, or with the dense or hybrid retriever, which find documents by meaning."
+        other_retriever = (
+            f", or with the dense or hybrid retriever, which find {noun} by meaning."
+            if by_meaning
+            else f": finding {noun} by meaning (the dense or hybrid retriever) needs vectors, which this collection was indexed without."
         )
+        return f"There was nothing to read: no {singular(noun)} holds a word of the question. Ask with other words{other_retriever}"
     return f"There was nothing to read: no {singular(noun)} passes the product, filters and split asked for."
 
 
@@ -513,7 +515,7 @@ def answer_cards(views: Sequence[AnswerView], noun: str | None = None) -> list[A
             note = note or (ranked.no_answer_note() if view is ranked.no_answer else "")
             note = note or (ranked.overflow_note() if view is ranked.no_answer else "")
             if view.meta.get("no_documents"):
-                note = no_documents_note(noun, bool(view.meta.get("no_word_matched")))
+                note = no_documents_note(noun, bool(view.meta.get("no_word_matched")), view.meta.get("by_meaning", True))
             if position == 0 and not view.meta.get("no_documents"):  # nothing read: nothing answered in any language
                 note = " ".join(filter(None, [note, language]))
             cards.append(
