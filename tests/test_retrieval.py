@@ -204,6 +204,61 @@ def test_tune_bm25_on_a_collection_with_your_own_labels(tmp_path, monkeypatch, c
         evaluate_retrievers(home, "electronics", retrievers=["bm25"], labels=load_labels(squad))
 
 
+def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_then_reads(tmp_path, monkeypatch, capsys):
+    """tune-bm25 named a setting and stored nothing: the pipelines kept the defaults, with no command to change them."""
+    from qa_system.cli import main
+    from qa_system.ingestion import ingest, open_collection
+    from qa_system.ingestion.labels import load_labels
+    from qa_system.tuning.bm25 import apply_bm25, check_applies, reset_bm25
+
+    home = Settings.from_env(home=tmp_path / "home", store="memory", data_dir=tmp_path / "no-subjqa")
+    ingest(home, write_csv(tmp_path / "reviews.csv"), "labelled", COLUMNS, embed=False, progress=False)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("question,answer,document_id\nHow long does the battery last?,a whole week,r1\n", encoding="utf-8")
+
+    def stopwords_only():  # "the": in r2 and r4, a stopword under the English list
+        index = open_collection(home, "labelled", embeddings=False, progress=False)
+        return [d.id for d in build_retrieval_pipeline("bm25", home, index=index).run("the", top_k=5)["documents"]]
+
+    assert sorted(stopwords_only()) == ["r2", "r4"]
+    index = open_collection(home, "labelled", embeddings=False, progress=False)
+    stored = apply_bm25(home, index, tune_bm25(home, "electronics", labels=load_labels(labels, home, "labelled"), grid=[STANDARD]))
+    assert (stored["stopwords"], stored["k1"], stored["b"], stored["fitted_on"], stored["questions"]) == ("en", 1.2, 0.75, "labels.csv", 1)
+    retriever = build_retrieval_pipeline("bm25", home, index=open_collection(home, "labelled", embeddings=False)).pipeline
+    assert (retriever.get_component("sparse_retriever").stopwords, retriever.get_component("sparse_retriever").b) == ("en", 0.75)
+    assert stopwords_only() == []  # the English stopwords dropped: "the" matches nothing
+    assert reset_bm25(home, open_collection(home, "labelled", embeddings=False, progress=False))
+    assert sorted(stopwords_only()) == ["r2", "r4"]
+
+    monkeypatch.setenv("QA_HOME", str(home.home))
+    monkeypatch.setenv("QA_DATA_DIR", str(home.data_dir))
+    monkeypatch.delenv("QA_STORE", raising=False)
+    run = ["tune-bm25", "--collection", "labelled", "--labels", str(labels), "--out", str(tmp_path / "grid")]
+    capsys.readouterr()
+    assert main([*run, "--apply"]) == 0
+    assert (
+        "Applied to collection 'labelled': its questions now use stemmer english, stopwords none, k1 1.2, b 1 "
+        "(`qa-system tune-bm25 --collection labelled --reset` goes back to the defaults)." in capsys.readouterr().out
+    )
+    assert (
+        main(
+            ["eval", "retriever", "--collection", "labelled", "--labels", str(labels), "--retriever", "bm25", "--out", str(tmp_path / "r")]
+        )
+        == 0
+    )
+    assert "bm25: BM25 stemmer english, stopwords none, k1 1.2, b 1: stored by tune-bm25 --apply, fitted on labels.csv (1 question)." in (
+        capsys.readouterr().out
+    )
+    assert main(["tune-bm25", "--collection", "labelled", "--reset"]) == 0
+    assert (
+        capsys.readouterr().out == "BM25 of collection 'labelled' now uses the defaults (stemmer english, stopwords none, k1 1.2, b 1).\n"
+    )
+    assert main([*run, "--apply", "--reset"]) == 2
+    assert "--apply stores a setting; --reset removes it. Fix: pass one of them." in capsys.readouterr().err
+    with pytest.raises(QAError, match=r"^Collection 'mine' is on the opensearch store, whose BM25 is the search server's own"):
+        check_applies(Index("opensearch", "mine", None, {}))
+
+
 def test_filters_restrict_every_retriever(indexed):
     for backend in ("memory", "faiss"):
         for retriever in ("bm25", "dense", "hybrid"):

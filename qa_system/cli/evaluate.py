@@ -228,17 +228,51 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
 
 
 def cmd_tune_bm25(args: argparse.Namespace) -> None:
-    """`qa-system tune-bm25`: BM25 analyzers and k1 / b scored on a labelled split; prints the best rows and the recommended setting."""
-    choose_report_folder(args)
-    from qa_system.tuning.bm25 import RULE, describe, tune_bm25
+    """`qa-system tune-bm25`: BM25 analyzers and k1 / b scored on a labelled split; prints the best rows and the recommended
+    setting, which ``--apply`` stores in the collection (``--reset`` removes it)."""
+    from qa_system.tuning.bm25 import apply_bm25, check_applies, describe, describe_setting, reset_bm25, rule, setting_in_force, tune_bm25
 
     settings = settings_from_args(args)
+    if args.apply and args.reset:
+        raise QAError("--apply stores a setting; --reset removes it.", "pass one of them.")
+    if args.reset:
+        index = _tuned_index(args, settings)
+        removed = reset_bm25(settings, index)
+        state = "now uses" if removed else "had no setting of its own: it uses"
+        print(f"BM25 of collection '{index.name}' {state} the defaults ({describe_setting(setting_in_force(None))}).")
+        return
+    choose_report_folder(args)
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=False)
-    table = tune_bm25(settings, domain, args.split, out_dir=args.out, limit=args.limit, labels=labels, index=index)
+    if args.apply:
+        index = index or _tuned_index(args, settings)
+        check_applies(index)  # before the grid, not after it
+    in_force = setting_in_force(index)
+    table = tune_bm25(settings, domain, args.split, out_dir=args.out, limit=args.limit, labels=labels, index=index, in_force=in_force)
     print(table.head(args.show).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(
-        f"Recommended ({RULE}): {describe(table[table['recommended']].iloc[0])}. Report written to {args.out}/ (report.json, report.csv, report.md)"
-    )
+    best = describe(table[table["recommended"]].iloc[0])
+    print(f"Recommended ({rule(in_force)}): {best}. Report written to {args.out}/ (report.json, report.csv, report.md)")
+    if args.apply:
+        apply_bm25(settings, index, table)
+        print(
+            f"Applied to collection '{index.name}': its questions now use {best} "
+            f"(`qa-system tune-bm25 {_collection_flags(args, index)} --reset` goes back to the defaults)."
+        )
+    elif (index.backend if index is not None else settings.store) in ("memory", "faiss"):
+        print("The collection's questions use it once you run the same command with --apply.")
+
+
+def _tuned_index(args: argparse.Namespace, settings):
+    """The collection a BM25 setting is stored in: --collection, or the SubjQA --domain's."""
+    from qa_system.ingestion import open_collection
+    from qa_system.ingestion.indexing import open_or_build_index
+
+    if args.collection:
+        return open_collection(settings, args.collection, embeddings=False)
+    return open_or_build_index(settings, [_one_domain(args)], embeddings=False)
+
+
+def _collection_flags(args: argparse.Namespace, index) -> str:
+    return f"--collection {index.name}" if args.collection else f"--domain {_one_domain(args)}"
 
 
 def candidate_protocol(text: str) -> str:
@@ -452,4 +486,6 @@ def register(commands, options: Options) -> None:
     p.add_argument("--show", type=count("--show"), default=10, help="print the best N settings")
     report_folder_option(p, "bm25-grid")
     p.add_argument("--limit", type=count("--limit"), help="only the first N questions (a quick look)")
+    p.add_argument("--apply", action="store_true", help="store the recommended setting in the collection: its questions use it from now on")
+    p.add_argument("--reset", action="store_true", help="remove the collection's stored setting: its questions use the defaults")
     p.set_defaults(func=cmd_tune_bm25)

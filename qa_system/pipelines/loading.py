@@ -19,7 +19,7 @@ from haystack import Pipeline
 from qa_system.config import REPO_ROOT, Settings
 from qa_system.errors import QAError
 from qa_system.ingestion.indexing import embedding_backend
-from qa_system.retrieval.fitted import fusion_values, recalibration_values, rerank_weight
+from qa_system.retrieval.fitted import bm25_parameters, fusion_values, recalibration_values, rerank_weight
 from qa_system.stores import Index
 
 PIPELINES_DIR = REPO_ROOT / "pipelines"
@@ -67,9 +67,12 @@ OPENSEARCH_BM25_QUERY = {
 def _backend_parameters(index: Index, settings: Settings) -> dict[str, dict[str, Any]]:
     """Init parameters a backend's components need beside those of the YAML files: OpenSearch's k-NN
     search must filter inside the search (else the k nearest of all products are filtered afterwards), and its BM25
-    search reads a filtered product's reviews as the memory store does (``OPENSEARCH_BM25_QUERY``)."""
+    search reads a filtered product's reviews as the memory store does (``OPENSEARCH_BM25_QUERY``); the project's own
+    BM25 (memory and FAISS stores) takes the setting ``tune-bm25 --apply`` stored for the collection."""
     if index.backend == "opensearch":
         return {"dense_retriever": {"efficient_filtering": True}, "sparse_retriever": {"custom_query": OPENSEARCH_BM25_QUERY}}
+    if index.backend in ("memory", "faiss") and (fitted := bm25_parameters(index)):
+        return {"sparse_retriever": fitted}
     return {}
 
 

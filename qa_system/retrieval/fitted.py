@@ -1,6 +1,7 @@
 """Fitted values as data, read from the index manifest: the hybrid's fusion, the re-ranker's mix, the
-pipeline's no-answer threshold for a retrieval set-up, and the answer selector's recalibration to a collection's
-documents (``qa-system fit-fusion``, ``qa-system fit-threshold``, ``qa-system fit-confidence``).
+pipeline's no-answer threshold for a retrieval set-up, the answer selector's recalibration to a collection's
+documents and BM25's analyzer and parameters (``qa-system fit-fusion``, ``qa-system fit-threshold``, ``qa-system
+fit-confidence``, ``qa-system tune-bm25 --apply``).
 
 ``tuning/`` (above the pipelines: it runs them on a dev split) writes them, and nothing else does; ``pipelines``
 reads them here when it builds a pipeline. Fits are keyed by the question encoder (name and file
@@ -83,6 +84,28 @@ def no_answer_fit(index: Index, settings: Settings, setting: str, reader_model: 
 
 
 CONFIDENCE_KEY = "confidence"
+BM25_KEY = "bm25"
+# The BM25sRetriever parameters a BM25 fit sets (``qa-system tune-bm25 --apply``).
+BM25_PARAMETERS = ("stemmer_language", "stopwords", "k1", "b")
+
+
+def bm25_fit(index: Index) -> dict[str, Any] | None:
+    """The BM25 setting ``qa-system tune-bm25 --apply`` stored for this collection, if any (no encoder or reader changes it)."""
+    return index.manifest.get(MANIFEST_KEY, {}).get(BM25_KEY)
+
+
+def describe_bm25(parameters: dict[str, Any]) -> str:
+    """A BM25 setting (``BM25_PARAMETERS``) in one line: "stemmer english, stopwords none, k1 1.2, b 1"."""
+    return (
+        f"stemmer {parameters['stemmer_language'] or 'none'}, stopwords {parameters['stopwords'] or 'none'}, "
+        f"k1 {parameters['k1']:g}, b {parameters['b']:g}"
+    )
+
+
+def bm25_parameters(index: Index) -> dict[str, Any]:
+    """The sparse retriever's init parameters a stored BM25 fit sets ({}: the retriever's defaults)."""
+    fit = bm25_fit(index)
+    return {name: fit[name] for name in BM25_PARAMETERS} if fit else {}
 
 
 def answer_models_key(settings: Settings, reader_model: str | None = None) -> str:

@@ -3,16 +3,16 @@
 ``qa-system tune-bm25 --domain electronics --split dev`` scores every combination of stemming,
 stopwords, k1 and b with per-product and split filters (as ``eval retriever`` asks), writes the
 table as a report and names the recommended setting (``--collection NAME --labels FILE``: your own
-labelled questions over a collection's documents). The extractive pipeline reads the top 3
+labelled questions over a collection's documents); ``--apply`` stores the recommended setting in the collection, where
+every pipeline built over it reads it (memory and FAISS stores; a search server's BM25 is its own). The extractive pipeline reads the top 3
 reviews, so settings are ranked by how often an answerable question's own review is among them
 (strict recall@3 on answerable questions), then strict MRR over all questions.
 
 A dev split has a few hundred questions, so MRR differences under one question's worth (1/n) are
 noise. Among the settings with the best recall@3 and an MRR within 1/n of the best, the one that
-changes the fewest parameters from the settings in force (``IN_FORCE``) is recommended: change only what the data
-clearly asks for. Nothing is stored: BM25's defaults are the setting this picked on electronics dev, counting changes
-from the standard then (Elasticsearch's English analyzer with Lucene's k1 = 1.2, b = 0.75); another is set in
-``pipelines/*.yml`` (the ``sparse_retriever``'s init parameters, memory and FAISS stores).
+changes the fewest parameters from the settings in force (``IN_FORCE``, or the collection's applied one) is
+recommended: change only what the data clearly asks for. BM25's defaults are the setting this picked on electronics
+dev, counting changes from the standard then (Elasticsearch's English analyzer with Lucene's k1 = 1.2, b = 0.75).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -34,11 +35,11 @@ from qa_system.metrics.ranking import retrieval_metrics
 from qa_system.progress import track
 from qa_system.retrieval.bm25 import BM25sRetriever
 from qa_system.retrieval.filters import make_filters
+from qa_system.retrieval.fitted import BM25_KEY, BM25_PARAMETERS, MANIFEST_KEY, bm25_fit, describe_bm25
 from qa_system.sources import SPLITS, load_subjqa
-from qa_system.stores import Index
+from qa_system.stores import Index, save_index
 
 RANK_BY = ("answerable strict recall@3", "strict mrr")
-RULE = "best recall@3, MRR within one question of the best, fewest changes from the settings in force (English stemming, stopwords kept, k1 1.2, b 1.0)"
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,22 @@ STANDARD = BM25Setting("english", "en", 1.2, 0.75)  # Elasticsearch's English an
 IN_FORCE = BM25Setting("english", None, 1.2, 1.0)
 
 
+def rule(in_force: BM25Setting = IN_FORCE) -> str:
+    """How the recommended setting is picked, naming the setting in force that it counts changes from."""
+    return f"best recall@3, MRR within one question of the best, fewest changes from the setting in force ({describe_setting(in_force)})"
+
+
+def describe_setting(setting: BM25Setting) -> str:
+    """A setting in one line (stemmer, stopwords, k1, b)."""
+    return describe_bm25(asdict(setting))
+
+
+def setting_in_force(index: Index | None) -> BM25Setting:
+    """The BM25 setting questions over ``index`` use: the one ``apply_bm25`` stored, else the retriever's defaults."""
+    fit = bm25_fit(index) if index is not None else None
+    return BM25Setting(**{name: fit[name] for name in BM25_PARAMETERS}) if fit else IN_FORCE
+
+
 def bm25_grid(k1s: Sequence[float] = (0.9, 1.2, 1.5, 2.0), bs: Sequence[float] = (0.5, 0.75, 0.9, 1.0)) -> list[BM25Setting]:
     """English stemming on/off x English stopwords on/off x k1 x b."""
     return [BM25Setting(*values) for values in itertools.product(("english", None), ("en", None), k1s, bs)]
@@ -73,9 +90,16 @@ def recommended(table: pd.DataFrame, questions: int, reference: BM25Setting = IN
     return near.loc[changes.sort_values(kind="stable").index[0]]
 
 
+def row_setting(row: pd.Series) -> BM25Setting:
+    """A grid row's setting (the table writes "none" for no stemmer or stopwords)."""
+    return BM25Setting(
+        *(None if row[name] == "none" else row[name] for name in ("stemmer_language", "stopwords")), float(row["k1"]), float(row["b"])
+    )
+
+
 def describe(row: pd.Series) -> str:
     """A grid row's setting in one line (stemmer, stopwords, k1, b)."""
-    return f"stemmer {row['stemmer_language']}, stopwords {row['stopwords']}, k1 {row['k1']:g}, b {row['b']:g}"
+    return describe_setting(row_setting(row))
 
 
 def score_setting(store: InMemoryDocumentStore, questions: Sequence, setting: BM25Setting) -> dict[str, float]:
@@ -104,8 +128,11 @@ def tune_bm25(
     limit: int | None = None,
     labels: Labels | None = None,
     index: Index | None = None,
+    in_force: BM25Setting = IN_FORCE,
 ) -> pd.DataFrame:
-    """One row per setting with its scores, best first (``RANK_BY``), the recommended one flagged; written as a report when ``out_dir`` is given.
+    """One row per setting with its scores, best first (``RANK_BY``), the recommended one flagged (counting changes from
+    ``in_force``); written as a report when ``out_dir`` is given. ``attrs`` holds what it was fitted on and how many
+    questions.
 
     The questions are SubjQA's ``domain`` ``split`` over all the domain's reviews, or your own ``labels`` over the
     documents of ``index`` (their collection)."""
@@ -130,7 +157,8 @@ def tune_bm25(
     ]
     table = pd.DataFrame(rows).sort_values(list(RANK_BY), ascending=False, kind="stable").reset_index(drop=True)
     table[["stemmer_language", "stopwords"]] = table[["stemmer_language", "stopwords"]].fillna("none")
-    table["recommended"] = table.index == recommended(table, len(questions)).name
+    table["recommended"] = table.index == recommended(table, len(questions), in_force).name
+    table.attrs.update(fitted_on=labels.path.name if labels else what, questions=len(questions))
     if out_dir is not None:
         best = table[table["recommended"]].iloc[0]
         write_report(
@@ -144,7 +172,41 @@ def tune_bm25(
                 + ("" if labels else f" and split = {split}")
                 + f", over {scope}.",
                 f"Ranked by {', then '.join(RANK_BY)}; differences of one question are {1 / len(questions):.3f}.",
-                f"Recommended: {describe(best)} ({RULE}).",
+                f"Recommended: {describe(best)} ({rule(in_force)}).",
             ],
         )
     return table
+
+
+def check_applies(index: Index) -> None:
+    """A BM25 setting applies to the project's own BM25: the memory and FAISS stores'."""
+    if index.backend not in ("memory", "faiss"):
+        raise QAError(
+            f"Collection '{index.name}' is on the {index.backend} store, whose BM25 is the search server's own; --apply sets the "
+            "project's BM25 (memory and FAISS stores).",
+            "leave out --apply and set the recommended k1 and b in the server's index settings (similarity).",
+        )
+
+
+def apply_bm25(settings: Settings, index: Index, table: pd.DataFrame) -> dict[str, Any]:
+    """Store ``table``'s recommended setting (``tune_bm25``) as the collection's: every pipeline built over it then reads
+    it (``retrieval.fitted.bm25_parameters``). Returns what was stored."""
+    check_applies(index)
+    best = table[table["recommended"]].iloc[0]
+    fit = {
+        **asdict(row_setting(best)),
+        "fitted_on": table.attrs.get("fitted_on"),
+        "questions": table.attrs.get("questions"),
+        "scores": {name: float(best[name]) for name in RANK_BY},
+    }
+    index.manifest.setdefault(MANIFEST_KEY, {})[BM25_KEY] = fit
+    save_index(index, settings)
+    return fit
+
+
+def reset_bm25(settings: Settings, index: Index) -> bool:
+    """Remove the collection's stored BM25 setting (its questions then use the retriever's defaults); False when there was none."""
+    if index.manifest.get(MANIFEST_KEY, {}).pop(BM25_KEY, None) is None:
+        return False
+    save_index(index, settings)
+    return True

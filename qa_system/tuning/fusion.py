@@ -28,7 +28,16 @@ from qa_system.errors import QAError, check_count
 from qa_system.ingestion.collections import is_reserved_name
 from qa_system.ingestion.labels import Labels
 from qa_system.progress import track
-from qa_system.retrieval.fitted import DEFAULT_RETRIEVER_WEIGHT, MANIFEST_KEY, encoder_key, fits, model_key, reader_key
+from qa_system.retrieval.fitted import (
+    DEFAULT_RETRIEVER_WEIGHT,
+    MANIFEST_KEY,
+    bm25_fit,
+    describe_bm25,
+    encoder_key,
+    fits,
+    model_key,
+    reader_key,
+)
 from qa_system.retrieval.fusion import FusionParameters, RankedCandidates, fit_fusion, ranking_scores
 from qa_system.sources import LabelledQuestion, load_subjqa
 from qa_system.stores import Index, save_index
@@ -175,8 +184,14 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
     from qa_system.pipelines import load_pipeline
 
     notes: list[str] = []
+    applied = bm25_fit(index)
+    if applied and retriever in ("bm25", "hybrid") and index.backend in ("memory", "faiss"):
+        notes.append(
+            f"BM25 {describe_bm25(applied)}: stored by tune-bm25 --apply, fitted on {applied['fitted_on']} "
+            f"({applied['questions']} question{'' if applied['questions'] == 1 else 's'})."
+        )
     if retriever != "hybrid" and not rerank:
-        return notes  # nothing fitted is read
+        return notes  # nothing else fitted is read
     # What the fits must have seen, read from the pipeline's definition (not warmed up: no model loads).
     sparse = sparse_setting(load_pipeline(retriever, index, settings))
     own = "" if is_reserved_name(index.name) else f" --collection {index.name} --labels FILE"
