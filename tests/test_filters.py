@@ -245,7 +245,12 @@ def test_filters_combine_flat_and_parse_from_json():
         parse_filters('{"field": "meta.overall", "operator": ">=", "value": 4, "value": 1}')
     # read before the collection's types are known, it said "compare with a number, or an ISO date", which a text column
     # then refused too
-    with pytest.raises(QAError, match=r"which is no ISO date\. Fix: to match text, filter 'meta.verified' with == or in; '>' compares"):
+    # then (a field of numbers), it said "to match text, filter with == or in", which a number field refused in turn
+    neither = (
+        r"which is neither a number nor an ISO date\. Fix: '>' compares numbers or dates: write a number \(e\.g\. 4\) or an ISO "
+        r"date \(e\.g\. \"2024-01-31\"\); to match text, filter 'meta\.verified' with == or in\.$"
+    )
+    with pytest.raises(QAError, match=neither):
         parse_filters('{"field": "meta.verified", "operator": ">", "value": "a"}')
     with pytest.raises(
         QAError, match=r"Fix: write the number without quotes: \{\"field\": \"meta.stars\", \"operator\": \"<\", \"value\": 5\}\.$"

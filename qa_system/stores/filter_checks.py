@@ -158,15 +158,20 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
         _refuse_a_number_for_a_date(field, value)
     if isinstance(value, str) and not is_iso_date(value):
         if kind == "date":
-            fix = 'compare it with an ISO date such as "2024-01-31".'
-        elif value_type(value.strip()) in ("integer", "number"):  # "5": a number written in quotes
-            fix = f'write the number without quotes: {{"field": "{field}", "operator": "{operator}", "value": {value.strip()}}}.'
-        else:
-            fix = (
-                f"to match text, filter '{field}' with == or in; '{operator}' compares a field of numbers or dates with a number, "
-                'or an ISO date such as "2024-01-31".'
+            raise QAError(
+                f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.",
+                'compare it with an ISO date such as "2024-01-31".',
             )
-        raise QAError(f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.", fix)
+        if value_type(value.strip()) in ("integer", "number"):  # "5": a number written in quotes
+            fix = f'write the number without quotes: {{"field": "{field}", "operator": "{operator}", "value": {value.strip()}}}.'
+        else:  # read before the collection's types are known: right for a field of numbers and for one of text
+            fix = (
+                f"'{operator}' compares numbers or dates: write a number (e.g. 4) or an ISO date (e.g. \"2024-01-31\"); "
+                f"to match text, filter '{field}' with == or in."
+            )
+        raise QAError(
+            f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is neither a number nor an ISO date.", fix
+        )
 
 
 def filter_fields(manifest: Mapping[str, Any]) -> set[str] | None:
