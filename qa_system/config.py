@@ -18,6 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from qa_system.errors import QAError, check_count, check_number, check_type
 
+# The flag that names a search server store's URL on the command line.
+SERVER_URL_FLAGS = {"opensearch": "--opensearch-url", "elasticsearch": "--es-url"}
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STORE_BACKENDS = ("memory", "elasticsearch", "opensearch", "faiss")
 RETRIEVERS = ("bm25", "dense", "hybrid")
@@ -291,6 +294,19 @@ class Settings(BaseSettings):
     def server_url(self) -> str | None:
         """The URL of the search server the store is on (``opensearch`` or ``elasticsearch``); None for the local stores."""
         return {"opensearch": self.opensearch_url, "elasticsearch": self.es_url}.get(self.store)
+
+    @property
+    def store_flags(self) -> str:
+        """The command-line flags naming this store (and its server, password shown as ***), for the commands a message
+        prints (" --store opensearch --opensearch-url http://host:9200"); "" for the default memory store."""
+        import shlex
+
+        from qa_system.safe_text import public_url
+
+        if self.store == "memory":
+            return ""
+        server = SERVER_URL_FLAGS.get(self.store)
+        return f" --store {self.store}" + (f" {server} {shlex.quote(public_url(self.server_url))}" if server and self.server_url else "")
 
     @property
     def bm25_cache(self) -> Path:

@@ -128,3 +128,12 @@ def test_the_reader_takes_its_backend_and_cache_from_its_arguments(monkeypatch, 
     assert caches == [DEFAULT_HOME / "models" / "reader-onnx"]  # not QA_HOME's
     configured = ExtractiveReader.from_settings(Settings.from_env())  # a door reads the environment and passes it in
     assert configured.backend == "torch" and Path(configured.onnx_cache) == tmp_path / "home" / "models" / "reader-onnx"
+
+
+def test_the_store_flags_a_message_prints_name_the_store_and_its_server_without_its_password(tmp_path):
+    """Commands printed after `--store opensearch` runs (`fit-confidence ... --reset`) ran on the memory store as printed."""
+    settings = Settings.from_env(home=tmp_path)
+    assert settings.store_flags == "" and settings.with_(store="faiss").store_flags == " --store faiss"
+    server = settings.with_(store="opensearch", opensearch_url="http://admin:s3cret@search.local:9200")
+    assert server.store_flags == " --store opensearch --opensearch-url 'http://admin:***@search.local:9200'"
+    assert settings.with_(store="elasticsearch", es_url="http://es:9200").store_flags == " --store elasticsearch --es-url http://es:9200"

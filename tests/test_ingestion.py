@@ -891,7 +891,9 @@ def test_collections_list_and_delete(cli_home, tmp_path, capsys):
     assert list_collections(cli_home) == [] and not cli_home.bm25_cache_of("shop").exists()  # its cache goes with it
     assert main(["collections", "--delete", "shop"]) == 2
     err = capsys.readouterr().err  # deleting what is not there: building it is no fix
-    assert "No memory collection named 'shop'" in err and err.endswith("Fix: name one that `qa-system collections` lists.\n")
+    assert "No memory collection named 'shop'" in err and err.endswith(
+        "Fix: name one that `qa-system collections` lists; one in another store is named with --store (elasticsearch, opensearch, faiss).\n"
+    )
 
 
 def test_deleting_a_collection_waits_for_the_ingestion_into_it(home, tmp_path):

@@ -460,6 +460,16 @@ def test_a_url_that_answers_but_is_no_search_server_is_one_line(tmp_path, monkey
         server.shutdown()
 
 
+def test_https_to_a_plain_http_server_says_so(opensearch_url, tmp_path, monkeypatch, capsys):
+    """It said the server was unreachable, naming how to start one, where only the scheme was wrong."""
+    url = opensearch_url.replace("http://", "https://")
+    monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
+    assert main(["collections", "--store", "opensearch", "--opensearch-url", url]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {url} answers plain HTTP, not https. Fix: write the URL with http:// (QA_OPENSEARCH_URL or --opensearch-url).\n"
+    )
+
+
 def test_a_server_that_asks_for_a_password_names_the_credentials_and_the_url(tmp_path, monkeypatch, capsys):
     """A web server answering 401 was called OpenSearch, with OPENSEARCH_USERNAME as the only fix: the URL may be wrong."""
     import http.server

@@ -357,7 +357,10 @@ def test_a_collection_deleted_while_the_api_serves_it_answers_as_an_unknown_one_
         with pytest.raises(NotFound) as unknown:  # what a service that never served it answers
             QAService(settings, [ServedCollection(name)]).index(name)
         assert asked.json()["detail"] == str(unknown.value)
-        assert str(unknown.value).startswith(f"No opensearch collection named '{name}'") and "`qa-system collections`" in str(unknown.value)
+        assert str(unknown.value).startswith(f"No opensearch collection named '{name}'")
+        # the commands it names run on this server (they named the memory store's)
+        assert f"`qa-system index --input FILE --collection {name} --store opensearch --opensearch-url {url}`" in str(unknown.value)
+        assert f"`qa-system collections --store opensearch --opensearch-url {url}` lists" in str(unknown.value)
 
 
 def test_the_elasticsearch_store_pointed_at_elasticsearch_7_names_the_store_that_serves_it(opensearch_url, tmp_path, capsys, monkeypatch):

@@ -235,11 +235,16 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
     monkeypatch.delenv("QA_STORE", raising=False)
     run = ["tune-bm25", "--collection", "labelled", "--labels", str(labels), "--out", str(tmp_path / "grid")]
     capsys.readouterr()
-    assert main([*run, "--apply"]) == 0
+    assert main([*run, "--apply", "--show", "1"]) == 0
+    out = capsys.readouterr().out
     assert (
         "Applied to collection 'labelled': its questions now use stemmer english, stopwords none, k1 1.2, b 1 "
-        "(`qa-system tune-bm25 --collection labelled --reset` goes back to the defaults)." in capsys.readouterr().out
+        "(`qa-system tune-bm25 --collection labelled --reset` goes back to the defaults)." in out
     )
+    # every setting ties here: the best one shown is the grid's first, and the recommended one follows it
+    header, first, chosen = out.splitlines()[:3]
+    assert header.split()[:4] == ["stemmer_language", "stopwords", "k1", "b"] and first.split()[-1] == "False"
+    assert chosen.split()[:4] == ["english", "none", "1.200", "1.000"] and chosen.split()[-1] == "True"
     assert (
         main(
             ["eval", "retriever", "--collection", "labelled", "--labels", str(labels), "--retriever", "bm25", "--out", str(tmp_path / "r")]
@@ -255,7 +260,12 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
     )
     assert main([*run, "--apply", "--reset"]) == 2
     assert "--apply stores a setting; --reset removes it. Fix: pass one of them." in capsys.readouterr().err
-    with pytest.raises(QAError, match=r"^Collection 'mine' is on the opensearch store, whose BM25 is the search server's own"):
+    with pytest.raises(
+        QAError,
+        match=r"^Collection 'mine' is on the opensearch store, where BM25 runs in the search server with the settings every index "
+        r"of it is made with \(stemmer english, stopwords none, k1 1\.2, b 1\); --apply sets the BM25 of the memory and FAISS stores\. "
+        r"Fix: leave out --apply, or index the collection into the memory or FAISS store \(--store\) to use another setting\.$",
+    ):
         check_applies(Index("opensearch", "mine", None, {}))
 
 

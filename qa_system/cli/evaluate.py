@@ -230,6 +230,8 @@ def cmd_eval_retriever(args: argparse.Namespace) -> None:
 def cmd_tune_bm25(args: argparse.Namespace) -> None:
     """`qa-system tune-bm25`: BM25 analyzers and k1 / b scored on a labelled split; prints the best rows and the recommended
     setting, which ``--apply`` stores in the collection (``--reset`` removes it)."""
+    import pandas as pd
+
     from qa_system.tuning.bm25 import apply_bm25, check_applies, describe, describe_setting, reset_bm25, rule, setting_in_force, tune_bm25
 
     settings = settings_from_args(args)
@@ -248,14 +250,17 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
         check_applies(index)  # before the grid, not after it
     in_force = setting_in_force(index)
     table = tune_bm25(settings, domain, args.split, out_dir=args.out, limit=args.limit, labels=labels, index=index, in_force=in_force)
-    print(table.head(args.show).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    shown = table.head(args.show)
+    if args.show and not shown["recommended"].any():  # ranked lower than the best N: shown below them
+        shown = pd.concat([shown, table[table["recommended"]]])
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     best = describe(table[table["recommended"]].iloc[0])
     print(f"Recommended ({rule(in_force)}): {best}. Report written to {args.out}/ (report.json, report.csv, report.md)")
     if args.apply:
         apply_bm25(settings, index, table)
         print(
             f"Applied to collection '{index.name}': its questions now use {best} "
-            f"(`qa-system tune-bm25 {_collection_flags(args, index)} --reset` goes back to the defaults)."
+            f"(`qa-system tune-bm25 {_collection_flags(args, index)} --reset{settings.store_flags}` goes back to the defaults)."
         )
     elif (index.backend if index is not None else settings.store) in ("memory", "faiss"):
         print("The collection's questions use it once you run the same command with --apply.")

@@ -80,7 +80,7 @@ def cmd_fit_confidence(args: argparse.Namespace) -> None:
         if args.reset:
             removed = reset_confidence(settings, index)
             print(f"'{args.collection}': " + ("recalibration removed." if removed else "no recalibration was stored."))
-        print(terminal_text(status_line(confidence_fit(index, settings), args.collection)))
+        print(terminal_text(status_line(confidence_fit(index, settings), args.collection, settings.store_flags)))
         return
     from qa_system.evaluation.judged import load_judged
     from qa_system.ingestion.labels import is_judged_file, load_labels
@@ -103,13 +103,13 @@ def cmd_fit_confidence(args: argparse.Namespace) -> None:
         fit = fit_confidence(settings, index, labels, args.retriever, args.top_k_retriever, args.limit, args.out)
     print(terminal_text(fit_line(fit, args.collection)))
     if not fit["stored"]:
-        print(terminal_text(status_line(earlier, args.collection)))
+        print(terminal_text(status_line(earlier, args.collection, settings.store_flags)))
         return
     replaced = f" It replaces the fit on {earlier['calibrated_on']}." if earlier else ""
     print(
         terminal_text(
             f"Stored in '{args.collection}': every door now states these chances "
-            f"(`qa-system fit-confidence --collection {args.collection} --reset` removes them).{replaced}"
+            f"(`qa-system fit-confidence --collection {args.collection} --reset{settings.store_flags}` removes them).{replaced}"
         )
     )
 

@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from qa_system.config import Settings, check_settings
+from qa_system.config import STORE_BACKENDS, Settings, check_settings
 from qa_system.disk_cache import taking_turns
 from qa_system.errors import NotFound, QAError, described, shown
 from qa_system.ingestion.freshness import source_notice
@@ -207,16 +207,19 @@ def is_saved_collection(settings: Settings, name: str) -> bool:
 def _unknown(settings: Settings, name: str, to_use: bool = True) -> NotFound:
     """No collection ``name``: the ones there are, and (``to_use``: it was to be read) how to build it."""
     known = ", ".join(c.name for c in list_collections(settings)) or "none yet"
+    flags = settings.store_flags
     build = (
-        f"qa-system index --domain {name.removeprefix(SUBJQA_PREFIX)}"
+        f"qa-system index --domain {name.removeprefix(SUBJQA_PREFIX)}{flags}"
         if is_reserved_name(name)
-        else f"qa-system index --input FILE --collection {name}"
+        else f"qa-system index --input FILE --collection {name}{flags}"
     )
+    others = [store for store in STORE_BACKENDS if store != settings.store]
+    elsewhere = f"; one in another store is named with --store ({', '.join(others)})"
     return NotFound(
         f"No {settings.store} collection named '{name}' (there are: {known}).",
-        f"build it with `{build}`, or pick one that `qa-system collections` lists."
+        f"build it with `{build}`, or pick one that `qa-system collections{flags}` lists{elsewhere}."
         if to_use
-        else "name one that `qa-system collections` lists.",
+        else f"name one that `qa-system collections{flags}` lists{elsewhere}.",
     )
 
 

@@ -14,6 +14,7 @@ import shlex
 import time
 from pathlib import Path
 
+from qa_system.config import SERVER_URL_FLAGS
 from qa_system.safe_text import public_url
 from qa_system.sources.files import SIDECAR, document_files
 from qa_system.sources.records import ReadCounts
@@ -21,8 +22,6 @@ from qa_system.sources.records import ReadCounts
 CHECK_EVERY_S = 30.0
 # (store, collection, server) -> ((its version, its source, the source's time), when it was checked, the notice then)
 _checked: dict[tuple[str, str, str | None], tuple[tuple, float, str | None]] = {}
-# The flag that names the server of a search-server store.
-SERVER_FLAGS = {"opensearch": "--opensearch-url", "elasticsearch": "--es-url"}
 
 
 def source_fingerprint(path: Path) -> dict:
@@ -102,8 +101,8 @@ def index_command(name: str, store: str, manifest: dict, path: Path, recorded: d
     if options.get("html"):
         words.append("--html")
     words += ["--store", store]  # QA_STORE may name another
-    if server_url is not None and store in SERVER_FLAGS:  # the default URL may be another server's
-        words += [SERVER_FLAGS[store], public_url(server_url)]
+    if server_url is not None and store in SERVER_URL_FLAGS:  # the default URL may be another server's
+        words += [SERVER_URL_FLAGS[store], public_url(server_url)]
     if not manifest.get("embedding_model"):
         words.append("--no-embed")  # as it was: else every document would be embedded
     return shlex.join(words)

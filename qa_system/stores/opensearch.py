@@ -87,7 +87,14 @@ def _opensearch_auth() -> list[str] | None:
 def opensearch_client(settings: Settings):
     """An OpenSearch client on ``settings.opensearch_url``, after checking that the server answers."""
     from opensearchpy import OpenSearch
-    from opensearchpy.exceptions import AuthenticationException, AuthorizationException, ConnectionError, SerializationError, TransportError
+    from opensearchpy.exceptions import (
+        AuthenticationException,
+        AuthorizationException,
+        ConnectionError,
+        SerializationError,
+        SSLError,
+        TransportError,
+    )
 
     url = settings.opensearch_url
     shown_url = public_url(url)  # a password in it is never shown (/health answers without a token)
@@ -111,6 +118,15 @@ def opensearch_client(settings: Settings):
         raise QAError(
             f"{shown_url} refused the user named in OPENSEARCH_USERNAME ({error.status_code}).",
             f"check OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD and that user's permissions, {other_server}",
+        ) from None
+    except SSLError as error:  # it answered, but no https as asked: a plain-HTTP server, or a certificate not trusted here
+        if "WRONG_VERSION_NUMBER" in str(error.error):
+            raise QAError(
+                f"{shown_url} answers plain HTTP, not https.", "write the URL with http:// (QA_OPENSEARCH_URL or --opensearch-url)."
+            ) from None
+        raise QAError(
+            f"The https connection to {shown_url} failed: {error.error}.",
+            "give this machine the server's certificate authority (e.g. SSL_CERT_FILE), or use http:// if the server speaks it.",
         ) from None
     except ConnectionError:  # refused, timed out, no such host
         raise Unavailable(f"OpenSearch at {shown_url} is unreachable.", OPENSEARCH_FIX) from None

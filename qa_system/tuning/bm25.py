@@ -171,6 +171,11 @@ def tune_bm25(
                 f"{len(questions)} questions, each asked with filters item_id = its product"
                 + ("" if labels else f" and split = {split}")
                 + f", over {scope}.",
+                *(
+                    [f"Scored with the project's BM25 over the documents of the {index.backend} store's collection."]
+                    if index is not None and index.backend not in ("memory", "faiss")
+                    else []
+                ),
                 f"Ranked by {', then '.join(RANK_BY)}; differences of one question are {1 / len(questions):.3f}.",
                 f"Recommended: {describe(best)} ({rule(in_force)}).",
             ],
@@ -182,9 +187,10 @@ def check_applies(index: Index) -> None:
     """A BM25 setting applies to the project's own BM25: the memory and FAISS stores'."""
     if index.backend not in ("memory", "faiss"):
         raise QAError(
-            f"Collection '{index.name}' is on the {index.backend} store, whose BM25 is the search server's own; --apply sets the "
-            "project's BM25 (memory and FAISS stores).",
-            "leave out --apply and set the recommended k1 and b in the server's index settings (similarity).",
+            f"Collection '{index.name}' is on the {index.backend} store, where BM25 runs in the search server with the "
+            f"settings every index of it is made with ({describe_setting(IN_FORCE)}); --apply sets the BM25 of the memory and "
+            "FAISS stores.",
+            "leave out --apply, or index the collection into the memory or FAISS store (--store) to use another setting.",
         )
 
 

@@ -305,14 +305,15 @@ def _worse_kind(fit: dict[str, Any]) -> str:
     return ""
 
 
-def status_line(fit: dict[str, Any] | None, collection: str) -> str:
-    """What the chances of ``collection`` are calibrated on now, and the command that changes it."""
+def status_line(fit: dict[str, Any] | None, collection: str, store_flags: str = "") -> str:
+    """What the chances of ``collection`` are calibrated on now, and the command that changes it (``store_flags``: those
+    naming its store, ``Settings.store_flags``)."""
     if fit is None:
         return (
             f"'{collection}': chances as calibrated on {REVIEWS_CALIBRATION}; "
-            f"`qa-system fit-confidence --collection {collection} --labels FILE` fits them to its documents."
+            f"`qa-system fit-confidence --collection {collection} --labels FILE{store_flags}` fits them to its documents."
         )
     return (
         f"'{collection}': chances recalibrated on {fit['calibrated_on']} (calibration error {fit['ece_stated']:.3f} as stated, "
-        f"{fit['ece_recalibrated']:.3f} recalibrated); `qa-system fit-confidence --collection {collection} --reset` removes it."
+        f"{fit['ece_recalibrated']:.3f} recalibrated); `qa-system fit-confidence --collection {collection} --reset{store_flags}` removes it."
     )
