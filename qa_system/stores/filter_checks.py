@@ -13,7 +13,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from qa_system import strict_json
@@ -57,7 +57,9 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
 
 
-def _check_condition(condition: dict, where: str, types: Mapping[str, str], fields: Collection[str] | None) -> None:
+def _check_condition(
+    condition: dict, where: str, types: Mapping[str, str], fields: Collection[str] | None, listed: Sequence[str] | None = None
+) -> None:
     extra = set(condition) - {"field", "operator", "value"}
     if extra:
         raise QAError(f"The filter's condition {where} has the unknown key(s) {', '.join(sorted(map(str, extra)))}.", FILTER_FIX)
@@ -67,7 +69,7 @@ def _check_condition(condition: dict, where: str, types: Mapping[str, str], fiel
     check_text(field, "the filter's field")
     if fields is not None and field != "id" and field.removeprefix("meta.") not in fields:
         # No document has it: the filter would match nothing, and "no answer" would be said over reviews never read.
-        names = sorted(fields, key=lambda name: (name in PASSAGE_META, name))  # the source's own fields first
+        names = list(listed) if listed is not None else sorted(fields, key=lambda name: (name in PASSAGE_META, name))
         more = f", ... ({len(names) - LISTED_FIELDS:,} more)" if len(names) > LISTED_FIELDS else ""
         raise QAError(
             f"The filter names '{shown(field)}', a field no document of this collection has.",
@@ -192,11 +194,15 @@ def check_collection_filters(filters: Any, manifest: Mapping[str, Any]) -> dict 
     one on ``meta.ticket_id`` ``meta.document_id`` (the filter returned says so)."""
     options = (manifest.get("input") or {}).get("options") or {}
     fields = filter_fields(manifest)
+    listed = None if fields is None else sorted(field for field in fields if field not in PASSAGE_META and field != "item_id")
     for option, stored in (("item_column", "item_id"), ("id_column", "document_id")):
         column = options.get(option)
-        if isinstance(column, str) and column != stored and fields is not None and column not in fields:
+        named = isinstance(column, str) and column != stored and fields is not None and column not in fields
+        if named:
             filters = _field_renamed(filters, f"meta.{column}", f"meta.{stored}")
-    checked = check_filters(filters, manifest.get("meta_types"), fields)
+        if listed is not None and stored in fields:  # as the user knows it: the column it was read from
+            listed.append(column if named else stored)
+    checked = check_filters(filters, manifest.get("meta_types"), fields, listed)
     return _either_unicode_form(_days_as_spans(checked, manifest.get("meta_types") or {}))
 
 
@@ -286,12 +292,15 @@ def _field_renamed(node: Any, old: str, new: str) -> Any:
     return node
 
 
-def check_filters(filters: Any, types: Mapping[str, str] | None = None, fields: Collection[str] | None = None) -> dict | None:
+def check_filters(
+    filters: Any, types: Mapping[str, str] | None = None, fields: Collection[str] | None = None, listed: Sequence[str] | None = None
+) -> dict | None:
     """``filters`` once known to be a well-formed filter in Haystack's syntax; else a one-line QAError naming the problem.
 
     ``types``: the collection's metadata types (``meta_types`` of its manifest: ``integer``, ``number``,
     ``date`` or ``text``), to refuse ordering a text field, or comparing a number with text. ``fields``: the
-    metadata fields its documents hold (``filter_fields``), to refuse a field none has.
+    metadata fields its documents hold (``filter_fields``), to refuse a field none has, naming ``listed`` (default:
+    ``fields``, the source's own first).
     """
     if filters is None:
         return None
@@ -309,7 +318,7 @@ def check_filters(filters: Any, types: Mapping[str, str] | None = None, fields: 
                 f"The filter has more than {MAX_FILTER_CONDITIONS} conditions or {MAX_FILTER_DEPTH} levels.", "write a shorter filter."
             )
         if "field" in node:
-            _check_condition(node, where, types or {}, fields)
+            _check_condition(node, where, types or {}, fields, listed)
             return
         extra = set(node) - {"operator", "conditions"}
         if node.get("operator") not in LOGICAL or extra:
