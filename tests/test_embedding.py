@@ -106,7 +106,7 @@ def test_long_texts_are_batched_within_a_token_budget_and_a_question_with_its_ph
     assert token_batches(np.array([12] + [60] * 12), batch_size=32) == [list(range(1, 13)) + [0]]
 
 
-def test_the_export_is_cached_by_the_model_files_and_reused(onnx_cache, tmp_path):
+def test_the_export_is_cached_by_the_model_files_and_reused(onnx_cache, tmp_path, caplog):
     model = default_embedding_model()
     first = cached_encoder_export(model, onnx_cache)
     info = json.loads((first / EXPORT_INFO).read_text(encoding="utf-8"))
@@ -120,6 +120,10 @@ def test_the_export_is_cached_by_the_model_files_and_reused(onnx_cache, tmp_path
     assert cached_encoder_export(model, onnx_cache) == first and (first / EXPORT_INFO).stat().st_mtime_ns == built  # reused, not rebuilt
     (first / EXPORT_INFO).write_text("{}", encoding="utf-8")  # an export cut short is not complete
     assert not is_complete(first)
+    with caplog.at_level("WARNING"):
+        assert cached_encoder_export(model, onnx_cache) == first and is_complete(first)  # built again
+    # why a collection without vectors builds it too: the answer selector uses it
+    assert "and the answer selector weighs each answer by its closeness in meaning to the question): building" in caplog.text
 
 
 def test_a_stop_during_loading_leaves_the_cached_export_whole(onnx_cache, monkeypatch):

@@ -212,7 +212,9 @@ def cached_encoder_export(model: str | Path, cache: str | Path) -> Path:
     with taking_turns(f"{target}.lock", f"Waiting for another process building the ONNX encoder {target}."):
         if not is_complete(target):
             logger.warning(
-                "First use of the encoder %s with the onnx backend: building its int8 ONNX export in %s, once per model version.",
+                "First use of the encoder %s with the onnx backend (it embeds documents and questions, and the answer selector "
+                "weighs each answer by its closeness in meaning to the question): building its int8 ONNX export in %s, once per "
+                "model version.",
                 model,
                 cache,
             )
