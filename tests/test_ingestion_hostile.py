@@ -15,7 +15,8 @@ import pytest
 from helpers.ingestion import COLUMNS, documents, pdf, write_csv
 from qa_system.cli import main
 from qa_system.errors import QAError
-from qa_system.ingestion import IngestOptions, ingest
+from qa_system.ingestion import IngestOptions, collection_manifest, ingest
+from qa_system.stores.filter_checks import check_collection_filters
 
 
 def many_rows(count: int, prefix: str = "m") -> list[tuple[str, str, str, str]]:
@@ -550,3 +551,21 @@ def test_a_collection_saved_with_unescaped_ids_is_read_and_saved_again_under_its
     assert (again.added, again.unchanged, again.documents, again.passages) == (1, 4, 5, 9)
     assert sorted(documents(home, "older")) == ["a%23b", "n", "p%25q", "x#0", "x#1", "x#2", "x#3", "x#4", "x%230"]
     assert documents(home, "older")["x%230"].content == "The lid fits well." and documents(home, "older")["x#0"].meta["document_id"] == "x"
+
+
+def test_a_field_only_deleted_documents_held_leaves_the_collection_with_them(home, tmp_path):
+    """Its type stayed: a filter on it matched nothing silently, and a new document with text there was refused as a type
+    change that needs every document again."""
+    from qa_system.ingestion.changes import delete_documents
+
+    rows = [{"id": "r1", "text": "Fine kettle.", "warranty": 2}, {"id": "r2", "text": "Loud kettle.", "rating": 3}]
+    options = IngestOptions(id_column="id")
+    ingest(home, write_jsonl(tmp_path / "a.jsonl", rows), "warranties", options, embed=False, progress=False)
+    assert collection_manifest(home, "warranties")["meta_types"] == {"warranty": "integer", "rating": "integer"}
+    delete_documents(home, "warranties", ids=["r1"])
+    assert collection_manifest(home, "warranties")["meta_types"] == {"rating": "integer"}
+    with pytest.raises(QAError, match=r"^The filter names 'meta\.warranty', a field no document of this collection has\."):
+        check_collection_filters({"field": "meta.warranty", "operator": ">", "value": 1}, collection_manifest(home, "warranties"))
+    added = [{"id": "r3", "text": "Good kettle.", "warranty": "two years"}]
+    assert ingest(home, write_jsonl(tmp_path / "b.jsonl", added), "warranties", options, embed=False, progress=False).added == 1
+    assert collection_manifest(home, "warranties")["meta_types"] == {"rating": "integer", "warranty": "text"}

@@ -178,5 +178,16 @@ def _delete(index: Index, settings: Settings, documents: list[str], report: Dele
     report.passages = manifest["documents"] = index.store.count_documents()
     report.documents = manifest["source_documents"] = max(0, int(manifest.get("source_documents", 0)) - len(documents))
     manifest.update(item_counts={item: n for item, n in counts.items() if n > 0}, updated=datetime.now(UTC).isoformat())
+    types = manifest.get("meta_types")
+    if types:  # a field only deleted documents held: no filter may name it, and new values may take another type
+        gone = {key for passage in passages for key in passage.meta if key in types and not _held(index, key)}
+        manifest["meta_types"] = {key: kind for key, kind in types.items() if key not in gone}
     if documents:
         save_index(index, settings)
+
+
+def _held(index: Index, key: str) -> bool:
+    """Whether a document of ``index`` holds the metadata field ``key``."""
+    holding = {"field": f"meta.{key}", "operator": "!=", "value": None}
+    count = getattr(index.store, "count_documents_by_filter", None)  # the search servers count without reading
+    return (count(holding) if count is not None else len(index.store.filter_documents(holding))) > 0
