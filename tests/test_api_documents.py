@@ -242,7 +242,7 @@ def test_a_rating_filter_on_query_returns_only_matching_documents(call):
     assert all(a["review_id"] for a in answer["answers"] if a["kind"] == "span")
     for bad, message in (
         ({"field": "rating", "operator": ">=", "value": 4}, "filters apply to 'meta.<name>'"),
-        ({"field": "meta.rating", "operator": ">=", "value": "four"}, "the text 'four', which is neither a number nor an ISO date"),
+        ({"field": "meta.rating", "operator": ">=", "value": "four"}, "'meta.rating', a number, with the text 'four'"),
         ({"field": "meta.date", "operator": ">=", "value": 4}, "'meta.date', a date, with the number 4"),
         ([at_least_4], "The filter is an array, not an object."),
     ):

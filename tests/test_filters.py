@@ -244,19 +244,29 @@ def test_filters_combine_flat_and_parse_from_json():
     # a key given twice was read as its last value, unsaid (the API refused it)
     with pytest.raises(QAError, match=r"^The filter is not one filter: the key 'value' appears twice\. Fix: "):
         parse_filters('{"field": "meta.overall", "operator": ">=", "value": 4, "value": 1}')
-    # read before the collection's types are known, it said "compare with a number, or an ISO date", which a text column
-    # then refused too
-    # then (a field of numbers), it said "to match text, filter with == or in", which a number field refused in turn
-    neither = (
+    # Text ordered with '>' is judged against the collection's types, which know what advice fits: read before them, it
+    # said "compare with a number, or an ISO date" (refused again on a text field), then "filter with == or in" (refused
+    # again on a number field), and "write the number without quotes" for "4" on a text field.
+    later = parse_filters('{"field": "meta.verified", "operator": ">", "value": "a"}')
+    for kind, message in (
+        ("text", r"compares 'meta\.verified' with '>', but the collection holds text there\. Fix: filter 'meta\.verified' with == or in"),
+        ("integer", r"compares 'meta\.verified', a number, with the text 'a'\. Fix: compare it with a number"),
+    ):
+        with pytest.raises(QAError, match=message):
+            check_collection_filters(later, {"meta_types": {"verified": kind}})
+    quoted = parse_filters('{"field": "meta.stars", "operator": "<", "value": "5"}')
+    with pytest.raises(QAError, match=r"but the collection holds text there\."):
+        check_collection_filters(quoted, {"meta_types": {"stars": "text"}})
+    with pytest.raises(  # the advice to use == led to another refusal
+        QAError, match=r"Fix: write the number without quotes: \{\"field\": \"meta.stars\", \"operator\": \"<\", \"value\": 5\}\.$"
+    ):
+        check_collection_filters(quoted, {"meta_types": {"stars": "integer"}})
+    neither = (  # a collection whose types were never recorded: advice for either kind of field
         r"which is neither a number nor an ISO date\. Fix: '>' compares numbers or dates: write a number \(e\.g\. 4\) or an ISO "
         r"date \(e\.g\. \"2024-01-31\"\); to match text, filter 'meta\.verified' with == or in\.$"
     )
     with pytest.raises(QAError, match=neither):
-        parse_filters('{"field": "meta.verified", "operator": ">", "value": "a"}')
-    with pytest.raises(
-        QAError, match=r"Fix: write the number without quotes: \{\"field\": \"meta.stars\", \"operator\": \"<\", \"value\": 5\}\.$"
-    ):
-        parse_filters('{"field": "meta.stars", "operator": "<", "value": "5"}')  # the advice to use == led to another refusal
+        check_collection_filters(later, {})
     deep = {"operator": "NOT", "conditions": [RATING_AT_LEAST_4]}
     for _ in range(10):
         deep = {"operator": "NOT", "conditions": [deep]}

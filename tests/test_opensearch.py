@@ -503,9 +503,14 @@ def test_a_server_that_asks_for_a_password_names_the_credentials_and_the_url(tmp
         monkeypatch.setenv("OPENSEARCH_USERNAME", "reader")
         monkeypatch.setenv("OPENSEARCH_PASSWORD", "s3cret")
         assert main(["collections", "--store", "opensearch", "--opensearch-url", url]) == 2
-        assert capsys.readouterr().err == (
-            f"error: {url} refused the user named in OPENSEARCH_USERNAME (401). "
-            f"Fix: check OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD and that user's permissions, {other_server}"
+        refused = (
+            "refused the user named in the URL or OPENSEARCH_USERNAME (401). Fix: check the user and password (in the URL, or "
+            f"OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD) and that user's permissions, {other_server}"
         )
+        assert capsys.readouterr().err == f"error: {url} {refused}"
+        monkeypatch.delenv("OPENSEARCH_USERNAME")  # a user in the URL instead: it was "without a user name and password"
+        with_user = url.replace("http://", "http://reader:s3cret@")
+        assert main(["collections", "--store", "opensearch", "--opensearch-url", with_user]) == 2
+        assert capsys.readouterr().err == f"error: {url.replace('http://', 'http://reader:***@')} {refused}"
     finally:
         server.shutdown()

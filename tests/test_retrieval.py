@@ -266,7 +266,9 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
         r"of it is made with \(stemmer english, stopwords none, k1 1\.2, b 1\); --apply sets the BM25 of the memory and FAISS stores\. "
         r"Fix: leave out --apply, or index the collection into the memory or FAISS store \(--store\) to use another setting\.$",
     ):
-        check_applies(Index("opensearch", "mine", None, {}))
+        check_applies("opensearch", "mine")
+    assert main(["tune-bm25", "--domain", "electronics", "--apply", "--store", "opensearch", "--opensearch-url", "http://127.0.0.1:9"]) == 2
+    assert "Collection 'subjqa-electronics' is on the opensearch store" in capsys.readouterr().err  # before reaching the server
 
 
 def test_filters_restrict_every_retriever(indexed):

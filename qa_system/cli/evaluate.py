@@ -243,11 +243,12 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
         state = "now uses" if removed else "had no setting of its own: it uses"
         print(f"BM25 of collection '{index.name}' {state} the defaults ({describe_setting(setting_in_force(None))}).")
         return
+    if args.apply:  # before anything is opened, built or scored
+        check_applies(settings.store, args.collection or f"subjqa-{_one_domain(args)}")
     choose_report_folder(args)
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=False)
     if args.apply:
         index = index or _tuned_index(args, settings)
-        check_applies(index)  # before the grid, not after it
     in_force = setting_in_force(index)
     table = tune_bm25(settings, domain, args.split, out_dir=args.out, limit=args.limit, labels=labels, index=index, in_force=in_force)
     shown = table.head(args.show)

@@ -50,7 +50,7 @@ def parse_filters(text: str | None) -> dict | None:
         raise QAError("The filter nests too deeply.", FILTER_FIX) from None
     except strict_json.Refused as error:  # a repeated key: which of its values was meant?
         raise QAError(f"The filter is not one filter: {error}.", FILTER_FIX) from None
-    return check_filters(value)
+    return check_filters(value, types_later=True)
 
 
 def _is_scalar(value: Any) -> bool:
@@ -58,7 +58,12 @@ def _is_scalar(value: Any) -> bool:
 
 
 def _check_condition(
-    condition: dict, where: str, types: Mapping[str, str], fields: Collection[str] | None, listed: Sequence[str] | None = None
+    condition: dict,
+    where: str,
+    types: Mapping[str, str],
+    fields: Collection[str] | None,
+    listed: Sequence[str] | None = None,
+    types_later: bool = False,
 ) -> None:
     extra = set(condition) - {"field", "operator", "value"}
     if extra:
@@ -96,7 +101,7 @@ def _check_condition(
         if isinstance(element, str):
             check_text(element, "the filter's value")
     kind = types.get(field.removeprefix("meta."))
-    if operator in ORDERING:
+    if operator in ORDERING and not (types_later and isinstance(value, str)):  # text: which advice fits needs the field's type
         _check_ordering(field, operator, value, kind)
     else:
         _check_equality(field, operator, values, kind)
@@ -151,10 +156,14 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
             f"The filter compares '{field}' with '{operator}', but the collection holds text there.",
             f"filter '{field}' with == or in, or re-index a column that holds only numbers or ISO dates.",
         )
+    quoted = isinstance(value, str) and value_type(value.strip()) in ("integer", "number")  # "5": a number in quotes
+    unquoted = (
+        f'write the number without quotes: {{"field": "{field}", "operator": "{operator}", "value": {value.strip()}}}.' if quoted else ""
+    )
     if kind in ("integer", "number") and not number:
         raise QAError(
             f"The filter compares '{field}', a number, with the text {value!r}.",
-            f'compare it with a number, e.g. {{"field": "{field}", "operator": "{operator}", "value": 4}}.',
+            unquoted or f'compare it with a number, e.g. {{"field": "{field}", "operator": "{operator}", "value": 4}}.',
         )
     if kind == "date" and number:
         _refuse_a_number_for_a_date(field, value)
@@ -164,9 +173,9 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
                 f"The filter compares '{field}' with '{operator}' and the text {value!r}, which is no ISO date.",
                 'compare it with an ISO date such as "2024-01-31".',
             )
-        if value_type(value.strip()) in ("integer", "number"):  # "5": a number written in quotes
-            fix = f'write the number without quotes: {{"field": "{field}", "operator": "{operator}", "value": {value.strip()}}}.'
-        else:  # read before the collection's types are known: right for a field of numbers and for one of text
+        if quoted:
+            fix = unquoted
+        else:  # a collection whose types were not recorded: right for a field of numbers and for one of text
             fix = (
                 f"'{operator}' compares numbers or dates: write a number (e.g. 4) or an ISO date (e.g. \"2024-01-31\"); "
                 f"to match text, filter '{field}' with == or in."
@@ -293,14 +302,19 @@ def _field_renamed(node: Any, old: str, new: str) -> Any:
 
 
 def check_filters(
-    filters: Any, types: Mapping[str, str] | None = None, fields: Collection[str] | None = None, listed: Sequence[str] | None = None
+    filters: Any,
+    types: Mapping[str, str] | None = None,
+    fields: Collection[str] | None = None,
+    listed: Sequence[str] | None = None,
+    types_later: bool = False,
 ) -> dict | None:
     """``filters`` once known to be a well-formed filter in Haystack's syntax; else a one-line QAError naming the problem.
 
     ``types``: the collection's metadata types (``meta_types`` of its manifest: ``integer``, ``number``,
     ``date`` or ``text``), to refuse ordering a text field, or comparing a number with text. ``fields``: the
     metadata fields its documents hold (``filter_fields``), to refuse a field none has, naming ``listed`` (default:
-    ``fields``, the source's own first).
+    ``fields``, the source's own first). ``types_later``: the collection's types are checked afterwards
+    (``check_collection_filters``), so text ordered with '>' is left to that check, which knows what advice fits.
     """
     if filters is None:
         return None
@@ -318,7 +332,7 @@ def check_filters(
                 f"The filter has more than {MAX_FILTER_CONDITIONS} conditions or {MAX_FILTER_DEPTH} levels.", "write a shorter filter."
             )
         if "field" in node:
-            _check_condition(node, where, types or {}, fields, listed)
+            _check_condition(node, where, types or {}, fields, listed, types_later)
             return
         extra = set(node) - {"operator", "conditions"}
         if node.get("operator") not in LOGICAL or extra:

@@ -11,6 +11,7 @@ import socket
 import time
 from datetime import UTC
 from typing import Any
+from urllib.parse import urlsplit
 
 from qa_system.config import Settings
 from qa_system.errors import Conflict, QAError, Unavailable
@@ -110,14 +111,15 @@ def opensearch_client(settings: Settings):
     except (AuthenticationException, AuthorizationException) as error:
         # A 401 or 403 may come from OpenSearch's security or from another server asking for a password (a wrong URL).
         other_server = "or, if it is not your OpenSearch server, set QA_OPENSEARCH_URL (--opensearch-url) to that server's URL."
-        if _opensearch_auth() is None:
+        if _opensearch_auth() is None and not urlsplit(url).username:  # a user in the URL is one too
             raise QAError(
                 f"{shown_url} refused the request ({error.status_code}) without a user name and password.",
                 f"set OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD to a user of that server, {other_server}",
             ) from None
         raise QAError(
-            f"{shown_url} refused the user named in OPENSEARCH_USERNAME ({error.status_code}).",
-            f"check OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD and that user's permissions, {other_server}",
+            f"{shown_url} refused the user named in the URL or OPENSEARCH_USERNAME ({error.status_code}).",
+            f"check the user and password (in the URL, or OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD) and that user's permissions, "
+            f"{other_server}",
         ) from None
     except SSLError as error:  # it answered, but no https as asked: a plain-HTTP server, or a certificate not trusted here
         if "WRONG_VERSION_NUMBER" in str(error.error):

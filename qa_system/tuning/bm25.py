@@ -183,11 +183,12 @@ def tune_bm25(
     return table
 
 
-def check_applies(index: Index) -> None:
-    """A BM25 setting applies to the project's own BM25: the memory and FAISS stores'."""
-    if index.backend not in ("memory", "faiss"):
+def check_applies(backend: str, name: str) -> None:
+    """A BM25 setting applies to the project's own BM25: that of the memory and FAISS stores (``backend``), not that of
+    collection ``name`` on a search server."""
+    if backend not in ("memory", "faiss"):
         raise QAError(
-            f"Collection '{index.name}' is on the {index.backend} store, where BM25 runs in the search server with the "
+            f"Collection '{name}' is on the {backend} store, where BM25 runs in the search server with the "
             f"settings every index of it is made with ({describe_setting(IN_FORCE)}); --apply sets the BM25 of the memory and "
             "FAISS stores.",
             "leave out --apply, or index the collection into the memory or FAISS store (--store) to use another setting.",
@@ -197,7 +198,7 @@ def check_applies(index: Index) -> None:
 def apply_bm25(settings: Settings, index: Index, table: pd.DataFrame) -> dict[str, Any]:
     """Store ``table``'s recommended setting (``tune_bm25``) as the collection's: every pipeline built over it then reads
     it (``retrieval.fitted.bm25_parameters``). Returns what was stored."""
-    check_applies(index)
+    check_applies(index.backend, index.name)
     best = table[table["recommended"]].iloc[0]
     fit = {
         **asdict(row_setting(best)),

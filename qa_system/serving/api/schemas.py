@@ -54,7 +54,7 @@ Label = Annotated[str, StringConstraints(max_length=200), _utf8]  # a client's n
 Retriever = Annotated[Literal[RETRIEVERS], _utf8]  # type: ignore[valid-type]
 Mode = Annotated[Literal[ANSWER_STAGES], _utf8]  # type: ignore[valid-type]
 # A metadata filter in Haystack's syntax, checked by the library's ``check_filters`` (the CLI's --filter, the page's box).
-Filters = Annotated[dict[str, Any] | None, BeforeValidator(lambda value: _library_check(check_filters, value))]
+Filters = Annotated[dict[str, Any] | None, BeforeValidator(lambda value: _library_check(check_filters, value, types_later=True))]
 FILTERS_EXAMPLE = {"operator": "AND", "conditions": [{"field": "meta.rating", "operator": ">=", "value": 4}]}
 Verdict = Annotated[Literal[tuple(VERDICTS)], _utf8]  # type: ignore[valid-type]
 
