@@ -209,6 +209,8 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
     from qa_system.cli import main
     from qa_system.ingestion import ingest, open_collection
     from qa_system.ingestion.labels import load_labels
+    from qa_system.retrieval.fitted import bm25_defaults, bm25_parameters, fits_for_other_bm25
+    from qa_system.stores import save_index
     from qa_system.tuning.bm25 import apply_bm25, check_applies, reset_bm25
 
     home = Settings.from_env(home=tmp_path / "home", store="memory", data_dir=tmp_path / "no-subjqa")
@@ -227,8 +229,14 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
     retriever = build_retrieval_pipeline("bm25", home, index=open_collection(home, "labelled", embeddings=False)).pipeline
     assert (retriever.get_component("sparse_retriever").stopwords, retriever.get_component("sparse_retriever").b) == ("en", 0.75)
     assert stopwords_only() == []  # the English stopwords dropped: "the" matches nothing
-    assert reset_bm25(home, open_collection(home, "labelled", embeddings=False, progress=False))
-    assert sorted(stopwords_only()) == ["r2", "r4"]
+    # a fusion fitted with the defaults no longer matches; back at the defaults, it does again
+    index = open_collection(home, "labelled", embeddings=False, progress=False)
+    index.manifest["calibration"]["encoder#"] = {"fusion": {"sparse": {**bm25_defaults(), "top_k": 10}}}
+    assert fits_for_other_bm25(index, bm25_parameters(index)) == ["the hybrid's fusion"]
+    assert reset_bm25(home, index)
+    assert sorted(stopwords_only()) == ["r2", "r4"] and fits_for_other_bm25(index, bm25_defaults()) == []
+    index.manifest["calibration"]["encoder#"]["fusion"]["sparse"]["k1"] = 2.0  # made with another setting: said at --apply
+    save_index(index, home)
 
     monkeypatch.setenv("QA_HOME", str(home.home))
     monkeypatch.setenv("QA_DATA_DIR", str(home.data_dir))
@@ -239,7 +247,9 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
     out = capsys.readouterr().out
     assert (
         "Applied to collection 'labelled': its questions now use stemmer english, stopwords none, k1 1.2, b 1 "
-        "(`qa-system tune-bm25 --collection labelled --reset` goes back to the defaults)." in out
+        "(`qa-system tune-bm25 --collection labelled --reset` goes back to the defaults).\n"
+        "Fitted with the BM25 setting before, and read until fitted again: the hybrid's fusion "
+        "(`qa-system fit-fusion --collection labelled --labels FILE`)." in out
     )
     # every setting ties here: the best one shown is the grid's first, and the recommended one follows it
     header, first, chosen = out.splitlines()[:3]
@@ -255,8 +265,8 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
         capsys.readouterr().out
     )
     assert main(["tune-bm25", "--collection", "labelled", "--reset"]) == 0
-    assert (
-        capsys.readouterr().out == "BM25 of collection 'labelled' now uses the defaults (stemmer english, stopwords none, k1 1.2, b 1).\n"
+    assert capsys.readouterr().out.startswith(
+        "BM25 of collection 'labelled' now uses the defaults (stemmer english, stopwords none, k1 1.2, b 1).\nFitted with the BM25"
     )
     assert main([*run, "--apply", "--reset"]) == 2
     assert "--apply stores a setting; --reset removes it. Fix: pass one of them." in capsys.readouterr().err
@@ -269,6 +279,18 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
         check_applies("opensearch", "mine")
     assert main(["tune-bm25", "--domain", "electronics", "--apply", "--store", "opensearch", "--opensearch-url", "http://127.0.0.1:9"]) == 2
     assert "Collection 'subjqa-electronics' is on the opensearch store" in capsys.readouterr().err  # before reaching the server
+
+
+def test_a_subjqa_domain_rebuilt_keeps_its_applied_bm25_setting(settings):
+    """`index --domain` after `tune-bm25 --domain ... --apply` dropped the setting, unsaid."""
+    from qa_system.retrieval.fitted import bm25_fit
+    from qa_system.tuning.bm25 import apply_bm25
+
+    index = build_index(settings, "electronics", embed=False, progress=False)
+    apply_bm25(settings, index, tune_bm25(settings, "electronics", "test", grid=[STANDARD]))
+    rebuilt = build_index(settings, "electronics", embed=False, progress=False)
+    assert (bm25_fit(rebuilt)["stopwords"], bm25_fit(rebuilt)["b"]) == ("en", 0.75)
+    assert build_retrieval_pipeline("bm25", settings, index=rebuilt).pipeline.get_component("sparse_retriever").b == 0.75
 
 
 def test_filters_restrict_every_retriever(indexed):

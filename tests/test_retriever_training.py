@@ -320,19 +320,21 @@ def test_an_evaluation_names_the_fits_in_force_and_never_fits(tuned_setup):
 
     settings, _ = tuned_setup
     index = open_index(settings, "electronics")
-    [note] = fits_in_force(settings, index, "hybrid", rerank=False)
+    [bm25, note] = fits_in_force(settings, index, "hybrid", rerank=False)
+    assert bm25 == "BM25 stemmer english, stopwords none, k1 1.2, b 1: the defaults, none stored by tune-bm25 --apply."
     assert note.startswith("fusion minmax (sparse weight 0.50, dense weight 0.50): the defaults, no fit stored; run `qa-system fit-fusion`")
     assert MANIFEST_KEY not in saved_manifest(settings, "subjqa-electronics")  # nothing fitted, nothing written
     fit = fit_fusion_on_dev(settings, "electronics", index)
     assert fit["sparse"]["k1"] == 1.2 and fit["sparse"]["stopwords"] is None  # the BM25 defaults it saw
-    [note] = fits_in_force(settings, open_index(settings, "electronics"), "hybrid", rerank=False)
+    [_, note] = fits_in_force(settings, open_index(settings, "electronics"), "hybrid", rerank=False)
     assert "stored by fit-fusion, fitted on electronics dev" in note and "other BM25 settings" not in note
     stale = {**fit, "sparse": {**fit["sparse"], "k1": 2.0}, "fitted_on": "stale"}
     index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"] = stale
-    [note] = fits_in_force(settings, index, "hybrid", rerank=False)
-    assert "fitted on stale" in note and "it was fitted for other BM25 settings" in note  # said, not refitted
+    [_, note] = fits_in_force(settings, index, "hybrid", rerank=False)
+    # said, not refitted (the setting it saw was printed as a dict of every init parameter)
+    assert "fitted on stale" in note and "it was fitted for other BM25 settings (stemmer english, stopwords none, k1 2, b 1)" in note
     assert index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"] is stale
-    [fusion, rerank] = fits_in_force(settings, index, "hybrid", rerank=True)
+    [_, fusion, rerank] = fits_in_force(settings, index, "hybrid", rerank=True)
     assert rerank.startswith("re-ranking of hybrid: retriever weight 0.50, the default; run `qa-system fit-fusion --rerank`")
 
 
@@ -376,7 +378,11 @@ def test_evaluating_hybrid_never_writes_to_the_index(tuned_setup, tmp_path, monk
         assert main(command) == 0, command
         assert manifest_bytes(settings) == before, command  # byte for byte: no fit, no threshold written
     notes = json.loads((tmp_path / "retriever" / "report.json").read_text())["fitted"]
-    assert "the defaults, no fit stored" in notes[0] and "retriever weight 0.50, the default" in notes[-1]
+    assert (
+        "BM25 stemmer english" in notes[0]
+        and "the defaults, no fit stored" in notes[1]
+        and "retriever weight 0.50, the default" in notes[-1]
+    )
     assert "the defaults, no fit stored" in (tmp_path / "pipeline" / "report.md").read_text()
     # The fitting commands write; evaluations then read their fits, and still write nothing.
     assert main(["fit-fusion", "--rerank"]) == 0
@@ -392,7 +398,7 @@ def test_evaluating_hybrid_never_writes_to_the_index(tuned_setup, tmp_path, monk
     assert "fusion minmax" in pipeline_notes or "fusion rrf" in pipeline_notes
     assert "stored by fit-fusion, fitted on electronics dev" in pipeline_notes
     notes = json.loads((tmp_path / "retriever" / "report.json").read_text())["fitted"]
-    assert "stored by fit-fusion, fitted on electronics dev" in notes[0] and "stored by fit-fusion --rerank" in notes[-1]
+    assert "stored by fit-fusion, fitted on electronics dev" in notes[1] and "stored by fit-fusion --rerank" in notes[-1]
 
 
 def test_retriever_evaluation_puts_stock_fine_tuned_fused_and_reranked_side_by_side(tuned_setup, tmp_path):
@@ -492,7 +498,7 @@ def test_fit_fusion_fits_a_collection_of_ones_own_on_its_labels(home, tmp_path, 
         str(tmp_path / "r"),
     ]
     assert main(evaluate) == 0
-    [note] = json.loads((tmp_path / "r" / "report.json").read_text())["fitted"]
+    [_, note] = json.loads((tmp_path / "r" / "report.json").read_text())["fitted"]
     assert "no fit stored; run `qa-system fit-fusion --collection notes --labels FILE` with the same encoders" in note
     report = (tmp_path / "r" / "report.md").read_text()  # in the words of a collection, not of SubjQA's reviews and splits
     assert "over the collection 'notes' (4 documents in 4 passages" in report and "candidate documents per question" in report
@@ -501,7 +507,7 @@ def test_fit_fusion_fits_a_collection_of_ones_own_on_its_labels(home, tmp_path, 
     assert main(["fit-fusion", "--collection", "notes", "--labels", str(labels)]) == 0
     assert capsys.readouterr().out.startswith("notes: fusion ")
     assert main(evaluate) == 0
-    [note] = json.loads((tmp_path / "r" / "report.json").read_text())["fitted"]
+    [_, note] = json.loads((tmp_path / "r" / "report.json").read_text())["fitted"]
     assert "stored by fit-fusion, fitted on labels.csv: strict recall@1" in note
     assert main(["fit-fusion", "--collection", "notes"]) == 2
     assert "fit-fusion fits a SubjQA --domain on its dev split, or --collection NAME on --labels FILE" in capsys.readouterr().err

@@ -242,6 +242,7 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
         removed = reset_bm25(settings, index)
         state = "now uses" if removed else "had no setting of its own: it uses"
         print(f"BM25 of collection '{index.name}' {state} the defaults ({describe_setting(setting_in_force(None))}).")
+        _say_stale_fits(args, settings, index)
         return
     if args.apply:  # before anything is opened, built or scored
         check_applies(settings.store, args.collection or f"subjqa-{_one_domain(args)}")
@@ -263,6 +264,7 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
             f"Applied to collection '{index.name}': its questions now use {best} "
             f"(`qa-system tune-bm25 {_collection_flags(args, index)} --reset{settings.store_flags}` goes back to the defaults)."
         )
+        _say_stale_fits(args, settings, index)
     elif (index.backend if index is not None else settings.store) in ("memory", "faiss"):
         print("The collection's questions use it once you run the same command with --apply.")
 
@@ -279,6 +281,20 @@ def _tuned_index(args: argparse.Namespace, settings):
 
 def _collection_flags(args: argparse.Namespace, index) -> str:
     return f"--collection {index.name}" if args.collection else f"--domain {_one_domain(args)}"
+
+
+def _say_stale_fits(args: argparse.Namespace, settings, index) -> None:
+    """Name the stored fits that were made with the BM25 setting before, and the command that fits them again."""
+    from qa_system.retrieval.fitted import bm25_defaults, bm25_parameters, fits_for_other_bm25
+
+    stale = fits_for_other_bm25(index, bm25_parameters(index) or bm25_defaults())
+    if stale:
+        labels = " --labels FILE" if args.collection else ""
+        print(
+            f"Fitted with the BM25 setting before, and read until fitted again: {' and '.join(stale)} "
+            f"(`qa-system fit-fusion {_collection_flags(args, index)}{labels}{settings.store_flags}"
+            f"{' --rerank' if any('re-ranking' in what for what in stale) else ''}`)."
+        )
 
 
 def candidate_protocol(text: str) -> str:

@@ -33,6 +33,7 @@ from qa_system.stores import (
     opensearch_has_knn,
     save_index,
     saved_document_count,
+    saved_manifest,
     saving_stopped,
     try_open_index,
 )
@@ -182,6 +183,8 @@ def build_index(
     manifest: dict = {"domains": domains, "splits": list(splits), "format": INDEX_FORMAT, "created": datetime.now(UTC).isoformat()}
     if documents is None:
         documents = _subjqa_documents(settings, domains, splits, manifest)
+        if kept := _kept_bm25_setting(settings, name):
+            manifest["calibration"] = {"bm25": kept}
     else:  # fields of their own, which filters are checked against (not SubjQA's)
         manifest["meta_types"] = column_types(d.meta for d in documents)
     _check_replaceable(settings, name, documents, force)
@@ -236,6 +239,15 @@ def _subjqa_documents(settings: Settings, domains: list[str], splits: Sequence[s
     manifest["load_report"] = data.report.summary()
     manifest["source"] = source_state(files)
     return data.documents
+
+
+def _kept_bm25_setting(settings: Settings, name: str) -> dict | None:
+    """The BM25 setting ``tune-bm25 --apply`` stored in the index rebuilt (``retrieval.fitted.bm25_fit``): it holds for the
+    domain's reviews, read again, while the other fits go with the vectors they were made with."""
+    try:
+        return ((saved_manifest(settings, name) or {}).get("calibration") or {}).get("bm25")
+    except QAError:  # an unreadable index: nothing to keep
+        return None
 
 
 def _check_replaceable(settings: Settings, name: str, documents: list[Document], force: bool) -> None:

@@ -12,6 +12,7 @@ recalibration, which no encoder changes much, by the answer selector and the rea
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,28 @@ BM25_PARAMETERS = ("stemmer_language", "stopwords", "k1", "b")
 def bm25_fit(index: Index) -> dict[str, Any] | None:
     """The BM25 setting ``qa-system tune-bm25 --apply`` stored for this collection, if any (no encoder or reader changes it)."""
     return index.manifest.get(MANIFEST_KEY, {}).get(BM25_KEY)
+
+
+def bm25_defaults() -> dict[str, Any]:
+    """The BM25 setting of a collection without one stored: ``BM25sRetriever``'s defaults."""
+    from qa_system.retrieval.bm25 import BM25sRetriever
+
+    parameters = inspect.signature(BM25sRetriever.__init__).parameters
+    return {name: parameters[name].default for name in BM25_PARAMETERS}
+
+
+def fits_for_other_bm25(index: Index, parameters: dict[str, Any]) -> list[str]:
+    """The stored fits (the hybrid's fusion, re-ranking) that were made with a BM25 setting other than ``parameters``."""
+    stale = set()
+    for key, node in index.manifest.get(MANIFEST_KEY, {}).items():
+        if key in (BM25_KEY, CONFIDENCE_KEY) or not isinstance(node, dict):
+            continue
+        made = [("the hybrid's fusion", node.get("fusion"))] + [(f"the re-ranking of {r}", f) for r, f in node.get("rerank", {}).items()]
+        for what, fit in made:
+            seen = (fit or {}).get("sparse")
+            if seen is not None and any(seen.get(name) != parameters[name] for name in BM25_PARAMETERS):
+                stale.add(what)
+    return sorted(stale)
 
 
 def describe_bm25(parameters: dict[str, Any]) -> str:

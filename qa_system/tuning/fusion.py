@@ -29,8 +29,10 @@ from qa_system.ingestion.collections import is_reserved_name
 from qa_system.ingestion.labels import Labels
 from qa_system.progress import track
 from qa_system.retrieval.fitted import (
+    BM25_PARAMETERS,
     DEFAULT_RETRIEVER_WEIGHT,
     MANIFEST_KEY,
+    bm25_defaults,
     bm25_fit,
     describe_bm25,
     encoder_key,
@@ -185,10 +187,12 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
 
     notes: list[str] = []
     applied = bm25_fit(index)
-    if applied and retriever in ("bm25", "hybrid") and index.backend in ("memory", "faiss"):
+    if retriever in ("bm25", "hybrid") and index.backend in ("memory", "faiss"):  # the project's BM25 (a server's is its own)
         notes.append(
             f"BM25 {describe_bm25(applied)}: stored by tune-bm25 --apply, fitted on {applied['fitted_on']} "
             f"({applied['questions']} question{'' if applied['questions'] == 1 else 's'})."
+            if applied
+            else f"BM25 {describe_bm25(bm25_defaults())}: the defaults, none stored by tune-bm25 --apply."
         )
     if retriever != "hybrid" and not rerank:
         return notes  # nothing else fitted is read
@@ -205,7 +209,7 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
             )
         else:
             dev = fit["dev"]
-            stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings ({fit.get('sparse')}): {refit} again"
+            stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings ({_bm25_seen(fit)}): {refit} again"
             notes.append(
                 f"fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}) "
                 f"stored by fit-fusion, fitted on {fit['fitted_on']}: strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f}){stale}"
@@ -217,9 +221,15 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
             notes.append(f"re-ranking of {retriever}: retriever weight {DEFAULT_RETRIEVER_WEIGHT:.2f}, the default{other}; {refit}.")
         else:
             dev = fit["dev"]
-            stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings: {refit} again"
+            stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings ({_bm25_seen(fit)}): {refit} again"
             notes.append(
                 f"re-ranking of {retriever}: retriever weight {fit['retriever_weight']:.2f} stored by fit-fusion --rerank, fitted on {fit['fitted_on']}: "
                 f"strict recall@1 {dev['reranked']['recall@1']:.3f} ({retriever} alone {dev['retriever']['recall@1']:.3f}){stale}"
             )
     return notes
+
+
+def _bm25_seen(fit: dict[str, Any]) -> str:
+    """The BM25 setting a stored fit saw, in one line (a fit older than the recorded setting: "not recorded")."""
+    seen = fit.get("sparse") or {}
+    return describe_bm25(seen) if all(name in seen for name in BM25_PARAMETERS) else "not recorded"
