@@ -460,3 +460,17 @@ def test_the_documented_python_that_loads_an_export_runs_as_written(settings, tm
     exec(compile(code, "pipelines-and-stores.md", "exec"), namespace)
     answers = namespace["result"]["selector"]["answers"]
     assert answers and all(0 <= a.meta["probability"] <= 1 for a in answers)
+
+
+def test_a_dense_pipeline_over_a_collection_without_vectors_is_not_exported(settings, tmp_path, capsys):
+    """`ask --retriever hybrid` refused the collection; `export-pipeline` wrote a pipeline that would find nothing."""
+    from helpers.ingestion import COLUMNS, write_csv
+    from qa_system.ingestion import ingest
+
+    ingest(settings, write_csv(tmp_path / "r.csv"), "plain", COLUMNS, embed=False, progress=False)
+    output = tmp_path / "hybrid.yml"
+    flags = ["--collection", "plain", "--data-dir", str(settings.data_dir), "--home", str(settings.home), "--output", str(output)]
+    assert main(["export-pipeline", "retrieval", "--retriever", "hybrid", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Index 'plain' has no embeddings, so hybrid retrieval cannot run.") and not output.exists()
+    assert main(["export-pipeline", "retrieval", "--retriever", "bm25", *flags]) == 0 and output.exists()

@@ -28,6 +28,7 @@ from haystack import Document, Pipeline, default_from_dict, default_to_dict
 from qa_system.config import DEFAULT_HOME, Settings, default_reader_model, default_selector_model
 from qa_system.errors import QAError
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
+from qa_system.pipelines.qa_pipeline import check_embeddings
 from qa_system.stores import Index
 from qa_system.stores.meta_filters import MultiValueInMemoryDocumentStore
 
@@ -155,6 +156,8 @@ def export_pipeline(
         )
     if answer_stage is not None and answer_stage not in ANSWER_STAGES:
         raise QAError(f"Unknown answer stage '{answer_stage}'.", f"use one of: {', '.join(ANSWER_STAGES)}.")
+    if retriever != "bm25":  # as `ask` refuses it: an exported dense pipeline over no vectors would find nothing
+        check_embeddings(index, settings, retriever)
     pipeline = load_pipeline(retriever, index, settings, answer_stage, rerank)
     definition = pipeline.to_dict()
     for component in definition["components"].values():
