@@ -378,6 +378,50 @@ def test_the_elasticsearch_store_pointed_at_elasticsearch_7_names_the_store_that
     assert "which the elasticsearch store cannot use (it needs Elasticsearch 8). Fix: use --store opensearch" in error
 
 
+def test_the_elasticsearch_store_says_when_a_server_wants_a_password_or_plain_http(opensearch_url, tmp_path, capsys, monkeypatch):
+    """Both were "Elasticsearch at ... is unreachable. Fix: start it with docker compose ...", while the server answered."""
+    import http.server
+
+    class Protected(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="Restricted"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_HEAD = do_GET
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Protected)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    protected = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("QA_HOME", str(tmp_path))
+    try:
+        for url, shown, who in (
+            (protected, protected, "a request without a user name and password"),
+            (
+                protected.replace("http://", "http://reader:s3cret@"),
+                protected.replace("http://", "http://reader:***@"),
+                "the user in the URL",
+            ),
+        ):
+            assert main(["collections", "--store", "elasticsearch", "--es-url", url]) == 2
+            assert capsys.readouterr().err == (
+                f"error: {shown} refused {who} (401). Fix: give a user of that server in the URL (http://USER:PASSWORD@host:9200, "
+                "QA_ES_URL or --es-url), or, if it is not your Elasticsearch server, set QA_ES_URL to that server's URL.\n"
+            )
+    finally:
+        server.shutdown()
+    https = opensearch_url.replace("http://", "https://")
+    assert main(["collections", "--store", "elasticsearch", "--es-url", https]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"error: {https} answers plain HTTP, not https. Fix: write the URL with http:// (QA_ES_URL or --es-url).\n"
+    )
+
+
 def test_health_says_unavailable_while_the_search_server_does_not_answer(
     os_settings, name, reviews, tiny_reader, tmp_path, monkeypatch, caplog
 ):

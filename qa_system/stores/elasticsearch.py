@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from qa_system.config import Settings
 from qa_system.errors import QAError, Unavailable
 from qa_system.safe_text import public_url
@@ -10,19 +12,35 @@ from qa_system.stores.index import MANIFEST_KEY, Index
 
 def elasticsearch_client(settings: Settings):
     """An Elasticsearch client on ``settings.es_url``, after checking that an Elasticsearch 8 server answers there."""
-    from elasticsearch import Elasticsearch, UnsupportedProductError
+    from elastic_transport import TlsError
+    from elasticsearch import AuthenticationException, AuthorizationException, Elasticsearch, UnsupportedProductError
 
     fix = "start it with `docker compose up -d elasticsearch` or set QA_ES_URL to a running server."
+    shown_url = public_url(settings.es_url)
     try:
         client = Elasticsearch(settings.es_url, request_timeout=5)
         client.info()
+    except (AuthenticationException, AuthorizationException) as error:  # its security, or another server asking for a password
+        with_user = "the user in the URL" if urlsplit(settings.es_url).username else "a request without a user name and password"
+        raise QAError(
+            f"{shown_url} refused {with_user} ({error.meta.status}).",
+            "give a user of that server in the URL (http://USER:PASSWORD@host:9200, QA_ES_URL or --es-url), or, if it is not your "
+            "Elasticsearch server, set QA_ES_URL to that server's URL.",
+        ) from None
+    except TlsError as error:  # https asked of a plain-HTTP server, or a certificate not trusted here
+        if "WRONG_VERSION_NUMBER" in str(error):
+            raise QAError(f"{shown_url} answers plain HTTP, not https.", "write the URL with http:// (QA_ES_URL or --es-url).") from None
+        raise QAError(
+            f"The https connection to {shown_url} failed: {str(error).splitlines()[0]}.",
+            "give this machine the server's certificate authority (e.g. SSL_CERT_FILE), or use http:// if the server speaks it.",
+        ) from None
     except UnsupportedProductError:  # it answers, as a server this client does not take (Elasticsearch 7, OpenSearch)
         raise QAError(
             f"The server at {public_url(settings.es_url)} is {_server_name(settings.es_url)}, which the elasticsearch store cannot use (it needs Elasticsearch 8).",
             "use --store opensearch (QA_STORE=opensearch, QA_OPENSEARCH_URL) for OpenSearch and Elasticsearch 7, or point QA_ES_URL at Elasticsearch 8.",
         ) from None
     except Exception:  # the client raises many types for bad URLs and refused connections
-        raise Unavailable(f"Elasticsearch at {public_url(settings.es_url)} is unreachable.", fix) from None
+        raise Unavailable(f"Elasticsearch at {shown_url} is unreachable.", fix) from None
     return Elasticsearch(settings.es_url, request_timeout=60)
 
 
