@@ -314,6 +314,21 @@ def test_a_question_that_no_document_passes_says_so_and_a_split_needs_labelled_s
         pipeline.run("Is it sturdy?", split="train")
 
 
+def test_search_says_why_it_found_nothing_as_ask_does(settings, reviews, capsys, monkeypatch):
+    """It printed "0 document(s) for all documents" alone."""
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    ingest(settings, reviews, "amz", OPTIONS, embed=False, progress=False)
+    assert main(["search", "Grösse xyzzy?", "--collection", "amz"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "There was nothing to read: no document holds a word of the question. Ask with other words: finding documents "
+        "by meaning (the dense or hybrid retriever) needs vectors, which this collection was indexed without."
+    )
+    assert main(["search", "battery", "--collection", "amz", "--filter", '{"field": "meta.overall", "operator": ">", "value": 5}']) == 0
+    assert (
+        capsys.readouterr().out.splitlines()[1] == "There was nothing to read: no document passes the product, filters and split asked for."
+    )
+
+
 def test_cli_ask_and_search_take_a_filter(settings, reviews, capsys, monkeypatch):
     monkeypatch.setenv("QA_HOME", str(settings.home))
     assert (

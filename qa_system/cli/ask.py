@@ -32,6 +32,7 @@ FILTER_HELP = 'only documents whose metadata pass this JSON filter (Haystack\'s 
 def cmd_search(args: argparse.Namespace) -> None:
     """`qa-system search`: the reviews a retriever ranks for a question, each with its score and a snippet."""
     from qa_system.pipelines import build_retrieval_pipeline
+    from qa_system.serving.answer_views import no_documents_note
     from qa_system.sources import split_names
     from qa_system.sources.records import user_metadata
 
@@ -47,6 +48,8 @@ def cmd_search(args: argparse.Namespace) -> None:
             f"{len(documents)} {noun}(s) for {asked_about(args.item, args)} ({name}, {1000 * result['timings']['retrieval_s']:.0f} ms)"
         )
     )
+    if not documents:  # why, as `ask` says it
+        print(terminal_text(no_documents_note(noun_read(documents, args), **result["nothing_read"])))
     for rank, document in enumerate(documents, 1):
         meta = document.meta
         snippet = textwrap.shorten(terminal_text(document.content or ""), width=args.width, placeholder=" ...")

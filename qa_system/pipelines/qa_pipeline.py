@@ -211,7 +211,9 @@ class QAPipeline:
         or for RAG one ``GeneratedAnswer``), ``timings``: seconds per
         component, plus ``retrieval_s``, ``answer_s`` (the answer stage's components), ``total_s``,
         ``reader_queue_s`` with a reader (the part of ``answer_s`` spent waiting for the shared inference lane),
-        ``device``: where the models ran (see the property), and with an extractive reader ``reader_backend`` (see the property).
+        ``device``: where the models ran (see the property), and with an extractive reader ``reader_backend`` (see the property);
+        when nothing was retrieved, ``nothing_read``: ``no_word_matched`` (some document passes the product and filters,
+        none holds a word of the question; else none passes) and ``by_meaning`` (dense retrieval can run on the index).
         ``streaming_callback`` receives the generated text piece by piece (RAG). ``filters``: more
         conditions in Haystack's syntax (``{"field": "meta.rating", "operator": ">=", "value": 4}``, AND / OR / NOT),
         checked by ``check_collection_filters`` against the index's metadata types and fields and ANDed with ``item_id`` and ``split``.
@@ -259,10 +261,13 @@ class QAPipeline:
         for name in deciding:
             if "answers" in outputs.get(name, {}):
                 result["answers"] = outputs[name]["answers"]
-        if not result["documents"] and (filters is None or self._some_pass(filters)):  # no word of the question is in one
+        if not result["documents"]:
+            # Some document passes what the question was limited to, and none holds a word of it; or none passes.
+            unmatched = {"no_word_matched": filters is None or self._some_pass(filters), "by_meaning": self._searchable_by_meaning()}
+            result["nothing_read"] = unmatched
             for answer in result.get("answers", []):
                 if answer.meta.get("no_documents"):
-                    answer.meta.update(no_word_matched=True, by_meaning=self._searchable_by_meaning())
+                    answer.meta.update(unmatched)
         return result
 
     def _searchable_by_meaning(self) -> bool:
