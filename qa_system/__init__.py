@@ -35,6 +35,7 @@ _EXPORTS = {
     "list_collections": "qa_system.ingestion",
     "open_collection": "qa_system.ingestion",
     "delete_collection": "qa_system.ingestion",
+    "delete_documents": "qa_system.ingestion.changes",
 }
 
 __all__ = sorted(_EXPORTS)
