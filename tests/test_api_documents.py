@@ -213,7 +213,7 @@ def test_a_delete_by_a_filter_that_leaves_fewer_than_half_the_documents_needs_fo
     refused = call(*route, json={"filters": {"field": "meta.item_id", "operator": "!=", "value": "nothing"}})
     assert refused.status_code == 422 and refused.json()["detail"] == (
         "The filter matches 10 of the 10 documents of collection 'wide': deleting them would leave 0; nothing was deleted. "
-        'Fix: check the filter, or send "force": true to delete them anyway.'
+        'Fix: check the filter, or delete them anyway with force (force=True in Python, "force": true over HTTP).'
     )
     said_yes = call(*route, json={"filters": {"field": "meta.rating", "operator": "<", "value": 5}, "force": "yes"})
     assert said_yes.status_code == 422 and said_yes.json()["detail"].startswith("Invalid 'force'")  # true or false, not "yes"

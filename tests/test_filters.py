@@ -4,6 +4,7 @@ the memory store and in a real search server alike; a malformed filter is one li
 
 from __future__ import annotations
 
+import datetime
 import json
 import unicodedata
 import uuid
@@ -267,6 +268,14 @@ def test_filters_combine_flat_and_parse_from_json():
     )
     with pytest.raises(QAError, match=neither):
         check_collection_filters(later, {})
+    # the index's own fields have types too: "write a number" was advised for meta.item_id, which the store then refused
+    # (and OpenSearch matched every document)
+    own = {"meta_types": {"stars": "integer"}, "item_counts": {"P1": 2}, "input": {"format": "csv"}}
+    for value in ("P1", 4):
+        with pytest.raises(QAError, match=r"^The filter compares 'meta\.item_id' with '>', but the collection holds text there\."):
+            check_collection_filters({"field": "meta.item_id", "operator": ">", "value": value}, own)
+    with pytest.raises(QAError, match=r"^The filter compares 'meta\.stars', a number, with the date '2024-01-31'\."):
+        check_collection_filters({"field": "meta.stars", "operator": ">", "value": datetime.date(2024, 1, 31)}, own)
     deep = {"operator": "NOT", "conditions": [RATING_AT_LEAST_4]}
     for _ in range(10):
         deep = {"operator": "NOT", "conditions": [deep]}

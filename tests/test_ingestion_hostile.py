@@ -562,6 +562,8 @@ def test_a_field_only_deleted_documents_held_leaves_the_collection_with_them(hom
     options = IngestOptions(id_column="id")
     ingest(home, write_jsonl(tmp_path / "a.jsonl", rows), "warranties", options, embed=False, progress=False)
     assert collection_manifest(home, "warranties")["meta_types"] == {"warranty": "integer", "rating": "integer"}
+    with pytest.raises(QAError, match=r"^'ids' must be a list of 1 to .* document ids \(text\)\. Fix: give a list such as \[\"r1\", "):
+        delete_documents(home, "warranties", ids="r1")  # it said: send {"ids": [...]}, to a Python caller
     delete_documents(home, "warranties", ids=["r1"])
     assert collection_manifest(home, "warranties")["meta_types"] == {"rating": "integer"}
     with pytest.raises(QAError, match=r"^The filter names 'meta\.warranty', a field no document of this collection has\."):

@@ -277,8 +277,9 @@ def test_tune_bm25_apply_stores_the_setting_every_pipeline_of_the_collection_the
         r"Fix: leave out --apply, or index the collection into the memory or FAISS store \(--store\) to use another setting\.$",
     ):
         check_applies("opensearch", "mine")
-    assert main(["tune-bm25", "--domain", "electronics", "--apply", "--store", "opensearch", "--opensearch-url", "http://127.0.0.1:9"]) == 2
-    assert "Collection 'subjqa-electronics' is on the opensearch store" in capsys.readouterr().err  # before reaching the server
+    for flag in ("--apply", "--reset"):  # before reaching the server: --reset built the domain's index there first
+        assert main(["tune-bm25", "--domain", "electronics", flag, "--store", "opensearch", "--opensearch-url", "http://127.0.0.1:9"]) == 2
+        assert "Collection 'subjqa-electronics' is on the opensearch store" in capsys.readouterr().err
 
 
 def test_a_subjqa_domain_rebuilt_keeps_its_applied_bm25_setting(settings):

@@ -322,7 +322,9 @@ def test_an_evaluation_names_the_fits_in_force_and_never_fits(tuned_setup):
     index = open_index(settings, "electronics")
     [bm25, note] = fits_in_force(settings, index, "hybrid", rerank=False)
     assert bm25 == "BM25 stemmer english, stopwords none, k1 1.2, b 1: the defaults, none stored by tune-bm25 --apply."
-    assert note.startswith("fusion minmax (sparse weight 0.50, dense weight 0.50): the defaults, no fit stored; run `qa-system fit-fusion`")
+    assert note.startswith(  # the domain named: without it, fit-fusion fits electronics
+        "fusion minmax (sparse weight 0.50, dense weight 0.50): the defaults, no fit stored; run `qa-system fit-fusion --domain electronics`"
+    )
     assert MANIFEST_KEY not in saved_manifest(settings, "subjqa-electronics")  # nothing fitted, nothing written
     fit = fit_fusion_on_dev(settings, "electronics", index)
     assert fit["sparse"]["k1"] == 1.2 and fit["sparse"]["stopwords"] is None  # the BM25 defaults it saw
@@ -335,7 +337,9 @@ def test_an_evaluation_names_the_fits_in_force_and_never_fits(tuned_setup):
     assert "fitted on stale" in note and "it was fitted for other BM25 settings (stemmer english, stopwords none, k1 2, b 1)" in note
     assert index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"] is stale
     [_, fusion, rerank] = fits_in_force(settings, index, "hybrid", rerank=True)
-    assert rerank.startswith("re-ranking of hybrid: retriever weight 0.50, the default; run `qa-system fit-fusion --rerank`")
+    assert rerank.startswith(
+        "re-ranking of hybrid: retriever weight 0.50, the default; run `qa-system fit-fusion --domain electronics --rerank`"
+    )
 
 
 def manifest_bytes(settings: Settings) -> dict[str, bytes]:

@@ -237,6 +237,8 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     if args.apply and args.reset:
         raise QAError("--apply stores a setting; --reset removes it.", "pass one of them.")
+    if args.apply or args.reset:  # before anything is opened, built or scored: a search server's BM25 is its own
+        check_applies(settings.store, args.collection or f"subjqa-{_one_domain(args)}")
     if args.reset:
         index = _tuned_index(args, settings)
         removed = reset_bm25(settings, index)
@@ -244,8 +246,6 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
         print(f"BM25 of collection '{index.name}' {state} the defaults ({describe_setting(setting_in_force(None))}).")
         _say_stale_fits(args, settings, index)
         return
-    if args.apply:  # before anything is opened, built or scored
-        check_applies(settings.store, args.collection or f"subjqa-{_one_domain(args)}")
     choose_report_folder(args)
     labels, index, domain = _what_to_evaluate(args, settings, embeddings=False)
     if args.apply:

@@ -131,10 +131,10 @@ def delete_documents(
     if (ids is None) == (filters is None):
         raise QAError(
             "Name the documents to delete by 'ids' or by 'filters' (one of them).",
-            'send {"ids": ["r1", "r2"]} or {"filters": {"field": "meta.rating", "operator": "<", "value": 2}}.',
+            'give e.g. ids ["r1", "r2"], or filters {"field": "meta.rating", "operator": "<", "value": 2}.',
         )
     if ids is not None and (not isinstance(ids, list) or not ids or len(ids) > MAX_DOCUMENTS or not all(isinstance(i, str) for i in ids)):
-        raise QAError(f"'ids' must be a list of 1 to {MAX_DOCUMENTS} document ids (text).", 'send {"ids": ["r1", "r2"]}.')
+        raise QAError(f"'ids' must be a list of 1 to {MAX_DOCUMENTS} document ids (text).", 'give a list such as ["r1", "r2"].')
     for document_id in ids or []:
         check_text(document_id, "a document id")
     with taking_turns(ingestion_lock(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
@@ -157,7 +157,7 @@ def delete_documents(
                 raise QAError(
                     f"The filter matches {len(found)} of the {held} documents of collection '{name}': deleting them would leave "
                     f"{held - len(found)}; nothing was deleted.",
-                    'check the filter, or send "force": true to delete them anyway.',
+                    'check the filter, or delete them anyway with force (force=True in Python, "force": true over HTTP).',
                 )
         _delete(index, settings, sorted(found), report)
     return report

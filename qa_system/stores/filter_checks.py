@@ -23,6 +23,11 @@ from qa_system.sources.columns import is_iso_date, value_type
 # What the index adds to every passage of a collection of your own, and what a SubjQA review carries.
 PASSAGE_META = ("document_id", "content_hash", "source_offset", "passage", "passages")
 SUBJQA_META = ("item_id", "review_id", "domain", "split")
+# The types of those fields, which no source column gives.
+BUILT_IN_TYPES = {
+    **dict.fromkeys(("item_id", "review_id", "domain", "split", "document_id", "content_hash"), "text"),
+    **dict.fromkeys(("source_offset", "passage", "passages"), "integer"),
+}
 COMPARISONS = ("==", "!=", ">", ">=", "<", "<=", "in", "not in")
 LOGICAL = ("AND", "OR", "NOT")
 ORDERING = (">", ">=", "<", "<=")
@@ -162,7 +167,7 @@ def _check_ordering(field: str, operator: str, value: Any, kind: str | None) -> 
     )
     if kind in ("integer", "number") and not number:
         raise QAError(
-            f"The filter compares '{field}', a number, with the text {value!r}.",
+            f"The filter compares '{field}', a number, with the {'date' if is_iso_date(value) else 'text'} {value!r}.",
             unquoted or f'compare it with a number, e.g. {{"field": "{field}", "operator": "{operator}", "value": 4}}.',
         )
     if kind == "date" and number:
@@ -211,7 +216,10 @@ def check_collection_filters(filters: Any, manifest: Mapping[str, Any]) -> dict 
             filters = _field_renamed(filters, f"meta.{column}", f"meta.{stored}")
         if listed is not None and stored in fields:  # as the user knows it: the column it was read from
             listed.append(column if named else stored)
-    checked = check_filters(filters, manifest.get("meta_types"), fields, listed)
+    types = manifest.get("meta_types")
+    if fields is not None:  # the index's own fields have types too: "meta.item_id > 4" compares text
+        types = {**{field: BUILT_IN_TYPES[field] for field in fields if field in BUILT_IN_TYPES}, **(types or {})}
+    checked = check_filters(filters, types, fields, listed)
     return _either_unicode_form(_days_as_spans(checked, manifest.get("meta_types") or {}))
 
 

@@ -198,7 +198,12 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
         return notes  # nothing else fitted is read
     # What the fits must have seen, read from the pipeline's definition (not warmed up: no model loads).
     sparse = sparse_setting(load_pipeline(retriever, index, settings))
-    own = ("" if is_reserved_name(index.name) else f" --collection {index.name} --labels FILE") + settings.store_flags
+    domains = index.manifest.get("domains") or []
+    own = (
+        "".join(f" --domain {domain}" for domain in domains)
+        if is_reserved_name(index.name)
+        else f" --collection {index.name} --labels FILE"
+    ) + settings.store_flags
     refit = f"run `qa-system fit-fusion{own}{' --rerank' if rerank else ''}` with the same encoders to fit it"
     if retriever == "hybrid":
         fit = fits(index, settings).get("fusion")
