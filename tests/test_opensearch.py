@@ -15,6 +15,7 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 import qa_system
+from helpers.password_server import asking_for_a_password
 from helpers.search_server import free_port
 from qa_system.cli import main
 from qa_system.config import Settings
@@ -472,29 +473,11 @@ def test_https_to_a_plain_http_server_says_so(opensearch_url, tmp_path, monkeypa
 
 def test_a_server_that_asks_for_a_password_names_the_credentials_and_the_url(tmp_path, monkeypatch, capsys):
     """A web server answering 401 was called OpenSearch, with OPENSEARCH_USERNAME as the only fix: the URL may be wrong."""
-    import http.server
-    import threading
-
-    class Protected(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="Restricted"')
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", "24")
-            self.end_headers()
-            self.wfile.write(b"<html>401 Unauthorized</html>"[:24])
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Protected)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("QA_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("OPENSEARCH_USERNAME", raising=False)
     monkeypatch.delenv("OPENSEARCH_PASSWORD", raising=False)
     other_server = "or, if it is not your OpenSearch server, set QA_OPENSEARCH_URL (--opensearch-url) to that server's URL.\n"
-    try:
+    with asking_for_a_password() as (url, sent):
         assert main(["collections", "--store", "opensearch", "--opensearch-url", url]) == 2
         assert capsys.readouterr().err == (
             f"error: {url} refused the request (401) without a user name and password. "
@@ -512,5 +495,4 @@ def test_a_server_that_asks_for_a_password_names_the_credentials_and_the_url(tmp
         with_user = url.replace("http://", "http://reader:s3cret@")
         assert main(["collections", "--store", "opensearch", "--opensearch-url", with_user]) == 2
         assert capsys.readouterr().err == f"error: {url.replace('http://', 'http://reader:***@')} {refused}"
-    finally:
-        server.shutdown()
+        assert sent[-1] == "Basic cmVhZGVyOnMzY3JldA=="  # reader:s3cret, sent as the message says

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from helpers.api import api_settings_for, running, wait_ready
+from helpers.password_server import asking_for_a_password
 from qa_system.cli import main
 from qa_system.config import Settings
 from qa_system.errors import NoSpace, NotFound
@@ -380,25 +381,8 @@ def test_the_elasticsearch_store_pointed_at_elasticsearch_7_names_the_store_that
 
 def test_the_elasticsearch_store_says_when_a_server_wants_a_password_or_plain_http(opensearch_url, tmp_path, capsys, monkeypatch):
     """Both were "Elasticsearch at ... is unreachable. Fix: start it with docker compose ...", while the server answered."""
-    import http.server
-
-    class Protected(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="Restricted"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_HEAD = do_GET
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Protected)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    protected = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("QA_HOME", str(tmp_path))
-    try:
+    with asking_for_a_password() as (protected, sent):
         for url, shown, who in (
             (protected, protected, "a request without a user name and password"),
             (
@@ -412,8 +396,7 @@ def test_the_elasticsearch_store_says_when_a_server_wants_a_password_or_plain_ht
                 f"error: {shown} refused {who} (401). Fix: give a user of that server in the URL (http://USER:PASSWORD@host:9200, "
                 "QA_ES_URL or --es-url), or, if it is not your Elasticsearch server, set QA_ES_URL to that server's URL.\n"
             )
-    finally:
-        server.shutdown()
+        assert sent[-1] == "Basic cmVhZGVyOnMzY3JldA=="  # the user in the URL is sent
     https = opensearch_url.replace("http://", "https://")
     assert main(["collections", "--store", "elasticsearch", "--es-url", https]) == 2
     assert (
