@@ -232,6 +232,7 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
     setting, which ``--apply`` stores in the collection (``--reset`` removes it)."""
     import pandas as pd
 
+    from qa_system.retrieval.fitted import OWN_BM25_STORES
     from qa_system.tuning.bm25 import apply_bm25, check_applies, describe, describe_setting, reset_bm25, rule, setting_in_force, tune_bm25
 
     settings = settings_from_args(args)
@@ -265,7 +266,7 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
             f"(`qa-system tune-bm25 {_collection_flags(args, index)} --reset{settings.store_flags}` goes back to the defaults)."
         )
         _say_stale_fits(args, settings, index)
-    elif (index.backend if index is not None else settings.store) in ("memory", "faiss"):
+    elif (index.backend if index is not None else settings.store) in OWN_BM25_STORES:
         print("The collection's questions use it once you run the same command with --apply.")
 
 

@@ -19,7 +19,7 @@ from haystack import Pipeline
 from qa_system.config import REPO_ROOT, Settings
 from qa_system.errors import QAError
 from qa_system.ingestion.indexing import embedding_backend
-from qa_system.retrieval.fitted import bm25_parameters, fusion_values, recalibration_values, rerank_weight
+from qa_system.retrieval.fitted import OWN_BM25_STORES, bm25_parameters, fusion_values, recalibration_values, rerank_weight
 from qa_system.stores import Index
 
 PIPELINES_DIR = REPO_ROOT / "pipelines"
@@ -71,7 +71,7 @@ def _backend_parameters(index: Index, settings: Settings) -> dict[str, dict[str,
     BM25 (memory and FAISS stores) takes the setting ``tune-bm25 --apply`` stored for the collection."""
     if index.backend == "opensearch":
         return {"dense_retriever": {"efficient_filtering": True}, "sparse_retriever": {"custom_query": OPENSEARCH_BM25_QUERY}}
-    if index.backend in ("memory", "faiss") and (fitted := bm25_parameters(index)):
+    if index.backend in OWN_BM25_STORES and (fitted := bm25_parameters(index)):
         return {"sparse_retriever": fitted}
     return {}
 

@@ -86,6 +86,8 @@ def no_answer_fit(index: Index, settings: Settings, setting: str, reader_model: 
 
 CONFIDENCE_KEY = "confidence"
 BM25_KEY = "bm25"
+# The stores whose BM25 is the project's own (``BM25sRetriever``), which a BM25 fit sets; a search server's is its own.
+OWN_BM25_STORES = ("memory", "faiss")
 # The BM25sRetriever parameters a BM25 fit sets (``qa-system tune-bm25 --apply``).
 BM25_PARAMETERS = ("stemmer_language", "stopwords", "k1", "b")
 

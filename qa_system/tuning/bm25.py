@@ -35,7 +35,7 @@ from qa_system.metrics.ranking import retrieval_metrics
 from qa_system.progress import track
 from qa_system.retrieval.bm25 import BM25sRetriever
 from qa_system.retrieval.filters import make_filters
-from qa_system.retrieval.fitted import BM25_KEY, BM25_PARAMETERS, MANIFEST_KEY, bm25_fit, describe_bm25
+from qa_system.retrieval.fitted import BM25_KEY, BM25_PARAMETERS, MANIFEST_KEY, OWN_BM25_STORES, bm25_defaults, bm25_fit, describe_bm25
 from qa_system.sources import SPLITS, load_subjqa
 from qa_system.stores import Index, save_index
 
@@ -55,7 +55,7 @@ class BM25Setting:
 STANDARD = BM25Setting("english", "en", 1.2, 0.75)  # Elasticsearch's English analyzer with Lucene's k1 and b
 # BM25sRetriever's defaults, which the tuning on electronics dev picked with STANDARD as the reference: what a
 # recommendation counts its changes from now, so that where the grid ties it recommends what is in force.
-IN_FORCE = BM25Setting("english", None, 1.2, 1.0)
+IN_FORCE = BM25Setting(**bm25_defaults())
 
 
 def rule(in_force: BM25Setting = IN_FORCE) -> str:
@@ -173,7 +173,7 @@ def tune_bm25(
                 + f", over {scope}.",
                 *(
                     [f"Scored with the project's BM25 over the documents of the {index.backend} store's collection."]
-                    if index is not None and index.backend not in ("memory", "faiss")
+                    if index is not None and index.backend not in OWN_BM25_STORES
                     else []
                 ),
                 f"Ranked by {', then '.join(RANK_BY)}; differences of one question are {1 / len(questions):.3f}.",
@@ -186,7 +186,7 @@ def tune_bm25(
 def check_applies(backend: str, name: str) -> None:
     """A BM25 setting applies to the project's own BM25: that of the memory and FAISS stores (``backend``), not that of
     collection ``name`` on a search server."""
-    if backend not in ("memory", "faiss"):
+    if backend not in OWN_BM25_STORES:
         raise QAError(
             f"Collection '{name}' is on the {backend} store, where BM25 runs in the search server with the "
             f"settings every index of it is made with ({describe_setting(IN_FORCE)}); --apply sets the BM25 of the memory and "

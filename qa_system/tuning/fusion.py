@@ -32,6 +32,7 @@ from qa_system.retrieval.fitted import (
     BM25_PARAMETERS,
     DEFAULT_RETRIEVER_WEIGHT,
     MANIFEST_KEY,
+    OWN_BM25_STORES,
     bm25_defaults,
     bm25_fit,
     describe_bm25,
@@ -187,7 +188,7 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
 
     notes: list[str] = []
     applied = bm25_fit(index)
-    if retriever in ("bm25", "hybrid") and index.backend in ("memory", "faiss"):  # the project's BM25 (a server's is its own)
+    if retriever in ("bm25", "hybrid") and index.backend in OWN_BM25_STORES:
         notes.append(
             f"BM25 {describe_bm25(applied)}: stored by tune-bm25 --apply, fitted on {applied['fitted_on']} "
             f"({applied['questions']} question{'' if applied['questions'] == 1 else 's'})."
