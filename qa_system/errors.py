@@ -62,6 +62,17 @@ def disk_error(error: OSError, place: str, then: str) -> QAError | None:
 QUOTED_CHARS = 200
 
 
+def https_refused(shown_url: str, reason: str, url_setting: str) -> QAError:
+    """A search server asked over https that did not complete it (``reason``, the TLS library's): a plain-HTTP server, or a
+    certificate this machine does not trust; ``url_setting`` names where the URL is set ("QA_ES_URL or --es-url")."""
+    if "WRONG_VERSION_NUMBER" in reason:
+        return QAError(f"{shown_url} answers plain HTTP, not https.", f"write the URL with http:// ({url_setting}).")
+    return QAError(
+        f"The https connection to {shown_url} failed: {reason.splitlines()[0] if reason else 'no reason given'}.",
+        "give this machine the server's certificate authority (e.g. SSL_CERT_FILE), or use http:// if the server speaks it.",
+    )
+
+
 def shown(value: object, limit: int = QUOTED_CHARS) -> str:
     """``value`` as text to quote in a message: whole up to ``limit`` characters, else its start and end around
     "…" with its length (an id's end often tells it apart from its neighbours)."""

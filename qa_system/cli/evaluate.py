@@ -233,7 +233,17 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
     import pandas as pd
 
     from qa_system.retrieval.fitted import OWN_BM25_STORES
-    from qa_system.tuning.bm25 import apply_bm25, check_applies, describe, describe_setting, reset_bm25, rule, setting_in_force, tune_bm25
+    from qa_system.tuning.bm25 import (
+        IN_FORCE,
+        apply_bm25,
+        check_applies,
+        describe,
+        describe_setting,
+        reset_bm25,
+        rule,
+        setting_in_force,
+        tune_bm25,
+    )
 
     settings = settings_from_args(args)
     if args.apply and args.reset:
@@ -244,7 +254,7 @@ def cmd_tune_bm25(args: argparse.Namespace) -> None:
         index = _tuned_index(args, settings)
         removed = reset_bm25(settings, index)
         state = "now uses" if removed else "had no setting of its own: it uses"
-        print(f"BM25 of collection '{index.name}' {state} the defaults ({describe_setting(setting_in_force(None))}).")
+        print(f"BM25 of collection '{index.name}' {state} the defaults ({describe_setting(IN_FORCE)}).")
         _say_stale_fits(args, settings, index)
         return
     choose_report_folder(args)

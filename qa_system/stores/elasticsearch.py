@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from qa_system.config import Settings
-from qa_system.errors import QAError, Unavailable
+from qa_system.errors import QAError, Unavailable, https_refused
 from qa_system.safe_text import public_url
 from qa_system.stores.index import MANIFEST_KEY, Index
 
@@ -28,12 +28,7 @@ def elasticsearch_client(settings: Settings):
             "Elasticsearch server, set QA_ES_URL to that server's URL.",
         ) from None
     except TlsError as error:  # https asked of a plain-HTTP server, or a certificate not trusted here
-        if "WRONG_VERSION_NUMBER" in str(error):
-            raise QAError(f"{shown_url} answers plain HTTP, not https.", "write the URL with http:// (QA_ES_URL or --es-url).") from None
-        raise QAError(
-            f"The https connection to {shown_url} failed: {str(error).splitlines()[0]}.",
-            "give this machine the server's certificate authority (e.g. SSL_CERT_FILE), or use http:// if the server speaks it.",
-        ) from None
+        raise https_refused(shown_url, str(error), "QA_ES_URL or --es-url") from None
     except UnsupportedProductError:  # it answers, as a server this client does not take (Elasticsearch 7, OpenSearch)
         raise QAError(
             f"The server at {public_url(settings.es_url)} is {_server_name(settings.es_url)}, which the elasticsearch store cannot use (it needs Elasticsearch 8).",

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from qa_system.config import Settings
-from qa_system.errors import Conflict, QAError, Unavailable
+from qa_system.errors import Conflict, QAError, Unavailable, https_refused
 from qa_system.safe_text import public_url
 from qa_system.stores.index import MANIFEST_KEY, Index
 
@@ -122,14 +122,7 @@ def opensearch_client(settings: Settings):
             f"{other_server}",
         ) from None
     except SSLError as error:  # it answered, but no https as asked: a plain-HTTP server, or a certificate not trusted here
-        if "WRONG_VERSION_NUMBER" in str(error.error):
-            raise QAError(
-                f"{shown_url} answers plain HTTP, not https.", "write the URL with http:// (QA_OPENSEARCH_URL or --opensearch-url)."
-            ) from None
-        raise QAError(
-            f"The https connection to {shown_url} failed: {error.error}.",
-            "give this machine the server's certificate authority (e.g. SSL_CERT_FILE), or use http:// if the server speaks it.",
-        ) from None
+        raise https_refused(shown_url, str(error.error), "QA_OPENSEARCH_URL or --opensearch-url") from None
     except ConnectionError:  # refused, timed out, no such host
         raise Unavailable(f"OpenSearch at {shown_url} is unreachable.", OPENSEARCH_FIX) from None
     except TransportError as error:  # an HTTP error status (a proxy's 502, a web server's 404)
