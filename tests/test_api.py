@@ -1044,7 +1044,7 @@ def test_the_load_test_serves_the_configured_reader_by_default(api_settings, tmp
     # `qa-system bench api --clients 8 --seconds 60` measures what `qa-system api` serves (int8 ONNX unless configured otherwise).
     onnx = api_settings.with_(reader_backend="onnx")
     table = run_api_bench(onnx, tmp_path / "bench", clients=1, seconds=1, questions=2, progress=lambda m: None)
-    assert list(table["server"]) == ["onnx reader"] and table["answered"].iloc[0] >= 1 and table["errors"].iloc[0] == 0
+    assert list(table["server"]) == ["QA_READER_BACKEND=onnx"] and table["answered"].iloc[0] >= 1 and table["errors"].iloc[0] == 0
     assert table["answered_by"].iloc[0].endswith(", onnx int8) on cpu")  # what read, as the answers name it
     # The CPU its processes spent meanwhile: one process, no model server.
     row = table.iloc[0]

@@ -383,13 +383,16 @@ def run_api_bench(
         env = settings_environment({**settings.model_dump(), "reader_backend": backend, "api_rate_limit": 0, "api_processes": processes})
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        progress(f"starting qa-system api with the {backend} reader, {processes} process(es) (log: {out / f'server-{backend}.log'})")
+        # Named by the setting, not by what reads: on a GPU without ONNX Runtime's CUDA provider, PyTorch reads for
+        # "onnx" (each row's answered_by says which).
+        asked = f"QA_READER_BACKEND={backend}"
+        progress(f"starting qa-system api with {asked}, {processes} process(es) (log: {out / f'server-{backend}.log'})")
         with serve_api(env, args=["--domain", domain], log=out / f"server-{backend}.log", timeout=1800) as server:
             if processes > 1:
                 wait_all_ready(server.url, processes)
             for n in counts:
-                progress(f"{n} clients for {seconds:.0f} s against the {backend} reader")
-                label = named(f"{backend} reader", n)
+                progress(f"{n} clients for {seconds:.0f} s against the server with {asked}")
+                label = named(asked, n)
                 results.append(load_test(server.url, bodies, n, seconds, label, settings.api_token, server_pid=server.pid))
     table = pd.DataFrame([r.row() for r in results])
     over_time = pd.concat([r.over_time() for r in results], ignore_index=True)
