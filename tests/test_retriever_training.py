@@ -329,7 +329,11 @@ def test_an_evaluation_names_the_fits_in_force_and_never_fits(tuned_setup):
     fit = fit_fusion_on_dev(settings, "electronics", index)
     assert fit["sparse"]["k1"] == 1.2 and fit["sparse"]["stopwords"] is None  # the BM25 defaults it saw
     [_, note] = fits_in_force(settings, open_index(settings, "electronics"), "hybrid", rerank=False)
-    assert "stored by fit-fusion, fitted on electronics dev" in note and "other BM25 settings" not in note
+    assert "stored by fit-fusion, fitted on electronics dev (2 questions): strict recall@1" in note and "other BM25 settings" not in note
+    # A fit on the first question alone (`fit-fusion --limit 1`) is told apart from one on the whole split.
+    fit_fusion_on_dev(settings, "electronics", index, limit=1)
+    [_, note] = fits_in_force(settings, open_index(settings, "electronics"), "hybrid", rerank=False)
+    assert "fitted on electronics dev (1 question): strict recall@1" in note
     stale = {**fit, "sparse": {**fit["sparse"], "k1": 2.0}, "fitted_on": "stale"}
     index.manifest[MANIFEST_KEY][encoder_key(settings)]["fusion"] = stale
     [_, note] = fits_in_force(settings, index, "hybrid", rerank=False)
@@ -512,7 +516,7 @@ def test_fit_fusion_fits_a_collection_of_ones_own_on_its_labels(home, tmp_path, 
     assert capsys.readouterr().out.startswith("notes: fusion ")
     assert main(evaluate) == 0
     [_, note] = json.loads((tmp_path / "r" / "report.json").read_text())["fitted"]
-    assert "stored by fit-fusion, fitted on labels.csv: strict recall@1" in note
+    assert "stored by fit-fusion, fitted on labels.csv (24 questions): strict recall@1" in note
     assert main(["fit-fusion", "--collection", "notes"]) == 2
     assert "fit-fusion fits a SubjQA --domain on its dev split, or --collection NAME on --labels FILE" in capsys.readouterr().err
 

@@ -122,10 +122,12 @@ def cmd_train_retriever(args: argparse.Namespace) -> None:
 
 def fusion_fit_line(name: str, fit: dict) -> str:
     """What `fit-fusion` fitted, in one line, and when the questions could not tell the retrievers apart, that too."""
+    from qa_system.tuning.fusion import fitted_on
+
     dev = fit["dev"]
     line = (
         f"{name}: fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}); "
-        f"{fit['fitted_on']} strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})"
+        f"{fitted_on(fit)} strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f})"
     )
     if dev["fused"] == dev["bm25"] == dev["dense"]:
         line += (
@@ -154,7 +156,7 @@ def _fusion_targets(args: argparse.Namespace, settings):
 
 def cmd_fit_fusion(args: argparse.Namespace) -> None:
     """`qa-system fit-fusion`: fit the hybrid's fusion (and ``--rerank``'s mix) on dev and store it in the index."""
-    from qa_system.tuning.fusion import fit_fusion_on_dev, fit_rerank_on_dev
+    from qa_system.tuning.fusion import fit_fusion_on_dev, fit_rerank_on_dev, fitted_on
 
     settings = settings_from_args(args)
     for domain, index, labels in _fusion_targets(args, settings):
@@ -165,7 +167,7 @@ def cmd_fit_fusion(args: argparse.Namespace) -> None:
             dev = fit["dev"]
             print(
                 f"{domain}: re-ranking retriever weight {fit['retriever_weight']:.2f}; "
-                f"{fit['fitted_on']} strict recall@1 {dev['reranked']['recall@1']:.3f} (hybrid alone {dev['retriever']['recall@1']:.3f})"
+                f"{fitted_on(fit)} strict recall@1 {dev['reranked']['recall@1']:.3f} (hybrid alone {dev['retriever']['recall@1']:.3f})"
             )
     print(f"Stored in the index manifest for the question encoder {settings.query_embedding_model or settings.embedding_model}.")
 

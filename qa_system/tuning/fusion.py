@@ -190,8 +190,7 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
     applied = bm25_fit(index)
     if retriever in ("bm25", "hybrid") and index.backend in OWN_BM25_STORES:
         notes.append(
-            f"BM25 {describe_bm25(applied)}: stored by tune-bm25 --apply, fitted on {applied['fitted_on']} "
-            f"({applied['questions']} question{'' if applied['questions'] == 1 else 's'})."
+            f"BM25 {describe_bm25(applied)}: stored by tune-bm25 --apply, fitted on {fitted_on(applied)}."
             if applied
             else f"BM25 {describe_bm25(bm25_defaults())}: the defaults, none stored by tune-bm25 --apply."
         )
@@ -218,7 +217,7 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
             stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings ({_bm25_seen(fit)}): {refit} again"
             notes.append(
                 f"fusion {fit['mode']} (sparse weight {fit['sparse_weight']:.2f}, dense weight {fit['dense_weight']:.2f}, k {fit['k']:g}) "
-                f"stored by fit-fusion, fitted on {fit['fitted_on']}: strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f}){stale}"
+                f"stored by fit-fusion, fitted on {fitted_on(fit)}: strict recall@1 {dev['fused']['recall@1']:.3f} (BM25 {dev['bm25']['recall@1']:.3f}, dense {dev['dense']['recall@1']:.3f}){stale}"
             )
     if rerank:
         fit = fits(index, settings).get("rerank", {}).get(retriever)
@@ -229,10 +228,17 @@ def fits_in_force(settings: Settings, index: Index, retriever: str, rerank: bool
             dev = fit["dev"]
             stale = "" if fit.get("sparse") == sparse else f"; it was fitted for other BM25 settings ({_bm25_seen(fit)}): {refit} again"
             notes.append(
-                f"re-ranking of {retriever}: retriever weight {fit['retriever_weight']:.2f} stored by fit-fusion --rerank, fitted on {fit['fitted_on']}: "
+                f"re-ranking of {retriever}: retriever weight {fit['retriever_weight']:.2f} stored by fit-fusion --rerank, fitted on {fitted_on(fit)}: "
                 f"strict recall@1 {dev['reranked']['recall@1']:.3f} ({retriever} alone {dev['retriever']['recall@1']:.3f}){stale}"
             )
     return notes
+
+
+def fitted_on(fit: dict[str, Any]) -> str:
+    """What a stored fit was fitted on, with how many questions ("electronics dev (60 questions)"): a fit made with
+    ``--limit`` is told apart from one on the whole split. A fit older than the recorded count: its source alone."""
+    count = fit.get("questions")
+    return fit["fitted_on"] if count is None else f"{fit['fitted_on']} ({count} question{'' if count == 1 else 's'})"
 
 
 def _bm25_seen(fit: dict[str, Any]) -> str:
