@@ -186,9 +186,35 @@ def test_package_inits_hold_no_logic():
             allowed = isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr)) or (
                 isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets)
             )
-            if name == "qa_system":  # the lazy public API: a name -> module table and __getattr__
-                allowed = allowed or isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+            if name == "qa_system":  # the lazy public API: a name -> module table, __getattr__, __dir__, its typing imports
+                allowed = (
+                    allowed
+                    or isinstance(node, ast.FunctionDef)
+                    and node.name in ("__getattr__", "__dir__")
+                    or _typing_imports(node) is not None
+                )
             assert allowed, f"{path} line {node.lineno}: logic in a package __init__"
+
+
+def _typing_imports(node: ast.stmt) -> set[tuple[str, str]] | None:
+    """(module, name) of each name an ``if TYPE_CHECKING:`` block of imports re-exports; None for any other statement."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING" and not node.orelse):
+        return None
+    if not all(isinstance(statement, ast.ImportFrom) for statement in node.body):
+        return None
+    return {(statement.module, alias.name) for statement in node.body for alias in statement.names if alias.asname == alias.name}
+
+
+def test_type_checkers_see_the_whole_public_api():
+    """The public API is imported lazily (``_EXPORTS``); type checkers and editors read it from the ``TYPE_CHECKING``
+    imports, each re-exported as ``name as name``, which must name the same things from the same modules."""
+    import qa_system
+
+    tree = ast.parse((PACKAGE_ROOT / "__init__.py").read_text(encoding="utf-8"))
+    [typed] = [found for node in tree.body if (found := _typing_imports(node)) is not None]
+    assert typed == {(module, name) for name, module in qa_system._EXPORTS.items()}
+    assert set(qa_system.__all__) <= set(dir(qa_system))  # tab completion lists them before their first use
+    assert (PACKAGE_ROOT / "py.typed").is_file()
 
 
 # ----------------------------------------------------------------------------- the checker itself

@@ -10,8 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from helpers.subjqa import write_subjqa
-from qa_system.cli import build_parser
-from qa_system.cli import main as cli
+from qa_system.cli import build_parser, main as cli
 from qa_system.config import Settings
 from qa_system.errors import QAError
 from qa_system.ingestion import IngestOptions, delete_collection, ingest

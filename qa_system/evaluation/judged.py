@@ -39,8 +39,7 @@ import pandas as pd
 from qa_system import strict_json
 from qa_system.errors import QAError, shown
 from qa_system.metrics.calibration import expected_calibration_error, reliability_table
-from qa_system.metrics.squad import f1 as token_f1
-from qa_system.metrics.squad import normalize_answer
+from qa_system.metrics.squad import f1 as token_f1, normalize_answer
 
 ANSWERABLE = ("yes", "partly", "no")
 VERDICTS = ("right", "wrong", "abstain-ok", "abstain-missed")

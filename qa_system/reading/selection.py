@@ -41,8 +41,7 @@ import numpy as np
 from haystack import Document, ExtractedAnswer, component, default_from_dict, default_to_dict
 
 from qa_system.errors import QAError, check_count
-from qa_system.metrics.squad import f1 as token_f1
-from qa_system.metrics.squad import normalize_answer
+from qa_system.metrics.squad import f1 as token_f1, normalize_answer
 from qa_system.model_files import model_fingerprint
 from qa_system.reading.phrase_similarity import PhraseSimilarity
 from qa_system.reading.reader import ReaderOutput

@@ -22,8 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from qa_system.metrics.squad import f1 as token_f1
-from qa_system.metrics.squad import normalize_answer
+from qa_system.metrics.squad import f1 as token_f1, normalize_answer
 
 # Candidate spans the selector weighs: the best few of each review, and of the question.
 SPANS_PER_DOCUMENT = 4

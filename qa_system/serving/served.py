@@ -15,8 +15,7 @@ from haystack import Document
 
 from qa_system.config import Settings
 from qa_system.errors import NotFound, QAError, shown
-from qa_system.ingestion import CollectionInfo, collection_info, list_collections
-from qa_system.ingestion import open_collection as open_saved_collection
+from qa_system.ingestion import CollectionInfo, collection_info, list_collections, open_collection as open_saved_collection
 from qa_system.ingestion.collections import is_reserved_name, is_saved_collection
 from qa_system.ingestion.indexing import embeddings_match, open_or_build_index
 from qa_system.serving.background import Report

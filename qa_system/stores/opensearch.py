@@ -345,8 +345,7 @@ def _load_opensearch(settings: Settings, name: str) -> Index | None:
 
 
 def _save_opensearch(index: Index, settings: Settings) -> None:
-    from opensearchpy.exceptions import ConnectionError as NoAnswer
-    from opensearchpy.exceptions import TransportError
+    from opensearchpy.exceptions import ConnectionError as NoAnswer, TransportError
 
     from qa_system.stores.opensearch_store import refused_writes
 

@@ -18,8 +18,7 @@ from typing import Any
 from haystack.core.serialization import generate_qualified_class_name
 from haystack.document_stores.errors import DocumentStoreError
 from haystack_integrations.document_stores.opensearch import OpenSearchDocumentStore
-from opensearchpy.exceptions import ConnectionError as NoAnswer
-from opensearchpy.exceptions import NotFoundError, RequestError, TransportError
+from opensearchpy.exceptions import ConnectionError as NoAnswer, NotFoundError, RequestError, TransportError
 
 from qa_system.errors import NoSpace, QAError, Unavailable
 from qa_system.safe_text import public_url

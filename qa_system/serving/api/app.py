@@ -32,8 +32,7 @@ from qa_system.serving.api import documents as document_routes
 from qa_system.serving.api.error_mapping import add_error_handlers
 from qa_system.serving.api.guards import Contained, Guarded, Metered, Metrics, Spread
 from qa_system.serving.api.openapi import DESCRIPTION, docs, with_event_schemas
-from qa_system.serving.api.routes import collections as collection_routes
-from qa_system.serving.api.routes import feedback, health, questions
+from qa_system.serving.api.routes import collections as collection_routes, feedback, health, questions
 from qa_system.serving.api.served_api import ServedAPI
 from qa_system.serving.documents import DocumentChanges
 from qa_system.serving.service import DEFAULT_COLLECTIONS, QAService, ServedCollection
