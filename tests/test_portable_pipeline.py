@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from haystack import Pipeline
+from haystack.core.errors import DeserializationError
 
 from helpers.search_server import free_port
 from helpers.selector import synthetic_records
@@ -433,6 +434,10 @@ def test_an_exported_pipeline_names_no_path_of_this_machine_and_loads_under_anot
     moved = tmp_path / "other-home"
     (moved / "indexes").mkdir(parents=True)
     os.rename(settings.home / "indexes" / "memory", moved / "indexes" / "memory")  # the home moved, the YAML did not change
+    # Loaded under the old home, the fix is the home to load it under (exporting again writes the same relative path).
+    monkeypatch.setenv("QA_HOME", str(settings.home))
+    with pytest.raises(DeserializationError, match="Fix: set QA_HOME to the qa_system home the pipeline was exported from"):
+        Pipeline.loads(text, allowed_modules=["qa_system"])  # Haystack's error about the component ends with ours
     monkeypatch.setenv("QA_HOME", str(moved))
     loaded = Pipeline.loads(text, allowed_modules=["qa_system"])
     item = {"field": "meta.item_id", "operator": "==", "value": "KINDLE"}

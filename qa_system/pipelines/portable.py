@@ -42,15 +42,20 @@ _loaded: dict[tuple[str, int, int], list[Document]] = {}
 _loading = threading.Lock()
 
 
-def _saved_documents(path: Path) -> list[Document]:
-    """The documents of a saved memory index file, read once per process and version of the file."""
+def _saved_documents(named: str) -> list[Document]:
+    """The documents of the saved memory index file ``named`` by a pipeline (``home_path``), read once per process and
+    version of the file."""
+    path = home_path(named)
     try:
         stat = path.stat()
     except OSError as error:
-        raise QAError(
-            f"The saved index {path} named by the pipeline cannot be read ({error.strerror}).",
-            "build it with `qa-system index`, or export the pipeline again with the right --home.",
-        ) from error
+        # A relative path is the export's home-independent one: the home it is read under is the one to check.
+        fix = (
+            "build it with `qa-system index`, or export the pipeline again."
+            if Path(named).expanduser().is_absolute()
+            else "set QA_HOME to the qa_system home the pipeline was exported from (it names the file relative to that home), or build the collection there with `qa-system index`."
+        )
+        raise QAError(f"The saved index {path} named by the pipeline cannot be read ({error.strerror}).", fix) from error
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     with _loading:
         if key not in _loaded:
@@ -80,7 +85,7 @@ class SavedMemoryStore(MultiValueInMemoryDocumentStore):
     def __init__(self, path: str, index: str | None = None):
         super().__init__(index=index or Path(path).stem, shared=False, embedding_similarity_function="cosine")
         self.path = str(path)
-        self.load_documents(list(_saved_documents(home_path(path))))
+        self.load_documents(list(_saved_documents(path)))
 
     def to_dict(self) -> dict[str, Any]:
         """The file it reads and the index's name, as Haystack serialises a store."""
