@@ -25,7 +25,7 @@ from helpers.qa_files import CONTEXT, MRQA_QAS, mrqa_lines
 from helpers.subjqa import SPLIT_ROWS, write_subjqa
 from qa_system.cli import main
 from qa_system.config import Settings
-from qa_system.errors import QAError
+from qa_system.errors import NotFound, QAError
 from qa_system.ingestion import (
     IngestOptions,
     collection_manifest,
@@ -521,6 +521,10 @@ def test_a_pipeline_built_before_an_update_answers_from_the_documents_as_they_ar
     assert retrieval.pipeline is kept  # opened again only when saved again
     served = build_retrieval_pipeline("bm25", home, index=index, follow_saved_changes=False)  # a service reopens its own
     assert "r2" in {d.id for d in served.run("battery screen cable bass", top_k=10)["documents"]}
+    # Deleted, it answered on from the documents it held; now it says so, as a collection that is not there does.
+    delete_collection(home, "live")
+    with pytest.raises(NotFound, match=r"^The collection 'live' was deleted since this pipeline opened it\. Fix: "):
+        retrieval.run("battery", top_k=1)
 
 
 def test_a_file_added_that_needs_every_document_processed_again_is_refused_unless_it_holds_them_all(home, tmp_path):

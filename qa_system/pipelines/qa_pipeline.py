@@ -23,7 +23,7 @@ from qa_system.errors import NotFound, QAError, check_count, check_number, check
 from qa_system.ingestion.indexing import embeddings_match
 from qa_system.pipelines.loading import ANSWER_STAGES, FUSION_CANDIDATES, RERANK_CANDIDATES, RETRIEVAL_OUTPUT, load_pipeline
 from qa_system.retrieval.filters import FILTER_FIX, check_collection_filters, combine_filters, make_filters
-from qa_system.stores import Index, open_index, saved_manifest, saved_signature, saved_version
+from qa_system.stores import Index, IndexGone, open_index, saved_manifest, saved_signature, saved_version
 from qa_system.stores.filter_checks import filter_fields
 from qa_system.timing import component_timings
 
@@ -116,6 +116,11 @@ class QAPipeline:
         if self.settings is None:
             return
         signature = saved_signature(self.settings, self.index.name)
+        if signature is None and self._deleted():
+            raise IndexGone(
+                f"The collection '{self.index.name}' was deleted since this pipeline opened it.",
+                "ask a collection that exists (list_collections, `qa-system collections`), or index this one again.",
+            )
         if signature is None or signature == self._compared:
             return
         with self._reopening:
@@ -130,6 +135,15 @@ class QAPipeline:
                 fresh = build_qa_pipeline(self.retriever, self.settings, index=index, answer_stage=self.answer_stage, rerank=self.rerank)
                 self.pipeline, self.index = fresh.pipeline, fresh.index
             self._compared = signature
+
+    def _deleted(self) -> bool:
+        """Whether the collection, saved in files (memory, FAISS) when it was opened, has none now. A SubjQA domain's
+        index is built again when asked for; a search server's store says itself when its index is gone."""
+        return (
+            self.index.backend in ("memory", "faiss")
+            and not self.index.manifest.get("domains")
+            and saved_version(self.index.manifest) is not None
+        )
 
     @property
     def reader_backend(self) -> str | None:
