@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -225,6 +226,18 @@ def test_local_generator_replies_streams_and_counts_tokens(request, model_fixtur
 
     with pytest.raises(Left):
         generator.run(messages, streaming_callback=leave)
+
+
+def test_generators_of_one_model_share_one_copy_of_it_in_a_process(causal_dir, tmp_path):
+    """A service builds a pipeline per collection and retriever: each loaded the generator again (500 MB apiece)."""
+    first, second = LocalGenerator(str(causal_dir)), LocalGenerator(str(causal_dir), {"max_new_tokens": 2})
+    first.warm_up()
+    second.warm_up()
+    assert second._model is first._model and second._format is first._format
+    copy = shutil.copytree(causal_dir, tmp_path / "copy")  # another model directory: a model of its own
+    other = LocalGenerator(str(copy))
+    other.warm_up()
+    assert other._model is not first._model
 
 
 def test_local_generator_sampling_and_beams_are_generation_settings(causal_dir):

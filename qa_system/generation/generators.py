@@ -12,6 +12,7 @@ Haystack streaming callback.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
@@ -23,6 +24,30 @@ from qa_system.errors import Unavailable
 from qa_system.generation.models import HFPromptFormat, load_generation_model, load_prompt_format
 
 DEFAULT_GENERATION = {"max_new_tokens": 64, "temperature": 0.0, "num_beams": 1}
+
+# One copy of a generator model per process and device, as long as its files stay the same: a service builds a pipeline
+# per collection and retriever, and each held its own (a 135M model is 500 MB in float32).
+_shared: dict[tuple[str, str], tuple[str | None, HFPromptFormat, Any]] = {}
+_sharing = threading.Lock()
+
+
+def shared_generation_model(model: str, device: str) -> tuple[HFPromptFormat, Any]:
+    """The prompt format and the model ``model`` on ``device`` (resolved), loaded once per process while its files are
+    unchanged; on a GPU in bfloat16 (float16 without it)."""
+    from qa_system.devices import half_dtype, is_cuda
+    from qa_system.model_files import model_fingerprint
+
+    fingerprint = model_fingerprint(model)
+    with _sharing:
+        held = _shared.get((model, device))
+        if held is None or held[0] != fingerprint or fingerprint is None:
+            loaded = load_generation_model(model)
+            held = _shared[model, device] = (
+                fingerprint,
+                load_prompt_format(model),
+                loaded.to(device=device, dtype=half_dtype()) if is_cuda(device) else loaded,
+            )
+        return held[1], held[2]
 
 
 def _streamer(tokenizer, callback: StreamingCallbackT, info: ComponentInfo):
@@ -69,14 +94,11 @@ class LocalGenerator:
             self.device = device
 
     def warm_up(self) -> None:
-        """Load the model and its tokenizer (once), on the device."""
+        """Load the model and its tokenizer (once per process: ``shared_generation_model``), on the device."""
         if self._model is None:
-            from qa_system.devices import half_dtype, is_cuda, resolve_device
+            from qa_system.devices import resolve_device
 
-            device = resolve_device(self.device)
-            self._format = load_prompt_format(self.model)
-            model = load_generation_model(self.model)
-            self._model = model.to(device=device, dtype=half_dtype()) if is_cuda(device) else model
+            self._format, self._model = shared_generation_model(self.model, resolve_device(self.device))
 
     def to_dict(self) -> dict[str, Any]:
         """The component's settings (a streaming callback by its import path), serialised for a pipeline YAML."""
