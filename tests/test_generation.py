@@ -10,7 +10,7 @@ import shutil
 from dataclasses import replace
 
 import pytest
-from haystack import Document, GeneratedAnswer, Pipeline
+from haystack import Document, ExtractedAnswer, GeneratedAnswer, Pipeline
 from haystack.dataclasses import ChatMessage
 
 from helpers.down_server import DownServer
@@ -294,16 +294,18 @@ def indexed(settings):
     return settings
 
 
-def test_rag_pipeline_with_a_local_model_returns_a_generated_answer_and_stage_timings(indexed, causal_dir):
+def test_rag_pipeline_with_a_local_model_generates_grounds_and_times_each_stage(indexed, causal_dir):
     settings = indexed.with_(generator="hf", generator_model=str(causal_dir), max_new_tokens=5, reader_backend="torch")
     pipeline = build_qa_pipeline("bm25", settings, answer_stage="rag")
     assert {"prompt_builder", "generator", "answer_builder"} <= set(pipeline.pipeline.graph.nodes)
     again = Pipeline.loads(pipeline.pipeline.dumps(), allowed_modules=["qa_system"])
     assert again.get_component("generator").to_dict() == pipeline.pipeline.get_component("generator").to_dict()
     result = pipeline.run("How is the sound?", item_id="KINDLE", split="dev", top_k=3)
-    (answer,) = result["answers"]
-    assert isinstance(answer, GeneratedAnswer) and answer.meta["document_ids"] == [d.id for d in result["documents"]]
-    assert answer.meta["usage"]["completion_tokens"] <= 5
+    # A model of random weights writes no word of the reviews ("##:a'~?"): withheld, the reader's answers in its place.
+    answers = result["answers"]
+    withheld = {a.meta["withheld"]["text"] for a in answers}
+    assert len(withheld) == 1 and withheld != {""} and all(isinstance(a, ExtractedAnswer) for a in answers)
+    assert answers[0].meta["withheld"]["reason"].startswith("it holds no word that the reviews given could be seen to say")
     timings = result["timings"]
     # The answer stage: prompt, generation, citations, and the reader whose answers ground (or replace) the generated one.
     assert {"prompt_builder", "generator", "answer_builder", "reader", "grounding"} <= set(pipeline.pipeline.metadata["answer_components"])
@@ -646,6 +648,38 @@ def test_a_generated_answer_that_says_the_opposite_of_the_reviews_is_withheld():
         assert contradicted(consistent, docs(document)) is None, document
     assert contradicted("It works without the app.", docs("It does not work without the app.")) is not None
     assert contradicted("The room was clean.", docs("The room was hardly clean.")) is not None
+    # What a claim denies, said by a sentence with no negation, whatever else either names: "leaking" is about leaks.
+    kettle = docs("The kettle boils fast and looks nice.", "Mine started leaking from the base after three months.")
+    assert contradicted("The kettle does not leak.", kettle) == "The kettle does not leak."
+    assert contradicted("The kettle does not leak.", [*kettle, *docs("No leaks so far.")]) is None  # another review agrees
+
+
+def test_a_bare_yes_or_no_or_an_answer_about_what_no_review_mentions_is_withheld():
+    """ "The answer to this question is: No." passed over reviews that said "integrated microphone" (its only content
+    words, "answer" and "question", were in them); "No, it is not waterproof." over reviews that never speak of water."""
+    from qa_system.generation.grounding import GroundingCheck, unmentioned_topics
+
+    reviews = docs(
+        "Yes it has an integrated microphone to answer calls.", "The question is the price. Loud, wireless, 10 hours of battery."
+    )
+    extracted = [ExtractedAnswer(query="q", score=0.7, data="integrated microphone", document=reviews[0])]
+    check = GroundingCheck(min_support=0.75)
+    for text in ("The answer to this question is: No.", "No [1].", "Yes."):
+        answer = replace(generated(text, reviews, [1]), query="Does it have a microphone for calls?")
+        [withheld] = check.run([answer], extracted)["answers"]
+        assert withheld.data == "integrated microphone", text
+        assert (
+            withheld.meta["withheld"]["reason"] == "it holds no word that the reviews it cites could be seen to say (a yes or a no at most)"
+        )
+    waterproof = replace(generated("No, it is not waterproof. It is a loud wireless speaker [2].", reviews, [2]), query="Is it waterproof?")
+    [withheld] = check.run([waterproof], extracted)["answers"]
+    assert withheld.meta["withheld"]["reason"] == "it speaks of waterproof, which the reviews it cites do not mention"
+    # What the reviews speak of may be said back; words that judge ("good") and numbers of the question may be too.
+    said_back = replace(
+        generated("Yes, the microphone is integrated, good for calls [1].", reviews, [1]), query="Is the microphone good for calls?"
+    )
+    assert check.run([said_back], extracted)["answers"][0].meta["grounded"]
+    assert unmentioned_topics("It lasts 10 hours, great for 2 days.", reviews, "Is it great for 2 days?") == ["days"]
 
 
 def test_a_generated_answer_with_a_number_the_reviews_do_not_give_is_withheld():
@@ -663,9 +697,6 @@ def test_a_generated_answer_with_a_number_the_reviews_do_not_give_is_withheld():
     for text in ("The battery lasts 10 hours and charges in 2.0 hours [1].", "It costs 1000 dollars and weighs 2.5 kg [2]."):
         [kept] = check.run([generated(text, reviews, [1, 2])], extracted)["answers"]
         assert kept.meta["grounded"], text
-    question = replace(
-        generated("Yes, for 4 people: the batteries last ten hours and charging takes 2 hours [1].", reviews, [1]),
-        query="Is it good for 4 people?",
-    )
+    question = replace(generated("Yes, under 4: charging takes 2 hours [1].", reviews, [1]), query="Does charging take 4 hours?")
     assert check.run([question], extracted)["answers"][0].meta["grounded"]
     assert numbers("three, 1,000 and 3,5 [1]") == {"3", "1000", "3.5", "1"}

@@ -5,8 +5,10 @@ of a kettle nobody described so). ``GroundingCheck`` measures how much of a gene
 reviews it cites support: the share of its content words (numbers included) that occur in those
 reviews, or an extractive answer over the same reviews that says the same thing. A number is a claim
 of its own: "lasts 12 hours" shares most of its words with "lasts 10 hours", so every number the answer
-gives must be one the cited reviews (or the question) give, as digits or as a word ("three" is 3). An answer below
-``min_support``, or with a number they do not give, is withheld: the pipeline returns the extractive answers instead (the reader's,
+gives must be one the cited reviews (or the question) give, as digits or as a word ("three" is 3). So must every
+word of the question it says back ("No, it is not waterproof" of reviews that never speak of water:
+``unmentioned_topics``), and it must say more than a bare yes or no. An answer below
+``min_support``, or failing one of those, is withheld: the pipeline returns the extractive answers instead (the reader's,
 through the answer selector when there is one), each carrying in ``meta`` the withheld text and
 why. An answer that cites no review is checked against every review it was given, and shown flagged
 (``meta["flags"]``): nothing points the reader to where it comes from. A sentence the generator wrote
@@ -52,6 +54,10 @@ _IDIOMS = re.compile(
 _CLAUSE_END = re.compile(r"[,;:!?()]|\.(?!\d)|\b(?:but|however|although|though)\b")
 _CONTRACTED_NOT = ((re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"))
 _ANSWER_WORD = re.compile(r"^\s*(?:yes|no)\b[\s,.!:;-]*", re.IGNORECASE)
+# What a small generator puts before its answer ("The answer to this question is: No."): it says nothing of the reviews.
+_PREAMBLE = re.compile(r"^\s*(?:the\s+)?answer(?:\s+to\s+(?:this|the|your)\s+question)?\s+is\b[\s:,-]*", re.IGNORECASE)
+# Words that judge rather than name a topic: a question's "good" is answered by reviews that say "great".
+_JUDGING = frozenset("good great bad nice excellent poor fine okay ok decent well better best worse worst worth recommend happy".split())
 
 
 def _stem(word: str) -> str:
@@ -72,6 +78,27 @@ def _content_word(token: str) -> str:
 def content_words(text: str) -> list[str]:
     """The content words of ``text`` (``_content_word``), in order."""
     return [word for token in _TOKEN.findall(text.lower()) if (word := _content_word(token))]
+
+
+def claim_text(answer: str) -> str:
+    """``answer`` without its citations, a preamble ("The answer to this question is:") and a leading "Yes," or "No,":
+    what it claims that the reviews could say."""
+    return _ANSWER_WORD.sub("", _PREAMBLE.sub("", strip_citations(answer)))
+
+
+def unmentioned_topics(answer: str, documents: list[Document], question: str) -> list[str]:
+    """The words of the question that ``answer`` says back ("waterproof" in "No, it is not waterproof") and that none of
+    ``documents`` mentions, as the answer writes them: an answer about what no review speaks of is no review's answer.
+    Words that judge ("good", "great") are left out: reviews say them in other words."""
+    asked = set(content_words(question)) - {_stem(word) for word in _JUDGING}
+    vocabulary = {w for d in documents for w in content_words(d.content or "")}
+    said = {}
+    for token in _TOKEN.findall(strip_citations(answer).lower()):
+        word = _content_word(token)
+        # The question's numbers may be said back (``unsupported_numbers``): "Does charging take 4 hours?" "Within 4".
+        if word in asked and word not in vocabulary and not word[0].isdigit():
+            said.setdefault(word, token)
+    return list(said.values())
 
 
 def support(answer: str, documents: list[Document]) -> float:
@@ -150,19 +177,24 @@ def contradicted(answer: str, documents: list[Document]) -> str | None:
 
     A document sentence says an answer's sentence when it shares two of its content words (all, when it
     has fewer); it words it the other way round when the shared words are negated on one side only
-    (``_words_the_other_way_round``). A leading "Yes," or "No," answers the question and is not read as a negation
-    of the rest.
+    (``_words_the_other_way_round``). A sentence that names all the answer's sentence denies ("leak" of "does not
+    leak") is about it too, and says the opposite when it negates nothing. A leading "Yes," or "No," answers the
+    question and is not read as a negation of the rest.
     """
     sentences = [clauses(s) for d in documents for s in _SENTENCE_END.split(d.content or "")]
     for claim in _SENTENCE_END.split(strip_citations(answer)):
-        read = clauses(_ANSWER_WORD.sub("", claim))
+        read = clauses(claim_text(claim))
         words = set().union(*(w for w, _ in read))
+        denied = set().union(*(reach for _, reaches in read for reach in reaches))  # what the claim says is not so
         needed = min(2, len(words))
-        verdicts = [
-            _words_the_other_way_round(read, said, shared)
-            for said in sentences
-            if needed and len(shared := words & set().union(*(w for w, _ in said))) >= needed
-        ]
+        verdicts = []
+        for said in sentences:
+            said_words = set().union(*(w for w, _ in said))
+            if needed and len(shared := words & said_words) >= needed:
+                verdicts.append(_words_the_other_way_round(read, said, shared))
+            elif denied and denied <= said_words:
+                # "The kettle does not leak" against "Mine started leaking from the base", which names no kettle.
+                verdicts.append(not any(reaches for _, reaches in said))
         if verdicts and all(verdicts):
             return claim.strip()
     return None
@@ -235,8 +267,10 @@ class GroundingCheck:
         cited = [d for d in given if d.meta.get("referenced")] or given
         share = support(text, cited)
         invented = unsupported_numbers(text, cited, generated.query or "")
+        unmentioned = unmentioned_topics(text, cited, generated.query or "")
+        bare = not content_words(claim_text(text))  # "No." or "Yes [1]": nothing the reviews could be seen to say
         same = [a for a in extracted if a.data and token_f1(a.data, strip_citations(text)) >= SAME_ANSWER_F1]
-        said = not invented and (share >= self.min_support or bool(same))
+        said = not invented and not unmentioned and not bare and (share >= self.min_support or bool(same))
         reversed_claim = contradicted(text, cited) if said else None
         grounded = said and not reversed_claim
         noun = noun_of(given) or DOCUMENTS
@@ -248,6 +282,10 @@ class GroundingCheck:
         reason = (
             f"it gives {', '.join(invented)}, which the {where} do not"
             if invented
+            else f"it speaks of {', '.join(unmentioned)}, which the {where} do not mention"
+            if unmentioned
+            else f"it holds no word that the {where} could be seen to say (a yes or a no at most)"
+            if bare
             else f'it says "{reversed_claim}" the other way round from the {where}'
             if said
             else f"only {share:.0%} of its content words occur in the {where} (at least {self.min_support:.0%} are needed), "
