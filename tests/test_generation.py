@@ -382,7 +382,7 @@ def cli_env(indexed, monkeypatch):
 
 
 def test_cli_ask_rag_prints_the_answer_and_its_cited_reviews(cli_env, capsys):
-    with OpenAIStub(stub_reply, max_requests=2) as server:
+    with OpenAIStub(stub_reply, max_requests=3) as server:
         argv = [
             "ask",
             "How is the sound?",
@@ -403,6 +403,12 @@ def test_cli_ask_rag_prints_the_answer_and_its_cited_reviews(cli_env, capsys):
         out = capsys.readouterr().out
         assert "A: The sound is tinny and quiet [1]." in out
         assert "Cited reviews:\n[1] review r-kindle-3  (KINDLE)\n    I don't like the speakers" in out
+        assert main([*argv, "--stream"]) == 0
+        streamed = capsys.readouterr().out
+        assert (
+            "Generated (checked once written): The sound is tinny and quiet [1].\n"
+            "   Checked: the reviews it cites say it.\n"
+        ) in streamed and "\nA: " not in streamed
         unanswerable = [
             "ask",
             "Is it comfortable?",
@@ -419,7 +425,11 @@ def test_cli_ask_rag_prints_the_answer_and_its_cited_reviews(cli_env, capsys):
             MODEL,
         ]
         assert main(unanswerable) == 0
-        assert "A: I don't know.\nA: [no answer in these reviews: the generator found no answer in the reviews]" in capsys.readouterr().out
+        # Streamed text is provisional until checked: labelled so, then what the check made of it.
+        assert (
+            "Generated (checked once written): I don't know.\n"
+            "A: [no answer in these reviews: the generator found no answer in the reviews]"
+        ) in capsys.readouterr().out
     assert main(argv) == 2  # the server has stopped
     err = capsys.readouterr().err
     assert err.startswith("error: Cannot reach the generator endpoint http://127.0.0.1:") and len(err.strip().splitlines()) == 1

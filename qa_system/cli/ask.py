@@ -334,11 +334,15 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
         print_card(card, snippet)
 
 
+# The label of an answer streamed as it is written: the grounding check may still withhold it.
+STREAM_LABEL = "Generated (checked once written)"
+
+
 def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     """The generated answer (streamed with --stream), then the reviews it cites and the others it was given."""
     print(terminal_text(f"Q: {args.question}  ({asked_about(args.item, args)})"))
-    if args.stream:
-        print("A: ", end="", flush=True)
+    if args.stream:  # provisional until the grounding check has read it: said so before the first word
+        print(f"{STREAM_LABEL}: ", end="", flush=True)
     stream = (lambda chunk: print(terminal_text(chunk.content), end="", flush=True)) if args.stream else None
     result = pipeline.run(
         args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream, filters=args.filter
@@ -355,6 +359,8 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
         print(terminal_text(f"A: [no answer in these {noun}: {meta['no_answer_reason']}]"))
     elif not args.stream:
         print(terminal_text(f"A: {unescape(answer.data)}"))
+    else:
+        print(f"   Checked: the {noun} it cites say it.")
     if meta.get("flags"):  # the grounding check's: it cites no review, it repeated itself
         from qa_system.serving.answer_views import answer_cards, answer_views
 
