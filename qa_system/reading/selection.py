@@ -398,7 +398,8 @@ class AnswerSelector:
     Each answer's ``score`` is its calibrated probability of being right, and so is the no-answer's;
     ``meta``: ``probability`` (the same), ``calibrated_on`` (what that chance was calibrated on), ``recalibrated``
     (a ``recalibration`` restated it),
-    ``supporting_documents`` (ids of every review saying it),
+    ``supporting_documents`` (ids of every document saying it: passages' ids where long documents were split;
+    ``support`` counts their source documents),
     ``spans`` (document id, start, end of each), ``close_call`` (the best answer and "no answer" are
     within ``CLOSE_CALL`` of each other), ``chosen`` (the first one: the decision, which its probability backs).
 

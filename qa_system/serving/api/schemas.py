@@ -138,7 +138,9 @@ class AnswerOut(BaseModel):
     )
     close_call: bool = Field(False, description="the best answer and 'no answer' are about as likely to be right")
     supporting_document_ids: list[str] = Field(
-        default_factory=list, description="span: every document that gives this answer (the answer selector groups them)"
+        default_factory=list,
+        description="span: every document that gives this answer (the answer selector groups them), as document_id names one: "
+        "a passage's id where a long document was split ('manual.txt#3')",
     )
     document_id: str | None = Field(None, description="span: the document the answer is in")
     review_id: str | None = Field(
