@@ -194,6 +194,11 @@ def test_a_collection_created_filled_updated_and_pruned_over_http(call):
     assert sorted(everything(call, "mine")) == sorted(f"r{n:03d}" for n in range(100) if n != 3 and n % 5 != 0)
     missing = call("POST", "/collections/{name}/documents/delete", "/collections/mine/documents/delete", json={"ids": ["r001", "nope"]})
     assert missing.json()["deleted"] == ["r001"] and missing.json()["not_found"] == ["nope"]
+    elsewhere = call("POST", "/collections/{name}/documents/delete", "/collections/yours/documents/delete", json={"ids": ["r001"]})
+    assert (
+        elsewhere.status_code == 404
+        and elsewhere.json()["detail"] == "No collection named 'yours'. Fix: pick one that GET /collections lists."
+    )
     many = call(
         "POST", "/collections/{name}/documents/delete", "/collections/mine/documents/delete", json={"ids": [f"id-{n}" for n in range(9000)]}
     )

@@ -406,8 +406,7 @@ def test_cli_ask_rag_prints_the_answer_and_its_cited_reviews(cli_env, capsys):
         assert main([*argv, "--stream"]) == 0
         streamed = capsys.readouterr().out
         assert (
-            "Generated (checked once written): The sound is tinny and quiet [1].\n"
-            "   Checked: the reviews it cites say it.\n"
+            "Generated (checked once written): The sound is tinny and quiet [1].\n   Checked: the reviews it cites say it.\n"
         ) in streamed and "\nA: " not in streamed
         unanswerable = [
             "ask",
@@ -427,8 +426,7 @@ def test_cli_ask_rag_prints_the_answer_and_its_cited_reviews(cli_env, capsys):
         assert main(unanswerable) == 0
         # Streamed text is provisional until checked: labelled so, then what the check made of it.
         assert (
-            "Generated (checked once written): I don't know.\n"
-            "A: [no answer in these reviews: the generator found no answer in the reviews]"
+            "Generated (checked once written): I don't know.\nA: [no answer in these reviews: the generator found no answer in the reviews]"
         ) in capsys.readouterr().out
     assert main(argv) == 2  # the server has stopped
     err = capsys.readouterr().err

@@ -14,7 +14,7 @@ import pytest
 
 from helpers.ingestion import COLUMNS, documents, pdf, write_csv
 from qa_system.cli import main
-from qa_system.errors import QAError
+from qa_system.errors import NotFound, QAError
 from qa_system.ingestion import IngestOptions, collection_manifest, ingest
 from qa_system.stores.filter_checks import check_collection_filters
 
@@ -564,6 +564,8 @@ def test_a_field_only_deleted_documents_held_leaves_the_collection_with_them(hom
     assert collection_manifest(home, "warranties")["meta_types"] == {"warranty": "integer", "rating": "integer"}
     with pytest.raises(QAError, match=r"^'ids' must be a list of 1 to .* document ids \(text\)\. Fix: give a list such as \[\"r1\", "):
         delete_documents(home, "warranties", ids="r1")  # it said: send {"ids": [...]}, to a Python caller
+    with pytest.raises(NotFound, match=r"^No memory collection named 'warranty'\. Fix: name one that list_collections\(settings\) lists"):
+        delete_documents(home, "warranty", ids=["r1"])  # it said "create it first (POST /collections)" to a Python caller
     delete_documents(home, "warranties", ids=["r1"])
     assert collection_manifest(home, "warranties")["meta_types"] == {"rating": "integer"}
     with pytest.raises(QAError, match=r"^The filter names 'meta\.warranty', a field no document of this collection has\."):

@@ -50,9 +50,11 @@ class DeleteReport:
         return asdict(self)
 
 
-def _unknown_collection(name: str) -> NotFound:
+def _unknown_collection(settings: Settings, name: str) -> NotFound:
+    """No collection ``name`` to change, in the words of a Python caller (the REST API says it in its own first)."""
     return NotFound(
-        f"No collection named '{shown(name)}'.", "create it first (POST /collections), or pick one that GET /collections lists."
+        f"No {settings.store} collection named '{shown(name)}'.",
+        "name one that list_collections(settings) lists, or index it first (ingest).",
     )
 
 
@@ -140,7 +142,7 @@ def delete_documents(
     with taking_turns(ingestion_lock(settings, name), f"Waiting for another change to '{name}' to finish.", remove=True):
         index = try_open_index(settings, name)
         if index is None:
-            raise _unknown_collection(name)
+            raise _unknown_collection(settings, name)
         if index.manifest.get("domains"):
             raise QAError(
                 f"'{name}' is the SubjQA collection that `qa-system index --domain` builds; its documents are not changed one by one.",

@@ -208,6 +208,8 @@ class DocumentChanges:
         then serve what is left."""
         self._check_own(name)
         self._refuse_while_running(name)
+        if saved_manifest(self.settings, name) is None:
+            raise NotFound(f"No collection named '{shown(name)}'.", "pick one that GET /collections lists.")
         report = delete_documents(self.settings, name, ids, filters, force)
         if report.deleted:
             self.service.reopen(name)
