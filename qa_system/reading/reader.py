@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,23 @@ class ReaderOutput:
     def best_gap(self) -> float:
         """How far the best span beats "no answer" (in logits); -inf when there is no span."""
         return self.spans[0].logit - self.null_logit if self.spans else -math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, as Haystack serialises a component's inputs (a failed run's snapshot takes them all)."""
+        return {
+            "spans": [asdict(span) for span in self.spans],
+            "null_logit": self.null_logit,
+            "document_nulls": [[position, logit] for position, logit in self.document_nulls.items()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReaderOutput:
+        """The output from ``to_dict``'s data."""
+        return cls(
+            [SpanCandidate(**span) for span in data["spans"]],
+            data["null_logit"],
+            {int(position): logit for position, logit in data.get("document_nulls", [])},
+        )
 
 
 def sigmoid(x: float) -> float:
