@@ -215,12 +215,12 @@ class Settings(BaseSettings):
     @field_validator("top_k_retriever", "top_k_reader", "batch_size", "generator_context", "max_new_tokens", "num_beams", mode="before")
     @classmethod
     def _count(cls, value: Any, info: ValidationInfo) -> int:
-        return check_count(value, info.field_name)
+        return _from_python_or_environment(check_count, value, info.field_name)
 
     @field_validator("temperature", mode="before")
     @classmethod
     def _temperature(cls, value: Any) -> float:
-        return check_number(value, "temperature", 0)
+        return _from_python_or_environment(check_number, value, "temperature", 0)
 
     @field_validator("reader_batch_wait_ms", mode="before")
     @classmethod
@@ -254,9 +254,13 @@ class Settings(BaseSettings):
     @classmethod
     def _choice(cls, value: str, info: ValidationInfo) -> str:
         what, choices = _CHOICES[info.field_name]
-        if value not in choices:
-            raise QAError(f"Unknown {what} '{value}'.", f"use one of: {', '.join(choices)}.")
-        return value
+
+        def chosen(value: str, name: str) -> str:
+            if value not in choices:
+                raise QAError(f"Unknown {what} '{value}'.", f"use one of: {', '.join(choices)}.")
+            return value
+
+        return _from_python_or_environment(chosen, value, info.field_name)
 
     @field_validator("api_token", mode="before")
     @classmethod
@@ -362,6 +366,17 @@ _CHOICES = {
 def check_settings(settings: object) -> Settings:
     """``settings`` when it is a Settings; else a QAError saying how to make one (the Python API's first argument)."""
     return check_type(settings, "settings", Settings, "a qa_system.Settings (qa_system.Settings.from_env())")
+
+
+def _from_python_or_environment(check: Any, value: Any, name: str, *limits: Any) -> Any:
+    """``check(value, name, *limits)`` of a setting whose flag checks its own value: a bad one came from Python or from
+    the environment, so the fix names its variable too ("pass max_new_tokens=1 or more (QA_MAX_NEW_TOKENS ...)")."""
+    try:
+        return check(value, name, *limits)
+    except QAError as error:
+        raise QAError(
+            error.problem, f"{(error.fix or '').rstrip('.')} ({_ENV_ALIASES.get(name, f'QA_{name.upper()}')} in the environment)."
+        ) from None
 
 
 def _one_line(error: ValidationError) -> QAError:

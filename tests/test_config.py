@@ -54,7 +54,7 @@ def test_settings_are_frozen_and_copied_with_changes():
 @pytest.mark.parametrize(
     "source, value, expected",
     [
-        ("QA_STORE", "mongo", "Unknown store 'mongo'. Fix: use one of: memory, elasticsearch, opensearch, faiss."),
+        ("QA_STORE", "mongo", "Unknown store 'mongo'. Fix: use one of: memory, elasticsearch, opensearch, faiss (QA_STORE in the environment)."),
         ("QA_RETRIEVER", "magic", "Unknown retriever 'magic'."),
         ("QA_READER_BACKEND", "tpu", "Unknown reader backend 'tpu'."),
         ("QA_GENERATOR", "gpt", "Unknown generator 'gpt'."),
@@ -70,6 +70,7 @@ def test_a_bad_environment_value_is_one_line_naming_it(monkeypatch, source, valu
     with pytest.raises(QAError) as error:
         Settings.from_env()
     assert expected in str(error.value) and "\n" not in str(error.value) and "Fix:" in str(error.value)
+    assert source in str(error.value)  # where the value came from: "pass max_new_tokens=1" alone named no variable
 
 
 @pytest.mark.parametrize(
