@@ -103,6 +103,9 @@ def test_bad_input_is_one_line_and_keeps_the_index(indexed_cli, capsys, argv, me
         (["ask", "Is it good?", "--top-k", "three"], "--top-k must be a whole number from 1 to 1000, not 'three'."),
         (["ask", "Is it good?", "--mode", "rag", "--max-new-tokens", "0"], "--max-new-tokens must be a whole number"),
         (["ask", "Is it good?", "--mode", "rag", "--temperature", "-0.5"], "--temperature must be a finite number of at least 0"),
+        # Ignored while the reader answered (exit 0): the flags of generation need --mode rag.
+        (["ask", "Is it good?", "--generator", "hf", "--model", "m"], "--generator, --model set how an answer is generated."),
+        (["ask", "Is it good?", "--stream"], "--stream sets how an answer is generated. Fix: add --mode rag, or leave it out."),
         (["search", "Is it good?", "--top-k", "0"], "--top-k must be a whole number"),
         (["products", "--limit", "-1"], "--limit must be a whole number"),
         (["eval", "retriever", "--k", "1", "0"], "--k must be a whole number"),

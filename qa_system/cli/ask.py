@@ -10,7 +10,7 @@ from html import unescape
 
 from qa_system.cli.options import DEFAULT_ITEM, Options, count, depth, number, open_index_for, settings_from_args
 from qa_system.config import RETRIEVERS, TOP_K_READER, TOP_K_RETRIEVER
-from qa_system.errors import check_question_text, check_text, shown
+from qa_system.errors import QAError, check_question_text, check_text, shown
 from qa_system.safe_text import terminal_text
 
 
@@ -129,6 +129,7 @@ def print_card(card, snippet: str | None = None) -> None:
 def cmd_ask(args: argparse.Namespace) -> None:
     """`qa-system ask`: the answers to a question (spans read from the reviews, or a generated answer with ``--mode rag``), with timings."""
     check_question_text(args.question)  # before any model loads (the pipeline checks it too)
+    _check_generation_flags(args)
     settings = settings_from_args(args)
     if args.url:  # a client of a running server: Haystack and the models are not even imported
         _ask_server(args, settings.api_token)
@@ -185,7 +186,6 @@ def _ask_server(args: argparse.Namespace, token: str | None) -> None:
 
 def _question(args: argparse.Namespace):
     """The ``Question`` that `ask`'s flags describe, for a server or the in-process service."""
-    from qa_system.errors import QAError
     from qa_system.serving.question import Question
 
     if args.rerank:
@@ -332,6 +332,20 @@ def _print_spans(answers, args: argparse.Namespace) -> None:
         if view.kind == "span":
             snippet = highlight(view.segments(args.context), tty)
         print_card(card, snippet)
+
+
+GENERATION_FLAGS = ("generator", "model", "base_url", "max_new_tokens", "temperature", "num_beams", "stream")
+
+
+def _check_generation_flags(args: argparse.Namespace) -> None:
+    """Generation flags without ``--mode rag`` would be ignored while the reader answers: refused, saying so."""
+    given = [f"--{name.replace('_', '-')}" for name in GENERATION_FLAGS if getattr(args, name, None) not in (None, False)]
+    if args.mode != "rag" and given:
+        one = len(given) == 1
+        raise QAError(
+            f"{', '.join(given)} set{'s' if one else ''} how an answer is generated.",
+            f"add --mode rag, or leave {'it' if one else 'them'} out.",
+        )
 
 
 # The label of an answer streamed as it is written: the grounding check may still withhold it.
