@@ -194,6 +194,9 @@ def test_a_generated_answers_card_notes_its_grounding_flags():
     assert card.note == f"{flags[0]}. {flags[1]}."
     [card] = answer_cards(answer_views([answer]), "documents")  # over documents of one's own, it names them
     assert card.note.startswith("It cites none of the documents: check it against the documents themselves. The generator")
+    # It has no score, and its help says why it is shown (it spoke of "the answering stage's score").
+    view = answer_views([answer])[0]
+    assert view.score is None and view.help_text("reviews").startswith("A generated answer has no score: it is shown because the reviews")
 
 
 def test_a_spans_card_is_one_line_while_its_offsets_still_point_into_the_review():

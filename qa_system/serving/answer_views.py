@@ -98,6 +98,10 @@ SCORE_HELP = {
         "The reader's score for “no answer”: the sigmoid of the model's no-answer logit (plus the no-answer "
         "threshold). Spans are weighed against it; it is not a calibrated chance that the {noun} hold no answer."
     ),
+    "generated": (
+        "A generated answer has no score: it is shown because the {noun} it cites say it (the grounding check), "
+        "not for a chance that it is right."
+    ),
 }
 
 
