@@ -54,7 +54,11 @@ def test_settings_are_frozen_and_copied_with_changes():
 @pytest.mark.parametrize(
     "source, value, expected",
     [
-        ("QA_STORE", "mongo", "Unknown store 'mongo'. Fix: use one of: memory, elasticsearch, opensearch, faiss (QA_STORE in the environment)."),
+        (
+            "QA_STORE",
+            "mongo",
+            "Unknown store 'mongo'. Fix: use one of: memory, elasticsearch, opensearch, faiss (QA_STORE in the environment).",
+        ),
         ("QA_RETRIEVER", "magic", "Unknown retriever 'magic'."),
         ("QA_READER_BACKEND", "tpu", "Unknown reader backend 'tpu'."),
         ("QA_GENERATOR", "gpt", "Unknown generator 'gpt'."),
