@@ -362,6 +362,8 @@ def test_unreachable_endpoint_and_unknown_model_are_one_line_errors(indexed, cap
         pipeline = build_qa_pipeline("bm25", openai_settings(indexed, url), answer_stage="rag")
         with pytest.raises(QAError, match=f"Cannot reach the generator endpoint {url}"):
             pipeline.run("How is the sound?", item_id="KINDLE")
+        with pytest.raises(QAError, match=f"Cannot reach the generator endpoint {url}"):  # streamed to a lambda, as the CLI does
+            pipeline.run("How is the sound?", item_id="KINDLE", streaming_callback=lambda chunk: None)
     # Haystack's snapshot of the failed run serialises every input: the reader's output did not, and two long warnings
     # came before the one line.
     assert "Failed to serialize" not in caplog.text
@@ -371,7 +373,7 @@ def test_unreachable_endpoint_and_unknown_model_are_one_line_errors(indexed, cap
     assert ReaderOutput.from_dict(json.loads(json.dumps(reading.to_dict()))) == reading
     # A dead endpoint fails after few tries (the client's default is 3, each after a longer back-off).
     generator = pipeline.pipeline.get_component("generator")
-    assert generator.max_retries == 1 and endpoint.requests == ["POST /v1/chat/completions"] * 2
+    assert generator.max_retries == 1 and endpoint.requests == ["POST /v1/chat/completions"] * 4
     with OpenAIStub(stub_reply, max_requests=2) as server:
         pipeline = build_qa_pipeline("bm25", openai_settings(indexed, server.url, generator_model="nope"), answer_stage="rag")
         with pytest.raises(QAError, match=f"{server.url} answered HTTP 404: .*not found"):

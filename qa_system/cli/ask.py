@@ -358,13 +358,15 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     if args.stream:  # provisional until the grounding check has read it: said so before the first word
         print(f"{STREAM_LABEL}: ", end="", flush=True)
     stream = (lambda chunk: print(terminal_text(chunk.content), end="", flush=True)) if args.stream else None
-    result = pipeline.run(
-        args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream, filters=args.filter
-    )
+    try:
+        result = pipeline.run(
+            args.question, item_id=args.item, split=args.split, top_k=args.top_k, streaming_callback=stream, filters=args.filter
+        )
+    finally:
+        if args.stream:  # the streamed line ends, also before an error
+            print()
     answer = result["answers"][0]
     meta, timings = answer.meta, result["timings"]
-    if args.stream:
-        print()
     if "withheld" in meta:
         _print_spans(result["answers"], args)
         return
@@ -374,7 +376,7 @@ def _ask_rag(pipeline, args: argparse.Namespace) -> None:
     elif not args.stream:
         print(terminal_text(f"A: {unescape(answer.data)}"))
     else:
-        print(f"   Checked: the {noun} it cites say it.")
+        print(f"   Checked: the {noun} it {'cites' if meta.get('cited_document_ids') else 'was given'} say it.")
     if meta.get("flags"):  # the grounding check's: it cites no review, it repeated itself
         from qa_system.serving.answer_views import answer_cards, answer_views
 

@@ -83,6 +83,20 @@ def stored_item(index: Index, item_id: str | None) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+class RecordableCallback:
+    """A streaming callback that Haystack can record: a failed run's snapshot serialises every input, and a lambda or a
+    nested function (the CLI's, the REST API's) gave two long warnings before the run's one-line error."""
+
+    def __init__(self, callback: StreamingCallbackT):
+        self.callback = callback
+
+    def __call__(self, chunk: Any) -> Any:
+        return self.callback(chunk)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"callback": getattr(self.callback, "__qualname__", type(self.callback).__name__)}
+
+
 @dataclass
 class QAPipeline:
     """A Haystack pipeline plus the index it reads and the project's calling convention.
@@ -194,7 +208,7 @@ class QAPipeline:
                 elif socket == "filters":
                     values[socket] = filters
                 elif socket == "streaming_callback":
-                    values[socket] = streaming_callback
+                    values[socket] = None if streaming_callback is None else RecordableCallback(streaming_callback)
                 elif socket == "top_k":
                     values[socket] = self._top_k(component_name, top_k, has_fusion)
             inputs[component_name] = values
