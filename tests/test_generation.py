@@ -696,7 +696,21 @@ def test_a_bare_yes_or_no_or_an_answer_about_what_no_review_mentions_is_withheld
         generated("Yes, the microphone is integrated, good for calls [1].", reviews, [1]), query="Is the microphone good for calls?"
     )
     assert check.run([said_back], extracted)["answers"][0].meta["grounded"]
-    assert unmentioned_topics("It lasts 10 hours, great for 2 days.", reviews, "Is it great for 2 days?") == ["days"]
+    assert unmentioned_topics("No, it's not water-proof.", reviews, "Is it waterproof?") == ["waterproof"]
+    # A denial about what the reviews do speak of, and affirmations (left to the support), are not flagged.
+    assert unmentioned_topics("It does not come with a case.", docs("Case not included."), "Does it come with a case?") == []
+    assert unmentioned_topics("Yes, the charger charges fast.", docs("Charges my phone fast."), "Does the charger work?") == []
+    # Words as reviews write them otherwise: a contraction, a hyphen, a doubled consonant.
+    for text, review in (
+        ("No, it doesn't leak [1].", "It does not leak."),
+        ("Yes, it is water-proof [1].", "It is waterproof, I swim with it."),
+        ("Yes, it is waterproof [1].", "Fully water-proof, I swim with it."),
+        ("Yes, it stays in place when running [1].", "Stays in place while I run."),
+    ):
+        assert check.run([generated(text, docs(review), [1])], extracted)["answers"][0].meta["grounded"], text
+    # "No" before what it denies is no answer word: "No leaks at all" says the opposite of "The kettle leaks a lot".
+    [withheld] = check.run([generated("No leaks at all [1].", docs("The kettle leaks a lot."), [1])], extracted)["answers"]
+    assert "the other way round" in withheld.meta["withheld"]["reason"]
 
 
 def test_a_generated_answer_with_a_number_the_reviews_do_not_give_is_withheld():

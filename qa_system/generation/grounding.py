@@ -5,9 +5,9 @@ of a kettle nobody described so). ``GroundingCheck`` measures how much of a gene
 reviews it cites support: the share of its content words (numbers included) that occur in those
 reviews, or an extractive answer over the same reviews that says the same thing. A number is a claim
 of its own: "lasts 12 hours" shares most of its words with "lasts 10 hours", so every number the answer
-gives must be one the cited reviews (or the question) give, as digits or as a word ("three" is 3). So must every
-word of the question it says back ("No, it is not waterproof" of reviews that never speak of water:
-``unmentioned_topics``), and it must say more than a bare yes or no. An answer below
+gives must be one the cited reviews (or the question) give, as digits or as a word ("three" is 3). It may not deny
+what the question asks of when they speak of none of it ("No, it is not waterproof" of reviews that never mention
+water: ``unmentioned_topics``), and it must say more than a bare yes or no. An answer below
 ``min_support``, or failing one of those, is withheld: the pipeline returns the extractive answers instead (the reader's,
 through the answer selector when there is one), each carrying in ``meta`` the withheld text and
 why. An answer that cites no review is checked against every review it was given, and shown flagged
@@ -53,7 +53,9 @@ _IDIOMS = re.compile(
 )
 _CLAUSE_END = re.compile(r"[,;:!?()]|\.(?!\d)|\b(?:but|however|although|though)\b")
 _CONTRACTED_NOT = ((re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"))
-_ANSWER_WORD = re.compile(r"^\s*(?:yes|no)\b[\s,.!:;-]*", re.IGNORECASE)
+# "Yes," or "No." answering the question; not the "No" of "No leaks at all", which denies what follows.
+_ANSWER_WORD = re.compile(r"^\s*(?:yes|no)\s*(?:[,.!:;-][\s,.!:;-]*|$)", re.IGNORECASE)
+_HYPHEN = re.compile(r"(?<=[a-z])-(?=[a-z])")
 # What a small generator puts before its answer ("The answer to this question is: No."): it says nothing of the reviews.
 _PREAMBLE = re.compile(r"^\s*(?:the\s+)?answer(?:\s+to\s+(?:this|the|your)\s+question)?\s+is\b[\s:,-]*", re.IGNORECASE)
 # Words that judge rather than name a topic: a question's "good" is answered by reviews that say "great".
@@ -61,10 +63,13 @@ _JUDGING = frozenset("good great bad nice excellent poor fine okay ok decent wel
 
 
 def _stem(word: str) -> str:
-    """A crude stem, so that "batteries" finds "battery" and "charging" finds "charge"."""
+    """A crude stem, so that "batteries" finds "battery", "charging" "charge" and "running" "run"."""
     for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""), ("e", "")):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + keep
+            stem = word[: -len(suffix)] + keep
+            if suffix in ("ing", "ed") and stem[-1] == stem[-2] and stem[-1] not in "lsz":  # "runn" of "running"
+                stem = stem[:-1]
+            return stem
     return word
 
 
@@ -76,8 +81,18 @@ def _content_word(token: str) -> str:
 
 
 def content_words(text: str) -> list[str]:
-    """The content words of ``text`` (``_content_word``), in order."""
-    return [word for token in _TOKEN.findall(text.lower()) if (word := _content_word(token))]
+    """The content words of ``text`` (``_content_word``), in order: "doesn't" is "does not" (no content word)."""
+    plain = text.lower().replace("’", "'")
+    for contracted, spelled in _CONTRACTED_NOT:
+        plain = contracted.sub(spelled, plain)
+    return [word for token in _TOKEN.findall(plain) if (word := _content_word(token))]
+
+
+def vocabulary(documents: list[Document]) -> set[str]:
+    """The content words ``documents`` use, a hyphenated word's parts and the word joined ("water-proof" is
+    "waterproof" too)."""
+    texts = [d.content or "" for d in documents]
+    return {w for text in texts for w in content_words(text) + content_words(_HYPHEN.sub("", text.lower()))}
 
 
 def claim_text(answer: str) -> str:
@@ -87,27 +102,32 @@ def claim_text(answer: str) -> str:
 
 
 def unmentioned_topics(answer: str, documents: list[Document], question: str) -> list[str]:
-    """The words of the question that ``answer`` says back ("waterproof" in "No, it is not waterproof") and that none of
-    ``documents`` mentions, as the answer writes them: an answer about what no review speaks of is no review's answer.
-    Words that judge ("good", "great") are left out: reviews say them in other words."""
+    """The words of the question that ``answer`` says back when it denies one of them ("waterproof" in "No, it is not
+    waterproof") and ``documents`` mention none of them, as the answer writes them: denying what no review speaks of is
+    no review's answer ("does not come with a case" over "Case not included" is about the case). What an answer
+    affirms is left to its support (``support``); words that judge ("good") and numbers are left out."""
     asked = set(content_words(question)) - {_stem(word) for word in _JUDGING}
-    vocabulary = {w for d in documents for w in content_words(d.content or "")}
+    denied = {word for _, reaches in clauses(claim_text(answer)) for reach in reaches for word in reach}
     said = {}
-    for token in _TOKEN.findall(strip_citations(answer).lower()):
-        word = _content_word(token)
-        # The question's numbers may be said back (``unsupported_numbers``): "Does charging take 4 hours?" "Within 4".
-        if word in asked and word not in vocabulary and not word[0].isdigit():
+    for token in _TOKEN.findall(_HYPHEN.sub("", strip_citations(answer).lower())):
+        if (word := _content_word(token)) in asked and not word[0].isdigit():
             said.setdefault(word, token)
+    if not denied & set(said) or set(said) & vocabulary(documents):
+        return []
     return list(said.values())
 
 
 def support(answer: str, documents: list[Document]) -> float:
-    """The share of the answer's content words that occur in ``documents`` (1 when it has none)."""
-    words = content_words(strip_citations(answer))
-    if not words:
-        return 1.0
-    vocabulary = {w for d in documents for w in content_words(d.content or "")}
-    return sum(w in vocabulary for w in words) / len(words)
+    """The share of the answer's content words that occur in ``documents`` (1 when it has none); its hyphenated words
+    read as their parts or joined, whichever the documents use ("water-proof" over "waterproof")."""
+    text = strip_citations(answer)
+    used = vocabulary(documents)
+    shares = []
+    for words in (content_words(text), content_words(_HYPHEN.sub("", text.lower()))):
+        if not words:
+            return 1.0
+        shares.append(sum(w in used for w in words) / len(words))
+    return max(shares)
 
 
 _NUMBER_WORDS = {
@@ -146,7 +166,7 @@ Clause = tuple[set[str], list[set[str]]]
 def clauses(sentence: str) -> list[Clause]:
     """Each clause of a sentence as (its content words, the words each of its negations reaches), idioms left out:
     "PayPal is not supported" is ({paypal, support}, [{support}])."""
-    plain = sentence.lower().replace("’", "'")
+    plain = _HYPHEN.sub("", sentence.lower().replace("’", "'"))  # "water-proof" is "waterproof", as the question asks it
     for contracted, spelled in _CONTRACTED_NOT:
         plain = contracted.sub(spelled, plain)
     plain = _IDIOMS.sub(" ", plain)
