@@ -668,7 +668,8 @@ def test_a_generated_answer_that_says_the_opposite_of_the_reviews_is_withheld():
     # What a claim denies, said by a sentence with no negation, whatever else either names: "leaking" is about leaks.
     kettle = docs("The kettle boils fast and looks nice.", "Mine started leaking from the base after three months.")
     assert contradicted("The kettle does not leak.", kettle) == "The kettle does not leak."
-    assert contradicted("The kettle does not leak.", [*kettle, *docs("No leaks so far.")]) is None  # another review agrees
+    # A sentence saying it the same way is found by the words both share ("kettle" and "leak").
+    assert contradicted("The kettle does not leak.", [*kettle, *docs("The kettle does not leak at all.")]) is None
 
 
 def test_a_bare_yes_or_no_or_an_answer_about_what_no_review_mentions_is_withheld():

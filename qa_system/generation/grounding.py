@@ -197,9 +197,9 @@ def contradicted(answer: str, documents: list[Document]) -> str | None:
 
     A document sentence says an answer's sentence when it shares two of its content words (all, when it
     has fewer); it words it the other way round when the shared words are negated on one side only
-    (``_words_the_other_way_round``). A sentence that names all the answer's sentence denies ("leak" of "does not
-    leak") is about it too, and says the opposite when it negates nothing. A leading "Yes," or "No," answers the
-    question and is not read as a negation of the rest.
+    (``_words_the_other_way_round``). A sentence that negates nothing and names all the answer's sentence denies
+    ("leak" of "does not leak") says it the other way round too. A leading "Yes," or "No," answers the question and is
+    not read as a negation of the rest.
     """
     sentences = [clauses(s) for d in documents for s in _SENTENCE_END.split(d.content or "")]
     for claim in _SENTENCE_END.split(strip_citations(answer)):
@@ -212,9 +212,9 @@ def contradicted(answer: str, documents: list[Document]) -> str | None:
             said_words = set().union(*(w for w, _ in said))
             if needed and len(shared := words & said_words) >= needed:
                 verdicts.append(_words_the_other_way_round(read, said, shared))
-            elif denied and denied <= said_words:
+            elif denied and denied <= said_words and not any(reaches for _, reaches in said):
                 # "The kettle does not leak" against "Mine started leaking from the base", which names no kettle.
-                verdicts.append(not any(reaches for _, reaches in said))
+                verdicts.append(True)
         if verdicts and all(verdicts):
             return claim.strip()
     return None

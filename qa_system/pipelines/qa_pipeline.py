@@ -94,6 +94,7 @@ class RecordableCallback:
         return self.callback(chunk)
 
     def to_dict(self) -> dict[str, str]:
+        """The callback by its name: what a snapshot can keep of it."""
         return {"callback": getattr(self.callback, "__qualname__", type(self.callback).__name__)}
 
 
