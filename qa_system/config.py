@@ -254,13 +254,9 @@ class Settings(BaseSettings):
     @classmethod
     def _choice(cls, value: str, info: ValidationInfo) -> str:
         what, choices = _CHOICES[info.field_name]
-
-        def chosen(value: str, name: str) -> str:
-            if value not in choices:
-                raise QAError(f"Unknown {what} '{value}'.", f"use one of: {', '.join(choices)}.")
-            return value
-
-        return _from_python_or_environment(chosen, value, info.field_name)
+        if value not in choices:
+            raise _naming_variable(QAError(f"Unknown {what} '{value}'.", f"use one of: {', '.join(choices)}."), info.field_name)
+        return value
 
     @field_validator("api_token", mode="before")
     @classmethod
@@ -370,13 +366,17 @@ def check_settings(settings: object) -> Settings:
 
 def _from_python_or_environment(check: Any, value: Any, name: str, *limits: Any) -> Any:
     """``check(value, name, *limits)`` of a setting whose flag checks its own value: a bad one came from Python or from
-    the environment, so the fix names its variable too ("pass max_new_tokens=1 or more (QA_MAX_NEW_TOKENS ...)")."""
+    the environment, so the fix names its variable too (``_naming_variable``)."""
     try:
         return check(value, name, *limits)
     except QAError as error:
-        raise QAError(
-            error.problem, f"{(error.fix or '').rstrip('.')} ({_ENV_ALIASES.get(name, f'QA_{name.upper()}')} in the environment)."
-        ) from None
+        raise _naming_variable(error, name) from None
+
+
+def _naming_variable(error: QAError, name: str) -> QAError:
+    """``error`` about the setting ``name``, its fix naming the variable too ("pass max_new_tokens=1 or more
+    (QA_MAX_NEW_TOKENS in the environment)")."""
+    return QAError(error.problem, f"{(error.fix or '').rstrip('.')} ({_ENV_ALIASES.get(name, f'QA_{name.upper()}')} in the environment).")
 
 
 def _one_line(error: ValidationError) -> QAError:

@@ -56,6 +56,13 @@ _CONTRACTED_NOT = ((re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\
 # "Yes," or "No." answering the question; not the "No" of "No leaks at all", which denies what follows.
 _ANSWER_WORD = re.compile(r"^\s*(?:yes|no)\s*(?:[,.!:;-][\s,.!:;-]*|$)", re.IGNORECASE)
 _HYPHEN = re.compile(r"(?<=[a-z])-(?=[a-z])")
+
+
+def _joined(text: str) -> str:
+    """``text`` in lower case, its hyphenated words joined ("water-proof" is "waterproof")."""
+    return _HYPHEN.sub("", text.lower())
+
+
 # What a small generator puts before its answer ("The answer to this question is: No."): it says nothing of the reviews.
 _PREAMBLE = re.compile(r"^\s*(?:the\s+)?answer(?:\s+to\s+(?:this|the|your)\s+question)?\s+is\b[\s:,-]*", re.IGNORECASE)
 # Words that judge rather than name a topic: a question's "good" is answered by reviews that say "great".
@@ -92,7 +99,7 @@ def vocabulary(documents: list[Document]) -> set[str]:
     """The content words ``documents`` use, a hyphenated word's parts and the word joined ("water-proof" is
     "waterproof" too)."""
     texts = [d.content or "" for d in documents]
-    return {w for text in texts for w in content_words(text) + content_words(_HYPHEN.sub("", text.lower()))}
+    return {w for text in texts for w in content_words(text) + content_words(_joined(text))}
 
 
 def claim_text(answer: str) -> str:
@@ -109,7 +116,7 @@ def unmentioned_topics(answer: str, documents: list[Document], question: str) ->
     asked = set(content_words(question)) - {_stem(word) for word in _JUDGING}
     denied = {word for _, reaches in clauses(claim_text(answer)) for reach in reaches for word in reach}
     said = {}
-    for token in _TOKEN.findall(_HYPHEN.sub("", strip_citations(answer).lower())):
+    for token in _TOKEN.findall(_joined(strip_citations(answer))):
         if (word := _content_word(token)) in asked and not word[0].isdigit():
             said.setdefault(word, token)
     if not denied & set(said) or set(said) & vocabulary(documents):
@@ -123,7 +130,7 @@ def support(answer: str, documents: list[Document]) -> float:
     text = strip_citations(answer)
     used = vocabulary(documents)
     shares = []
-    for words in (content_words(text), content_words(_HYPHEN.sub("", text.lower()))):
+    for words in (content_words(text), content_words(_joined(text))):
         if not words:
             return 1.0
         shares.append(sum(w in used for w in words) / len(words))
@@ -166,7 +173,7 @@ Clause = tuple[set[str], list[set[str]]]
 def clauses(sentence: str) -> list[Clause]:
     """Each clause of a sentence as (its content words, the words each of its negations reaches), idioms left out:
     "PayPal is not supported" is ({paypal, support}, [{support}])."""
-    plain = _HYPHEN.sub("", sentence.lower().replace("’", "'"))  # "water-proof" is "waterproof", as the question asks it
+    plain = _joined(sentence).replace("’", "'")  # "water-proof" is "waterproof", as the question asks it
     for contracted, spelled in _CONTRACTED_NOT:
         plain = contracted.sub(spelled, plain)
     plain = _IDIOMS.sub(" ", plain)
